@@ -1,0 +1,65 @@
+//! The state every request handler and background task shares.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use tokio::sync::Semaphore;
+
+use crate::config::Config;
+use crate::http::body::Budget;
+use crate::metrics::Metrics;
+use crate::projects::Projects;
+use crate::store::Wal;
+
+/// Large payloads are decoded and parsed on the blocking pool, at most this many at
+/// once: each can hold up to the decompressed cap in memory.
+const HEAVY_DECODES: usize = 4;
+
+pub struct App {
+    pub config: Config,
+    /// Replaced whole on SIGHUP; readers take a cheap snapshot per request.
+    pub projects: ArcSwap<Projects>,
+    pub wal: Wal,
+    pub metrics: Metrics,
+    pub budget: Budget,
+    pub heavy_decodes: Arc<Semaphore>,
+    /// Set at shutdown: readiness turns 503 so load balancers stop sending.
+    draining: AtomicBool,
+}
+
+impl App {
+    pub fn new(config: Config, projects: Projects, wal: Wal) -> App {
+        let budget = Budget::new(config.limits.max_inflight_body_bytes);
+        App {
+            config,
+            projects: ArcSwap::from_pointee(projects),
+            wal,
+            metrics: Metrics::new(),
+            budget,
+            heavy_decodes: Arc::new(Semaphore::new(HEAVY_DECODES)),
+            draining: AtomicBool::new(false),
+        }
+    }
+
+    pub fn start_draining(&self) {
+        self.draining.store(true, Ordering::SeqCst);
+    }
+
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::SeqCst)
+    }
+
+    /// Ready to take traffic: not draining and the log accepts writes.
+    pub fn is_ready(&self) -> bool {
+        !self.is_draining() && self.wal.stats().writable.load(Ordering::Relaxed)
+    }
+
+    /// Re-read `projects.json`; a bad file keeps the current projects.
+    pub fn reload_projects(&self) -> Result<(), crate::projects::Error> {
+        let projects = Projects::load(&self.config.projects_file())?;
+        tracing::info!(projects = projects.len(), "projects reloaded");
+        self.projects.store(Arc::new(projects));
+        Ok(())
+    }
+}

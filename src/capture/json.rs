@@ -1,0 +1,87 @@
+//! JSON parsing for ingestion, with simd-json, guarded against input that would
+//! overflow the stack when turned into (or dropped as) a recursive value.
+
+use serde_json::Value;
+
+use super::Error;
+
+/// Deeper nesting than any real event has; serde_json's own default limit.
+pub const MAX_DEPTH: usize = 128;
+
+/// Parse bytes into a JSON value. The buffer is used as scratch space by simd-json.
+pub fn parse_value(bytes: &mut [u8]) -> Result<Value, Error> {
+    check_depth(bytes, MAX_DEPTH)?;
+    simd_json::serde::from_slice::<Value>(bytes).map_err(|e| Error::InvalidJson(e.to_string()))
+}
+
+/// Reject nesting beyond `max` with one cheap pass over the bytes (brackets inside
+/// strings do not count). Building a value from 100,000 nested arrays would otherwise
+/// recurse that deep.
+fn check_depth(bytes: &[u8], max: usize) -> Result<(), Error> {
+    let mut depth = 0usize;
+    let mut in_string = false;
+    let mut escaped = false;
+    for &b in bytes {
+        if in_string {
+            if escaped {
+                escaped = false;
+            } else if b == b'\\' {
+                escaped = true;
+            } else if b == b'"' {
+                in_string = false;
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > max {
+                    return Err(Error::InvalidJson(format!(
+                        "nested deeper than {max} levels"
+                    )));
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn depth_limit() {
+        let ok = format!("{}{}", "[".repeat(MAX_DEPTH), "]".repeat(MAX_DEPTH));
+        assert!(parse_value(&mut ok.into_bytes()).is_ok());
+        let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
+        let err = parse_value(&mut deep.into_bytes()).unwrap_err();
+        assert_eq!(
+            err,
+            Error::InvalidJson("nested deeper than 128 levels".into())
+        );
+        // Brackets inside strings, including after escaped quotes, do not count.
+        let s = format!(r#"{{"a":"\"{}"}}"#, "[".repeat(1000));
+        assert!(parse_value(&mut s.into_bytes()).is_ok());
+    }
+
+    #[test]
+    fn parses_and_rejects() {
+        let v = parse_value(&mut br#"{"a":[1,2.5,"x",null,true]}"#.to_vec()).unwrap();
+        assert_eq!(v, serde_json::json!({"a":[1,2.5,"x",null,true]}));
+        assert!(matches!(
+            parse_value(&mut b"{\"a\":".to_vec()),
+            Err(Error::InvalidJson(_))
+        ));
+        assert!(matches!(
+            parse_value(&mut b"\xff\xfe".to_vec()),
+            Err(Error::InvalidJson(_))
+        ));
+        // Integers beyond 64 bits become floats instead of failing.
+        let big = parse_value(&mut b"123456789012345678901234567890".to_vec()).unwrap();
+        assert!(big.as_f64().unwrap() > 1e29);
+    }
+}

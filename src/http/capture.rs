@@ -1,0 +1,163 @@
+//! The event intake endpoint (`/e`, `/i/v0/e`, `/capture`, `/track`, `/engage`,
+//! `/batch`, with or without the trailing slash): decode, validate, normalise, append
+//! to the write-ahead log, and answer only once the events are durable.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use hyper::body::Incoming;
+use hyper::header::{CONTENT_ENCODING, CONTENT_LENGTH, CONTENT_TYPE};
+use hyper::{HeaderMap, Request, Response, StatusCode};
+use serde_json::json;
+
+use super::body::{self, Reservation};
+use super::decode::{self, Query};
+use super::error::ApiError;
+use super::response::{self, Body};
+use crate::app::App;
+use crate::capture::{self, timestamp, Context, DropReason, Outcome};
+use crate::projects::{key_shape_is_valid, Projects};
+
+/// Bodies up to this size are decoded right on the reactor: it takes microseconds.
+/// Larger ones move to the blocking pool so they never stall other requests.
+const INLINE_DECODE_BYTES: usize = 64 * 1024;
+
+/// What one request turned into, ready to append.
+struct Accepted {
+    records: Vec<Vec<u8>>,
+    dropped: Vec<DropReason>,
+}
+
+pub async fn handle(
+    app: &Arc<App>,
+    req: Request<Incoming>,
+    peer: SocketAddr,
+    engage: bool,
+) -> Result<Response<Body>, ApiError> {
+    let (parts, incoming) = req.into_parts();
+    let query = Query::parse(parts.uri.query());
+    let limits = &app.config.limits;
+    let mut held = Reservation::default();
+    let raw = body::read(
+        incoming,
+        content_length(&parts.headers),
+        limits.max_body_bytes,
+        limits.body_read_timeout,
+        &app.budget,
+        &mut held,
+    )
+    .await?;
+
+    let request = Submission {
+        query,
+        content_type: header_str(&parts.headers, CONTENT_TYPE),
+        content_encoding: header_str(&parts.headers, CONTENT_ENCODING),
+        raw,
+        engage,
+        max_decoded: limits.max_decompressed_bytes,
+        ip: super::client_ip(peer, &parts.headers),
+        now: now_ms(),
+    };
+    let beacon = request.query.beacon;
+    let projects = app.projects.load_full();
+    let accepted = if request.raw.len() <= INLINE_DECODE_BYTES {
+        accept(&request, &projects)?
+    } else {
+        let _slot = app
+            .heavy_decodes
+            .acquire()
+            .await
+            .map_err(|_| ApiError::Draining)?;
+        tokio::task::spawn_blocking(move || accept(&request, &projects))
+            .await
+            .map_err(|_| ApiError::Draining)??
+    };
+    for reason in &accepted.dropped {
+        app.metrics.dropped(*reason);
+    }
+    let count = accepted.records.len() as u64;
+    app.wal.append(accepted.records).await?;
+    app.metrics.events_accepted.inc_by(count);
+    drop(held);
+    Ok(if beacon {
+        response::empty(StatusCode::NO_CONTENT)
+    } else {
+        response::json(StatusCode::OK, &json!({"status": 1}))
+    })
+}
+
+/// The request as the pure part of the pipeline needs it.
+struct Submission {
+    query: Query,
+    content_type: Option<String>,
+    content_encoding: Option<String>,
+    raw: Bytes,
+    engage: bool,
+    max_decoded: usize,
+    ip: Option<std::net::IpAddr>,
+    now: i64,
+}
+
+/// Decode, parse, authenticate and normalise: everything between the bytes and the log.
+fn accept(req: &Submission, projects: &Projects) -> Result<Accepted, ApiError> {
+    let mut bytes = decode::payload(
+        &req.query,
+        req.content_type.as_deref(),
+        req.content_encoding.as_deref(),
+        &req.raw,
+        req.max_decoded,
+    )?;
+    let payload = capture::parse(&mut bytes, req.engage)?;
+    drop(bytes);
+    let key = payload.key()?;
+    if !key_shape_is_valid(key) {
+        return Err(capture::Error::InvalidKey.into());
+    }
+    let project = projects.by_api_key(key).ok_or(capture::Error::InvalidKey)?;
+    let ctx = Context {
+        project: project.id,
+        now: req.now,
+        sent_at: payload
+            .sent_at
+            .as_deref()
+            .and_then(timestamp::parse_ms)
+            .or(req.query.sent_at_ms),
+        historical: payload.historical,
+        ip: req.ip,
+    };
+    let mut accepted = Accepted {
+        records: Vec::with_capacity(payload.events.len()),
+        dropped: Vec::new(),
+    };
+    for event in payload.events {
+        match capture::normalise(event, &ctx)? {
+            Outcome::Keep(record) => accepted.records.push(record.encode()),
+            Outcome::Drop(reason) => accepted.dropped.push(reason),
+        }
+    }
+    Ok(accepted)
+}
+
+fn content_length(headers: &HeaderMap) -> Option<u64> {
+    headers
+        .get(CONTENT_LENGTH)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+fn header_str(headers: &HeaderMap, name: hyper::header::HeaderName) -> Option<String> {
+    headers
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+}
+
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}

@@ -1,0 +1,315 @@
+//! From an HTTP request to the JSON bytes it carries, the way PostHog's clients send
+//! them: the `data` query parameter or the body, form fields, compression hints, gzip
+//! (by hint or magic bytes), LZ-String "lz64", and base64 (by hint or by sniffing).
+//! Every decompressor is capped so a small bomb cannot exhaust memory.
+
+use std::io::Read;
+
+use base64::engine::general_purpose::{GeneralPurpose, GeneralPurposeConfig};
+use base64::engine::DecodePaddingMode;
+use base64::Engine;
+
+use super::lz64;
+
+/// Standard base64, whether or not the client kept the `=` padding.
+const BASE64: GeneralPurpose = GeneralPurpose::new(
+    &base64::alphabet::STANDARD,
+    GeneralPurposeConfig::new().with_decode_padding_mode(DecodePaddingMode::Indifferent),
+);
+const GZIP_MAGIC: [u8; 3] = [0x1f, 0x8b, 0x08];
+/// How many leading bytes decide whether an unhinted body looks like base64.
+const BASE64_SNIFF_BYTES: usize = 64;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Compression {
+    None,
+    Gzip,
+    Lz64,
+    Base64,
+}
+
+impl Compression {
+    /// A hint's meaning; an unknown value means no compression, not an error.
+    pub fn from_hint(hint: &str) -> Compression {
+        match hint.trim().to_ascii_lowercase().as_str() {
+            "gzip" | "gzip-js" => Compression::Gzip,
+            "lz64" | "lz-string" => Compression::Lz64,
+            "base64" | "b64" => Compression::Base64,
+            _ => Compression::None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Error {
+    Empty,
+    Gzip,
+    Lz64(lz64::Error),
+    Base64,
+    /// Larger than the cap once decompressed.
+    TooLarge,
+}
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Error::Empty => f.write_str("the request carries no data"),
+            Error::Gzip => f.write_str("the body is not valid gzip"),
+            Error::Lz64(e) => write!(f, "the body is not valid lz64: {e}"),
+            Error::Base64 => f.write_str("the body is not valid base64"),
+            Error::TooLarge => f.write_str("the payload is too large once decompressed"),
+        }
+    }
+}
+
+/// What the query string says about the payload.
+#[derive(Debug, Default)]
+pub struct Query {
+    pub data: Option<String>,
+    pub compression: Option<String>,
+    /// posthog-js's `_`: the client's send time in milliseconds.
+    pub sent_at_ms: Option<i64>,
+    pub beacon: bool,
+}
+
+impl Query {
+    pub fn parse(query: Option<&str>) -> Query {
+        let mut q = Query::default();
+        for (k, v) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
+            match &*k {
+                "data" if !v.is_empty() => q.data = Some(unform_base64(&v)),
+                "compression" => q.compression = Some(v.into_owned()),
+                "_" => q.sent_at_ms = v.parse::<f64>().ok().map(|ms| ms as i64),
+                "beacon" => q.beacon = v == "1" || v == "true",
+                _ => {}
+            }
+        }
+        q
+    }
+}
+
+/// Form decoding turns base64's `+` into spaces; put them back.
+fn unform_base64(v: &str) -> String {
+    v.replace(' ', "+")
+}
+
+/// The decoded payload of a request. `content_type` and `content_encoding` are the
+/// headers' values, if any.
+pub fn payload(
+    query: &Query,
+    content_type: Option<&str>,
+    content_encoding: Option<&str>,
+    body: &[u8],
+    max_decoded: usize,
+) -> Result<Vec<u8>, Error> {
+    let mut form_compression = None;
+    let raw: Vec<u8> = if let Some(data) = &query.data {
+        data.as_bytes().to_vec()
+    } else if content_type.is_some_and(is_form) {
+        let mut data = None;
+        for (k, v) in form_urlencoded::parse(body) {
+            match &*k {
+                "data" => data = Some(unform_base64(&v)),
+                "compression" => form_compression = Some(v.into_owned()),
+                _ => {}
+            }
+        }
+        match data {
+            Some(d) => d.into_bytes(),
+            None => body.to_vec(),
+        }
+    } else {
+        body.to_vec()
+    };
+    let raw = trim_ascii(raw);
+    if raw.is_empty() {
+        return Err(Error::Empty);
+    }
+    let hint = query
+        .compression
+        .as_deref()
+        .or(form_compression.as_deref())
+        .or(content_encoding)
+        .map_or(Compression::None, Compression::from_hint);
+    decompress(raw, hint, max_decoded)
+}
+
+fn is_form(content_type: &str) -> bool {
+    content_type
+        .trim_start()
+        .to_ascii_lowercase()
+        .starts_with("application/x-www-form-urlencoded")
+}
+
+fn trim_ascii(mut v: Vec<u8>) -> Vec<u8> {
+    let end = v
+        .iter()
+        .rposition(|b| !b.is_ascii_whitespace())
+        .map_or(0, |i| i + 1);
+    v.truncate(end);
+    let start = v
+        .iter()
+        .position(|b| !b.is_ascii_whitespace())
+        .unwrap_or(v.len());
+    v.drain(..start);
+    v
+}
+
+/// Apply the compression the hint or the bytes themselves call for.
+pub fn decompress(raw: Vec<u8>, hint: Compression, max: usize) -> Result<Vec<u8>, Error> {
+    let out = if hint == Compression::Gzip || raw.starts_with(&GZIP_MAGIC) {
+        gunzip(&raw, max)?
+    } else if hint == Compression::Lz64 {
+        lz64::decompress_from_base64(&raw, max)
+            .map_err(Error::Lz64)?
+            .into_bytes()
+    } else if hint == Compression::Base64 {
+        BASE64.decode(&raw).map_err(|_| Error::Base64)?
+    } else if looks_like_base64(&raw) {
+        BASE64.decode(&raw).unwrap_or(raw)
+    } else {
+        raw
+    };
+    if out.len() > max {
+        return Err(Error::TooLarge);
+    }
+    Ok(out)
+}
+
+fn looks_like_base64(raw: &[u8]) -> bool {
+    raw.len() % 4 == 0
+        && raw
+            .iter()
+            .take(BASE64_SNIFF_BYTES)
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'='))
+}
+
+/// Gunzip (concatenated members too, as gzip allows), failing once the output would
+/// pass `max` bytes.
+fn gunzip(raw: &[u8], max: usize) -> Result<Vec<u8>, Error> {
+    let mut out = Vec::with_capacity((raw.len() * 4).min(max));
+    let limit = u64::try_from(max).unwrap_or(u64::MAX).saturating_add(1);
+    flate2::read::MultiGzDecoder::new(raw)
+        .take(limit)
+        .read_to_end(&mut out)
+        .map_err(|_| Error::Gzip)?;
+    if out.len() > max {
+        return Err(Error::TooLarge);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flate2::write::GzEncoder;
+    use std::io::Write;
+
+    const MAX: usize = 1 << 20;
+
+    fn gzip(data: &[u8]) -> Vec<u8> {
+        let mut e = GzEncoder::new(Vec::new(), flate2::Compression::best());
+        e.write_all(data).unwrap();
+        e.finish().unwrap()
+    }
+
+    fn decode(
+        query: &str,
+        ct: Option<&str>,
+        ce: Option<&str>,
+        body: &[u8],
+    ) -> Result<Vec<u8>, Error> {
+        payload(&Query::parse(Some(query)), ct, ce, body, MAX)
+    }
+
+    // Its base64 form contains "+", which form encoding would turn into a space.
+    const JSON: &[u8] = br#"{"event":"~~>?"}"#;
+
+    #[test]
+    fn plain_and_gzip() {
+        assert_eq!(decode("", None, None, JSON).unwrap(), JSON);
+        // By magic bytes, whatever the hint says.
+        assert_eq!(decode("", None, None, &gzip(JSON)).unwrap(), JSON);
+        assert_eq!(
+            decode("compression=base64", None, None, &gzip(JSON)).unwrap(),
+            JSON
+        );
+        assert_eq!(
+            decode("compression=gzip-js", Some("text/plain"), None, &gzip(JSON)).unwrap(),
+            JSON
+        );
+        assert_eq!(decode("", None, Some("gzip"), &gzip(JSON)).unwrap(), JSON);
+        // Hinted gzip that is not gzip.
+        assert_eq!(
+            decode("compression=gzip", None, None, JSON),
+            Err(Error::Gzip)
+        );
+    }
+
+    #[test]
+    fn base64_forms() {
+        let b64 = BASE64.encode(JSON);
+        assert!(b64.contains('+') || b64.contains('/'));
+        let form = format!("data={}&compression=base64", b64.replace('+', "%2B"));
+        let ct = Some("application/x-www-form-urlencoded");
+        assert_eq!(decode("", ct, None, form.as_bytes()).unwrap(), JSON);
+        // A '+' that form encoding turned into a space still decodes.
+        let spaced = format!("data={}", b64.replace('+', " "));
+        assert_eq!(decode("", ct, None, spaced.as_bytes()).unwrap(), JSON);
+        // Sniffed without a hint.
+        assert_eq!(decode("", None, None, b64.as_bytes()).unwrap(), JSON);
+        // GET with data= in the query string.
+        let q = format!("data={}", b64.replace('+', "%2B").replace('/', "%2F"));
+        assert_eq!(decode(&q, None, None, b"").unwrap(), JSON);
+        // Hinted base64 that is not.
+        assert_eq!(
+            decode("compression=b64", None, None, b"!!!!"),
+            Err(Error::Base64)
+        );
+        // Looks like base64 but is not: the raw bytes are kept.
+        assert_eq!(decode("", None, None, b"abc=abcd").unwrap(), b"abc=abcd");
+    }
+
+    #[test]
+    fn hints_in_order() {
+        assert_eq!(Compression::from_hint("GZIP"), Compression::Gzip);
+        assert_eq!(Compression::from_hint("lz-string"), Compression::Lz64);
+        assert_eq!(Compression::from_hint("zstd"), Compression::None);
+        // The query's hint wins over the header's.
+        let b64 = BASE64.encode(JSON);
+        assert_eq!(
+            decode("compression=base64", None, Some("gzip"), b64.as_bytes()).unwrap(),
+            JSON
+        );
+        // An unknown hint is no compression.
+        assert_eq!(
+            decode("compression=brotli", None, None, JSON).unwrap(),
+            JSON
+        );
+    }
+
+    #[test]
+    fn caps_and_empties() {
+        let bomb = gzip(&vec![b'a'; MAX + 1]);
+        assert!(bomb.len() < 4096);
+        assert_eq!(decode("", None, None, &bomb), Err(Error::TooLarge));
+        assert_eq!(
+            decode("", None, None, &gzip(&vec![b' '; MAX])).map(|v| v.len()),
+            Ok(MAX)
+        );
+        assert_eq!(decode("", None, None, b"  \n"), Err(Error::Empty));
+        assert_eq!(decode("data=", None, None, b""), Err(Error::Empty));
+        // Truncated gzip.
+        let g = gzip(JSON);
+        assert_eq!(decode("", None, None, &g[..g.len() - 6]), Err(Error::Gzip));
+    }
+
+    #[test]
+    fn query_fields() {
+        let q = Query::parse(Some("_=1700000000123&beacon=1&ver=1.2&compression=lz64"));
+        assert_eq!(q.sent_at_ms, Some(1_700_000_000_123));
+        assert!(q.beacon);
+        assert_eq!(q.compression.as_deref(), Some("lz64"));
+        assert!(q.data.is_none());
+    }
+}

@@ -1,0 +1,149 @@
+//! The one place where an error becomes an HTTP status and a JSON body
+//! `{"type", "code", "detail", "attr"}`, in the shape PostHog's clients read.
+//! Bodies say what was wrong with the request and never anything about internals.
+
+use hyper::header::{HeaderValue, RETRY_AFTER};
+use hyper::{Response, StatusCode};
+use serde_json::json;
+
+use super::response::{self, Body};
+use super::{body, decode};
+use crate::capture;
+use crate::store::wal;
+
+/// Seconds a client should wait before retrying after a 503.
+const RETRY_AFTER_SECONDS: &str = "5";
+
+#[derive(Debug)]
+pub enum ApiError {
+    Capture(capture::Error),
+    Decode(decode::Error),
+    Body(body::Error),
+    Wal(wal::Error),
+    NotFound,
+    MethodNotAllowed,
+    /// The server is shutting down.
+    Draining,
+}
+
+impl From<capture::Error> for ApiError {
+    fn from(e: capture::Error) -> Self {
+        ApiError::Capture(e)
+    }
+}
+
+impl From<decode::Error> for ApiError {
+    fn from(e: decode::Error) -> Self {
+        ApiError::Decode(e)
+    }
+}
+
+impl From<body::Error> for ApiError {
+    fn from(e: body::Error) -> Self {
+        ApiError::Body(e)
+    }
+}
+
+impl From<wal::Error> for ApiError {
+    fn from(e: wal::Error) -> Self {
+        ApiError::Wal(e)
+    }
+}
+
+const VALIDATION: &str = "validation_error";
+const AUTHENTICATION: &str = "authentication_error";
+const SERVER: &str = "server_error";
+
+impl ApiError {
+    /// Status, error type, code and detail.
+    fn parts(&self) -> (StatusCode, &'static str, &'static str, String) {
+        use capture::Error as C;
+        match self {
+            ApiError::Capture(e) => {
+                let (status, kind, code) = match e {
+                    C::MissingKey => (StatusCode::UNAUTHORIZED, AUTHENTICATION, "missing_api_key"),
+                    C::InvalidKey => (StatusCode::UNAUTHORIZED, AUTHENTICATION, "invalid_api_key"),
+                    C::MixedKeys => (StatusCode::BAD_REQUEST, VALIDATION, "multiple_api_keys"),
+                    C::EmptyBatch => (StatusCode::BAD_REQUEST, VALIDATION, "empty_batch"),
+                    C::InvalidJson(_) | C::WrongType { .. } => {
+                        (StatusCode::BAD_REQUEST, VALIDATION, "invalid_payload")
+                    }
+                };
+                (status, kind, code, e.to_string())
+            }
+            ApiError::Decode(decode::Error::TooLarge) => (
+                StatusCode::PAYLOAD_TOO_LARGE,
+                VALIDATION,
+                "payload_too_large",
+                decode::Error::TooLarge.to_string(),
+            ),
+            ApiError::Decode(e) => (
+                StatusCode::BAD_REQUEST,
+                VALIDATION,
+                "invalid_payload",
+                e.to_string(),
+            ),
+            ApiError::Body(body::Error::TooLarge) => (
+                StatusCode::PAYLOAD_TOO_LARGE,
+                VALIDATION,
+                "payload_too_large",
+                "the request body is larger than the limit".into(),
+            ),
+            ApiError::Body(body::Error::Timeout) => (
+                StatusCode::REQUEST_TIMEOUT,
+                VALIDATION,
+                "request_timeout",
+                "the request body did not arrive in time".into(),
+            ),
+            ApiError::Body(body::Error::Broken) => (
+                StatusCode::BAD_REQUEST,
+                VALIDATION,
+                "invalid_payload",
+                "the request body could not be read".into(),
+            ),
+            ApiError::Body(body::Error::Overloaded) | ApiError::Wal(wal::Error::Overloaded) => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                SERVER,
+                "overloaded",
+                "the server is overloaded; retry later".into(),
+            ),
+            ApiError::Wal(_) => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                SERVER,
+                "unavailable",
+                "events could not be stored; retry later".into(),
+            ),
+            ApiError::Draining => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                SERVER,
+                "shutting_down",
+                "the server is shutting down; retry later".into(),
+            ),
+            ApiError::NotFound => (
+                StatusCode::NOT_FOUND,
+                VALIDATION,
+                "not_found",
+                "no such endpoint".into(),
+            ),
+            ApiError::MethodNotAllowed => (
+                StatusCode::METHOD_NOT_ALLOWED,
+                VALIDATION,
+                "method_not_allowed",
+                "method not allowed on this endpoint".into(),
+            ),
+        }
+    }
+
+    pub fn into_response(self) -> Response<Body> {
+        let (status, kind, code, detail) = self.parts();
+        let mut r = response::json(
+            status,
+            &json!({"type": kind, "code": code, "detail": detail, "attr": null}),
+        );
+        if status == StatusCode::SERVICE_UNAVAILABLE {
+            r.headers_mut()
+                .insert(RETRY_AFTER, HeaderValue::from_static(RETRY_AFTER_SECONDS));
+        }
+        r
+    }
+}

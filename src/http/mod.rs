@@ -1,0 +1,45 @@
+//! HTTP: the hyper server, routing, request decoding and every response, including
+//! the one mapping from errors to statuses (`error`).
+
+pub mod body;
+pub mod capture;
+pub mod decode;
+pub mod error;
+pub mod lz64;
+pub mod response;
+pub mod router;
+pub mod server;
+
+use std::net::{IpAddr, SocketAddr};
+
+use hyper::HeaderMap;
+
+use crate::app::App;
+
+/// The client's address: the socket peer, or the leftmost `X-Forwarded-For` entry when
+/// the peer is a proxy we trust (loopback: nginx on the same machine).
+pub fn client_ip(peer: SocketAddr, headers: &HeaderMap) -> Option<IpAddr> {
+    let peer_ip = peer.ip();
+    if !peer_ip.is_loopback() {
+        return Some(peer_ip);
+    }
+    let forwarded = headers
+        .get("x-forwarded-for")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(',').next())
+        .and_then(|first| first.trim().parse::<IpAddr>().ok());
+    Some(forwarded.unwrap_or(peer_ip))
+}
+
+/// The `/metrics` body, with gauges refreshed from live state first.
+pub fn metrics_text(app: &App) -> String {
+    use std::sync::atomic::Ordering::Relaxed;
+    let m = &app.metrics;
+    let wal = app.wal.stats();
+    m.wal_records.set(wal.appended_records.load(Relaxed) as i64);
+    m.wal_flushes.set(wal.groups.load(Relaxed) as i64);
+    m.wal_queued_requests.set(app.wal.queued() as i64);
+    m.wal_last_flush_seconds
+        .set(wal.last_flush_micros.load(Relaxed) as f64 / 1e6);
+    m.render()
+}

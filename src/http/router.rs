@@ -1,0 +1,134 @@
+//! Which handler answers which path, plus the small endpoints that need no module of
+//! their own (health, metrics). Every answer is counted by route and status here.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use hyper::body::Incoming;
+use hyper::{Method, Request, Response, StatusCode};
+
+use super::capture;
+use super::error::ApiError;
+use super::response::{self, Body};
+use crate::app::App;
+
+/// What a path is, independent of method.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route {
+    Capture { engage: bool },
+    Liveness,
+    Readiness,
+    Metrics,
+    NotFound,
+}
+
+impl Route {
+    pub fn of(path: &str) -> Route {
+        let trimmed = path.strip_suffix('/').unwrap_or(path);
+        match trimmed {
+            "/e" | "/i/v0/e" | "/capture" | "/track" | "/batch" => Route::Capture { engage: false },
+            "/engage" => Route::Capture { engage: true },
+            "/_liveness" => Route::Liveness,
+            "/_readiness" => Route::Readiness,
+            "/metrics" => Route::Metrics,
+            _ => Route::NotFound,
+        }
+    }
+
+    /// The metrics label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Route::Capture { engage: false } => "capture",
+            Route::Capture { engage: true } => "engage",
+            Route::Liveness => "liveness",
+            Route::Readiness => "readiness",
+            Route::Metrics => "metrics",
+            Route::NotFound => "not_found",
+        }
+    }
+
+    /// Browsers call these from other origins.
+    fn is_cors(self) -> bool {
+        matches!(self, Route::Capture { .. })
+    }
+}
+
+pub async fn route(app: Arc<App>, req: Request<Incoming>, peer: SocketAddr) -> Response<Body> {
+    let route = Route::of(req.uri().path());
+    let request_headers = route.is_cors().then(|| req.headers().clone());
+    let mut response = if req.method() == Method::OPTIONS && route.is_cors() {
+        response::preflight(req.headers())
+    } else {
+        dispatch(&app, route, req, peer)
+            .await
+            .unwrap_or_else(ApiError::into_response)
+    };
+    if let Some(headers) = request_headers {
+        if !response
+            .headers()
+            .contains_key(hyper::header::ACCESS_CONTROL_ALLOW_ORIGIN)
+        {
+            response::add_cors(&headers, &mut response);
+        }
+    }
+    app.metrics
+        .request(route.label(), response.status().as_u16());
+    response
+}
+
+async fn dispatch(
+    app: &Arc<App>,
+    route: Route,
+    req: Request<Incoming>,
+    peer: SocketAddr,
+) -> Result<Response<Body>, ApiError> {
+    let method = req.method().clone();
+    match route {
+        Route::Capture { engage } => {
+            if method != Method::GET && method != Method::POST {
+                return Err(ApiError::MethodNotAllowed);
+            }
+            capture::handle(app, req, peer, engage).await
+        }
+        Route::Liveness => Ok(response::text(StatusCode::OK, "ok")),
+        Route::Readiness => Ok(if app.is_ready() {
+            response::text(StatusCode::OK, "ready")
+        } else {
+            response::text(StatusCode::SERVICE_UNAVAILABLE, "not ready")
+        }),
+        Route::Metrics => Ok(response::with_type(
+            StatusCode::OK,
+            "text/plain; version=0.0.4; charset=utf-8",
+            super::metrics_text(app).into_bytes(),
+        )),
+        Route::NotFound => Err(ApiError::NotFound),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_intake_path() {
+        for p in [
+            "/e",
+            "/e/",
+            "/i/v0/e",
+            "/i/v0/e/",
+            "/capture",
+            "/capture/",
+            "/track",
+            "/track/",
+            "/batch",
+            "/batch/",
+        ] {
+            assert_eq!(Route::of(p), Route::Capture { engage: false }, "{p}");
+        }
+        assert_eq!(Route::of("/engage/"), Route::Capture { engage: true });
+        assert_eq!(Route::of("/engage"), Route::Capture { engage: true });
+        assert_eq!(Route::of("/captures"), Route::NotFound);
+        assert_eq!(Route::of("/e//"), Route::NotFound);
+        assert_eq!(Route::of("/_readiness"), Route::Readiness);
+    }
+}

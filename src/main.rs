@@ -1,0 +1,29 @@
+//! The `flagpost` binary: parse flags, set up logging, run the library, map the
+//! outcome to an exit code.
+
+mod cli;
+
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let cli: cli::Cli = argh::from_env();
+    if cli.version {
+        println!("flagpost {}", env!("CARGO_PKG_VERSION"));
+        return ExitCode::SUCCESS;
+    }
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("FLAGPOST_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match cli::run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e}");
+            eprintln!("flagpost: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,195 @@
+//! The projects a server hosts, read from `projects.json`: which project API key
+//! (`phc_...`) ingests into which project, and which personal keys (`phx_...`) may read it.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::path::Path;
+use std::sync::Arc;
+
+use serde::Deserialize;
+
+/// The longest project key the reference service accepts.
+const MAX_KEY_LEN: usize = 64;
+/// Personal API keys carry this prefix; they read data and never ingest.
+pub const PERSONAL_KEY_PREFIX: &str = "phx_";
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Project {
+    pub id: u64,
+    #[serde(default)]
+    pub name: String,
+    pub api_key: String,
+    #[serde(default)]
+    pub personal_api_keys: Vec<String>,
+    /// Drop `$ip` from stored events once it has been used for enrichment.
+    #[serde(default)]
+    pub anonymize_ips: bool,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct File {
+    projects: Vec<Project>,
+}
+
+/// An immutable index of the projects file; replaced whole on reload.
+#[derive(Debug, Default)]
+pub struct Projects {
+    by_key: HashMap<String, Arc<Project>>,
+    by_id: HashMap<u64, Arc<Project>>,
+    by_personal_key: HashMap<String, Arc<Project>>,
+}
+
+#[derive(Debug)]
+pub struct Error(String);
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// Why a key cannot be a project API key, judged by shape alone (before any lookup),
+/// with the reference service's rules.
+pub fn key_shape_is_valid(key: &str) -> bool {
+    !key.is_empty()
+        && key.len() <= MAX_KEY_LEN
+        && key.is_ascii()
+        && !key.starts_with(PERSONAL_KEY_PREFIX)
+}
+
+impl Projects {
+    pub fn load(path: &Path) -> Result<Projects, Error> {
+        let bytes = std::fs::read(path)
+            .map_err(|e| Error(format!("{}: cannot read: {e}", path.display())))?;
+        Projects::parse(&bytes).map_err(|e| Error(format!("{}: {}", path.display(), e.0)))
+    }
+
+    pub fn parse(bytes: &[u8]) -> Result<Projects, Error> {
+        let file: File = serde_json::from_slice(bytes).map_err(|e| Error(e.to_string()))?;
+        let mut projects = Projects::default();
+        for (i, p) in file.projects.into_iter().enumerate() {
+            let at = format!("projects[{i}] (id {})", p.id);
+            if !key_shape_is_valid(&p.api_key) {
+                return Err(Error(format!(
+                    "{at}: api_key must be 1-{MAX_KEY_LEN} ASCII characters and not a personal key"
+                )));
+            }
+            if let Some(k) = p
+                .personal_api_keys
+                .iter()
+                .find(|k| !k.starts_with(PERSONAL_KEY_PREFIX) || k.len() <= 4)
+            {
+                let shown: String = k.chars().take(4).collect();
+                return Err(Error(format!(
+                    "{at}: personal_api_keys entry starting {shown:?} must look like phx_..."
+                )));
+            }
+            let p = Arc::new(p);
+            if projects.by_id.insert(p.id, p.clone()).is_some() {
+                return Err(Error(format!("{at}: duplicate project id")));
+            }
+            if projects
+                .by_key
+                .insert(p.api_key.clone(), p.clone())
+                .is_some()
+            {
+                return Err(Error(format!("{at}: api_key used by another project")));
+            }
+            for k in &p.personal_api_keys {
+                if projects
+                    .by_personal_key
+                    .insert(k.clone(), p.clone())
+                    .is_some()
+                {
+                    return Err(Error(format!("{at}: personal key listed twice")));
+                }
+            }
+        }
+        Ok(projects)
+    }
+
+    pub fn by_api_key(&self, key: &str) -> Option<&Arc<Project>> {
+        self.by_key.get(key)
+    }
+
+    pub fn by_id(&self, id: u64) -> Option<&Arc<Project>> {
+        self.by_id.get(&id)
+    }
+
+    /// The project a personal API key belongs to.
+    pub fn by_personal_key(&self, key: &str) -> Option<&Arc<Project>> {
+        self.by_personal_key.get(key)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Arc<Project>> {
+        self.by_id.values()
+    }
+
+    pub fn len(&self) -> usize {
+        self.by_id.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_id.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_and_indexes() {
+        let p = Projects::parse(
+            br#"{"projects":[{"id":1,"name":"a","api_key":"phc_a","personal_api_keys":["phx_a"]},
+                             {"id":2,"api_key":"phc_b"}]}"#,
+        )
+        .unwrap();
+        assert_eq!(p.len(), 2);
+        assert_eq!(p.by_api_key("phc_a").unwrap().id, 1);
+        assert_eq!(p.by_personal_key("phx_a").unwrap().id, 1);
+        assert!(p.by_api_key("phx_a").is_none());
+        assert_eq!(p.by_id(2).unwrap().api_key, "phc_b");
+    }
+
+    #[test]
+    fn rejects_bad_files() {
+        for (bad, why) in [
+            (r#"{"projects":[{"id":1,"api_key":"phx_a"}]}"#, "personal"),
+            (r#"{"projects":[{"id":1,"api_key":""}]}"#, "1-64"),
+            (
+                r#"{"projects":[{"id":1,"api_key":"a"},{"id":1,"api_key":"b"}]}"#,
+                "duplicate",
+            ),
+            (
+                r#"{"projects":[{"id":1,"api_key":"a"},{"id":2,"api_key":"a"}]}"#,
+                "another",
+            ),
+            (
+                r#"{"projects":[{"id":1,"api_key":"a","personal_api_keys":["phc_x"]}]}"#,
+                "phx_",
+            ),
+            (
+                r#"{"projects":[{"id":1,"api_key":"a","typo":1}]}"#,
+                "unknown field",
+            ),
+        ] {
+            let err = Projects::parse(bad.as_bytes()).unwrap_err().to_string();
+            assert!(err.contains(why), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn key_shapes() {
+        assert!(key_shape_is_valid("phc_abc"));
+        assert!(!key_shape_is_valid(""));
+        assert!(!key_shape_is_valid("phx_abc"));
+        assert!(!key_shape_is_valid(&"a".repeat(65)));
+        assert!(key_shape_is_valid(&"a".repeat(64)));
+        assert!(!key_shape_is_valid("phc_é"));
+    }
+}
