@@ -1,0 +1,5 @@
+//! End-to-end tests against the real binary over loopback. One test binary, as
+//! every file here is a module of it.
+
+mod capture;
+mod util;

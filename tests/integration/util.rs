@@ -1,0 +1,369 @@
+//! Test harness: start the real `flagpost` binary on 127.0.0.1:0 with a temporary data
+//! dir and database, talk to it over plain sockets, stop it gently or hard.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+pub const KEY_ONE: &str = "phc_test_one";
+pub const KEY_TWO: &str = "phc_test_two";
+pub const PERSONAL_ONE: &str = "phx_test_one";
+pub const PERSONAL_TWO: &str = "phx_test_two";
+
+/// How long any single wait in a test may take before it fails.
+pub const WAIT: Duration = Duration::from_secs(30);
+
+pub struct Server {
+    child: Option<Child>,
+    pub addr: SocketAddr,
+    pub dir: PathBuf,
+    args: Vec<String>,
+    log: Arc<Mutex<String>>,
+    _tmp: Option<tempfile::TempDir>,
+}
+
+/// A fresh data dir with two projects and no flags.
+pub fn data_dir() -> tempfile::TempDir {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data = tmp.path().join("data");
+    std::fs::create_dir_all(data.join("flags")).unwrap();
+    std::fs::write(
+        data.join("projects.json"),
+        format!(
+            r#"{{"projects": [
+                {{"id": 1, "name": "one", "api_key": "{KEY_ONE}", "personal_api_keys": ["{PERSONAL_ONE}"]}},
+                {{"id": 2, "name": "two", "api_key": "{KEY_TWO}", "personal_api_keys": ["{PERSONAL_TWO}"]}}
+            ]}}"#
+        ),
+    )
+    .unwrap();
+    for id in [1, 2] {
+        std::fs::write(
+            data.join(format!("flags/{id}.json")),
+            r#"{"flags": [], "group_type_mapping": {}, "cohorts": {}}"#,
+        )
+        .unwrap();
+    }
+    tmp
+}
+
+impl Server {
+    pub fn start() -> Server {
+        Server::start_with(&[])
+    }
+
+    /// Start with extra `serve` flags.
+    pub fn start_with(extra: &[&str]) -> Server {
+        let tmp = data_dir();
+        let dir = tmp.path().to_path_buf();
+        let mut s = Server::spawn(&dir, extra);
+        s._tmp = Some(tmp);
+        s
+    }
+
+    /// Start on an existing directory (after a restart).
+    pub fn spawn(dir: &Path, extra: &[&str]) -> Server {
+        let args: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_flagpost"))
+            .arg("serve")
+            .arg("--listen")
+            .arg("127.0.0.1:0")
+            .arg("--data-dir")
+            .arg(dir.join("data"))
+            .arg("--db")
+            .arg(dir.join("db"))
+            .args(&args)
+            .env("FLAGPOST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn flagpost");
+        let stderr = child.stderr.take().unwrap();
+        let log = Arc::new(Mutex::new(String::new()));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                if let Some(at) = line.find("listening on ") {
+                    let addr = line[at + "listening on ".len()..]
+                        .split_whitespace()
+                        .next()
+                        .unwrap_or("")
+                        .to_string();
+                    let _ = tx.send(addr);
+                }
+                let mut log = sink.lock().unwrap();
+                log.push_str(&line);
+                log.push('\n');
+            }
+        });
+        let addr = match rx.recv_timeout(WAIT) {
+            Ok(a) => a.parse().expect("address"),
+            Err(_) => {
+                let _ = child.kill();
+                panic!("server did not start:\n{}", log.lock().unwrap());
+            }
+        };
+        Server {
+            child: Some(child),
+            addr,
+            dir: dir.to_path_buf(),
+            args,
+            log,
+            _tmp: None,
+        }
+    }
+
+    pub fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+
+    pub fn data(&self) -> PathBuf {
+        self.dir.join("data")
+    }
+
+    pub fn db(&self) -> PathBuf {
+        self.dir.join("db")
+    }
+
+    fn signal(&self, sig: &str) {
+        let pid = self.child.as_ref().expect("running").id();
+        let ok = Command::new("kill")
+            .args([sig, &pid.to_string()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill {sig} {pid}");
+    }
+
+    pub fn sighup(&self) {
+        self.signal("-HUP");
+    }
+
+    /// SIGTERM and wait; returns the exit code.
+    pub fn stop(&mut self) -> Option<i32> {
+        self.signal("-TERM");
+        let mut child = self.child.take().unwrap();
+        let deadline = Instant::now() + WAIT;
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                return status.code();
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("server did not stop on SIGTERM:\n{}", self.log());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// SIGKILL: no chance to flush anything.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Kill hard and start again on the same directory and flags.
+    pub fn restart_hard(mut self) -> Server {
+        self.kill();
+        let mut next = Server::spawn(
+            &self.dir.clone(),
+            &self.args.iter().map(String::as_str).collect::<Vec<_>>(),
+        );
+        next._tmp = self._tmp.take();
+        next
+    }
+
+    pub fn request(&self, req: Req) -> Resp {
+        send(self.addr, req)
+    }
+
+    pub fn get(&self, path: &str) -> Resp {
+        self.request(Req::get(path))
+    }
+
+    pub fn post(&self, path: &str, body: impl Into<Vec<u8>>) -> Resp {
+        self.request(Req::post(path, body))
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A request, built up field by field.
+#[derive(Clone)]
+pub struct Req {
+    pub method: String,
+    pub path: String,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Req {
+    pub fn get(path: &str) -> Req {
+        Req {
+            method: "GET".into(),
+            path: path.into(),
+            headers: Vec::new(),
+            body: Vec::new(),
+        }
+    }
+
+    pub fn post(path: &str, body: impl Into<Vec<u8>>) -> Req {
+        Req {
+            method: "POST".into(),
+            body: body.into(),
+            ..Req::get(path)
+        }
+    }
+
+    pub fn method(mut self, m: &str) -> Req {
+        self.method = m.into();
+        self
+    }
+
+    pub fn header(mut self, k: &str, v: &str) -> Req {
+        self.headers.push((k.into(), v.into()));
+        self
+    }
+}
+
+#[derive(Debug)]
+pub struct Resp {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Resp {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {:?}", String::from_utf8_lossy(&self.body)))
+    }
+
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+}
+
+/// One request on its own connection.
+pub fn send(addr: SocketAddr, req: Req) -> Resp {
+    let mut stream = TcpStream::connect(addr).expect("connect");
+    stream.set_read_timeout(Some(WAIT)).unwrap();
+    write_request(&mut stream, &req, true);
+    read_response(&mut stream).expect("response")
+}
+
+pub fn write_request(stream: &mut TcpStream, req: &Req, close: bool) {
+    let mut head = format!(
+        "{} {} HTTP/1.1\r\nHost: {}\r\n",
+        req.method, req.path, "localhost"
+    );
+    for (k, v) in &req.headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    if !req
+        .headers
+        .iter()
+        .any(|(k, _)| k.eq_ignore_ascii_case("content-length"))
+        && (req.method != "GET" || !req.body.is_empty())
+    {
+        head.push_str(&format!("Content-Length: {}\r\n", req.body.len()));
+    }
+    if close {
+        head.push_str("Connection: close\r\n");
+    }
+    head.push_str("\r\n");
+    let mut bytes = head.into_bytes();
+    bytes.extend_from_slice(&req.body);
+    // The server may answer (413) and close before the whole body is written.
+    let _ = stream.write_all(&bytes);
+}
+
+/// Read one response (Content-Length framed, as the server always sends).
+pub fn read_response(stream: &mut TcpStream) -> Option<Resp> {
+    let mut reader = BufReader::new(stream);
+    let mut line = String::new();
+    if reader.read_line(&mut line).ok()? == 0 {
+        return None;
+    }
+    let status: u16 = line.split_whitespace().nth(1)?.parse().ok()?;
+    let mut headers = Vec::new();
+    loop {
+        let mut h = String::new();
+        reader.read_line(&mut h).ok()?;
+        let h = h.trim_end();
+        if h.is_empty() {
+            break;
+        }
+        let (k, v) = h.split_once(':')?;
+        headers.push((k.trim().to_string(), v.trim().to_string()));
+    }
+    let len: usize = headers
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case("content-length"))
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or(0);
+    let mut body = vec![0; len];
+    reader.read_exact(&mut body).ok()?;
+    Some(Resp {
+        status,
+        headers,
+        body,
+    })
+}
+
+pub fn gzip(data: &[u8]) -> Vec<u8> {
+    use flate2::write::GzEncoder;
+    let mut e = GzEncoder::new(Vec::new(), flate2::Compression::default());
+    e.write_all(data).unwrap();
+    e.finish().unwrap()
+}
+
+pub fn base64(data: &[u8]) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(data)
+}
+
+/// Percent-encode for a form field or query parameter.
+pub fn urlencode(s: &str) -> String {
+    form_urlencoded::byte_serialize(s.as_bytes()).collect()
+}
+
+/// Every record in the write-ahead log of a stopped server's database.
+pub fn wal_records(db: &Path) -> Vec<flagpost::store::Record> {
+    let db = sled::open(db).expect("open db");
+    let tree = db.open_tree(flagpost::store::WAL_TREE).unwrap();
+    tree.iter()
+        .values()
+        .map(|v| flagpost::store::Record::decode(&v.unwrap()).expect("record decodes"))
+        .collect()
+}
+
+/// Poll until `f` returns Some, or fail after [`WAIT`].
+pub fn wait_for<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
