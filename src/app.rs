@@ -10,7 +10,7 @@ use crate::config::Config;
 use crate::http::body::Budget;
 use crate::metrics::Metrics;
 use crate::projects::Projects;
-use crate::store::Wal;
+use crate::store::{compactor, Trees, Wal};
 
 /// Large payloads are decoded and parsed on the blocking pool, at most this many at
 /// once: each can hold up to the decompressed cap in memory.
@@ -19,8 +19,10 @@ const HEAVY_DECODES: usize = 4;
 pub struct App {
     pub config: Config,
     /// Replaced whole on SIGHUP; readers take a cheap snapshot per request.
-    pub projects: ArcSwap<Projects>,
+    pub projects: Arc<ArcSwap<Projects>>,
     pub wal: Wal,
+    pub trees: Trees,
+    pub compactor: Arc<compactor::Stats>,
     pub metrics: Metrics,
     pub budget: Budget,
     pub heavy_decodes: Arc<Semaphore>,
@@ -29,12 +31,18 @@ pub struct App {
 }
 
 impl App {
-    pub fn new(config: Config, projects: Projects, wal: Wal) -> App {
+    pub fn new(
+        config: Config,
+        projects: Arc<ArcSwap<Projects>>,
+        store: &crate::store::Store,
+    ) -> App {
         let budget = Budget::new(config.limits.max_inflight_body_bytes);
         App {
             config,
-            projects: ArcSwap::from_pointee(projects),
-            wal,
+            projects,
+            wal: store.wal.clone(),
+            trees: store.trees.clone(),
+            compactor: store.compactor.clone(),
             metrics: Metrics::new(),
             budget,
             heavy_decodes: Arc::new(Semaphore::new(HEAVY_DECODES)),
@@ -50,9 +58,17 @@ impl App {
         self.draining.load(Ordering::SeqCst)
     }
 
-    /// Ready to take traffic: not draining and the log accepts writes.
+    /// Whether new events may be acknowledged: the log accepts writes and the
+    /// compactor is not failing (acknowledging into a log nobody drains would only
+    /// grow the backlog).
+    pub fn accepts_writes(&self) -> bool {
+        self.wal.stats().writable.load(Ordering::Relaxed)
+            && self.compactor.healthy.load(Ordering::Relaxed)
+    }
+
+    /// Ready to take traffic: not draining and accepting writes.
     pub fn is_ready(&self) -> bool {
-        !self.is_draining() && self.wal.stats().writable.load(Ordering::Relaxed)
+        !self.is_draining() && self.accepts_writes()
     }
 
     /// Re-read `projects.json`; a bad file keeps the current projects.

@@ -45,6 +45,15 @@ struct Serve {
     /// most open connections [env FLAGPOST_MAX_CONNECTIONS, default 4096]
     #[argh(option)]
     max_connections: Option<usize>,
+    /// events per second per distinct id before spike routing to the overflow lane [env FLAGPOST_OVERFLOW_RATE, default 100]
+    #[argh(option)]
+    overflow_rate: Option<f64>,
+    /// burst allowed above that rate [env FLAGPOST_OVERFLOW_BURST, default 1000]
+    #[argh(option)]
+    overflow_burst: Option<f64>,
+    /// days to keep events, 0 for ever [env FLAGPOST_RETENTION_DAYS, default 365]
+    #[argh(option)]
+    retention_days: Option<u32>,
 }
 
 /// A flag, else its environment variable, else nothing.
@@ -95,5 +104,15 @@ fn serve_config(args: Serve) -> Result<Config, String> {
     .unwrap_or(config::DEFAULT_MAX_DECOMPRESSED_BYTES);
     limits.max_connections = or_env(args.max_connections, "FLAGPOST_MAX_CONNECTIONS")?
         .unwrap_or(config::DEFAULT_MAX_CONNECTIONS);
+    let compactor = &mut config.compactor;
+    if let Some(rate) = or_env(args.overflow_rate, "FLAGPOST_OVERFLOW_RATE")? {
+        compactor.overflow_rate = rate;
+    }
+    if let Some(burst) = or_env(args.overflow_burst, "FLAGPOST_OVERFLOW_BURST")? {
+        compactor.overflow_burst = burst;
+    }
+    if let Some(days) = or_env(args.retention_days, "FLAGPOST_RETENTION_DAYS")? {
+        compactor.retention_days = days;
+    }
     Ok(config)
 }

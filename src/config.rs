@@ -32,6 +32,7 @@ pub struct Config {
     /// The sled database: write-ahead log, events, persons, groups.
     pub db_dir: PathBuf,
     pub limits: Limits,
+    pub compactor: crate::store::compactor::Settings,
 }
 
 /// Request limits; see the constants for why each default is what it is.
@@ -66,6 +67,7 @@ impl Config {
             data_dir,
             db_dir,
             limits: Limits::default(),
+            compactor: Default::default(),
         }
     }
 

@@ -19,6 +19,7 @@ pub mod capture;
 pub mod config;
 pub mod http;
 pub mod metrics;
+pub mod persons;
 pub mod projects;
 pub mod store;
 
@@ -70,12 +71,17 @@ pub async fn serve(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), Error> {
     let projects = projects::Projects::load(&config.projects_file()).map_err(Error::Projects)?;
-    let db_dir = config.db_dir.clone();
-    let store = tokio::task::spawn_blocking(move || store::Store::open(&db_dir))
+    let projects = Arc::new(arc_swap::ArcSwap::from_pointee(projects));
+    let (db_dir, shared, settings) = (
+        config.db_dir.clone(),
+        projects.clone(),
+        config.compactor.clone(),
+    );
+    let store = tokio::task::spawn_blocking(move || store::Store::open(&db_dir, shared, settings))
         .await
         .map_err(|e| Error::Io(std::io::Error::other(e)))?
         .map_err(Error::Store)?;
-    let app = Arc::new(app::App::new(config, projects, store.wal.clone()));
+    let app = Arc::new(app::App::new(config, projects, &store));
     let reloader = tokio::spawn(reload_on_sighup(app.clone()));
 
     tracing::info!(

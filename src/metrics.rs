@@ -22,6 +22,11 @@ pub struct ReasonLabels {
     pub reason: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LaneLabels {
+    pub lane: &'static str,
+}
+
 pub struct Metrics {
     registry: Registry,
     pub requests: Family<RequestLabels, Counter>,
@@ -32,6 +37,24 @@ pub struct Metrics {
     pub wal_queued_requests: Gauge,
     pub wal_flushes: Gauge,
     pub wal_last_flush_seconds: Gauge<f64, std::sync::atomic::AtomicU64>,
+    pub log_depth: Gauge,
+    pub compactor_applied: Counter,
+    pub compactor_duplicates: Counter,
+    pub compactor_corrupt: Counter,
+    pub compactor_routed: Family<LaneLabels, Counter>,
+    pub compactor_lag_seconds: Gauge<f64, std::sync::atomic::AtomicU64>,
+    pub compactor_healthy: Gauge,
+    pub retention_deleted: Counter,
+    /// Serialises scrapes, so counters mirrored from other atomics advance once.
+    scrape: std::sync::Mutex<()>,
+}
+
+/// Advance a counter that mirrors a monotonic atomic elsewhere.
+pub fn mirror(counter: &Counter, value: u64) {
+    let current = counter.get();
+    if value > current {
+        counter.inc_by(value - current);
+    }
 }
 
 impl Default for Metrics {
@@ -52,6 +75,15 @@ impl Metrics {
             wal_queued_requests: Gauge::default(),
             wal_flushes: Gauge::default(),
             wal_last_flush_seconds: Gauge::default(),
+            log_depth: Gauge::default(),
+            compactor_applied: Counter::default(),
+            compactor_duplicates: Counter::default(),
+            compactor_corrupt: Counter::default(),
+            compactor_routed: Family::default(),
+            compactor_lag_seconds: Gauge::default(),
+            compactor_healthy: Gauge::default(),
+            retention_deleted: Counter::default(),
+            scrape: std::sync::Mutex::new(()),
             registry: Registry::default(),
         };
         registry.register(
@@ -102,7 +134,57 @@ impl Metrics {
             "Duration of the latest write-ahead log fsync",
             m.wal_last_flush_seconds.clone(),
         );
+        registry.register(
+            "log_depth",
+            "Records waiting in the write-ahead log and the slower lanes (approximate)",
+            m.log_depth.clone(),
+        );
+        registry.register(
+            "compactor_applied",
+            "Log records applied to events, persons and groups",
+            m.compactor_applied.clone(),
+        );
+        registry.register(
+            "compactor_duplicates",
+            "Log records skipped because their uuid was already stored",
+            m.compactor_duplicates.clone(),
+        );
+        registry.register(
+            "compactor_corrupt",
+            "Undecodable log records moved to quarantine",
+            m.compactor_corrupt.clone(),
+        );
+        registry.register(
+            "compactor_routed",
+            "Records sent to a slower lane: historical imports and spiking distinct ids",
+            m.compactor_routed.clone(),
+        );
+        registry.register(
+            "compactor_lag_seconds",
+            "Age of the oldest record not yet applied",
+            m.compactor_lag_seconds.clone(),
+        );
+        registry.register(
+            "compactor_healthy",
+            "1 while compactor steps succeed; 0 means new events are refused",
+            m.compactor_healthy.clone(),
+        );
+        registry.register(
+            "retention_deleted_events",
+            "Events deleted by the retention setting",
+            m.retention_deleted.clone(),
+        );
+        for lane in ["historical", "overflow"] {
+            m.compactor_routed
+                .get_or_create(&LaneLabels { lane })
+                .inc_by(0);
+        }
         Metrics { registry, ..m }
+    }
+
+    /// Hold while refreshing mirrored values and rendering.
+    pub fn scrape_lock(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.scrape.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     pub fn request(&self, route: &'static str, status: u16) {

@@ -10,7 +10,9 @@ mod normalise;
 mod parse;
 pub mod timestamp;
 
-pub use normalise::{normalise, Context, DropReason, Outcome, MAX_DISTINCT_ID_CHARS};
+pub use normalise::{
+    clean_distinct_id, normalise, Context, DropReason, Outcome, MAX_DISTINCT_ID_CHARS,
+};
 pub use parse::{parse, Payload};
 
 /// Why a capture request is refused. Each maps to one status and body in `http`.

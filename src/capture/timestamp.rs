@@ -22,6 +22,11 @@ pub fn parse_ms(s: &str) -> Option<i64> {
             PrimitiveDateTime::parse(&s.replacen(' ', "T", 1), &Iso8601::DEFAULT)
                 .map(|t| t.assume_offset(UtcOffset::UTC))
         })
+        .or_else(|_| {
+            // A bare date is its midnight, UTC.
+            time::Date::parse(s, &Iso8601::DEFAULT)
+                .map(|d| d.midnight().assume_offset(UtcOffset::UTC))
+        })
         .ok()?;
     i64::try_from(t.unix_timestamp_nanos() / 1_000_000).ok()
 }
@@ -78,6 +83,7 @@ mod tests {
         );
         assert_eq!(parse_ms("2023-11-14T22:13:20"), Some(NOW));
         assert_eq!(parse_ms("2023-11-14 22:13:20"), Some(NOW));
+        assert_eq!(parse_ms("2023-11-14"), Some(NOW - 80_000_000));
         assert_eq!(parse_ms("yesterday"), None);
         assert_eq!(parse_ms(""), None);
     }

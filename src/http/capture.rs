@@ -35,6 +35,13 @@ pub async fn handle(
     peer: SocketAddr,
     engage: bool,
 ) -> Result<Response<Body>, ApiError> {
+    if !app
+        .compactor
+        .healthy
+        .load(std::sync::atomic::Ordering::Relaxed)
+    {
+        return Err(ApiError::Wal(crate::store::wal::Error::Storage));
+    }
     let (parts, incoming) = req.into_parts();
     let query = Query::parse(parts.uri.query());
     let limits = &app.config.limits;

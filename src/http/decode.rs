@@ -177,7 +177,7 @@ pub fn decompress(raw: Vec<u8>, hint: Compression, max: usize) -> Result<Vec<u8>
 }
 
 fn looks_like_base64(raw: &[u8]) -> bool {
-    raw.len() % 4 == 0
+    raw.len().is_multiple_of(4)
         && raw
             .iter()
             .take(BASE64_SNIFF_BYTES)

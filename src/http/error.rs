@@ -21,9 +21,19 @@ pub enum ApiError {
     Body(body::Error),
     Wal(wal::Error),
     NotFound,
+    /// A resource of an existing endpoint that does not exist ("group").
+    Missing(&'static str),
     MethodNotAllowed,
     /// The server is shutting down.
     Draining,
+    /// The read API without a personal API key, or with a key that is not one.
+    NotAuthenticated,
+    /// A valid personal key of another project.
+    Forbidden,
+    /// A query parameter that does not parse.
+    BadQuery(String),
+    /// A storage read failed; the body says no more than that.
+    Storage,
 }
 
 impl From<capture::Error> for ApiError {
@@ -118,6 +128,36 @@ impl ApiError {
                 SERVER,
                 "shutting_down",
                 "the server is shutting down; retry later".into(),
+            ),
+            ApiError::Missing(what) => (
+                StatusCode::NOT_FOUND,
+                VALIDATION,
+                "not_found",
+                format!("no such {what}"),
+            ),
+            ApiError::NotAuthenticated => (
+                StatusCode::UNAUTHORIZED,
+                AUTHENTICATION,
+                "not_authenticated",
+                "send a personal API key of this project: Authorization: Bearer phx_...".into(),
+            ),
+            ApiError::Forbidden => (
+                StatusCode::FORBIDDEN,
+                AUTHENTICATION,
+                "permission_denied",
+                "this key cannot read this project".into(),
+            ),
+            ApiError::BadQuery(detail) => (
+                StatusCode::BAD_REQUEST,
+                VALIDATION,
+                "invalid_input",
+                detail.clone(),
+            ),
+            ApiError::Storage => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                SERVER,
+                "storage_error",
+                "the data could not be read; try again".into(),
             ),
             ApiError::NotFound => (
                 StatusCode::NOT_FOUND,

@@ -1,6 +1,7 @@
 //! HTTP: the hyper server, routing, request decoding and every response, including
 //! the one mapping from errors to statuses (`error`).
 
+pub mod api;
 pub mod body;
 pub mod capture;
 pub mod decode;
@@ -33,8 +34,29 @@ pub fn client_ip(peer: SocketAddr, headers: &HeaderMap) -> Option<IpAddr> {
 
 /// The `/metrics` body, with gauges refreshed from live state first.
 pub fn metrics_text(app: &App) -> String {
+    use crate::metrics::{mirror, LaneLabels};
     use std::sync::atomic::Ordering::Relaxed;
     let m = &app.metrics;
+    let _scrape = m.scrape_lock();
+    let c = &app.compactor;
+    mirror(&m.compactor_applied, c.applied.load(Relaxed));
+    mirror(&m.compactor_duplicates, c.duplicates.load(Relaxed));
+    mirror(&m.compactor_corrupt, c.corrupt.load(Relaxed));
+    mirror(&m.retention_deleted, c.retention_deleted.load(Relaxed));
+    for (lane, n) in [
+        ("historical", &c.to_historical),
+        ("overflow", &c.to_overflow),
+    ] {
+        mirror(
+            &m.compactor_routed.get_or_create(&LaneLabels { lane }),
+            n.load(Relaxed),
+        );
+    }
+    m.compactor_lag_seconds
+        .set(c.lag_ms.load(Relaxed) as f64 / 1000.0);
+    m.compactor_healthy.set(i64::from(c.healthy.load(Relaxed)));
+    m.log_depth
+        .set(crate::store::query::log_depth(&app.trees) as i64);
     let wal = app.wal.stats();
     m.wal_records.set(wal.appended_records.load(Relaxed) as i64);
     m.wal_flushes.set(wal.groups.load(Relaxed) as i64);

@@ -1,11 +1,49 @@
 //! Building responses: JSON bodies and the CORS headers browsers need.
 
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
 use bytes::Bytes;
-use http_body_util::Full;
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Frame;
 use hyper::header::{self, HeaderMap, HeaderValue};
 use hyper::{Response, StatusCode};
+use tokio::sync::mpsc;
 
-pub type Body = Full<Bytes>;
+/// Every response body: a whole buffer, or a stream whose error aborts the
+/// connection so a client can tell a cut-off export from a complete one.
+pub type Body = BoxBody<Bytes, std::io::Error>;
+
+fn full(bytes: impl Into<Bytes>) -> Body {
+    Full::new(bytes.into())
+        .map_err(|never| match never {})
+        .boxed()
+}
+
+/// A body fed chunk by chunk from a channel (bounded, so a slow reader slows the
+/// producer instead of buffering everything).
+pub struct Channel(pub mpsc::Receiver<Result<Bytes, std::io::Error>>);
+
+impl hyper::body::Body for Channel {
+    type Data = Bytes;
+    type Error = std::io::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
+        self.0.poll_recv(cx).map(|o| o.map(|r| r.map(Frame::data)))
+    }
+}
+
+pub fn stream(status: StatusCode, content_type: &'static str, body: Channel) -> Response<Body> {
+    let mut r = Response::new(body.boxed());
+    *r.status_mut() = status;
+    r.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    r
+}
 
 pub fn json(status: StatusCode, body: &serde_json::Value) -> Response<Body> {
     let bytes = serde_json::to_vec(body).unwrap_or_default();
@@ -21,7 +59,7 @@ pub fn text(status: StatusCode, body: &'static str) -> Response<Body> {
 }
 
 pub fn with_type(status: StatusCode, content_type: &'static str, body: Vec<u8>) -> Response<Body> {
-    let mut r = Response::new(Full::new(Bytes::from(body)));
+    let mut r = Response::new(full(body));
     *r.status_mut() = status;
     r.headers_mut()
         .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
@@ -29,7 +67,7 @@ pub fn with_type(status: StatusCode, content_type: &'static str, body: Vec<u8>) 
 }
 
 pub fn empty(status: StatusCode) -> Response<Body> {
-    let mut r = Response::new(Full::new(Bytes::new()));
+    let mut r = Response::new(full(Bytes::new()));
     *r.status_mut() = status;
     r
 }

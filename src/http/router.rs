@@ -19,6 +19,7 @@ pub enum Route {
     Liveness,
     Readiness,
     Metrics,
+    Api(u64, super::api::Resource),
     NotFound,
 }
 
@@ -31,7 +32,10 @@ impl Route {
             "/_liveness" => Route::Liveness,
             "/_readiness" => Route::Readiness,
             "/metrics" => Route::Metrics,
-            _ => Route::NotFound,
+            _ => match super::api::parse_path(path) {
+                Some((project, resource)) => Route::Api(project, resource),
+                None => Route::NotFound,
+            },
         }
     }
 
@@ -43,6 +47,9 @@ impl Route {
             Route::Liveness => "liveness",
             Route::Readiness => "readiness",
             Route::Metrics => "metrics",
+            Route::Api(_, super::api::Resource::Events) => "api_events",
+            Route::Api(_, super::api::Resource::Persons) => "api_persons",
+            Route::Api(_, super::api::Resource::Groups) => "api_groups",
             Route::NotFound => "not_found",
         }
     }
@@ -101,6 +108,21 @@ async fn dispatch(
             "text/plain; version=0.0.4; charset=utf-8",
             super::metrics_text(app).into_bytes(),
         )),
+        Route::Api(project, resource) => {
+            if method != Method::GET {
+                return Err(ApiError::MethodNotAllowed);
+            }
+            let (parts, _) = req.into_parts();
+            super::api::handle(
+                app,
+                project,
+                resource,
+                &parts.headers,
+                parts.uri.path(),
+                parts.uri.query(),
+            )
+            .await
+        }
         Route::NotFound => Err(ApiError::NotFound),
     }
 }

@@ -1,18 +1,32 @@
 //! Embedded storage: one sled database holding the write-ahead log and everything the
-//! compactor derives from it. Opening it starts the log's writer thread.
+//! compactor derives from it (events, persons, groups), plus the queries the read API
+//! and flag evaluation make.
 
+mod apply;
+pub mod compactor;
+pub mod event;
+pub mod keys;
+pub mod overflow;
+pub mod query;
 pub mod record;
 pub mod wal;
 
 use std::path::Path;
+use std::sync::Arc;
 
+use arc_swap::ArcSwap;
+
+pub use apply::{Group, MAX_GROUP_TYPES};
+pub use event::StoredEvent;
 pub use record::Record;
 pub use wal::Wal;
+
+use crate::projects::Projects;
 
 /// sled's page cache. Its memory use can exceed this, so it is kept modest.
 const CACHE_CAPACITY_BYTES: u64 = 64 * 1024 * 1024;
 
-/// Tree names, part of the on-disk format.
+/// The log's tree name, part of the on-disk format like every tree name below.
 pub const WAL_TREE: &str = "wal";
 
 #[derive(Debug)]
@@ -32,36 +46,98 @@ impl From<sled::Error> for Error {
     }
 }
 
-/// The open database and its log.
+/// Every tree of the database.
+#[derive(Clone)]
+pub struct Trees {
+    /// Sequence number -> [`Record`], in arrival order.
+    pub wal: sled::Tree,
+    /// The slower lanes, same keys and values as the log.
+    pub historical: sled::Tree,
+    pub overflow: sled::Tree,
+    /// Project, time, uuid -> [`StoredEvent`] (LZ4).
+    pub events: sled::Tree,
+    /// Project, uuid -> time: deduplication and lookup by id.
+    pub event_ids: sled::Tree,
+    /// Project, person uuid -> [`crate::persons::Person`] (JSON).
+    pub persons: sled::Tree,
+    /// Project, distinct id -> person uuid.
+    pub distinct_ids: sled::Tree,
+    /// Project, group type index, group key -> [`Group`] (JSON).
+    pub groups: sled::Tree,
+    /// Project, group type name <-> index.
+    pub group_types: sled::Tree,
+    /// The compactor's checkpoint.
+    pub meta: sled::Tree,
+    /// Log records that did not decode, kept for an operator to inspect.
+    pub quarantine: sled::Tree,
+}
+
+impl Trees {
+    pub fn open(db: &sled::Db) -> Result<Trees, Error> {
+        Ok(Trees {
+            wal: db.open_tree(WAL_TREE)?,
+            historical: db.open_tree("lane_historical")?,
+            overflow: db.open_tree("lane_overflow")?,
+            events: db.open_tree("events")?,
+            event_ids: db.open_tree("event_ids")?,
+            persons: db.open_tree("persons")?,
+            distinct_ids: db.open_tree("distinct_ids")?,
+            groups: db.open_tree("groups")?,
+            group_types: db.open_tree("group_types")?,
+            meta: db.open_tree("meta")?,
+            quarantine: db.open_tree("quarantine")?,
+        })
+    }
+}
+
+/// The open database, its log writer and its compactor.
 pub struct Store {
     pub db: sled::Db,
-    pub wal_tree: sled::Tree,
+    pub trees: Trees,
     pub wal: Wal,
+    pub compactor: Arc<compactor::Stats>,
     writer: wal::Writer,
+    compactor_thread: compactor::Handle,
 }
 
 impl Store {
-    pub fn open(dir: &Path) -> Result<Store, Error> {
+    /// Open the database and start the log writer and the compactor. Blocking.
+    pub fn open(
+        dir: &Path,
+        projects: Arc<ArcSwap<Projects>>,
+        settings: compactor::Settings,
+    ) -> Result<Store, Error> {
         let db = sled::Config::new()
             .path(dir)
             .cache_capacity(CACHE_CAPACITY_BYTES)
             .open()?;
-        let wal_tree = db.open_tree(WAL_TREE)?;
-        let (wal, writer) =
-            Wal::start(db.clone(), wal_tree.clone()).map_err(|e| Error(sled::Error::Io(e)))?;
+        let trees = Trees::open(&db)?;
+        let io = |e| Error(sled::Error::Io(e));
+        let (wal, writer) = Wal::start(db.clone(), trees.wal.clone()).map_err(io)?;
+        let compactor = compactor::Compactor::new(trees.clone(), projects, settings);
+        let stats = compactor.stats();
+        let compactor_thread = compactor::spawn(compactor).map_err(io)?;
         Ok(Store {
             db,
-            wal_tree,
+            trees,
             wal,
+            compactor: stats,
             writer,
+            compactor_thread,
         })
     }
 
-    /// Write what the log has queued, stop its writer and flush whatever else is
-    /// dirty. Appends after this fail as closed. Blocking: call off the reactor.
+    /// Write what the log has queued, stop the writer and the compactor, and flush.
+    /// Appends after this fail as closed. Blocking: call off the reactor.
     pub fn close(self) -> Result<(), Error> {
-        let Store { db, writer, .. } = self;
+        let Store {
+            db,
+            writer,
+            compactor_thread,
+            ..
+        } = self;
         writer.stop();
+        compactor_thread.stop();
         db.flush()?;
         Ok(())
     }

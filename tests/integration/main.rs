@@ -2,4 +2,5 @@
 //! every file here is a module of it.
 
 mod capture;
+mod read_api;
 mod util;

@@ -126,10 +126,6 @@ impl Server {
         self.dir.join("data")
     }
 
-    pub fn db(&self) -> PathBuf {
-        self.dir.join("db")
-    }
-
     fn signal(&self, sig: &str) {
         let pid = self.child.as_ref().expect("running").id();
         let ok = Command::new("kill")
@@ -296,7 +292,7 @@ pub fn write_request(stream: &mut TcpStream, req: &Req, close: bool) {
     let _ = stream.write_all(&bytes);
 }
 
-/// Read one response (Content-Length framed, as the server always sends).
+/// Read one response, Content-Length framed or chunked.
 pub fn read_response(stream: &mut TcpStream) -> Option<Resp> {
     let mut reader = BufReader::new(stream);
     let mut line = String::new();
@@ -315,13 +311,33 @@ pub fn read_response(stream: &mut TcpStream) -> Option<Resp> {
         let (k, v) = h.split_once(':')?;
         headers.push((k.trim().to_string(), v.trim().to_string()));
     }
-    let len: usize = headers
+    let chunked = headers
         .iter()
-        .find(|(k, _)| k.eq_ignore_ascii_case("content-length"))
-        .and_then(|(_, v)| v.parse().ok())
-        .unwrap_or(0);
-    let mut body = vec![0; len];
-    reader.read_exact(&mut body).ok()?;
+        .any(|(k, v)| k.eq_ignore_ascii_case("transfer-encoding") && v.contains("chunked"));
+    let body = if chunked {
+        let mut body = Vec::new();
+        loop {
+            let mut size = String::new();
+            reader.read_line(&mut size).ok()?;
+            let size = usize::from_str_radix(size.trim(), 16).ok()?;
+            let mut chunk = vec![0; size + 2];
+            reader.read_exact(&mut chunk).ok()?;
+            if size == 0 {
+                break;
+            }
+            body.extend_from_slice(&chunk[..size]);
+        }
+        body
+    } else {
+        let len: usize = headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case("content-length"))
+            .and_then(|(_, v)| v.parse().ok())
+            .unwrap_or(0);
+        let mut body = vec![0; len];
+        reader.read_exact(&mut body).ok()?;
+        body
+    };
     Some(Resp {
         status,
         headers,
@@ -346,16 +362,6 @@ pub fn urlencode(s: &str) -> String {
     form_urlencoded::byte_serialize(s.as_bytes()).collect()
 }
 
-/// Every record in the write-ahead log of a stopped server's database.
-pub fn wal_records(db: &Path) -> Vec<flagpost::store::Record> {
-    let db = sled::open(db).expect("open db");
-    let tree = db.open_tree(flagpost::store::WAL_TREE).unwrap();
-    tree.iter()
-        .values()
-        .map(|v| flagpost::store::Record::decode(&v.unwrap()).expect("record decodes"))
-        .collect()
-}
-
 /// Poll until `f` returns Some, or fail after [`WAIT`].
 pub fn wait_for<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
     let deadline = Instant::now() + WAIT;
@@ -365,5 +371,59 @@ pub fn wait_for<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
         }
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
         std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+impl Server {
+    /// GET on the read API with a bearer key.
+    pub fn api(&self, path: &str, key: &str) -> Resp {
+        self.request(Req::get(path).header("Authorization", &format!("Bearer {key}")))
+    }
+
+    /// Every stored event of a project, newest first, through the NDJSON export.
+    pub fn stored_events(&self, project: u64) -> Vec<serde_json::Value> {
+        let key = if project == 1 {
+            PERSONAL_ONE
+        } else {
+            PERSONAL_TWO
+        };
+        let r = self.request(
+            Req::get(&format!("/api/projects/{project}/events/"))
+                .header("Authorization", &format!("Bearer {key}"))
+                .header("Accept", "application/x-ndjson"),
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.text()
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("an NDJSON line"))
+            .collect()
+    }
+
+    /// Poll until at least `n` events of the project are stored; returns them all.
+    pub fn wait_for_events(&self, project: u64, n: usize) -> Vec<serde_json::Value> {
+        wait_for(&format!("{n} stored events"), || {
+            let events = self.stored_events(project);
+            (events.len() >= n).then_some(events)
+        })
+    }
+
+    /// Capture a marker event and wait until it is stored: everything captured
+    /// before it has been compacted by then (the log is applied in order).
+    pub fn settle(&self, project: u64) -> Vec<serde_json::Value> {
+        let key = if project == 1 { KEY_ONE } else { KEY_TWO };
+        let marker = uuid::Uuid::now_v7().to_string();
+        let body = serde_json::json!({"api_key": key, "event": "settle", "distinct_id": "settle", "uuid": marker});
+        assert_eq!(self.post("/capture/", body.to_string()).status, 200);
+        let events = wait_for("the marker event", || {
+            let events = self.stored_events(project);
+            events
+                .iter()
+                .any(|e| e["id"] == marker.as_str())
+                .then_some(events)
+        });
+        events
+            .into_iter()
+            .filter(|e| e["event"] != "settle")
+            .collect()
     }
 }

@@ -1,0 +1,217 @@
+use std::collections::HashMap;
+use std::convert::Infallible;
+
+use serde_json::{json, Value};
+use uuid::Uuid;
+
+use super::*;
+
+#[derive(Default)]
+struct Mem {
+    ids: HashMap<String, Uuid>,
+    persons: HashMap<Uuid, Person>,
+}
+
+impl Store for Mem {
+    type Error = Infallible;
+    fn person_of(&mut self, d: &str) -> Result<Option<Uuid>, Infallible> {
+        Ok(self.ids.get(d).copied())
+    }
+    fn link(&mut self, d: &str, p: Uuid) -> Result<(), Infallible> {
+        self.ids.insert(d.to_string(), p);
+        Ok(())
+    }
+    fn load(&mut self, id: Uuid) -> Result<Option<Person>, Infallible> {
+        Ok(self.persons.get(&id).cloned())
+    }
+    fn save(&mut self, p: &Person) -> Result<(), Infallible> {
+        self.persons.insert(p.id, p.clone());
+        Ok(())
+    }
+    fn delete(&mut self, id: Uuid) -> Result<(), Infallible> {
+        self.persons.remove(&id);
+        Ok(())
+    }
+}
+
+impl Mem {
+    fn send(&mut self, ts: i64, event: Value) -> Option<Uuid> {
+        let obj = event.as_object().unwrap().clone();
+        let view = EventView {
+            name: obj["event"].as_str().unwrap(),
+            distinct_id: obj["distinct_id"].as_str().unwrap(),
+            timestamp: ts,
+            event: &obj,
+        };
+        match apply(self, &view) {
+            Ok(p) => p,
+            Err(e) => match e {},
+        }
+    }
+
+    fn of(&self, d: &str) -> &Person {
+        &self.persons[&self.ids[d]]
+    }
+}
+
+#[test]
+fn set_set_once_unset() {
+    let mut m = Mem::default();
+    m.send(1, json!({"event": "e", "distinct_id": "u", "properties": {"$set": {"a": 1, "b": 1}, "$set_once": {"c": 1}}}));
+    m.send(2, json!({"event": "e", "distinct_id": "u", "properties": {"$set": {"a": 2}, "$set_once": {"b": 9, "c": 9, "d": 1}}}));
+    // Top-level forms, as posthog-python sends for identify.
+    m.send(3, json!({"event": "e", "distinct_id": "u", "$set": {"e": true}, "$set_once": {"a": 0}, "properties": {"$unset": ["b"]}}));
+    assert_eq!(
+        Value::Object(m.of("u").properties.clone()),
+        json!({"a": 2, "c": 1, "d": 1, "e": true})
+    );
+    assert_eq!(m.of("u").created_at, 1);
+    assert_eq!(m.persons.len(), 1);
+}
+
+#[test]
+fn process_person_profile_false_touches_nothing() {
+    let mut m = Mem::default();
+    let p = m.send(1, json!({"event": "e", "distinct_id": "u", "properties": {"$process_person_profile": false, "$set": {"a": 1}}}));
+    assert_eq!(p, None);
+    assert!(m.persons.is_empty() && m.ids.is_empty());
+}
+
+#[test]
+fn identify_links_anonymous_to_identified() {
+    let mut m = Mem::default();
+    let anon = m.send(1, json!({"event": "$pageview", "distinct_id": "anon-1", "properties": {"$set_once": {"referrer": "x"}}})).unwrap();
+    let after = m.send(2, json!({"event": "$identify", "distinct_id": "user@x", "properties": {"$anon_distinct_id": "anon-1", "$set": {"email": "user@x"}}})).unwrap();
+    assert_eq!(
+        anon, after,
+        "the anonymous person is kept and gains the identified id"
+    );
+    let p = m.of("user@x");
+    assert_eq!(p.distinct_ids, ["anon-1", "user@x"]);
+    assert!(p.is_identified);
+    assert_eq!(p.first_distinct_id, "anon-1");
+    assert_eq!(
+        Value::Object(p.properties.clone()),
+        json!({"referrer": "x", "email": "user@x"})
+    );
+    // Later anonymous-id events land on the same person.
+    assert_eq!(
+        m.send(3, json!({"event": "e", "distinct_id": "anon-1"})),
+        Some(anon)
+    );
+}
+
+#[test]
+fn identify_with_no_prior_person_creates_one_for_both() {
+    let mut m = Mem::default();
+    let p = m.send(5, json!({"event": "$identify", "distinct_id": "u", "properties": {"$anon_distinct_id": "a"}})).unwrap();
+    assert_eq!(m.ids["a"], p);
+    assert_eq!(m.of("u").first_distinct_id, "a");
+}
+
+#[test]
+fn identify_merges_anonymous_person_into_existing_identified_one() {
+    let mut m = Mem::default();
+    let known = m.send(1, json!({"event": "e", "distinct_id": "u", "properties": {"$set": {"plan": "pro", "name": "U"}}})).unwrap();
+    m.send(2, json!({"event": "e", "distinct_id": "anon-2", "properties": {"$set": {"plan": "free", "browser": "ff"}}}));
+    let merged = m.send(3, json!({"event": "$identify", "distinct_id": "u", "properties": {"$anon_distinct_id": "anon-2"}})).unwrap();
+    assert_eq!(merged, known);
+    assert_eq!(m.persons.len(), 1);
+    let p = m.of("anon-2");
+    assert_eq!(p.id, known);
+    // The surviving person's values win; the merged one fills gaps.
+    assert_eq!(
+        Value::Object(p.properties.clone()),
+        json!({"plan": "pro", "name": "U", "browser": "ff"})
+    );
+    assert_eq!(p.created_at, 1);
+}
+
+#[test]
+fn identify_never_merges_two_identified_persons() {
+    let mut m = Mem::default();
+    m.send(1, json!({"event": "$identify", "distinct_id": "alice", "properties": {"$anon_distinct_id": "a1"}}));
+    m.send(2, json!({"event": "$identify", "distinct_id": "bob", "properties": {"$anon_distinct_id": "b1"}}));
+    // Someone logs in as bob on alice's device.
+    m.send(3, json!({"event": "$identify", "distinct_id": "bob", "properties": {"$anon_distinct_id": "alice"}}));
+    assert_ne!(m.ids["alice"], m.ids["bob"]);
+    assert_eq!(m.persons.len(), 2);
+}
+
+#[test]
+fn alias_merges_event_id_into_alias_person() {
+    let mut m = Mem::default();
+    let target = m
+        .send(
+            1,
+            json!({"event": "e", "distinct_id": "account-9", "properties": {"$set": {"a": 1}}}),
+        )
+        .unwrap();
+    m.send(
+        2,
+        json!({"event": "e", "distinct_id": "device-3", "properties": {"$set": {"a": 2, "b": 2}}}),
+    );
+    let p = m.send(3, json!({"event": "$create_alias", "distinct_id": "device-3", "properties": {"alias": "account-9"}})).unwrap();
+    assert_eq!(p, target);
+    assert_eq!(m.persons.len(), 1);
+    assert_eq!(
+        Value::Object(m.of("device-3").properties.clone()),
+        json!({"a": 1, "b": 2})
+    );
+    // The merged id keeps sending events to the alias's person.
+    assert_eq!(
+        m.send(4, json!({"event": "e", "distinct_id": "device-3"})),
+        Some(target)
+    );
+}
+
+#[test]
+fn alias_chains_collapse_into_one_person() {
+    let mut m = Mem::default();
+    m.send(1, json!({"event": "e", "distinct_id": "a"}));
+    m.send(
+        2,
+        json!({"event": "$create_alias", "distinct_id": "a", "properties": {"alias": "b"}}),
+    );
+    m.send(
+        3,
+        json!({"event": "$create_alias", "distinct_id": "c", "properties": {"alias": "b"}}),
+    );
+    m.send(4, json!({"event": "e", "distinct_id": "d"}));
+    m.send(
+        5,
+        json!({"event": "$create_alias", "distinct_id": "d", "properties": {"alias": "c"}}),
+    );
+    let p = m.of("a").clone();
+    for id in ["b", "c", "d"] {
+        assert_eq!(m.of(id).id, p.id, "{id}");
+    }
+    assert_eq!(m.persons.len(), 1);
+    let mut ids = p.distinct_ids.clone();
+    ids.sort();
+    assert_eq!(ids, ["a", "b", "c", "d"]);
+    assert_eq!(p.first_distinct_id, "a");
+    // Aliasing to oneself is a no-op.
+    m.send(
+        6,
+        json!({"event": "$create_alias", "distinct_id": "a", "properties": {"alias": "a"}}),
+    );
+    assert_eq!(m.persons.len(), 1);
+}
+
+#[test]
+fn numeric_and_odd_ids_are_cleaned() {
+    let mut m = Mem::default();
+    m.send(
+        1,
+        json!({"event": "$identify", "distinct_id": "u", "properties": {"$anon_distinct_id": 42}}),
+    );
+    assert_eq!(m.ids["42"], m.ids["u"]);
+    // An empty or non-scalar anon id is ignored.
+    m.send(
+        2,
+        json!({"event": "$identify", "distinct_id": "v", "properties": {"$anon_distinct_id": ""}}),
+    );
+    m.send(3, json!({"event": "$identify", "distinct_id": "w", "properties": {"$anon_distinct_id": {"x": 1}}}));
+    assert_eq!(m.persons.len(), 3);
+}

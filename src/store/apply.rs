@@ -1,0 +1,243 @@
+//! Applying one log record inside the compactor's transaction: dedupe by uuid, update
+//! persons and groups, store the event. Every read and write goes through the
+//! transaction, so a chunk of records is applied entirely or not at all.
+
+use serde_json::{Map, Value};
+use sled::transaction::{TransactionalTree, UnabortableTransactionError};
+use uuid::Uuid;
+
+use super::event::StoredEvent;
+use super::{keys, Record};
+use crate::persons::{self, EventView, Person};
+
+type Result<T> = std::result::Result<T, UnabortableTransactionError>;
+
+/// PostHog's limit: five group types per project, indexes 0-4.
+pub const MAX_GROUP_TYPES: u8 = 5;
+
+/// The trees a record touches.
+pub struct Tx<'a> {
+    pub events: &'a TransactionalTree,
+    pub event_ids: &'a TransactionalTree,
+    pub persons: &'a TransactionalTree,
+    pub distinct_ids: &'a TransactionalTree,
+    pub groups: &'a TransactionalTree,
+    pub group_types: &'a TransactionalTree,
+}
+
+/// What the project asks of enrichment.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ProjectSettings {
+    pub anonymize_ips: bool,
+}
+
+/// Apply one record. Returns false when its uuid was already stored (a retry).
+pub fn record(tx: &Tx<'_>, record: &Record, settings: ProjectSettings) -> Result<bool> {
+    let project = record.project;
+    let id_key = keys::with_uuid(project, record.uuid);
+    if tx.event_ids.get(id_key)?.is_some() {
+        return Ok(false);
+    }
+    let mut event: Map<String, Value> = match serde_json::from_slice(&record.data) {
+        Ok(Value::Object(obj)) => obj,
+        // Capture only logs objects; anything else is stored as an empty event.
+        _ => Map::new(),
+    };
+    let view = EventView {
+        name: &record.event,
+        distinct_id: &record.distinct_id,
+        timestamp: record.timestamp,
+        event: &event,
+    };
+    let person_id = persons::apply(&mut TxPersons { tx, project }, &view)?;
+
+    let mut properties = match event.remove("properties") {
+        Some(Value::Object(p)) => p,
+        _ => Map::new(),
+    };
+    // Top-level person operations are kept with the event, as properties.
+    for op in ["$set", "$set_once", "$unset"] {
+        if let Some(v) = event.remove(op) {
+            properties.entry(op).or_insert(v);
+        }
+    }
+    if record.event == "$groupidentify" {
+        group_identify(tx, project, &properties, record.timestamp)?;
+    }
+    attach_groups(tx, project, &mut properties)?;
+    if let (Some(ip), false) = (record.ip, settings.anonymize_ips) {
+        properties
+            .entry("$ip")
+            .or_insert_with(|| Value::String(ip.to_string()));
+    } else if settings.anonymize_ips {
+        properties.remove("$ip");
+    }
+    let stored = StoredEvent {
+        uuid: record.uuid,
+        event: record.event.clone(),
+        distinct_id: record.distinct_id.clone(),
+        properties,
+        timestamp: record.timestamp,
+        created_at: record.received_at,
+        person_id,
+    };
+    tx.events.insert(
+        &keys::event(project, record.timestamp, record.uuid)[..],
+        stored.encode(),
+    )?;
+    tx.event_ids
+        .insert(&id_key[..], &keys::time(record.timestamp)[..])?;
+    Ok(true)
+}
+
+/// The index of a group type, allocating the next free one (up to five) if asked.
+pub fn group_type_index(tx: &Tx<'_>, project: u64, name: &str, create: bool) -> Result<Option<u8>> {
+    if let Some(v) = tx
+        .group_types
+        .get(keys::group_type_by_name(project, name))?
+    {
+        return Ok(v.first().copied());
+    }
+    if !create {
+        return Ok(None);
+    }
+    for index in 0..MAX_GROUP_TYPES {
+        if tx
+            .group_types
+            .get(keys::group_type_by_index(project, index))?
+            .is_none()
+        {
+            tx.group_types
+                .insert(keys::group_type_by_name(project, name), &[index][..])?;
+            tx.group_types.insert(
+                &keys::group_type_by_index(project, index)[..],
+                name.as_bytes(),
+            )?;
+            return Ok(Some(index));
+        }
+    }
+    tracing::debug!(project, "group type limit reached; not adding {name:?}");
+    Ok(None)
+}
+
+/// A group's stored record.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Group {
+    pub group_type_index: u8,
+    pub group_key: String,
+    pub properties: Map<String, Value>,
+    pub created_at: i64,
+}
+
+fn scalar_key(v: Option<&Value>) -> Option<String> {
+    match v? {
+        Value::String(s) if !s.is_empty() => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    }
+}
+
+/// `$groupidentify` creates the group or updates its properties with `$group_set`.
+fn group_identify(
+    tx: &Tx<'_>,
+    project: u64,
+    properties: &Map<String, Value>,
+    timestamp: i64,
+) -> Result<()> {
+    let (Some(kind), Some(key)) = (
+        properties.get("$group_type").and_then(Value::as_str),
+        scalar_key(properties.get("$group_key")),
+    ) else {
+        return Ok(());
+    };
+    let Some(index) = group_type_index(tx, project, kind, true)? else {
+        return Ok(());
+    };
+    let k = keys::group(project, index, &key);
+    let mut group = match tx.groups.get(&k)? {
+        Some(bytes) => serde_json::from_slice(&bytes).ok(),
+        None => None,
+    }
+    .unwrap_or_else(|| Group {
+        group_type_index: index,
+        group_key: key.clone(),
+        properties: Map::new(),
+        created_at: timestamp,
+    });
+    if let Some(Value::Object(set)) = properties.get("$group_set") {
+        for (pk, pv) in set {
+            group.properties.insert(pk.clone(), pv.clone());
+        }
+    }
+    group.created_at = group.created_at.min(timestamp);
+    tx.groups
+        .insert(k, serde_json::to_vec(&group).unwrap_or_default())?;
+    Ok(())
+}
+
+/// `$groups: {type: key}` attaches the event to groups as `$group_<index>`. It names
+/// group types (as PostHog does) but never creates a group.
+fn attach_groups(tx: &Tx<'_>, project: u64, properties: &mut Map<String, Value>) -> Result<()> {
+    let Some(Value::Object(groups)) = properties.get("$groups") else {
+        return Ok(());
+    };
+    let mut attached = Vec::new();
+    for (kind, key) in groups {
+        if let (Some(key), Some(index)) = (
+            scalar_key(Some(key)),
+            group_type_index(tx, project, kind, true)?,
+        ) {
+            attached.push((format!("$group_{index}"), Value::String(key)));
+        }
+    }
+    for (k, v) in attached {
+        properties.insert(k, v);
+    }
+    Ok(())
+}
+
+/// Persons of one project, read and written through the transaction.
+struct TxPersons<'a, 'b> {
+    tx: &'a Tx<'b>,
+    project: u64,
+}
+
+impl persons::Store for TxPersons<'_, '_> {
+    type Error = UnabortableTransactionError;
+
+    fn person_of(&mut self, distinct_id: &str) -> Result<Option<Uuid>> {
+        let v = self
+            .tx
+            .distinct_ids
+            .get(keys::with_str(self.project, distinct_id))?;
+        Ok(v.and_then(|b| Uuid::from_slice(&b).ok()))
+    }
+
+    fn link(&mut self, distinct_id: &str, person: Uuid) -> Result<()> {
+        self.tx.distinct_ids.insert(
+            keys::with_str(self.project, distinct_id),
+            &person.as_bytes()[..],
+        )?;
+        Ok(())
+    }
+
+    fn load(&mut self, id: Uuid) -> Result<Option<Person>> {
+        let v = self.tx.persons.get(keys::with_uuid(self.project, id))?;
+        Ok(v.and_then(|b| serde_json::from_slice(&b).ok()))
+    }
+
+    fn save(&mut self, person: &Person) -> Result<()> {
+        self.tx.persons.insert(
+            &keys::with_uuid(self.project, person.id)[..],
+            serde_json::to_vec(person).unwrap_or_default(),
+        )?;
+        Ok(())
+    }
+
+    fn delete(&mut self, id: Uuid) -> Result<()> {
+        self.tx
+            .persons
+            .remove(&keys::with_uuid(self.project, id)[..])?;
+        Ok(())
+    }
+}

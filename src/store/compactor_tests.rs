@@ -1,0 +1,354 @@
+use std::collections::BTreeMap;
+
+use serde_json::{json, Value};
+use uuid::Uuid;
+
+use super::*;
+use crate::store::query::{self, EventFilter};
+
+const NOW: i64 = 1_700_000_000_000;
+
+struct Fixture {
+    _dir: tempfile::TempDir,
+    db: sled::Db,
+    trees: Trees,
+    compactor: Compactor,
+}
+
+fn fixture(settings: Settings) -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let db = sled::open(dir.path()).unwrap();
+    let trees = Trees::open(&db).unwrap();
+    let projects = Projects::parse(
+        br#"{"projects":[{"id":1,"api_key":"phc_a"},{"id":2,"api_key":"phc_b","anonymize_ips":true}]}"#,
+    )
+    .unwrap();
+    let compactor = Compactor::new(
+        trees.clone(),
+        Arc::new(ArcSwap::from_pointee(projects)),
+        settings,
+    );
+    Fixture {
+        _dir: dir,
+        db,
+        trees,
+        compactor,
+    }
+}
+
+fn record(project: u64, i: i64, event: Value) -> Record {
+    let name = event["event"].as_str().unwrap().to_string();
+    let distinct_id = event["distinct_id"].as_str().unwrap().to_string();
+    Record {
+        project,
+        received_at: NOW + i,
+        timestamp: NOW + i,
+        sent_at: None,
+        uuid: Uuid::from_u128(0x0190_0000_0000_7000_8000_0000_0000_0000 + i as u128),
+        historical: false,
+        ip: Some("81.2.69.160".parse().unwrap()),
+        event: name,
+        distinct_id,
+        data: serde_json::to_vec(&event).unwrap(),
+    }
+}
+
+impl Fixture {
+    fn push(&self, records: &[Record]) {
+        for r in records {
+            let seq = self.db.generate_id().unwrap();
+            self.trees
+                .wal
+                .insert(seq.to_be_bytes(), r.encode())
+                .unwrap();
+        }
+    }
+
+    fn drain(&mut self) {
+        for _ in 0..1000 {
+            if self.compactor.step().unwrap().is_idle() {
+                return;
+            }
+        }
+        panic!("compactor never went idle");
+    }
+
+    fn events(&self, project: u64) -> Vec<crate::store::StoredEvent> {
+        query::events_page(&self.trees, project, EventFilter::default(), None, 100_000)
+            .unwrap()
+            .0
+    }
+
+    /// Everything a user can observe, in a comparable form.
+    fn state(&self, project: u64) -> BTreeMap<String, Value> {
+        let mut out = BTreeMap::new();
+        for e in self.events(project) {
+            let person = e
+                .person_id
+                .and_then(|id| query::person(&self.trees, project, id).unwrap());
+            let mut ids = person
+                .as_ref()
+                .map(|p| p.distinct_ids.clone())
+                .unwrap_or_default();
+            ids.sort();
+            out.insert(
+                e.uuid.to_string(),
+                json!({"event": e.event, "props": e.properties,
+                       "person_ids": ids,
+                       "person_props": person.map(|p| p.properties)}),
+            );
+        }
+        for (_, name) in query::group_types(&self.trees, project).unwrap() {
+            let index = query::group_type_index(&self.trees, project, &name)
+                .unwrap()
+                .unwrap();
+            for g in query::groups_of_type(&self.trees, project, index, 1000).unwrap() {
+                out.insert(
+                    format!("group {name} {}", g.group_key),
+                    Value::Object(g.properties),
+                );
+            }
+        }
+        out
+    }
+}
+
+/// A small story touching every kind of write the compactor makes.
+fn story() -> Vec<Record> {
+    let events = [
+        json!({"event": "$pageview", "distinct_id": "anon-1", "properties": {"$current_url": "https://x/", "$set_once": {"ref": "ad"}}}),
+        json!({"event": "$identify", "distinct_id": "user-1", "properties": {"$anon_distinct_id": "anon-1", "$set": {"email": "u@x"}}}),
+        json!({"event": "$pageview", "distinct_id": "anon-1", "properties": {"$groups": {"company": "acme"}}}),
+        json!({"event": "$groupidentify", "distinct_id": "user-1", "properties": {"$group_type": "company", "$group_key": "acme", "$group_set": {"plan": "pro"}}}),
+        json!({"event": "e", "distinct_id": "user-2", "$set": {"a": 1}}),
+        json!({"event": "$create_alias", "distinct_id": "user-2", "properties": {"alias": "user-1"}}),
+        json!({"event": "survey sent", "distinct_id": "user-2", "properties": {"$survey_id": "s1", "$survey_response": "yes"}}),
+        json!({"event": "e", "distinct_id": "bot", "properties": {"$process_person_profile": false}}),
+    ];
+    events
+        .into_iter()
+        .enumerate()
+        .map(|(i, e)| record(1, i as i64, e))
+        .collect()
+}
+
+#[test]
+fn applies_every_record_once_in_order() {
+    let mut f = fixture(Settings::default());
+    f.push(&story());
+    f.drain();
+    assert!(f.trees.wal.is_empty());
+    let events = f.events(1);
+    assert_eq!(events.len(), 8);
+    // Newest first.
+    assert_eq!(events[0].event, "e");
+    assert_eq!(events[0].person_id, None, "$process_person_profile: false");
+    let persons = query::persons(&f.trees, 1, 100).unwrap();
+    assert_eq!(persons.len(), 1, "anon-1, user-1 and user-2 are one person");
+    let p = &persons[0];
+    assert_eq!(
+        Value::Object(p.properties.clone()),
+        json!({"ref": "ad", "email": "u@x", "a": 1})
+    );
+    assert!(events
+        .iter()
+        .filter(|e| e.distinct_id != "bot")
+        .all(|e| e.person_id == Some(p.id)));
+    // Groups: $groups attached the type index, $groupidentify created the group.
+    let attached = events
+        .iter()
+        .find(|e| e.properties.contains_key("$groups"))
+        .unwrap();
+    assert_eq!(attached.properties["$group_0"], "acme");
+    let group = query::group(&f.trees, 1, 0, "acme").unwrap().unwrap();
+    assert_eq!(Value::Object(group.properties), json!({"plan": "pro"}));
+    assert_eq!(
+        query::group_types(&f.trees, 1).unwrap(),
+        [(0, "company".to_string())]
+    );
+    // Built-in events keep their properties, and $ip is added.
+    let survey = events.iter().find(|e| e.event == "survey sent").unwrap();
+    assert_eq!(survey.properties["$survey_response"], "yes");
+    assert_eq!(survey.properties["$ip"], "81.2.69.160");
+    // Top-level $set is kept with the event.
+    let e = events
+        .iter()
+        .find(|e| e.distinct_id == "user-2" && e.event == "e")
+        .unwrap();
+    assert_eq!(e.properties["$set"], json!({"a": 1}));
+    assert_eq!(
+        f.trees.meta.get(CHECKPOINT_KEY).unwrap().map(|v| v.len()),
+        Some(8),
+        "checkpoint advanced"
+    );
+    assert_eq!(f.compactor.stats.applied.load(Ordering::Relaxed), 8);
+}
+
+#[test]
+fn a_failure_at_any_point_of_a_chunk_applies_nothing_and_a_retry_applies_all_once() {
+    let records = story();
+    let mut clean = fixture(Settings::default());
+    clean.push(&records);
+    clean.drain();
+    let expected = clean.state(1);
+    for fail_at in 0..records.len() {
+        let mut f = fixture(Settings::default());
+        f.push(&records);
+        f.compactor.fail_after = Some(fail_at);
+        assert!(f.compactor.step().is_err(), "injected failure at {fail_at}");
+        // Nothing of the failed chunk is visible, and the log still holds all of it.
+        assert!(f.trees.events.is_empty(), "fail at {fail_at}");
+        assert!(f.trees.persons.is_empty() && f.trees.groups.is_empty());
+        assert_eq!(f.trees.wal.len(), records.len());
+        f.drain();
+        assert_eq!(f.state(1), expected, "fail at {fail_at}");
+    }
+}
+
+#[test]
+fn a_retried_uuid_is_stored_once() {
+    let mut f = fixture(Settings::default());
+    let r = record(1, 0, json!({"event": "e", "distinct_id": "d"}));
+    f.push(&[r.clone(), r.clone()]);
+    f.drain();
+    f.push(&[r]);
+    f.drain();
+    assert_eq!(f.events(1).len(), 1);
+    assert_eq!(f.compactor.stats.duplicates.load(Ordering::Relaxed), 2);
+}
+
+#[test]
+fn spikes_go_to_overflow_and_are_never_dropped() {
+    let mut f = fixture(Settings {
+        overflow_rate: 1.0,
+        overflow_burst: 3.0,
+        ..Settings::default()
+    });
+    let mut records: Vec<Record> = (0..10)
+        .map(|i| record(1, i, json!({"event": "spam", "distinct_id": "loud"})))
+        .collect();
+    records.push(record(
+        1,
+        10,
+        json!({"event": "normal", "distinct_id": "quiet"}),
+    ));
+    f.push(&records);
+    // The first step applies the burst and the quiet user's event, and parks the rest.
+    let first = f.compactor.step().unwrap();
+    assert_eq!(first.realtime, 11);
+    assert_eq!(f.compactor.stats.to_overflow.load(Ordering::Relaxed), 7);
+    f.drain();
+    let events = f.events(1);
+    assert_eq!(events.iter().filter(|e| e.event == "spam").count(), 10);
+    assert_eq!(events.iter().filter(|e| e.event == "normal").count(), 1);
+    assert!(f.trees.overflow.is_empty());
+}
+
+#[test]
+fn historical_batches_use_their_own_lane_in_order() {
+    let mut f = fixture(Settings {
+        overflow_rate: 1.0,
+        overflow_burst: 1.0,
+        ..Settings::default()
+    });
+    let records: Vec<Record> = (0..20)
+        .map(|i| {
+            let set = json!({"event": "import", "distinct_id": "old-user", "$set": {"n": i}});
+            Record {
+                historical: true,
+                ..record(1, i, set)
+            }
+        })
+        .collect();
+    f.push(&records);
+    f.drain();
+    // Never spike-routed despite a limit of one event, and applied in order: the
+    // last $set wins.
+    assert_eq!(f.compactor.stats.to_overflow.load(Ordering::Relaxed), 0);
+    assert_eq!(f.compactor.stats.to_historical.load(Ordering::Relaxed), 20);
+    let person = query::person_by_distinct_id(&f.trees, 1, "old-user")
+        .unwrap()
+        .unwrap();
+    assert_eq!(person.properties["n"], 19);
+    assert_eq!(f.events(1).len(), 20);
+}
+
+#[test]
+fn group_rules() {
+    let mut f = fixture(Settings::default());
+    let mut records = vec![record(
+        1,
+        0,
+        json!({"event": "e", "distinct_id": "d", "properties": {"$groups": {"org": "o1"}}}),
+    )];
+    for (i, kind) in ["t0", "t1", "t2", "t3", "t4", "t5"].iter().enumerate() {
+        let e = json!({"event": "$groupidentify", "distinct_id": "d",
+                       "properties": {"$group_type": kind, "$group_key": 7, "$group_set": {"i": i}}});
+        records.push(record(1, 1 + i as i64, e));
+    }
+    f.push(&records);
+    f.drain();
+    // $groups named a type but created no group.
+    assert_eq!(query::group(&f.trees, 1, 0, "o1").unwrap(), None);
+    let types = query::group_types(&f.trees, 1).unwrap();
+    let names: Vec<&str> = types.iter().map(|(_, n)| n.as_str()).collect();
+    assert_eq!(names, ["org", "t0", "t1", "t2", "t3"], "five types at most");
+    let g = query::group(&f.trees, 1, 1, "7").unwrap().unwrap();
+    assert_eq!(g.properties["i"], 0);
+    assert_eq!(query::group_type_index(&f.trees, 1, "t4").unwrap(), None);
+}
+
+#[test]
+fn anonymized_projects_lose_ip() {
+    let mut f = fixture(Settings::default());
+    f.push(&[record(
+        2,
+        0,
+        json!({"event": "e", "distinct_id": "d", "properties": {"$ip": "1.2.3.4"}}),
+    )]);
+    f.drain();
+    assert!(!f.events(2)[0].properties.contains_key("$ip"));
+}
+
+#[test]
+fn retention_deletes_old_events_only() {
+    let mut f = fixture(Settings {
+        retention_days: 1,
+        ..Settings::default()
+    });
+    let old = Record {
+        timestamp: NOW - 2 * DAY_MS,
+        ..record(1, 0, json!({"event": "old", "distinct_id": "d"}))
+    };
+    let new = record(1, 1, json!({"event": "new", "distinct_id": "d"}));
+    let other = Record {
+        timestamp: NOW - 3 * DAY_MS,
+        ..record(2, 2, json!({"event": "old2", "distinct_id": "d"}))
+    };
+    f.push(&[old, new, other]);
+    f.drain();
+    assert_eq!(f.compactor.enforce_retention(NOW).unwrap(), 2);
+    let names: Vec<String> = f.events(1).into_iter().map(|e| e.event).collect();
+    assert_eq!(names, ["new"]);
+    assert!(f.events(2).is_empty());
+    assert_eq!(f.trees.event_ids.len(), 1);
+}
+
+#[test]
+fn corrupt_records_are_quarantined_not_blocking() {
+    let mut f = fixture(Settings::default());
+    f.trees
+        .wal
+        .insert(1u64.to_be_bytes(), &b"garbage"[..])
+        .unwrap();
+    f.trees
+        .wal
+        .insert(
+            2u64.to_be_bytes(),
+            record(1, 0, json!({"event": "ok", "distinct_id": "d"})).encode(),
+        )
+        .unwrap();
+    f.drain();
+    assert_eq!(f.events(1).len(), 1);
+    assert_eq!(f.trees.quarantine.len(), 1);
+}
