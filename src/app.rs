@@ -24,6 +24,8 @@ pub struct App {
     pub trees: Trees,
     pub compactor: Arc<compactor::Stats>,
     pub metrics: Metrics,
+    /// The published flag rules; swapped whole by the reloader.
+    pub rules: crate::flags::Rules,
     pub budget: Budget,
     pub heavy_decodes: Arc<Semaphore>,
     /// Set at shutdown: readiness turns 503 so load balancers stop sending.
@@ -34,6 +36,7 @@ impl App {
     pub fn new(
         config: Config,
         projects: Arc<ArcSwap<Projects>>,
+        rules: crate::flags::Rules,
         store: &crate::store::Store,
     ) -> App {
         let budget = Budget::new(config.limits.max_inflight_body_bytes);
@@ -44,6 +47,7 @@ impl App {
             trees: store.trees.clone(),
             compactor: store.compactor.clone(),
             metrics: Metrics::new(),
+            rules,
             budget,
             heavy_decodes: Arc::new(Semaphore::new(HEAVY_DECODES)),
             draining: AtomicBool::new(false),

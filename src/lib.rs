@@ -17,6 +17,7 @@
 pub mod app;
 pub mod capture;
 pub mod config;
+pub mod flags;
 pub mod http;
 pub mod metrics;
 pub mod persons;
@@ -81,8 +82,14 @@ pub async fn serve(
         .await
         .map_err(|e| Error::Io(std::io::Error::other(e)))?
         .map_err(Error::Store)?;
-    let app = Arc::new(app::App::new(config, projects, &store));
+    let flags_dir = config.flags_dir();
+    let (rules, report) = tokio::task::spawn_blocking(move || flags::Rules::load(&flags_dir))
+        .await
+        .map_err(|e| Error::Io(std::io::Error::other(e)))?;
+    log_reload(&report);
+    let app = Arc::new(app::App::new(config, projects, rules, &store));
     let reloader = tokio::spawn(reload_on_sighup(app.clone()));
+    let watcher = tokio::spawn(watch_flags(app.clone()));
 
     tracing::info!(
         projects = app.projects.load().len(),
@@ -93,6 +100,7 @@ pub async fn serve(
     http::server::run(listener, app.clone(), shutdown).await;
 
     reloader.abort();
+    watcher.abort();
     drop(app);
     tokio::task::spawn_blocking(move || store.close())
         .await
@@ -129,5 +137,39 @@ async fn reload_on_sighup(app: Arc<app::App>) {
         if let Err(e) = app.reload_projects() {
             tracing::warn!(error = %e, "projects not reloaded; keeping the previous ones");
         }
+        let (app, dir) = (app.clone(), app.config.flags_dir());
+        if let Ok(report) = tokio::task::spawn_blocking(move || app.rules.reload(&dir)).await {
+            log_reload(&report);
+        }
     }
+}
+
+/// How often the flag files are checked for changes: well within the promised second.
+const FLAGS_POLL: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// Reload the flag rules whenever a file in the flags directory changes.
+async fn watch_flags(app: Arc<app::App>) {
+    loop {
+        tokio::time::sleep(FLAGS_POLL).await;
+        let (app, dir) = (app.clone(), app.config.flags_dir());
+        if let Ok(Some(report)) =
+            tokio::task::spawn_blocking(move || app.rules.reload_if_changed(&dir)).await
+        {
+            log_reload(&report);
+        }
+    }
+}
+
+fn log_reload(report: &flags::ReloadReport) {
+    for error in &report.errors {
+        tracing::warn!("flag rules not loaded, previous rules kept: {error}");
+    }
+    for warning in &report.warnings {
+        tracing::warn!("flag disabled: {warning}");
+    }
+    tracing::info!(
+        version = report.version,
+        projects = report.loaded.len(),
+        "flag rules published"
+    );
 }

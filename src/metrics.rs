@@ -7,6 +7,7 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 use crate::capture::DropReason;
@@ -27,6 +28,11 @@ pub struct LaneLabels {
     pub lane: &'static str,
 }
 
+/// Latency buckets in seconds: fine below a millisecond, where decide lives.
+const LATENCY_BUCKETS: [f64; 12] = [
+    0.000_1, 0.000_25, 0.000_5, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0,
+];
+
 pub struct Metrics {
     registry: Registry,
     pub requests: Family<RequestLabels, Counter>,
@@ -45,6 +51,10 @@ pub struct Metrics {
     pub compactor_lag_seconds: Gauge<f64, std::sync::atomic::AtomicU64>,
     pub compactor_healthy: Gauge,
     pub retention_deleted: Counter,
+    pub decide_seconds: Histogram,
+    pub decide_errors: Counter,
+    pub flags_snapshot_version: Gauge,
+    pub flags_reload_failures: Counter,
     /// Serialises scrapes, so counters mirrored from other atomics advance once.
     scrape: std::sync::Mutex<()>,
 }
@@ -83,6 +93,10 @@ impl Metrics {
             compactor_lag_seconds: Gauge::default(),
             compactor_healthy: Gauge::default(),
             retention_deleted: Counter::default(),
+            decide_seconds: Histogram::new(LATENCY_BUCKETS.iter().copied()),
+            decide_errors: Counter::default(),
+            flags_snapshot_version: Gauge::default(),
+            flags_reload_failures: Counter::default(),
             scrape: std::sync::Mutex::new(()),
             registry: Registry::default(),
         };
@@ -173,6 +187,26 @@ impl Metrics {
             "retention_deleted_events",
             "Events deleted by the retention setting",
             m.retention_deleted.clone(),
+        );
+        registry.register(
+            "decide_duration_seconds",
+            "Time to answer /decide and /flags, from the request to the body",
+            m.decide_seconds.clone(),
+        );
+        registry.register(
+            "decide_partial",
+            "Decide answers with errorsWhileComputingFlags (some flags left out)",
+            m.decide_errors.clone(),
+        );
+        registry.register(
+            "flags_snapshot_version",
+            "Version of the published flag rules; it increases on every reload",
+            m.flags_snapshot_version.clone(),
+        );
+        registry.register(
+            "flags_reload_failures",
+            "Flag files that failed to load (the previous rules stayed)",
+            m.flags_reload_failures.clone(),
         );
         for lane in ["historical", "overflow"] {
             m.compactor_routed

@@ -5,7 +5,7 @@
 //! Everything here is pure: the HTTP layer decodes the body, calls [`parse`], resolves
 //! the key with [`Payload::key`], then [`normalise`]s each event.
 
-mod json;
+pub mod json;
 mod normalise;
 mod parse;
 pub mod timestamp;

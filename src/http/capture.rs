@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use hyper::body::Incoming;
-use hyper::header::{CONTENT_ENCODING, CONTENT_LENGTH, CONTENT_TYPE};
-use hyper::{HeaderMap, Request, Response, StatusCode};
+use hyper::header::{CONTENT_ENCODING, CONTENT_TYPE};
+use hyper::{Request, Response, StatusCode};
 use serde_json::json;
 
 use super::body::{self, Reservation};
@@ -48,7 +48,7 @@ pub async fn handle(
     let mut held = Reservation::default();
     let raw = body::read(
         incoming,
-        content_length(&parts.headers),
+        super::content_length(&parts.headers),
         limits.max_body_bytes,
         limits.body_read_timeout,
         &app.budget,
@@ -58,8 +58,8 @@ pub async fn handle(
 
     let request = Submission {
         query,
-        content_type: header_str(&parts.headers, CONTENT_TYPE),
-        content_encoding: header_str(&parts.headers, CONTENT_ENCODING),
+        content_type: super::header_str(&parts.headers, CONTENT_TYPE),
+        content_encoding: super::header_str(&parts.headers, CONTENT_ENCODING),
         raw,
         engage,
         max_decoded: limits.max_decompressed_bytes,
@@ -144,23 +144,6 @@ fn accept(req: &Submission, projects: &Projects) -> Result<Accepted, ApiError> {
         }
     }
     Ok(accepted)
-}
-
-fn content_length(headers: &HeaderMap) -> Option<u64> {
-    headers
-        .get(CONTENT_LENGTH)?
-        .to_str()
-        .ok()?
-        .trim()
-        .parse()
-        .ok()
-}
-
-fn header_str(headers: &HeaderMap, name: hyper::header::HeaderName) -> Option<String> {
-    headers
-        .get(name)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned)
 }
 
 pub fn now_ms() -> i64 {

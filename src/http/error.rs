@@ -17,6 +17,7 @@ const RETRY_AFTER_SECONDS: &str = "5";
 #[derive(Debug)]
 pub enum ApiError {
     Capture(capture::Error),
+    Decide(super::decide::Error),
     Decode(decode::Error),
     Body(body::Error),
     Wal(wal::Error),
@@ -39,6 +40,12 @@ pub enum ApiError {
 impl From<capture::Error> for ApiError {
     fn from(e: capture::Error) -> Self {
         ApiError::Capture(e)
+    }
+}
+
+impl From<super::decide::Error> for ApiError {
+    fn from(e: super::decide::Error) -> Self {
+        ApiError::Decide(e)
     }
 }
 
@@ -78,6 +85,18 @@ impl ApiError {
                     C::InvalidJson(_) | C::WrongType { .. } => {
                         (StatusCode::BAD_REQUEST, VALIDATION, "invalid_payload")
                     }
+                };
+                (status, kind, code, e.to_string())
+            }
+            ApiError::Decide(e) => {
+                use super::decide::Error as D;
+                let (status, kind, code) = match e {
+                    D::MissingKey => (StatusCode::UNAUTHORIZED, AUTHENTICATION, "missing_api_key"),
+                    D::InvalidKey => (StatusCode::UNAUTHORIZED, AUTHENTICATION, "invalid_api_key"),
+                    D::MissingDistinctId => {
+                        (StatusCode::BAD_REQUEST, VALIDATION, "missing_distinct_id")
+                    }
+                    D::InvalidBody(_) => (StatusCode::BAD_REQUEST, VALIDATION, "invalid_payload"),
                 };
                 (status, kind, code, e.to_string())
             }

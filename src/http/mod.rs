@@ -4,6 +4,7 @@
 pub mod api;
 pub mod body;
 pub mod capture;
+pub mod decide;
 pub mod decode;
 pub mod error;
 pub mod lz64;
@@ -32,6 +33,23 @@ pub fn client_ip(peer: SocketAddr, headers: &HeaderMap) -> Option<IpAddr> {
     Some(forwarded.unwrap_or(peer_ip))
 }
 
+pub fn content_length(headers: &HeaderMap) -> Option<u64> {
+    headers
+        .get(hyper::header::CONTENT_LENGTH)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+pub fn header_str(headers: &HeaderMap, name: hyper::header::HeaderName) -> Option<String> {
+    headers
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+}
+
 /// The `/metrics` body, with gauges refreshed from live state first.
 pub fn metrics_text(app: &App) -> String {
     use crate::metrics::{mirror, LaneLabels};
@@ -57,6 +75,9 @@ pub fn metrics_text(app: &App) -> String {
     m.compactor_healthy.set(i64::from(c.healthy.load(Relaxed)));
     m.log_depth
         .set(crate::store::query::log_depth(&app.trees) as i64);
+    let snapshot = app.rules.current();
+    m.flags_snapshot_version.set(snapshot.version() as i64);
+    mirror(&m.flags_reload_failures, app.rules.reload_failures());
     let wal = app.wal.stats();
     m.wal_records.set(wal.appended_records.load(Relaxed) as i64);
     m.wal_flushes.set(wal.groups.load(Relaxed) as i64);

@@ -15,7 +15,15 @@ use crate::app::App;
 /// What a path is, independent of method.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Route {
-    Capture { engage: bool },
+    Capture {
+        engage: bool,
+    },
+    /// `/decide` or, with `flags: true`, `/flags`.
+    Decide {
+        flags: bool,
+    },
+    /// `/api/feature_flag/local_evaluation/` and `/flags/definitions`.
+    Definitions,
     Liveness,
     Readiness,
     Metrics,
@@ -29,6 +37,9 @@ impl Route {
         match trimmed {
             "/e" | "/i/v0/e" | "/capture" | "/track" | "/batch" => Route::Capture { engage: false },
             "/engage" => Route::Capture { engage: true },
+            "/decide" => Route::Decide { flags: false },
+            "/flags" => Route::Decide { flags: true },
+            "/api/feature_flag/local_evaluation" | "/flags/definitions" => Route::Definitions,
             "/_liveness" => Route::Liveness,
             "/_readiness" => Route::Readiness,
             "/metrics" => Route::Metrics,
@@ -44,6 +55,9 @@ impl Route {
         match self {
             Route::Capture { engage: false } => "capture",
             Route::Capture { engage: true } => "engage",
+            Route::Decide { flags: false } => "decide",
+            Route::Decide { flags: true } => "flags",
+            Route::Definitions => "flag_definitions",
             Route::Liveness => "liveness",
             Route::Readiness => "readiness",
             Route::Metrics => "metrics",
@@ -56,7 +70,7 @@ impl Route {
 
     /// Browsers call these from other origins.
     fn is_cors(self) -> bool {
-        matches!(self, Route::Capture { .. })
+        matches!(self, Route::Capture { .. } | Route::Decide { .. })
     }
 }
 
@@ -96,6 +110,18 @@ async fn dispatch(
                 return Err(ApiError::MethodNotAllowed);
             }
             capture::handle(app, req, peer, engage).await
+        }
+        Route::Decide { flags } => {
+            if method != Method::GET && method != Method::POST {
+                return Err(ApiError::MethodNotAllowed);
+            }
+            super::decide::handle(app, req, peer, flags).await
+        }
+        Route::Definitions => {
+            if method != Method::GET {
+                return Err(ApiError::MethodNotAllowed);
+            }
+            super::decide::definitions(app, req.headers(), req.uri().query())
         }
         Route::Liveness => Ok(response::text(StatusCode::OK, "ok")),
         Route::Readiness => Ok(if app.is_ready() {
@@ -152,5 +178,12 @@ mod tests {
         assert_eq!(Route::of("/captures"), Route::NotFound);
         assert_eq!(Route::of("/e//"), Route::NotFound);
         assert_eq!(Route::of("/_readiness"), Route::Readiness);
+        assert_eq!(Route::of("/decide/"), Route::Decide { flags: false });
+        assert_eq!(Route::of("/flags"), Route::Decide { flags: true });
+        assert_eq!(Route::of("/flags/definitions"), Route::Definitions);
+        assert_eq!(
+            Route::of("/api/feature_flag/local_evaluation/"),
+            Route::Definitions
+        );
     }
 }

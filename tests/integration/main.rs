@@ -2,5 +2,6 @@
 //! every file here is a module of it.
 
 mod capture;
+mod decide;
 mod read_api;
 mod util;

@@ -1,0 +1,200 @@
+//! `ProjectRules`: one project's flag file, parsed and compiled once into the form that is
+//! evaluated on every request. Compilation resolves every name (group types, cohorts, flag
+//! dependencies) to an index and orders flags by dependency, so evaluation does no lookups
+//! by name and cannot loop.
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde_json::Value;
+
+use super::cohort::{self, Cohorts};
+use super::definition::Node;
+use super::error::{CompileError, ErrorKind};
+use super::filter::Scope;
+use super::flag::{Flag, FlagScope, Header, Logic};
+use super::graph;
+
+/// A project's flag definitions, compiled. Immutable and cheap to share between threads.
+#[derive(Debug)]
+pub struct ProjectRules {
+    /// Live (not deleted) flags in definition order; indexes refer to this list.
+    pub(super) flags: Vec<Flag>,
+    /// Evaluation order: active, unbroken flags, each after its dependencies.
+    pub(super) order: Vec<usize>,
+    pub(super) cohorts: Cohorts,
+    group_types: BTreeMap<i64, String>,
+    definitions: Value,
+    warnings: Vec<CompileError>,
+    needs_person: bool,
+    needs_group: bool,
+    needs_continuity: bool,
+}
+
+impl ProjectRules {
+    /// Parses and compiles a `flags/<id>.json` file in PostHog's local-evaluation format.
+    pub fn compile(json: &[u8]) -> Result<ProjectRules, CompileError> {
+        let definitions: Value = serde_json::from_slice(json)
+            .map_err(|e| CompileError::new(String::new(), ErrorKind::Json(e.to_string())))?;
+        ProjectRules::from_value(definitions)
+    }
+
+    /// Compiles definitions that are already parsed.
+    pub fn from_value(definitions: Value) -> Result<ProjectRules, CompileError> {
+        let root = Node::root(&definitions);
+        if !definitions.is_object() {
+            return Err(root.wrong_type("an object with \"flags\""));
+        }
+        let group_types = group_types(&root.get("group_type_mapping"))?;
+        let flags_node = root.get("flags");
+        let items = flags_node.items()?;
+        let mut headers = Vec::new();
+        for item in &items {
+            headers.push(Header::read(item)?);
+        }
+        let live: Vec<usize> = (0..items.len()).filter(|&i| !headers[i].deleted).collect();
+        let cohorts_node = root.get("cohorts");
+        let scope = Scope {
+            cohorts: cohort::ids(&cohorts_node)?,
+            flags_by_id: index_ids(&live, &headers, &items)?,
+            flags_by_key: index_keys(&live, &headers, &items)?,
+        };
+        let cohorts = cohort::compile(&cohorts_node, &scope)?;
+        let ctx = FlagScope {
+            scope: &scope,
+            cohorts: &cohorts,
+            group_types: &group_types,
+        };
+        let mut warnings = Vec::new();
+        let mut flags = Vec::with_capacity(live.len());
+        for &i in &live {
+            flags.push(compile_flag(
+                &items[i],
+                headers[i].clone(),
+                &ctx,
+                &mut warnings,
+            )?);
+        }
+        let order = graph::plan(&mut flags, &mut warnings);
+        let logic = |i: &usize| flags[*i].logic.as_ref();
+        let needs_person = order.iter().filter_map(logic).any(Logic::reads_person);
+        let needs_group = order.iter().filter_map(logic).any(Logic::reads_group);
+        let needs_continuity = order.iter().filter_map(logic).any(|l| l.continuity);
+        Ok(ProjectRules {
+            flags,
+            order,
+            cohorts,
+            group_types,
+            definitions,
+            warnings,
+            needs_person,
+            needs_group,
+            needs_continuity,
+        })
+    }
+
+    /// Group type index to name, from the file's `group_type_mapping`.
+    pub fn group_type_mapping(&self) -> &BTreeMap<i64, String> {
+        &self.group_types
+    }
+
+    /// The file as loaded (flags, group types and cohorts), for the local-evaluation feed.
+    pub fn definitions_json(&self) -> &Value {
+        &self.definitions
+    }
+
+    /// Whether any evaluable flag may read person properties; when false the server can
+    /// skip the person lookup (passing `None` then costs nothing).
+    pub fn needs_person_properties(&self) -> bool {
+        self.needs_person
+    }
+
+    /// Whether any evaluable flag may read group properties.
+    pub fn needs_group_properties(&self) -> bool {
+        self.needs_group
+    }
+
+    /// Whether any evaluable flag uses `ensure_experience_continuity`, and so needs the
+    /// person's first distinct id.
+    pub fn needs_continuity(&self) -> bool {
+        self.needs_continuity
+    }
+
+    /// Flags disabled at compile time (missing or cyclic dependencies), worth logging.
+    pub fn warnings(&self) -> &[CompileError] {
+        &self.warnings
+    }
+
+    /// Number of live (not deleted) flags, active or not.
+    pub fn flag_count(&self) -> usize {
+        self.flags.len()
+    }
+}
+
+fn compile_flag(
+    item: &Node<'_>,
+    header: Header,
+    ctx: &FlagScope<'_>,
+    warnings: &mut Vec<CompileError>,
+) -> Result<Flag, CompileError> {
+    let key = header.key.clone();
+    let mut flag = Flag {
+        header,
+        logic: None,
+        broken: false,
+    };
+    // Inactive flags are never evaluated, so their filters are not held against the file.
+    if !flag.header.active {
+        return Ok(flag);
+    }
+    let root = Node::root(item.value());
+    let mut found = Vec::new();
+    let logic = Logic::compile(&root, &key, ctx, &mut found).map_err(|e| e.in_flag(&key))?;
+    flag.broken = !found.is_empty();
+    warnings.extend(found.into_iter().map(|w| w.in_flag(&key)));
+    flag.logic = Some(logic);
+    Ok(flag)
+}
+
+fn group_types(node: &Node<'_>) -> Result<BTreeMap<i64, String>, CompileError> {
+    let mut out = BTreeMap::new();
+    for (index, name) in node.entries()? {
+        let index = index
+            .trim()
+            .parse::<i64>()
+            .map_err(|_| name.invalid(format!("group type index {index:?} is not an integer")))?;
+        out.insert(index, name.str()?.to_owned());
+    }
+    Ok(out)
+}
+
+fn index_ids(
+    live: &[usize],
+    headers: &[Header],
+    items: &[Node<'_>],
+) -> Result<HashMap<i64, usize>, CompileError> {
+    let mut out = HashMap::new();
+    for (position, &i) in live.iter().enumerate() {
+        if out.insert(headers[i].id, position).is_some() {
+            let id = items[i].get("id");
+            let message = format!("flag id {} is used twice", headers[i].id);
+            return Err(id.invalid(message));
+        }
+    }
+    Ok(out)
+}
+
+fn index_keys(
+    live: &[usize],
+    headers: &[Header],
+    items: &[Node<'_>],
+) -> Result<HashMap<String, usize>, CompileError> {
+    let mut out = HashMap::new();
+    for (position, &i) in live.iter().enumerate() {
+        let key = &headers[i].key;
+        if out.insert(key.clone(), position).is_some() {
+            let node = items[i].get("key");
+            return Err(node.error(ErrorKind::DuplicateKey(key.clone())));
+        }
+    }
+    Ok(out)
+}

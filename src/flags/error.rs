@@ -1,0 +1,191 @@
+//! The one error type of the flags module. A flag file is written by people, so an error
+//! must point at the exact place to fix: the file, the flag (or cohort) and the field path,
+//! e.g. `flag "beta": filters.groups[1].properties[0].operator: unknown operator "foo"`.
+//! The same type carries compile-time warnings (a missing or cyclic dependency), which
+//! disable one flag instead of rejecting the file.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+/// What went wrong, independent of where.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// The file could not be listed or read.
+    Io(String),
+    /// A file in the flags directory whose name is not `<project id>.json`.
+    FileName,
+    /// The bytes are not JSON.
+    Json(String),
+    /// A required field is absent or null.
+    Missing,
+    /// A field has the wrong JSON type.
+    WrongType {
+        expected: &'static str,
+    },
+    /// A field has the right type but an unusable value.
+    InvalidValue(String),
+    UnknownOperator(String),
+    UnknownFilterType(String),
+    /// Two live flags share a key.
+    DuplicateKey(String),
+    /// Warning: a `flag_evaluates_to` filter names no live flag.
+    MissingDependency(String),
+    /// Warning: a dependency exists but is itself broken.
+    BrokenDependency(String),
+    /// Warning: the flag is part of, or depends on, a dependency cycle.
+    DependencyCycle,
+    /// Warning: a cohort filter names a cohort that is absent, cyclic or broken.
+    MissingCohort(i64),
+}
+
+/// What the error is about: the whole file, one flag, or one cohort.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Subject {
+    File,
+    Flag(String),
+    Cohort(String),
+}
+
+/// A compile error (the file is rejected) or warning (one flag is disabled).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CompileError {
+    file: Option<PathBuf>,
+    subject: Subject,
+    field: String,
+    kind: ErrorKind,
+}
+
+impl CompileError {
+    pub(super) fn new(field: String, kind: ErrorKind) -> Self {
+        CompileError {
+            file: None,
+            subject: Subject::File,
+            field,
+            kind,
+        }
+    }
+
+    pub(super) fn in_file(path: &Path, kind: ErrorKind) -> Self {
+        CompileError::new(String::new(), kind).with_file(path)
+    }
+
+    pub(super) fn in_flag(mut self, key: &str) -> Self {
+        self.subject = Subject::Flag(key.to_owned());
+        self
+    }
+
+    pub(super) fn in_cohort(mut self, id: &str) -> Self {
+        self.subject = Subject::Cohort(id.to_owned());
+        self
+    }
+
+    pub(super) fn with_file(mut self, path: &Path) -> Self {
+        self.file = Some(path.to_owned());
+        self
+    }
+
+    pub fn kind(&self) -> &ErrorKind {
+        &self.kind
+    }
+
+    /// The flag key the error is about, if it is about one flag.
+    pub fn flag(&self) -> Option<&str> {
+        match &self.subject {
+            Subject::Flag(key) => Some(key),
+            _ => None,
+        }
+    }
+
+    /// The dotted path of the field at fault, relative to the flag or cohort.
+    pub fn field(&self) -> &str {
+        &self.field
+    }
+
+    pub fn file(&self) -> Option<&Path> {
+        self.file.as_deref()
+    }
+}
+
+impl fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ErrorKind::Io(msg) => write!(f, "cannot read: {msg}"),
+            ErrorKind::FileName => f.write_str("file name is not <project id>.json"),
+            ErrorKind::Json(msg) => write!(f, "invalid JSON: {msg}"),
+            ErrorKind::Missing => f.write_str("missing"),
+            ErrorKind::WrongType { expected } => write!(f, "expected {expected}"),
+            ErrorKind::InvalidValue(msg) => f.write_str(msg),
+            ErrorKind::UnknownOperator(op) => write!(f, "unknown operator {op:?}"),
+            ErrorKind::UnknownFilterType(t) => write!(f, "unknown filter type {t:?}"),
+            ErrorKind::DuplicateKey(key) => write!(f, "duplicate flag key {key:?}"),
+            ErrorKind::MissingDependency(key) => {
+                write!(f, "depends on flag {key:?}, which does not exist")
+            }
+            ErrorKind::BrokenDependency(key) => {
+                write!(f, "depends on flag {key:?}, which cannot be evaluated")
+            }
+            ErrorKind::DependencyCycle => f.write_str("part of or depends on a dependency cycle"),
+            ErrorKind::MissingCohort(id) => {
+                write!(
+                    f,
+                    "cohort {id} is missing, cyclic or refers to a missing cohort"
+                )
+            }
+        }
+    }
+}
+
+impl fmt::Display for CompileError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(file) = &self.file {
+            write!(f, "{}: ", file.display())?;
+        }
+        match &self.subject {
+            Subject::File => {}
+            Subject::Flag(key) => write!(f, "flag {key:?}: ")?,
+            Subject::Cohort(id) => write!(f, "cohort {id}: ")?,
+        }
+        if !self.field.is_empty() {
+            write!(f, "{}: ", self.field)?;
+        }
+        write!(f, "{}", self.kind)
+    }
+}
+
+impl std::error::Error for CompileError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn display_names_file_flag_and_field() {
+        let err = CompileError::new(
+            "filters.groups[1].properties[0].operator".into(),
+            ErrorKind::UnknownOperator("foo".into()),
+        )
+        .in_flag("beta");
+        assert_eq!(
+            err.to_string(),
+            r#"flag "beta": filters.groups[1].properties[0].operator: unknown operator "foo""#
+        );
+        let err = err.with_file(Path::new("data/flags/3.json"));
+        assert_eq!(
+            err.to_string(),
+            r#"data/flags/3.json: flag "beta": filters.groups[1].properties[0].operator: unknown operator "foo""#
+        );
+        assert_eq!(err.flag(), Some("beta"));
+    }
+
+    #[test]
+    fn display_of_file_level_and_cohort_errors() {
+        let err = CompileError::in_file(Path::new("flags/x.json"), ErrorKind::FileName);
+        assert_eq!(
+            err.to_string(),
+            "flags/x.json: file name is not <project id>.json"
+        );
+        let err = CompileError::new("values[0].type".into(), ErrorKind::Missing).in_cohort("42");
+        assert_eq!(err.to_string(), "cohort 42: values[0].type: missing");
+    }
+}

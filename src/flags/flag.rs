@@ -1,0 +1,312 @@
+//! One flag compiled from its definition: conditions with resolved references, variant
+//! boundaries precomputed in stored order (the running f64 sum, so the walk is identical to
+//! PostHog's), the holdout, early-access settings and payloads.
+
+use std::collections::BTreeMap;
+
+use serde_json::{Map, Value};
+
+use super::cohort::Cohorts;
+use super::definition::Node;
+use super::error::{CompileError, ErrorKind};
+use super::filter::{CohortRef, FlagRef, Leaf, Scope};
+
+/// Person property that records an early-access opt-in, followed by the flag key.
+const ENROLLMENT_PREFIX: &str = "$feature_enrollment/";
+
+/// Variant given to holdout members, followed by the holdout id.
+const HOLDOUT_VARIANT_PREFIX: &str = "holdout-";
+
+/// The fields every live flag has, read before any flag is compiled so dependencies can be
+/// resolved in any order.
+#[derive(Debug, Clone)]
+pub(super) struct Header {
+    pub(super) key: String,
+    pub(super) id: i64,
+    pub(super) version: Option<i64>,
+    pub(super) active: bool,
+    pub(super) deleted: bool,
+}
+
+impl Header {
+    /// Reads from an element of the file's `flags` array. Errors after the key is known are
+    /// reported relative to the flag, e.g. `flag "beta": version: expected an integer`.
+    pub(super) fn read(item: &Node<'_>) -> Result<Header, CompileError> {
+        let key_node = item.get("key");
+        let key = key_node.str()?;
+        if key.is_empty() {
+            return Err(key_node.invalid("flag key is empty"));
+        }
+        let flag = Node::root(item.value());
+        let read = || -> Result<Header, CompileError> {
+            Ok(Header {
+                key: key.to_owned(),
+                id: flag.get("id").i64()?,
+                version: flag.get("version").opt_i64()?,
+                active: flag.get("active").bool_or(true)?,
+                deleted: flag.get("deleted").bool_or(false)?,
+            })
+        };
+        read().map_err(|e| e.in_flag(key))
+    }
+}
+
+#[derive(Debug)]
+pub(super) struct Flag {
+    pub(super) header: Header,
+    /// `None` for inactive flags: never evaluated, read as disabled by dependents.
+    pub(super) logic: Option<Logic>,
+    /// Set when a dependency is missing or cyclic: the flag fails closed.
+    pub(super) broken: bool,
+}
+
+/// A group flag's aggregation: the group type name, `None` when the index is unmapped
+/// (such a flag can never find its group and always reads `no_group_type`).
+#[derive(Debug, Clone)]
+pub(super) struct Aggregation {
+    pub(super) name: Option<String>,
+}
+
+#[derive(Debug, Clone)]
+pub(super) struct Condition {
+    pub(super) filters: Vec<Leaf>,
+    /// `None` is 100 %.
+    pub(super) rollout: Option<f64>,
+    /// The override, kept only when it names a defined variant.
+    pub(super) variant: Option<usize>,
+}
+
+#[derive(Debug, Clone)]
+pub(super) struct Variant {
+    pub(super) key: String,
+    /// Running sum of `rollout_percentage / 100` up to and including this variant.
+    pub(super) boundary: f64,
+}
+
+#[derive(Debug, Clone)]
+pub(super) struct Holdout {
+    /// `None` is 100 %.
+    pub(super) percentage: Option<f64>,
+    pub(super) variant: String,
+}
+
+/// Legacy early access: `super_groups[0]`, considered only when the person has one of
+/// its property keys.
+#[derive(Debug, Clone)]
+pub(super) struct SuperCondition {
+    pub(super) condition: Condition,
+    pub(super) keys: Vec<String>,
+}
+
+#[derive(Debug, Clone)]
+pub(super) struct Logic {
+    pub(super) aggregation: Option<Aggregation>,
+    pub(super) continuity: bool,
+    /// The `$feature_enrollment/<key>` property when `feature_enrollment` is on.
+    pub(super) enrollment: Option<String>,
+    pub(super) super_condition: Option<SuperCondition>,
+    pub(super) holdout: Option<Holdout>,
+    pub(super) conditions: Vec<Condition>,
+    pub(super) early_exit: bool,
+    pub(super) variants: Vec<Variant>,
+    pub(super) payloads: Map<String, Value>,
+}
+
+/// What flag compilation may consult besides the flag itself.
+pub(super) struct FlagScope<'a> {
+    pub(super) scope: &'a Scope,
+    pub(super) cohorts: &'a Cohorts,
+    pub(super) group_types: &'a BTreeMap<i64, String>,
+}
+
+impl Logic {
+    /// Compiles a live flag's logic. Broken references are returned as warnings: they
+    /// disable this flag, not the file.
+    pub(super) fn compile(
+        flag: &Node<'_>,
+        key: &str,
+        ctx: &FlagScope<'_>,
+        warnings: &mut Vec<CompileError>,
+    ) -> Result<Logic, CompileError> {
+        let filters = flag.get("filters");
+        let variants = variants(&filters.get("multivariate").get("variants"))?;
+        let mut conditions = Vec::new();
+        for group in filters.get("groups").items()? {
+            conditions.push(condition(&group, &variants, ctx, warnings)?);
+        }
+        let super_groups = filters.get("super_groups");
+        let super_condition = match super_groups.items()?.first() {
+            Some(first) => super_condition(first, &variants, ctx, warnings)?,
+            None => None,
+        };
+        let enrollment = filters
+            .get("feature_enrollment")
+            .bool_or(false)?
+            .then(|| format!("{ENROLLMENT_PREFIX}{key}"));
+        let aggregation = filters
+            .get("aggregation_group_type_index")
+            .opt_i64()?
+            .map(|index| Aggregation {
+                name: ctx.group_types.get(&index).cloned(),
+            });
+        let payloads = match filters.get("payloads").value() {
+            Value::Object(map) => map.clone(),
+            Value::Null => Map::new(),
+            _ => return Err(filters.get("payloads").wrong_type("an object")),
+        };
+        Ok(Logic {
+            aggregation,
+            continuity: flag.get("ensure_experience_continuity").bool_or(false)?,
+            enrollment,
+            super_condition,
+            holdout: holdout(&filters)?,
+            conditions,
+            early_exit: filters.get("early_exit").bool_or(false)?,
+            variants,
+            payloads,
+        })
+    }
+
+    /// Every leaf filter the flag evaluates.
+    pub(super) fn leaves(&self) -> impl Iterator<Item = &Leaf> {
+        let super_filters = self
+            .super_condition
+            .iter()
+            .flat_map(|s| &s.condition.filters);
+        self.conditions
+            .iter()
+            .flat_map(|c| &c.filters)
+            .chain(super_filters)
+    }
+
+    /// Whether evaluating this flag may read person properties.
+    pub(super) fn reads_person(&self) -> bool {
+        self.enrollment.is_some()
+            || self.super_condition.is_some()
+            || self.leaves().any(|leaf| match leaf {
+                Leaf::Property { .. } => self.aggregation.is_none(),
+                Leaf::Cohort { .. } => true,
+                Leaf::Flag { .. } => false,
+            })
+    }
+
+    /// Whether evaluating this flag may read group properties.
+    pub(super) fn reads_group(&self) -> bool {
+        self.aggregation.is_some()
+            && self
+                .leaves()
+                .any(|leaf| matches!(leaf, Leaf::Property { .. }))
+    }
+}
+
+fn variants(node: &Node<'_>) -> Result<Vec<Variant>, CompileError> {
+    let mut boundary = 0.0;
+    let mut out = Vec::new();
+    for item in node.items()? {
+        let percentage = item.get("rollout_percentage");
+        boundary += percentage
+            .opt_f64()?
+            .ok_or_else(|| percentage.error(ErrorKind::Missing))?
+            / 100.0;
+        out.push(Variant {
+            key: item.get("key").str()?.to_owned(),
+            boundary,
+        });
+    }
+    Ok(out)
+}
+
+fn condition(
+    node: &Node<'_>,
+    variants: &[Variant],
+    ctx: &FlagScope<'_>,
+    warnings: &mut Vec<CompileError>,
+) -> Result<Condition, CompileError> {
+    let mut filters = Vec::new();
+    let properties = node.get("properties");
+    for item in properties.items()? {
+        let leaf = Leaf::compile(&item, ctx.scope, super::filter::Allow::Everything)?;
+        if let Some(kind) = broken_reference(&leaf, ctx.cohorts) {
+            warnings.push(item.error(kind));
+        }
+        filters.push(leaf);
+    }
+    let variant = node.get("variant").opt_str()?;
+    Ok(Condition {
+        filters,
+        rollout: node.get("rollout_percentage").opt_f64()?,
+        variant: variant.and_then(|v| variants.iter().position(|known| known.key == v)),
+    })
+}
+
+fn super_condition(
+    node: &Node<'_>,
+    variants: &[Variant],
+    ctx: &FlagScope<'_>,
+    warnings: &mut Vec<CompileError>,
+) -> Result<Option<SuperCondition>, CompileError> {
+    let condition = condition(node, variants, ctx, warnings)?;
+    let keys: Vec<String> = condition
+        .filters
+        .iter()
+        .filter_map(|leaf| match leaf {
+            Leaf::Property { key, .. } => Some(key.clone()),
+            _ => None,
+        })
+        .collect();
+    // Without property keys the gate "one of its keys is present" can never open.
+    Ok((!keys.is_empty()).then_some(SuperCondition { condition, keys }))
+}
+
+fn broken_reference(leaf: &Leaf, cohorts: &Cohorts) -> Option<ErrorKind> {
+    match leaf {
+        Leaf::Flag {
+            flag: FlagRef::Missing(key),
+            ..
+        } => Some(ErrorKind::MissingDependency(key.clone())),
+        Leaf::Cohort {
+            cohort: CohortRef::Missing(id),
+            ..
+        } => Some(ErrorKind::MissingCohort(*id)),
+        Leaf::Cohort {
+            cohort: CohortRef::Index(i),
+            ..
+        } if !cohorts.usable.get(*i).copied().unwrap_or(false) => Some(ErrorKind::MissingCohort(
+            cohorts.ids.get(*i).copied().unwrap_or_default(),
+        )),
+        _ => None,
+    }
+}
+
+/// `filters.holdout` ({id, exclusion_percentage}), or PostHog's older `holdout_groups`.
+fn holdout(filters: &Node<'_>) -> Result<Option<Holdout>, CompileError> {
+    let holdout = filters.get("holdout");
+    if !holdout.is_null() {
+        let id = holdout.get("id").i64()?;
+        // Required: a null percentage would mean 100 % and hold every user out.
+        let percentage = holdout.get("exclusion_percentage");
+        let exclusion = percentage
+            .opt_f64()?
+            .ok_or_else(|| percentage.error(ErrorKind::Missing))?;
+        return Ok(Some(Holdout {
+            percentage: Some(exclusion),
+            variant: format!("{HOLDOUT_VARIANT_PREFIX}{id}"),
+        }));
+    }
+    let groups = filters.get("holdout_groups");
+    let items = groups.items()?;
+    let Some(first) = items.first() else {
+        return Ok(None);
+    };
+    // Holdout groups with property filters never admit anyone, as in PostHog.
+    if !first.get("properties").items()?.is_empty() {
+        return Ok(None);
+    }
+    let Some(variant) = first.get("variant").opt_str()? else {
+        return Ok(None);
+    };
+    Ok(Some(Holdout {
+        percentage: first.get("rollout_percentage").opt_f64()?,
+        variant: variant.to_owned(),
+    }))
+}

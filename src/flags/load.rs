@@ -1,0 +1,311 @@
+//! Loading `flags/<project id>.json` files into a `Snapshot` and publishing it atomically.
+//! Requests read the current snapshot lock-free through `ArcSwap` and keep their `Arc` for
+//! the whole evaluation, so they see either the old or the new rules, never a mixture. A
+//! file that fails to compile keeps that project's previous rules: a typo in one project
+//! must not switch its flags off.
+
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime};
+
+use arc_swap::ArcSwap;
+use sha1::{Digest, Sha1};
+
+use super::compile::ProjectRules;
+use super::error::{CompileError, ErrorKind};
+
+/// Extension of flag files; other files in the directory (editor swap files) are ignored.
+const FLAG_FILE_EXTENSION: &str = "json";
+
+/// A file modified this recently may be rewritten within the same mtime tick at the same
+/// size, which the cheap check cannot see; until then changes are confirmed by content.
+const SETTLE_TIME: Duration = Duration::from_secs(2);
+
+/// Every project's compiled rules at one moment.
+#[derive(Debug, Default)]
+pub struct Snapshot {
+    projects: HashMap<i64, Arc<ProjectRules>>,
+    version: u64,
+}
+
+impl Snapshot {
+    pub fn project(&self, id: i64) -> Option<&Arc<ProjectRules>> {
+        self.projects.get(&id)
+    }
+
+    /// Increments with every published snapshot; 0 is the empty start.
+    pub fn version(&self) -> u64 {
+        self.version
+    }
+
+    /// The project ids with rules, sorted.
+    pub fn project_ids(&self) -> Vec<i64> {
+        let mut ids: Vec<i64> = self.projects.keys().copied().collect();
+        ids.sort_unstable();
+        ids
+    }
+}
+
+/// The outcome of one reload.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReloadReport {
+    /// The version of the snapshot now current.
+    pub version: u64,
+    /// Projects compiled from their file in this reload, sorted.
+    pub loaded: Vec<i64>,
+    /// Files that could not be used; each project concerned kept its previous rules.
+    pub errors: Vec<CompileError>,
+    /// Flags disabled in files that did load (missing or cyclic dependencies).
+    pub warnings: Vec<CompileError>,
+}
+
+/// The published flag rules of all projects, and what is needed to reload them.
+pub struct Rules {
+    /// Swapped whole, so readers never take a lock and never see a partial reload.
+    current: ArcSwap<Snapshot>,
+    /// Serialises reloads (SIGHUP and the poller may race) and remembers what was seen.
+    loader: Mutex<Seen>,
+    failures: AtomicU64,
+}
+
+/// One directory entry as the cheap change check sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Stamp {
+    name: OsString,
+    modified: Option<SystemTime>,
+    len: u64,
+}
+
+#[derive(Debug, Default)]
+struct Seen {
+    /// `None` before the first reload or when the directory could not be listed.
+    stamps: Option<Vec<Stamp>>,
+    digests: HashMap<OsString, [u8; 20]>,
+    settled: bool,
+}
+
+impl std::fmt::Debug for Rules {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Rules")
+            .field("version", &self.current.load().version)
+            .field("reload_failures", &self.reload_failures())
+            .finish()
+    }
+}
+
+impl Default for Rules {
+    fn default() -> Self {
+        Rules::new()
+    }
+}
+
+impl Rules {
+    /// No projects; `reload` fills it.
+    pub fn new() -> Rules {
+        Rules {
+            current: ArcSwap::from_pointee(Snapshot::default()),
+            loader: Mutex::new(Seen::default()),
+            failures: AtomicU64::new(0),
+        }
+    }
+
+    /// Loads every file of `flags_dir` (the data dir's `flags/`). Like every method that
+    /// touches files, this blocks: call it from a blocking thread, not the reactor.
+    pub fn load(flags_dir: &Path) -> (Rules, ReloadReport) {
+        let rules = Rules::new();
+        let report = rules.reload(flags_dir);
+        (rules, report)
+    }
+
+    /// The current snapshot; lock-free. Hold it for a whole request.
+    pub fn current(&self) -> Arc<Snapshot> {
+        self.current.load_full()
+    }
+
+    /// Files rejected since start, for metrics.
+    pub fn reload_failures(&self) -> u64 {
+        self.failures.load(Ordering::Relaxed)
+    }
+
+    /// Compiles every file and publishes the result in one swap.
+    pub fn reload(&self, flags_dir: &Path) -> ReloadReport {
+        let mut seen = self.lock();
+        self.reload_locked(flags_dir, &mut seen)
+    }
+
+    /// Reloads only when file names, sizes or mtimes changed (or, for files changed in the
+    /// last moments, their content). Cheap enough to poll every few hundred milliseconds;
+    /// `None` when nothing changed.
+    pub fn reload_if_changed(&self, flags_dir: &Path) -> Option<ReloadReport> {
+        let mut seen = self.lock();
+        let stamps = list(flags_dir).ok().map(|entries| stamps(&entries));
+        if stamps != seen.stamps {
+            return Some(self.reload_locked(flags_dir, &mut seen));
+        }
+        if seen.settled {
+            return None;
+        }
+        let entries = list(flags_dir).unwrap_or_default();
+        for path in &entries {
+            let digest = fs::read(path).ok().map(|bytes| digest(&bytes));
+            let name = path.file_name().map(OsString::from).unwrap_or_default();
+            if digest.as_ref() != seen.digests.get(&name) {
+                return Some(self.reload_locked(flags_dir, &mut seen));
+            }
+        }
+        seen.settled = settled(seen.stamps.as_deref().unwrap_or_default());
+        None
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Seen> {
+        // A panic mid-reload leaves at worst stale stamps, which only cause a reload.
+        self.loader
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn reload_locked(&self, flags_dir: &Path, seen: &mut Seen) -> ReloadReport {
+        let previous = self.current.load_full();
+        let entries = match list(flags_dir) {
+            Ok(entries) => entries,
+            Err(error) => {
+                let error = CompileError::in_file(flags_dir, ErrorKind::Io(error.to_string()));
+                self.record_failure(&error);
+                // Unknown stamps: the poller reloads once the directory can be listed again.
+                seen.stamps = None;
+                seen.settled = true;
+                return ReloadReport {
+                    version: previous.version,
+                    loaded: Vec::new(),
+                    errors: vec![error],
+                    warnings: Vec::new(),
+                };
+            }
+        };
+        let mut projects = HashMap::new();
+        let mut report = ReloadReport {
+            version: previous.version + 1,
+            loaded: Vec::new(),
+            errors: Vec::new(),
+            warnings: Vec::new(),
+        };
+        // Stamp before reading: a file changed after this point then differs next poll.
+        let current = stamps(&entries);
+        seen.digests.clear();
+        for path in &entries {
+            let bytes = fs::read(path);
+            if let (Ok(bytes), Some(name)) = (&bytes, path.file_name()) {
+                seen.digests.insert(name.to_owned(), digest(bytes));
+            }
+            let Some(id) = project_id(path) else {
+                let error = CompileError::in_file(path, ErrorKind::FileName);
+                self.record_failure(&error);
+                report.errors.push(error);
+                continue;
+            };
+            let compiled = bytes
+                .map_err(|e| CompileError::in_file(path, ErrorKind::Io(e.to_string())))
+                .and_then(|bytes| compile_file(path, &bytes));
+            match compiled {
+                Ok(rules) => {
+                    let warnings = rules.warnings().iter().map(|w| w.clone().with_file(path));
+                    report.warnings.extend(warnings);
+                    projects.insert(id, Arc::new(rules));
+                    report.loaded.push(id);
+                }
+                Err(error) => {
+                    self.record_failure(&error);
+                    report.errors.push(error);
+                    if let Some(kept) = previous.project(id) {
+                        projects.insert(id, Arc::clone(kept));
+                    }
+                }
+            }
+        }
+        report.loaded.sort_unstable();
+        let snapshot = Snapshot {
+            projects,
+            version: report.version,
+        };
+        let count = snapshot.projects.len();
+        self.current.store(Arc::new(snapshot));
+        seen.settled = settled(&current);
+        seen.stamps = Some(current);
+        tracing::info!(
+            version = report.version,
+            projects = count,
+            "flag rules published"
+        );
+        report
+    }
+
+    fn record_failure(&self, error: &CompileError) {
+        self.failures.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(%error, "flag file not loaded; previous rules kept");
+    }
+}
+
+fn compile_file(path: &Path, bytes: &[u8]) -> Result<ProjectRules, CompileError> {
+    let rules = ProjectRules::compile(bytes).map_err(|e| e.with_file(path))?;
+    for warning in rules.warnings() {
+        tracing::warn!(file = %path.display(), %warning, "flag disabled until fixed");
+    }
+    Ok(rules)
+}
+
+/// The `*.json` files of the directory, sorted by name for deterministic reports.
+fn list(flags_dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    for entry in fs::read_dir(flags_dir)? {
+        let path = entry?.path();
+        let is_json = path
+            .extension()
+            .is_some_and(|ext| ext == FLAG_FILE_EXTENSION);
+        if is_json && path.is_file() {
+            out.push(path);
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+fn stamps(entries: &[PathBuf]) -> Vec<Stamp> {
+    entries
+        .iter()
+        .map(|path| {
+            let meta = fs::metadata(path).ok();
+            Stamp {
+                name: path.file_name().map(OsString::from).unwrap_or_default(),
+                modified: meta.as_ref().and_then(|m| m.modified().ok()),
+                len: meta.map_or(0, |m| m.len()),
+            }
+        })
+        .collect()
+}
+
+/// True when every file is older than `SETTLE_TIME`.
+fn settled(stamps: &[Stamp]) -> bool {
+    let now = SystemTime::now();
+    stamps.iter().all(|stamp| {
+        stamp
+            .modified
+            .and_then(|m| now.duration_since(m).ok())
+            .is_some_and(|age| age >= SETTLE_TIME)
+    })
+}
+
+fn digest(bytes: &[u8]) -> [u8; 20] {
+    Sha1::digest(bytes).into()
+}
+
+/// `<id>.json` with `id` written canonically, so `01.json` and `1.json` cannot both claim
+/// project 1.
+fn project_id(path: &Path) -> Option<i64> {
+    let stem = path.file_stem()?.to_str()?;
+    let id: i64 = stem.parse().ok()?;
+    (id.to_string() == stem).then_some(id)
+}

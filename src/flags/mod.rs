@@ -1,0 +1,37 @@
+//! Feature flags: PostHog-compatible flag definitions, compiled once per project file and
+//! evaluated per `/decide` or `/flags` request with results identical to PostHog's.
+//!
+//! How the parts fit:
+//! - `load`: reads `flags/<project id>.json`, publishes a [`Snapshot`] of all projects
+//!   atomically ([`Rules`]), and keeps a project's old rules when its file is broken.
+//! - `compile` ([`ProjectRules::compile`]), with `definition` (path-aware JSON reading),
+//!   `flag`, `filter`, `cohort` and `graph` (dependency order and cycles): turns a file
+//!   into an immutable, index-resolved form.
+//! - `evaluate` ([`ProjectRules::evaluate`]), with `hash`, `property`, `date` and
+//!   `semver`: computes every flag for one [`Context`].
+//! - `response` ([`response`]): the response body for each protocol version.
+
+mod cohort;
+mod compile;
+mod date;
+mod definition;
+mod error;
+mod evaluate;
+mod filter;
+mod flag;
+mod graph;
+mod hash;
+mod load;
+mod property;
+mod response;
+mod result;
+mod semver;
+
+#[cfg(test)]
+mod tests;
+
+pub use compile::ProjectRules;
+pub use error::{CompileError, ErrorKind};
+pub use load::{ReloadReport, Rules, Snapshot};
+pub use response::response;
+pub use result::{Context, Evaluation, FailureCause, FlagFailure, FlagResult, Reason, ReasonCode};

@@ -1,0 +1,165 @@
+//! The response bodies of /decide v1 to v4 (and /flags), asserted whole.
+
+use serde_json::{json, Value};
+use uuid::Uuid;
+
+use crate::flags::result::Reason;
+use crate::flags::{response, Evaluation, FailureCause, FlagFailure, FlagResult, ReasonCode};
+
+const REQUEST_ID: &str = "0190f1f2-7a3b-7cde-8f01-23456789abcd";
+
+fn result(
+    key: &str,
+    id: i64,
+    enabled: bool,
+    variant: Option<&str>,
+    reason: Reason,
+    payload: Option<Value>,
+) -> FlagResult {
+    FlagResult {
+        key: key.into(),
+        id,
+        version: Some(3),
+        enabled,
+        variant: variant.map(Into::into),
+        reason,
+        payload,
+    }
+}
+
+/// Three computed flags and one that failed.
+fn evaluation() -> Evaluation {
+    Evaluation {
+        flags: vec![
+            result(
+                "beta",
+                1,
+                true,
+                None,
+                Reason::new(ReasonCode::ConditionMatch, Some(1)),
+                Some(json!("{\"a\":1}")),
+            ),
+            result(
+                "exp",
+                2,
+                true,
+                Some("test-a"),
+                Reason::new(ReasonCode::ConditionMatch, Some(0)),
+                None,
+            ),
+            result(
+                "off",
+                3,
+                false,
+                None,
+                Reason::new(ReasonCode::OutOfRolloutBound, Some(0)),
+                None,
+            ),
+        ],
+        errors: true,
+        failed: vec![FlagFailure {
+            key: "broken".into(),
+            id: 4,
+            cause: FailureCause::PersonProperties,
+        }],
+    }
+}
+
+fn with_common(mut flags_part: Value) -> Value {
+    let common = json!({
+        "config": {"enable_collect_everything": true},
+        "toolbarParams": {},
+        "isAuthenticated": false,
+        "supportedCompression": ["gzip", "gzip-js", "lz64"],
+        "sessionRecording": false,
+        "capturePerformance": false,
+        "autocapture_opt_out": false,
+        "surveys": false,
+        "heatmaps": false,
+        "siteApps": []
+    });
+    if let (Value::Object(body), Value::Object(common)) = (&mut flags_part, common) {
+        body.extend(common);
+    }
+    flags_part
+}
+
+fn body(version: u8) -> Value {
+    response(
+        version,
+        &evaluation(),
+        Uuid::parse_str(REQUEST_ID).expect("valid uuid"),
+    )
+}
+
+#[test]
+fn v1_lists_enabled_keys() {
+    assert_eq!(
+        body(1),
+        with_common(json!({"featureFlags": ["beta", "exp"]}))
+    );
+    assert_eq!(body(0), body(1));
+}
+
+#[test]
+fn v2_maps_enabled_flags_to_values() {
+    assert_eq!(
+        body(2),
+        with_common(json!({"featureFlags": {"beta": true, "exp": "test-a"}}))
+    );
+}
+
+#[test]
+fn v3_has_every_computed_flag_payloads_and_errors() {
+    assert_eq!(
+        body(3),
+        with_common(json!({
+            "featureFlags": {"beta": true, "exp": "test-a", "off": false},
+            "featureFlagPayloads": {"beta": "{\"a\":1}"},
+            "errorsWhileComputingFlags": true
+        }))
+    );
+}
+
+#[test]
+fn v4_has_details_reasons_and_metadata() {
+    let expected = with_common(json!({
+        "flags": {
+            "beta": {"key": "beta", "enabled": true, "variant": null,
+                     "reason": {"code": "condition_match", "condition_index": 1, "description": "Matched condition set 2"},
+                     "metadata": {"id": 1, "version": 3, "payload": "{\"a\":1}"}},
+            "exp": {"key": "exp", "enabled": true, "variant": "test-a",
+                    "reason": {"code": "condition_match", "condition_index": 0, "description": "Matched condition set 1"},
+                    "metadata": {"id": 2, "version": 3, "payload": null}},
+            "off": {"key": "off", "enabled": false, "variant": null,
+                    "reason": {"code": "out_of_rollout_bound", "condition_index": 0, "description": "Out of rollout bound"},
+                    "metadata": {"id": 3, "version": 3, "payload": null}}
+        },
+        "errorsWhileComputingFlags": true,
+        "requestId": REQUEST_ID
+    }));
+    assert_eq!(body(4), expected);
+    assert_eq!(body(9), expected, "newer versions get the newest shape");
+}
+
+#[test]
+fn flag_order_is_definition_order() {
+    let keys: Vec<String> = match &body(4)["flags"] {
+        Value::Object(map) => map.keys().cloned().collect(),
+        _ => Vec::new(),
+    };
+    assert_eq!(keys, vec!["beta", "exp", "off"]);
+}
+
+#[test]
+fn empty_evaluation() {
+    let eval = Evaluation {
+        flags: Vec::new(),
+        errors: false,
+        failed: Vec::new(),
+    };
+    let v3 = response(3, &eval, Uuid::nil());
+    assert_eq!(v3["featureFlags"], json!({}));
+    assert_eq!(v3["featureFlagPayloads"], json!({}));
+    assert_eq!(v3["errorsWhileComputingFlags"], json!(false));
+}

@@ -1,0 +1,377 @@
+//! Feature flags for clients: `/decide` (versions 1-4) and `/flags` (the v4 shape),
+//! evaluated from the published rules snapshot with the person's and groups' stored
+//! properties, plus the definitions feed for SDKs that evaluate locally.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use hyper::body::Incoming;
+use hyper::header::{AUTHORIZATION, CONTENT_ENCODING, CONTENT_TYPE};
+use hyper::{HeaderMap, Request, Response, StatusCode};
+use serde_json::{Map, Value};
+
+use super::body::{self, Reservation};
+use super::decode::{self, Query};
+use super::error::ApiError;
+use super::response::{self, Body};
+use crate::app::App;
+use crate::capture::{self, clean_distinct_id};
+use crate::flags::{self, Context};
+use crate::projects::{key_shape_is_valid, Project, PERSONAL_KEY_PREFIX};
+use crate::store::query;
+
+/// Decide bodies are small; anything near this is not a decide request.
+const MAX_DECIDE_BODY_BYTES: usize = 1024 * 1024;
+
+/// Why a decide request is refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Error {
+    MissingKey,
+    InvalidKey,
+    MissingDistinctId,
+    /// The body is not a JSON object of the expected shape.
+    InvalidBody(&'static str),
+}
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Error::MissingKey => f.write_str("API key is missing: send api_key or token"),
+            Error::InvalidKey => f.write_str("API key is not valid"),
+            Error::MissingDistinctId => f.write_str("distinct_id is required"),
+            Error::InvalidBody(why) => write!(f, "invalid request body: {why}"),
+        }
+    }
+}
+
+/// What a decide request asks about.
+#[derive(Debug, Default)]
+pub struct DecideRequest {
+    pub key: String,
+    pub distinct_id: String,
+    pub anon_distinct_id: Option<String>,
+    pub groups: Map<String, Value>,
+    pub person_properties: Map<String, Value>,
+    pub group_properties: Map<String, Value>,
+    pub disable_flags: bool,
+}
+
+impl DecideRequest {
+    /// Read the JSON body of a decide request.
+    pub fn parse(bytes: &mut [u8]) -> Result<DecideRequest, ApiError> {
+        let value = capture::json::parse_value(bytes).map_err(ApiError::Capture)?;
+        let Value::Object(mut obj) = value else {
+            return Err(Error::InvalidBody("expected a JSON object").into());
+        };
+        let key = match (obj.remove("api_key"), obj.remove("token")) {
+            (Some(Value::String(k)), _) | (_, Some(Value::String(k))) => k,
+            (None | Some(Value::Null), None | Some(Value::Null)) => {
+                return Err(Error::MissingKey.into())
+            }
+            _ => return Err(Error::InvalidBody("api_key must be a string").into()),
+        };
+        let distinct_id = match obj.remove("distinct_id") {
+            Some(Value::String(s)) if !s.is_empty() => clean_distinct_id(&s),
+            Some(Value::Number(n)) => n.to_string(),
+            None | Some(Value::Null) | Some(Value::String(_)) => {
+                return Err(Error::MissingDistinctId.into())
+            }
+            Some(_) => {
+                return Err(Error::InvalidBody("distinct_id must be a string or a number").into())
+            }
+        };
+        let object = |v: Option<Value>, what: &'static str| match v {
+            None | Some(Value::Null) => Ok(Map::new()),
+            Some(Value::Object(m)) => Ok(m),
+            Some(_) => Err(ApiError::from(Error::InvalidBody(what))),
+        };
+        Ok(DecideRequest {
+            key,
+            distinct_id,
+            anon_distinct_id: match obj.remove("$anon_distinct_id") {
+                Some(Value::String(s)) if !s.is_empty() => Some(clean_distinct_id(&s)),
+                Some(Value::Number(n)) => Some(n.to_string()),
+                _ => None,
+            },
+            groups: object(obj.remove("groups"), "groups must be an object")?,
+            person_properties: object(
+                obj.remove("person_properties"),
+                "person_properties must be an object",
+            )?,
+            group_properties: object(
+                obj.remove("group_properties"),
+                "group_properties must be an object",
+            )?,
+            disable_flags: obj.get("disable_flags") == Some(&Value::Bool(true)),
+        })
+    }
+}
+
+/// `/decide?v=N` answers in version N's shape (1 when absent); `/flags` always in v4's.
+pub fn version(query: Option<&str>, flags_path: bool) -> u8 {
+    if flags_path {
+        return 4;
+    }
+    form_urlencoded::parse(query.unwrap_or("").as_bytes())
+        .find(|(k, _)| k == "v")
+        .and_then(|(_, v)| v.parse::<u8>().ok())
+        .unwrap_or(1)
+        .clamp(1, 4)
+}
+
+pub async fn handle(
+    app: &Arc<App>,
+    req: Request<Incoming>,
+    peer: SocketAddr,
+    flags_path: bool,
+) -> Result<Response<Body>, ApiError> {
+    let started = Instant::now();
+    let (parts, incoming) = req.into_parts();
+    let version = version(parts.uri.query(), flags_path);
+    let query = Query::parse(parts.uri.query());
+    let mut held = Reservation::default();
+    let raw = body::read(
+        incoming,
+        super::content_length(&parts.headers),
+        MAX_DECIDE_BODY_BYTES.min(app.config.limits.max_body_bytes),
+        app.config.limits.body_read_timeout,
+        &app.budget,
+        &mut held,
+    )
+    .await?;
+    let mut bytes = decode::payload(
+        &query,
+        super::header_str(&parts.headers, CONTENT_TYPE).as_deref(),
+        super::header_str(&parts.headers, CONTENT_ENCODING).as_deref(),
+        &raw,
+        app.config.limits.max_decompressed_bytes,
+    )?;
+    let request = DecideRequest::parse(&mut bytes)?;
+    let project = project_of(app, &request.key)?;
+    let _ = peer;
+    let body = evaluate(app, &project, &request, version);
+    app.metrics
+        .decide_seconds
+        .observe(started.elapsed().as_secs_f64());
+    Ok(response::json(StatusCode::OK, &body))
+}
+
+fn project_of(app: &App, key: &str) -> Result<Arc<Project>, ApiError> {
+    if !key_shape_is_valid(key) {
+        return Err(Error::InvalidKey.into());
+    }
+    app.projects
+        .load()
+        .by_api_key(key)
+        .cloned()
+        .ok_or_else(|| Error::InvalidKey.into())
+}
+
+/// Evaluate every flag of the project for the request and build the response body.
+fn evaluate(app: &App, project: &Project, req: &DecideRequest, version: u8) -> Value {
+    let snapshot = app.rules.current();
+    let rules = i64::try_from(project.id)
+        .ok()
+        .and_then(|id| snapshot.project(id).cloned());
+    let request_id = uuid::Uuid::now_v7();
+    let Some(rules) = rules.filter(|_| !req.disable_flags) else {
+        return flags::response(version, &flags::Evaluation::default(), request_id);
+    };
+    let trees = &app.trees;
+    // Stored person properties, then the request's, key by key. A failed lookup
+    // leaves them unknown: flags that need them fail instead of guessing.
+    let mut hash_key = None;
+    let person_properties = if rules.needs_person_properties() {
+        match query::person_by_distinct_id(trees, project.id, &req.distinct_id) {
+            Ok(stored) => {
+                let mut props = Map::new();
+                if let Some(person) = stored {
+                    if person.first_distinct_id != req.distinct_id {
+                        hash_key = Some(person.first_distinct_id);
+                    }
+                    props = person.properties;
+                }
+                props.extend(req.person_properties.clone());
+                Some(props)
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "person lookup failed; person-based flags left out");
+                None
+            }
+        }
+    } else {
+        Some(req.person_properties.clone())
+    };
+    if hash_key.is_none() && rules.needs_continuity() {
+        hash_key = query::person_by_distinct_id(trees, project.id, &req.distinct_id)
+            .ok()
+            .flatten()
+            .map(|p| p.first_distinct_id)
+            .filter(|first| *first != req.distinct_id);
+    }
+    let group_properties = group_properties(app, project.id, req, rules.needs_group_properties());
+    let ctx = Context {
+        distinct_id: &req.distinct_id,
+        anon_distinct_id: req.anon_distinct_id.as_deref(),
+        hash_key_override: hash_key.as_deref(),
+        person_properties: person_properties.as_ref(),
+        groups: &req.groups,
+        group_properties: &group_properties,
+        now: time::OffsetDateTime::now_utc(),
+    };
+    let evaluation = rules.evaluate(&ctx);
+    if evaluation.errors {
+        app.metrics.decide_errors.inc();
+    }
+    flags::response(version, &evaluation, request_id)
+}
+
+/// Each requested group's stored properties, overridden by the request's.
+fn group_properties(
+    app: &App,
+    project: u64,
+    req: &DecideRequest,
+    use_stored: bool,
+) -> HashMap<String, Option<Map<String, Value>>> {
+    let mut out = HashMap::new();
+    for (kind, key) in &req.groups {
+        let key = match key {
+            Value::String(s) => s.clone(),
+            Value::Number(n) => n.to_string(),
+            _ => continue,
+        };
+        let mut props = Map::new();
+        if use_stored {
+            let stored =
+                query::group_type_index(&app.trees, project, kind).and_then(|index| match index {
+                    Some(i) => query::group(&app.trees, project, i, &key),
+                    None => Ok(None),
+                });
+            match stored {
+                Ok(Some(group)) => props = group.properties,
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "group lookup failed; flags of that group left out");
+                    out.insert(kind.clone(), None);
+                    continue;
+                }
+            }
+        }
+        if let Some(Value::Object(overrides)) = req.group_properties.get(kind) {
+            props.extend(overrides.clone());
+        }
+        out.insert(kind.clone(), Some(props));
+    }
+    out
+}
+
+/// `/api/feature_flag/local_evaluation/` and `/flags/definitions`: the project's
+/// definitions for SDKs evaluating locally. The project key names the project; a
+/// personal key of that same project authorises the read.
+pub fn definitions(
+    app: &App,
+    headers: &HeaderMap,
+    query: Option<&str>,
+) -> Result<Response<Body>, ApiError> {
+    let mut token = None;
+    let mut send_cohorts = false;
+    for (k, v) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
+        match &*k {
+            "token" | "api_key" => token = Some(v.into_owned()),
+            "send_cohorts" => send_cohorts = v != "false" && v != "0",
+            _ => {}
+        }
+    }
+    let personal = headers
+        .get(AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim)
+        .filter(|k| k.starts_with(PERSONAL_KEY_PREFIX))
+        .ok_or(ApiError::NotAuthenticated)?;
+    let projects = app.projects.load();
+    let owner = projects
+        .by_personal_key(personal)
+        .ok_or(ApiError::NotAuthenticated)?;
+    let project = match token {
+        Some(t) => projects.by_api_key(&t).ok_or(Error::InvalidKey)?.clone(),
+        // Older SDKs send only the personal key; it names one project.
+        None => owner.clone(),
+    };
+    if project.id != owner.id {
+        return Err(ApiError::Forbidden);
+    }
+    let snapshot = app.rules.current();
+    let mut body = match i64::try_from(project.id)
+        .ok()
+        .and_then(|id| snapshot.project(id))
+    {
+        Some(rules) => rules.definitions_json().clone(),
+        None => serde_json::json!({"flags": [], "group_type_mapping": {}, "cohorts": {}}),
+    };
+    if !send_cohorts {
+        if let Some(obj) = body.as_object_mut() {
+            obj.insert("cohorts".into(), Value::Object(Map::new()));
+        }
+    }
+    Ok(response::json(StatusCode::OK, &body))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(s: &str) -> Result<DecideRequest, ApiError> {
+        DecideRequest::parse(&mut s.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn versions() {
+        assert_eq!(version(Some("v=3"), false), 3);
+        assert_eq!(version(None, false), 1);
+        assert_eq!(version(Some("v=9"), false), 4);
+        assert_eq!(version(Some("v=2"), true), 4);
+        assert_eq!(version(Some("v=x&ip=1"), false), 1);
+    }
+
+    #[test]
+    fn request_fields() {
+        let r = parse(r#"{"token":"phc_k","distinct_id":42,"groups":{"org":"o"},"$anon_distinct_id":"a",
+                         "person_properties":{"p":1},"group_properties":{"org":{"g":1}},"disable_flags":true}"#)
+        .unwrap();
+        assert_eq!((r.key.as_str(), r.distinct_id.as_str()), ("phc_k", "42"));
+        assert_eq!(r.anon_distinct_id.as_deref(), Some("a"));
+        assert_eq!(r.groups["org"], "o");
+        assert!(r.disable_flags);
+        assert!(matches!(
+            parse(r#"{"distinct_id":"d"}"#),
+            Err(ApiError::Decide(Error::MissingKey))
+        ));
+        assert!(matches!(
+            parse(r#"{"api_key":"k"}"#),
+            Err(ApiError::Decide(Error::MissingDistinctId))
+        ));
+        assert!(matches!(
+            parse(r#"{"api_key":"k","distinct_id":""}"#),
+            Err(ApiError::Decide(Error::MissingDistinctId))
+        ));
+        assert!(matches!(
+            parse(r#"{"api_key":"k","distinct_id":{}}"#),
+            Err(ApiError::Decide(Error::InvalidBody(_)))
+        ));
+        assert!(matches!(
+            parse(r#"{"api_key":"k","distinct_id":"d","groups":[]}"#),
+            Err(ApiError::Decide(Error::InvalidBody(_)))
+        ));
+        assert!(matches!(
+            parse("[1]"),
+            Err(ApiError::Decide(Error::InvalidBody(_)))
+        ));
+        assert!(matches!(
+            parse("{"),
+            Err(ApiError::Capture(capture::Error::InvalidJson(_)))
+        ));
+    }
+}

@@ -1,0 +1,384 @@
+//! /decide and /flags end to end: every version and encoding, stored person and
+//! group properties, the worked hash examples, hot reload, the definitions feed.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use serde_json::{json, Value};
+
+use crate::util::*;
+
+fn rules(beta_rollout: u32) -> Value {
+    json!({
+        "flags": [
+            {"id": 1, "key": "beta-search", "active": true, "version": 2,
+             "filters": {"groups": [{"properties": [], "rollout_percentage": beta_rollout}],
+                         "payloads": {"true": "{\"tier\":1}"}}},
+            {"id": 2, "key": "pro-only", "active": true,
+             "filters": {"groups": [{"properties": [{"key": "plan", "value": ["pro", "enterprise"], "operator": "exact", "type": "person"}],
+                                     "rollout_percentage": 100}]}},
+            {"id": 3, "key": "checkout", "active": true,
+             "filters": {"groups": [{"properties": [], "rollout_percentage": 100, "variant": "test"}],
+                         "multivariate": {"variants": [{"key": "control", "rollout_percentage": 50},
+                                                       {"key": "test", "rollout_percentage": 50}]},
+                         "payloads": {"test": "{\"color\":\"green\"}"}}},
+            {"id": 4, "key": "big-orgs", "active": true,
+             "filters": {"aggregation_group_type_index": 0,
+                         "groups": [{"properties": [{"key": "seats", "value": 10, "operator": "gt", "type": "group", "group_type_index": 0}],
+                                     "rollout_percentage": 100}]}},
+            {"id": 5, "key": "retired", "active": false, "filters": {"groups": [{"rollout_percentage": 100}]}}
+        ],
+        "group_type_mapping": {"0": "company"},
+        "cohorts": {}
+    })
+}
+
+fn start() -> Server {
+    let server = Server::start();
+    std::fs::write(server.data().join("flags/1.json"), rules(1).to_string()).unwrap();
+    server.sighup();
+    wait_for("the rules to load", || {
+        let r = decide(
+            &server,
+            "/decide/?v=3",
+            json!({"token": KEY_ONE, "distinct_id": "x"}),
+        );
+        r.json()["featureFlags"].get("checkout").map(|_| ())
+    });
+    server
+}
+
+fn decide(server: &Server, path: &str, body: Value) -> Resp {
+    server.post(path, body.to_string())
+}
+
+#[test]
+fn every_version_has_its_shape() {
+    let server = start();
+    let body = json!({"token": KEY_ONE, "distinct_id": "user-17"});
+    let common = |v: &Value| {
+        assert_eq!(v["config"], json!({"enable_collect_everything": true}));
+        assert_eq!(
+            v["supportedCompression"],
+            json!(["gzip", "gzip-js", "lz64"])
+        );
+        assert_eq!(v["isAuthenticated"], false);
+        assert_eq!(v["sessionRecording"], false);
+        assert!(v["toolbarParams"].is_object());
+        assert_eq!(v["siteApps"], json!([]));
+    };
+    let v1 = decide(&server, "/decide/?v=1", body.clone()).json();
+    common(&v1);
+    let mut keys: Vec<&str> = v1["featureFlags"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k.as_str().unwrap())
+        .collect();
+    keys.sort();
+    assert_eq!(keys, ["beta-search", "checkout"]);
+    let v2 = decide(&server, "/decide/?v=2", body.clone()).json();
+    assert_eq!(
+        v2["featureFlags"],
+        json!({"beta-search": true, "checkout": "test"})
+    );
+    let v3 = decide(&server, "/decide/?v=3", body.clone()).json();
+    common(&v3);
+    assert_eq!(
+        v3["featureFlags"],
+        json!({"beta-search": true, "pro-only": false, "checkout": "test", "big-orgs": false})
+    );
+    assert_eq!(
+        v3["featureFlagPayloads"],
+        json!({"beta-search": "{\"tier\":1}", "checkout": "{\"color\":\"green\"}"})
+    );
+    assert_eq!(v3["errorsWhileComputingFlags"], false);
+    for path in ["/decide/?v=4", "/flags/?v=2", "/flags?v=4"] {
+        let v4 = decide(&server, path, body.clone()).json();
+        common(&v4);
+        let beta = &v4["flags"]["beta-search"];
+        assert_eq!(beta["enabled"], true, "{path}");
+        assert_eq!(beta["reason"]["code"], "condition_match");
+        assert_eq!(beta["reason"]["condition_index"], 0);
+        assert_eq!(
+            beta["metadata"],
+            json!({"id": 1, "version": 2, "payload": "{\"tier\":1}"})
+        );
+        assert_eq!(v4["flags"]["checkout"]["variant"], "test");
+        assert_eq!(v4["flags"]["big-orgs"]["reason"]["code"], "no_group_type");
+        assert!(
+            v4["flags"].get("retired").is_none(),
+            "inactive flags are left out"
+        );
+        assert!(v4["requestId"].is_string());
+    }
+}
+
+#[test]
+fn hashing_matches_the_worked_examples() {
+    let server = start();
+    // beta-search.user-17 hashes to 0.0091: in at 1 %.
+    let v3 = decide(
+        &server,
+        "/decide/?v=3",
+        json!({"api_key": KEY_ONE, "distinct_id": "user-17"}),
+    )
+    .json();
+    assert_eq!(v3["featureFlags"]["beta-search"], true);
+    let out: Vec<String> = (0..400)
+        .map(|i| format!("user-{i}"))
+        .filter(|id| {
+            let v = decide(
+                &server,
+                "/decide/?v=3",
+                json!({"api_key": KEY_ONE, "distinct_id": id}),
+            )
+            .json();
+            v["featureFlags"]["beta-search"] == true
+        })
+        .collect();
+    // About 1 % of ids, and user-17 among them.
+    assert!(out.contains(&"user-17".to_string()));
+    assert!(out.len() < 15, "{out:?}");
+    // At 0 %, nobody.
+    std::fs::write(server.data().join("flags/1.json"), rules(0).to_string()).unwrap();
+    wait_for("the 0 % rules", || {
+        let v = decide(
+            &server,
+            "/decide/?v=3",
+            json!({"api_key": KEY_ONE, "distinct_id": "user-17"}),
+        )
+        .json();
+        (v["featureFlags"]["beta-search"] == false).then_some(())
+    });
+}
+
+#[test]
+fn encodings_keys_and_errors() {
+    let server = start();
+    let body = json!({"token": KEY_ONE, "distinct_id": "user-17"}).to_string();
+    // posthog-js: form data= base64.
+    let form = format!(
+        "data={}&compression=base64",
+        urlencode(&base64(body.as_bytes()))
+    );
+    let r = server.request(
+        Req::post("/decide/?v=3", form).header("Content-Type", "application/x-www-form-urlencoded"),
+    );
+    assert_eq!(r.json()["featureFlags"]["beta-search"], true);
+    // gzip.
+    let r = server.request(
+        Req::post("/flags/?v=2", gzip(body.as_bytes())).header("Content-Encoding", "gzip"),
+    );
+    assert_eq!(r.json()["flags"]["beta-search"]["enabled"], true);
+    // CORS for browsers.
+    let r = server
+        .request(Req::post("/decide/?v=3", body.clone()).header("Origin", "https://app.example"));
+    assert_eq!(
+        r.header("access-control-allow-origin"),
+        Some("https://app.example")
+    );
+    // disable_flags: no flags at all.
+    let r = decide(
+        &server,
+        "/decide/?v=3",
+        json!({"token": KEY_ONE, "distinct_id": "d", "disable_flags": true}),
+    );
+    assert_eq!(r.json()["featureFlags"], json!({}));
+
+    let check = |r: Resp, status: u16, code: &str| {
+        assert_eq!(r.status, status, "{}", r.text());
+        assert_eq!(r.json()["code"], code);
+    };
+    check(
+        decide(&server, "/decide/?v=3", json!({"distinct_id": "d"})),
+        401,
+        "missing_api_key",
+    );
+    check(
+        decide(
+            &server,
+            "/decide/?v=3",
+            json!({"token": "phc_unknown", "distinct_id": "d"}),
+        ),
+        401,
+        "invalid_api_key",
+    );
+    check(
+        decide(
+            &server,
+            "/decide/?v=3",
+            json!({"token": PERSONAL_ONE, "distinct_id": "d"}),
+        ),
+        401,
+        "invalid_api_key",
+    );
+    check(
+        decide(&server, "/decide/?v=3", json!({"token": KEY_ONE})),
+        400,
+        "missing_distinct_id",
+    );
+    check(server.post("/decide/?v=3", "{nope"), 400, "invalid_payload");
+    check(
+        server.request(Req::post("/decide/", "x").header("Content-Encoding", "gzip")),
+        400,
+        "invalid_payload",
+    );
+}
+
+#[test]
+fn stored_person_and_group_properties_and_overrides() {
+    let server = start();
+    let batch = json!({"api_key": KEY_ONE, "batch": [
+        {"event": "$identify", "properties": {"distinct_id": "ada", "$anon_distinct_id": "anon-ada", "$set": {"plan": "pro"}}},
+        {"event": "$groupidentify", "properties": {"distinct_id": "ada", "$group_type": "company", "$group_key": "acme", "$group_set": {"seats": 50}}},
+        {"event": "$groupidentify", "properties": {"distinct_id": "ada", "$group_type": "company", "$group_key": "tiny", "$group_set": {"seats": 2}}}
+    ]});
+    assert_eq!(server.post("/batch/", batch.to_string()).status, 200);
+    server.settle(1);
+    let flags = |body: Value| decide(&server, "/decide/?v=3", body).json()["featureFlags"].clone();
+    // Stored person properties, by any of the person's distinct ids.
+    assert_eq!(
+        flags(json!({"token": KEY_ONE, "distinct_id": "ada"}))["pro-only"],
+        true
+    );
+    assert_eq!(
+        flags(json!({"token": KEY_ONE, "distinct_id": "anon-ada"}))["pro-only"],
+        true
+    );
+    // Request properties replace stored ones for this evaluation only.
+    let overridden =
+        json!({"token": KEY_ONE, "distinct_id": "ada", "person_properties": {"plan": "free"}});
+    assert_eq!(flags(overridden)["pro-only"], false);
+    assert_eq!(
+        flags(json!({"token": KEY_ONE, "distinct_id": "ada"}))["pro-only"],
+        true
+    );
+    // Unknown person: not matched.
+    assert_eq!(
+        flags(json!({"token": KEY_ONE, "distinct_id": "stranger"}))["pro-only"],
+        false
+    );
+    // Group flags read the stored group's properties.
+    let g = |key: &str| {
+        flags(json!({"token": KEY_ONE, "distinct_id": "ada", "groups": {"company": key}}))
+            ["big-orgs"]
+            .clone()
+    };
+    assert_eq!(g("acme"), true);
+    assert_eq!(g("tiny"), false);
+    assert_eq!(g("unknown"), false);
+    let overridden = json!({"token": KEY_ONE, "distinct_id": "ada", "groups": {"company": "tiny"},
+                            "group_properties": {"company": {"seats": 11}}});
+    assert_eq!(flags(overridden)["big-orgs"], true);
+}
+
+#[test]
+fn reload_under_load_is_atomic_and_bad_files_keep_old_rules() {
+    let server = start();
+    let path = server.data().join("flags/1.json");
+    let stop = AtomicBool::new(false);
+    let addr = server.addr;
+    // Two rule sets whose flags always change together: a response mixing them
+    // would show one flag from each.
+    let set = |on: bool| {
+        let flags: Vec<Value> = (0..20)
+            .map(|i| json!({"id": i + 1, "key": format!("f{i}"), "active": true,
+                            "filters": {"groups": [{"rollout_percentage": if on { 100 } else { 0 }}]}}))
+            .collect();
+        json!({"flags": flags, "group_type_mapping": {}, "cohorts": {}}).to_string()
+    };
+    std::fs::write(&path, set(false)).unwrap();
+    std::thread::scope(|s| {
+        let readers: Vec<_> = (0..4)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut seen = 0;
+                    while !stop.load(Ordering::Relaxed) {
+                        let r = send(
+                            addr,
+                            Req::post(
+                                "/decide/?v=3",
+                                json!({"token": KEY_ONE, "distinct_id": "d"}).to_string(),
+                            ),
+                        );
+                        assert_eq!(r.status, 200);
+                        let flags = r.json()["featureFlags"].clone();
+                        let values: Vec<&Value> = flags.as_object().unwrap().values().collect();
+                        if values.len() == 20 {
+                            assert!(
+                                values.iter().all(|v| *v == values[0]),
+                                "a mixed snapshot: {flags}"
+                            );
+                            seen += 1;
+                        }
+                    }
+                    seen
+                })
+            })
+            .collect();
+        for round in 0..6 {
+            std::fs::write(&path, set(round % 2 == 0)).unwrap();
+            wait_for("the rules to flip", || {
+                let r = decide(
+                    &server,
+                    "/decide/?v=3",
+                    json!({"token": KEY_ONE, "distinct_id": "d"}),
+                );
+                (r.json()["featureFlags"]["f0"] == (round % 2 == 0)).then_some(())
+            });
+        }
+        stop.store(true, Ordering::Relaxed);
+        for r in readers {
+            assert!(r.join().unwrap() > 0);
+        }
+    });
+    // An invalid file is logged with the flag and field, and the rules stay.
+    let before = decide(
+        &server,
+        "/decide/?v=3",
+        json!({"token": KEY_ONE, "distinct_id": "d"}),
+    )
+    .json();
+    let bad = json!({"flags": [{"id": 1, "key": "broken", "active": true,
+                                "filters": {"groups": [{"properties": [{"key": "a", "value": 1, "operator": "sounds_like"}]}]}}]});
+    std::fs::write(&path, bad.to_string()).unwrap();
+    wait_for("the failure to be logged", || {
+        server.log().contains("flag \"broken\"").then_some(())
+    });
+    assert!(server.log().contains("sounds_like"), "{}", server.log());
+    let after = decide(
+        &server,
+        "/decide/?v=3",
+        json!({"token": KEY_ONE, "distinct_id": "d"}),
+    )
+    .json();
+    assert_eq!(before["featureFlags"], after["featureFlags"]);
+    let metrics = server.get("/metrics").text();
+    assert!(
+        metrics.contains("flagpost_flags_reload_failures_total 1"),
+        "{metrics}"
+    );
+}
+
+#[test]
+fn definitions_feed_for_local_evaluation() {
+    let server = start();
+    for path in [
+        format!("/api/feature_flag/local_evaluation/?token={KEY_ONE}&send_cohorts"),
+        format!("/flags/definitions?token={KEY_ONE}&send_cohorts"),
+    ] {
+        let r = server.api(&path, PERSONAL_ONE);
+        assert_eq!(r.status, 200, "{path}: {}", r.text());
+        let body = r.json();
+        assert_eq!(body["flags"].as_array().unwrap().len(), 5);
+        assert_eq!(body["group_type_mapping"], json!({"0": "company"}));
+        assert!(body["cohorts"].is_object());
+        assert_eq!(server.get(&path).status, 401, "no personal key");
+        assert_eq!(
+            server.api(&path, PERSONAL_TWO).status,
+            403,
+            "another project's key"
+        );
+        assert_eq!(server.api(&path, KEY_ONE).status, 401, "a project key");
+    }
+}
