@@ -26,6 +26,8 @@ pub struct App {
     pub metrics: Metrics,
     /// The published flag rules; swapped whole by the reloader.
     pub rules: crate::flags::Rules,
+    /// Shared with the compactor; swaps its reader internally on reload.
+    pub geoip: Arc<crate::geoip::Database>,
     pub budget: Budget,
     pub heavy_decodes: Arc<Semaphore>,
     /// Set at shutdown: readiness turns 503 so load balancers stop sending.
@@ -37,6 +39,7 @@ impl App {
         config: Config,
         projects: Arc<ArcSwap<Projects>>,
         rules: crate::flags::Rules,
+        geoip: Arc<crate::geoip::Database>,
         store: &crate::store::Store,
     ) -> App {
         let budget = Budget::new(config.limits.max_inflight_body_bytes);
@@ -48,6 +51,7 @@ impl App {
             compactor: store.compactor.clone(),
             metrics: Metrics::new(),
             rules,
+            geoip,
             budget,
             heavy_decodes: Arc::new(Semaphore::new(HEAVY_DECODES)),
             draining: AtomicBool::new(false),

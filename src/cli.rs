@@ -54,6 +54,12 @@ struct Serve {
     /// days to keep events, 0 for ever [env FLAGPOST_RETENTION_DAYS, default 365]
     #[argh(option)]
     retention_days: Option<u32>,
+    /// city database for GeoIP, MMDB format [env FLAGPOST_GEOIP, default <data dir>/GeoLite2-City.mmdb if present]
+    #[argh(option)]
+    geoip: Option<PathBuf>,
+    /// comma-separated proxies (IPs or CIDRs) whose X-Forwarded-For is believed [env FLAGPOST_TRUSTED_PROXIES, default 127.0.0.1,::1]
+    #[argh(option)]
+    trusted_proxies: Option<String>,
 }
 
 /// A flag, else its environment variable, else nothing.
@@ -113,6 +119,11 @@ fn serve_config(args: Serve) -> Result<Config, String> {
     }
     if let Some(days) = or_env(args.retention_days, "FLAGPOST_RETENTION_DAYS")? {
         compactor.retention_days = days;
+    }
+    config.geoip = or_env(args.geoip, "FLAGPOST_GEOIP")?;
+    if let Some(list) = or_env(args.trusted_proxies, "FLAGPOST_TRUSTED_PROXIES")? {
+        config.trusted_proxies =
+            flagpost::geoip::TrustedProxies::parse(&list).map_err(|e| e.to_string())?;
     }
     Ok(config)
 }

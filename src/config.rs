@@ -33,6 +33,10 @@ pub struct Config {
     pub db_dir: PathBuf,
     pub limits: Limits,
     pub compactor: crate::store::compactor::Settings,
+    /// The GeoIP database; `None` means `<data dir>/GeoLite2-City.mmdb` if it exists.
+    pub geoip: Option<PathBuf>,
+    /// Peers whose `X-Forwarded-For` is believed.
+    pub trusted_proxies: crate::geoip::TrustedProxies,
 }
 
 /// Request limits; see the constants for why each default is what it is.
@@ -68,11 +72,21 @@ impl Config {
             db_dir,
             limits: Limits::default(),
             compactor: Default::default(),
+            geoip: None,
+            trusted_proxies: crate::geoip::TrustedProxies::loopback_only(),
         }
     }
 
     pub fn projects_file(&self) -> PathBuf {
         self.data_dir.join("projects.json")
+    }
+
+    /// The GeoIP file to use and whether the operator named it (then it must open).
+    pub fn geoip_file(&self) -> (PathBuf, bool) {
+        match &self.geoip {
+            Some(path) => (path.clone(), true),
+            None => (self.data_dir.join("GeoLite2-City.mmdb"), false),
+        }
     }
 
     pub fn flags_dir(&self) -> PathBuf {

@@ -18,6 +18,7 @@ pub mod app;
 pub mod capture;
 pub mod config;
 pub mod flags;
+pub mod geoip;
 pub mod http;
 pub mod metrics;
 pub mod persons;
@@ -35,6 +36,7 @@ pub use config::Config;
 #[derive(Debug)]
 pub enum Error {
     Projects(projects::Error),
+    GeoIp(geoip::Error),
     Store(store::Error),
     Io(std::io::Error),
 }
@@ -43,6 +45,7 @@ impl std::fmt::Display for Error {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Error::Projects(e) => write!(f, "projects: {e}"),
+            Error::GeoIp(e) => write!(f, "{e}"),
             Error::Store(e) => write!(f, "{e}"),
             Error::Io(e) => write!(f, "{e}"),
         }
@@ -58,10 +61,13 @@ impl From<std::io::Error> for Error {
 }
 
 /// Bind the configured address and serve until SIGTERM or SIGINT; SIGHUP reloads
-/// the projects file.
+/// projects, flag rules and the GeoIP database.
 pub async fn run(config: Config) -> Result<(), Error> {
+    // Handlers are installed before anything is announced, so a signal sent as soon
+    // as the server says it is listening is never met by the default action.
+    let shutdown = shutdown_signal()?;
     let listener = TcpListener::bind(config.listen).await?;
-    serve(config, listener, shutdown_signal()).await
+    serve(config, listener, shutdown).await
 }
 
 /// Serve on an already-bound listener until `shutdown` resolves, then finish
@@ -73,22 +79,26 @@ pub async fn serve(
 ) -> Result<(), Error> {
     let projects = projects::Projects::load(&config.projects_file()).map_err(Error::Projects)?;
     let projects = Arc::new(arc_swap::ArcSwap::from_pointee(projects));
-    let (db_dir, shared, settings) = (
+    let geoip = Arc::new(open_geoip(&config).await?);
+    let (db_dir, shared, settings, enrich) = (
         config.db_dir.clone(),
         projects.clone(),
         config.compactor.clone(),
+        geoip.clone(),
     );
-    let store = tokio::task::spawn_blocking(move || store::Store::open(&db_dir, shared, settings))
-        .await
-        .map_err(|e| Error::Io(std::io::Error::other(e)))?
-        .map_err(Error::Store)?;
+    let store =
+        tokio::task::spawn_blocking(move || store::Store::open(&db_dir, shared, settings, enrich))
+            .await
+            .map_err(|e| Error::Io(std::io::Error::other(e)))?
+            .map_err(Error::Store)?;
     let flags_dir = config.flags_dir();
-    let (rules, report) = tokio::task::spawn_blocking(move || flags::Rules::load(&flags_dir))
+    // The rules module logs what it loaded and every file it could not.
+    let (rules, _report) = tokio::task::spawn_blocking(move || flags::Rules::load(&flags_dir))
         .await
         .map_err(|e| Error::Io(std::io::Error::other(e)))?;
-    log_reload(&report);
-    let app = Arc::new(app::App::new(config, projects, rules, &store));
-    let reloader = tokio::spawn(reload_on_sighup(app.clone()));
+    let app = Arc::new(app::App::new(config, projects, rules, geoip, &store));
+    let hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
+    let reloader = tokio::spawn(reload_on_sighup(app.clone(), hangup));
     let watcher = tokio::spawn(watch_flags(app.clone()));
 
     tracing::info!(
@@ -110,66 +120,70 @@ pub async fn serve(
     Ok(())
 }
 
-/// Resolves on SIGTERM or SIGINT.
-pub async fn shutdown_signal() {
+/// Install the SIGTERM and SIGINT handlers now; the future resolves on either.
+pub fn shutdown_signal() -> std::io::Result<impl Future<Output = ()>> {
     use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
-        tracing::error!("cannot install signal handlers; stop with SIGKILL");
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM received"),
-        _ = int.recv() => tracing::info!("SIGINT received"),
-    }
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM received"),
+            _ = int.recv() => tracing::info!("SIGINT received"),
+        }
+    })
 }
 
-async fn reload_on_sighup(app: Arc<app::App>) {
-    use tokio::signal::unix::{signal, SignalKind};
-    let Ok(mut hup) = signal(SignalKind::hangup()) else {
-        tracing::warn!("cannot install the SIGHUP handler; reload by restarting");
-        return;
-    };
+async fn reload_on_sighup(app: Arc<app::App>, mut hup: tokio::signal::unix::Signal) {
     while hup.recv().await.is_some() {
         tracing::info!("SIGHUP received: reloading");
         if let Err(e) = app.reload_projects() {
             tracing::warn!(error = %e, "projects not reloaded; keeping the previous ones");
         }
         let (app, dir) = (app.clone(), app.config.flags_dir());
-        if let Ok(report) = tokio::task::spawn_blocking(move || app.rules.reload(&dir)).await {
-            log_reload(&report);
-        }
+        let _ = tokio::task::spawn_blocking(move || {
+            if let Err(e) = app.geoip.reload() {
+                tracing::warn!("GeoIP database not reloaded, previous one kept: {e}");
+            }
+            app.rules.reload(&dir)
+        })
+        .await;
     }
+}
+
+/// Open the GeoIP database. A file the operator named must open; the default file
+/// is optional, and without it GeoIP is off (said once, here).
+async fn open_geoip(config: &Config) -> Result<geoip::Database, Error> {
+    let (path, named) = config.geoip_file();
+    if !named && !path.exists() {
+        tracing::info!(
+            "GeoIP is off: no database at {} (see the README to add one)",
+            path.display()
+        );
+        return Ok(geoip::Database::disabled());
+    }
+    let db = tokio::task::spawn_blocking(move || geoip::Database::open(&path))
+        .await
+        .map_err(|e| Error::Io(std::io::Error::other(e)))?
+        .map_err(Error::GeoIp)?;
+    tracing::info!(file = ?db.path(), "GeoIP is on");
+    Ok(db)
 }
 
 /// How often the flag files are checked for changes: well within the promised second.
 const FLAGS_POLL: std::time::Duration = std::time::Duration::from_millis(250);
 
-/// Reload the flag rules whenever a file in the flags directory changes.
+/// Reload the flag rules whenever a file in the flags directory changes, and the GeoIP
+/// database when its file does.
 async fn watch_flags(app: Arc<app::App>) {
     loop {
         tokio::time::sleep(FLAGS_POLL).await;
         let (app, dir) = (app.clone(), app.config.flags_dir());
-        if let Ok(Some(report)) =
-            tokio::task::spawn_blocking(move || app.rules.reload_if_changed(&dir)).await
-        {
-            log_reload(&report);
-        }
+        let _ = tokio::task::spawn_blocking(move || {
+            if let Err(e) = app.geoip.reload_if_changed() {
+                tracing::warn!("GeoIP database not reloaded, previous one kept: {e}");
+            }
+            app.rules.reload_if_changed(&dir)
+        })
+        .await;
     }
-}
-
-fn log_reload(report: &flags::ReloadReport) {
-    for error in &report.errors {
-        tracing::warn!("flag rules not loaded, previous rules kept: {error}");
-    }
-    for warning in &report.warnings {
-        tracing::warn!("flag disabled: {warning}");
-    }
-    tracing::info!(
-        version = report.version,
-        projects = report.loaded.len(),
-        "flag rules published"
-    );
 }

@@ -17,6 +17,8 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .with_writer(std::io::stderr)
+        // Colour codes only for a person at a terminal, never into journald.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     match cli::run(cli) {
         Ok(()) => ExitCode::SUCCESS,

@@ -55,6 +55,8 @@ pub struct Metrics {
     pub decide_errors: Counter,
     pub flags_snapshot_version: Gauge,
     pub flags_reload_failures: Counter,
+    pub geoip_lookups: Counter,
+    pub geoip_hits: Counter,
     /// Serialises scrapes, so counters mirrored from other atomics advance once.
     scrape: std::sync::Mutex<()>,
 }
@@ -97,6 +99,8 @@ impl Metrics {
             decide_errors: Counter::default(),
             flags_snapshot_version: Gauge::default(),
             flags_reload_failures: Counter::default(),
+            geoip_lookups: Counter::default(),
+            geoip_hits: Counter::default(),
             scrape: std::sync::Mutex::new(()),
             registry: Registry::default(),
         };
@@ -207,6 +211,16 @@ impl Metrics {
             "flags_reload_failures",
             "Flag files that failed to load (the previous rules stayed)",
             m.flags_reload_failures.clone(),
+        );
+        registry.register(
+            "geoip_lookups",
+            "GeoIP database lookups (public addresses only)",
+            m.geoip_lookups.clone(),
+        );
+        registry.register(
+            "geoip_hits",
+            "GeoIP lookups that found the address",
+            m.geoip_hits.clone(),
         );
         for lane in ["historical", "overflow"] {
             m.compactor_routed

@@ -63,7 +63,7 @@ pub async fn handle(
         raw,
         engage,
         max_decoded: limits.max_decompressed_bytes,
-        ip: super::client_ip(peer, &parts.headers),
+        ip: Some(super::client_ip(app, peer, &parts.headers)),
         now: now_ms(),
     };
     let beacon = request.query.beacon;

@@ -150,8 +150,8 @@ pub async fn handle(
     )?;
     let request = DecideRequest::parse(&mut bytes)?;
     let project = project_of(app, &request.key)?;
-    let _ = peer;
-    let body = evaluate(app, &project, &request, version);
+    let geo = location(app, peer, &parts.headers);
+    let body = evaluate(app, &project, &request, &geo, version);
     app.metrics
         .decide_seconds
         .observe(started.elapsed().as_secs_f64());
@@ -169,8 +169,29 @@ fn project_of(app: &App, key: &str) -> Result<Arc<Project>, ApiError> {
         .ok_or_else(|| Error::InvalidKey.into())
 }
 
+/// The seven GeoIP person properties of the specification for this request: from the
+/// leftmost `X-Forwarded-For` address when the header is present, else from the client
+/// address. Decide only affects the caller's own flags, so the header is taken as is.
+fn location(app: &App, peer: SocketAddr, headers: &HeaderMap) -> Map<String, Value> {
+    if !app.geoip.is_enabled() {
+        return Map::new();
+    }
+    let ip = headers
+        .get("x-forwarded-for")
+        .and_then(|v| crate::geoip::forwarded_for(v.as_bytes()))
+        .unwrap_or_else(|| super::client_ip(app, peer, headers));
+    app.geoip.decide_properties(ip)
+}
+
 /// Evaluate every flag of the project for the request and build the response body.
-fn evaluate(app: &App, project: &Project, req: &DecideRequest, version: u8) -> Value {
+/// Person properties are layered: stored, then GeoIP, then the request's own.
+fn evaluate(
+    app: &App,
+    project: &Project,
+    req: &DecideRequest,
+    geo: &Map<String, Value>,
+    version: u8,
+) -> Value {
     let snapshot = app.rules.current();
     let rules = i64::try_from(project.id)
         .ok()
@@ -193,6 +214,7 @@ fn evaluate(app: &App, project: &Project, req: &DecideRequest, version: u8) -> V
                     }
                     props = person.properties;
                 }
+                props.extend(geo.clone());
                 props.extend(req.person_properties.clone());
                 Some(props)
             }
@@ -202,7 +224,9 @@ fn evaluate(app: &App, project: &Project, req: &DecideRequest, version: u8) -> V
             }
         }
     } else {
-        Some(req.person_properties.clone())
+        let mut props = geo.clone();
+        props.extend(req.person_properties.clone());
+        Some(props)
     };
     if hash_key.is_none() && rules.needs_continuity() {
         hash_key = query::person_by_distinct_id(trees, project.id, &req.distinct_id)

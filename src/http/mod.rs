@@ -19,18 +19,10 @@ use hyper::HeaderMap;
 use crate::app::App;
 
 /// The client's address: the socket peer, or the leftmost `X-Forwarded-For` entry when
-/// the peer is a proxy we trust (loopback: nginx on the same machine).
-pub fn client_ip(peer: SocketAddr, headers: &HeaderMap) -> Option<IpAddr> {
-    let peer_ip = peer.ip();
-    if !peer_ip.is_loopback() {
-        return Some(peer_ip);
-    }
-    let forwarded = headers
-        .get("x-forwarded-for")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split(',').next())
-        .and_then(|first| first.trim().parse::<IpAddr>().ok());
-    Some(forwarded.unwrap_or(peer_ip))
+/// the peer is one of the trusted proxies.
+pub fn client_ip(app: &App, peer: SocketAddr, headers: &HeaderMap) -> IpAddr {
+    let xff = headers.get("x-forwarded-for").map(|v| v.as_bytes());
+    crate::geoip::client_ip(peer.ip(), xff, &app.config.trusted_proxies)
 }
 
 pub fn content_length(headers: &HeaderMap) -> Option<u64> {
@@ -75,6 +67,8 @@ pub fn metrics_text(app: &App) -> String {
     m.compactor_healthy.set(i64::from(c.healthy.load(Relaxed)));
     m.log_depth
         .set(crate::store::query::log_depth(&app.trees) as i64);
+    mirror(&m.geoip_lookups, app.geoip.lookups());
+    mirror(&m.geoip_hits, app.geoip.hits());
     let snapshot = app.rules.current();
     m.flags_snapshot_version.set(snapshot.version() as i64);
     mirror(&m.flags_reload_failures, app.rules.reload_failures());

@@ -32,7 +32,12 @@ pub struct ProjectSettings {
 }
 
 /// Apply one record. Returns false when its uuid was already stored (a retry).
-pub fn record(tx: &Tx<'_>, record: &Record, settings: ProjectSettings) -> Result<bool> {
+pub fn record(
+    tx: &Tx<'_>,
+    record: &Record,
+    settings: ProjectSettings,
+    geoip: &crate::geoip::Database,
+) -> Result<bool> {
     let project = record.project;
     let id_key = keys::with_uuid(project, record.uuid);
     if tx.event_ids.get(id_key)?.is_some() {
@@ -43,6 +48,9 @@ pub fn record(tx: &Tx<'_>, record: &Record, settings: ProjectSettings) -> Result
         // Capture only logs objects; anything else is stored as an empty event.
         _ => Map::new(),
     };
+    if let Some(ip) = record.ip {
+        enrich(&mut event, &geoip.lookup(ip));
+    }
     let view = EventView {
         name: &record.event,
         distinct_id: &record.distinct_id,
@@ -88,6 +96,41 @@ pub fn record(tx: &Tx<'_>, record: &Record, settings: ProjectSettings) -> Result
     tx.event_ids
         .insert(&id_key[..], &keys::time(record.timestamp)[..])?;
     Ok(true)
+}
+
+/// Add the GeoIP properties of the client address to the event, and to its person:
+/// the latest location with `$set`, the first with `$set_once` as `$initial_geoip_*`.
+/// Values the client sent itself are kept; `$geoip_disable: true` skips it all.
+fn enrich(event: &mut Map<String, Value>, found: &crate::geoip::Properties) {
+    if found.is_empty() {
+        return;
+    }
+    let props = match event
+        .entry("properties")
+        .or_insert_with(|| Value::Object(Map::new()))
+    {
+        Value::Object(p) => p,
+        _ => return,
+    };
+    if props.get("$geoip_disable") == Some(&Value::Bool(true)) {
+        return;
+    }
+    for (k, v) in found {
+        props.entry(*k).or_insert_with(|| v.clone());
+    }
+    for (op, initial) in [("$set", false), ("$set_once", true)] {
+        if let Value::Object(target) = props.entry(op).or_insert_with(|| Value::Object(Map::new()))
+        {
+            for (k, v) in found {
+                // "$geoip_city_name" becomes "$initial_geoip_city_name".
+                let key = match (initial, k.strip_prefix('$')) {
+                    (true, Some(rest)) => format!("$initial_{rest}"),
+                    _ => k.to_string(),
+                };
+                target.entry(key).or_insert_with(|| v.clone());
+            }
+        }
+    }
 }
 
 /// The index of a group type, allocating the next free one (up to five) if asked.

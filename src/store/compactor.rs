@@ -121,14 +121,21 @@ pub struct Compactor {
     projects: Arc<ArcSwap<Projects>>,
     stats: Arc<Stats>,
     settings: Settings,
+    geoip: Arc<crate::geoip::Database>,
     /// Test hook: fail the transaction after this many records of the next chunk.
     #[cfg(test)]
     pub fail_after: Option<usize>,
 }
 
 impl Compactor {
-    pub fn new(trees: Trees, projects: Arc<ArcSwap<Projects>>, settings: Settings) -> Compactor {
+    pub fn new(
+        trees: Trees,
+        projects: Arc<ArcSwap<Projects>>,
+        settings: Settings,
+        geoip: Arc<crate::geoip::Database>,
+    ) -> Compactor {
         Compactor {
+            geoip,
             limiter: Limiter::new(settings.overflow_rate, settings.overflow_burst),
             trees,
             projects,
@@ -197,6 +204,7 @@ impl Compactor {
     /// Apply a chunk in one transaction; returns how many records it consumed.
     fn commit(&mut self, source: Source, items: &[Item]) -> Result<usize, sled::Error> {
         let settings = self.project_settings(items);
+        let geoip = &*self.geoip;
         #[cfg(test)]
         let fail_after = self.fail_after.take();
         #[cfg(not(test))]
@@ -251,7 +259,7 @@ impl Compactor {
                     match &item.action {
                         Action::Apply(record) => {
                             let s = settings.get(&record.project).copied().unwrap_or_default();
-                            if apply::record(&tx, record, s)? {
+                            if apply::record(&tx, record, s, geoip)? {
                                 counts.applied += 1;
                             } else {
                                 counts.duplicates += 1;

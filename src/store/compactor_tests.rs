@@ -23,10 +23,14 @@ fn fixture(settings: Settings) -> Fixture {
         br#"{"projects":[{"id":1,"api_key":"phc_a"},{"id":2,"api_key":"phc_b","anonymize_ips":true}]}"#,
     )
     .unwrap();
+    let test_db =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("data/GeoIP2-City-Test.mmdb");
+    let geoip = Arc::new(crate::geoip::Database::open(&test_db).unwrap());
     let compactor = Compactor::new(
         trees.clone(),
         Arc::new(ArcSwap::from_pointee(projects)),
         settings,
+        geoip,
     );
     Fixture {
         _dir: dir,
@@ -46,7 +50,7 @@ fn record(project: u64, i: i64, event: Value) -> Record {
         sent_at: None,
         uuid: Uuid::from_u128(0x0190_0000_0000_7000_8000_0000_0000_0000 + i as u128),
         historical: false,
-        ip: Some("81.2.69.160".parse().unwrap()),
+        ip: Some("127.0.0.1".parse().unwrap()),
         event: name,
         distinct_id,
         data: serde_json::to_vec(&event).unwrap(),
@@ -169,7 +173,7 @@ fn applies_every_record_once_in_order() {
     // Built-in events keep their properties, and $ip is added.
     let survey = events.iter().find(|e| e.event == "survey sent").unwrap();
     assert_eq!(survey.properties["$survey_response"], "yes");
-    assert_eq!(survey.properties["$ip"], "81.2.69.160");
+    assert_eq!(survey.properties["$ip"], "127.0.0.1");
     // Top-level $set is kept with the event.
     let e = events
         .iter()
@@ -351,4 +355,73 @@ fn corrupt_records_are_quarantined_not_blocking() {
     f.drain();
     assert_eq!(f.events(1).len(), 1);
     assert_eq!(f.trees.quarantine.len(), 1);
+}
+
+#[test]
+fn geoip_enriches_events_and_persons() {
+    let mut f = fixture(Settings::default());
+    let london = Record {
+        ip: Some("81.2.69.160".parse().unwrap()),
+        ..record(
+            1,
+            0,
+            json!({"event": "e", "distinct_id": "d", "properties": {"$set": {"plan": "pro"}}}),
+        )
+    };
+    let later = Record {
+        ip: Some("2.125.160.216".parse().unwrap()),
+        ..record(1, 1, json!({"event": "e", "distinct_id": "d"}))
+    };
+    let disabled = Record {
+        ip: Some("2.125.160.216".parse().unwrap()),
+        ..record(
+            1,
+            2,
+            json!({"event": "off", "distinct_id": "d2", "properties": {"$geoip_disable": true}}),
+        )
+    };
+    let private = Record {
+        ip: Some("10.0.0.1".parse().unwrap()),
+        ..record(1, 3, json!({"event": "lan", "distinct_id": "d3"}))
+    };
+    f.push(&[london, later, disabled, private]);
+    f.drain();
+    let events = f.events(1);
+    let by = |name: &str, id: &str| {
+        events
+            .iter()
+            .find(|e| e.event == name && e.distinct_id == id)
+            .unwrap()
+            .clone()
+    };
+    let first = by("e", "d");
+    assert_eq!(
+        first.properties["$geoip_city_name"], "Boxford",
+        "newest first: the Boxford event"
+    );
+    assert_eq!(first.properties["$geoip_postal_code"], "OX1");
+    let london = events
+        .iter()
+        .find(|e| e.properties.get("$geoip_city_name") == Some(&json!("London")))
+        .unwrap();
+    assert_eq!(london.properties["$geoip_country_code"], "GB");
+    assert!(by("off", "d2")
+        .properties
+        .keys()
+        .all(|k| !k.starts_with("$geoip_city")));
+    assert!(by("lan", "d3")
+        .properties
+        .keys()
+        .all(|k| !k.starts_with("$geoip")));
+    // The person has the latest location with $set and the first with $set_once.
+    let p = query::person_by_distinct_id(&f.trees, 1, "d")
+        .unwrap()
+        .unwrap();
+    assert_eq!(p.properties["$geoip_city_name"], "Boxford");
+    assert_eq!(p.properties["$initial_geoip_city_name"], "London");
+    assert_eq!(p.properties["plan"], "pro");
+    let p2 = query::person_by_distinct_id(&f.trees, 1, "d2")
+        .unwrap()
+        .unwrap();
+    assert!(p2.properties.is_empty());
 }

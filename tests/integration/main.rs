@@ -3,5 +3,6 @@
 
 mod capture;
 mod decide;
+mod geoip;
 mod read_api;
 mod util;

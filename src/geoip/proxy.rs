@@ -1,0 +1,177 @@
+//! The client's address: the socket peer, or the leftmost `X-Forwarded-For` entry when
+//! the peer is a proxy we trust.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use super::Error;
+
+/// The proxies whose `X-Forwarded-For` is believed. Any other peer is the client itself, so
+/// a client cannot choose its own `$ip` (or location) by sending the header.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TrustedProxies {
+    pub(super) nets: Vec<Net>,
+}
+
+impl TrustedProxies {
+    /// The default: 127.0.0.0/8 and ::1, for nginx on the same VM.
+    pub fn loopback_only() -> Self {
+        TrustedProxies {
+            nets: vec![
+                Net::V4 {
+                    addr: u32::from(Ipv4Addr::LOCALHOST) & mask_v4(8),
+                    prefix: 8,
+                },
+                Net::V6 {
+                    addr: u128::from(Ipv6Addr::LOCALHOST),
+                    prefix: 128,
+                },
+            ],
+        }
+    }
+
+    /// Parses a comma-separated list of addresses and CIDR networks, e.g.
+    /// `127.0.0.1,::1,10.0.0.0/8`. Spaces and empty entries are ignored, so an empty list
+    /// trusts nobody. Host bits below the prefix are ignored (`10.1.2.3/8` is `10.0.0.0/8`),
+    /// as nginx's `set_real_ip_from` does. An IPv4-mapped entry (`::ffff:10.0.0.0/104`)
+    /// means the IPv4 network.
+    pub fn parse(list: &str) -> Result<Self, Error> {
+        let nets = list
+            .split(',')
+            .map(str::trim)
+            .filter(|entry| !entry.is_empty())
+            .map(|entry| {
+                Net::parse(entry).ok_or_else(|| Error::Proxy {
+                    entry: entry.to_owned(),
+                })
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(TrustedProxies { nets })
+    }
+
+    /// Whether `ip` is a trusted proxy. An IPv4-mapped IPv6 address (what a dual-stack
+    /// listener reports for an IPv4 peer) is judged as the IPv4 address it carries.
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        let ip = ip.to_canonical();
+        self.nets.iter().any(|net| net.contains(ip))
+    }
+}
+
+impl Default for TrustedProxies {
+    fn default() -> Self {
+        TrustedProxies::loopback_only()
+    }
+}
+
+/// One network, stored as an integer already masked to its prefix.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Net {
+    V4 { addr: u32, prefix: u32 },
+    V6 { addr: u128, prefix: u32 },
+}
+
+impl Net {
+    fn parse(entry: &str) -> Option<Net> {
+        let (addr, prefix) = match entry.split_once('/') {
+            Some((addr, prefix)) => (addr.trim_end(), Some(parse_prefix(prefix.trim_start())?)),
+            None => (entry, None),
+        };
+        match addr.parse::<IpAddr>().ok()? {
+            IpAddr::V4(v4) => Net::v4(v4, prefix.unwrap_or(32)),
+            IpAddr::V6(v6) => match (v6.to_ipv4_mapped(), prefix) {
+                (Some(v4), None) => Net::v4(v4, 32),
+                (Some(v4), Some(p)) if p >= 96 => Net::v4(v4, p - 96),
+                _ => Net::v6(v6, prefix.unwrap_or(128)),
+            },
+        }
+    }
+
+    fn v4(addr: Ipv4Addr, prefix: u32) -> Option<Net> {
+        (prefix <= 32).then(|| Net::V4 {
+            addr: u32::from(addr) & mask_v4(prefix),
+            prefix,
+        })
+    }
+
+    fn v6(addr: Ipv6Addr, prefix: u32) -> Option<Net> {
+        (prefix <= 128).then(|| Net::V6 {
+            addr: u128::from(addr) & mask_v6(prefix),
+            prefix,
+        })
+    }
+
+    /// `ip` must already be canonical.
+    fn contains(&self, ip: IpAddr) -> bool {
+        match (*self, ip) {
+            (Net::V4 { addr, prefix }, IpAddr::V4(ip)) => u32::from(ip) & mask_v4(prefix) == addr,
+            (Net::V6 { addr, prefix }, IpAddr::V6(ip)) => u128::from(ip) & mask_v6(prefix) == addr,
+            _ => false,
+        }
+    }
+}
+
+/// Digits only: `u32::from_str` would also take a leading `+`.
+fn parse_prefix(text: &str) -> Option<u32> {
+    if text.is_empty() || text.len() > 3 || !text.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    text.parse().ok()
+}
+
+fn mask_v4(prefix: u32) -> u32 {
+    // A shift by the full width is an overflow, so /0 falls back to an empty mask.
+    u32::MAX.checked_shl(32 - prefix).unwrap_or(0)
+}
+
+fn mask_v6(prefix: u32) -> u128 {
+    u128::MAX.checked_shl(128 - prefix).unwrap_or(0)
+}
+
+/// The client's address: the leftmost `X-Forwarded-For` entry when the socket peer is a
+/// trusted proxy and the entry parses, else the peer. Pass the first header if several
+/// were sent. The result is canonical (`::ffff:1.2.3.4` becomes `1.2.3.4`), so `$ip` has
+/// one spelling per client.
+///
+/// Leftmost is what PostHog uses, and it is only as honest as the proxy: nginx's
+/// `$proxy_add_x_forwarded_for` appends to whatever the client sent, so the proxy should
+/// replace the header (`proxy_set_header X-Forwarded-For $remote_addr;`).
+pub fn client_ip(peer: IpAddr, x_forwarded_for: Option<&[u8]>, trusted: &TrustedProxies) -> IpAddr {
+    let peer = peer.to_canonical();
+    if !trusted.contains(peer) {
+        return peer;
+    }
+    x_forwarded_for.and_then(forwarded_for).unwrap_or(peer)
+}
+
+/// The leftmost address of an `X-Forwarded-For` value, whoever sent it (/decide uses it for
+/// location when present). Accepts surrounding whitespace, `1.2.3.4:5678`, `[::1]` and
+/// `[::1]:80`; anything else in the first entry (`unknown`, an empty entry, bad UTF-8) is
+/// `None`. The result is canonical, as in [`client_ip`].
+pub fn forwarded_for(x_forwarded_for: &[u8]) -> Option<IpAddr> {
+    let first = x_forwarded_for.split(|&b| b == b',').next()?;
+    let text = std::str::from_utf8(first.trim_ascii()).ok()?;
+    parse_host(text).map(|ip| ip.to_canonical())
+}
+
+fn parse_host(text: &str) -> Option<IpAddr> {
+    if let Some(rest) = text.strip_prefix('[') {
+        let (inside, after) = rest.split_once(']')?;
+        if !after.is_empty() && !is_port(after.strip_prefix(':')?) {
+            return None;
+        }
+        return inside.parse::<Ipv6Addr>().ok().map(IpAddr::V6);
+    }
+    if let Ok(ip) = text.parse::<IpAddr>() {
+        return Some(ip);
+    }
+    // Not an address on its own: the only other accepted form is IPv4 with a port, since a
+    // bare IPv6 address with a port is ambiguous and proxies bracket it.
+    let (host, port) = text.split_once(':')?;
+    if !is_port(port) {
+        return None;
+    }
+    host.parse::<Ipv4Addr>().ok().map(IpAddr::V4)
+}
+
+fn is_port(text: &str) -> bool {
+    !text.is_empty() && text.len() <= 5 && text.bytes().all(|b| b.is_ascii_digit())
+}
