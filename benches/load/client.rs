@@ -1,0 +1,209 @@
+//! The load generator: N keep-alive HTTP/1 connections (hyper's low-level client, no
+//! pool in between), each sending requests back to back. A warm-up runs unmeasured;
+//! then every request that starts and completes inside the measurement window has its
+//! latency recorded. Errors are non-2xx answers and I/O failures; after an I/O failure
+//! the connection is opened again, as a client library would.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::client::conn::http1::{self, SendRequest};
+use hyper::header::{CONTENT_ENCODING, CONTENT_TYPE, HOST, USER_AGENT};
+use hyper::{Request, StatusCode};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
+use tokio::task::JoinSet;
+
+use crate::payloads::Scenario;
+
+/// After a failed connect, pause instead of spinning on a server that is down.
+const RECONNECT_BACKOFF: Duration = Duration::from_millis(10);
+/// Identifies the harness in flagpost's logs.
+const AGENT: &str = "flagpost-load";
+
+type Error = Box<dyn std::error::Error + Send + Sync>;
+
+/// One scenario's load, the same for every target.
+pub struct Load {
+    pub scenario: Scenario,
+    pub bodies: Arc<[Bytes]>,
+    pub connections: usize,
+    pub warmup: Duration,
+    pub measure: Duration,
+}
+
+/// What one connection saw inside the measurement window.
+#[derive(Default)]
+struct Tally {
+    /// Microseconds per successful request, in completion order.
+    latencies: Vec<u32>,
+    errors: u64,
+}
+
+/// The outcome of one scenario against one target.
+pub struct Measurement {
+    /// Microseconds per successful request, sorted.
+    latencies: Vec<u32>,
+    pub errors: u64,
+    window: Duration,
+}
+
+impl Measurement {
+    /// Successful requests per second.
+    pub fn rate(&self) -> f64 {
+        self.latencies.len() as f64 / self.window.as_secs_f64()
+    }
+
+    /// The latency below which `quantile` of successful requests completed, in ms.
+    pub fn percentile_ms(&self, quantile: f64) -> Option<f64> {
+        let last = self.latencies.len().checked_sub(1)?;
+        let at = (quantile * last as f64).round() as usize;
+        Some(f64::from(self.latencies[at]) / 1000.0)
+    }
+}
+
+impl Load {
+    /// Drive `addr` for the warm-up plus the measurement window.
+    pub async fn run(&self, addr: SocketAddr) -> Measurement {
+        let start = Instant::now();
+        let window = (start + self.warmup, start + self.warmup + self.measure);
+        let mut tasks = JoinSet::new();
+        for index in 0..self.connections {
+            let plan = Plan {
+                addr,
+                scenario: self.scenario,
+                bodies: self.bodies.clone(),
+                first: index,
+                stride: self.connections,
+                window,
+            };
+            tasks.spawn(plan.drive());
+        }
+        let mut latencies = Vec::new();
+        let mut errors = 0;
+        while let Some(joined) = tasks.join_next().await {
+            let tally = joined.expect("a connection task does not panic");
+            latencies.extend(tally.latencies);
+            errors += tally.errors;
+        }
+        latencies.sort_unstable();
+        Measurement {
+            latencies,
+            errors,
+            window: self.measure,
+        }
+    }
+}
+
+/// One request of the scenario to `addr`, answering its status: tells whether the
+/// server serves this scenario at all before load is spent on it.
+pub async fn probe(addr: SocketAddr, load: &Load) -> Result<StatusCode, String> {
+    let attempt = async {
+        let mut sender = connect(addr).await?;
+        send(
+            &mut sender,
+            request(load.scenario, addr, load.bodies[0].clone()),
+        )
+        .await
+    };
+    attempt
+        .await
+        .map_err(|e| format!("{} probe to {addr} failed: {e}", load.scenario.name()))
+}
+
+/// What one connection sends, and when it counts.
+struct Plan {
+    addr: SocketAddr,
+    scenario: Scenario,
+    bodies: Arc<[Bytes]>,
+    /// Connections take interleaved bodies from the pool so they send different ones.
+    first: usize,
+    stride: usize,
+    /// Measurement start and end.
+    window: (Instant, Instant),
+}
+
+impl Plan {
+    async fn drive(self) -> Tally {
+        let (from, until) = self.window;
+        let mut tally = Tally::default();
+        let mut next = self.first;
+        'connection: while Instant::now() < until {
+            let mut sender = match connect(self.addr).await {
+                Ok(sender) => sender,
+                Err(_) => {
+                    if Instant::now() >= from {
+                        tally.errors += 1;
+                    }
+                    tokio::time::sleep(RECONNECT_BACKOFF).await;
+                    continue;
+                }
+            };
+            loop {
+                let started = Instant::now();
+                if started >= until {
+                    break 'connection;
+                }
+                let body = self.bodies[next % self.bodies.len()].clone();
+                next += self.stride;
+                let outcome = send(&mut sender, request(self.scenario, self.addr, body)).await;
+                let done = Instant::now();
+                let measured = started >= from;
+                match outcome {
+                    Ok(status) if status.is_success() => {
+                        if measured && done <= until {
+                            let micros = (done - started).as_micros();
+                            tally.latencies.push(micros.try_into().unwrap_or(u32::MAX));
+                        }
+                    }
+                    Ok(_) => tally.errors += u64::from(measured),
+                    Err(_) => {
+                        tally.errors += u64::from(measured);
+                        continue 'connection;
+                    }
+                }
+            }
+        }
+        tally
+    }
+}
+
+async fn connect(addr: SocketAddr) -> Result<SendRequest<Full<Bytes>>, Error> {
+    let stream = TcpStream::connect(addr).await?;
+    // Requests are small and sent whole; Nagle's algorithm would only add delay.
+    stream.set_nodelay(true)?;
+    let (sender, connection) = http1::handshake(TokioIo::new(stream)).await?;
+    tokio::spawn(async move {
+        // Its failures surface on the sender as well, where they are counted.
+        let _ = connection.await;
+    });
+    Ok(sender)
+}
+
+fn request(scenario: Scenario, addr: SocketAddr, body: Bytes) -> Request<Full<Bytes>> {
+    let mut builder = Request::post(scenario.path())
+        .header(HOST, addr.to_string())
+        .header(USER_AGENT, AGENT)
+        .header(CONTENT_TYPE, "application/json");
+    if let Some(encoding) = scenario.encoding() {
+        builder = builder.header(CONTENT_ENCODING, encoding);
+    }
+    builder
+        .body(Full::new(body))
+        .expect("static request parts are valid")
+}
+
+/// Send one request and read the whole answer, so the next can follow on the connection.
+async fn send(
+    sender: &mut SendRequest<Full<Bytes>>,
+    request: Request<Full<Bytes>>,
+) -> Result<StatusCode, Error> {
+    sender.ready().await?;
+    let response = sender.send_request(request).await?;
+    let status = response.status();
+    response.into_body().collect().await?;
+    Ok(status)
+}

@@ -1,0 +1,157 @@
+//! Load harness: measures flagpost side by side with a trivial reference server in one
+//! run, so a throughput number always comes with the ceiling of the same machine, the
+//! same hyper and tokio, and the same client.
+//!
+//! `cargo bench --bench load [-- --seconds 5 --connections 32 --scenario capture]`
+//!
+//! The harness starts the release `flagpost` binary on a temporary data dir and
+//! database, and re-executes itself with `--reference-server` to start the reference
+//! (`reference`: reads the body, answers `{"status":1}`) in its own process. For each
+//! scenario (`payloads`) it drives both targets in turn with its own keep-alive client
+//! (`client`) and prints one table (`report`). Process handling lives in `target`, the
+//! 50-flag definitions file written for `/decide` in `flags`.
+
+mod client;
+mod flags;
+mod payloads;
+mod reference;
+mod report;
+mod target;
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use argh::FromArgs;
+
+use payloads::Scenario;
+use report::Row;
+use target::Target;
+
+/// Long enough for a stable rate and p99 on a noisy shared VM, short enough that the
+/// whole run (3 scenarios x 2 targets) stays under a minute.
+const DEFAULT_SECONDS: u64 = 5;
+/// Enough concurrency for group commit to share fsyncs, modest for a 2-core machine.
+const DEFAULT_CONNECTIONS: usize = 32;
+/// Lets connections open, caches warm and the log's writer settle before measuring.
+const DEFAULT_WARMUP_MS: u64 = 1000;
+
+#[derive(FromArgs)]
+/// Measure flagpost against a trivial hyper server under the same load.
+struct Args {
+    /// seconds to measure each scenario against each target [default 5]
+    #[argh(option, default = "DEFAULT_SECONDS")]
+    seconds: u64,
+    /// keep-alive connections, each sending requests back to back [default 32]
+    #[argh(option, default = "DEFAULT_CONNECTIONS")]
+    connections: usize,
+    /// milliseconds of unmeasured load before each measurement [default 1000]
+    #[argh(option, default = "DEFAULT_WARMUP_MS")]
+    warmup_ms: u64,
+    /// scenario to run: capture, batch or decide; repeat for several [default all]
+    #[argh(option)]
+    scenario: Vec<String>,
+    /// internal: serve as the reference server (the harness starts it itself)
+    #[argh(switch)]
+    reference_server: bool,
+    /// ignored; `cargo bench` passes it
+    #[argh(switch)]
+    #[allow(dead_code)]
+    bench: bool,
+}
+
+/// Validated settings of one harness run.
+struct Config {
+    measure: Duration,
+    warmup: Duration,
+    connections: usize,
+    scenarios: Vec<Scenario>,
+}
+
+fn main() -> ExitCode {
+    let args: Args = argh::from_env();
+    if args.reference_server {
+        return match reference::run() {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("reference server: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    match config(args).and_then(run) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("load: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn config(args: Args) -> Result<Config, String> {
+    if args.seconds == 0 || args.connections == 0 {
+        return Err("--seconds and --connections must be at least 1".into());
+    }
+    let scenarios = if args.scenario.is_empty() {
+        Scenario::ALL.to_vec()
+    } else {
+        args.scenario
+            .iter()
+            .map(|name| Scenario::parse(name))
+            .collect::<Result<_, _>>()?
+    };
+    Ok(Config {
+        measure: Duration::from_secs(args.seconds),
+        warmup: Duration::from_millis(args.warmup_ms),
+        connections: args.connections,
+        scenarios,
+    })
+}
+
+fn run(config: Config) -> Result<(), String> {
+    report::preamble(&config);
+    // Under the target dir rather than /tmp, which is often tmpfs: there fsync costs
+    // nothing and capture would look faster than it is on the disk it will run on.
+    let dir = tempfile::Builder::new()
+        .prefix("flagpost-load-")
+        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+        .map_err(|e| format!("cannot create a temporary dir: {e}"))?;
+    let data_dir = dir.path().join("data");
+    let db_dir = dir.path().join("db");
+    flags::write_data_dir(&data_dir).map_err(|e| format!("cannot write the data dir: {e}"))?;
+    println!("database: {} (removed at the end)", db_dir.display());
+
+    let mut flagpost = Target::flagpost(&data_dir, &db_dir)?;
+    let mut reference = Target::reference()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the client runtime: {e}"))?;
+
+    let mut rows = Vec::new();
+    for scenario in &config.scenarios {
+        let load = client::Load {
+            scenario: *scenario,
+            bodies: scenario.bodies().into(),
+            connections: config.connections,
+            warmup: config.warmup,
+            measure: config.measure,
+        };
+        let row = runtime.block_on(async {
+            let status = client::probe(flagpost.addr, &load).await?;
+            if status == hyper::StatusCode::NOT_FOUND {
+                return Ok::<_, String>(Row::Skipped(*scenario, status));
+            }
+            // One target at a time, so each has the cores to itself (the other idles).
+            let ours = load.run(flagpost.addr).await;
+            let theirs = load.run(reference.addr).await;
+            Ok(Row::Measured(*scenario, ours, theirs))
+        })?;
+        rows.push(row);
+    }
+    drop(runtime);
+
+    report::table(&rows);
+    report::memory([flagpost.peak_rss(), reference.peak_rss()]);
+    flagpost.stop()?;
+    reference.stop()
+}

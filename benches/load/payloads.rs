@@ -1,0 +1,177 @@
+//! The scenarios and their request bodies: what posthog-js sends for a page view, a
+//! flushed batch of 100 events (gzip'd, as the SDKs send batches) and a `/decide` call.
+//!
+//! Bodies are built before the clock starts and cycled through, so during the
+//! measurement the client spends its share of the cores on HTTP, not on JSON and gzip.
+//! Each pool is large enough that consecutive requests carry different distinct_ids.
+
+use std::io::Write;
+
+use bytes::Bytes;
+use flate2::write::GzEncoder;
+use flate2::Compression;
+use serde_json::{json, Value};
+use time::format_description::well_known::Rfc3339;
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+use crate::flags::{API_KEY, GROUP_KEYS};
+
+/// Distinct single-event bodies (about 600 bytes each).
+const CAPTURE_POOL: usize = 4096;
+/// Distinct gzip'd batches; each holds `BATCH_EVENTS` events, so 25,600 distinct events.
+const BATCH_POOL: usize = 256;
+/// Distinct `/decide` bodies, one person each.
+const DECIDE_POOL: usize = 4096;
+/// posthog-js flushes its queue in batches of up to 100 events.
+const BATCH_EVENTS: usize = 100;
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Scenario {
+    Capture,
+    Batch,
+    Decide,
+}
+
+impl Scenario {
+    pub const ALL: [Scenario; 3] = [Scenario::Capture, Scenario::Batch, Scenario::Decide];
+
+    pub fn parse(name: &str) -> Result<Scenario, String> {
+        Scenario::ALL
+            .into_iter()
+            .find(|s| s.name() == name)
+            .ok_or_else(|| format!("unknown scenario {name:?}; try capture, batch or decide"))
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Scenario::Capture => "capture",
+            Scenario::Batch => "batch",
+            Scenario::Decide => "decide",
+        }
+    }
+
+    pub fn path(self) -> &'static str {
+        match self {
+            Scenario::Capture => "/capture/",
+            Scenario::Batch => "/batch/",
+            Scenario::Decide => "/decide/?v=3",
+        }
+    }
+
+    /// The `Content-Encoding` of the body, if it is compressed.
+    pub fn encoding(self) -> Option<&'static str> {
+        match self {
+            Scenario::Batch => Some("gzip"),
+            Scenario::Capture | Scenario::Decide => None,
+        }
+    }
+
+    /// Events acknowledged by one successful request, or none if it ingests nothing.
+    pub fn events_per_request(self) -> Option<usize> {
+        match self {
+            Scenario::Capture => Some(1),
+            Scenario::Batch => Some(BATCH_EVENTS),
+            Scenario::Decide => None,
+        }
+    }
+
+    /// The pool of request bodies this scenario cycles through.
+    pub fn bodies(self) -> Vec<Bytes> {
+        let now = OffsetDateTime::now_utc();
+        match self {
+            Scenario::Capture => (0..CAPTURE_POOL)
+                .map(|n| {
+                    let mut event = pageview(n, now);
+                    event["api_key"] = API_KEY.into();
+                    Bytes::from(event.to_string())
+                })
+                .collect(),
+            Scenario::Batch => (0..BATCH_POOL).map(|n| batch(n, now)).collect(),
+            Scenario::Decide => (0..DECIDE_POOL).map(decide).collect(),
+        }
+    }
+}
+
+/// RFC 3339 in milliseconds, as JavaScript's `Date.toISOString` writes it.
+fn timestamp(at: OffsetDateTime) -> String {
+    let millis = at
+        .replace_nanosecond(u32::from(at.millisecond()) * 1_000_000)
+        .expect("whole milliseconds are a valid nanosecond");
+    millis
+        .format(&Rfc3339)
+        .expect("a current time formats as RFC 3339")
+}
+
+/// A `$pageview` the way posthog-js builds it, for the `n`th person.
+fn pageview(n: usize, now: OffsetDateTime) -> Value {
+    let page = ["dashboard", "insights", "settings", "billing"][n % 4];
+    json!({
+        "uuid": Uuid::now_v7().to_string(),
+        "event": "$pageview",
+        "properties": {
+            "$os": "Mac OS X",
+            "$browser": "Chrome",
+            "$browser_version": 124,
+            "$device_type": "Desktop",
+            "$current_url": format!("https://app.example.com/project/{}/{page}?tab=overview", n % 7),
+            "$host": "app.example.com",
+            "$pathname": format!("/project/{}/{page}", n % 7),
+            "$lib": "web",
+            "$lib_version": "1.130.2",
+            "$referrer": "$direct",
+            "$device_id": Uuid::now_v7().to_string(),
+            "$session_id": Uuid::now_v7().to_string(),
+            "token": API_KEY,
+            "distinct_id": distinct_id(n),
+        },
+        "timestamp": timestamp(now),
+        "distinct_id": distinct_id(n),
+    })
+}
+
+fn distinct_id(n: usize) -> String {
+    format!("user-{n:06}")
+}
+
+/// `{api_key, batch: [100 events], sent_at}`, gzip'd; the `n`th of the pool.
+fn batch(n: usize, now: OffsetDateTime) -> Bytes {
+    let events: Vec<Value> = (0..BATCH_EVENTS)
+        .map(|i| pageview(n * BATCH_EVENTS + i, now))
+        .collect();
+    let body = json!({"api_key": API_KEY, "batch": events, "sent_at": timestamp(now)});
+    let mut gzip = GzEncoder::new(Vec::new(), Compression::default());
+    gzip.write_all(body.to_string().as_bytes())
+        .and_then(|()| gzip.finish())
+        .map(Bytes::from)
+        .expect("gzip into memory cannot fail")
+}
+
+/// A posthog-js `/decide` call: the person's properties and groups travel with it, so
+/// every condition of the generated flags has something to compare.
+fn decide(n: usize) -> Bytes {
+    let plan = ["free", "pro", "enterprise"][n % 3];
+    let country = ["GB", "US", "DE", "FR", "BR"][n % 5];
+    let body = json!({
+        "token": API_KEY,
+        "distinct_id": distinct_id(n),
+        "$anon_distinct_id": Uuid::now_v7().to_string(),
+        "groups": {
+            GROUP_KEYS[0]: format!("org-{}", n % 50),
+            GROUP_KEYS[1]: format!("company-{}", n % 20),
+        },
+        "person_properties": {
+            "email": format!("{}@{}", distinct_id(n), ["example.com", "acme.io", "gmail.com"][n % 3]),
+            "plan": plan,
+            "$geoip_country_code": country,
+            "app_version": format!("2.{}.{}", n % 12, n % 5),
+            "signed_up_at": "2024-03-01T10:00:00Z",
+            "seats": n % 40,
+            "$browser": "Chrome",
+        },
+        "group_properties": {
+            GROUP_KEYS[0]: {"tier": plan, "employees": (n % 50) * 10},
+        },
+    });
+    Bytes::from(body.to_string())
+}

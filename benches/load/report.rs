@@ -1,0 +1,119 @@
+//! What the harness prints: the conditions of the run (so a number is never read
+//! without them), the side-by-side table, and both servers' peak memory.
+
+use hyper::StatusCode;
+
+use crate::client::Measurement;
+use crate::payloads::Scenario;
+use crate::Config;
+
+/// One scenario's result.
+pub enum Row {
+    /// flagpost, then the reference.
+    Measured(Scenario, Measurement, Measurement),
+    /// flagpost does not serve the scenario yet; it answered the probe with this.
+    Skipped(Scenario, StatusCode),
+}
+
+pub fn preamble(config: &Config) {
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let scenarios: String = config
+        .scenarios
+        .iter()
+        .map(|s| format!(" --scenario {}", s.name()))
+        .collect();
+    println!("flagpost load harness");
+    println!(
+        "machine: {cores} cores, shared by the load client and the server under test \
+         (the same for both targets)"
+    );
+    println!(
+        "load: {} keep-alive connections, {} ms warm-up, {} s measured per scenario and target",
+        config.connections,
+        config.warmup.as_millis(),
+        config.measure.as_secs()
+    );
+    println!(
+        "reproduce: cargo bench --bench load -- --seconds {} --connections {} --warmup-ms {}{scenarios}",
+        config.measure.as_secs(),
+        config.connections,
+        config.warmup.as_millis()
+    );
+    println!(
+        "note: flagpost fsyncs before every 2xx (group commit); the reference stores nothing, \
+         so ingest ratios include the disk's flush latency"
+    );
+}
+
+pub fn table(rows: &[Row]) {
+    println!();
+    println!(
+        "{:<10} {:<10} {:>10} {:>10} {:>8} {:>8} {:>7}",
+        "scenario", "target", "req/s", "events/s", "p50 ms", "p99 ms", "errors"
+    );
+    for row in rows {
+        match row {
+            Row::Measured(scenario, ours, theirs) => {
+                measured(*scenario, "flagpost", ours);
+                measured(*scenario, "reference", theirs);
+                ratio(*scenario, ours, theirs);
+            }
+            Row::Skipped(scenario, status) => println!(
+                "{:<10} skipped: server answers {}",
+                scenario.name(),
+                status.as_u16()
+            ),
+        }
+    }
+    println!("ratio = flagpost / reference: below 1 is slower for req/s, above 1 for latency");
+}
+
+fn measured(scenario: Scenario, target: &str, m: &Measurement) {
+    let events = scenario.events_per_request().map(|n| m.rate() * n as f64);
+    println!(
+        "{:<10} {:<10} {:>10.1} {:>10} {:>8} {:>8} {:>7}",
+        scenario.name(),
+        target,
+        m.rate(),
+        number(events, 1),
+        number(m.percentile_ms(0.50), 2),
+        number(m.percentile_ms(0.99), 2),
+        m.errors
+    );
+}
+
+fn ratio(scenario: Scenario, ours: &Measurement, theirs: &Measurement) {
+    let divide = |a: Option<f64>, b: Option<f64>| match (a, b) {
+        (Some(a), Some(b)) if b > 0.0 => Some(a / b),
+        _ => None,
+    };
+    let rate = divide(Some(ours.rate()), Some(theirs.rate()));
+    let events = scenario.events_per_request().and(rate);
+    let p50 = divide(ours.percentile_ms(0.50), theirs.percentile_ms(0.50));
+    let p99 = divide(ours.percentile_ms(0.99), theirs.percentile_ms(0.99));
+    println!(
+        "{:<10} {:<10} {:>10} {:>10} {:>8} {:>8}",
+        scenario.name(),
+        "ratio",
+        number(rate, 3),
+        number(events, 3),
+        number(p50, 2),
+        number(p99, 2)
+    );
+}
+
+/// A value with `decimals`, or `-` where there is none.
+fn number(value: Option<f64>, decimals: usize) -> String {
+    value.map_or_else(|| "-".into(), |v| format!("{v:.decimals$}"))
+}
+
+/// Peak resident memory of [flagpost, reference], in KiB.
+pub fn memory(peaks: [Option<u64>; 2]) {
+    let mib = |kib: Option<u64>| number(kib.map(|k| k as f64 / 1024.0), 1);
+    println!();
+    println!(
+        "peak RSS (VmHWM): flagpost {} MiB, reference {} MiB",
+        mib(peaks[0]),
+        mib(peaks[1])
+    );
+}

@@ -1,0 +1,146 @@
+//! The servers under load as child processes: start one, learn its address from the
+//! `listening on <addr>` line on its stderr, read its peak memory, stop it with SIGTERM.
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// A release build opens sled and binds within a second; this is for a loaded machine.
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+/// flagpost finishes in-flight requests and flushes on SIGTERM; nothing is in flight here.
+const STOP_TIMEOUT: Duration = Duration::from_secs(30);
+/// How often to look whether a stopping child has exited.
+const STOP_POLL: Duration = Duration::from_millis(20);
+/// The line both servers print once they accept connections.
+const LISTENING: &str = "listening on ";
+
+/// A running server process, killed on drop if it was not stopped.
+pub struct Target {
+    name: &'static str,
+    pub addr: SocketAddr,
+    child: Option<Child>,
+}
+
+impl Target {
+    /// The release `flagpost` binary on a fresh port.
+    pub fn flagpost(data_dir: &Path, db_dir: &Path) -> Result<Target, String> {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_flagpost"));
+        command
+            .arg("serve")
+            .args(["--listen", "127.0.0.1:0"])
+            .arg("--data-dir")
+            .arg(data_dir)
+            .arg("--db")
+            .arg(db_dir)
+            .env("FLAGPOST_LOG", "info")
+            // The address is parsed from the log line; colour codes would only get in the way.
+            .env("NO_COLOR", "1");
+        Target::spawn("flagpost", command)
+    }
+
+    /// This harness binary again, serving as the reference in its own process.
+    pub fn reference() -> Result<Target, String> {
+        let exe = std::env::current_exe().map_err(|e| format!("cannot find the harness: {e}"))?;
+        let mut command = Command::new(exe);
+        command.arg("--reference-server");
+        Target::spawn("reference", command)
+    }
+
+    fn spawn(name: &'static str, mut command: Command) -> Result<Target, String> {
+        let mut child = command
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("cannot start {name}: {e}"))?;
+        let stderr = child.stderr.take().expect("stderr is piped");
+        let (tx, rx) = mpsc::channel();
+        // Keep draining stderr for the whole run: a full pipe would block the server's
+        // logging and so the server. Lines after the address are passed on to ours.
+        std::thread::spawn(move || {
+            let mut tx = Some(tx);
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                match (line.find(LISTENING), &tx) {
+                    (Some(at), Some(sender)) => {
+                        let _ = sender.send(address(&line[at + LISTENING.len()..]));
+                        tx = None;
+                    }
+                    _ => eprintln!("[{name}] {line}"),
+                }
+            }
+        });
+        let mut target = Target {
+            name,
+            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+            child: Some(child),
+        };
+        target.addr = match rx.recv_timeout(START_TIMEOUT) {
+            Ok(Some(addr)) => addr,
+            Ok(None) => return Err(format!("{name} printed an address that does not parse")),
+            Err(_) => return Err(format!("{name} did not start listening (its log is above)")),
+        };
+        Ok(target)
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.as_ref().expect("still running").id()
+    }
+
+    /// Peak resident set size (`VmHWM`) in KiB, if the kernel reports it.
+    pub fn peak_rss(&self) -> Option<u64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).ok()?;
+        let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+        line.split_whitespace().nth(1)?.parse().ok()
+    }
+
+    /// SIGTERM, then wait for a clean exit.
+    pub fn stop(&mut self) -> Result<(), String> {
+        let name = self.name;
+        let sent = Command::new("kill")
+            .args(["-TERM", &self.pid().to_string()])
+            .status()
+            .map_err(|e| format!("cannot run kill: {e}"))?;
+        if !sent.success() {
+            return Err(format!("kill -TERM {name} failed"));
+        }
+        let mut child = self.child.take().expect("still running");
+        let deadline = Instant::now() + STOP_TIMEOUT;
+        loop {
+            match child.try_wait() {
+                Ok(Some(status)) if status.success() => return Ok(()),
+                Ok(Some(status)) => return Err(format!("{name} exited with {status}")),
+                Ok(None) if Instant::now() < deadline => std::thread::sleep(STOP_POLL),
+                Ok(None) => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return Err(format!(
+                        "{name} did not stop within {STOP_TIMEOUT:?} of SIGTERM"
+                    ));
+                }
+                Err(e) => return Err(format!("cannot wait for {name}: {e}")),
+            }
+        }
+    }
+}
+
+impl Drop for Target {
+    /// An early error must not leave servers running behind the harness.
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// The address at the start of `rest`, ending at whitespace or a terminal escape.
+fn address(rest: &str) -> Option<SocketAddr> {
+    rest.split(|c: char| c.is_whitespace() || c == '\x1b')
+        .next()?
+        .parse()
+        .ok()
+}
