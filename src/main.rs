@@ -29,3 +29,6 @@ fn main() -> ExitCode {
         }
     }
 }
+
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;

@@ -50,6 +50,10 @@ struct Args {
     /// scenario to run: capture, batch or decide; repeat for several [default all]
     #[argh(option)]
     scenario: Vec<String>,
+    /// another flagpost binary (say, a build of an earlier commit) to measure beside
+    /// this one, on its own database
+    #[argh(option)]
+    baseline: Option<std::path::PathBuf>,
     /// internal: serve as the reference server (the harness starts it itself)
     #[argh(switch)]
     reference_server: bool,
@@ -65,6 +69,7 @@ struct Config {
     warmup: Duration,
     connections: usize,
     scenarios: Vec<Scenario>,
+    baseline: Option<std::path::PathBuf>,
 }
 
 fn main() -> ExitCode {
@@ -104,6 +109,7 @@ fn config(args: Args) -> Result<Config, String> {
         warmup: Duration::from_millis(args.warmup_ms),
         connections: args.connections,
         scenarios,
+        baseline: args.baseline,
     })
 }
 
@@ -121,6 +127,15 @@ fn run(config: Config) -> Result<(), String> {
     println!("database: {} (removed at the end)", db_dir.display());
 
     let mut flagpost = Target::flagpost(&data_dir, &db_dir)?;
+    let mut baseline = match &config.baseline {
+        Some(binary) => Some(Target::flagpost_at(
+            "baseline",
+            binary,
+            &data_dir,
+            &dir.path().join("baseline-db"),
+        )?),
+        None => None,
+    };
     let mut reference = Target::reference()?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -143,15 +158,26 @@ fn run(config: Config) -> Result<(), String> {
             }
             // One target at a time, so each has the cores to itself (the other idles).
             let ours = load.run(flagpost.addr).await;
+            let before = match &baseline {
+                Some(b) => Some(load.run(b.addr).await),
+                None => None,
+            };
             let theirs = load.run(reference.addr).await;
-            Ok(Row::Measured(*scenario, ours, theirs))
+            Ok(Row::Measured(*scenario, ours, before, theirs))
         })?;
         rows.push(row);
     }
     drop(runtime);
 
     report::table(&rows);
-    report::memory([flagpost.peak_rss(), reference.peak_rss()]);
+    report::memory(&[
+        ("flagpost", flagpost.peak_rss()),
+        ("baseline", baseline.as_ref().and_then(Target::peak_rss)),
+        ("reference", reference.peak_rss()),
+    ]);
     flagpost.stop()?;
+    if let Some(b) = &mut baseline {
+        b.stop()?;
+    }
     reference.stop()
 }

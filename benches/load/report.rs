@@ -9,8 +9,8 @@ use crate::Config;
 
 /// One scenario's result.
 pub enum Row {
-    /// flagpost, then the reference.
-    Measured(Scenario, Measurement, Measurement),
+    /// flagpost, the baseline build if any, then the reference.
+    Measured(Scenario, Measurement, Option<Measurement>, Measurement),
     /// flagpost does not serve the scenario yet; it answered the probe with this.
     Skipped(Scenario, StatusCode),
 }
@@ -53,10 +53,16 @@ pub fn table(rows: &[Row]) {
     );
     for row in rows {
         match row {
-            Row::Measured(scenario, ours, theirs) => {
+            Row::Measured(scenario, ours, before, theirs) => {
                 measured(*scenario, "flagpost", ours);
+                if let Some(before) = before {
+                    measured(*scenario, "baseline", before);
+                }
                 measured(*scenario, "reference", theirs);
-                ratio(*scenario, ours, theirs);
+                ratio(*scenario, "ratio", ours, theirs);
+                if let Some(before) = before {
+                    ratio(*scenario, "base ratio", before, theirs);
+                }
             }
             Row::Skipped(scenario, status) => println!(
                 "{:<10} skipped: server answers {}",
@@ -82,7 +88,7 @@ fn measured(scenario: Scenario, target: &str, m: &Measurement) {
     );
 }
 
-fn ratio(scenario: Scenario, ours: &Measurement, theirs: &Measurement) {
+fn ratio(scenario: Scenario, label: &str, ours: &Measurement, theirs: &Measurement) {
     let divide = |a: Option<f64>, b: Option<f64>| match (a, b) {
         (Some(a), Some(b)) if b > 0.0 => Some(a / b),
         _ => None,
@@ -94,7 +100,7 @@ fn ratio(scenario: Scenario, ours: &Measurement, theirs: &Measurement) {
     println!(
         "{:<10} {:<10} {:>10} {:>10} {:>8} {:>8}",
         scenario.name(),
-        "ratio",
+        label,
         number(rate, 3),
         number(events, 3),
         number(p50, 2),
@@ -107,13 +113,12 @@ fn number(value: Option<f64>, decimals: usize) -> String {
     value.map_or_else(|| "-".into(), |v| format!("{v:.decimals$}"))
 }
 
-/// Peak resident memory of [flagpost, reference], in KiB.
-pub fn memory(peaks: [Option<u64>; 2]) {
-    let mib = |kib: Option<u64>| number(kib.map(|k| k as f64 / 1024.0), 1);
+/// Peak resident memory of each target that ran, in KiB.
+pub fn memory(peaks: &[(&str, Option<u64>)]) {
+    let shown: Vec<String> = peaks
+        .iter()
+        .filter_map(|(name, kib)| kib.map(|k| format!("{name} {:.1} MiB", k as f64 / 1024.0)))
+        .collect();
     println!();
-    println!(
-        "peak RSS (VmHWM): flagpost {} MiB, reference {} MiB",
-        mib(peaks[0]),
-        mib(peaks[1])
-    );
+    println!("peak RSS (VmHWM): {}", shown.join(", "));
 }

@@ -27,7 +27,22 @@ pub struct Target {
 impl Target {
     /// The release `flagpost` binary on a fresh port.
     pub fn flagpost(data_dir: &Path, db_dir: &Path) -> Result<Target, String> {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_flagpost"));
+        Target::flagpost_at(
+            "flagpost",
+            Path::new(env!("CARGO_BIN_EXE_flagpost")),
+            data_dir,
+            db_dir,
+        )
+    }
+
+    /// Another flagpost build (an earlier commit), measured beside this one.
+    pub fn flagpost_at(
+        name: &'static str,
+        binary: &Path,
+        data_dir: &Path,
+        db_dir: &Path,
+    ) -> Result<Target, String> {
+        let mut command = Command::new(binary);
         command
             .arg("serve")
             .args(["--listen", "127.0.0.1:0"])
@@ -38,7 +53,7 @@ impl Target {
             .env("FLAGPOST_LOG", "info")
             // The address is parsed from the log line; colour codes would only get in the way.
             .env("NO_COLOR", "1");
-        Target::spawn("flagpost", command)
+        Target::spawn(name, command)
     }
 
     /// This harness binary again, serving as the reference in its own process.
