@@ -154,7 +154,7 @@ impl Metrics {
         );
         registry.register(
             "log_depth",
-            "Records waiting in the write-ahead log and the slower lanes (approximate)",
+            "Entries waiting in the write-ahead log (one per group commit, up to 512 records each) plus records waiting in the slower lanes",
             m.log_depth.clone(),
         );
         registry.register(

@@ -21,6 +21,7 @@ use sled::IVec;
 
 use super::apply::{self, ProjectSettings, Tx};
 use super::overflow::Limiter;
+use super::record::decode_frame;
 use super::{keys, Record, Trees};
 use crate::projects::Projects;
 
@@ -101,18 +102,35 @@ enum Source {
     Overflow,
 }
 
-/// What happens to one record of a chunk.
+/// What happens to one record of a chunk. The slower lanes and the quarantine keep
+/// the record's bytes.
 enum Action {
     Apply(Box<Record>),
-    ToHistorical,
-    ToOverflow,
-    Quarantine,
+    ToHistorical(Vec<u8>),
+    ToOverflow(Vec<u8>),
+    Quarantine(Vec<u8>),
 }
 
 struct Item {
-    key: IVec,
-    value: IVec,
+    /// The record's key in a lane tree: its log entry's sequence number, then its
+    /// index in the entry, so lanes keep log order.
+    lane_key: [u8; 12],
     action: Action,
+}
+
+/// Records read from one tree, and the keys to remove once they are applied.
+#[derive(Default)]
+struct Chunk {
+    consumed: Vec<IVec>,
+    items: Vec<Item>,
+}
+
+fn lane_key(entry: &[u8], index: usize) -> [u8; 12] {
+    let mut k = [0u8; 12];
+    let n = entry.len().min(8);
+    k[..n].copy_from_slice(&entry[..n]);
+    k[8..].copy_from_slice(&(index as u32).to_be_bytes());
+    k
 }
 
 pub struct Compactor {
@@ -156,28 +174,19 @@ impl Compactor {
     /// One pass: a chunk of the log, then a smaller chunk of each slower lane.
     pub fn step(&mut self) -> Result<StepReport, sled::Error> {
         let mut report = StepReport::default();
-        let log = read_chunk(&self.trees.wal, REALTIME_CHUNK)?;
-        if !log.is_empty() {
-            let items: Vec<Item> = log.into_iter().map(|(k, v)| self.route(k, v)).collect();
-            report.realtime = self.commit(Source::Log, &items)?;
+        let log = self.read_log()?;
+        if !log.consumed.is_empty() {
+            report.realtime = self.commit(Source::Log, &log)?;
         }
         for (source, tree) in [
             (Source::Historical, self.trees.historical.clone()),
             (Source::Overflow, self.trees.overflow.clone()),
         ] {
-            let chunk = read_chunk(&tree, LANE_CHUNK)?;
-            if chunk.is_empty() {
+            let chunk = read_lane(&tree)?;
+            if chunk.consumed.is_empty() {
                 continue;
             }
-            let items: Vec<Item> = chunk
-                .into_iter()
-                .map(|(key, value)| Item {
-                    action: decode(&value),
-                    key,
-                    value,
-                })
-                .collect();
-            let n = self.commit(source, &items)?;
+            let n = self.commit(source, &chunk)?;
             match source {
                 Source::Historical => report.historical = n,
                 _ => report.overflow = n,
@@ -188,21 +197,52 @@ impl Compactor {
         Ok(report)
     }
 
-    /// Where a fresh log record goes: its own lane if historical, overflow if its
-    /// distinct id is spiking, else applied now.
-    fn route(&mut self, key: IVec, value: IVec) -> Item {
-        let action = match decode(&value) {
-            Action::Apply(r) if r.historical => Action::ToHistorical,
-            Action::Apply(r) if !self.limiter.allow(r.project, &r.distinct_id, r.received_at) => {
-                Action::ToOverflow
+    /// Whole log entries, up to about [`REALTIME_CHUNK`] records, each routed: its own
+    /// lane if historical, overflow if its distinct id is spiking, else applied now.
+    fn read_log(&mut self) -> Result<Chunk, sled::Error> {
+        let mut chunk = Chunk::default();
+        for entry in self.trees.wal.iter() {
+            let (key, value) = entry?;
+            match decode_frame(&value) {
+                Ok(records) => {
+                    for (index, bytes) in records.into_iter().enumerate() {
+                        let action = match decode(bytes) {
+                            Action::Apply(r) if r.historical => {
+                                Action::ToHistorical(bytes.to_vec())
+                            }
+                            Action::Apply(r)
+                                if !self.limiter.allow(
+                                    r.project,
+                                    &r.distinct_id,
+                                    r.received_at,
+                                ) =>
+                            {
+                                Action::ToOverflow(bytes.to_vec())
+                            }
+                            other => other,
+                        };
+                        chunk.items.push(Item {
+                            lane_key: lane_key(&key, index),
+                            action,
+                        });
+                    }
+                }
+                Err(_) => chunk.items.push(Item {
+                    lane_key: lane_key(&key, 0),
+                    action: Action::Quarantine(value.to_vec()),
+                }),
             }
-            other => other,
-        };
-        Item { key, value, action }
+            chunk.consumed.push(key);
+            if chunk.items.len() >= REALTIME_CHUNK {
+                break;
+            }
+        }
+        Ok(chunk)
     }
 
     /// Apply a chunk in one transaction; returns how many records it consumed.
-    fn commit(&mut self, source: Source, items: &[Item]) -> Result<usize, sled::Error> {
+    fn commit(&mut self, source: Source, chunk: &Chunk) -> Result<usize, sled::Error> {
+        let items = &chunk.items;
         let settings = self.project_settings(items);
         let geoip = &*self.geoip;
         #[cfg(test)]
@@ -251,11 +291,13 @@ impl Compactor {
                     Source::Overflow => overflow,
                 };
                 let mut counts = Counts::default();
+                for key in &chunk.consumed {
+                    from.remove(key)?;
+                }
                 for (i, item) in items.iter().enumerate() {
                     if fail_after == Some(i) {
                         return Err(ConflictableTransactionError::Abort(()));
                     }
-                    from.remove(&item.key)?;
                     match &item.action {
                         Action::Apply(record) => {
                             let s = settings.get(&record.project).copied().unwrap_or_default();
@@ -265,22 +307,22 @@ impl Compactor {
                                 counts.duplicates += 1;
                             }
                         }
-                        Action::ToHistorical => {
-                            historical.insert(&item.key, item.value.clone())?;
+                        Action::ToHistorical(bytes) => {
+                            historical.insert(&item.lane_key[..], bytes.as_slice())?;
                             counts.historical += 1;
                         }
-                        Action::ToOverflow => {
-                            overflow.insert(&item.key, item.value.clone())?;
+                        Action::ToOverflow(bytes) => {
+                            overflow.insert(&item.lane_key[..], bytes.as_slice())?;
                             counts.overflow += 1;
                         }
-                        Action::Quarantine => {
-                            quarantine.insert(&item.key, item.value.clone())?;
+                        Action::Quarantine(bytes) => {
+                            quarantine.insert(&item.lane_key[..], bytes.as_slice())?;
                             counts.corrupt += 1;
                         }
                     }
                 }
-                if let (Source::Log, Some(last)) = (source, items.last()) {
-                    meta.insert(CHECKPOINT_KEY, &last.key)?;
+                if let (Source::Log, Some(last)) = (source, chunk.consumed.last()) {
+                    meta.insert(CHECKPOINT_KEY, last)?;
                 }
                 Ok(counts)
             },
@@ -329,13 +371,15 @@ impl Compactor {
 
     /// Age of the oldest record still waiting in the log.
     fn lag(&self) -> Result<i64, sled::Error> {
-        Ok(match self.trees.wal.first()? {
-            Some((_, v)) => match Record::decode(&v) {
-                Ok(r) => (crate::http::capture::now_ms() - r.received_at).max(0),
-                Err(_) => 0,
-            },
-            None => 0,
-        })
+        let Some((_, entry)) = self.trees.wal.first()? else {
+            return Ok(0);
+        };
+        let oldest = decode_frame(&entry)
+            .ok()
+            .and_then(|records| Record::decode(records.first()?).ok());
+        Ok(oldest.map_or(0, |r| {
+            (crate::http::capture::now_ms() - r.received_at).max(0)
+        }))
     }
 
     /// Delete events older than the retention period; returns how many.
@@ -411,12 +455,26 @@ struct Counts {
 fn decode(value: &[u8]) -> Action {
     match Record::decode(value) {
         Ok(r) => Action::Apply(Box::new(r)),
-        Err(_) => Action::Quarantine,
+        Err(_) => Action::Quarantine(value.to_vec()),
     }
 }
 
-fn read_chunk(tree: &sled::Tree, n: usize) -> Result<Vec<(IVec, IVec)>, sled::Error> {
-    tree.iter().take(n).collect()
+/// Up to [`LANE_CHUNK`] records of a slower lane, in order.
+fn read_lane(tree: &sled::Tree) -> Result<Chunk, sled::Error> {
+    let mut chunk = Chunk::default();
+    for entry in tree.iter().take(LANE_CHUNK) {
+        let (key, value) = entry?;
+        // Lane keys are already (entry, index); keep them for the quarantine.
+        let mut lane_key = [0u8; 12];
+        let n = key.len().min(12);
+        lane_key[..n].copy_from_slice(&key[..n]);
+        chunk.items.push(Item {
+            lane_key,
+            action: decode(&value),
+        });
+        chunk.consumed.push(key);
+    }
+    Ok(chunk)
 }
 
 /// The compactor's thread; stop it at shutdown.

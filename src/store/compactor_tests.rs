@@ -58,13 +58,13 @@ fn record(project: u64, i: i64, event: Value) -> Record {
 }
 
 impl Fixture {
+    /// Append to the log as the writer does, up to three records per entry.
     fn push(&self, records: &[Record]) {
-        for r in records {
+        for group in records.chunks(3) {
+            let encoded: Vec<Vec<u8>> = group.iter().map(Record::encode).collect();
             let seq = self.db.generate_id().unwrap();
-            self.trees
-                .wal
-                .insert(seq.to_be_bytes(), r.encode())
-                .unwrap();
+            let frame = crate::store::record::encode_frame(encoded.iter().map(Vec::as_slice));
+            self.trees.wal.insert(seq.to_be_bytes(), frame).unwrap();
         }
     }
 
@@ -203,7 +203,7 @@ fn a_failure_at_any_point_of_a_chunk_applies_nothing_and_a_retry_applies_all_onc
         // Nothing of the failed chunk is visible, and the log still holds all of it.
         assert!(f.trees.events.is_empty(), "fail at {fail_at}");
         assert!(f.trees.persons.is_empty() && f.trees.groups.is_empty());
-        assert_eq!(f.trees.wal.len(), records.len());
+        assert_eq!(f.trees.wal.len(), records.len().div_ceil(3));
         f.drain();
         assert_eq!(f.state(1), expected, "fail at {fail_at}");
     }
@@ -345,13 +345,7 @@ fn corrupt_records_are_quarantined_not_blocking() {
         .wal
         .insert(1u64.to_be_bytes(), &b"garbage"[..])
         .unwrap();
-    f.trees
-        .wal
-        .insert(
-            2u64.to_be_bytes(),
-            record(1, 0, json!({"event": "ok", "distinct_id": "d"})).encode(),
-        )
-        .unwrap();
+    f.push(&[record(1, 0, json!({"event": "ok", "distinct_id": "d"}))]);
     f.drain();
     assert_eq!(f.events(1).len(), 1);
     assert_eq!(f.trees.quarantine.len(), 1);

@@ -219,8 +219,8 @@ pub fn group_type_index(
         .and_then(|v| v.first().copied()))
 }
 
-/// Records waiting in the log and the slower lanes, from the span of their keys:
-/// O(log n), exact unless sequence numbers were skipped at a restart.
+/// Entries waiting in the log plus records waiting in the slower lanes, from the span
+/// of their keys: O(log n), exact unless sequence numbers were skipped at a restart.
 pub fn log_depth(trees: &Trees) -> u64 {
     [&trees.wal, &trees.historical, &trees.overflow]
         .into_iter()

@@ -14,11 +14,17 @@ use std::time::Instant;
 
 use tokio::sync::{mpsc, oneshot};
 
+use super::record::encode_frame;
+
 /// Requests waiting for the writer. A full queue means the disk cannot keep up: new
 /// requests get 503 with Retry-After rather than an ever-growing backlog in memory.
 const QUEUE_CAPACITY: usize = 8192;
 /// A group stops growing here, so one fsync never waits on an unbounded amount of data.
 const MAX_GROUP_BYTES: usize = 64 * 1024 * 1024;
+/// A log entry holds at most this many records or bytes (a group may span several
+/// entries), so the compactor can apply whole entries in modest transactions.
+const ENTRY_MAX_RECORDS: usize = 512;
+const ENTRY_MAX_BYTES: usize = 1024 * 1024;
 
 /// Why an append was not acknowledged. Nothing here was made durable by this call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -180,15 +186,34 @@ fn write_group(
 ) -> Result<(), Error> {
     let mut batch = sled::Batch::default();
     let mut count = 0u64;
+    let mut entry: Vec<Vec<u8>> = Vec::new();
+    let mut entry_bytes = 0usize;
+    let close = |entry: &mut Vec<Vec<u8>>, batch: &mut sled::Batch| -> Result<(), Error> {
+        if entry.is_empty() {
+            return Ok(());
+        }
+        // generate_id is monotonic across restarts, so log order is arrival order
+        // even after the compactor has emptied the tree.
+        let id = db.generate_id().map_err(storage_error)?;
+        batch.insert(
+            &id.to_be_bytes(),
+            encode_frame(entry.iter().map(Vec::as_slice)),
+        );
+        entry.clear();
+        Ok(())
+    };
     for pending in group.iter_mut() {
         for record in pending.records.drain(..) {
-            // generate_id is monotonic across restarts, so log order is arrival order
-            // even after the compactor has emptied the tree.
-            let id = db.generate_id().map_err(storage_error)?;
-            batch.insert(&id.to_be_bytes(), record);
+            entry_bytes += record.len();
+            entry.push(record);
             count += 1;
+            if entry.len() >= ENTRY_MAX_RECORDS || entry_bytes >= ENTRY_MAX_BYTES {
+                close(&mut entry, &mut batch)?;
+                entry_bytes = 0;
+            }
         }
     }
+    close(&mut entry, &mut batch)?;
     tree.apply_batch(batch).map_err(storage_error)?;
     let started = Instant::now();
     db.flush().map_err(storage_error)?;
@@ -243,7 +268,14 @@ mod tests {
         let values: Vec<String> = tree
             .iter()
             .values()
-            .map(|v| String::from_utf8(v.unwrap().to_vec()).unwrap())
+            .flat_map(|v| {
+                let frame = v.unwrap();
+                super::super::record::decode_frame(&frame)
+                    .unwrap()
+                    .into_iter()
+                    .map(|r| String::from_utf8(r.to_vec()).unwrap())
+                    .collect::<Vec<_>>()
+            })
             .collect();
         assert_eq!(values.len(), 100);
         // Each request's records stay adjacent and in the order given.
