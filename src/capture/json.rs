@@ -16,24 +16,27 @@ pub fn parse_value(bytes: &mut [u8]) -> Result<Value, Error> {
 
 /// Reject nesting beyond `max` with one cheap pass over the bytes (brackets inside
 /// strings do not count). Building a value from 100,000 nested arrays would otherwise
-/// recurse that deep.
+/// recurse that deep. String contents, most of a payload, are skipped with memchr.
 fn check_depth(bytes: &[u8], max: usize) -> Result<(), Error> {
     let mut depth = 0usize;
-    let mut in_string = false;
-    let mut escaped = false;
-    for &b in bytes {
-        if in_string {
-            if escaped {
-                escaped = false;
-            } else if b == b'\\' {
-                escaped = true;
-            } else if b == b'"' {
-                in_string = false;
-            }
-            continue;
-        }
+    let mut i = 0;
+    while let Some(&b) = bytes.get(i) {
         match b {
-            b'"' => in_string = true,
+            b'"' => {
+                i += 1;
+                // To the closing quote, stepping over escaped characters.
+                loop {
+                    match memchr::memchr2(b'"', b'\\', &bytes[i.min(bytes.len())..]) {
+                        Some(j) if bytes[i + j] == b'\\' => i += j + 2,
+                        Some(j) => {
+                            i += j + 1;
+                            break;
+                        }
+                        None => return Ok(()),
+                    }
+                }
+                continue;
+            }
             b'[' | b'{' => {
                 depth += 1;
                 if depth > max {
@@ -45,6 +48,7 @@ fn check_depth(bytes: &[u8], max: usize) -> Result<(), Error> {
             b']' | b'}' => depth = depth.saturating_sub(1),
             _ => {}
         }
+        i += 1;
     }
     Ok(())
 }
@@ -66,6 +70,13 @@ mod tests {
         // Brackets inside strings, including after escaped quotes, do not count.
         let s = format!(r#"{{"a":"\"{}"}}"#, "[".repeat(1000));
         assert!(parse_value(&mut s.into_bytes()).is_ok());
+        // An escaped backslash does not escape the quote after it.
+        let s = format!(r#"{{"a":"\\\\","b":"x\"{}"}}"#, "[".repeat(1000));
+        assert!(parse_value(&mut s.into_bytes()).is_ok());
+        // An escape at the very end of the input does not read past it.
+        assert!(check_depth(b"\"\\", 1).is_ok());
+        assert!(check_depth(b"\"abc", 1).is_ok());
+        assert!(check_depth(b"[[", 1).is_err());
     }
 
     #[test]

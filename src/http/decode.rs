@@ -103,8 +103,9 @@ pub fn payload(
     max_decoded: usize,
 ) -> Result<Vec<u8>, Error> {
     let mut form_compression = None;
-    let raw: Vec<u8> = if let Some(data) = &query.data {
-        data.as_bytes().to_vec()
+    let form_data;
+    let raw: &[u8] = if let Some(data) = &query.data {
+        data.as_bytes()
     } else if content_type.is_some_and(is_form) {
         let mut data = None;
         for (k, v) in form_urlencoded::parse(body) {
@@ -114,14 +115,12 @@ pub fn payload(
                 _ => {}
             }
         }
-        match data {
-            Some(d) => d.into_bytes(),
-            None => body.to_vec(),
-        }
+        form_data = data;
+        form_data.as_deref().map_or(body, str::as_bytes)
     } else {
-        body.to_vec()
+        body
     };
-    let raw = trim_ascii(raw);
+    let raw = raw.trim_ascii();
     if raw.is_empty() {
         return Err(Error::Empty);
     }
@@ -141,34 +140,21 @@ fn is_form(content_type: &str) -> bool {
         .starts_with("application/x-www-form-urlencoded")
 }
 
-fn trim_ascii(mut v: Vec<u8>) -> Vec<u8> {
-    let end = v
-        .iter()
-        .rposition(|b| !b.is_ascii_whitespace())
-        .map_or(0, |i| i + 1);
-    v.truncate(end);
-    let start = v
-        .iter()
-        .position(|b| !b.is_ascii_whitespace())
-        .unwrap_or(v.len());
-    v.drain(..start);
-    v
-}
-
 /// Apply the compression the hint or the bytes themselves call for.
-pub fn decompress(raw: Vec<u8>, hint: Compression, max: usize) -> Result<Vec<u8>, Error> {
+/// The result is a fresh buffer either way: the JSON parser works in place.
+pub fn decompress(raw: &[u8], hint: Compression, max: usize) -> Result<Vec<u8>, Error> {
     let out = if hint == Compression::Gzip || raw.starts_with(&GZIP_MAGIC) {
-        gunzip(&raw, max)?
+        gunzip(raw, max)?
     } else if hint == Compression::Lz64 {
-        lz64::decompress_from_base64(&raw, max)
+        lz64::decompress_from_base64(raw, max)
             .map_err(Error::Lz64)?
             .into_bytes()
     } else if hint == Compression::Base64 {
-        BASE64.decode(&raw).map_err(|_| Error::Base64)?
-    } else if looks_like_base64(&raw) {
-        BASE64.decode(&raw).unwrap_or(raw)
+        BASE64.decode(raw).map_err(|_| Error::Base64)?
+    } else if looks_like_base64(raw) {
+        BASE64.decode(raw).unwrap_or_else(|_| raw.to_vec())
     } else {
-        raw
+        raw.to_vec()
     };
     if out.len() > max {
         return Err(Error::TooLarge);
