@@ -40,6 +40,7 @@ impl App {
         projects: Arc<ArcSwap<Projects>>,
         rules: crate::flags::Rules,
         geoip: Arc<crate::geoip::Database>,
+        metrics: Metrics,
         store: &crate::store::Store,
     ) -> App {
         let budget = Budget::new(config.limits.max_inflight_body_bytes);
@@ -49,7 +50,7 @@ impl App {
             wal: store.wal.clone(),
             trees: store.trees.clone(),
             compactor: store.compactor.clone(),
-            metrics: Metrics::new(),
+            metrics,
             rules,
             geoip,
             budget,

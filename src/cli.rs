@@ -21,6 +21,32 @@ pub struct Cli {
 #[argh(subcommand)]
 enum Command {
     Serve(Serve),
+    Check(Check),
+    Export(Export),
+}
+
+#[derive(FromArgs)]
+/// Validate a data dir (projects, every flag file, the GeoIP database); exits 1 on errors.
+#[argh(subcommand, name = "check")]
+struct Check {
+    /// directory to check [env FLAGPOST_DATA_DIR, default ./data]
+    #[argh(option)]
+    data_dir: Option<PathBuf>,
+    /// the GeoIP database to check [env FLAGPOST_GEOIP, default <data dir>/GeoLite2-City.mmdb if present]
+    #[argh(option)]
+    geoip: Option<PathBuf>,
+}
+
+#[derive(FromArgs)]
+/// Write every stored event of a stopped server's database as NDJSON.
+#[argh(subcommand, name = "export")]
+struct Export {
+    /// database directory [env FLAGPOST_DB, default ./var/db]
+    #[argh(option)]
+    db: Option<PathBuf>,
+    /// file to write instead of standard output
+    #[argh(option, short = 'o')]
+    output: Option<PathBuf>,
 }
 
 #[derive(FromArgs)]
@@ -62,6 +88,17 @@ struct Serve {
     trusted_proxies: Option<String>,
 }
 
+impl Cli {
+    /// The server logs what it does; the offline commands print their own report and
+    /// log only errors.
+    pub fn default_log_level(&self) -> &'static str {
+        match self.command {
+            Some(Command::Serve(_)) => "info",
+            _ => "error",
+        }
+    }
+}
+
 /// A flag, else its environment variable, else nothing.
 fn or_env<T: std::str::FromStr>(flag: Option<T>, var: &str) -> Result<Option<T>, String> {
     if flag.is_some() {
@@ -79,6 +116,8 @@ fn or_env<T: std::str::FromStr>(flag: Option<T>, var: &str) -> Result<Option<T>,
 pub fn run(cli: Cli) -> Result<(), String> {
     match cli.command {
         None => Err("no command given; try `flagpost serve` or `flagpost --help`".into()),
+        Some(Command::Check(args)) => check(args),
+        Some(Command::Export(args)) => export(args),
         Some(Command::Serve(args)) => {
             let config = serve_config(args)?;
             tokio::runtime::Builder::new_multi_thread()
@@ -126,4 +165,93 @@ fn serve_config(args: Serve) -> Result<Config, String> {
             flagpost::geoip::TrustedProxies::parse(&list).map_err(|e| e.to_string())?;
     }
     Ok(config)
+}
+
+fn check(args: Check) -> Result<(), String> {
+    let data_dir = or_env(args.data_dir, "FLAGPOST_DATA_DIR")?.unwrap_or_else(|| "data".into());
+    let geoip = or_env(args.geoip, "FLAGPOST_GEOIP")?;
+    let report = flagpost::admin::check(&data_dir, geoip.as_deref());
+    for note in &report.notes {
+        println!("ok: {note}");
+    }
+    for error in &report.errors {
+        println!("error: {error}");
+    }
+    match report.errors.len() {
+        0 => Ok(()),
+        n => Err(format!("{} has {n} error(s)", data_dir.display())),
+    }
+}
+
+fn export(args: Export) -> Result<(), String> {
+    let db = or_env(args.db, "FLAGPOST_DB")?.unwrap_or_else(|| "var/db".into());
+    let mut progress = Progress::new();
+    let count = match &args.output {
+        Some(path) => {
+            let file = std::fs::File::create(path)
+                .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+            let mut out = std::io::BufWriter::new(file);
+            flagpost::admin::export(&db, &mut out, |d, t| progress.show(d, t))
+        }
+        None => {
+            let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+            flagpost::admin::export(&db, &mut out, |d, t| progress.show(d, t))
+        }
+    }
+    .map_err(|e| e.to_string())?;
+    progress.finish(count);
+    Ok(())
+}
+
+/// A progress bar on stderr: redrawn in place at a terminal, a line per tenth otherwise
+/// (so a log file is not flooded).
+struct Progress {
+    tty: bool,
+    last: std::time::Instant,
+    last_tenth: u64,
+}
+
+impl Progress {
+    /// Redraws at most this often.
+    const EVERY: std::time::Duration = std::time::Duration::from_millis(100);
+    const WIDTH: u64 = 30;
+
+    fn new() -> Progress {
+        Progress {
+            tty: std::io::IsTerminal::is_terminal(&std::io::stderr()),
+            last: std::time::Instant::now(),
+            last_tenth: 0,
+        }
+    }
+
+    fn show(&mut self, done: u64, total: u64) {
+        let total = total.max(1);
+        let done = done.min(total);
+        if self.tty {
+            if self.last.elapsed() < Self::EVERY && done < total {
+                return;
+            }
+            self.last = std::time::Instant::now();
+            let filled = done * Self::WIDTH / total;
+            eprint!(
+                "\r[{}{}] {:>3}% {done}/{total} events",
+                "#".repeat(filled as usize),
+                " ".repeat((Self::WIDTH - filled) as usize),
+                done * 100 / total
+            );
+        } else {
+            let tenth = done * 10 / total;
+            if tenth > self.last_tenth {
+                self.last_tenth = tenth;
+                eprintln!("export: {}% ({done}/{total} events)", tenth * 10);
+            }
+        }
+    }
+
+    fn finish(&self, count: u64) {
+        if self.tty {
+            eprintln!();
+        }
+        eprintln!("export: {count} events written");
+    }
 }

@@ -14,6 +14,7 @@
 //! `app::App` is the state they share; `config::Config` is everything the binary's
 //! flags decide. The binary (`main.rs`) only parses flags and calls [`run`].
 
+pub mod admin;
 pub mod app;
 pub mod capture;
 pub mod config;
@@ -80,23 +81,29 @@ pub async fn serve(
     let projects = projects::Projects::load(&config.projects_file()).map_err(Error::Projects)?;
     let projects = Arc::new(arc_swap::ArcSwap::from_pointee(projects));
     let geoip = Arc::new(open_geoip(&config).await?);
+    let metrics = metrics::Metrics::new();
+    let flushes = metrics.wal_flush_seconds.clone();
+    let on_flush: store::wal::FlushObserver = Box::new(move |d| flushes.observe(d.as_secs_f64()));
     let (db_dir, shared, settings, enrich) = (
         config.db_dir.clone(),
         projects.clone(),
         config.compactor.clone(),
         geoip.clone(),
     );
-    let store =
-        tokio::task::spawn_blocking(move || store::Store::open(&db_dir, shared, settings, enrich))
-            .await
-            .map_err(|e| Error::Io(std::io::Error::other(e)))?
-            .map_err(Error::Store)?;
+    let store = tokio::task::spawn_blocking(move || {
+        store::Store::open(&db_dir, shared, settings, enrich, on_flush)
+    })
+    .await
+    .map_err(|e| Error::Io(std::io::Error::other(e)))?
+    .map_err(Error::Store)?;
     let flags_dir = config.flags_dir();
     // The rules module logs what it loaded and every file it could not.
     let (rules, _report) = tokio::task::spawn_blocking(move || flags::Rules::load(&flags_dir))
         .await
         .map_err(|e| Error::Io(std::io::Error::other(e)))?;
-    let app = Arc::new(app::App::new(config, projects, rules, geoip, &store));
+    let app = Arc::new(app::App::new(
+        config, projects, rules, geoip, metrics, &store,
+    ));
     let hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
     let reloader = tokio::spawn(reload_on_sighup(app.clone(), hangup));
     let watcher = tokio::spawn(watch_flags(app.clone()));

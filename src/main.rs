@@ -14,7 +14,7 @@ fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("FLAGPOST_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(cli.default_log_level())),
         )
         .with_writer(std::io::stderr)
         // Colour codes only for a person at a terminal, never into journald.
@@ -23,7 +23,6 @@ fn main() -> ExitCode {
     match cli::run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            tracing::error!("{e}");
             eprintln!("flagpost: {e}");
             ExitCode::FAILURE
         }

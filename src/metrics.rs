@@ -43,6 +43,7 @@ pub struct Metrics {
     pub wal_queued_requests: Gauge,
     pub wal_flushes: Gauge,
     pub wal_last_flush_seconds: Gauge<f64, std::sync::atomic::AtomicU64>,
+    pub wal_flush_seconds: Histogram,
     pub log_depth: Gauge,
     pub compactor_applied: Counter,
     pub compactor_duplicates: Counter,
@@ -87,6 +88,7 @@ impl Metrics {
             wal_queued_requests: Gauge::default(),
             wal_flushes: Gauge::default(),
             wal_last_flush_seconds: Gauge::default(),
+            wal_flush_seconds: Histogram::new(LATENCY_BUCKETS.iter().copied()),
             log_depth: Gauge::default(),
             compactor_applied: Counter::default(),
             compactor_duplicates: Counter::default(),
@@ -151,6 +153,11 @@ impl Metrics {
             "wal_last_flush_seconds",
             "Duration of the latest write-ahead log fsync",
             m.wal_last_flush_seconds.clone(),
+        );
+        registry.register(
+            "wal_flush_duration_seconds",
+            "Duration of each write-ahead log fsync (one per group commit)",
+            m.wal_flush_seconds.clone(),
         );
         registry.register(
             "log_depth",

@@ -107,6 +107,7 @@ impl Store {
         projects: Arc<ArcSwap<Projects>>,
         settings: compactor::Settings,
         geoip: Arc<crate::geoip::Database>,
+        on_flush: wal::FlushObserver,
     ) -> Result<Store, Error> {
         let db = sled::Config::new()
             .path(dir)
@@ -114,7 +115,7 @@ impl Store {
             .open()?;
         let trees = Trees::open(&db)?;
         let io = |e| Error(sled::Error::Io(e));
-        let (wal, writer) = Wal::start(db.clone(), trees.wal.clone()).map_err(io)?;
+        let (wal, writer) = Wal::start(db.clone(), trees.wal.clone(), on_flush).map_err(io)?;
         let compactor = compactor::Compactor::new(trees.clone(), projects, settings, geoip);
         let stats = compactor.stats();
         let compactor_thread = compactor::spawn(compactor).map_err(io)?;

@@ -94,8 +94,15 @@ impl Writer {
     }
 }
 
+/// Told the duration of every fsync, for a latency histogram.
+pub type FlushObserver = Box<dyn Fn(std::time::Duration) + Send>;
+
 impl Wal {
-    pub fn start(db: sled::Db, tree: sled::Tree) -> std::io::Result<(Wal, Writer)> {
+    pub fn start(
+        db: sled::Db,
+        tree: sled::Tree,
+        on_flush: FlushObserver,
+    ) -> std::io::Result<(Wal, Writer)> {
         let (tx, rx) = mpsc::channel(QUEUE_CAPACITY);
         let stats = Arc::new(Stats {
             writable: AtomicBool::new(true),
@@ -104,7 +111,7 @@ impl Wal {
         let writer_stats = stats.clone();
         let thread = std::thread::Builder::new()
             .name("wal-writer".into())
-            .spawn(move || run(db, tree, rx, &writer_stats))?;
+            .spawn(move || run(db, tree, rx, &writer_stats, &on_flush))?;
         let writer = Writer {
             thread,
             tx: tx.clone(),
@@ -143,7 +150,13 @@ struct Pending {
     reply: oneshot::Sender<Result<(), Error>>,
 }
 
-fn run(db: sled::Db, tree: sled::Tree, mut rx: mpsc::Receiver<Job>, stats: &Stats) {
+fn run(
+    db: sled::Db,
+    tree: sled::Tree,
+    mut rx: mpsc::Receiver<Job>,
+    stats: &Stats,
+    on_flush: &FlushObserver,
+) {
     let mut stopping = false;
     while !stopping {
         let mut group = Vec::new();
@@ -169,7 +182,7 @@ fn run(db: sled::Db, tree: sled::Tree, mut rx: mpsc::Receiver<Job>, stats: &Stat
             // Every sender is gone, or a stop with nothing queued.
             break;
         }
-        let result = write_group(&db, &tree, &mut group, stats);
+        let result = write_group(&db, &tree, &mut group, stats, on_flush);
         stats.writable.store(result.is_ok(), Ordering::Relaxed);
         for pending in group {
             // A requester that went away (client disconnected) needs no answer.
@@ -183,6 +196,7 @@ fn write_group(
     tree: &sled::Tree,
     group: &mut [Pending],
     stats: &Stats,
+    on_flush: &FlushObserver,
 ) -> Result<(), Error> {
     let mut batch = sled::Batch::default();
     let mut count = 0u64;
@@ -217,7 +231,9 @@ fn write_group(
     tree.apply_batch(batch).map_err(storage_error)?;
     let started = Instant::now();
     db.flush().map_err(storage_error)?;
-    let micros = started.elapsed().as_micros() as u64;
+    let took = started.elapsed();
+    on_flush(took);
+    let micros = took.as_micros() as u64;
     stats
         .flush_micros_total
         .fetch_add(micros, Ordering::Relaxed);
@@ -242,7 +258,7 @@ mod tests {
         {
             let db = sled::open(dir.path()).unwrap();
             let tree = db.open_tree("wal").unwrap();
-            let (wal, writer) = Wal::start(db.clone(), tree).unwrap();
+            let (wal, writer) = Wal::start(db.clone(), tree, Box::new(|_| {})).unwrap();
             let mut tasks = Vec::new();
             for i in 0..50u32 {
                 let wal = wal.clone();

@@ -1,6 +1,7 @@
 //! End-to-end tests against the real binary over loopback. One test binary, as
 //! every file here is a module of it.
 
+mod admin;
 mod capture;
 mod decide;
 mod geoip;
