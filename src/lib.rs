@@ -12,7 +12,8 @@
 //! ```
 //!
 //! `app::App` is the state they share; `config::Config` is everything the binary's
-//! flags decide. The binary (`main.rs`) only parses flags and calls [`run`].
+//! flags decide; `notify` tells systemd when serving starts, reloads and stops. The
+//! binary (`main.rs`) only parses flags and calls [`run`].
 
 pub mod admin;
 pub mod app;
@@ -22,6 +23,7 @@ pub mod flags;
 pub mod geoip;
 pub mod http;
 pub mod metrics;
+pub mod notify;
 pub mod persons;
 pub mod projects;
 pub mod store;
@@ -114,6 +116,11 @@ pub async fn serve(
         "listening on {}",
         listener.local_addr()?
     );
+    notify::ready();
+    let shutdown = async {
+        shutdown.await;
+        notify::stopping();
+    };
     http::server::run(listener, app.clone(), shutdown).await;
 
     reloader.abort();
@@ -143,6 +150,7 @@ pub fn shutdown_signal() -> std::io::Result<impl Future<Output = ()>> {
 async fn reload_on_sighup(app: Arc<app::App>, mut hup: tokio::signal::unix::Signal) {
     while hup.recv().await.is_some() {
         tracing::info!("SIGHUP received: reloading");
+        notify::reloading();
         if let Err(e) = app.reload_projects() {
             tracing::warn!(error = %e, "projects not reloaded; keeping the previous ones");
         }
@@ -154,6 +162,7 @@ async fn reload_on_sighup(app: Arc<app::App>, mut hup: tokio::signal::unix::Sign
             app.rules.reload(&dir)
         })
         .await;
+        notify::ready();
     }
 }
 

@@ -1,0 +1,202 @@
+//! The service manager's notification protocol (`sd_notify`). Under systemd with
+//! `Type=notify`, `NOTIFY_SOCKET` names a datagram socket, and flagpost says there when
+//! it is ready to serve, when a SIGHUP reload starts and ends, and when it is stopping,
+//! so `systemctl start`, `reload` and `stop` wait for the real thing instead of guessing.
+//! Without the variable every call is a no-op. Failing to notify is logged and never
+//! stops the server: the protocol is advisory.
+
+use std::ffi::OsStr;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::net::{SocketAddr, UnixDatagram};
+use std::sync::OnceLock;
+
+/// The variable the service manager sets for `Type=notify` services.
+const SOCKET_VAR: &str = "NOTIFY_SOCKET";
+
+/// Startup finished (the listener accepts), or a reload finished.
+pub const READY: &str = "READY=1";
+/// Shutdown started: no new connections, in-flight requests finishing.
+pub const STOPPING: &str = "STOPPING=1";
+
+/// Where state changes go: the socket named by `NOTIFY_SOCKET`.
+#[derive(Debug)]
+pub struct Notifier {
+    addr: SocketAddr,
+}
+
+impl Notifier {
+    /// The notifier for a `NOTIFY_SOCKET` value: an absolute path, or `@name` for a
+    /// Linux abstract socket (a leading NUL byte on the wire). Anything else (a relative
+    /// path, systemd's `vsock:` form) is not supported here and gives `None`.
+    pub fn parse(value: &OsStr) -> Option<Notifier> {
+        let bytes = value.as_bytes();
+        let addr = match bytes.first()? {
+            b'/' => SocketAddr::from_pathname(value).ok()?,
+            b'@' => abstract_addr(&bytes[1..])?,
+            _ => return None,
+        };
+        Some(Notifier { addr })
+    }
+
+    pub fn ready(&self) -> io::Result<()> {
+        self.send(READY)
+    }
+
+    pub fn stopping(&self) -> io::Result<()> {
+        self.send(STOPPING)
+    }
+
+    /// A reload started. The timestamp lets the manager tell this reload from an
+    /// earlier one; `READY=1` ends it.
+    pub fn reloading(&self) -> io::Result<()> {
+        self.send(&format!("RELOADING=1\nMONOTONIC_USEC={}", monotonic_usec()))
+    }
+
+    /// One datagram from a fresh unbound socket, as `sd_notify(3)` does: state changes
+    /// are rare, and keeping no socket open means nothing to share between threads.
+    pub fn send(&self, state: &str) -> io::Result<()> {
+        let socket = UnixDatagram::unbound()?;
+        socket.send_to_addr(state.as_bytes(), &self.addr)?;
+        Ok(())
+    }
+}
+
+#[cfg(target_os = "linux")]
+fn abstract_addr(name: &[u8]) -> Option<SocketAddr> {
+    use std::os::linux::net::SocketAddrExt;
+    SocketAddr::from_abstract_name(name).ok()
+}
+
+#[cfg(not(target_os = "linux"))]
+fn abstract_addr(_name: &[u8]) -> Option<SocketAddr> {
+    None
+}
+
+/// `CLOCK_MONOTONIC` in microseconds, the clock systemd compares `MONOTONIC_USEC` with.
+/// `Instant` reads the same clock but does not expose its value.
+fn monotonic_usec() -> u64 {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes only into the timespec it is handed, which outlives
+    // the call; CLOCK_MONOTONIC exists on every system this builds for.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
+    debug_assert_eq!(rc, 0);
+    now.tv_sec as u64 * 1_000_000 + now.tv_nsec as u64 / 1_000
+}
+
+/// The process's notifier, read from the environment once.
+fn global() -> Option<&'static Notifier> {
+    static NOTIFIER: OnceLock<Option<Notifier>> = OnceLock::new();
+    NOTIFIER
+        .get_or_init(|| {
+            let value = std::env::var_os(SOCKET_VAR)?;
+            let notifier = Notifier::parse(&value);
+            if notifier.is_none() {
+                tracing::warn!("{SOCKET_VAR}={value:?} is not a socket flagpost can notify");
+            }
+            notifier
+        })
+        .as_ref()
+}
+
+fn report(what: &str, result: io::Result<()>) {
+    if let Err(e) = result {
+        tracing::warn!(error = %e, "could not tell the service manager {what}");
+    }
+}
+
+/// Tell the service manager that startup or a reload is complete.
+pub fn ready() {
+    if let Some(n) = global() {
+        report("we are ready", n.ready());
+    }
+}
+
+/// Tell the service manager that shutdown has begun.
+pub fn stopping() {
+    if let Some(n) = global() {
+        report("we are stopping", n.stopping());
+    }
+}
+
+/// Tell the service manager that a reload has begun; follow with [`ready`].
+pub fn reloading() {
+    if let Some(n) = global() {
+        report("we are reloading", n.reloading());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn receive(socket: &UnixDatagram) -> String {
+        let mut buf = [0u8; 512];
+        let n = socket.recv(&mut buf).expect("a datagram");
+        String::from_utf8(buf[..n].to_vec()).unwrap()
+    }
+
+    fn listen(socket: &UnixDatagram) {
+        socket
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+    }
+
+    #[test]
+    fn sends_the_exact_states_to_a_socket_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("notify");
+        let socket = UnixDatagram::bind(&path).unwrap();
+        listen(&socket);
+        let notifier = Notifier::parse(path.as_os_str()).expect("an absolute path");
+
+        notifier.ready().unwrap();
+        assert_eq!(receive(&socket), "READY=1");
+        notifier.stopping().unwrap();
+        assert_eq!(receive(&socket), "STOPPING=1");
+
+        let before = monotonic_usec();
+        notifier.reloading().unwrap();
+        let after = monotonic_usec();
+        let message = receive(&socket);
+        let usec = message
+            .strip_prefix("RELOADING=1\nMONOTONIC_USEC=")
+            .unwrap_or_else(|| panic!("{message:?}"));
+        let usec: u64 = usec.parse().unwrap();
+        assert!(
+            (before..=after).contains(&usec),
+            "{before} <= {usec} <= {after}"
+        );
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn an_at_sign_names_an_abstract_socket() {
+        use std::os::linux::net::SocketAddrExt;
+        let name = format!("flagpost-notify-test-{}", std::process::id());
+        let socket =
+            UnixDatagram::bind_addr(&SocketAddr::from_abstract_name(&name).unwrap()).unwrap();
+        listen(&socket);
+        let notifier = Notifier::parse(OsStr::new(&format!("@{name}"))).unwrap();
+        notifier.ready().unwrap();
+        assert_eq!(receive(&socket), "READY=1");
+    }
+
+    #[test]
+    fn other_forms_are_not_notified() {
+        for value in ["", "notify", "run/notify", "vsock:2:1234"] {
+            assert!(Notifier::parse(OsStr::new(value)).is_none(), "{value:?}");
+        }
+    }
+
+    #[test]
+    fn a_missing_listener_is_an_error_not_a_panic() {
+        let dir = tempfile::tempdir().unwrap();
+        let notifier = Notifier::parse(dir.path().join("gone").as_os_str()).unwrap();
+        assert!(notifier.ready().is_err());
+    }
+}
