@@ -5,5 +5,6 @@ mod admin;
 mod capture;
 mod decide;
 mod geoip;
+mod ops;
 mod read_api;
 mod util;

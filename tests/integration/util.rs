@@ -1,6 +1,7 @@
 //! Test harness: start the real `flagpost` binary on 127.0.0.1:0 with a temporary data
 //! dir and database, talk to it over plain sockets, stop it gently or hard.
 
+use std::ffi::OsStr;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
@@ -57,15 +58,24 @@ impl Server {
 
     /// Start with extra `serve` flags.
     pub fn start_with(extra: &[&str]) -> Server {
+        Server::start_env(extra, &[])
+    }
+
+    /// Start with extra `serve` flags and environment variables.
+    pub fn start_env(extra: &[&str], env: &[(&str, &OsStr)]) -> Server {
         let tmp = data_dir();
         let dir = tmp.path().to_path_buf();
-        let mut s = Server::spawn(&dir, extra);
+        let mut s = Server::spawn_env(&dir, extra, env);
         s._tmp = Some(tmp);
         s
     }
 
     /// Start on an existing directory (after a restart).
     pub fn spawn(dir: &Path, extra: &[&str]) -> Server {
+        Server::spawn_env(dir, extra, &[])
+    }
+
+    fn spawn_env(dir: &Path, extra: &[&str], env: &[(&str, &OsStr)]) -> Server {
         let args: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
         let mut child = Command::new(env!("CARGO_BIN_EXE_flagpost"))
             .arg("serve")
@@ -77,6 +87,7 @@ impl Server {
             .arg(dir.join("db"))
             .args(&args)
             .env("FLAGPOST_LOG", "info")
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()

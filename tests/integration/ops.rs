@@ -1,0 +1,380 @@
+//! Running flagpost the way the README deploys it: the systemd unit passes
+//! `systemd-analyze` (verify, and a security exposure of at most 2.0), the server speaks
+//! systemd's notify protocol, and the shipped nginx site, run for real in front of the
+//! real binary, carries capture, batch, decide and the read API with the client's
+//! address intact and a client unable to choose it.
+//!
+//! nginx and systemd-analyze are system tools. Without one, its tests say so and pass,
+//! unless `CI` is set (`.ci/run` sets it and installs both): then they fail.
+
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::unix::net::UnixDatagram;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::util::*;
+
+const REPO: &str = env!("CARGO_MANIFEST_DIR");
+
+/// A system tool from PATH or an sbin directory (nginx is in /usr/sbin, which a user's
+/// PATH may lack). `None` when it is missing and the test should skip; a panic under CI.
+fn tool(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let found = std::env::split_paths(&path)
+        .chain(["/usr/sbin", "/usr/local/sbin", "/sbin"].map(PathBuf::from))
+        .map(|dir| dir.join(name))
+        .find(|p| p.is_file());
+    if found.is_none() {
+        let ci = std::env::var_os("CI").is_some_and(|v| !v.is_empty());
+        assert!(
+            !ci,
+            "{name} is not installed; CI needs it (.ci/run installs it)"
+        );
+        eprintln!("skipped: {name} is not installed (with CI set this test fails)");
+    }
+    found
+}
+
+fn test_db() -> String {
+    format!("{REPO}/data/GeoIP2-City-Test.mmdb")
+}
+
+#[test]
+fn the_unit_passes_systemd_analyze() {
+    if tool("systemd-analyze").is_none() {
+        return;
+    }
+    let out = Command::new("bash")
+        .arg(format!("{REPO}/systemd/verify.sh"))
+        .env("FLAGPOST_BIN", env!("CARGO_BIN_EXE_flagpost"))
+        .output()
+        .expect("run systemd/verify.sh");
+    let report = String::from_utf8_lossy(&out.stdout) + String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{report}");
+    assert!(report.contains("systemd-analyze verify: ok"), "{report}");
+    assert!(report.contains("at most 2.0"), "{report}");
+}
+
+#[test]
+fn systemd_hears_ready_reloading_and_stopping() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("notify");
+    let socket = UnixDatagram::bind(&path).unwrap();
+    socket.set_read_timeout(Some(WAIT)).unwrap();
+    let next = || {
+        let mut buf = [0; 256];
+        let n = socket.recv(&mut buf).expect("a notification");
+        String::from_utf8_lossy(&buf[..n]).into_owned()
+    };
+
+    let mut server = Server::start_env(&[], &[("NOTIFY_SOCKET", path.as_os_str())]);
+    assert_eq!(next(), "READY=1");
+    assert_eq!(server.get("/_readiness").status, 200, "ready means serving");
+
+    server.sighup();
+    let reloading = next();
+    let usec = reloading
+        .strip_prefix("RELOADING=1\nMONOTONIC_USEC=")
+        .unwrap_or_else(|| panic!("{reloading:?}"));
+    assert!(usec.parse::<u64>().unwrap() > 0, "{reloading:?}");
+    assert_eq!(next(), "READY=1", "the reload is over");
+
+    assert_eq!(server.stop(), Some(0));
+    assert_eq!(next(), "STOPPING=1");
+}
+
+/// nginx with the shipped site in front of a flagpost, on free loopback ports. One
+/// process (`master_process off`), killed on drop, so nothing outlives the test.
+struct Nginx {
+    child: Child,
+    /// The site's TLS server, plain HTTP here: a test has no certificate.
+    addr: SocketAddr,
+    /// The site's port-80 server, which redirects.
+    redirect: SocketAddr,
+    dir: tempfile::TempDir,
+}
+
+impl Nginx {
+    fn start(upstream: SocketAddr) -> Option<Nginx> {
+        let bin = tool("nginx")?;
+        let site = std::fs::read_to_string(format!("{REPO}/systemd/nginx.conf")).unwrap();
+        // Ports picked now may be taken before nginx binds them: then try new ones.
+        for _ in 0..5 {
+            let dir = tempfile::tempdir().unwrap();
+            let (addr, redirect) = free_addrs();
+            let config = test_config(&site, upstream, addr, redirect, dir.path());
+            std::fs::write(dir.path().join("nginx.conf"), config).unwrap();
+            let stderr = std::fs::File::create(dir.path().join("stderr.log")).unwrap();
+            let child = Command::new(&bin)
+                .arg("-p")
+                .arg(dir.path())
+                .arg("-c")
+                .arg(dir.path().join("nginx.conf"))
+                .args(["-e", "stderr", "-g"])
+                .arg(format!(
+                    "daemon off; pid {}/nginx.pid; error_log stderr warn;",
+                    dir.path().display()
+                ))
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(stderr)
+                .spawn()
+                .expect("spawn nginx");
+            let mut nginx = Nginx {
+                child,
+                addr,
+                redirect,
+                dir,
+            };
+            if nginx.wait_until_listening() {
+                return Some(nginx);
+            }
+            assert!(
+                nginx.log().contains("Address already in use"),
+                "nginx did not start:\n{}",
+                nginx.log()
+            );
+        }
+        panic!("nginx found no free ports in five tries");
+    }
+
+    /// Whether both servers accept connections; false if nginx exited instead.
+    fn wait_until_listening(&mut self) -> bool {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            if self.child.try_wait().unwrap().is_some() {
+                return false;
+            }
+            if TcpStream::connect(self.addr).is_ok() && TcpStream::connect(self.redirect).is_ok() {
+                return true;
+            }
+            assert!(Instant::now() < deadline, "nginx:\n{}", self.log());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("stderr.log")).unwrap_or_default()
+    }
+
+    fn request(&self, req: Req) -> Resp {
+        send(self.addr, req)
+    }
+}
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Two distinct free loopback addresses: both listeners are held until both are known.
+fn free_addrs() -> (SocketAddr, SocketAddr) {
+    let a = TcpListener::bind("127.0.0.1:0").unwrap();
+    let b = TcpListener::bind("127.0.0.1:0").unwrap();
+    (a.local_addr().unwrap(), b.local_addr().unwrap())
+}
+
+/// The shipped site with its listen addresses and upstream replaced, inside the `http`
+/// block that nginx.conf normally provides, with every path in the test's directory.
+fn test_config(
+    site: &str,
+    upstream: SocketAddr,
+    addr: SocketAddr,
+    redirect: SocketAddr,
+    dir: &Path,
+) -> String {
+    let mut site = site.to_string();
+    for (from, to) in [
+        ("server 127.0.0.1:8000;", format!("server {upstream};")),
+        (
+            "    listen 443 ssl http2;\n",
+            format!("    listen {addr};\n"),
+        ),
+        ("    listen [::]:443 ssl http2;\n", String::new()),
+        ("    listen 80;\n", format!("    listen {redirect};\n")),
+        ("    listen [::]:80;\n", String::new()),
+    ] {
+        // The test must run the file as shipped, not quietly something else.
+        assert_eq!(site.matches(from).count(), 1, "nginx.conf: {from:?}");
+        site = site.replace(from, &to);
+    }
+    let tmp = dir.display();
+    format!(
+        r#"# Generated by tests/integration/ops.rs from systemd/nginx.conf.
+master_process off;
+events {{
+    worker_connections 256;
+}}
+http {{
+    access_log {tmp}/access.log;
+    client_body_temp_path {tmp}/client_body;
+    proxy_temp_path {tmp}/proxy;
+    fastcgi_temp_path {tmp}/fastcgi;
+    uwsgi_temp_path {tmp}/uwsgi;
+    scgi_temp_path {tmp}/scgi;
+    # Test only: take the client address from a header, so a test on 127.0.0.1 can
+    # come from London. The shipped site trusts no header.
+    set_real_ip_from 127.0.0.1;
+    real_ip_header X-Test-Client-IP;
+
+{site}
+}}
+"#
+    )
+}
+
+/// A capture request as a client at `client` sends it, with a forged X-Forwarded-For.
+fn from_client(req: Req, client: &str, forged: &str) -> Req {
+    req.header("X-Test-Client-IP", client)
+        .header("X-Forwarded-For", forged)
+}
+
+fn props<'a>(events: &'a [Value], name: &str) -> &'a Value {
+    &events
+        .iter()
+        .find(|e| e["event"] == name)
+        .unwrap_or_else(|| panic!("no {name} event"))["properties"]
+}
+
+#[test]
+fn capture_and_batch_through_nginx_keep_the_client_address() {
+    let server = Server::start_with(&["--geoip", &test_db()]);
+    let Some(nginx) = Nginx::start(server.addr) else {
+        return;
+    };
+
+    let event = json!({"api_key": KEY_ONE, "event": "from-london", "distinct_id": "visitor"});
+    let req = Req::post("/capture/", event.to_string());
+    let r = nginx.request(from_client(req, "81.2.69.160", "2.125.160.216"));
+    assert_eq!((r.status, r.text()), (200, r#"{"status":1}"#.to_string()));
+
+    let event = json!({"api_key": KEY_ONE, "event": "no-client-header", "distinct_id": "local"});
+    let req = Req::post("/capture/", event.to_string()).header("X-Forwarded-For", "81.2.69.160");
+    assert_eq!(nginx.request(req).status, 200);
+
+    // Well past nginx's 16 KB body buffer, which would spool to disk if buffering.
+    let batch: Vec<Value> = (0..1000)
+        .map(|i| {
+            json!({"event": "batched", "distinct_id": format!("user-{i}"),
+            "properties": {"n": i, "tag": uuid::Uuid::new_v4().to_string()}})
+        })
+        .collect();
+    let body = gzip(
+        json!({"api_key": KEY_ONE, "batch": batch})
+            .to_string()
+            .as_bytes(),
+    );
+    assert!(body.len() > 16 * 1024, "{} bytes", body.len());
+    let req = Req::post("/batch/", body).header("Content-Encoding", "gzip");
+    let r = nginx.request(from_client(req, "2001:218::1", "81.2.69.160"));
+    assert_eq!((r.status, r.text()), (200, r#"{"status":1}"#.to_string()));
+
+    let events = server.settle(1);
+    assert_eq!(events.len(), 1002);
+    let london = props(&events, "from-london");
+    assert_eq!(
+        london["$ip"], "81.2.69.160",
+        "nginx overwrote the forged header"
+    );
+    assert_eq!(london["$geoip_city_name"], "London");
+    assert_eq!(london["$geoip_country_code"], "GB");
+    let local = props(&events, "no-client-header");
+    assert_eq!(local["$ip"], "127.0.0.1");
+    assert!(local.get("$geoip_country_code").is_none(), "{local}");
+    for e in events.iter().filter(|e| e["event"] == "batched") {
+        assert_eq!(e["properties"]["$ip"], "2001:218::1");
+        assert_eq!(e["properties"]["$geoip_country_code"], "JP");
+    }
+
+    // The read API through nginx: the NDJSON export streams, unbuffered, in full.
+    let r = nginx.request(
+        Req::get("/api/projects/1/events/")
+            .header("Authorization", &format!("Bearer {PERSONAL_ONE}"))
+            .header("Accept", "application/x-ndjson"),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let exported: Vec<Value> = r
+        .text()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(exported, server.stored_events(1));
+    assert!(
+        !nginx.log().contains("buffered to a temporary file"),
+        "{}",
+        nginx.log()
+    );
+}
+
+#[test]
+fn decide_through_nginx_sees_the_client_location() {
+    let server = Server::start_with(&["--geoip", &test_db()]);
+    let Some(nginx) = Nginx::start(server.addr) else {
+        return;
+    };
+    let rules = json!({"flags": [{"id": 1, "key": "uk-only", "active": true, "filters": {"groups": [
+        {"properties": [{"key": "$geoip_country_code", "value": "GB", "operator": "exact", "type": "person"}], "rollout_percentage": 100}]}}]});
+    std::fs::write(server.data().join("flags/1.json"), rules.to_string()).unwrap();
+    server.sighup();
+
+    let decide = |client: &str, forged: &str| {
+        let body = json!({"token": KEY_ONE, "distinct_id": "d"}).to_string();
+        let r = nginx.request(from_client(Req::post("/decide/?v=3", body), client, forged));
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.json()["featureFlags"]["uk-only"].clone()
+    };
+    wait_for("the rules", || {
+        (decide("81.2.69.160", "2001:218::1") == true).then_some(())
+    });
+    assert_eq!(decide("2.125.160.216", "2001:218::1"), true);
+    assert_eq!(
+        decide("2001:218::1", "81.2.69.160"),
+        false,
+        "forged header ignored"
+    );
+}
+
+#[test]
+fn nginx_limits_agree_with_flagpost_and_port_80_redirects() {
+    let server = Server::start();
+    let Some(nginx) = Nginx::start(server.addr) else {
+        return;
+    };
+    let limit = 20 * 1024 * 1024;
+
+    // One byte over: nginx refuses by Content-Length, with flagpost's own answer.
+    let over = |addr| {
+        let req = Req::post("/batch/", "x").header("Content-Length", &(limit + 1).to_string());
+        send(addr, req)
+    };
+    let (direct, proxied) = (over(server.addr), over(nginx.addr));
+    assert_eq!((direct.status, proxied.status), (413, 413));
+    assert_eq!(proxied.json(), direct.json());
+    assert_eq!(
+        proxied.header("content-type"),
+        direct.header("content-type")
+    );
+
+    // Exactly the limit: nginx streams it to flagpost, which finds no JSON in it.
+    let r = nginx.request(Req::post("/batch/", vec![b'x'; limit]));
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(r.json()["code"], "invalid_payload");
+
+    assert_eq!(nginx.request(Req::get("/_readiness")).status, 200);
+    assert_eq!(server.get("/metrics").status, 200);
+    assert_eq!(
+        nginx.request(Req::get("/metrics")).status,
+        404,
+        "not public"
+    );
+
+    // 308 keeps the method and body of a POST that follows it.
+    let r = send(nginx.redirect, Req::post("/batch/?ver=1", "{}"));
+    assert_eq!(r.status, 308);
+    assert_eq!(r.header("location"), Some("https://localhost/batch/?ver=1"));
+}
