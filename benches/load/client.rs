@@ -207,3 +207,22 @@ async fn send(
     response.into_body().collect().await?;
     Ok(status)
 }
+
+/// GET a path and return the body as text (for `/metrics`).
+pub async fn get_text(addr: SocketAddr, path: &str) -> Result<String, String> {
+    let attempt = async {
+        let mut sender = connect(addr).await?;
+        sender.ready().await?;
+        let request = Request::get(path)
+            .header(HOST, addr.to_string())
+            .header(USER_AGENT, AGENT)
+            .body(Full::new(Bytes::new()))
+            .expect("static request parts are valid");
+        let response = sender.send_request(request).await?;
+        let body = response.into_body().collect().await?.to_bytes();
+        Ok::<_, Error>(String::from_utf8_lossy(&body).into_owned())
+    };
+    attempt
+        .await
+        .map_err(|e| format!("GET {path} from {addr} failed: {e}"))
+}

@@ -12,6 +12,7 @@
 //! 50-flag definitions file written for `/decide` in `flags`.
 
 mod client;
+mod compactor;
 mod flags;
 mod payloads;
 mod reference;
@@ -155,6 +156,10 @@ fn run(config: Config) -> Result<(), String> {
             let status = client::probe(flagpost.addr, &load).await?;
             if status == hyper::StatusCode::NOT_FOUND {
                 return Ok::<_, String>(Row::Skipped(*scenario, status));
+            }
+            if scenario.is_compactor() {
+                let report = compactor::measure(flagpost.addr, &load).await?;
+                return Ok(Row::Compactor(*scenario, report));
             }
             // One target at a time, so each has the cores to itself (the other idles).
             let ours = load.run(flagpost.addr).await;

@@ -31,16 +31,31 @@ pub enum Scenario {
     Capture,
     Batch,
     Decide,
+    /// Batches as fast as they are accepted, then the compactor's pace and lag: with
+    /// person processing, and without (`$process_person_profile: false`).
+    Compactor,
+    CompactorAnon,
 }
 
 impl Scenario {
-    pub const ALL: [Scenario; 3] = [Scenario::Capture, Scenario::Batch, Scenario::Decide];
+    /// What runs when no scenario is named.
+    pub const ALL: [Scenario; 5] = [
+        Scenario::Capture,
+        Scenario::Batch,
+        Scenario::Decide,
+        Scenario::Compactor,
+        Scenario::CompactorAnon,
+    ];
 
     pub fn parse(name: &str) -> Result<Scenario, String> {
         Scenario::ALL
             .into_iter()
             .find(|s| s.name() == name)
-            .ok_or_else(|| format!("unknown scenario {name:?}; try capture, batch or decide"))
+            .ok_or_else(|| {
+                format!(
+                    "unknown scenario {name:?}; try capture, batch, decide, compactor or compactor-anon"
+                )
+            })
     }
 
     pub fn name(self) -> &'static str {
@@ -48,21 +63,28 @@ impl Scenario {
             Scenario::Capture => "capture",
             Scenario::Batch => "batch",
             Scenario::Decide => "decide",
+            Scenario::Compactor => "compactor",
+            Scenario::CompactorAnon => "compactor-anon",
         }
     }
 
     pub fn path(self) -> &'static str {
         match self {
             Scenario::Capture => "/capture/",
-            Scenario::Batch => "/batch/",
+            Scenario::Batch | Scenario::Compactor | Scenario::CompactorAnon => "/batch/",
             Scenario::Decide => "/decide/?v=3",
         }
+    }
+
+    /// Measured against flagpost alone: the reference has nothing to compact.
+    pub fn is_compactor(self) -> bool {
+        matches!(self, Scenario::Compactor | Scenario::CompactorAnon)
     }
 
     /// The `Content-Encoding` of the body, if it is compressed.
     pub fn encoding(self) -> Option<&'static str> {
         match self {
-            Scenario::Batch => Some("gzip"),
+            Scenario::Batch | Scenario::Compactor | Scenario::CompactorAnon => Some("gzip"),
             Scenario::Capture | Scenario::Decide => None,
         }
     }
@@ -71,7 +93,7 @@ impl Scenario {
     pub fn events_per_request(self) -> Option<usize> {
         match self {
             Scenario::Capture => Some(1),
-            Scenario::Batch => Some(BATCH_EVENTS),
+            Scenario::Batch | Scenario::Compactor | Scenario::CompactorAnon => Some(BATCH_EVENTS),
             Scenario::Decide => None,
         }
     }
@@ -87,7 +109,10 @@ impl Scenario {
                     Bytes::from(event.to_string())
                 })
                 .collect(),
-            Scenario::Batch => (0..BATCH_POOL).map(|n| batch(n, now)).collect(),
+            Scenario::Batch | Scenario::Compactor => {
+                (0..BATCH_POOL).map(|n| batch(n, now, true)).collect()
+            }
+            Scenario::CompactorAnon => (0..BATCH_POOL).map(|n| batch(n, now, false)).collect(),
             Scenario::Decide => (0..DECIDE_POOL).map(decide).collect(),
         }
     }
@@ -134,10 +159,22 @@ fn distinct_id(n: usize) -> String {
     format!("user-{n:06}")
 }
 
-/// `{api_key, batch: [100 events], sent_at}`, gzip'd; the `n`th of the pool.
-fn batch(n: usize, now: OffsetDateTime) -> Bytes {
+/// `{api_key, batch: [100 events], sent_at}`, gzip'd; the `n`th of the pool. The
+/// events carry no uuid (the server assigns one), so a pool body sent again stores new
+/// events instead of duplicates the compactor would skip. `persons: false` marks them
+/// `$process_person_profile: false`.
+fn batch(n: usize, now: OffsetDateTime, persons: bool) -> Bytes {
     let events: Vec<Value> = (0..BATCH_EVENTS)
-        .map(|i| pageview(n * BATCH_EVENTS + i, now))
+        .map(|i| {
+            let mut event = pageview(n * BATCH_EVENTS + i, now);
+            if let Some(obj) = event.as_object_mut() {
+                obj.remove("uuid");
+            }
+            if !persons {
+                event["properties"]["$process_person_profile"] = false.into();
+            }
+            event
+        })
         .collect();
     let body = json!({"api_key": API_KEY, "batch": events, "sent_at": timestamp(now)});
     let mut gzip = GzEncoder::new(Vec::new(), Compression::default());

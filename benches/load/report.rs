@@ -13,6 +13,8 @@ pub enum Row {
     Measured(Scenario, Measurement, Option<Measurement>, Measurement),
     /// flagpost does not serve the scenario yet; it answered the probe with this.
     Skipped(Scenario, StatusCode),
+    /// The compactor's pace, flagpost alone.
+    Compactor(Scenario, crate::compactor::Report),
 }
 
 pub fn preamble(config: &Config) {
@@ -63,6 +65,20 @@ pub fn table(rows: &[Row]) {
                 if let Some(before) = before {
                     ratio(*scenario, "base ratio", before, theirs);
                 }
+            }
+            Row::Compactor(scenario, report) => {
+                measured(*scenario, "ingest", &report.ingest);
+                let drain = report.drain_rate.map_or_else(
+                    || format!("not drained within {:.0} s", report.drain_seconds),
+                    |rate| format!("{rate:.0} events/s alone ({:.1} s)", report.drain_seconds),
+                );
+                println!(
+                    "{:<10} {:<10} applied {:.0} events/s under load, max lag {:.2} s; backlog drained at {drain}",
+                    scenario.name(),
+                    "compactor",
+                    report.applied_under_load,
+                    report.max_lag_seconds,
+                );
             }
             Row::Skipped(scenario, status) => println!(
                 "{:<10} skipped: server answers {}",
