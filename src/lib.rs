@@ -154,14 +154,7 @@ async fn reload_on_sighup(app: Arc<app::App>, mut hup: tokio::signal::unix::Sign
         if let Err(e) = app.reload_projects() {
             tracing::warn!(error = %e, "projects not reloaded; keeping the previous ones");
         }
-        let (app, dir) = (app.clone(), app.config.flags_dir());
-        let _ = tokio::task::spawn_blocking(move || {
-            if let Err(e) = app.geoip.reload() {
-                tracing::warn!("GeoIP database not reloaded, previous one kept: {e}");
-            }
-            app.rules.reload(&dir)
-        })
-        .await;
+        reload_files(&app, true).await;
         notify::ready();
     }
 }
@@ -193,13 +186,29 @@ const FLAGS_POLL: std::time::Duration = std::time::Duration::from_millis(250);
 async fn watch_flags(app: Arc<app::App>) {
     loop {
         tokio::time::sleep(FLAGS_POLL).await;
-        let (app, dir) = (app.clone(), app.config.flags_dir());
-        let _ = tokio::task::spawn_blocking(move || {
-            if let Err(e) = app.geoip.reload_if_changed() {
-                tracing::warn!("GeoIP database not reloaded, previous one kept: {e}");
-            }
-            app.rules.reload_if_changed(&dir)
-        })
-        .await;
+        reload_files(&app, false).await;
     }
+}
+
+/// Reload the flag rules and the GeoIP database, always or only what changed, on the
+/// blocking pool (both read files). Each logs its own failures and keeps the previous
+/// version.
+async fn reload_files(app: &Arc<app::App>, always: bool) {
+    let (app, dir) = (app.clone(), app.config.flags_dir());
+    let _ = tokio::task::spawn_blocking(move || {
+        let geoip = if always {
+            app.geoip.reload()
+        } else {
+            app.geoip.reload_if_changed().map(|_| ())
+        };
+        if let Err(e) = geoip {
+            tracing::warn!("GeoIP database not reloaded, previous one kept: {e}");
+        }
+        if always {
+            app.rules.reload(&dir);
+        } else {
+            app.rules.reload_if_changed(&dir);
+        }
+    })
+    .await;
 }

@@ -47,15 +47,20 @@ pub fn parse_path(path: &str) -> Option<(u64, Resource)> {
     Some((id.parse().ok()?, resource))
 }
 
-/// The project a request may read: its personal key must belong to `project`.
-pub fn authorize(app: &App, headers: &HeaderMap, project: u64) -> Result<(), ApiError> {
-    let key = headers
+/// The personal API key of `Authorization: Bearer phx_...`; anything else is not one.
+pub fn personal_key(headers: &HeaderMap) -> Result<&str, ApiError> {
+    headers
         .get(AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .map(str::trim)
         .filter(|k| k.starts_with(PERSONAL_KEY_PREFIX))
-        .ok_or(ApiError::NotAuthenticated)?;
+        .ok_or(ApiError::NotAuthenticated)
+}
+
+/// The project a request may read: its personal key must belong to `project`.
+pub fn authorize(app: &App, headers: &HeaderMap, project: u64) -> Result<(), ApiError> {
+    let key = personal_key(headers)?;
     let projects = app.projects.load();
     match projects.by_personal_key(key) {
         None => Err(ApiError::NotAuthenticated),

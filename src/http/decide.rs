@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use hyper::body::Incoming;
-use hyper::header::{AUTHORIZATION, CONTENT_ENCODING, CONTENT_TYPE};
+use hyper::header::{CONTENT_ENCODING, CONTENT_TYPE};
 use hyper::{HeaderMap, Request, Response, StatusCode};
 use serde_json::{Map, Value};
 
@@ -19,7 +19,7 @@ use super::response::{self, Body};
 use crate::app::App;
 use crate::capture::{self, clean_distinct_id};
 use crate::flags::{self, Context};
-use crate::projects::{key_shape_is_valid, Project, PERSONAL_KEY_PREFIX};
+use crate::projects::{key_shape_is_valid, Project};
 use crate::store::query;
 
 /// Decide bodies are small; anything near this is not a decide request.
@@ -308,13 +308,7 @@ pub fn definitions(
             _ => {}
         }
     }
-    let personal = headers
-        .get(AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim)
-        .filter(|k| k.starts_with(PERSONAL_KEY_PREFIX))
-        .ok_or(ApiError::NotAuthenticated)?;
+    let personal = super::api::personal_key(headers)?;
     let projects = app.projects.load();
     let owner = projects
         .by_personal_key(personal)
