@@ -33,6 +33,8 @@ pub struct Load {
     pub connections: usize,
     pub warmup: Duration,
     pub measure: Duration,
+    /// With an offered rate: the time between two requests of one connection.
+    pub interval: Option<Duration>,
 }
 
 /// What one connection saw inside the measurement window.
@@ -79,6 +81,7 @@ impl Load {
                 first: index,
                 stride: self.connections,
                 window,
+                interval: self.interval,
             };
             tasks.spawn(plan.drive());
         }
@@ -124,6 +127,7 @@ struct Plan {
     stride: usize,
     /// Measurement start and end.
     window: (Instant, Instant),
+    interval: Option<Duration>,
 }
 
 impl Plan {
@@ -131,6 +135,14 @@ impl Plan {
         let (from, until) = self.window;
         let mut tally = Tally::default();
         let mut next = self.first;
+        // Paced connections start spread over one interval, not all at once.
+        let mut ticker = self.interval.map(|every| {
+            let offset = every.mul_f64(self.first as f64 / self.stride.max(1) as f64);
+            tokio::time::interval_at(tokio::time::Instant::now() + offset, every)
+        });
+        if let Some(t) = &mut ticker {
+            t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        }
         'connection: while Instant::now() < until {
             let mut sender = match connect(self.addr).await {
                 Ok(sender) => sender,
@@ -143,6 +155,9 @@ impl Plan {
                 }
             };
             loop {
+                if let Some(t) = &mut ticker {
+                    t.tick().await;
+                }
                 let started = Instant::now();
                 if started >= until {
                     break 'connection;

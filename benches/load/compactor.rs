@@ -29,9 +29,17 @@ pub struct Report {
     pub applied_under_load: f64,
     /// The largest lag seen during the measured window.
     pub max_lag_seconds: f64,
-    /// Events applied per second after the load stopped, until the log was empty.
-    pub drain_rate: Option<f64>,
-    pub drain_seconds: f64,
+    /// What was left when the load stopped.
+    pub drain: Drain,
+}
+
+pub enum Drain {
+    /// The compactor had kept up: nothing was waiting.
+    Nothing,
+    /// Events applied per second until the log was empty, and how long that took.
+    Drained { rate: f64, seconds: f64 },
+    /// Still not empty after this long.
+    NotDrained { seconds: f64 },
 }
 
 /// The value of an unlabelled metric in Prometheus text.
@@ -86,15 +94,22 @@ pub async fn measure(addr: SocketAddr, load: &Load) -> Result<Report, String> {
         tokio::time::sleep(SAMPLE_EVERY / 2).await;
         last = sample(addr).await?;
     }
-    let drain_seconds = (last.at - first.at).as_secs_f64();
+    let seconds = (last.at - first.at).as_secs_f64();
     let drained = last.applied - first.applied;
-    let drain_rate = (last.depth == 0.0 && drain_seconds > 0.0 && drained > 0.0)
-        .then(|| drained / drain_seconds);
+    let drain = if last.depth > 0.0 {
+        Drain::NotDrained { seconds }
+    } else if drained > 0.0 && seconds > 0.0 {
+        Drain::Drained {
+            rate: drained / seconds,
+            seconds,
+        }
+    } else {
+        Drain::Nothing
+    };
     Ok(Report {
         ingest,
         applied_under_load,
         max_lag_seconds,
-        drain_rate,
-        drain_seconds,
+        drain,
     })
 }

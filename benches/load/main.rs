@@ -51,6 +51,10 @@ struct Args {
     /// scenario to run: capture, batch or decide; repeat for several [default all]
     #[argh(option)]
     scenario: Vec<String>,
+    /// offered load in events per second (requests per second for decide), spread over
+    /// the connections; without it every connection sends back to back
+    #[argh(option)]
+    rate: Option<f64>,
     /// another flagpost binary (say, a build of an earlier commit) to measure beside
     /// this one, on its own database
     #[argh(option)]
@@ -68,6 +72,7 @@ struct Args {
 struct Config {
     measure: Duration,
     warmup: Duration,
+    rate: Option<f64>,
     connections: usize,
     scenarios: Vec<Scenario>,
     baseline: Option<std::path::PathBuf>,
@@ -108,6 +113,7 @@ fn config(args: Args) -> Result<Config, String> {
     Ok(Config {
         measure: Duration::from_secs(args.seconds),
         warmup: Duration::from_millis(args.warmup_ms),
+        rate: args.rate.filter(|r| *r > 0.0),
         connections: args.connections,
         scenarios,
         baseline: args.baseline,
@@ -151,6 +157,11 @@ fn run(config: Config) -> Result<(), String> {
             connections: config.connections,
             warmup: config.warmup,
             measure: config.measure,
+            // Events per second become requests per second per connection.
+            interval: config.rate.map(|rate| {
+                let per_request = scenario.events_per_request().unwrap_or(1) as f64;
+                Duration::from_secs_f64(config.connections as f64 * per_request / rate)
+            }),
         };
         let row = runtime.block_on(async {
             let status = client::probe(flagpost.addr, &load).await?;

@@ -30,16 +30,21 @@ pub fn preamble(config: &Config) {
          (the same for both targets)"
     );
     println!(
-        "load: {} keep-alive connections, {} ms warm-up, {} s measured per scenario and target",
+        "load: {} keep-alive connections{}, {} ms warm-up, {} s measured per scenario and target",
         config.connections,
+        config.rate.map_or_else(
+            || " sending back to back".into(),
+            |r| format!(" offering {r:.0} events/s")
+        ),
         config.warmup.as_millis(),
         config.measure.as_secs()
     );
     println!(
-        "reproduce: cargo bench --bench load -- --seconds {} --connections {} --warmup-ms {}{scenarios}",
+        "reproduce: cargo bench --bench load -- --seconds {} --connections {} --warmup-ms {}{}{scenarios}",
         config.measure.as_secs(),
         config.connections,
-        config.warmup.as_millis()
+        config.warmup.as_millis(),
+        config.rate.map_or_else(String::new, |r| format!(" --rate {r:.0}"))
     );
     println!(
         "note: flagpost fsyncs before every 2xx (group commit); the reference stores nothing, \
@@ -68,12 +73,17 @@ pub fn table(rows: &[Row]) {
             }
             Row::Compactor(scenario, report) => {
                 measured(*scenario, "ingest", &report.ingest);
-                let drain = report.drain_rate.map_or_else(
-                    || format!("not drained within {:.0} s", report.drain_seconds),
-                    |rate| format!("{rate:.0} events/s alone ({:.1} s)", report.drain_seconds),
-                );
+                let drain = match report.drain {
+                    crate::compactor::Drain::Nothing => "no backlog left".to_string(),
+                    crate::compactor::Drain::Drained { rate, seconds } => {
+                        format!("backlog drained at {rate:.0} events/s alone ({seconds:.1} s)")
+                    }
+                    crate::compactor::Drain::NotDrained { seconds } => {
+                        format!("backlog not drained within {seconds:.0} s")
+                    }
+                };
                 println!(
-                    "{:<10} {:<10} applied {:.0} events/s under load, max lag {:.2} s; backlog drained at {drain}",
+                    "{:<10} {:<10} applied {:.0} events/s under load, max lag {:.2} s; {drain}",
                     scenario.name(),
                     "compactor",
                     report.applied_under_load,
