@@ -140,9 +140,9 @@ pub struct Compactor {
     stats: Arc<Stats>,
     settings: Settings,
     geoip: Arc<crate::geoip::Database>,
-    /// Test hook: fail the transaction after this many records of the next chunk.
+    /// Test hook: fail the next transaction on this tree after this many records.
     #[cfg(test)]
-    pub fail_after: Option<usize>,
+    fail_at: Option<(Source, usize)>,
 }
 
 impl Compactor {
@@ -163,7 +163,7 @@ impl Compactor {
             }),
             settings,
             #[cfg(test)]
-            fail_after: None,
+            fail_at: None,
         }
     }
 
@@ -246,7 +246,13 @@ impl Compactor {
         let settings = self.project_settings(items);
         let geoip = &*self.geoip;
         #[cfg(test)]
-        let fail_after = self.fail_after.take();
+        let fail_after = match self.fail_at {
+            Some((tree, at)) if tree == source => {
+                self.fail_at = None;
+                Some(at)
+            }
+            _ => None,
+        };
         #[cfg(not(test))]
         let fail_after: Option<usize> = None;
         let t = &self.trees;

@@ -198,13 +198,43 @@ fn a_failure_at_any_point_of_a_chunk_applies_nothing_and_a_retry_applies_all_onc
     for fail_at in 0..records.len() {
         let mut f = fixture(Settings::default());
         f.push(&records);
-        f.compactor.fail_after = Some(fail_at);
+        f.compactor.fail_at = Some((Source::Log, fail_at));
         assert!(f.compactor.step().is_err(), "injected failure at {fail_at}");
         // Nothing of the failed chunk is visible, and the log still holds all of it.
         assert!(f.trees.events.is_empty(), "fail at {fail_at}");
         assert!(f.trees.persons.is_empty() && f.trees.groups.is_empty());
         assert_eq!(f.trees.wal.len(), records.len().div_ceil(3));
         f.drain();
+        assert_eq!(f.state(1), expected, "fail at {fail_at}");
+    }
+}
+
+#[test]
+fn a_failure_in_a_lane_transaction_applies_nothing_of_it() {
+    // Historical records move to their lane in the log's transaction and are applied
+    // in the lane's: fail the second at every point.
+    let records: Vec<Record> = story()
+        .into_iter()
+        .map(|r| Record {
+            historical: true,
+            ..r
+        })
+        .collect();
+    let mut clean = fixture(Settings::default());
+    clean.push(&records);
+    clean.drain();
+    let expected = clean.state(1);
+    for fail_at in 0..records.len() {
+        let mut f = fixture(Settings::default());
+        f.push(&records);
+        f.compactor.fail_at = Some((Source::Historical, fail_at));
+        assert!(f.compactor.step().is_err(), "injected failure at {fail_at}");
+        // The move to the lane committed; nothing of the lane's chunk did.
+        assert!(f.trees.wal.is_empty());
+        assert_eq!(f.trees.historical.len(), records.len());
+        assert!(f.trees.events.is_empty() && f.trees.persons.is_empty());
+        f.drain();
+        assert!(f.trees.historical.is_empty());
         assert_eq!(f.state(1), expected, "fail at {fail_at}");
     }
 }
