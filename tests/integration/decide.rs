@@ -382,3 +382,29 @@ fn definitions_feed_for_local_evaluation() {
         assert_eq!(server.api(&path, KEY_ONE).status, 401, "a project key");
     }
 }
+
+#[test]
+fn a_flag_that_cannot_be_computed_is_left_out_and_flagged() {
+    let server = Server::start();
+    let rules = json!({"flags": [
+        {"id": 1, "key": "fine", "active": true, "filters": {"groups": [{"rollout_percentage": 100}]}},
+        {"id": 2, "key": "needs-missing", "active": true, "filters": {"groups": [{"properties": [
+            {"key": "404", "type": "flag", "value": true, "operator": "flag_evaluates_to"}], "rollout_percentage": 100}]}}
+    ]});
+    std::fs::write(server.data().join("flags/1.json"), rules.to_string()).unwrap();
+    server.sighup();
+    let body = json!({"token": KEY_ONE, "distinct_id": "d"});
+    let v3 = wait_for("the rules", || {
+        let v = decide(&server, "/decide/?v=3", body.clone()).json();
+        (v["featureFlags"].get("fine").is_some()).then_some(v)
+    });
+    // Left out, not reported as false: clients keep their cached value for it.
+    assert_eq!(v3["featureFlags"], json!({"fine": true}));
+    assert_eq!(v3["errorsWhileComputingFlags"], true);
+    let v4 = decide(&server, "/flags/?v=2", body).json();
+    assert!(v4["flags"].get("needs-missing").is_none());
+    assert_eq!(v4["errorsWhileComputingFlags"], true);
+    assert_eq!(v4["flags"]["fine"]["enabled"], true);
+    let metrics = server.get("/metrics").text();
+    assert!(metrics.contains("flagpost_decide_partial_total 2"), "{metrics}");
+}
