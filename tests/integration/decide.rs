@@ -406,5 +406,8 @@ fn a_flag_that_cannot_be_computed_is_left_out_and_flagged() {
     assert_eq!(v4["errorsWhileComputingFlags"], true);
     assert_eq!(v4["flags"]["fine"]["enabled"], true);
     let metrics = server.get("/metrics").text();
-    assert!(metrics.contains("flagpost_decide_partial_total 2"), "{metrics}");
+    assert!(
+        metrics.contains("flagpost_decide_partial_total 2"),
+        "{metrics}"
+    );
 }

@@ -3,6 +3,7 @@
 
 mod admin;
 mod capture;
+mod crash;
 mod decide;
 mod geoip;
 mod ops;

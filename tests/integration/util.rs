@@ -271,10 +271,15 @@ impl Resp {
 
 /// One request on its own connection.
 pub fn send(addr: SocketAddr, req: Req) -> Resp {
-    let mut stream = TcpStream::connect(addr).expect("connect");
-    stream.set_read_timeout(Some(WAIT)).unwrap();
+    try_send(addr, req).expect("a response")
+}
+
+/// One request on its own connection; None if the server was not there to answer.
+pub fn try_send(addr: SocketAddr, req: Req) -> Option<Resp> {
+    let mut stream = TcpStream::connect(addr).ok()?;
+    stream.set_read_timeout(Some(WAIT)).ok()?;
     write_request(&mut stream, &req, true);
-    read_response(&mut stream).expect("response")
+    read_response(&mut stream)
 }
 
 pub fn write_request(stream: &mut TcpStream, req: &Req, close: bool) {
