@@ -23,6 +23,8 @@ pub struct App {
     pub wal: Wal,
     pub trees: Trees,
     pub compactor: Arc<compactor::Stats>,
+    /// Free disk space, measured every second by a background task.
+    pub space: crate::store::space::Space,
     pub metrics: Metrics,
     /// The published flag rules; swapped whole by the reloader.
     pub rules: crate::flags::Rules,
@@ -44,12 +46,14 @@ impl App {
         store: &crate::store::Store,
     ) -> App {
         let budget = Budget::new(config.limits.max_inflight_body_bytes);
+        let space = crate::store::space::Space::new(config.min_free_disk_bytes);
         App {
             config,
             projects,
             wal: store.wal.clone(),
             trees: store.trees.clone(),
             compactor: store.compactor.clone(),
+            space,
             metrics,
             rules,
             geoip,
@@ -67,12 +71,13 @@ impl App {
         self.draining.load(Ordering::SeqCst)
     }
 
-    /// Whether new events may be acknowledged: the log accepts writes and the
-    /// compactor is not failing (acknowledging into a log nobody drains would only
-    /// grow the backlog).
+    /// Whether new events may be acknowledged: the log accepts writes, the compactor
+    /// is not failing (acknowledging into a log nobody drains would only grow the
+    /// backlog) and the disk has room.
     pub fn accepts_writes(&self) -> bool {
         self.wal.stats().writable.load(Ordering::Relaxed)
             && self.compactor.healthy.load(Ordering::Relaxed)
+            && self.space.is_ok()
     }
 
     /// Ready to take traffic: not draining and accepting writes.

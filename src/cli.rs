@@ -86,6 +86,9 @@ struct Serve {
     /// comma-separated proxies (IPs or CIDRs) whose X-Forwarded-For is believed [env FLAGPOST_TRUSTED_PROXIES, default 127.0.0.1,::1]
     #[argh(option)]
     trusted_proxies: Option<String>,
+    /// free disk space in MiB below which new events get 503 [env FLAGPOST_MIN_FREE_DISK_MB, default 256]
+    #[argh(option)]
+    min_free_disk_mb: Option<u64>,
 }
 
 impl Cli {
@@ -160,6 +163,9 @@ fn serve_config(args: Serve) -> Result<Config, String> {
         compactor.retention_days = days;
     }
     config.geoip = or_env(args.geoip, "FLAGPOST_GEOIP")?;
+    if let Some(mb) = or_env(args.min_free_disk_mb, "FLAGPOST_MIN_FREE_DISK_MB")? {
+        config.min_free_disk_bytes = mb.saturating_mul(1024 * 1024);
+    }
     if let Some(list) = or_env(args.trusted_proxies, "FLAGPOST_TRUSTED_PROXIES")? {
         config.trusted_proxies =
             flagpost::geoip::TrustedProxies::parse(&list).map_err(|e| e.to_string())?;

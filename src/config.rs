@@ -37,6 +37,8 @@ pub struct Config {
     pub geoip: Option<PathBuf>,
     /// Peers whose `X-Forwarded-For` is believed.
     pub trusted_proxies: crate::geoip::TrustedProxies,
+    /// Free disk space below which new events are refused.
+    pub min_free_disk_bytes: u64,
 }
 
 /// Request limits; see the constants for why each default is what it is.
@@ -74,6 +76,7 @@ impl Config {
             compactor: Default::default(),
             geoip: None,
             trusted_proxies: crate::geoip::TrustedProxies::loopback_only(),
+            min_free_disk_bytes: crate::store::space::DEFAULT_RESERVE_BYTES,
         }
     }
 

@@ -109,6 +109,7 @@ pub async fn serve(
     let hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
     let reloader = tokio::spawn(reload_on_sighup(app.clone(), hangup));
     let watcher = tokio::spawn(watch_flags(app.clone()));
+    let space = tokio::spawn(watch_space(app.clone()));
 
     tracing::info!(
         projects = app.projects.load().len(),
@@ -125,6 +126,7 @@ pub async fn serve(
 
     reloader.abort();
     watcher.abort();
+    space.abort();
     drop(app);
     tokio::task::spawn_blocking(move || store.close())
         .await
@@ -176,6 +178,17 @@ async fn open_geoip(config: &Config) -> Result<geoip::Database, Error> {
         .map_err(Error::GeoIp)?;
     tracing::info!(file = ?db.path(), "GeoIP is on");
     Ok(db)
+}
+
+/// How often free disk space is measured.
+const SPACE_POLL: std::time::Duration = std::time::Duration::from_secs(1);
+
+async fn watch_space(app: Arc<app::App>) {
+    loop {
+        let (a, dir) = (app.clone(), app.config.db_dir.clone());
+        let _ = tokio::task::spawn_blocking(move || a.space.check(&dir)).await;
+        tokio::time::sleep(SPACE_POLL).await;
+    }
 }
 
 /// How often the flag files are checked for changes: well within the promised second.

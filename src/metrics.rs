@@ -56,6 +56,7 @@ pub struct Metrics {
     pub decide_errors: Counter,
     pub flags_snapshot_version: Gauge,
     pub flags_reload_failures: Counter,
+    pub disk_free_bytes: Gauge,
     pub geoip_lookups: Counter,
     pub geoip_hits: Counter,
     /// Serialises scrapes, so counters mirrored from other atomics advance once.
@@ -101,6 +102,7 @@ impl Metrics {
             decide_errors: Counter::default(),
             flags_snapshot_version: Gauge::default(),
             flags_reload_failures: Counter::default(),
+            disk_free_bytes: Gauge::default(),
             geoip_lookups: Counter::default(),
             geoip_hits: Counter::default(),
             scrape: std::sync::Mutex::new(()),
@@ -218,6 +220,11 @@ impl Metrics {
             "flags_reload_failures",
             "Flag files that failed to load (the previous rules stayed)",
             m.flags_reload_failures.clone(),
+        );
+        registry.register(
+            "disk_free_bytes",
+            "Free space on the database's filesystem; under --min-free-disk-mb events are refused",
+            m.disk_free_bytes.clone(),
         );
         registry.register(
             "geoip_lookups",

@@ -3,6 +3,7 @@
 //! to the write-ahead log, and answer only once the events are durable.
 
 use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -35,11 +36,9 @@ pub async fn handle(
     peer: SocketAddr,
     engage: bool,
 ) -> Result<Response<Body>, ApiError> {
-    if !app
-        .compactor
-        .healthy
-        .load(std::sync::atomic::Ordering::Relaxed)
-    {
+    // A failed log write is retried by the next append, so only the compactor and
+    // the disk reserve refuse up front.
+    if !app.compactor.healthy.load(Ordering::Relaxed) || !app.space.is_ok() {
         return Err(ApiError::Wal(crate::store::wal::Error::Storage));
     }
     let (parts, incoming) = req.into_parts();

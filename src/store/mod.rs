@@ -9,6 +9,7 @@ pub mod keys;
 pub mod overflow;
 pub mod query;
 pub mod record;
+pub mod space;
 pub mod wal;
 
 use std::path::Path;

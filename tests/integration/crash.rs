@@ -118,3 +118,79 @@ fn acknowledged_events_survive_random_kills_exactly_once() {
         "too little traffic to mean anything"
     );
 }
+
+/// Reserve 600 MiB less than is free now, then take 1.2 GiB: the server must refuse
+/// new events with 503 and Retry-After, report not ready, and accept again by itself
+/// once the space is back.
+#[test]
+fn a_full_disk_refuses_events_and_recovers_by_itself() {
+    let tmp = data_dir();
+    let free_mib = flagpost::store::space::free_bytes(tmp.path()).unwrap() / (1024 * 1024);
+    if free_mib < 3000 {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI needs 3 GB free for the disk-full test"
+        );
+        eprintln!("skipping the disk-full test: only {free_mib} MiB free");
+        return;
+    }
+    let reserve = (free_mib - 600).to_string();
+    let server = Server::spawn(tmp.path(), &["--min-free-disk-mb", &reserve]);
+    let event =
+        |name: &str| json!({"api_key": KEY_ONE, "event": name, "distinct_id": "d"}).to_string();
+    assert_eq!(server.post("/capture/", event("before")).status, 200);
+
+    let filler = tmp.path().join("filler");
+    let file = std::fs::File::create(&filler).unwrap();
+    let size: libc::off_t = 1200 * 1024 * 1024;
+    // SAFETY: a valid open file descriptor and a positive length.
+    let rc = unsafe { libc::posix_fallocate(std::os::fd::AsRawFd::as_raw_fd(&file), 0, size) };
+    assert_eq!(rc, 0, "posix_fallocate");
+    eprintln!(
+        "reserve {reserve} MiB, free now {} MiB",
+        flagpost::store::space::free_bytes(tmp.path()).unwrap() / 1048576
+    );
+    // Until the guard's next measurement events are still accepted, and stored.
+    let mut accepted = Vec::new();
+    let mut attempt = 0;
+    let (refused, refused_name) = wait_for("events to be refused", || {
+        attempt += 1;
+        let name = format!("while-filling-{attempt}");
+        let r = server.post("/capture/", event(&name));
+        if r.status == 200 {
+            accepted.push(name);
+            return None;
+        }
+        Some((r, name))
+    });
+    assert_eq!(refused.header("retry-after"), Some("5"));
+    assert_eq!(refused.json()["code"], "unavailable");
+    assert_eq!(server.get("/_readiness").status, 503);
+    assert!(
+        server.log().contains("disk nearly full"),
+        "{}",
+        server.log()
+    );
+
+    drop(file);
+    std::fs::remove_file(&filler).unwrap();
+    wait_for("events to be accepted again", || {
+        (server.post("/capture/", event("after")).status == 200).then_some(())
+    });
+    assert_eq!(server.get("/_readiness").status, 200);
+    let names: Vec<String> = server
+        .settle(1)
+        .iter()
+        .map(|e| e["event"].as_str().unwrap().to_string())
+        .collect();
+    assert!(names.contains(&"before".to_string()) && names.contains(&"after".to_string()));
+    assert!(
+        accepted.iter().all(|n| names.contains(n)),
+        "every acknowledged event stored"
+    );
+    assert!(
+        !names.contains(&refused_name),
+        "the refused event was not stored"
+    );
+    assert_eq!(refused.status, 503);
+}
