@@ -8,4 +8,5 @@ mod decide;
 mod geoip;
 mod ops;
 mod read_api;
+mod sdk;
 mod util;

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Install what the SDK tests (tests/integration/sdk.rs) run: Debian's Chromium, one
+# Python venv per posthog-python line, and the pinned npm packages (posthog-node 4.x
+# and 5.x, posthog-js, playwright-core). Idempotent and cheap when nothing changed:
+# a venv or node_modules is rebuilt only when its pinned list changed.
+#
+# Caches to keep between CI runs: tests/sdk/.deps/ and tests/sdk/node/node_modules/.
+set -euo pipefail
+cd "$(dirname "$0")"
+deps=.deps
+mkdir -p "$deps"
+
+# Run as root, or through sudo when there is one.
+as_root() {
+    if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
+}
+
+# A file's content hash, to tell whether what was installed from it is current.
+stamp_of() { sha256sum "$@" | sha256sum | cut -c1-16; }
+
+if [ ! -x /usr/bin/chromium ]; then
+    echo "sdk: installing chromium"
+    as_root apt-get update -qq
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+fi
+
+for line in 3 7; do
+    venv="$deps/py$line"
+    req="python/requirements-$line.txt"
+    want="$(stamp_of "$req")"
+    if [ "$(cat "$venv/.stamp" 2>/dev/null)" != "$want" ]; then
+        echo "sdk: building $venv from $req"
+        rm -rf "$venv"
+        python3 -m venv "$venv"
+        "$venv/bin/pip" install -q --disable-pip-version-check --no-deps -r "$req"
+        echo "$want" >"$venv/.stamp"
+    fi
+done
+
+want="$(stamp_of node/package.json node/package-lock.json)"
+if [ "$(cat node/node_modules/.stamp 2>/dev/null)" != "$want" ]; then
+    echo "sdk: npm ci in tests/sdk/node"
+    # No install scripts: none of these packages needs one (playwright-core downloads
+    # no browser; Debian's Chromium is used).
+    (cd node && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error)
+    echo "$want" >node/node_modules/.stamp
+fi
+
+echo "sdk: $(/usr/bin/chromium --version 2>/dev/null | head -1);" \
+    "posthog-python $("$deps/py3/bin/python" -c 'import posthog; print(posthog.VERSION)')" \
+    "and $("$deps/py7/bin/python" -c 'import posthog; print(posthog.VERSION)');" \
+    "posthog-node $(node -p 'require("./node/node_modules/posthog-node-v4/package.json").version')" \
+    "and $(node -p 'require("./node/node_modules/posthog-node/package.json").version');" \
+    "posthog-js $(node -p 'require("./node/node_modules/posthog-js/package.json").version');" \
+    "playwright-core $(node -p 'require("./node/node_modules/playwright-core/package.json").version')"
