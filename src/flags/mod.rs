@@ -9,7 +9,8 @@
 //!   into an immutable, index-resolved form.
 //! - `evaluate` ([`ProjectRules::evaluate`]), with `hash`, `property`, `date` and
 //!   `semver`: computes every flag for one [`Context`].
-//! - `response` ([`response`]): the response body for each protocol version.
+//! - `response` ([`response`], [`remote_config`]): the response body for each protocol
+//!   version, and the remote config posthog-js reads at start.
 
 mod cohort;
 mod compile;
@@ -33,5 +34,5 @@ mod tests;
 pub use compile::ProjectRules;
 pub use error::{CompileError, ErrorKind};
 pub use load::{ReloadReport, Rules, Snapshot};
-pub use response::response;
+pub use response::{remote_config, response};
 pub use result::{Context, Evaluation, FailureCause, FlagFailure, FlagResult, Reason, ReasonCode};

@@ -83,10 +83,21 @@ fn details(eval: &Evaluation) -> Map<String, Value> {
 }
 
 fn insert_common(body: &mut Map<String, Value>) {
-    let common = json!({
+    let decide_only = json!({
         "config": {"enable_collect_everything": true},
         "toolbarParams": {},
         "isAuthenticated": false,
+    });
+    if let Value::Object(fields) = decide_only {
+        body.extend(fields);
+    }
+    body.extend(client_config());
+}
+
+/// What `/decide` and remote config both tell a client: how to compress, and that
+/// every optional feature (recording, surveys, heatmaps, site apps) is off.
+fn client_config() -> Map<String, Value> {
+    let config = json!({
         "supportedCompression": SUPPORTED_COMPRESSION,
         "sessionRecording": false,
         "capturePerformance": false,
@@ -95,7 +106,19 @@ fn insert_common(body: &mut Map<String, Value>) {
         "heatmaps": false,
         "siteApps": [],
     });
-    if let Value::Object(common) = common {
-        body.extend(common);
+    match config {
+        Value::Object(fields) => fields,
+        _ => Map::new(),
     }
+}
+
+/// posthog-js's remote config (`/array/<token>/config`) for a project. posthog-js
+/// (1.449 checked) takes its compression from here, not from `/flags`, and sends
+/// everything uncompressed when this fails.
+pub fn remote_config(token: &str) -> Value {
+    let mut body = client_config();
+    body.insert("token".into(), Value::String(token.into()));
+    // Rules reload at any time without the client knowing: always let it ask /flags.
+    body.insert("hasFeatureFlags".into(), Value::Bool(true));
+    Value::Object(body)
 }

@@ -1,6 +1,7 @@
 //! Feature flags for clients: `/decide` (versions 1-4) and `/flags` (the v4 shape),
 //! evaluated from the published rules snapshot with the person's and groups' stored
-//! properties, plus the definitions feed for SDKs that evaluate locally.
+//! properties, plus the definitions feed for SDKs that evaluate locally and the
+//! remote config posthog-js reads at start.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -335,6 +336,23 @@ pub fn definitions(
         }
     }
     Ok(response::json(StatusCode::OK, &body))
+}
+
+/// The project key of a remote config path, `/array/<key>/config`.
+pub fn remote_config_token(path: &str) -> Option<&str> {
+    let token = path.strip_prefix("/array/")?.strip_suffix("/config")?;
+    (!token.is_empty() && !token.contains('/')).then_some(token)
+}
+
+/// `/array/<project key>/config`: what posthog-js reads before anything else (which
+/// compression to use, which features are on). Public, like the key in it.
+pub fn remote_config(app: &App, path: &str) -> Result<Response<Body>, ApiError> {
+    let token = remote_config_token(path).ok_or(ApiError::NotFound)?;
+    let project = project_of(app, token)?;
+    Ok(response::json(
+        StatusCode::OK,
+        &flags::remote_config(&project.api_key),
+    ))
 }
 
 #[cfg(test)]

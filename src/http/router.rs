@@ -24,6 +24,8 @@ pub enum Route {
     },
     /// `/api/feature_flag/local_evaluation/` and `/flags/definitions`.
     Definitions,
+    /// `/array/<project key>/config`: posthog-js's remote config.
+    RemoteConfig,
     Liveness,
     Readiness,
     Metrics,
@@ -43,6 +45,7 @@ impl Route {
             "/_liveness" => Route::Liveness,
             "/_readiness" => Route::Readiness,
             "/metrics" => Route::Metrics,
+            _ if super::decide::remote_config_token(path).is_some() => Route::RemoteConfig,
             _ => match super::api::parse_path(path) {
                 Some((project, resource)) => Route::Api(project, resource),
                 None => Route::NotFound,
@@ -58,6 +61,7 @@ impl Route {
             Route::Decide { flags: false } => "decide",
             Route::Decide { flags: true } => "flags",
             Route::Definitions => "flag_definitions",
+            Route::RemoteConfig => "remote_config",
             Route::Liveness => "liveness",
             Route::Readiness => "readiness",
             Route::Metrics => "metrics",
@@ -70,7 +74,10 @@ impl Route {
 
     /// Browsers call these from other origins.
     fn is_cors(self) -> bool {
-        matches!(self, Route::Capture { .. } | Route::Decide { .. })
+        matches!(
+            self,
+            Route::Capture { .. } | Route::Decide { .. } | Route::RemoteConfig
+        )
     }
 }
 
@@ -122,6 +129,12 @@ async fn dispatch(
                 return Err(ApiError::MethodNotAllowed);
             }
             super::decide::definitions(app, req.headers(), req.uri().query())
+        }
+        Route::RemoteConfig => {
+            if method != Method::GET {
+                return Err(ApiError::MethodNotAllowed);
+            }
+            super::decide::remote_config(app, req.uri().path())
         }
         Route::Liveness => Ok(response::text(StatusCode::OK, "ok")),
         Route::Readiness => Ok(if app.is_ready() {
@@ -185,5 +198,9 @@ mod tests {
             Route::of("/api/feature_flag/local_evaluation/"),
             Route::Definitions
         );
+        assert_eq!(Route::of("/array/phc_key/config"), Route::RemoteConfig);
+        assert_eq!(Route::of("/array/phc_key/config.js"), Route::NotFound);
+        assert_eq!(Route::of("/array//config"), Route::NotFound);
+        assert_eq!(Route::of("/array/a/b/config"), Route::NotFound);
     }
 }

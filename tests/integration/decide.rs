@@ -411,3 +411,47 @@ fn a_flag_that_cannot_be_computed_is_left_out_and_flagged() {
         "{metrics}"
     );
 }
+
+#[test]
+fn remote_config_for_browsers() {
+    let server = start();
+    let path = format!("/array/{KEY_ONE}/config");
+    let r = server.request(Req::get(&path).header("Origin", "https://app.example"));
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(
+        r.header("access-control-allow-origin"),
+        Some("https://app.example")
+    );
+    assert_eq!(
+        r.json(),
+        json!({
+            "supportedCompression": ["gzip", "gzip-js", "lz64"],
+            "sessionRecording": false,
+            "capturePerformance": false,
+            "autocapture_opt_out": false,
+            "surveys": false,
+            "heatmaps": false,
+            "siteApps": [],
+            "token": KEY_ONE,
+            "hasFeatureFlags": true
+        })
+    );
+    let preflight = server.request(
+        Req::get(&path)
+            .method("OPTIONS")
+            .header("Origin", "https://app.example"),
+    );
+    assert_eq!(preflight.status, 200);
+    let unknown = server.get("/array/phc_unknown/config");
+    assert_eq!(unknown.status, 401);
+    assert_eq!(unknown.json()["code"], "invalid_api_key");
+    assert_eq!(
+        server.get(&format!("/array/{PERSONAL_ONE}/config")).status,
+        401
+    );
+    assert_eq!(
+        server.post(&path, "{}").status,
+        405,
+        "remote config is read-only"
+    );
+}
