@@ -151,7 +151,7 @@ fn array(v: &Value) -> &Vec<Value> {
 
 /// Every request went to the test server and was answered 200; returns each as
 /// "METHOD /path?query".
-fn requests_made(server: &Server, requests: &[Value]) -> BTreeSet<String> {
+fn requests_made(server: &Server, requests: &[Value]) -> Vec<String> {
     let base = format!("http://{}", server.addr);
     requests
         .iter()
@@ -188,6 +188,14 @@ fn stored_exactly_what_was_sent(server: &Server, requests: &[Value]) -> Vec<Valu
     for uuid in sent.iter().filter_map(|e| e["uuid"].as_str()) {
         let n = stored.iter().filter(|e| e["id"] == uuid).count();
         assert_eq!(n, 1, "event {uuid} stored {n} times");
+    }
+    // Each client's timestamps (and sent_at) were read: every event happened just now.
+    let now = time::OffsetDateTime::now_utc();
+    for e in &stored {
+        let at = e["timestamp"].as_str().unwrap();
+        let at = time::OffsetDateTime::parse(at, &time::format_description::well_known::Rfc3339)
+            .unwrap_or_else(|err| panic!("{at}: {err}"));
+        assert!((now - at).abs() < time::Duration::minutes(5), "{e}");
     }
     stored
 }
@@ -281,7 +289,7 @@ struct Expect {
 fn server_side(summary: &Value, server: &Server, prefix: &str, expect: Expect) {
     let (user, anon) = (format!("{prefix}-user"), format!("{prefix}-anon"));
     let requests = array(&summary["requests"]);
-    let made = requests_made(server, requests);
+    let made: BTreeSet<String> = requests_made(server, requests).into_iter().collect();
     assert_eq!(
         made,
         expect.requests.iter().map(|s| s.to_string()).collect(),
@@ -502,4 +510,129 @@ fn posthog_node_5_flags_v2() {
             parses_payloads: true,
         },
     );
+}
+
+#[test]
+fn posthog_js_in_chromium() {
+    let modules = sdk_dir().join("node/node_modules");
+    let deps = [
+        Path::new("/usr/bin/chromium"),
+        &modules.join("playwright-core"),
+        &modules.join("posthog-js"),
+    ];
+    if !installed("posthog-js", &deps) {
+        return;
+    }
+    let server = start();
+    let host = format!("http://{}", server.addr);
+    let summary = run(
+        Path::new("node"),
+        &["browser/run.mjs", &host, KEY_ONE, "js"],
+    );
+    assert_eq!(summary["sdk"], "posthog-js");
+    eprintln!(
+        "posthog-js {} in Chromium {}",
+        summary["version"], summary["chromium"]
+    );
+    let config = format!("GET /array/{KEY_ONE}/config empty");
+    // posthog-js takes gzip-js from the remote config and sends it as raw gzip with no
+    // `compression` parameter, flags included; with `disable_compression` it sends
+    // JSON, and base64 only where a beacon needs a CORS-simple body.
+    let visits = [
+        (
+            "gzip",
+            vec![config.as_str(), "POST /e/ gzip", "POST /flags/?v=2 gzip"],
+        ),
+        (
+            "base64",
+            vec![
+                config.as_str(),
+                "POST /e/ json",
+                "POST /e/?compression=base64 base64",
+                "POST /flags/?v=2 json",
+            ],
+        ),
+    ];
+    let mut all_requests = Vec::new();
+    for (mode, expected) in &visits {
+        let visit = &summary["visits"][mode];
+        assert_eq!(visit["blocked"], json!([]), "requests off loopback");
+        let requests = array(&visit["requests"]);
+        let made: BTreeSet<String> = requests_made(&server, requests)
+            .into_iter()
+            .zip(requests)
+            .map(|(made, r)| format!("{made} {}", r["body"].as_str().unwrap()))
+            .collect();
+        assert_eq!(
+            made,
+            expected.iter().map(|s| s.to_string()).collect(),
+            "{mode}"
+        );
+        let beacon = requests
+            .iter()
+            .find(|r| array(&r["events"]).iter().any(|e| e["event"] == "beacon"))
+            .unwrap();
+        let want = if *mode == "gzip" { "gzip" } else { "base64" };
+        assert_eq!(beacon["body"], want, "the beacon, {mode}");
+        assert_eq!(visit["flags_before"], json!({"pro-only": false}), "{mode}");
+        assert_eq!(
+            visit["flags"],
+            json!({"always-on": true, "never": false, "pro-only": true, "checkout": "test",
+                   "checkout payload": {"color": "green"}, "big-orgs": true}),
+            "{mode}"
+        );
+        all_requests.extend(requests.iter().cloned());
+    }
+
+    let stored = stored_exactly_what_was_sent(&server, &all_requests);
+    let mut names = [
+        "$groupidentify",
+        "$identify",
+        "$pageview",
+        "beacon",
+        "clicked buy",
+        "done",
+    ]
+    .repeat(2);
+    names.sort();
+    assert_eq!(app_events(&stored), names);
+    for (mode, _) in &visits {
+        let visit = &summary["visits"][mode];
+        let (anon, user) = (
+            visit["anon"].as_str().unwrap(),
+            visit["user"].as_str().unwrap(),
+        );
+        assert_eq!(visit["distinct_id"], user);
+        let by = |name: &str, id: &str| {
+            stored
+                .iter()
+                .find(|e| e["event"] == name && e["distinct_id"] == id)
+                .unwrap_or_else(|| panic!("no {name} by {id}"))
+        };
+        let pageview = by("$pageview", anon);
+        let url = pageview["properties"]["$current_url"].as_str().unwrap();
+        assert!(url.starts_with("http://127.0.0.1:"), "{url}");
+        let click = event(&stored, &visit["ids"]["clicked buy"]);
+        assert_eq!(
+            (&click["distinct_id"], &click["properties"]["color"]),
+            (&json!(anon), &json!("blue"))
+        );
+        assert_eq!(
+            by("$identify", user)["properties"]["$anon_distinct_id"],
+            anon
+        );
+        // Identify merges the anonymous id into the person. posthog-js's default
+        // (person_profiles: identified_only) keeps the events before it personless.
+        let person = merged_person(&server, anon, user);
+        for e in stored.iter().filter(|e| e["distinct_id"] == anon) {
+            assert_eq!(e["person_id"], Value::Null, "{e}");
+        }
+        for e in stored.iter().filter(|e| e["distinct_id"] == user) {
+            assert_eq!(e["person_id"], person["id"], "{e}");
+        }
+        assert_eq!(
+            group_properties(&server, visit["company"].as_str().unwrap()),
+            json!({"seats": 50, "name": "Acme"})
+        );
+    }
 }
