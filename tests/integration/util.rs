@@ -23,6 +23,8 @@ pub struct Server {
     pub dir: PathBuf,
     args: Vec<String>,
     log: Arc<Mutex<String>>,
+    /// Copies the server's stderr into `log` until the server exits.
+    reader: Option<std::thread::JoinHandle<()>>,
     _tmp: Option<tempfile::TempDir>,
 }
 
@@ -96,7 +98,7 @@ impl Server {
         let log = Arc::new(Mutex::new(String::new()));
         let (tx, rx) = std::sync::mpsc::channel();
         let sink = log.clone();
-        std::thread::spawn(move || {
+        let reader = std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines() {
                 let Ok(line) = line else { break };
                 if let Some(at) = line.find("listening on ") {
@@ -125,6 +127,7 @@ impl Server {
             dir: dir.to_path_buf(),
             args,
             log,
+            reader: Some(reader),
             _tmp: None,
         }
     }
@@ -158,6 +161,10 @@ impl Server {
         let deadline = Instant::now() + WAIT;
         loop {
             if let Some(status) = child.try_wait().unwrap() {
+                // The last lines may still be on their way from the pipe to the log.
+                if let Some(reader) = self.reader.take() {
+                    let _ = reader.join();
+                }
                 return status.code();
             }
             if Instant::now() > deadline {
