@@ -287,7 +287,8 @@ fn reload_under_load_is_atomic_and_bad_files_keep_old_rules() {
             .collect();
         json!({"flags": flags, "group_type_mapping": {}, "cohorts": {}}).to_string()
     };
-    std::fs::write(&path, set(false)).unwrap();
+    // Atomic writes: a half-written file read by the poller would count as a failure.
+    write_atomically(&path, set(false));
     std::thread::scope(|s| {
         let readers: Vec<_> = (0..4)
             .map(|_| {
@@ -317,7 +318,7 @@ fn reload_under_load_is_atomic_and_bad_files_keep_old_rules() {
             })
             .collect();
         for round in 0..6 {
-            std::fs::write(&path, set(round % 2 == 0)).unwrap();
+            write_atomically(&path, set(round % 2 == 0));
             wait_for("the rules to flip", || {
                 let r = decide(
                     &server,
@@ -341,7 +342,7 @@ fn reload_under_load_is_atomic_and_bad_files_keep_old_rules() {
     .json();
     let bad = json!({"flags": [{"id": 1, "key": "broken", "active": true,
                                 "filters": {"groups": [{"properties": [{"key": "a", "value": 1, "operator": "sounds_like"}]}]}}]});
-    std::fs::write(&path, bad.to_string()).unwrap();
+    write_atomically(&path, bad.to_string());
     wait_for("the failure to be logged", || {
         server.log().contains("flag \"broken\"").then_some(())
     });

@@ -385,6 +385,14 @@ pub fn urlencode(s: &str) -> String {
     form_urlencoded::byte_serialize(s.as_bytes()).collect()
 }
 
+/// Replace a file in one step (write a sibling, rename it over), so a server polling
+/// the directory never reads it half-written.
+pub fn write_atomically(path: &Path, contents: impl AsRef<[u8]>) {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, contents).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
 /// Poll until `f` returns Some, or fail after [`WAIT`].
 pub fn wait_for<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
     let deadline = Instant::now() + WAIT;
