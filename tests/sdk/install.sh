@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install what the SDK tests (tests/integration/sdk.rs) run: Debian's Chromium, one
+# Install what the SDK tests (tests/integration/sdk/) run: Debian's Chromium, one
 # Python venv per posthog-python line, and the pinned npm packages (posthog-node 4.x
 # and 5.x, posthog-js, playwright-core). Idempotent and cheap when nothing changed:
 # a venv or node_modules is rebuilt only when its pinned list changed.
@@ -18,10 +18,21 @@ as_root() {
 # A file's content hash, to tell whether what was installed from it is current.
 stamp_of() { sha256sum "$@" | sha256sum | cut -c1-16; }
 
-if [ ! -x /usr/bin/chromium ]; then
-    echo "sdk: installing chromium"
+for tool in python3 node npm; do
+    command -v "$tool" >/dev/null || {
+        echo "sdk: $tool is needed (Python >= 3.10, Node >= 20.20)" >&2
+        exit 1
+    }
+done
+
+# Debian's own Python needs python3-venv for `python3 -m venv`.
+missing=()
+[ -x /usr/bin/chromium ] || missing+=(chromium)
+python3 -c 'import ensurepip' 2>/dev/null || missing+=(python3-venv)
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "sdk: installing ${missing[*]}"
     as_root apt-get update -qq
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
 for line in 3 7; do
