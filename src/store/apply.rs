@@ -2,6 +2,8 @@
 //! persons and groups, store the event. Every read and write goes through the
 //! transaction, so a chunk of records is applied entirely or not at all.
 
+use std::collections::{HashMap, HashSet};
+
 use serde_json::{Map, Value};
 use sled::transaction::{TransactionalTree, UnabortableTransactionError};
 use uuid::Uuid;
@@ -34,6 +36,7 @@ pub struct ProjectSettings {
 /// Apply one record. Returns false when its uuid was already stored (a retry).
 pub fn record(
     tx: &Tx<'_>,
+    cache: &mut PersonCache,
     record: &Record,
     settings: ProjectSettings,
     geoip: &crate::geoip::Database,
@@ -57,7 +60,7 @@ pub fn record(
         timestamp: record.timestamp,
         event: &event,
     };
-    let person_id = persons::apply(&mut TxPersons { tx, project }, &view)?;
+    let person_id = persons::apply(&mut TxPersons { tx, project, cache }, &view)?;
 
     let mut properties = match event.remove("properties") {
         Some(Value::Object(p)) => p,
@@ -239,21 +242,59 @@ fn attach_groups(tx: &Tx<'_>, project: u64, properties: &mut Map<String, Value>)
     Ok(())
 }
 
-/// Persons of one project, read and written through the transaction.
+/// The persons a chunk touches, kept decoded for the whole chunk: a batch is often one
+/// user's events, and each would otherwise parse and re-encode the same person. Changed
+/// persons are written to the transaction once, by [`PersonCache::write`].
+#[derive(Default)]
+pub struct PersonCache {
+    /// (project, distinct id) -> person, as read or linked during this chunk.
+    ids: HashMap<(u64, String), Option<Uuid>>,
+    /// (project, person) -> the person, or None once deleted by a merge.
+    persons: HashMap<(u64, Uuid), Option<Person>>,
+    dirty: HashSet<(u64, Uuid)>,
+}
+
+impl PersonCache {
+    /// Write every person changed during the chunk into the transaction.
+    pub fn write(&self, tx: &Tx<'_>) -> Result<()> {
+        for key @ (project, id) in &self.dirty {
+            let k = keys::with_uuid(*project, *id);
+            match self.persons.get(key) {
+                Some(Some(person)) => {
+                    tx.persons
+                        .insert(&k[..], serde_json::to_vec(person).unwrap_or_default())?;
+                }
+                _ => {
+                    tx.persons.remove(&k[..])?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Persons of one project, read through the chunk's cache and the transaction.
 struct TxPersons<'a, 'b> {
     tx: &'a Tx<'b>,
     project: u64,
+    cache: &'a mut PersonCache,
 }
 
 impl persons::Store for TxPersons<'_, '_> {
     type Error = UnabortableTransactionError;
 
     fn person_of(&mut self, distinct_id: &str) -> Result<Option<Uuid>> {
-        let v = self
+        let key = (self.project, distinct_id.to_string());
+        if let Some(found) = self.cache.ids.get(&key) {
+            return Ok(*found);
+        }
+        let found = self
             .tx
             .distinct_ids
-            .get(keys::with_str(self.project, distinct_id))?;
-        Ok(v.and_then(|b| Uuid::from_slice(&b).ok()))
+            .get(keys::with_str(self.project, distinct_id))?
+            .and_then(|b| Uuid::from_slice(&b).ok());
+        self.cache.ids.insert(key, found);
+        Ok(found)
     }
 
     fn link(&mut self, distinct_id: &str, person: Uuid) -> Result<()> {
@@ -261,26 +302,37 @@ impl persons::Store for TxPersons<'_, '_> {
             keys::with_str(self.project, distinct_id),
             &person.as_bytes()[..],
         )?;
+        self.cache
+            .ids
+            .insert((self.project, distinct_id.to_string()), Some(person));
         Ok(())
     }
 
     fn load(&mut self, id: Uuid) -> Result<Option<Person>> {
-        let v = self.tx.persons.get(keys::with_uuid(self.project, id))?;
-        Ok(v.and_then(|b| serde_json::from_slice(&b).ok()))
+        let key = (self.project, id);
+        if let Some(found) = self.cache.persons.get(&key) {
+            return Ok(found.clone());
+        }
+        let found: Option<Person> = self
+            .tx
+            .persons
+            .get(keys::with_uuid(self.project, id))?
+            .and_then(|b| serde_json::from_slice(&b).ok());
+        self.cache.persons.insert(key, found.clone());
+        Ok(found)
     }
 
     fn save(&mut self, person: &Person) -> Result<()> {
-        self.tx.persons.insert(
-            &keys::with_uuid(self.project, person.id)[..],
-            serde_json::to_vec(person).unwrap_or_default(),
-        )?;
+        let key = (self.project, person.id);
+        self.cache.persons.insert(key, Some(person.clone()));
+        self.cache.dirty.insert(key);
         Ok(())
     }
 
     fn delete(&mut self, id: Uuid) -> Result<()> {
-        self.tx
-            .persons
-            .remove(&keys::with_uuid(self.project, id)[..])?;
+        let key = (self.project, id);
+        self.cache.persons.insert(key, None);
+        self.cache.dirty.insert(key);
         Ok(())
     }
 }

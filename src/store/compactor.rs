@@ -19,7 +19,7 @@ use arc_swap::ArcSwap;
 use sled::transaction::{ConflictableTransactionError, TransactionError, Transactional};
 use sled::IVec;
 
-use super::apply::{self, ProjectSettings, Tx};
+use super::apply::{self, PersonCache, ProjectSettings, Tx};
 use super::overflow::Limiter;
 use super::record::decode_frame;
 use super::{keys, Record, Trees};
@@ -297,6 +297,7 @@ impl Compactor {
                     Source::Overflow => overflow,
                 };
                 let mut counts = Counts::default();
+                let mut cache = PersonCache::default();
                 for key in &chunk.consumed {
                     from.remove(key)?;
                 }
@@ -307,7 +308,7 @@ impl Compactor {
                     match &item.action {
                         Action::Apply(record) => {
                             let s = settings.get(&record.project).copied().unwrap_or_default();
-                            if apply::record(&tx, record, s, geoip)? {
+                            if apply::record(&tx, &mut cache, record, s, geoip)? {
                                 counts.applied += 1;
                             } else {
                                 counts.duplicates += 1;
@@ -327,6 +328,7 @@ impl Compactor {
                         }
                     }
                 }
+                cache.write(&tx)?;
                 if let (Source::Log, Some(last)) = (source, chunk.consumed.last()) {
                     meta.insert(CHECKPOINT_KEY, last)?;
                 }
