@@ -93,3 +93,46 @@ impl App {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn readiness_follows_the_log_the_compactor_the_disk_and_shutdown() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = Config::new(dir.path().join("data"), dir.path().join("db"));
+        let projects = Arc::new(ArcSwap::from_pointee(Projects::default()));
+        let geoip = Arc::new(crate::geoip::Database::disabled());
+        let store = crate::store::Store::open(
+            &config.db_dir,
+            projects.clone(),
+            Default::default(),
+            geoip.clone(),
+            Box::new(|_| {}),
+        )
+        .unwrap();
+        let app = App::new(
+            config,
+            projects,
+            crate::flags::Rules::new(),
+            geoip,
+            Metrics::new(),
+            &store,
+        );
+        assert!(app.is_ready() && app.accepts_writes());
+        // A failing compactor: no new writes, not ready.
+        app.compactor.healthy.store(false, Ordering::SeqCst);
+        assert!(!app.accepts_writes() && !app.is_ready());
+        app.compactor.healthy.store(true, Ordering::SeqCst);
+        // A failing log write.
+        app.wal.stats().writable.store(false, Ordering::SeqCst);
+        assert!(!app.accepts_writes() && !app.is_ready());
+        app.wal.stats().writable.store(true, Ordering::SeqCst);
+        // Draining at shutdown: not ready, though writes in flight still finish.
+        app.start_draining();
+        assert!(!app.is_ready() && app.accepts_writes());
+        drop(app);
+        store.close().unwrap();
+    }
+}

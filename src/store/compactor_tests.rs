@@ -449,3 +449,31 @@ fn geoip_enriches_events_and_persons() {
         .unwrap();
     assert!(p2.properties.is_empty());
 }
+
+#[test]
+fn the_thread_reports_a_failing_step_and_recovers() {
+    let mut f = fixture(Settings::default());
+    f.push(&story());
+    f.compactor.fail_at = Some((Source::Log, 0));
+    let stats = f.compactor.stats();
+    let Fixture {
+        compactor,
+        trees,
+        _dir,
+        ..
+    } = f;
+    let handle = spawn(compactor).unwrap();
+    // The failed step marks it unhealthy (the server then refuses new events) ...
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while stats.healthy.load(Ordering::SeqCst) {
+        assert!(Instant::now() < deadline, "never reported unhealthy");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // ... and the retry after the back-off applies everything and clears it.
+    while !(stats.healthy.load(Ordering::SeqCst) && trees.wal.is_empty()) {
+        assert!(Instant::now() < deadline, "never recovered");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    handle.stop();
+    assert_eq!(stats.applied.load(Ordering::Relaxed), 8);
+}
