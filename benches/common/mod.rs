@@ -1,0 +1,74 @@
+//! What the criterion benches share (each includes this file with `#[path]`): settings
+//! short enough for the whole suite to run in a few minutes on a shared 2-core machine,
+//! and a posthog-js `$pageview` built deterministically, so fixtures and figures do not
+//! drift from run to run.
+
+// Each bench uses its own part of this module.
+#![allow(dead_code)]
+
+use std::time::Duration;
+
+use criterion::Criterion;
+use serde_json::{json, Value};
+use uuid::Uuid;
+
+/// Enough to reach steady state for everything here but the disk-bound benches, which
+/// set their own sampling.
+const WARM_UP: Duration = Duration::from_secs(1);
+/// Indicative on a noisy shared machine while keeping each benchmark to a few seconds;
+/// `--measurement-time` on the command line still overrides it.
+const MEASUREMENT: Duration = Duration::from_secs(3);
+
+/// The project key every generated event carries.
+pub const API_KEY: &str = "phc_bench_project_key";
+/// The fixed "now" of generated events (2025-06-15T15:06:40Z), unix milliseconds.
+pub const NOW_MS: i64 = 1_750_000_000_000;
+
+/// The settings of every bench group; arguments given to the bench apply on top.
+pub fn criterion() -> Criterion {
+    Criterion::default()
+        .warm_up_time(WARM_UP)
+        .measurement_time(MEASUREMENT)
+}
+
+/// A uuid v7 for the `n`th generated id at `ms`, the same on every run.
+pub fn uuid(ms: i64, n: u64) -> Uuid {
+    let mut random = [0u8; 10];
+    random[2..].copy_from_slice(&n.to_be_bytes());
+    uuid::Builder::from_unix_timestamp_millis(ms as u64, &random).into_uuid()
+}
+
+pub fn distinct_id(n: usize) -> String {
+    format!("user-{n:06}")
+}
+
+/// A `$pageview` the way posthog-js builds it for the `n`th person, about 600 bytes
+/// once serialised with `api_key` (the load harness's capture body, made repeatable).
+pub fn pageview(n: usize) -> Value {
+    let page = ["dashboard", "insights", "settings", "billing"][n % 4];
+    let at = NOW_MS + n as i64;
+    let id = n as u64 * 4;
+    json!({
+        "uuid": uuid(at, id).to_string(),
+        "event": "$pageview",
+        "properties": {
+            "$os": "Mac OS X",
+            "$browser": "Chrome",
+            "$browser_version": 124,
+            "$device_type": "Desktop",
+            "$current_url": format!("https://app.example.com/project/{}/{page}?tab=overview", n % 7),
+            "$host": "app.example.com",
+            "$pathname": format!("/project/{}/{page}", n % 7),
+            "$lib": "web",
+            "$lib_version": "1.130.2",
+            "$referrer": "$direct",
+            "$device_id": uuid(at, id + 1).to_string(),
+            "$session_id": uuid(at, id + 2).to_string(),
+            "token": API_KEY,
+            "distinct_id": distinct_id(n),
+        },
+        "timestamp": flagpost::capture::timestamp::format_ms(at),
+        "distinct_id": distinct_id(n),
+        "api_key": API_KEY,
+    })
+}
