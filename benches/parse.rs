@@ -1,0 +1,126 @@
+//! From decoded JSON to write-ahead log records (`capture`): `parse` (simd-json, in
+//! place), `Payload::key`, `normalise` of each event and `Record::encode`, for one
+//! ~600-byte `$pageview` and for a posthog batch of 100. Each stage is measured on its
+//! own and the whole chain once more, which is what a capture request pays before it
+//! queues for the log. Throughput is in events.
+
+#[path = "common/mod.rs"]
+mod common;
+
+use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
+use flagpost::capture::{self, Context, Outcome};
+use serde_json::{json, Value};
+
+use common::{pageview, API_KEY, NOW_MS};
+
+/// posthog-js and the server SDKs flush at most this many events per batch.
+const BATCH_EVENTS: usize = 100;
+
+/// The request-level facts of a capture request from a browser.
+fn context() -> Context {
+    Context {
+        project: 1,
+        now: NOW_MS + 250,
+        sent_at: Some(NOW_MS + 200),
+        historical: false,
+        ip: Some("81.2.69.160".parse().expect("an address")),
+    }
+}
+
+/// `{api_key, batch, sent_at}` as the SDKs send it.
+fn batch() -> Vec<u8> {
+    let events: Vec<Value> = (0..BATCH_EVENTS)
+        .map(|n| {
+            let mut e = pageview(n);
+            e.as_object_mut().expect("an object").remove("api_key");
+            e
+        })
+        .collect();
+    let sent_at = flagpost::capture::timestamp::format_ms(NOW_MS + 200);
+    json!({"api_key": API_KEY, "batch": events, "sent_at": sent_at})
+        .to_string()
+        .into_bytes()
+}
+
+/// Everything the capture handler does between decoding and the log.
+fn records(bytes: &mut [u8], ctx: &Context) -> Vec<Vec<u8>> {
+    let payload = capture::parse(bytes, false).expect("parses");
+    assert_eq!(payload.key().expect("has a key"), API_KEY);
+    payload
+        .events
+        .into_iter()
+        .map(
+            |event| match capture::normalise(event, ctx).expect("valid") {
+                Outcome::Keep(record) => record.encode(),
+                Outcome::Drop(reason) => panic!("dropped: {}", reason.as_str()),
+            },
+        )
+        .collect()
+}
+
+/// Benchmarks of one body with `events` events.
+fn stages(c: &mut Criterion, name: &str, body: &[u8], events: usize) {
+    let ctx = context();
+    let parsed = || capture::parse(&mut body.to_vec(), false).expect("parses");
+    assert_eq!(parsed().events.len(), events);
+    let mut group = c.benchmark_group(format!("parse/{name}"));
+    group.throughput(Throughput::Elements(events as u64));
+    // The parser works in place, so each iteration gets a fresh copy of the body.
+    group.bench_function("parse", |b| {
+        b.iter_batched_ref(
+            || body.to_vec(),
+            |bytes| capture::parse(bytes, false).expect("parses"),
+            BatchSize::SmallInput,
+        )
+    });
+    let payload = parsed();
+    group.bench_function("key", |b| {
+        b.iter(|| payload.key().expect("has a key").len())
+    });
+    group.bench_function("normalise", |b| {
+        b.iter_batched(
+            || parsed().events,
+            |events| {
+                events
+                    .into_iter()
+                    .map(|e| capture::normalise(e, &ctx).expect("valid"))
+                    .collect::<Vec<Outcome>>()
+            },
+            BatchSize::SmallInput,
+        )
+    });
+    let kept: Vec<_> = payload
+        .events
+        .iter()
+        .map(
+            |e| match capture::normalise(e.clone(), &ctx).expect("valid") {
+                Outcome::Keep(record) => record,
+                Outcome::Drop(reason) => panic!("dropped: {}", reason.as_str()),
+            },
+        )
+        .collect();
+    group.bench_function("encode", |b| {
+        b.iter(|| kept.iter().map(|r| r.encode()).collect::<Vec<_>>())
+    });
+    group.bench_function("all", |b| {
+        b.iter_batched_ref(
+            || body.to_vec(),
+            |bytes| records(bytes, &ctx),
+            BatchSize::SmallInput,
+        )
+    });
+    group.finish();
+}
+
+fn parse(c: &mut Criterion) {
+    let event = pageview(0).to_string().into_bytes();
+    stages(c, "event", &event, 1);
+    stages(c, "batch100", &batch(), BATCH_EVENTS);
+}
+
+criterion_group! {
+    name = benches;
+    config = common::criterion();
+    targets = parse
+}
+criterion_main!(benches);
