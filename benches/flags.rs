@@ -1,0 +1,165 @@
+//! Flag evaluation (`flags::ProjectRules::evaluate`): each kind of flag alone, then the
+//! load harness's 50-flag project, whose definitions this bench takes from the harness
+//! itself (`benches/load/flags.rs`) so both always measure the same file. The single
+//! flags are picked out of that file by key. Contexts are `/decide` callers with person
+//! properties, groups and group properties, cycled so hashes and outcomes vary.
+//! Throughput is in flags: per-request time divided by it is the time per flag.
+
+#[path = "common/mod.rs"]
+mod common;
+#[path = "load/flags.rs"]
+mod load_flags;
+
+use std::collections::HashMap;
+
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use flagpost::flags::{Context, ProjectRules};
+use serde_json::{json, Map, Value};
+use time::OffsetDateTime;
+
+use load_flags::GROUP_KEYS;
+
+/// Distinct callers cycled through.
+const CALLERS: usize = 64;
+
+/// One flag of each kind, by its key in the harness's file. The dependency flag needs
+/// the flag it depends on, so that case evaluates two.
+const KINDS: &[(&str, &[&str])] = &[
+    ("boolean rollout", &["dark-mode"]),
+    ("person exact", &["pro-reports"]),
+    ("person regex", &["early-users"]),
+    ("person numeric", &["big-teams"]),
+    ("person date", &["recent-signups"]),
+    ("person semver", &["new-app-only"]),
+    ("multivariate payload", &["pricing-page-test"]),
+    ("group", &["org-audit-log"]),
+    ("cohort", &["power-users"]),
+    ("dependency", &["pro-reports", "pro-reports-export"]),
+    ("holdout", &["checkout-v2"]),
+    ("early access", &["early-access-notebooks"]),
+];
+
+/// The harness's definitions file, as it writes it for the server.
+fn definitions() -> Value {
+    let dir = tempfile::Builder::new()
+        .prefix("flagpost-bench-flags-")
+        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+        .expect("a temporary dir under the target dir");
+    load_flags::write_data_dir(dir.path()).expect("the harness writes its data dir");
+    let file = std::fs::read(dir.path().join("flags/1.json")).expect("the flags file");
+    serde_json::from_slice(&file).expect("the harness writes JSON")
+}
+
+/// The file with only the flags named in `keys`, cohorts and group types kept.
+fn only(definitions: &Value, keys: &[&str]) -> Value {
+    let mut out = definitions.clone();
+    let flags = out["flags"].as_array_mut().expect("a flags array");
+    flags.retain(|flag| keys.contains(&flag["key"].as_str().expect("a key")));
+    assert_eq!(flags.len(), keys.len(), "every key names a flag");
+    out
+}
+
+/// What one `/decide` caller sends, as the load harness's `decide` bodies carry it.
+struct Caller {
+    distinct_id: String,
+    anon_distinct_id: String,
+    person_properties: Map<String, Value>,
+    groups: Map<String, Value>,
+    group_properties: HashMap<String, Option<Map<String, Value>>>,
+}
+
+impl Caller {
+    fn new(n: usize) -> Caller {
+        let plan = ["free", "pro", "enterprise"][n % 3];
+        let distinct_id = common::distinct_id(n);
+        let domain = ["example.com", "acme.io", "gmail.com"][n % 3];
+        let country = ["GB", "US", "DE", "FR", "BR"][n % 5];
+        let object = |v: Value| match v {
+            Value::Object(m) => m,
+            _ => unreachable!("an object literal"),
+        };
+        Caller {
+            anon_distinct_id: common::uuid(common::NOW_MS, n as u64).to_string(),
+            person_properties: object(json!({
+                "email": format!("{distinct_id}@{domain}"),
+                "plan": plan,
+                "$geoip_country_code": country,
+                "app_version": format!("2.{}.{}", n % 12, n % 5),
+                "signed_up_at": "2024-03-01T10:00:00Z",
+                "seats": n % 40,
+                "$browser": "Chrome",
+            })),
+            groups: object(json!({
+                GROUP_KEYS[0]: format!("org-{}", n % 50),
+                GROUP_KEYS[1]: format!("company-{}", n % 20),
+            })),
+            group_properties: HashMap::from([(
+                GROUP_KEYS[0].to_string(),
+                Some(object(json!({"tier": plan, "employees": (n % 50) * 10}))),
+            )]),
+            distinct_id,
+        }
+    }
+
+    fn context(&self, now: OffsetDateTime) -> Context<'_> {
+        Context {
+            distinct_id: &self.distinct_id,
+            anon_distinct_id: Some(&self.anon_distinct_id),
+            hash_key_override: None,
+            person_properties: Some(&self.person_properties),
+            groups: &self.groups,
+            group_properties: &self.group_properties,
+            now,
+        }
+    }
+}
+
+fn bench(c: &mut Criterion, name: &str, rules: &ProjectRules, contexts: &[Context<'_>]) {
+    assert!(
+        rules.warnings().is_empty(),
+        "{name}: {:?}",
+        rules.warnings()
+    );
+    // Every flag is computed for every caller, and outcomes vary between callers.
+    let mut enabled = 0;
+    for ctx in contexts {
+        let evaluation = rules.evaluate(ctx);
+        assert!(!evaluation.errors, "{name}: {:?}", evaluation.failed);
+        enabled += evaluation.flags.iter().filter(|f| f.enabled).count();
+    }
+    println!(
+        "flags/evaluate/{name}: {enabled} of {} flag results enabled over {} callers",
+        rules.flag_count() * contexts.len(),
+        contexts.len()
+    );
+    let mut group = c.benchmark_group("flags/evaluate");
+    group.throughput(Throughput::Elements(rules.flag_count() as u64));
+    let mut next = 0usize;
+    group.bench_function(name, |b| {
+        b.iter(|| {
+            next = (next + 1) % contexts.len();
+            rules.evaluate(&contexts[next])
+        })
+    });
+    group.finish();
+}
+
+fn flags(c: &mut Criterion) {
+    let definitions = definitions();
+    let callers: Vec<Caller> = (0..CALLERS).map(Caller::new).collect();
+    let now = OffsetDateTime::now_utc();
+    let contexts: Vec<Context<'_>> = callers.iter().map(|c| c.context(now)).collect();
+    for (name, keys) in KINDS {
+        let rules = ProjectRules::from_value(only(&definitions, keys)).expect("compiles");
+        bench(c, name, &rules, &contexts);
+    }
+    let rules = ProjectRules::from_value(definitions).expect("compiles");
+    bench(c, "mix of 50", &rules, &contexts);
+}
+
+criterion_group! {
+    name = benches;
+    config = common::criterion();
+    targets = flags
+}
+criterion_main!(benches);
