@@ -34,5 +34,5 @@ mod tests;
 pub use compile::ProjectRules;
 pub use error::{CompileError, ErrorKind};
 pub use load::{ReloadReport, Rules, Snapshot};
-pub use response::{remote_config, response};
+pub use response::{remote_config, response, response_bytes};
 pub use result::{Context, Evaluation, FailureCause, FlagFailure, FlagResult, Reason, ReasonCode};

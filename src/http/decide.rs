@@ -156,7 +156,11 @@ pub async fn handle(
     app.metrics
         .decide_seconds
         .observe(started.elapsed().as_secs_f64());
-    Ok(response::json(StatusCode::OK, &body))
+    Ok(response::with_type(
+        StatusCode::OK,
+        "application/json",
+        body,
+    ))
 }
 
 fn project_of(app: &App, key: &str) -> Result<Arc<Project>, ApiError> {
@@ -184,7 +188,7 @@ fn location(app: &App, peer: SocketAddr, headers: &HeaderMap) -> Map<String, Val
     app.geoip.decide_properties(ip)
 }
 
-/// Evaluate every flag of the project for the request and build the response body.
+/// Evaluate every flag of the project for the request and write the response body.
 /// Person properties are layered: stored, then GeoIP, then the request's own.
 fn evaluate(
     app: &App,
@@ -192,14 +196,14 @@ fn evaluate(
     req: &DecideRequest,
     geo: &Map<String, Value>,
     version: u8,
-) -> Value {
+) -> Vec<u8> {
     let snapshot = app.rules.current();
     let rules = i64::try_from(project.id)
         .ok()
         .and_then(|id| snapshot.project(id).cloned());
     let request_id = uuid::Uuid::now_v7();
     let Some(rules) = rules.filter(|_| !req.disable_flags) else {
-        return flags::response(version, &flags::Evaluation::default(), request_id);
+        return flags::response_bytes(version, &flags::Evaluation::default(), request_id);
     };
     let trees = &app.trees;
     // Stored person properties, then the request's, key by key. A failed lookup
@@ -250,7 +254,7 @@ fn evaluate(
     if evaluation.errors {
         app.metrics.decide_errors.inc();
     }
-    flags::response(version, &evaluation, request_id)
+    flags::response_bytes(version, &evaluation, request_id)
 }
 
 /// Each requested group's stored properties, overridden by the request's.

@@ -163,3 +163,15 @@ fn empty_evaluation() {
     assert_eq!(v3["featureFlagPayloads"], json!({}));
     assert_eq!(v3["errorsWhileComputingFlags"], json!(false));
 }
+
+#[test]
+fn the_direct_writer_gives_the_same_bodies() {
+    let id = Uuid::parse_str(REQUEST_ID).unwrap();
+    for eval in [evaluation(), Evaluation::default()] {
+        for version in 0..=5 {
+            let direct: Value =
+                serde_json::from_slice(&crate::flags::response_bytes(version, &eval, id)).unwrap();
+            assert_eq!(direct, response(version, &eval, id), "version {version}");
+        }
+    }
+}
