@@ -106,6 +106,11 @@ impl Scenario {
                 .map(|n| {
                     let mut event = pageview(n, now);
                     event["api_key"] = API_KEY.into();
+                    // No uuid: the server assigns one, so a pool body sent again is a
+                    // new event the compactor must apply, not a duplicate it skips.
+                    if let Some(obj) = event.as_object_mut() {
+                        obj.remove("uuid");
+                    }
                     Bytes::from(event.to_string())
                 })
                 .collect(),
