@@ -5,6 +5,7 @@ mod admin;
 mod capture;
 mod crash;
 mod decide;
+mod fuzz_regressions;
 mod geoip;
 mod ops;
 mod read_api;
