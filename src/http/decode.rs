@@ -147,7 +147,11 @@ pub fn decompress(raw: &[u8], hint: Compression, max: usize) -> Result<Vec<u8>, 
         gunzip(raw, max)?
     } else if hint == Compression::Lz64 {
         lz64::decompress_from_base64(raw, max)
-            .map_err(Error::Lz64)?
+            .map_err(|e| match e {
+                // Over the cap is the same answer (413) whatever the compression.
+                lz64::Error::TooLarge => Error::TooLarge,
+                e => Error::Lz64(e),
+            })?
             .into_bytes()
     } else if hint == Compression::Base64 {
         BASE64.decode(raw).map_err(|_| Error::Base64)?
@@ -288,6 +292,21 @@ mod tests {
         // Truncated gzip.
         let g = gzip(JSON);
         assert_eq!(decode("", None, None, &g[..g.len() - 6]), Err(Error::Gzip));
+    }
+
+    /// Found by the `decode_body` fuzzer: an lz64 payload over the cap was reported as
+    /// invalid lz64 (400) instead of too large (413) like gzip.
+    #[test]
+    fn lz64_over_the_cap_is_too_large() {
+        // lz-string's "a".
+        assert_eq!(
+            decompress(b"IZA=".to_vec(), Compression::Lz64, 1),
+            Ok(b"a".to_vec())
+        );
+        assert_eq!(
+            decompress(b"IZA=".to_vec(), Compression::Lz64, 0),
+            Err(Error::TooLarge)
+        );
     }
 
     #[test]
