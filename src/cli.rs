@@ -3,6 +3,7 @@
 //! real objects.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use argh::FromArgs;
 use flagpost::config::{self, Config};
@@ -71,6 +72,12 @@ struct Serve {
     /// most open connections [env FLAGPOST_MAX_CONNECTIONS, default 4096]
     #[argh(option)]
     max_connections: Option<usize>,
+    /// milliseconds a client has to send the request line and headers [env FLAGPOST_HEADER_READ_TIMEOUT_MS, default 10000]
+    #[argh(option)]
+    header_read_timeout_ms: Option<u64>,
+    /// milliseconds a client has to send the request body [env FLAGPOST_BODY_READ_TIMEOUT_MS, default 30000]
+    #[argh(option)]
+    body_read_timeout_ms: Option<u64>,
     /// events per second per distinct id before spike routing to the overflow lane [env FLAGPOST_OVERFLOW_RATE, default 100]
     #[argh(option)]
     overflow_rate: Option<f64>,
@@ -116,6 +123,18 @@ fn or_env<T: std::str::FromStr>(flag: Option<T>, var: &str) -> Result<Option<T>,
     }
 }
 
+/// A timeout in milliseconds from its flag or `FLAGPOST_<name>`; zero would refuse
+/// every request, so it is an error.
+fn timeout(flag: Option<u64>, name: &str) -> Result<Option<Duration>, String> {
+    match or_env(flag, &format!("FLAGPOST_{name}"))? {
+        Some(0) => Err(format!(
+            "--{} must be at least 1",
+            name.to_ascii_lowercase().replace('_', "-")
+        )),
+        ms => Ok(ms.map(Duration::from_millis)),
+    }
+}
+
 pub fn run(cli: Cli) -> Result<(), String> {
     match cli.command {
         None => Err("no command given; try `flagpost serve` or `flagpost --help`".into()),
@@ -152,6 +171,12 @@ fn serve_config(args: Serve) -> Result<Config, String> {
     .unwrap_or(config::DEFAULT_MAX_DECOMPRESSED_BYTES);
     limits.max_connections = or_env(args.max_connections, "FLAGPOST_MAX_CONNECTIONS")?
         .unwrap_or(config::DEFAULT_MAX_CONNECTIONS);
+    if let Some(t) = timeout(args.header_read_timeout_ms, "HEADER_READ_TIMEOUT_MS")? {
+        limits.header_read_timeout = t;
+    }
+    if let Some(t) = timeout(args.body_read_timeout_ms, "BODY_READ_TIMEOUT_MS")? {
+        limits.body_read_timeout = t;
+    }
     let compactor = &mut config.compactor;
     if let Some(rate) = or_env(args.overflow_rate, "FLAGPOST_OVERFLOW_RATE")? {
         compactor.overflow_rate = rate;
