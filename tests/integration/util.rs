@@ -132,6 +132,11 @@ impl Server {
         }
     }
 
+    /// The server's process id, while it runs.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
     pub fn log(&self) -> String {
         self.log.lock().unwrap().clone()
     }
