@@ -133,21 +133,24 @@ pub async fn handle(
     let version = version(parts.uri.query(), flags_path);
     let query = Query::parse(parts.uri.query());
     let mut held = Reservation::default();
+    let limits = &app.config.limits;
     let raw = body::read(
         incoming,
         super::content_length(&parts.headers),
-        MAX_DECIDE_BODY_BYTES.min(app.config.limits.max_body_bytes),
-        app.config.limits.body_read_timeout,
+        MAX_DECIDE_BODY_BYTES.min(limits.max_body_bytes),
+        limits.body_read_timeout,
         &app.budget,
         &mut held,
     )
     .await?;
+    // Decoded right here on the reactor, so held to the decide size too: a small
+    // compressed body must not expand to the capture limit.
     let mut bytes = decode::payload(
         &query,
         super::header_str(&parts.headers, CONTENT_TYPE).as_deref(),
         super::header_str(&parts.headers, CONTENT_ENCODING).as_deref(),
         &raw,
-        app.config.limits.max_decompressed_bytes,
+        MAX_DECIDE_BODY_BYTES.min(limits.max_decompressed_bytes),
     )?;
     let request = DecideRequest::parse(&mut bytes)?;
     let project = project_of(app, &request.key)?;

@@ -373,29 +373,32 @@ fn lz64_bomb(codes: u64) -> String {
     text
 }
 
-#[test]
-fn gzip_bomb() {
-    let s = Server::start();
-    still_serving(&s);
-    let before = memory_kb(s.pid(), "VmRSS");
-    // 1 GiB of zeros as 1024 gzip members of 1 MiB each (gzip allows concatenation),
-    // written member by member so the test never holds more than one.
+/// POST `mib` MiB of zeros as that many gzip members of 1 MiB each (gzip allows
+/// concatenation), written member by member so the test never holds more than one.
+fn gzip_bomb(addr: SocketAddr, path: &str, mib: usize) -> Resp {
     let member = gzip(&vec![0u8; 1 << 20]);
-    let members = 1024;
     let mut stream = open(
-        s.addr,
+        addr,
         &format!(
-            "POST /batch/ HTTP/1.1\r\nHost: x\r\nContent-Encoding: gzip\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-            member.len() * members
+            "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Encoding: gzip\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+            member.len() * mib
         ),
     );
     stream.set_read_timeout(Some(WAIT)).unwrap();
-    for _ in 0..members {
+    for _ in 0..mib {
         if stream.write_all(&member).is_err() {
             break;
         }
     }
-    let r = read_response(&mut stream).expect("a response");
+    read_response(&mut stream).expect("a response")
+}
+
+#[test]
+fn gzip_bomb_is_refused_with_bounded_memory() {
+    let s = Server::start();
+    still_serving(&s);
+    let before = memory_kb(s.pid(), "VmRSS");
+    let r = gzip_bomb(s.addr, "/batch/", 1024);
     refused(&r, 413, "payload_too_large");
     let (peak, after) = (memory_kb(s.pid(), "VmHWM"), memory_kb(s.pid(), "VmRSS"));
     assert!(
@@ -433,6 +436,36 @@ fn lz64_bomb_is_refused_with_bounded_memory() {
     let bound = (2 * cap / 1024 + 32 * 1024).min(BOMB_MEMORY_BOUND_KB);
     assert!(peak < before + bound, "peak {peak} kB from {before} kB");
     assert!(after < before + bound, "{after} kB from {before} kB");
+    still_serving(&s);
+}
+
+/// Found by hand: /decide read at most 1 MiB of body but decompressed it up to the
+/// capture limit (100 MiB by default), on the reactor thread.
+#[test]
+fn decide_bomb_is_cut_at_the_decide_limit() {
+    let s = Server::start();
+    still_serving(&s);
+    let before = memory_kb(s.pid(), "VmRSS");
+    let started = Instant::now();
+    refused(
+        &gzip_bomb(s.addr, "/decide/?v=3", 200),
+        413,
+        "payload_too_large",
+    );
+    // About 100 MB of lz64, in a 30 kB form.
+    let bomb = lz64_bomb(14_500);
+    let form = format!("data={}&compression=lz64", urlencode(&bomb));
+    let r = s.request(
+        Req::post("/decide/?v=3", form).header("Content-Type", "application/x-www-form-urlencoded"),
+    );
+    refused(&r, 413, "payload_too_large");
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    let peak = memory_kb(s.pid(), "VmHWM");
+    assert!(peak < before + 32 * 1024, "peak {peak} kB from {before} kB");
     still_serving(&s);
 }
 
