@@ -83,6 +83,11 @@ pub fn decode_body(data: &[u8]) {
     };
     if let Ok(out) = decode::payload(&query, content_type, content_encoding, &body, cap) {
         assert!(out.len() <= cap, "{} bytes over a cap of {cap}", out.len());
+        // What is decoded on the reactor must really be cheap: no bigger than it came.
+        if !decode::may_expand(&query, content_type, content_encoding, &body) {
+            let carried = body.len().max(query.data.as_ref().map_or(0, String::len));
+            assert!(out.len() <= carried, "{} bytes from {carried}", out.len());
+        }
     }
     for hint in [
         Compression::None,

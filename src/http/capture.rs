@@ -20,8 +20,9 @@ use crate::app::App;
 use crate::capture::{self, timestamp, Context, DropReason, Outcome};
 use crate::projects::{key_shape_is_valid, Projects};
 
-/// Bodies up to this size are decoded right on the reactor: it takes microseconds.
-/// Larger ones move to the blocking pool so they never stall other requests.
+/// Uncompressed bodies up to this size are decoded right on the reactor: it takes
+/// microseconds. Larger ones, and any that gzip or lz64 may expand up to the
+/// decompressed cap, move to the blocking pool so they never stall other requests.
 const INLINE_DECODE_BYTES: usize = 64 * 1024;
 
 /// What one request turned into, ready to append.
@@ -67,7 +68,7 @@ pub async fn handle(
     };
     let beacon = request.query.beacon;
     let projects = app.projects.load_full();
-    let accepted = if request.raw.len() <= INLINE_DECODE_BYTES {
+    let accepted = if request.raw.len() <= INLINE_DECODE_BYTES && !request.may_expand() {
         accept(&request, &projects)?
     } else {
         let _slot = app
@@ -103,6 +104,17 @@ struct Submission {
     max_decoded: usize,
     ip: Option<std::net::IpAddr>,
     now: i64,
+}
+
+impl Submission {
+    fn may_expand(&self) -> bool {
+        decode::may_expand(
+            &self.query,
+            self.content_type.as_deref(),
+            self.content_encoding.as_deref(),
+            &self.raw,
+        )
+    }
 }
 
 /// Decode, parse, authenticate and normalise: everything between the bytes and the log.

@@ -3,6 +3,7 @@
 //! (by hint or magic bytes), LZ-String "lz64", and base64 (by hint or by sniffing).
 //! Every decompressor is capped so a small bomb cannot exhaust memory.
 
+use std::borrow::Cow;
 use std::io::Read;
 
 use base64::engine::general_purpose::{GeneralPurpose, GeneralPurposeConfig};
@@ -102,10 +103,39 @@ pub fn payload(
     body: &[u8],
     max_decoded: usize,
 ) -> Result<Vec<u8>, Error> {
+    let (raw, hint) = source(query, content_type, content_encoding, body);
+    let raw = raw.trim_ascii();
+    if raw.is_empty() {
+        return Err(Error::Empty);
+    }
+    decompress(raw, hint, max_decoded)
+}
+
+/// Whether decoding the request may produce far more than it carries (gzip or lz64):
+/// then its cost follows the decompressed cap, not the size of the request.
+pub fn may_expand(
+    query: &Query,
+    content_type: Option<&str>,
+    content_encoding: Option<&str>,
+    body: &[u8],
+) -> bool {
+    let (raw, hint) = source(query, content_type, content_encoding, body);
+    matches!(hint, Compression::Gzip | Compression::Lz64)
+        || raw.trim_ascii().starts_with(&GZIP_MAGIC)
+}
+
+/// Where the payload is (`data=` in the query, a form field, or the body), untrimmed,
+/// and the compression the first hint found names. Only a form's `data` field is
+/// copied (it had to be unescaped); the rest is borrowed.
+fn source<'a>(
+    query: &'a Query,
+    content_type: Option<&str>,
+    content_encoding: Option<&str>,
+    body: &'a [u8],
+) -> (Cow<'a, [u8]>, Compression) {
     let mut form_compression = None;
-    let form_data;
-    let raw: &[u8] = if let Some(data) = &query.data {
-        data.as_bytes()
+    let raw: Cow<'a, [u8]> = if let Some(data) = &query.data {
+        Cow::Borrowed(data.as_bytes())
     } else if content_type.is_some_and(is_form) {
         let mut data = None;
         for (k, v) in form_urlencoded::parse(body) {
@@ -115,22 +145,17 @@ pub fn payload(
                 _ => {}
             }
         }
-        form_data = data;
-        form_data.as_deref().map_or(body, str::as_bytes)
+        data.map_or(Cow::Borrowed(body), |d| Cow::Owned(d.into_bytes()))
     } else {
-        body
+        Cow::Borrowed(body)
     };
-    let raw = raw.trim_ascii();
-    if raw.is_empty() {
-        return Err(Error::Empty);
-    }
     let hint = query
         .compression
         .as_deref()
         .or(form_compression.as_deref())
         .or(content_encoding)
         .map_or(Compression::None, Compression::from_hint);
-    decompress(raw, hint, max_decoded)
+    (raw, hint)
 }
 
 fn is_form(content_type: &str) -> bool {
@@ -307,6 +332,26 @@ mod tests {
             decompress(b"IZA=".to_vec(), Compression::Lz64, 0),
             Err(Error::TooLarge)
         );
+    }
+
+    #[test]
+    fn what_may_expand() {
+        let expands = |query: &str, ct: Option<&str>, ce: Option<&str>, body: &[u8]| {
+            may_expand(&Query::parse(Some(query)), ct, ce, body)
+        };
+        let form = Some("application/x-www-form-urlencoded");
+        assert!(expands("compression=lz64", None, None, b"IZA="));
+        assert!(expands(
+            "",
+            form,
+            None,
+            b"data=IZA%3D&compression=lz-string"
+        ));
+        assert!(expands("", None, Some("gzip"), JSON));
+        assert!(expands("", None, None, &gzip(JSON)));
+        assert!(!expands("", None, None, JSON));
+        assert!(!expands("compression=base64", form, None, b"data=e30%3D"));
+        assert!(!expands("data=e30%3D", None, None, b""));
     }
 
     #[test]

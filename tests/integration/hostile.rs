@@ -469,6 +469,40 @@ fn decide_bomb_is_cut_at_the_decide_limit() {
     still_serving(&s);
 }
 
+/// Found by hand: a capture body small enough to be decoded inline was decoded on the
+/// reactor even when lz64 expanded it to the decompressed cap, stalling every
+/// connection served by that worker thread.
+#[test]
+fn small_bombs_are_decoded_off_the_reactor() {
+    let s = Server::start_with(&["--max-decompressed-bytes", &(8 << 20).to_string()]);
+    let bomb = lz64_bomb(14_500);
+    let form = format!("data={}&compression=lz64", urlencode(&bomb));
+    assert!(form.len() < 64 * 1024, "{}", form.len());
+    let bombs: Vec<_> = (0..6)
+        .map(|_| {
+            let (addr, form) = (s.addr, form.clone());
+            std::thread::spawn(move || {
+                let r = send(
+                    addr,
+                    Req::post("/e/", form)
+                        .header("Content-Type", "application/x-www-form-urlencoded"),
+                );
+                (r, Instant::now())
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(100));
+    let r = s.get("/_liveness");
+    let live_at = Instant::now();
+    assert_eq!(r.status, 200);
+    for bomb in bombs {
+        let (r, done_at) = bomb.join().unwrap();
+        refused(&r, 413, "payload_too_large");
+        assert!(live_at < done_at, "liveness waited for a bomb to finish");
+    }
+    still_serving(&s);
+}
+
 #[test]
 fn body_of_25_mb_is_refused_before_it_is_sent() {
     let s = Server::start();
