@@ -57,6 +57,13 @@ fn refused(r: &Resp, status: u16, code: &str) {
     assert_clean(r);
 }
 
+/// A hostile request's answer: refused as [`refused`] says, and then everyone else
+/// is still served.
+fn hostile(s: &Server, r: Resp, status: u16, code: &str) {
+    refused(&r, status, code);
+    still_serving(s);
+}
+
 /// Everyone else is still served: an ordinary capture and an ordinary decide.
 fn still_serving(s: &Server) {
     let event = json!({"api_key": KEY_ONE, "event": "ordinary", "distinct_id": "someone-else"});
@@ -147,7 +154,7 @@ fn malformed_json() {
             "/decide/?v=3",
             "/flags/?v=2",
         ] {
-            refused(&s.post(path, body), 400, "invalid_payload");
+            hostile(&s, s.post(path, body), 400, "invalid_payload");
         }
     }
     still_serving(&s);
@@ -173,8 +180,9 @@ fn wrong_types_everywhere() {
         json!(42),
     ];
     for body in capture {
-        refused(
-            &s.post("/capture/", body.to_string()),
+        hostile(
+            &s,
+            s.post("/capture/", body.to_string()),
             400,
             "invalid_payload",
         );
@@ -188,8 +196,9 @@ fn wrong_types_everywhere() {
         json!([{"token": KEY_ONE, "distinct_id": "d"}]),
     ];
     for body in decide {
-        refused(
-            &s.post("/decide/?v=3", body.to_string()),
+        hostile(
+            &s,
+            s.post("/decide/?v=3", body.to_string()),
             400,
             "invalid_payload",
         );
@@ -201,18 +210,24 @@ fn wrong_types_everywhere() {
 fn nesting_100000_deep() {
     let s = Server::start();
     let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
-    refused(&s.post("/capture/", deep.clone()), 400, "invalid_payload");
-    refused(&s.post("/decide/?v=3", deep), 400, "invalid_payload");
+    hostile(
+        &s,
+        s.post("/capture/", deep.clone()),
+        400,
+        "invalid_payload",
+    );
+    hostile(&s, s.post("/decide/?v=3", deep), 400, "invalid_payload");
     let inside = format!(
         r#"{{"api_key":"{KEY_ONE}","event":"e","distinct_id":"d","properties":{{"a":{}1{}}}}}"#,
         "{\"a\":".repeat(100_000),
         "}".repeat(100_000)
     );
-    refused(&s.post("/capture/", inside), 400, "invalid_payload");
+    hostile(&s, s.post("/capture/", inside), 400, "invalid_payload");
     // Deep and gzipped: the limit holds after decompression too.
     let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
-    refused(
-        &s.post("/batch/", gzip(deep.as_bytes())),
+    hostile(
+        &s,
+        s.post("/batch/", gzip(deep.as_bytes())),
         400,
         "invalid_payload",
     );
@@ -225,19 +240,26 @@ fn invalid_utf8() {
     let mut in_string = br#"{"api_key":"phc_test_one","event":"e"#.to_vec();
     in_string.extend_from_slice(b"\xff\xfe\xc3\x28");
     in_string.extend_from_slice(br#"","distinct_id":"d"}"#);
-    refused(
-        &s.post("/capture/", in_string.clone()),
+    hostile(
+        &s,
+        s.post("/capture/", in_string.clone()),
         400,
         "invalid_payload",
     );
-    refused(&s.post("/decide/?v=3", in_string), 400, "invalid_payload");
-    refused(
-        &s.post("/capture/", b"\xff\xfe\xfd\xfc".to_vec()),
+    hostile(
+        &s,
+        s.post("/decide/?v=3", in_string),
+        400,
+        "invalid_payload",
+    );
+    hostile(
+        &s,
+        s.post("/capture/", b"\xff\xfe\xfd\xfc".to_vec()),
         400,
         "invalid_payload",
     );
     // Percent-encoded in data= of a GET.
-    refused(&s.get("/e/?data=%FF%FE%FD%FC"), 400, "invalid_payload");
+    hostile(&s, s.get("/e/?data=%FF%FE%FD%FC"), 400, "invalid_payload");
     // In a header value: not text, so ignored; the request itself is fine.
     let body = event(json!({})).to_string();
     let mut bytes =
@@ -261,8 +283,13 @@ fn nul_bytes() {
     let mut body = br#"{"api_key":"phc_test_one","event":"a"#.to_vec();
     body.extend_from_slice(b"\0");
     body.extend_from_slice(br#"b","distinct_id":"d"}"#);
-    refused(&s.post("/capture/", body), 400, "invalid_payload");
-    refused(&s.post("/capture/", vec![0u8; 64]), 400, "invalid_payload");
+    hostile(&s, s.post("/capture/", body), 400, "invalid_payload");
+    hostile(
+        &s,
+        s.post("/capture/", vec![0u8; 64]),
+        400,
+        "invalid_payload",
+    );
     // Escaped NUL is valid JSON: accepted, and never stored in a distinct id.
     let r = s.post(
         "/capture/",
@@ -286,8 +313,10 @@ fn nul_bytes() {
         b"GET /_liveness HTTP/1.1\r\nHost: x\r\nX-A: a\0b\r\nConnection: close\r\n\r\n",
     );
     assert_eq!(r.map(|r| r.status), Some(400));
+    still_serving(&s);
     let r = raw(s.addr, b"GET /_live\0ness HTTP/1.1\r\nHost: x\r\n\r\n");
     assert_eq!(r.map(|r| r.status), Some(400));
+    still_serving(&s);
     still_serving(&s);
 }
 
@@ -311,10 +340,11 @@ fn huge_numbers() {
         r#"{"api_key":"phc_test_one","event":"inf","distinct_id":1e400}"#,
         r#"{"api_key":"phc_test_one","event":"inf","distinct_id":"d","properties":{"n":-1e999}}"#,
     ] {
-        refused(&s.post("/capture/", body), 400, "invalid_payload");
+        hostile(&s, s.post("/capture/", body), 400, "invalid_payload");
     }
-    refused(
-        &s.post(
+    hostile(
+        &s,
+        s.post(
             "/decide/?v=3",
             r#"{"token":"phc_test_one","distinct_id":"d","person_properties":{"n":1e999}}"#,
         ),
@@ -399,7 +429,7 @@ fn gzip_bomb_is_refused_with_bounded_memory() {
     still_serving(&s);
     let before = memory_kb(s.pid(), "VmRSS");
     let r = gzip_bomb(s.addr, "/batch/", 1024);
-    refused(&r, 413, "payload_too_large");
+    hostile(&s, r, 413, "payload_too_large");
     let (peak, after) = (memory_kb(s.pid(), "VmHWM"), memory_kb(s.pid(), "VmRSS"));
     assert!(
         peak < before + BOMB_MEMORY_BOUND_KB,
@@ -431,7 +461,7 @@ fn lz64_bomb_is_refused_with_bounded_memory() {
     let r = s.request(
         Req::post("/e/?ver=1.0", form).header("Content-Type", "application/x-www-form-urlencoded"),
     );
-    refused(&r, 413, "payload_too_large");
+    hostile(&s, r, 413, "payload_too_large");
     let (peak, after) = (memory_kb(s.pid(), "VmHWM"), memory_kb(s.pid(), "VmRSS"));
     let bound = (2 * cap / 1024 + 32 * 1024).min(BOMB_MEMORY_BOUND_KB);
     assert!(peak < before + bound, "peak {peak} kB from {before} kB");
@@ -447,8 +477,9 @@ fn decide_bomb_is_cut_at_the_decide_limit() {
     still_serving(&s);
     let before = memory_kb(s.pid(), "VmRSS");
     let started = Instant::now();
-    refused(
-        &gzip_bomb(s.addr, "/decide/?v=3", 200),
+    hostile(
+        &s,
+        gzip_bomb(s.addr, "/decide/?v=3", 200),
         413,
         "payload_too_large",
     );
@@ -458,7 +489,7 @@ fn decide_bomb_is_cut_at_the_decide_limit() {
     let r = s.request(
         Req::post("/decide/?v=3", form).header("Content-Type", "application/x-www-form-urlencoded"),
     );
-    refused(&r, 413, "payload_too_large");
+    hostile(&s, r, 413, "payload_too_large");
     assert!(
         started.elapsed() < Duration::from_secs(3),
         "{:?}",
@@ -497,7 +528,7 @@ fn small_bombs_are_decoded_off_the_reactor() {
     assert_eq!(r.status, 200);
     for bomb in bombs {
         let (r, done_at) = bomb.join().unwrap();
-        refused(&r, 413, "payload_too_large");
+        hostile(&s, r, 413, "payload_too_large");
         assert!(live_at < done_at, "liveness waited for a bomb to finish");
     }
     still_serving(&s);
@@ -514,7 +545,7 @@ fn body_of_25_mb_is_refused_before_it_is_sent() {
     // Nothing more is sent: the answer must come anyway.
     let started = Instant::now();
     let r = read_response(&mut stream).expect("413 before the rest of the body");
-    refused(&r, 413, "payload_too_large");
+    hostile(&s, r, 413, "payload_too_large");
     assert!(started.elapsed() < Duration::from_secs(2));
     still_serving(&s);
 }
@@ -551,7 +582,7 @@ fn slowloris_on_the_body() {
     still_serving(&s);
     let r = read_response(&mut slow).expect("a 408 while the body is still trickling");
     stop.store(true, Ordering::Relaxed);
-    refused(&r, 408, "request_timeout");
+    hostile(&s, r, 408, "request_timeout");
     let elapsed = started.elapsed();
     assert!(
         elapsed >= Duration::from_millis(400) && elapsed < Duration::from_secs(3),
@@ -569,12 +600,14 @@ fn too_many_or_too_large_headers() {
         format!("GET /_liveness HTTP/1.1\r\nHost: x\r\n{many}\r\n").as_bytes(),
     );
     assert_eq!(r.map(|r| (r.status, r.body)), Some((431, Vec::new())));
+    still_serving(&s);
     let large = format!("X-Large: {}\r\n", "a".repeat(20_000));
     let r = raw(
         s.addr,
         format!("GET /_liveness HTTP/1.1\r\nHost: x\r\n{large}\r\n").as_bytes(),
     );
     assert_eq!(r.map(|r| (r.status, r.body)), Some((431, Vec::new())));
+    still_serving(&s);
     // A request line past the buffer.
     let r = raw(
         s.addr,
@@ -650,8 +683,9 @@ fn thousands_of_idle_connections() {
 fn keys_used_where_they_do_not_belong() {
     let s = Server::start();
     // A personal key never ingests, nor evaluates flags.
-    refused(
-        &s.post(
+    hostile(
+        &s,
+        s.post(
             "/capture/",
             event(json!({"api_key": PERSONAL_ONE})).to_string(),
         ),
@@ -659,13 +693,15 @@ fn keys_used_where_they_do_not_belong() {
         "invalid_api_key",
     );
     let batch = json!({"api_key": PERSONAL_ONE, "batch": [{"event": "e", "distinct_id": "d"}]});
-    refused(
-        &s.post("/batch/", batch.to_string()),
+    hostile(
+        &s,
+        s.post("/batch/", batch.to_string()),
         401,
         "invalid_api_key",
     );
-    refused(
-        &s.post(
+    hostile(
+        &s,
+        s.post(
             "/decide/?v=3",
             json!({"token": PERSONAL_ONE, "distinct_id": "d"}).to_string(),
         ),
@@ -679,14 +715,15 @@ fn keys_used_where_they_do_not_belong() {
         "/api/projects/1/groups/?group_type_index=0&group_key=g",
         "/api/feature_flag/local_evaluation/?token=phc_test_one",
     ] {
-        refused(&s.api(path, KEY_ONE), 401, "not_authenticated");
-        refused(&s.get(path), 401, "not_authenticated");
+        hostile(&s, s.api(path, KEY_ONE), 401, "not_authenticated");
+        hostile(&s, s.get(path), 401, "not_authenticated");
         // Another project's personal key reads nothing of this one.
-        refused(&s.api(path, PERSONAL_TWO), 403, "permission_denied");
+        hostile(&s, s.api(path, PERSONAL_TWO), 403, "permission_denied");
     }
     // Whether the project exists or not.
-    refused(
-        &s.api("/api/projects/999/events/", PERSONAL_ONE),
+    hostile(
+        &s,
+        s.api("/api/projects/999/events/", PERSONAL_ONE),
         403,
         "permission_denied",
     );
