@@ -12,9 +12,10 @@ use crate::metrics::Metrics;
 use crate::projects::Projects;
 use crate::store::{compactor, Trees, Wal};
 
-/// Large payloads are decoded and parsed on the blocking pool, at most this many at
-/// once: each can hold up to the decompressed cap in memory.
-const HEAVY_DECODES: usize = 4;
+/// Large or compressed payloads are decoded and parsed on the blocking pool, at most
+/// this many at once (one per core of the small VMs this runs on): each can hold up
+/// to a few times the decompressed cap in memory while it works.
+const HEAVY_DECODES: usize = 2;
 
 pub struct App {
     pub config: Config,

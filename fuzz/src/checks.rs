@@ -102,18 +102,18 @@ pub fn decode_body(data: &[u8]) {
 /// Output never over the cap; the same output fits a cap of exactly its size and is
 /// refused as too large by a cap one byte smaller.
 fn exact_cap(raw: &[u8], hint: Compression, cap: usize) {
-    let Ok(out) = decode::decompress(raw.to_vec(), hint, cap) else {
+    let Ok(out) = decode::decompress(raw, hint, cap) else {
         return;
     };
     assert!(out.len() <= cap, "{hint:?}: {} bytes over {cap}", out.len());
     assert_eq!(
-        decode::decompress(raw.to_vec(), hint, out.len()).as_ref(),
+        decode::decompress(raw, hint, out.len()).as_ref(),
         Ok(&out),
         "{hint:?}: a cap of exactly the output's size"
     );
     if let Some(smaller) = out.len().checked_sub(1) {
         assert_eq!(
-            decode::decompress(raw.to_vec(), hint, smaller),
+            decode::decompress(raw, hint, smaller),
             Err(decode::Error::TooLarge),
             "{hint:?}: a cap one byte under the output"
         );

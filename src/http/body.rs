@@ -25,7 +25,9 @@ pub enum Error {
     Broken,
 }
 
-/// Memory held by request bodies and their decoded payloads, across all requests.
+/// Memory held by request bodies, across all requests. Decoded payloads are bounded
+/// separately: at most `App::heavy_decodes` large decodes run at once, each within the
+/// decompressed cap.
 #[derive(Clone)]
 pub struct Budget(Arc<Semaphore>);
 
