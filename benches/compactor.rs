@@ -32,8 +32,6 @@ const ENTRY_RECORDS: usize = 32;
 const USERS: usize = 128;
 /// One user in this many starts anonymous, becomes known, then identifies: a merge.
 const MERGE_EVERY: usize = 16;
-/// The server's sled cache.
-const CACHE_BYTES: u64 = 64 * 1024 * 1024;
 /// A step takes milliseconds: fewer, flat samples keep the benchmark to a few seconds.
 const SAMPLES: usize = 20;
 
@@ -55,15 +53,7 @@ struct Fixture {
 
 impl Fixture {
     fn new() -> Fixture {
-        let dir = tempfile::Builder::new()
-            .prefix("flagpost-bench-compactor-")
-            .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
-            .expect("a temporary dir under the target dir");
-        let db = sled::Config::new()
-            .path(dir.path())
-            .cache_capacity(CACHE_BYTES)
-            .open()
-            .expect("sled opens");
+        let (dir, db) = common::open_db("flagpost-bench-compactor-");
         let trees = Trees::open(&db).expect("the trees open");
         let projects = format!(r#"{{"projects":[{{"id":1,"api_key":"{API_KEY}"}}]}}"#);
         let projects = Projects::parse(projects.as_bytes()).expect("valid projects");

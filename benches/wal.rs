@@ -22,8 +22,6 @@ const BATCH_RECORDS: usize = 100;
 const CONCURRENT_APPENDS: usize = 32;
 /// Distinct records cycled through, so consecutive appends differ.
 const POOL: usize = 1024;
-/// The server's sled cache.
-const CACHE_BYTES: u64 = 64 * 1024 * 1024;
 /// Each iteration waits for the disk (milliseconds, not microseconds): fewer, flat
 /// samples keep a benchmark within its few seconds.
 const SAMPLES: usize = 20;
@@ -63,15 +61,7 @@ struct Log {
 
 impl Log {
     fn open() -> Log {
-        let dir = tempfile::Builder::new()
-            .prefix("flagpost-bench-wal-")
-            .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
-            .expect("a temporary dir under the target dir");
-        let db = sled::Config::new()
-            .path(dir.path())
-            .cache_capacity(CACHE_BYTES)
-            .open()
-            .expect("sled opens");
+        let (dir, db) = common::open_db("flagpost-bench-wal-");
         let tree = db.open_tree("wal").expect("the log tree opens");
         let (wal, writer) = Wal::start(db, tree, Box::new(|_| {})).expect("the writer starts");
         Log {

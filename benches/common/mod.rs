@@ -72,3 +72,22 @@ pub fn pageview(n: usize) -> Value {
         "api_key": API_KEY,
     })
 }
+
+/// The server's sled cache, so benches see the same cache behaviour.
+const CACHE_BYTES: u64 = 64 * 1024 * 1024;
+
+/// A fresh sled database under the target dir (not /tmp, often tmpfs, where fsync
+/// is free), opened as the server opens it. Keep the dir alive as long as the db.
+#[allow(dead_code)] // not every bench opens a database
+pub fn open_db(prefix: &str) -> (tempfile::TempDir, sled::Db) {
+    let dir = tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+        .expect("a temporary dir under the target dir");
+    let db = sled::Config::new()
+        .path(dir.path())
+        .cache_capacity(CACHE_BYTES)
+        .open()
+        .expect("sled opens");
+    (dir, db)
+}
