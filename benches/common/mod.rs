@@ -78,7 +78,6 @@ const CACHE_BYTES: u64 = 64 * 1024 * 1024;
 
 /// A fresh sled database under the target dir (not /tmp, often tmpfs, where fsync
 /// is free), opened as the server opens it. Keep the dir alive as long as the db.
-#[allow(dead_code)] // not every bench opens a database
 pub fn open_db(prefix: &str) -> (tempfile::TempDir, sled::Db) {
     let dir = tempfile::Builder::new()
         .prefix(prefix)
