@@ -78,7 +78,7 @@ pub async fn handle(
             .map_err(|_| ApiError::Draining)?;
         tokio::task::spawn_blocking(move || accept(&request, &projects))
             .await
-            .map_err(|_| ApiError::Draining)??
+            .map_err(|_| ApiError::Internal)??
     };
     for reason in &accepted.dropped {
         app.metrics.dropped(*reason);

@@ -35,6 +35,8 @@ pub enum ApiError {
     BadQuery(String),
     /// A storage read failed; the body says no more than that.
     Storage,
+    /// A request's work failed unexpectedly (a background task did not finish).
+    Internal,
 }
 
 impl From<capture::Error> for ApiError {
@@ -177,6 +179,12 @@ impl ApiError {
                 SERVER,
                 "storage_error",
                 "the data could not be read; try again".into(),
+            ),
+            ApiError::Internal => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                SERVER,
+                "internal_error",
+                "the request could not be processed; try again".into(),
             ),
             ApiError::NotFound => (
                 StatusCode::NOT_FOUND,
