@@ -63,8 +63,7 @@ enum Job {
 pub struct Stats {
     pub appended_records: AtomicU64,
     pub groups: AtomicU64,
-    /// Sum of flush durations in microseconds, and the last one.
-    pub flush_micros_total: AtomicU64,
+    /// The latest flush's duration in microseconds (all of them go to the histogram).
     pub last_flush_micros: AtomicU64,
     /// False after a failed write until the next one succeeds.
     pub writable: AtomicBool,
@@ -234,9 +233,6 @@ fn write_group(
     let took = started.elapsed();
     on_flush(took);
     let micros = took.as_micros() as u64;
-    stats
-        .flush_micros_total
-        .fetch_add(micros, Ordering::Relaxed);
     stats.last_flush_micros.store(micros, Ordering::Relaxed);
     stats.groups.fetch_add(1, Ordering::Relaxed);
     stats.appended_records.fetch_add(count, Ordering::Relaxed);
