@@ -46,6 +46,7 @@ pub struct Metrics {
     pub wal_flush_seconds: Histogram,
     pub log_depth: Gauge,
     pub compactor_applied: Counter,
+    pub compactor_steps: Counter,
     pub compactor_duplicates: Counter,
     pub compactor_corrupt: Counter,
     pub compactor_routed: Family<LaneLabels, Counter>,
@@ -92,6 +93,7 @@ impl Metrics {
             wal_flush_seconds: Histogram::new(LATENCY_BUCKETS.iter().copied()),
             log_depth: Gauge::default(),
             compactor_applied: Counter::default(),
+            compactor_steps: Counter::default(),
             compactor_duplicates: Counter::default(),
             compactor_corrupt: Counter::default(),
             compactor_routed: Family::default(),
@@ -170,6 +172,11 @@ impl Metrics {
             "compactor_applied",
             "Log records applied to events, persons and groups",
             m.compactor_applied.clone(),
+        );
+        registry.register(
+            "compactor_steps",
+            "Compactor passes, busy or idle: it advances while the compactor runs",
+            m.compactor_steps.clone(),
         );
         registry.register(
             "compactor_duplicates",

@@ -50,6 +50,7 @@ pub fn metrics_text(app: &App) -> String {
     let _scrape = m.scrape_lock();
     let c = &app.compactor;
     mirror(&m.compactor_applied, c.applied.load(Relaxed));
+    mirror(&m.compactor_steps, c.steps.load(Relaxed));
     mirror(&m.compactor_duplicates, c.duplicates.load(Relaxed));
     mirror(&m.compactor_corrupt, c.corrupt.load(Relaxed));
     mirror(&m.retention_deleted, c.retention_deleted.load(Relaxed));
