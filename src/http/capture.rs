@@ -6,14 +6,13 @@ use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use bytes::Bytes;
 use hyper::body::Incoming;
 use hyper::header::{CONTENT_ENCODING, CONTENT_TYPE};
 use hyper::{Request, Response, StatusCode};
 use serde_json::json;
 
 use super::body::{self, Reservation};
-use super::decode::{self, Query};
+use super::decode::{Located, Query};
 use super::error::ApiError;
 use super::response::{self, Body};
 use crate::app::App;
@@ -56,11 +55,16 @@ pub async fn handle(
     )
     .await?;
 
+    let payload = Located::find(
+        &query,
+        super::header_str(&parts.headers, CONTENT_TYPE).as_deref(),
+        super::header_str(&parts.headers, CONTENT_ENCODING).as_deref(),
+        &raw,
+    );
+    drop(raw);
     let request = Submission {
         query,
-        content_type: super::header_str(&parts.headers, CONTENT_TYPE),
-        content_encoding: super::header_str(&parts.headers, CONTENT_ENCODING),
-        raw,
+        payload,
         engage,
         max_decoded: limits.max_decompressed_bytes,
         ip: Some(super::client_ip(app, peer, &parts.headers)),
@@ -68,7 +72,8 @@ pub async fn handle(
     };
     let beacon = request.query.beacon;
     let projects = app.projects.load_full();
-    let accepted = if request.raw.len() <= INLINE_DECODE_BYTES && !request.may_expand() {
+    let accepted = if request.payload.len() <= INLINE_DECODE_BYTES && !request.payload.may_expand()
+    {
         accept(&request, &projects)?
     } else {
         let _slot = app
@@ -97,35 +102,16 @@ pub async fn handle(
 /// The request as the pure part of the pipeline needs it.
 struct Submission {
     query: Query,
-    content_type: Option<String>,
-    content_encoding: Option<String>,
-    raw: Bytes,
+    payload: Located,
     engage: bool,
     max_decoded: usize,
     ip: Option<std::net::IpAddr>,
     now: i64,
 }
 
-impl Submission {
-    fn may_expand(&self) -> bool {
-        decode::may_expand(
-            &self.query,
-            self.content_type.as_deref(),
-            self.content_encoding.as_deref(),
-            &self.raw,
-        )
-    }
-}
-
 /// Decode, parse, authenticate and normalise: everything between the bytes and the log.
 fn accept(req: &Submission, projects: &Projects) -> Result<Accepted, ApiError> {
-    let mut bytes = decode::payload(
-        &req.query,
-        req.content_type.as_deref(),
-        req.content_encoding.as_deref(),
-        &req.raw,
-        req.max_decoded,
-    )?;
+    let mut bytes = req.payload.decode(req.max_decoded)?;
     let payload = capture::parse(&mut bytes, req.engage)?;
     drop(bytes);
     let key = payload.key()?;

@@ -145,13 +145,13 @@ pub async fn handle(
     .await?;
     // Decoded right here on the reactor, so held to the decide size too: a small
     // compressed body must not expand to the capture limit.
-    let mut bytes = decode::payload(
+    let mut bytes = decode::Located::find(
         &query,
         super::header_str(&parts.headers, CONTENT_TYPE).as_deref(),
         super::header_str(&parts.headers, CONTENT_ENCODING).as_deref(),
         &raw,
-        MAX_DECIDE_BODY_BYTES.min(limits.max_decompressed_bytes),
-    )?;
+    )
+    .decode(MAX_DECIDE_BODY_BYTES.min(limits.max_decompressed_bytes))?;
     let request = DecideRequest::parse(&mut bytes)?;
     let project = project_of(app, &request.key)?;
     let geo = location(app, peer, &parts.headers);

@@ -3,12 +3,12 @@
 //! (by hint or magic bytes), LZ-String "lz64", and base64 (by hint or by sniffing).
 //! Every decompressor is capped so a small bomb cannot exhaust memory.
 
-use std::borrow::Cow;
 use std::io::Read;
 
 use base64::engine::general_purpose::{GeneralPurpose, GeneralPurposeConfig};
 use base64::engine::DecodePaddingMode;
 use base64::Engine;
+use bytes::Bytes;
 
 use super::lz64;
 
@@ -94,8 +94,79 @@ fn unform_base64(v: &str) -> String {
     v.replace(' ', "+")
 }
 
-/// The decoded payload of a request. `content_type` and `content_encoding` are the
-/// headers' values, if any.
+/// A request's payload, found once: the bytes to decode (the `data` query parameter,
+/// a form's `data` field, or the body, trimmed) and the compression the first hint
+/// names. Deciding where to decode it and decoding it both read this, so a form is
+/// parsed, and its `data` field unescaped, only once.
+pub struct Located {
+    raw: Bytes,
+    hint: Compression,
+}
+
+impl Located {
+    /// Only a form's `data` field and the `data` query parameter are copied; a plain
+    /// body is shared.
+    pub fn find(
+        query: &Query,
+        content_type: Option<&str>,
+        content_encoding: Option<&str>,
+        body: &Bytes,
+    ) -> Located {
+        let mut form_compression = None;
+        let raw = if let Some(data) = &query.data {
+            Bytes::copy_from_slice(data.as_bytes())
+        } else if content_type.is_some_and(is_form) {
+            let mut data = None;
+            for (k, v) in form_urlencoded::parse(body) {
+                match &*k {
+                    "data" => data = Some(unform_base64(&v)),
+                    "compression" => form_compression = Some(v.into_owned()),
+                    _ => {}
+                }
+            }
+            data.map_or_else(|| body.clone(), |d| Bytes::from(d.into_bytes()))
+        } else {
+            body.clone()
+        };
+        let hint = query
+            .compression
+            .as_deref()
+            .or(form_compression.as_deref())
+            .or(content_encoding)
+            .map_or(Compression::None, Compression::from_hint);
+        Located {
+            raw: raw.slice_ref(raw.trim_ascii()),
+            hint,
+        }
+    }
+
+    /// Bytes to decode, before decompression.
+    pub fn len(&self) -> usize {
+        self.raw.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.raw.is_empty()
+    }
+
+    /// Whether decoding may produce far more than the request carries (gzip or lz64):
+    /// then its cost follows the decompressed cap, not the size of the request.
+    pub fn may_expand(&self) -> bool {
+        matches!(self.hint, Compression::Gzip | Compression::Lz64)
+            || self.raw.starts_with(&GZIP_MAGIC)
+    }
+
+    /// The payload, decompressed within `max_decoded` bytes.
+    pub fn decode(&self, max_decoded: usize) -> Result<Vec<u8>, Error> {
+        if self.raw.is_empty() {
+            return Err(Error::Empty);
+        }
+        decompress(&self.raw, self.hint, max_decoded)
+    }
+}
+
+/// The decoded payload of a request given as a slice. `content_type` and
+/// `content_encoding` are the headers' values, if any.
 pub fn payload(
     query: &Query,
     content_type: Option<&str>,
@@ -103,59 +174,19 @@ pub fn payload(
     body: &[u8],
     max_decoded: usize,
 ) -> Result<Vec<u8>, Error> {
-    let (raw, hint) = source(query, content_type, content_encoding, body);
-    let raw = raw.trim_ascii();
-    if raw.is_empty() {
-        return Err(Error::Empty);
-    }
-    decompress(raw, hint, max_decoded)
+    let body = Bytes::copy_from_slice(body);
+    Located::find(query, content_type, content_encoding, &body).decode(max_decoded)
 }
 
-/// Whether decoding the request may produce far more than it carries (gzip or lz64):
-/// then its cost follows the decompressed cap, not the size of the request.
+/// [`Located::may_expand`] for a request given as a slice.
 pub fn may_expand(
     query: &Query,
     content_type: Option<&str>,
     content_encoding: Option<&str>,
     body: &[u8],
 ) -> bool {
-    let (raw, hint) = source(query, content_type, content_encoding, body);
-    matches!(hint, Compression::Gzip | Compression::Lz64)
-        || raw.trim_ascii().starts_with(&GZIP_MAGIC)
-}
-
-/// Where the payload is (`data=` in the query, a form field, or the body), untrimmed,
-/// and the compression the first hint found names. Only a form's `data` field is
-/// copied (it had to be unescaped); the rest is borrowed.
-fn source<'a>(
-    query: &'a Query,
-    content_type: Option<&str>,
-    content_encoding: Option<&str>,
-    body: &'a [u8],
-) -> (Cow<'a, [u8]>, Compression) {
-    let mut form_compression = None;
-    let raw: Cow<'a, [u8]> = if let Some(data) = &query.data {
-        Cow::Borrowed(data.as_bytes())
-    } else if content_type.is_some_and(is_form) {
-        let mut data = None;
-        for (k, v) in form_urlencoded::parse(body) {
-            match &*k {
-                "data" => data = Some(unform_base64(&v)),
-                "compression" => form_compression = Some(v.into_owned()),
-                _ => {}
-            }
-        }
-        data.map_or(Cow::Borrowed(body), |d| Cow::Owned(d.into_bytes()))
-    } else {
-        Cow::Borrowed(body)
-    };
-    let hint = query
-        .compression
-        .as_deref()
-        .or(form_compression.as_deref())
-        .or(content_encoding)
-        .map_or(Compression::None, Compression::from_hint);
-    (raw, hint)
+    let body = Bytes::copy_from_slice(body);
+    Located::find(query, content_type, content_encoding, &body).may_expand()
 }
 
 fn is_form(content_type: &str) -> bool {
