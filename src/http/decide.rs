@@ -208,41 +208,40 @@ fn evaluate(
     let Some(rules) = rules.filter(|_| !req.disable_flags) else {
         return flags::response_bytes(version, &flags::Evaluation::default(), request_id);
     };
-    let trees = &app.trees;
-    // Stored person properties, then the request's, key by key. A failed lookup
-    // leaves them unknown: flags that need them fail instead of guessing.
-    let mut hash_key = None;
-    let person_properties = if rules.needs_person_properties() {
-        match query::person_by_distinct_id(trees, project.id, &req.distinct_id) {
-            Ok(stored) => {
-                let mut props = Map::new();
-                if let Some(person) = stored {
-                    if person.first_distinct_id != req.distinct_id {
-                        hash_key = Some(person.first_distinct_id);
-                    }
-                    props = person.properties;
-                }
-                props.extend(geo.clone());
-                props.extend(req.person_properties.clone());
-                Some(props)
-            }
+    // One lookup serves both the stored properties and the continuity hash key.
+    let needs_person = rules.needs_person_properties();
+    let mut lookup_failed = false;
+    let person = if needs_person || rules.needs_continuity() {
+        match query::person_by_distinct_id(&app.trees, project.id, &req.distinct_id) {
+            Ok(person) => person,
             Err(e) => {
-                tracing::warn!(error = %e, "person lookup failed; person-based flags left out");
+                if needs_person {
+                    tracing::warn!(error = %e, "person lookup failed; person-based flags left out");
+                }
+                lookup_failed = true;
                 None
             }
         }
     } else {
-        let mut props = geo.clone();
+        None
+    };
+    let hash_key = person
+        .as_ref()
+        .map(|p| p.first_distinct_id.clone())
+        .filter(|first| *first != req.distinct_id);
+    // Stored person properties, then GeoIP's, then the request's, key by key. A
+    // failed lookup leaves them unknown: flags that need them fail instead of guessing.
+    let person_properties = if needs_person && lookup_failed {
+        None
+    } else {
+        let mut props = match person {
+            Some(p) if needs_person => p.properties,
+            _ => Map::new(),
+        };
+        props.extend(geo.clone());
         props.extend(req.person_properties.clone());
         Some(props)
     };
-    if hash_key.is_none() && rules.needs_continuity() {
-        hash_key = query::person_by_distinct_id(trees, project.id, &req.distinct_id)
-            .ok()
-            .flatten()
-            .map(|p| p.first_distinct_id)
-            .filter(|first| *first != req.distinct_id);
-    }
     let group_properties = group_properties(app, project.id, req, rules.needs_group_properties());
     let ctx = Context {
         distinct_id: &req.distinct_id,

@@ -456,3 +456,55 @@ fn remote_config_for_browsers() {
         "remote config is read-only"
     );
 }
+
+#[test]
+fn experience_continuity_keeps_the_variant_across_identify() {
+    let server = Server::start();
+    let variants: Vec<Value> = ["a", "b", "c", "d"]
+        .iter()
+        .map(|k| json!({"key": k, "rollout_percentage": 25}))
+        .collect();
+    let rules = json!({"flags": [
+        {"id": 1, "key": "sticky", "active": true, "ensure_experience_continuity": true,
+         "filters": {"groups": [{"rollout_percentage": 100}], "multivariate": {"variants": variants}}},
+        // A person-property flag too, so one lookup serves both needs.
+        {"id": 2, "key": "pro-only", "active": true, "filters": {"groups": [{"properties": [
+            {"key": "plan", "value": "pro", "type": "person"}], "rollout_percentage": 100}]}}
+    ]});
+    std::fs::write(server.data().join("flags/1.json"), rules.to_string()).unwrap();
+    server.sighup();
+    let flags = |id: &str| {
+        decide(
+            &server,
+            "/decide/?v=3",
+            json!({"token": KEY_ONE, "distinct_id": id}),
+        )
+        .json()["featureFlags"]
+            .clone()
+    };
+    wait_for("the rules", || flags("x").get("sticky").map(|_| ()));
+    // Ids whose anonymous and identified variants differ, so keeping one shows.
+    let (anon, user, before) = (0..100)
+        .find_map(|i| {
+            let (anon, user) = (format!("anon-{i}"), format!("user-{i}"));
+            let (a, u) = (
+                flags(&anon)["sticky"].clone(),
+                flags(&user)["sticky"].clone(),
+            );
+            (a != u).then_some((anon, user, a))
+        })
+        .expect("two ids in different variants");
+    let identify = json!({"api_key": KEY_ONE, "event": "$identify", "distinct_id": user,
+                          "properties": {"$anon_distinct_id": anon, "$set": {"plan": "pro"}}});
+    assert_eq!(server.post("/capture/", identify.to_string()).status, 200);
+    server.settle(1);
+    let after = flags(&user);
+    assert_eq!(
+        after["sticky"], before,
+        "the identified user keeps the anonymous variant"
+    );
+    assert_eq!(
+        after["pro-only"], true,
+        "and the stored properties are read"
+    );
+}
