@@ -24,7 +24,7 @@ const RECONNECT_BACKOFF: Duration = Duration::from_millis(10);
 /// Identifies the harness in flagpost's logs.
 const AGENT: &str = "flagpost-load";
 
-type Error = Box<dyn std::error::Error + Send + Sync>;
+pub type Error = Box<dyn std::error::Error + Send + Sync>;
 
 /// One scenario's load, the same for every target.
 pub struct Load {
@@ -186,7 +186,7 @@ impl Plan {
     }
 }
 
-async fn connect(addr: SocketAddr) -> Result<SendRequest<Full<Bytes>>, Error> {
+pub async fn connect(addr: SocketAddr) -> Result<SendRequest<Full<Bytes>>, Error> {
     let stream = TcpStream::connect(addr).await?;
     // Requests are small and sent whole; Nagle's algorithm would only add delay.
     stream.set_nodelay(true)?;
@@ -198,7 +198,7 @@ async fn connect(addr: SocketAddr) -> Result<SendRequest<Full<Bytes>>, Error> {
     Ok(sender)
 }
 
-fn request(scenario: Scenario, addr: SocketAddr, body: Bytes) -> Request<Full<Bytes>> {
+pub fn request(scenario: Scenario, addr: SocketAddr, body: Bytes) -> Request<Full<Bytes>> {
     let mut builder = Request::post(scenario.path())
         .header(HOST, addr.to_string())
         .header(USER_AGENT, AGENT)
@@ -212,7 +212,7 @@ fn request(scenario: Scenario, addr: SocketAddr, body: Bytes) -> Request<Full<By
 }
 
 /// Send one request and read the whole answer, so the next can follow on the connection.
-async fn send(
+pub async fn send(
     sender: &mut SendRequest<Full<Bytes>>,
     request: Request<Full<Bytes>>,
 ) -> Result<StatusCode, Error> {
@@ -240,4 +240,17 @@ pub async fn get_text(addr: SocketAddr, path: &str) -> Result<String, String> {
     attempt
         .await
         .map_err(|e| format!("GET {path} from {addr} failed: {e}"))
+}
+
+/// The value of an unlabelled metric in Prometheus text.
+pub fn metric_in(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// Read one unlabelled metric from the server's `/metrics`.
+pub async fn metric(addr: SocketAddr, name: &str) -> Result<f64, String> {
+    let text = get_text(addr, "/metrics").await?;
+    metric_in(&text, name).ok_or_else(|| format!("{name} missing from /metrics"))
 }

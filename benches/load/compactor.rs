@@ -42,17 +42,11 @@ pub enum Drain {
     NotDrained { seconds: f64 },
 }
 
-/// The value of an unlabelled metric in Prometheus text.
-fn metric(text: &str, name: &str) -> Option<f64> {
-    text.lines()
-        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
-        .and_then(|v| v.trim().parse().ok())
-}
-
 async fn sample(addr: SocketAddr) -> Result<Sample, String> {
     let text = client::get_text(addr, "/metrics").await?;
-    let read =
-        |name: &str| metric(&text, name).ok_or_else(|| format!("{name} missing from /metrics"));
+    let read = |name: &str| {
+        client::metric_in(&text, name).ok_or_else(|| format!("{name} missing from /metrics"))
+    };
     Ok(Sample {
         at: Instant::now(),
         applied: read("flagpost_compactor_applied_total")?,

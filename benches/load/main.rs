@@ -14,6 +14,7 @@
 mod client;
 mod compactor;
 mod flags;
+mod memory;
 mod payloads;
 mod reference;
 mod report;
@@ -48,9 +49,19 @@ struct Args {
     /// milliseconds of unmeasured load before each measurement [default 1000]
     #[argh(option, default = "DEFAULT_WARMUP_MS")]
     warmup_ms: u64,
-    /// scenario to run: capture, batch or decide; repeat for several [default all]
+    /// scenario to run: capture, batch, decide, compactor, compactor-anon, or memory
+    /// (not part of the default: an ingest of --memory-events, then a soak); repeat for
+    /// several [default all but memory]
     #[argh(option)]
     scenario: Vec<String>,
+    /// memory scenario: events to ingest from 100,000 persons before reading the
+    /// resident set [default 1000000]
+    #[argh(option, default = "1_000_000")]
+    memory_events: usize,
+    /// memory scenario: seconds of steady load afterwards, sampling the resident set
+    /// every 30 s; --rate sets its events/s (default 2000) [default 600]
+    #[argh(option, default = "600")]
+    soak_seconds: u64,
     /// offered load in events per second (requests per second for decide), spread over
     /// the connections; without it every connection sends back to back
     #[argh(option)]
@@ -76,6 +87,8 @@ struct Config {
     connections: usize,
     scenarios: Vec<Scenario>,
     baseline: Option<std::path::PathBuf>,
+    /// The memory scenario's settings, when it was asked for.
+    memory: Option<memory::Settings>,
 }
 
 fn main() -> ExitCode {
@@ -102,14 +115,22 @@ fn config(args: Args) -> Result<Config, String> {
     if args.seconds == 0 || args.connections == 0 {
         return Err("--seconds and --connections must be at least 1".into());
     }
+    let with_memory = args.scenario.iter().any(|name| name == memory::NAME);
     let scenarios = if args.scenario.is_empty() {
         Scenario::ALL.to_vec()
     } else {
         args.scenario
             .iter()
+            .filter(|name| *name != memory::NAME)
             .map(|name| Scenario::parse(name))
             .collect::<Result<_, _>>()?
     };
+    let memory = with_memory.then(|| memory::Settings {
+        events: args.memory_events.max(1),
+        connections: args.connections,
+        soak: Duration::from_secs(args.soak_seconds),
+        soak_rate: args.rate.filter(|r| *r > 0.0).unwrap_or(2000.0),
+    });
     Ok(Config {
         measure: Duration::from_secs(args.seconds),
         warmup: Duration::from_millis(args.warmup_ms),
@@ -117,6 +138,7 @@ fn config(args: Args) -> Result<Config, String> {
         connections: args.connections,
         scenarios,
         baseline: args.baseline,
+        memory,
     })
 }
 
@@ -129,25 +151,54 @@ fn run(config: Config) -> Result<(), String> {
         .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
         .map_err(|e| format!("cannot create a temporary dir: {e}"))?;
     let data_dir = dir.path().join("data");
-    let db_dir = dir.path().join("db");
     flags::write_data_dir(&data_dir).map_err(|e| format!("cannot write the data dir: {e}"))?;
-    println!("database: {} (removed at the end)", db_dir.display());
+    println!(
+        "databases: under {} (removed at the end)",
+        dir.path().display()
+    );
 
-    let mut flagpost = Target::flagpost(&data_dir, &db_dir)?;
-    let mut baseline = match &config.baseline {
-        Some(binary) => Some(Target::flagpost_at(
-            "baseline",
-            binary,
-            &data_dir,
-            &dir.path().join("baseline-db"),
-        )?),
-        None => None,
-    };
-    let mut reference = Target::reference()?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .map_err(|e| format!("cannot start the client runtime: {e}"))?;
+    if !config.scenarios.is_empty() {
+        compare(&config, &runtime, &data_dir, dir.path())?;
+    }
+    if let Some(settings) = &config.memory {
+        // A server of its own, so the volume is exactly what this scenario sent.
+        let mut flagpost = Target::flagpost(&data_dir, &dir.path().join("memory-db"))?;
+        let bodies: std::sync::Arc<[bytes::Bytes]> = memory::bodies().into();
+        let report = runtime.block_on(memory::measure(
+            flagpost.addr,
+            flagpost.pid(),
+            bodies,
+            settings,
+        ))?;
+        report::memory_scenario(&report);
+        flagpost.stop()?;
+    }
+    Ok(())
+}
+
+/// The side-by-side scenarios: flagpost, the baseline if any, and the reference.
+fn compare(
+    config: &Config,
+    runtime: &tokio::runtime::Runtime,
+    data_dir: &std::path::Path,
+    dir: &std::path::Path,
+) -> Result<(), String> {
+    let db_dir = dir.join("db");
+    let mut flagpost = Target::flagpost(data_dir, &db_dir)?;
+    let mut baseline = match &config.baseline {
+        Some(binary) => Some(Target::flagpost_at(
+            "baseline",
+            binary,
+            data_dir,
+            &dir.join("baseline-db"),
+        )?),
+        None => None,
+    };
+    let mut reference = Target::reference()?;
 
     let mut rows = Vec::new();
     for scenario in &config.scenarios {
@@ -183,7 +234,6 @@ fn run(config: Config) -> Result<(), String> {
         })?;
         rows.push(row);
     }
-    drop(runtime);
 
     report::table(&rows);
     report::memory(&[

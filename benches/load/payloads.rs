@@ -24,7 +24,7 @@ const BATCH_POOL: usize = 256;
 /// Distinct `/decide` bodies, one person each.
 const DECIDE_POOL: usize = 4096;
 /// posthog-js flushes its queue in batches of up to 100 events.
-const BATCH_EVENTS: usize = 100;
+pub const BATCH_EVENTS: usize = 100;
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub enum Scenario {
@@ -187,6 +187,13 @@ fn batch(n: usize, now: OffsetDateTime, persons: bool) -> Bytes {
         .and_then(|()| gzip.finish())
         .map(Bytes::from)
         .expect("gzip into memory cannot fail")
+}
+
+/// `count` batches with person processing, the `n`th holding the events of persons
+/// `100 n` to `100 n + 99`: together they cover `100 count` distinct ids.
+pub fn person_batches(count: usize) -> Vec<Bytes> {
+    let now = OffsetDateTime::now_utc();
+    (0..count).map(|n| batch(n, now, true)).collect()
 }
 
 /// A posthog-js `/decide` call: the person's properties and groups travel with it, so

@@ -19,11 +19,19 @@ pub enum Row {
 
 pub fn preamble(config: &Config) {
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
-    let scenarios: String = config
+    let mut scenarios: String = config
         .scenarios
         .iter()
         .map(|s| format!(" --scenario {}", s.name()))
         .collect();
+    if let Some(m) = &config.memory {
+        scenarios += &format!(
+            " --scenario {} --memory-events {} --soak-seconds {}",
+            crate::memory::NAME,
+            m.events,
+            m.soak.as_secs()
+        );
+    }
     println!("flagpost load harness");
     println!(
         "machine: {cores} cores, shared by the load client and the server under test \
@@ -147,4 +155,36 @@ pub fn memory(peaks: &[(&str, Option<u64>)]) {
         .collect();
     println!();
     println!("peak RSS (VmHWM): {}", shown.join(", "));
+}
+
+/// The memory scenario: the resident set at rest after the ingest, then over the soak.
+pub fn memory_scenario(report: &crate::memory::Report) {
+    let mib = |kib: u64| kib as f64 / 1024.0;
+    println!();
+    println!(
+        "memory: {} events from {} persons ingested in {:.1} s, compacted {:.1} s later",
+        report.events,
+        crate::memory::PERSONS,
+        report.ingest_seconds,
+        report.drain_seconds
+    );
+    println!(
+        "memory: resident at rest {:.1} MiB",
+        mib(report.at_rest_kib)
+    );
+    if let (Some(first), Some(last)) = (report.soak.first(), report.soak.last()) {
+        let low = report.soak.iter().map(|s| s.1).min().unwrap_or(first.1);
+        let high = report.soak.iter().map(|s| s.1).max().unwrap_or(first.1);
+        println!(
+            "memory: soak {:.0} s, {} samples: first {:.1} MiB, last {:.1} MiB, \
+             range {:.1}-{:.1} MiB, {} failed requests",
+            last.0,
+            report.soak.len(),
+            mib(first.1),
+            mib(last.1),
+            mib(low),
+            mib(high),
+            report.soak_errors
+        );
+    }
 }

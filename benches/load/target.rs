@@ -101,7 +101,7 @@ impl Target {
         Ok(target)
     }
 
-    fn pid(&self) -> u32 {
+    pub fn pid(&self) -> u32 {
         self.child.as_ref().expect("still running").id()
     }
 
