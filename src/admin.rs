@@ -10,7 +10,8 @@ use serde_json::Value;
 use crate::flags::Rules;
 use crate::geoip;
 use crate::projects::Projects;
-use crate::store::{keys, StoredEvent, Trees};
+use crate::store::query::{self, EventFilter};
+use crate::store::{block, keys, Trees};
 
 /// What `check` found: problems that must be fixed, and notes worth reading.
 #[derive(Debug, Default)]
@@ -106,7 +107,8 @@ impl std::fmt::Display for ExportError {
 }
 
 /// Write every stored event as one JSON object per line (the read API's shape plus
-/// `project_id`), oldest first. `progress(done, total)` is called as it goes.
+/// `project_id`), project by project, each newest first as the read API lists them.
+/// `progress(done, total)` is called as it goes.
 pub fn export(
     db_dir: &Path,
     out: &mut impl Write,
@@ -124,35 +126,29 @@ pub fn export(
         ))
     })?;
     let trees = Trees::open(&db).map_err(|e| ExportError::Open(e.to_string()))?;
-    let total = trees.events.len() as u64;
-    let mut done = 0u64;
-    progress(0, total);
+    let mut total = 0u64;
+    let mut projects = Vec::new();
     for entry in trees.events.iter() {
         let (key, value) = entry.map_err(ExportError::Read)?;
-        let Some(event) = StoredEvent::decode(&value) else {
-            continue;
-        };
-        let project = key
-            .get(..8)
-            .and_then(|p| p.try_into().ok())
-            .map_or(0, u64::from_be_bytes);
-        let mut line = event.to_api();
-        if event.person_id.is_some() {
-            // The person the distinct id belongs to now, as the read API shows it.
-            if let Some(id) = trees
-                .distinct_ids
-                .get(keys::with_str(project, &event.distinct_id))
-                .map_err(ExportError::Read)?
-                .and_then(|b| uuid::Uuid::from_slice(&b).ok())
-            {
-                line["person_id"] = Value::String(id.to_string());
+        total += u64::from(block::count(&value).unwrap_or(0));
+        if let Some((project, _)) = keys::split_block(&key) {
+            if projects.last() != Some(&project) {
+                projects.push(project);
             }
         }
-        line["project_id"] = Value::from(project);
-        serde_json::to_writer(&mut *out, &line).map_err(|e| ExportError::Write(e.into()))?;
-        out.write_all(b"\n").map_err(ExportError::Write)?;
-        done += 1;
-        progress(done, total);
+    }
+    let mut done = 0u64;
+    progress(0, total);
+    for project in projects {
+        for entry in query::events(&trees, project, EventFilter::default(), None) {
+            let (_, event) = entry.map_err(ExportError::Read)?;
+            let mut line = event.to_api();
+            line["project_id"] = Value::from(project);
+            serde_json::to_writer(&mut *out, &line).map_err(|e| ExportError::Write(e.into()))?;
+            out.write_all(b"\n").map_err(ExportError::Write)?;
+            done += 1;
+            progress(done, total.max(done));
+        }
     }
     out.flush().map_err(ExportError::Write)?;
     Ok(done)

@@ -1,5 +1,5 @@
-//! Applying one log record inside the compactor's transaction: dedupe by uuid, update
-//! persons and groups, store the event. Every read and write goes through the
+//! Applying one log record inside the compactor's transaction: update persons and
+//! groups, and shape the event for its block. Every read and write goes through the
 //! transaction, so a chunk of records is applied entirely or not at all.
 
 use std::collections::{HashMap, HashSet};
@@ -8,7 +8,7 @@ use serde_json::{Map, Value};
 use sled::transaction::{TransactionalTree, UnabortableTransactionError};
 use uuid::Uuid;
 
-use super::event::StoredEvent;
+use super::block::Entry;
 use super::{keys, Record};
 use crate::persons::{self, EventView, Person};
 
@@ -19,8 +19,6 @@ pub const MAX_GROUP_TYPES: u8 = 5;
 
 /// The trees a record touches.
 pub struct Tx<'a> {
-    pub events: &'a TransactionalTree,
-    pub event_ids: &'a TransactionalTree,
     pub persons: &'a TransactionalTree,
     pub distinct_ids: &'a TransactionalTree,
     pub groups: &'a TransactionalTree,
@@ -33,19 +31,15 @@ pub struct ProjectSettings {
     pub anonymize_ips: bool,
 }
 
-/// Apply one record. Returns false when its uuid was already stored (a retry).
+/// Apply one record (already known not to be a duplicate); returns the event to store.
 pub fn record(
     tx: &Tx<'_>,
     cache: &mut PersonCache,
     record: &Record,
     settings: ProjectSettings,
     geoip: &crate::geoip::Database,
-) -> Result<bool> {
+) -> Result<Entry> {
     let project = record.project;
-    let id_key = keys::with_uuid(project, record.uuid);
-    if tx.event_ids.get(id_key)?.is_some() {
-        return Ok(false);
-    }
     let mut event: Map<String, Value> = match serde_json::from_slice(&record.data) {
         Ok(Value::Object(obj)) => obj,
         // Capture only logs objects; anything else is stored as an empty event.
@@ -83,22 +77,15 @@ pub fn record(
     } else if settings.anonymize_ips {
         properties.remove("$ip");
     }
-    let stored = StoredEvent {
-        uuid: record.uuid,
-        event: record.event.clone(),
-        distinct_id: record.distinct_id.clone(),
-        properties,
+    Ok(Entry {
         timestamp: record.timestamp,
         created_at: record.received_at,
+        uuid: record.uuid,
         person_id,
-    };
-    tx.events.insert(
-        &keys::event(project, record.timestamp, record.uuid)[..],
-        stored.encode(),
-    )?;
-    tx.event_ids
-        .insert(&id_key[..], &keys::time(record.timestamp)[..])?;
-    Ok(true)
+        event: record.event.clone(),
+        distinct_id: record.distinct_id.clone(),
+        properties: serde_json::to_vec(&properties).unwrap_or_else(|_| b"{}".to_vec()),
+    })
 }
 
 /// Add the GeoIP properties of the client address to the event, and to its person:

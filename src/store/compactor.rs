@@ -6,7 +6,9 @@
 //! imports, spiking distinct ids) into that lane's tree, removes them from the log and
 //! advances the checkpoint. sled recovers a transaction entirely or not at all, so a
 //! kill at any instant leaves every record either still in the log or applied once.
-//! Records are also deduplicated by uuid, so a client's retry is not stored twice.
+//! A chunk's events are stored as a few [`block`]s (one sled key each, not one per
+//! event), and records are deduplicated by uuid against a [`dedup::Window`] of recent
+//! uuids, persisted in the same transaction, so a client's retry is not stored twice.
 
 use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
@@ -20,9 +22,10 @@ use sled::transaction::{ConflictableTransactionError, TransactionError, Transact
 use sled::IVec;
 
 use super::apply::{self, PersonCache, ProjectSettings, Tx};
+use super::dedup::{self, IdSet};
 use super::overflow::Limiter;
 use super::record::decode_frame;
-use super::{keys, Record, Trees};
+use super::{block, keys, Record, Trees};
 use crate::projects::Projects;
 
 /// Log records per realtime step: large enough to amortise a transaction, small
@@ -37,11 +40,13 @@ const IDLE_WAIT: Duration = Duration::from_millis(5);
 const ERROR_BACKOFF: Duration = Duration::from_millis(500);
 /// How often old events are deleted.
 const RETENTION_INTERVAL: Duration = Duration::from_secs(600);
-/// Events deleted per retention batch, so the pass never holds much in memory.
-const RETENTION_BATCH: usize = 10_000;
+/// Blocks deleted per retention batch, so the pass never holds much in memory.
+const RETENTION_BATCH: usize = 256;
 const DAY_MS: i64 = 24 * 60 * 60 * 1000;
 
 pub const CHECKPOINT_KEY: &[u8] = b"compactor.applied_seq";
+/// The next block id (u64 big-endian), advanced in each chunk's transaction.
+pub const NEXT_BLOCK_KEY: &[u8] = b"events.next_block";
 
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -50,6 +55,10 @@ pub struct Settings {
     pub overflow_burst: f64,
     /// Events older than this many days are deleted; 0 keeps them forever.
     pub retention_days: u32,
+    /// The deduplication window: a uuid stored this recently (milliseconds) and
+    /// among the last `dedup_max_ids` stored is not stored again.
+    pub dedup_max_age_ms: i64,
+    pub dedup_max_ids: usize,
 }
 
 impl Default for Settings {
@@ -58,6 +67,8 @@ impl Default for Settings {
             overflow_rate: super::overflow::DEFAULT_RATE_PER_SECOND,
             overflow_burst: super::overflow::DEFAULT_BURST,
             retention_days: DEFAULT_RETENTION_DAYS,
+            dedup_max_age_ms: dedup::DEFAULT_MAX_AGE_MS,
+            dedup_max_ids: dedup::DEFAULT_MAX_IDS,
         }
     }
 }
@@ -133,8 +144,15 @@ fn lane_key(entry: &[u8], index: usize) -> [u8; 12] {
     k
 }
 
+/// What the compactor keeps between steps, read from the database at the first.
+struct State {
+    window: dedup::Window,
+    next_block: u64,
+}
+
 pub struct Compactor {
     trees: Trees,
+    state: Option<State>,
     limiter: Limiter,
     projects: Arc<ArcSwap<Projects>>,
     stats: Arc<Stats>,
@@ -156,6 +174,7 @@ impl Compactor {
             geoip,
             limiter: Limiter::new(settings.overflow_rate, settings.overflow_burst),
             trees,
+            state: None,
             projects,
             stats: Arc::new(Stats {
                 healthy: AtomicBool::new(true),
@@ -171,8 +190,32 @@ impl Compactor {
         self.stats.clone()
     }
 
+    /// The deduplication window and block counter as committed; read once.
+    fn load_state(&mut self) -> Result<(), sled::Error> {
+        if self.state.is_some() {
+            return Ok(());
+        }
+        let next_block = self
+            .trees
+            .meta
+            .get(NEXT_BLOCK_KEY)?
+            .and_then(|v| v.as_ref().try_into().ok())
+            .map_or(0, u64::from_be_bytes);
+        let s = &self.settings;
+        let window = dedup::Window::load(
+            &self.trees.recent_ids,
+            s.dedup_max_age_ms,
+            s.dedup_max_ids,
+            crate::http::capture::now_ms(),
+        )?;
+        tracing::debug!(uuids = window.len(), "deduplication window loaded");
+        self.state = Some(State { window, next_block });
+        Ok(())
+    }
+
     /// One pass: a chunk of the log, then a smaller chunk of each slower lane.
     pub fn step(&mut self) -> Result<StepReport, sled::Error> {
+        self.load_state()?;
         let mut report = StepReport::default();
         let log = self.read_log()?;
         if !log.consumed.is_empty() {
@@ -255,13 +298,21 @@ impl Compactor {
         };
         #[cfg(not(test))]
         let fail_after: Option<usize> = None;
+        let Some(state) = self.state.as_mut() else {
+            return Err(sled::Error::ReportableBug(
+                "compactor state not loaded".into(),
+            ));
+        };
+        let (window, first_block) = (&state.window, state.next_block);
+        // The window's age counts from when a uuid was stored.
+        let now = crate::http::capture::now_ms();
         let t = &self.trees;
         let trees = (
             &t.wal,
             &t.historical,
             &t.overflow,
             &t.events,
-            &t.event_ids,
+            &t.recent_ids,
             &t.persons,
             &t.distinct_ids,
             &t.groups,
@@ -275,7 +326,7 @@ impl Compactor {
                 historical,
                 overflow,
                 events,
-                event_ids,
+                recent_ids,
                 persons,
                 distinct_ids,
                 groups,
@@ -284,8 +335,6 @@ impl Compactor {
                 quarantine,
             )| {
                 let tx = Tx {
-                    events,
-                    event_ids,
                     persons,
                     distinct_ids,
                     groups,
@@ -298,6 +347,8 @@ impl Compactor {
                 };
                 let mut counts = Counts::default();
                 let mut cache = PersonCache::default();
+                let mut seen = IdSet::default();
+                let mut entries: HashMap<u64, Vec<block::Entry>> = HashMap::new();
                 for key in &chunk.consumed {
                     from.remove(key)?;
                 }
@@ -307,12 +358,15 @@ impl Compactor {
                     }
                     match &item.action {
                         Action::Apply(record) => {
-                            let s = settings.get(&record.project).copied().unwrap_or_default();
-                            if apply::record(&tx, &mut cache, record, s, geoip)? {
-                                counts.applied += 1;
-                            } else {
+                            let id = (record.project, record.uuid.as_u128());
+                            if window.contains(id) || !seen.insert(id) {
                                 counts.duplicates += 1;
+                                continue;
                             }
+                            let s = settings.get(&record.project).copied().unwrap_or_default();
+                            let entry = apply::record(&tx, &mut cache, record, s, geoip)?;
+                            entries.entry(record.project).or_default().push(entry);
+                            counts.applied += 1;
                         }
                         Action::ToHistorical(bytes) => {
                             historical.insert(&item.lane_key[..], bytes.as_slice())?;
@@ -329,6 +383,22 @@ impl Compactor {
                     }
                 }
                 cache.write(&tx)?;
+                let mut next_block = first_block;
+                for (project, list) in entries {
+                    for (newest, value) in block::build(list) {
+                        events.insert(&keys::block(project, newest, next_block)[..], value)?;
+                        next_block += 1;
+                    }
+                }
+                if next_block != first_block {
+                    meta.insert(NEXT_BLOCK_KEY, &next_block.to_be_bytes()[..])?;
+                }
+                counts.ids = seen.into_iter().collect();
+                if !counts.ids.is_empty() {
+                    let key = keys::recent(now, first_block);
+                    recent_ids.insert(&key[..], dedup::encode(&counts.ids))?;
+                }
+                counts.next_block = next_block;
                 if let (Source::Log, Some(last)) = (source, chunk.consumed.last()) {
                     meta.insert(CHECKPOINT_KEY, last)?;
                 }
@@ -344,6 +414,14 @@ impl Compactor {
             }
             Err(TransactionError::Storage(e)) => return Err(e),
         };
+        state.next_block = counts.next_block;
+        if !counts.ids.is_empty() {
+            let key = sled::IVec::from(&keys::recent(now, first_block)[..]);
+            state
+                .window
+                .insert(key, now, &counts.ids, now)
+                .apply(&self.trees.recent_ids)?;
+        }
         let s = &self.stats;
         s.applied.fetch_add(counts.applied, Ordering::Relaxed);
         s.duplicates.fetch_add(counts.duplicates, Ordering::Relaxed);
@@ -390,7 +468,8 @@ impl Compactor {
         }))
     }
 
-    /// Delete events older than the retention period; returns how many.
+    /// Delete the blocks whose newest event is older than the retention period (so
+    /// an event may outlive it by up to a block's span); returns how many events.
     pub fn enforce_retention(&self, now: i64) -> Result<u64, sled::Error> {
         if self.settings.retention_days == 0 {
             return Ok(0);
@@ -399,41 +478,31 @@ impl Compactor {
         let mut deleted = 0u64;
         let mut next_project = Some(0u64);
         while let Some(start) = next_project {
-            // The first event key past `start`'s prefix names the next project.
+            // The first block key at or past `start`'s prefix names the next project.
             let Some((key, _)) = self.trees.events.get_gt(keys::project(start))? else {
                 break;
             };
-            let Some(project) = key
-                .get(..8)
-                .and_then(|p| p.try_into().ok())
-                .map(u64::from_be_bytes)
-            else {
+            let Some((project, _)) = keys::split_block(&key) else {
                 break;
             };
             let lo = keys::event_bound(project, i64::MIN);
             let hi = keys::event_bound(project, cutoff);
             loop {
-                let batch: Vec<IVec> = self
+                let batch: Vec<(IVec, IVec)> = self
                     .trees
                     .events
                     .range(lo..hi)
-                    .keys()
                     .take(RETENTION_BATCH)
                     .collect::<Result<_, _>>()?;
                 if batch.is_empty() {
                     break;
                 }
-                let mut events = sled::Batch::default();
-                let mut ids = sled::Batch::default();
-                for k in &batch {
-                    events.remove(k);
-                    if let Some((_, uuid)) = keys::split_event(k) {
-                        ids.remove(&keys::with_uuid(project, uuid)[..]);
-                    }
+                let mut blocks = sled::Batch::default();
+                for (k, v) in &batch {
+                    deleted += u64::from(block::count(v).unwrap_or(0));
+                    blocks.remove(k);
                 }
-                self.trees.events.apply_batch(events)?;
-                self.trees.event_ids.apply_batch(ids)?;
-                deleted += batch.len() as u64;
+                self.trees.events.apply_batch(blocks)?;
             }
             next_project = project.checked_add(1);
         }
@@ -453,6 +522,9 @@ impl Compactor {
 
 #[derive(Default)]
 struct Counts {
+    /// The uuids stored, and the block id after the chunk's.
+    ids: Vec<dedup::Id>,
+    next_block: u64,
     applied: u64,
     duplicates: u64,
     historical: u64,

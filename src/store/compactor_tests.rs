@@ -365,7 +365,89 @@ fn retention_deletes_old_events_only() {
     let names: Vec<String> = f.events(1).into_iter().map(|e| e.event).collect();
     assert_eq!(names, ["new"]);
     assert!(f.events(2).is_empty());
-    assert_eq!(f.trees.event_ids.len(), 1);
+    assert_eq!(f.trees.events.len(), 1, "one block left");
+}
+
+#[test]
+fn retention_deletes_whole_blocks_by_their_newest_event() {
+    let mut f = fixture(Settings {
+        retention_days: 1,
+        ..Settings::default()
+    });
+    let minute = 60_000;
+    let at = |i: i64, ts: i64| Record {
+        timestamp: ts,
+        ..record(1, i, json!({"event": format!("e{i}"), "distinct_id": "d"}))
+    };
+    // One chunk, one block, entirely before the cutoff (NOW).
+    f.push(&[at(0, NOW - 40 * minute), at(1, NOW - 10 * minute)]);
+    f.drain();
+    // One block straddling the cutoff: kept whole.
+    f.push(&[at(2, NOW - 20 * minute), at(3, NOW + 20 * minute)]);
+    f.drain();
+    assert_eq!(f.trees.events.len(), 2);
+    assert_eq!(f.compactor.enforce_retention(NOW + DAY_MS).unwrap(), 2);
+    let names: Vec<String> = f.events(1).into_iter().map(|e| e.event).collect();
+    assert_eq!(names, ["e3", "e2"]);
+    assert_eq!(f.compactor.enforce_retention(NOW + DAY_MS).unwrap(), 0);
+}
+
+#[test]
+fn a_restart_keeps_deduplicating() {
+    let mut f = fixture(Settings::default());
+    let r = record(1, 0, json!({"event": "e", "distinct_id": "d"}));
+    f.push(std::slice::from_ref(&r));
+    f.drain();
+    // A new compactor on the same database, as after a restart, reloads the window.
+    let geoip = f.compactor.geoip.clone();
+    let projects = f.compactor.projects.clone();
+    f.compactor = Compactor::new(f.trees.clone(), projects, Settings::default(), geoip);
+    let other = record(1, 1, json!({"event": "e", "distinct_id": "d"}));
+    f.push(&[r, other]);
+    f.drain();
+    assert_eq!(f.events(1).len(), 2);
+    assert_eq!(f.compactor.stats.duplicates.load(Ordering::Relaxed), 1);
+    assert_eq!(
+        f.trees.recent_ids.len(),
+        2,
+        "one entry per chunk that stored events"
+    );
+}
+
+#[test]
+fn the_same_uuid_in_two_projects_is_two_events() {
+    let mut f = fixture(Settings::default());
+    let one = record(1, 0, json!({"event": "e", "distinct_id": "d"}));
+    let two = Record {
+        project: 2,
+        ..one.clone()
+    };
+    f.push(&[one, two]);
+    f.drain();
+    assert_eq!(f.events(1).len(), 1);
+    assert_eq!(f.events(2).len(), 1);
+}
+
+#[test]
+fn a_chunk_becomes_blocks_in_one_key_each() {
+    let mut f = fixture(Settings::default());
+    let records: Vec<Record> = (0..300)
+        .map(|i| {
+            record(
+                1,
+                i,
+                json!({"event": "e", "distinct_id": format!("d{}", i % 7)}),
+            )
+        })
+        .collect();
+    f.push(&records);
+    f.drain();
+    assert_eq!(f.trees.events.len(), 1, "300 events, one block");
+    assert_eq!(f.events(1).len(), 300);
+    assert_eq!(
+        f.trees.meta.get(NEXT_BLOCK_KEY).unwrap().unwrap().as_ref(),
+        &1u64.to_be_bytes()
+    );
 }
 
 #[test]

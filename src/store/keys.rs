@@ -17,7 +17,7 @@ pub fn time_from(bytes: [u8; 8]) -> i64 {
     (u64::from_be_bytes(bytes) ^ (1 << 63)) as i64
 }
 
-/// `events`: project, time, uuid.
+/// An event's place in the read order: project, time, uuid. The read API's cursor.
 pub fn event(project: u64, ts: i64, uuid: Uuid) -> [u8; 32] {
     let mut k = [0u8; 32];
     k[..8].copy_from_slice(&project.to_be_bytes());
@@ -26,14 +26,15 @@ pub fn event(project: u64, ts: i64, uuid: Uuid) -> [u8; 32] {
     k
 }
 
-/// The time and uuid back out of an `events` key.
+/// The time and uuid back out of an event's place.
 pub fn split_event(key: &[u8]) -> Option<(i64, Uuid)> {
     let ts: [u8; 8] = key.get(8..16)?.try_into().ok()?;
     let id: [u8; 16] = key.get(16..32)?.try_into().ok()?;
     Some((time_from(ts), Uuid::from_bytes(id)))
 }
 
-/// `events` range bound: the first key at or after `ts` in `project`.
+/// `events` range bound: the first block whose newest event is at or after `ts` in
+/// `project`.
 pub fn event_bound(project: u64, ts: i64) -> [u8; 16] {
     let mut k = [0u8; 16];
     k[..8].copy_from_slice(&project.to_be_bytes());
@@ -41,7 +42,32 @@ pub fn event_bound(project: u64, ts: i64) -> [u8; 16] {
     k
 }
 
-/// `event_ids` and `persons`: project, uuid.
+/// `events`: project, time of the block's newest event, block id (unique, from a
+/// counter in `meta`).
+pub fn block(project: u64, newest: i64, id: u64) -> [u8; 24] {
+    let mut k = [0u8; 24];
+    k[..16].copy_from_slice(&event_bound(project, newest));
+    k[16..].copy_from_slice(&id.to_be_bytes());
+    k
+}
+
+/// The project and newest time back out of an `events` key.
+pub fn split_block(key: &[u8]) -> Option<(u64, i64)> {
+    let project: [u8; 8] = key.get(..8)?.try_into().ok()?;
+    let ts: [u8; 8] = key.get(8..16)?.try_into().ok()?;
+    Some((u64::from_be_bytes(project), time_from(ts)))
+}
+
+/// `recent_ids`: when a chunk was stored, then the chunk's first block id, so keys sort
+/// by age.
+pub fn recent(arrival: i64, id: u64) -> [u8; 16] {
+    let mut k = [0u8; 16];
+    k[..8].copy_from_slice(&time(arrival));
+    k[8..].copy_from_slice(&id.to_be_bytes());
+    k
+}
+
+/// `persons`: project, uuid.
 pub fn with_uuid(project: u64, uuid: Uuid) -> [u8; 24] {
     let mut k = [0u8; 24];
     k[..8].copy_from_slice(&project.to_be_bytes());
@@ -112,5 +138,15 @@ mod tests {
         assert!(event_bound(1, 6).as_slice() > event(1, 5, Uuid::max()).as_slice());
         let id = Uuid::now_v7();
         assert_eq!(split_event(&event(3, -7, id)), Some((-7, id)));
+    }
+
+    #[test]
+    fn block_keys_sort_by_project_then_newest_time() {
+        assert!(block(1, i64::MAX, u64::MAX) < block(2, i64::MIN, 0));
+        assert!(block(1, 5, u64::MAX) < block(1, 6, 0));
+        assert!(event_bound(1, 5).as_slice() <= block(1, 5, 0).as_slice());
+        assert!(event_bound(1, 6).as_slice() > block(1, 5, u64::MAX).as_slice());
+        assert_eq!(split_block(&block(3, -7, 9)), Some((3, -7)));
+        assert!(recent(5, u64::MAX) < recent(6, 0));
     }
 }

@@ -3,9 +3,12 @@
 //! and flag evaluation make.
 
 mod apply;
+pub mod block;
 pub mod compactor;
+pub mod dedup;
 pub mod event;
 pub mod keys;
+mod migrate;
 pub mod overflow;
 pub mod query;
 pub mod record;
@@ -29,6 +32,9 @@ const CACHE_CAPACITY_BYTES: u64 = 64 * 1024 * 1024;
 
 /// The log's tree name, part of the on-disk format like every tree name below.
 pub const WAL_TREE: &str = "wal";
+/// Event blocks. The earlier format kept one key per event in `events` (with a uuid
+/// index in `event_ids`); a new name keeps the two apart during a migration.
+pub const EVENTS_TREE: &str = "event_blocks";
 
 #[derive(Debug)]
 pub struct Error(sled::Error);
@@ -55,10 +61,10 @@ pub struct Trees {
     /// The slower lanes, same keys and values as the log.
     pub historical: sled::Tree,
     pub overflow: sled::Tree,
-    /// Project, time, uuid -> [`StoredEvent`] (LZ4).
+    /// Project, newest time, block id -> a [`block`] of events (LZ4).
     pub events: sled::Tree,
-    /// Project, uuid -> time: deduplication and lookup by id.
-    pub event_ids: sled::Tree,
+    /// Arrival time, id -> the uuids a chunk stored: the [`dedup`] window, persisted.
+    pub recent_ids: sled::Tree,
     /// Project, person uuid -> [`crate::persons::Person`] (JSON).
     pub persons: sled::Tree,
     /// Project, distinct id -> person uuid.
@@ -67,20 +73,28 @@ pub struct Trees {
     pub groups: sled::Tree,
     /// Project, group type name <-> index.
     pub group_types: sled::Tree,
-    /// The compactor's checkpoint.
+    /// The compactor's checkpoint, the next block id and the format version.
     pub meta: sled::Tree,
     /// Log records that did not decode, kept for an operator to inspect.
     pub quarantine: sled::Tree,
 }
 
 impl Trees {
+    /// Open every tree; a database of the earlier format (one key per event) is
+    /// migrated first, one that is newer than this build is refused.
     pub fn open(db: &sled::Db) -> Result<Trees, Error> {
+        let trees = Trees::open_current(db)?;
+        migrate::run(db, &trees)?;
+        Ok(trees)
+    }
+
+    fn open_current(db: &sled::Db) -> Result<Trees, Error> {
         Ok(Trees {
             wal: db.open_tree(WAL_TREE)?,
             historical: db.open_tree("lane_historical")?,
             overflow: db.open_tree("lane_overflow")?,
-            events: db.open_tree("events")?,
-            event_ids: db.open_tree("event_ids")?,
+            events: db.open_tree(EVENTS_TREE)?,
+            recent_ids: db.open_tree("recent_ids")?,
             persons: db.open_tree("persons")?,
             distinct_ids: db.open_tree("distinct_ids")?,
             groups: db.open_tree("groups")?,

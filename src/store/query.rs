@@ -1,9 +1,12 @@
 //! Reads for the read API and flag evaluation. All blocking (sled); callers on the
 //! reactor move them to the blocking pool.
 
-use sled::IVec;
+use std::cmp::Ordering;
+use std::collections::BinaryHeap;
+
 use uuid::Uuid;
 
+use super::block::{self, Block};
 use super::event::StoredEvent;
 use super::{keys, Group, Trees, MAX_GROUP_TYPES};
 use crate::persons::Person;
@@ -17,82 +20,214 @@ pub struct EventFilter {
     pub distinct_id: Option<String>,
 }
 
-impl EventFilter {
-    fn matches(&self, e: &StoredEvent) -> bool {
-        self.event.as_deref().is_none_or(|name| e.event == name)
+/// An event's place in the read order (time, then uuid); pages continue below one.
+pub type Place = (i64, u128);
+
+/// The filter plus the page's upper bound, checked against block headers only.
+struct Bounds {
+    filter: EventFilter,
+    /// Only places strictly below this (the cursor), if any.
+    below: Option<Place>,
+}
+
+impl Bounds {
+    fn matches(&self, b: &Block, h: &block::Head) -> bool {
+        let f = &self.filter;
+        f.after.is_none_or(|t| h.timestamp >= t)
+            && f.before.is_none_or(|t| h.timestamp < t)
             && self
-                .distinct_id
+                .below
+                .is_none_or(|c| (h.timestamp, h.uuid.as_u128()) < c)
+            && f.event.as_deref().is_none_or(|name| b.event(h) == name)
+            && f.distinct_id
                 .as_deref()
-                .is_none_or(|id| e.distinct_id == id)
+                .is_none_or(|id| b.distinct_id(h) == id)
     }
 }
 
-/// Matching events, newest first, lazily. `cursor` continues a previous page: only
-/// keys strictly before it are visited. An event's `person_id` is the person its
-/// distinct id belongs to now, so events stored before a merge show the merged person.
+/// A loaded block and its matching events not yet returned (indexes, ascending).
+struct Loaded {
+    block: Block,
+    left: Vec<u32>,
+}
+
+/// The newest unreturned match of a loaded block, ordered by place.
+#[derive(PartialEq, Eq)]
+struct Next {
+    place: Place,
+    slot: usize,
+}
+
+impl Ord for Next {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.place
+            .cmp(&other.place)
+            .then(other.slot.cmp(&self.slot))
+    }
+}
+
+impl PartialOrd for Next {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+/// Matching events, newest first (by time, then uuid), lazily: a merge over the
+/// blocks that may hold them. Blocks are visited by their newest event, descending,
+/// and one is decoded only once the next event to return could come from it, so the
+/// blocks in memory are those overlapping the current time. An event's `person_id`
+/// is the person its distinct id belongs to now, so events stored before a merge show
+/// the merged person.
 pub struct Events {
-    inner: std::iter::Rev<sled::Iter>,
-    filter: EventFilter,
+    blocks: std::iter::Peekable<std::iter::Rev<sled::Iter>>,
+    bounds: Bounds,
+    loaded: Vec<Option<Loaded>>,
+    heap: BinaryHeap<Next>,
     distinct_ids: sled::Tree,
     project: u64,
 }
 
-impl Iterator for Events {
-    /// The event and its key (the cursor for the next page).
-    type Item = Result<(IVec, StoredEvent), sled::Error>;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        for entry in self.inner.by_ref() {
-            let (key, value) = match entry {
-                Ok(kv) => kv,
-                Err(e) => return Some(Err(e)),
-            };
-            // A value that does not decode is skipped: one damaged event must not
-            // hide all the others.
-            if let Some(mut event) = StoredEvent::decode(&value) {
-                if self.filter.matches(&event) {
-                    if event.person_id.is_some() {
-                        match self
-                            .distinct_ids
-                            .get(keys::with_str(self.project, &event.distinct_id))
-                        {
-                            Ok(Some(id)) => {
-                                event.person_id = Uuid::from_slice(&id).ok().or(event.person_id)
-                            }
-                            Ok(None) => {}
-                            Err(e) => return Some(Err(e)),
-                        }
-                    }
-                    return Some(Ok((key, event)));
-                }
+impl Events {
+    /// Decode the next block in key order if the newest pending match could be older
+    /// than its newest event; false when there is nothing more to load now.
+    fn load_next(&mut self) -> Result<bool, sled::Error> {
+        let top = self.heap.peek().map(|n| n.place.0);
+        let newest = match self.blocks.peek() {
+            None => return Ok(false),
+            Some(Err(_)) => None,
+            Some(Ok((key, _))) => keys::split_block(key).map(|(_, t)| t),
+        };
+        // A block whose newest event is older than the top cannot come before it.
+        if let (Some(top), Some(newest)) = (top, newest) {
+            if newest < top {
+                return Ok(false);
             }
         }
-        None
+        let Some(entry) = self.blocks.next() else {
+            return Ok(false);
+        };
+        let (_, value) = entry?;
+        // A block that does not decode is skipped: one damaged block must not hide all
+        // the others.
+        let Some(block) = Block::decode(&value) else {
+            return Ok(true);
+        };
+        let left: Vec<u32> = (0..block.heads().len() as u32)
+            .filter(|&i| self.bounds.matches(&block, &block.heads()[i as usize]))
+            .collect();
+        if let Some(&last) = left.last() {
+            let h = &block.heads()[last as usize];
+            let slot = match self.loaded.iter().position(Option::is_none) {
+                Some(free) => free,
+                None => {
+                    self.loaded.push(None);
+                    self.loaded.len() - 1
+                }
+            };
+            self.heap.push(Next {
+                place: (h.timestamp, h.uuid.as_u128()),
+                slot,
+            });
+            self.loaded[slot] = Some(Loaded { block, left });
+        }
+        Ok(true)
+    }
+
+    /// Take the newest match of everything loaded.
+    fn pop(&mut self) -> Option<StoredEvent> {
+        let Next { slot, .. } = self.heap.pop()?;
+        let loaded = self.loaded.get_mut(slot)?.as_mut()?;
+        let i = loaded.left.pop()?;
+        let event = loaded.block.stored(&loaded.block.heads()[i as usize]);
+        match loaded.left.last() {
+            Some(&j) => {
+                let h = &loaded.block.heads()[j as usize];
+                self.heap.push(Next {
+                    place: (h.timestamp, h.uuid.as_u128()),
+                    slot,
+                });
+            }
+            None => self.loaded[slot] = None,
+        }
+        Some(event)
+    }
+
+    fn current_person(&self, event: &mut StoredEvent) -> Result<(), sled::Error> {
+        if event.person_id.is_some() {
+            if let Some(id) = self
+                .distinct_ids
+                .get(keys::with_str(self.project, &event.distinct_id))?
+            {
+                event.person_id = Uuid::from_slice(&id).ok().or(event.person_id);
+            }
+        }
+        Ok(())
     }
 }
 
+impl Iterator for Events {
+    /// The event and its place (the cursor for the next page).
+    type Item = Result<([u8; 32], StoredEvent), sled::Error>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            match self.load_next() {
+                Ok(true) => continue,
+                Ok(false) => break,
+                Err(e) => return Some(Err(e)),
+            }
+        }
+        let mut event = self.pop()?;
+        if let Err(e) = self.current_person(&mut event) {
+            return Some(Err(e));
+        }
+        let cursor = keys::event(self.project, event.timestamp, event.uuid);
+        Some(Ok((cursor, event)))
+    }
+}
+
+/// The place a cursor names: the 32 bytes of [`keys::event`] of the last event of the
+/// previous page, in `project`. None if it is not one.
+pub fn cursor_place(project: u64, cursor: &[u8]) -> Option<Place> {
+    if cursor.len() != 32 || cursor.get(..8)? != keys::project(project) {
+        return None;
+    }
+    let (ts, uuid) = keys::split_event(cursor)?;
+    Some((ts, uuid.as_u128()))
+}
+
+/// Matching events of `project`, newest first, strictly below `cursor` if given. A
+/// cursor that is not one of this project's places matches nothing.
 pub fn events(trees: &Trees, project: u64, filter: EventFilter, cursor: Option<&[u8]>) -> Events {
+    let below = cursor.map(|c| cursor_place(project, c));
+    let empty = matches!(below, Some(None));
+    let below = below.flatten();
+    // The newest event that may match, then the newest a block holding it may have.
+    let newest = [
+        filter.before.map(|t| t.saturating_sub(1)),
+        below.map(|c| c.0),
+    ]
+    .into_iter()
+    .flatten()
+    .min();
     let lo = keys::event_bound(project, filter.after.unwrap_or(i64::MIN)).to_vec();
-    let mut hi = match filter.before {
-        Some(before) => keys::event_bound(project, before).to_vec(),
+    let hi = match newest.and_then(|t| t.checked_add(block::MAX_SPAN_MS + 1)) {
+        Some(t) => keys::event_bound(project, t).to_vec(),
         None => match project.checked_add(1) {
             Some(next) => keys::project(next).to_vec(),
-            None => vec![0xff; 33],
+            None => vec![0xff; 25],
         },
     };
-    if let Some(c) = cursor {
-        if c < hi.as_slice() {
-            hi = c.to_vec();
-        }
-    }
-    let inner = if lo < hi {
+    let range = if lo < hi && !empty {
         trees.events.range(lo..hi)
     } else {
         trees.events.range(hi.clone()..hi)
     };
     Events {
-        inner: inner.rev(),
-        filter,
+        blocks: range.rev().peekable(),
+        bounds: Bounds { filter, below },
+        loaded: Vec::new(),
+        heap: BinaryHeap::new(),
         distinct_ids: trees.distinct_ids.clone(),
         project,
     }
@@ -105,7 +240,7 @@ pub fn events_page(
     filter: EventFilter,
     cursor: Option<&[u8]>,
     limit: usize,
-) -> Result<(Vec<StoredEvent>, Option<IVec>), sled::Error> {
+) -> Result<(Vec<StoredEvent>, Option<[u8; 32]>), sled::Error> {
     let mut out = Vec::with_capacity(limit.min(1024));
     for entry in events(trees, project, filter, cursor) {
         let (key, event) = entry?;
@@ -234,3 +369,7 @@ pub fn log_depth(trees: &Trees) -> u64 {
         })
         .sum()
 }
+
+#[cfg(test)]
+#[path = "query_tests.rs"]
+mod tests;

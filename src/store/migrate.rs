@@ -1,0 +1,263 @@
+//! The on-disk format's version, and the migration from the first format, which kept
+//! one `events` key per event plus one `event_ids` key per uuid, to event blocks.
+//!
+//! The migration reads the old `events` tree in key order (project, time, uuid), packs
+//! each batch into blocks, and in one transaction writes the blocks and deletes the
+//! batch's old keys, so it resumes where it stopped after a crash. Events that arrived
+//! within the deduplication window seed it, so retries of them are still recognised.
+//! The old trees are dropped at the end. A database of a newer format is refused.
+
+use std::collections::HashMap;
+
+use sled::transaction::{ConflictableTransactionError, TransactionError, Transactional};
+use sled::IVec;
+
+use super::compactor::NEXT_BLOCK_KEY;
+use super::event::StoredEvent;
+use super::{block, dedup, keys, Error, Trees};
+
+/// The format this build writes: 2 is event blocks. 1 (one key per event) had no key.
+pub const FORMAT: u64 = 2;
+pub const FORMAT_KEY: &[u8] = b"format";
+/// The first format's trees.
+const OLD_EVENTS: &[u8] = b"events";
+const OLD_EVENT_IDS: &[u8] = b"event_ids";
+/// Old events per migration transaction.
+const BATCH: usize = 4096;
+/// Log progress every this many events.
+const PROGRESS_EVERY: u64 = 100_000;
+
+pub fn run(db: &sled::Db, trees: &Trees) -> Result<(), Error> {
+    if let Some(v) = trees.meta.get(FORMAT_KEY)? {
+        let found = v
+            .as_ref()
+            .try_into()
+            .map(u64::from_be_bytes)
+            .unwrap_or(u64::MAX);
+        if found > FORMAT {
+            return Err(Error(sled::Error::Unsupported(format!(
+                "the database has format {found}, newer than this build's {FORMAT}: \
+                 run a newer flagpost on it"
+            ))));
+        }
+    }
+    let names = db.tree_names();
+    if names.iter().any(|n| n == OLD_EVENTS) {
+        let old = db.open_tree(OLD_EVENTS)?;
+        migrate_events(&old, trees, crate::http::capture::now_ms())?;
+        drop(old);
+        db.drop_tree(OLD_EVENTS)?;
+    }
+    if names.iter().any(|n| n == OLD_EVENT_IDS) {
+        db.drop_tree(OLD_EVENT_IDS)?;
+    }
+    trees.meta.insert(FORMAT_KEY, &FORMAT.to_be_bytes()[..])?;
+    Ok(())
+}
+
+/// Move every event of the old tree into blocks; returns how many were moved.
+fn migrate_events(old: &sled::Tree, trees: &Trees, now: i64) -> Result<u64, Error> {
+    let total = old.len() as u64;
+    if total == 0 {
+        return Ok(0);
+    }
+    tracing::info!(
+        events = total,
+        "migrating events to blocks (the earlier on-disk format); this runs once"
+    );
+    let recent_since = now - dedup::DEFAULT_MAX_AGE_MS;
+    let (mut moved, mut skipped, mut logged) = (0u64, 0u64, 0u64);
+    loop {
+        let batch: Vec<(IVec, IVec)> = old.iter().take(BATCH).collect::<Result<_, _>>()?;
+        if batch.is_empty() {
+            break;
+        }
+        let mut by_project: HashMap<u64, Vec<block::Entry>> = HashMap::new();
+        let mut recent = Vec::new();
+        let mut arrival = i64::MIN;
+        for (key, value) in &batch {
+            let project = key
+                .get(..8)
+                .and_then(|p| p.try_into().ok())
+                .map(u64::from_be_bytes);
+            let (Some(project), Some(event)) = (project, StoredEvent::decode(value)) else {
+                // Reads skipped it before; there is nothing to move.
+                skipped += 1;
+                continue;
+            };
+            if event.created_at >= recent_since {
+                recent.push((project, event.uuid.as_u128()));
+                arrival = arrival.max(event.created_at);
+            }
+            by_project
+                .entry(project)
+                .or_default()
+                .push(block::Entry::from_stored(&event));
+        }
+        let blocks: Vec<(u64, i64, Vec<u8>)> = by_project
+            .into_iter()
+            .flat_map(|(p, entries)| {
+                block::build(entries)
+                    .into_iter()
+                    .map(move |(newest, v)| (p, newest, v))
+            })
+            .collect();
+        let result = (old, &trees.events, &trees.recent_ids, &trees.meta).transaction(
+            |(old, events, recent_ids, meta)| {
+                let first = meta
+                    .get(NEXT_BLOCK_KEY)?
+                    .and_then(|v| v.as_ref().try_into().ok())
+                    .map_or(0, u64::from_be_bytes);
+                let mut next = first;
+                for (project, newest, value) in &blocks {
+                    events.insert(&keys::block(*project, *newest, next)[..], value.as_slice())?;
+                    next += 1;
+                }
+                meta.insert(NEXT_BLOCK_KEY, &next.to_be_bytes()[..])?;
+                if !recent.is_empty() {
+                    recent_ids.insert(&keys::recent(arrival, first)[..], dedup::encode(&recent))?;
+                }
+                for (key, _) in &batch {
+                    old.remove(key)?;
+                }
+                Ok::<_, ConflictableTransactionError<()>>(())
+            },
+        );
+        match result {
+            Ok(()) => {}
+            Err(TransactionError::Storage(e)) => return Err(Error(e)),
+            Err(TransactionError::Abort(())) => {
+                return Err(Error(sled::Error::ReportableBug(
+                    "migration aborted".into(),
+                )))
+            }
+        }
+        moved += batch.len() as u64;
+        if moved - logged >= PROGRESS_EVERY {
+            logged = moved;
+            tracing::info!(done = moved, total, "migrating events to blocks");
+        }
+    }
+    trees.events.flush()?;
+    tracing::info!(
+        events = moved - skipped,
+        damaged_skipped = skipped,
+        "events migrated to blocks"
+    );
+    Ok(moved - skipped)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::query::{self, EventFilter};
+    use serde_json::json;
+    use uuid::Uuid;
+
+    fn old_event(i: u64, ts: i64, created_at: i64) -> StoredEvent {
+        StoredEvent {
+            uuid: Uuid::from_u128(0x0190_0000_0000_7000_8000_0000_0000_0000 + u128::from(i)),
+            event: format!("e{}", i % 3),
+            distinct_id: format!("d{}", i % 5),
+            properties: json!({"i": i}).as_object().unwrap().clone(),
+            timestamp: ts,
+            created_at,
+            person_id: None,
+        }
+    }
+
+    /// A database in the first format, built as its compactor wrote it.
+    fn write_old(db: &sled::Db, events: &[(u64, StoredEvent)]) {
+        let old = db.open_tree(OLD_EVENTS).unwrap();
+        let ids = db.open_tree(OLD_EVENT_IDS).unwrap();
+        for (project, e) in events {
+            old.insert(keys::event(*project, e.timestamp, e.uuid), e.encode())
+                .unwrap();
+            ids.insert(
+                keys::with_uuid(*project, e.uuid),
+                &keys::time(e.timestamp)[..],
+            )
+            .unwrap();
+        }
+    }
+
+    #[test]
+    fn migrates_the_first_format_to_blocks() {
+        let dir = tempfile::tempdir().unwrap();
+        let now = crate::http::capture::now_ms();
+        let mut events = Vec::new();
+        // Enough for several batches, across two projects and days, some recent.
+        for i in 0..10_000u64 {
+            let ts = now - 3 * 24 * 3_600_000 + (i as i64) * 30_000;
+            let created = if i % 2 == 0 {
+                now - 1000
+            } else {
+                now - 3 * 24 * 3_600_000
+            };
+            events.push((1 + i % 2, old_event(i, ts, created)));
+        }
+        {
+            let db = sled::open(dir.path()).unwrap();
+            write_old(&db, &events);
+            db.open_tree(OLD_EVENTS)
+                .unwrap()
+                .insert(keys::event(1, 0, Uuid::nil()), &b"damaged"[..])
+                .unwrap();
+        }
+        let db = sled::open(dir.path()).unwrap();
+        let trees = Trees::open(&db).unwrap();
+        let names = db.tree_names();
+        assert!(!names.iter().any(|n| n == OLD_EVENTS || n == OLD_EVENT_IDS));
+        assert_eq!(
+            trees.meta.get(FORMAT_KEY).unwrap().unwrap().as_ref(),
+            &FORMAT.to_be_bytes()
+        );
+        for project in [1, 2] {
+            let got = query::events_page(&trees, project, EventFilter::default(), None, 100_000)
+                .unwrap()
+                .0;
+            let mut want: Vec<StoredEvent> = events
+                .iter()
+                .filter(|(p, _)| *p == project)
+                .map(|(_, e)| e.clone())
+                .collect();
+            want.sort_by_key(|e| std::cmp::Reverse((e.timestamp, e.uuid)));
+            assert_eq!(got, want, "project {project}");
+        }
+        // The recently arrived uuids seed the deduplication window.
+        let window = dedup::Window::load(
+            &trees.recent_ids,
+            dedup::DEFAULT_MAX_AGE_MS,
+            dedup::DEFAULT_MAX_IDS,
+            now,
+        )
+        .unwrap();
+        assert_eq!(window.len(), 5000);
+        let (p, e) = &events[0];
+        assert!(window.contains((*p, e.uuid.as_u128())));
+        let (p, e) = &events[1];
+        assert!(!window.contains((*p, e.uuid.as_u128())));
+        // Opening again finds nothing to do.
+        drop(trees);
+        let again = Trees::open(&db).unwrap();
+        assert_eq!(
+            query::events_page(&again, 1, EventFilter::default(), None, 100_000)
+                .unwrap()
+                .0
+                .len(),
+            5000
+        );
+    }
+
+    #[test]
+    fn a_newer_format_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = sled::open(dir.path()).unwrap();
+        db.open_tree("meta")
+            .unwrap()
+            .insert(FORMAT_KEY, &(FORMAT + 1).to_be_bytes()[..])
+            .unwrap();
+        let err = Trees::open(&db).err().unwrap().to_string();
+        assert!(err.contains("newer than this build"), "{err}");
+    }
+}

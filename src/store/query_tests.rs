@@ -1,0 +1,195 @@
+use serde_json::json;
+
+use super::*;
+use crate::store::block::{self, Entry};
+
+const HOUR: i64 = 3_600_000;
+
+struct Lcg(u64);
+
+impl Lcg {
+    fn next(&mut self, below: u64) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (self.0 >> 33) % below
+    }
+}
+
+/// Blocks written as the compactor writes them: chunks of events, some in a narrow
+/// time range (realtime), some spread over hours or far in the past (historical,
+/// out-of-order clocks), with repeated timestamps; returns every event stored.
+fn fixture(trees: &Trees, seed: u64) -> Vec<(u64, StoredEvent)> {
+    let mut rng = Lcg(seed);
+    let mut all = Vec::new();
+    let mut next_id = 0u64;
+    let mut uuid = 0u128;
+    for chunk in 0..60 {
+        let project = 1 + rng.next(2);
+        let (base, spread) = match chunk % 3 {
+            0 => (10 * HOUR + chunk as i64 * 1000, 2000),
+            1 => (rng.next(20) as i64 * HOUR, 5 * HOUR),
+            _ => (rng.next(40) as i64 * HOUR / 2, 3),
+        };
+        let mut entries = Vec::new();
+        for _ in 0..1 + rng.next(120) {
+            uuid += 1 + u128::from(rng.next(3));
+            // Uuids out of time order too, as client-made uuids are.
+            let id = uuid::Uuid::from_u128(uuid.reverse_bits());
+            let e = StoredEvent {
+                uuid: id,
+                event: ["a", "b", "c"][rng.next(3) as usize].into(),
+                distinct_id: format!("d{}", rng.next(4)),
+                properties: json!({"n": uuid as u64}).as_object().unwrap().clone(),
+                timestamp: base + rng.next(spread as u64) as i64,
+                created_at: 0,
+                person_id: None,
+            };
+            entries.push(Entry::from_stored(&e));
+            all.push((project, e));
+        }
+        for (newest, value) in block::build(entries) {
+            trees
+                .events
+                .insert(keys::block(project, newest, next_id), value)
+                .unwrap();
+            next_id += 1;
+        }
+    }
+    all
+}
+
+fn open() -> (tempfile::TempDir, Trees) {
+    let dir = tempfile::tempdir().unwrap();
+    let db = sled::open(dir.path()).unwrap();
+    let trees = Trees::open(&db).unwrap();
+    (dir, trees)
+}
+
+fn naive(all: &[(u64, StoredEvent)], project: u64, f: &EventFilter) -> Vec<StoredEvent> {
+    let mut out: Vec<StoredEvent> = all
+        .iter()
+        .filter(|(p, e)| {
+            *p == project
+                && f.after.is_none_or(|t| e.timestamp >= t)
+                && f.before.is_none_or(|t| e.timestamp < t)
+                && f.event.as_deref().is_none_or(|n| e.event == n)
+                && f.distinct_id.as_deref().is_none_or(|d| e.distinct_id == d)
+        })
+        .map(|(_, e)| e.clone())
+        .collect();
+    out.sort_by_key(|e| std::cmp::Reverse((e.timestamp, e.uuid)));
+    out
+}
+
+/// Every page in turn, following the cursors.
+fn paged(trees: &Trees, project: u64, f: &EventFilter, limit: usize) -> Vec<StoredEvent> {
+    let mut out = Vec::new();
+    let mut cursor: Option<[u8; 32]> = None;
+    loop {
+        let (page, next) = events_page(
+            trees,
+            project,
+            f.clone(),
+            cursor.as_ref().map(|c| &c[..]),
+            limit,
+        )
+        .unwrap();
+        assert!(page.len() <= limit);
+        out.extend(page);
+        match next {
+            Some(c) => cursor = Some(c),
+            None => return out,
+        }
+    }
+}
+
+#[test]
+fn newest_first_across_overlapping_blocks_with_paging_and_filters() {
+    for seed in [1, 2, 3] {
+        let (_dir, trees) = open();
+        let all = fixture(&trees, seed);
+        let filters = [
+            EventFilter::default(),
+            EventFilter {
+                event: Some("b".into()),
+                ..EventFilter::default()
+            },
+            EventFilter {
+                distinct_id: Some("d2".into()),
+                after: Some(5 * HOUR),
+                ..EventFilter::default()
+            },
+            EventFilter {
+                after: Some(3 * HOUR + 17),
+                before: Some(11 * HOUR),
+                ..EventFilter::default()
+            },
+            EventFilter {
+                before: Some(10 * HOUR + 30_000),
+                event: Some("a".into()),
+                distinct_id: Some("d0".into()),
+                ..EventFilter::default()
+            },
+            EventFilter {
+                after: Some(100 * HOUR),
+                ..EventFilter::default()
+            },
+        ];
+        for project in [1, 2, 3] {
+            for (i, f) in filters.iter().enumerate() {
+                let want = naive(&all, project, f);
+                let ctx = format!("seed {seed} project {project} filter {i}");
+                for limit in [1, 7, 100, 100_000] {
+                    assert_eq!(
+                        paged(&trees, project, f, limit),
+                        want,
+                        "{ctx} limit {limit}"
+                    );
+                }
+                let streamed: Vec<StoredEvent> = events(&trees, project, f.clone(), None)
+                    .map(|e| e.unwrap().1)
+                    .collect();
+                assert_eq!(streamed, want, "{ctx}");
+            }
+        }
+    }
+}
+
+#[test]
+fn cursors_of_another_project_or_shape_match_nothing() {
+    let (_dir, trees) = open();
+    let all = fixture(&trees, 4);
+    let (project, e) = &all[0];
+    let other = keys::event(project + 1, e.timestamp, e.uuid);
+    let page = events_page(&trees, *project, EventFilter::default(), Some(&other), 10).unwrap();
+    assert!(page.0.is_empty() && page.1.is_none());
+    let page = events_page(&trees, *project, EventFilter::default(), Some(&[1, 2]), 10).unwrap();
+    assert!(page.0.is_empty());
+}
+
+#[test]
+fn a_damaged_block_hides_only_itself() {
+    let (_dir, trees) = open();
+    let good = StoredEvent {
+        uuid: uuid::Uuid::from_u128(1),
+        event: "e".into(),
+        distinct_id: "d".into(),
+        properties: serde_json::Map::new(),
+        timestamp: 5,
+        created_at: 5,
+        person_id: None,
+    };
+    let (newest, value) = block::build(vec![Entry::from_stored(&good)]).remove(0);
+    trees
+        .events
+        .insert(keys::block(1, newest, 0), value)
+        .unwrap();
+    trees
+        .events
+        .insert(keys::block(1, 9, 1), &b"damaged"[..])
+        .unwrap();
+    let (page, _) = events_page(&trees, 1, EventFilter::default(), None, 10).unwrap();
+    assert_eq!(page, [good]);
+}
