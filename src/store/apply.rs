@@ -31,13 +31,35 @@ pub struct ProjectSettings {
     pub anonymize_ips: bool,
 }
 
+/// The GeoIP properties of one address, with the `$initial_geoip_*` names `$set_once`
+/// uses, looked up once per chunk for all the events from that address.
+#[derive(Debug, Default)]
+pub struct Geo {
+    found: crate::geoip::Properties,
+    initial: Vec<String>,
+}
+
+impl Geo {
+    pub fn new(found: crate::geoip::Properties) -> Geo {
+        // "$geoip_city_name" becomes "$initial_geoip_city_name".
+        let initial = found
+            .iter()
+            .map(|(k, _)| match k.strip_prefix('$') {
+                Some(rest) => format!("$initial_{rest}"),
+                None => k.to_string(),
+            })
+            .collect();
+        Geo { found, initial }
+    }
+}
+
 /// Apply one record (already known not to be a duplicate); returns the event to store.
 pub fn record(
     tx: &Tx<'_>,
     cache: &mut PersonCache,
     record: &Record,
     settings: ProjectSettings,
-    geoip: &crate::geoip::Database,
+    geo: Option<&Geo>,
 ) -> Result<Entry> {
     let project = record.project;
     let mut event: Map<String, Value> = match serde_json::from_slice(&record.data) {
@@ -45,8 +67,8 @@ pub fn record(
         // Capture only logs objects; anything else is stored as an empty event.
         _ => Map::new(),
     };
-    if let Some(ip) = record.ip {
-        enrich(&mut event, &geoip.lookup(ip));
+    if let Some(geo) = geo {
+        enrich(&mut event, geo);
     }
     let view = EventView {
         name: &record.event,
@@ -91,7 +113,8 @@ pub fn record(
 /// Add the GeoIP properties of the client address to the event, and to its person:
 /// the latest location with `$set`, the first with `$set_once` as `$initial_geoip_*`.
 /// Values the client sent itself are kept; `$geoip_disable: true` skips it all.
-fn enrich(event: &mut Map<String, Value>, found: &crate::geoip::Properties) {
+fn enrich(event: &mut Map<String, Value>, geo: &Geo) {
+    let found = &geo.found;
     if found.is_empty() {
         return;
     }
@@ -111,13 +134,11 @@ fn enrich(event: &mut Map<String, Value>, found: &crate::geoip::Properties) {
     for (op, initial) in [("$set", false), ("$set_once", true)] {
         if let Value::Object(target) = props.entry(op).or_insert_with(|| Value::Object(Map::new()))
         {
-            for (k, v) in found {
-                // "$geoip_city_name" becomes "$initial_geoip_city_name".
-                let key = match (initial, k.strip_prefix('$')) {
-                    (true, Some(rest)) => format!("$initial_{rest}"),
-                    _ => k.to_string(),
-                };
-                target.entry(key).or_insert_with(|| v.clone());
+            for (i, (k, v)) in found.iter().enumerate() {
+                let key = if initial { &geo.initial[i] } else { *k };
+                if !target.contains_key(key) {
+                    target.insert(key.to_string(), v.clone());
+                }
             }
         }
     }

@@ -11,6 +11,7 @@
 //! uuids, persisted in the same transaction, so a client's retry is not stored twice.
 
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -287,7 +288,7 @@ impl Compactor {
     fn commit(&mut self, source: Source, chunk: &Chunk) -> Result<usize, sled::Error> {
         let items = &chunk.items;
         let settings = self.project_settings(items);
-        let geoip = &*self.geoip;
+        let geo = self.geo(items);
         #[cfg(test)]
         let fail_after = match self.fail_at {
             Some((tree, at)) if tree == source => {
@@ -364,7 +365,8 @@ impl Compactor {
                                 continue;
                             }
                             let s = settings.get(&record.project).copied().unwrap_or_default();
-                            let entry = apply::record(&tx, &mut cache, record, s, geoip)?;
+                            let g = record.ip.and_then(|ip| geo.get(&ip));
+                            let entry = apply::record(&tx, &mut cache, record, s, g)?;
                             entries.entry(record.project).or_default().push(entry);
                             counts.applied += 1;
                         }
@@ -436,6 +438,21 @@ impl Compactor {
             );
         }
         Ok(items.len())
+    }
+
+    /// The GeoIP properties of every address in the chunk, each looked up once: a
+    /// chunk's events often come from a few clients.
+    fn geo(&self, items: &[Item]) -> HashMap<IpAddr, apply::Geo> {
+        let mut out = HashMap::new();
+        for item in items {
+            if let Action::Apply(r) = &item.action {
+                if let Some(ip) = r.ip {
+                    out.entry(ip)
+                        .or_insert_with(|| apply::Geo::new(self.geoip.lookup(ip)));
+                }
+            }
+        }
+        out
     }
 
     fn project_settings(&self, items: &[Item]) -> HashMap<u64, ProjectSettings> {
