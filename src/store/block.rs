@@ -23,10 +23,13 @@ const HEADER_LEN: usize = 8 + 8 + 16 + 1 + 16 + 4 + 4 + 4;
 /// A block never spans more than this, so a query for events before `t` need only
 /// look at blocks whose newest event is before `t` plus this span.
 pub const MAX_SPAN_MS: i64 = 60 * 60 * 1000;
-/// Events per block: a realtime chunk fits in one.
-pub const MAX_EVENTS: usize = 1024;
-/// Uncompressed bytes per block, so a few very large events do not make one huge value.
-pub const MAX_BYTES: usize = 2 * 1024 * 1024;
+/// Events per block, for events so small that [`MAX_BYTES`] would allow more.
+pub const MAX_EVENTS: usize = 256;
+/// Uncompressed bytes per block (about 50 pageviews, 5-10 KB once compressed). sled
+/// writes a node of more than 128 KB (a leaf holds up to 16 values) as a separate blob
+/// file, one file per write; small blocks keep it in its log while still cutting the
+/// keys per event by fifty.
+pub const MAX_BYTES: usize = 32 * 1024;
 /// A stored block never decompresses to more than this; anything claiming more is
 /// damaged, and refusing it avoids a huge allocation.
 const MAX_DECODED_BYTES: usize = 256 * 1024 * 1024;
@@ -303,12 +306,35 @@ mod tests {
         let counts: Vec<(i64, u32)> = spans.iter().map(|(t, v)| (*t, count(v).unwrap())).collect();
         assert_eq!(counts, [(hour, 2), (hour + 1, 1), (5 * hour, 1)]);
 
-        let many: Vec<Entry> = (0..2500).map(|i| entry(i as i64, i, "e")).collect();
+        // Tiny events: cut by count.
+        let tiny = |i: u128| Entry {
+            properties: Vec::new(),
+            distinct_id: String::new(),
+            event: String::new(),
+            ..entry(i as i64, i, "")
+        };
+        const { assert!(MAX_EVENTS * HEADER_LEN <= MAX_BYTES) };
+        let sizes: Vec<u32> = build((0..1500).map(tiny).collect())
+            .iter()
+            .map(|(_, v)| count(v).unwrap())
+            .collect();
+        assert_eq!(sizes, [256, 256, 256, 256, 256, 220]);
+        // Ordinary events: cut by bytes.
+        let many: Vec<Entry> = (0..2500)
+            .map(|i| Entry {
+                properties: vec![b'7'; 300],
+                ..entry(i as i64, i, "e")
+            })
+            .collect();
+        let per_block = MAX_BYTES / many[0].encoded_len();
         let sizes: Vec<u32> = build(many).iter().map(|(_, v)| count(v).unwrap()).collect();
-        assert_eq!(sizes, [1024, 1024, 452]);
+        assert_eq!(sizes.iter().sum::<u32>(), 2500);
+        assert!(sizes[..sizes.len() - 1]
+            .iter()
+            .all(|&n| n as usize == per_block));
 
         let big = |n: u128| Entry {
-            properties: vec![b' '; MAX_BYTES / 2],
+            properties: vec![b' '; MAX_BYTES * 2 / 3],
             ..entry(0, n, "e")
         };
         let sizes: Vec<u32> = build(vec![big(1), big(2), big(3)])
