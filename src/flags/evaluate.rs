@@ -2,6 +2,10 @@
 //! early access, holdout, then conditions in stored order. Flags are computed in dependency
 //! order and reported in definition order. Property lookups are lazy: a failed person (or
 //! group) lookup only fails the flags that actually read it, and their dependents.
+//!
+//! A flag's outcome is a small copyable [`Decision`] that points into the compiled rules
+//! (its variant by index), so evaluating a project allocates one vector per request and
+//! nothing per flag; [`Outcomes`] turns into owned [`Evaluation`]s only when asked.
 
 use std::borrow::Cow;
 
@@ -10,40 +14,49 @@ use serde_json::{Map, Value};
 use super::cohort::Tree;
 use super::compile::ProjectRules;
 use super::filter::{CohortRef, FlagRef, Leaf};
-use super::flag::{Flag, Logic};
+use super::flag::{Flag, Logic, Payload};
 use super::hash::{holdout_hash, in_rollout, FlagHashes};
 use super::result::{
     Context, Evaluation, FailureCause, FlagFailure, FlagResult, Reason, ReasonCode,
 };
 
-/// Payload key of enabled flags without a variant.
-const BOOLEAN_PAYLOAD_KEY: &str = "true";
-
-/// A flag's state during one evaluation, as its dependents see it.
-enum Slot {
-    /// Inactive: reads as disabled.
-    Skipped,
-    Done(FlagResult),
-    Failed(FailureCause),
+/// The value an enabled flag took besides `true`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Pick {
+    /// No variant: the value is the boolean.
+    None,
+    /// `logic.variants[i]`.
+    Variant(usize),
+    /// The holdout's variant.
+    Holdout,
 }
 
-/// The outcome of one flag before it is dressed up as a `FlagResult`.
-struct Decision {
-    enabled: bool,
-    variant: Option<String>,
-    code: ReasonCode,
-    condition_index: Option<usize>,
+/// The outcome of one flag.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Decision {
+    pub(super) enabled: bool,
+    pub(super) pick: Pick,
+    pub(super) code: ReasonCode,
+    pub(super) condition_index: Option<usize>,
 }
 
 impl Decision {
     fn off(code: ReasonCode, condition_index: Option<usize>) -> Decision {
         Decision {
             enabled: false,
-            variant: None,
+            pick: Pick::None,
             code,
             condition_index,
         }
     }
+}
+
+/// A flag's state during one evaluation, as its dependents see it.
+enum Slot {
+    /// Inactive: reads as disabled.
+    Skipped,
+    Done(Decision),
+    Failed(FailureCause),
 }
 
 /// Where property filters read from; `Failed` when the lookup did not succeed.
@@ -62,9 +75,119 @@ impl<'a> Props<'a> {
     }
 }
 
+/// Every flag of a project evaluated for one request, borrowing the rules: what the
+/// response writer reads without copying keys, variants or payloads.
+pub struct Outcomes<'r> {
+    rules: &'r ProjectRules,
+    /// One per flag of `rules.flags`, in definition order.
+    slots: Vec<Slot>,
+}
+
+/// One computed flag of [`Outcomes`].
+#[derive(Clone, Copy)]
+pub(super) struct Outcome<'r> {
+    pub(super) flag: &'r Flag,
+    pub(super) logic: &'r Logic,
+    pub(super) decision: Decision,
+}
+
+impl<'r> Outcome<'r> {
+    /// The variant key, for enabled flags with one.
+    pub(super) fn variant(&self) -> Option<&'r str> {
+        variant_key(self.logic, self.decision.pick)
+    }
+
+    /// The variant key as a JSON string, for enabled flags with one.
+    pub(super) fn quoted_variant(&self) -> Option<&'r str> {
+        match self.decision.pick {
+            Pick::None => None,
+            Pick::Variant(i) => self.logic.variants.get(i).map(|v| &*v.quoted),
+            Pick::Holdout => self.logic.holdout.as_ref().map(|h| &*h.quoted),
+        }
+    }
+
+    /// `payloads[variant or "true"]` of an enabled flag.
+    pub(super) fn payload(&self) -> Option<&'r Payload> {
+        if !self.decision.enabled {
+            return None;
+        }
+        let logic = self.logic;
+        match self.decision.pick {
+            Pick::None => logic.boolean_payload.as_ref(),
+            Pick::Variant(i) => logic.variants.get(i)?.payload.as_ref(),
+            Pick::Holdout => logic.holdout.as_ref()?.payload.as_ref(),
+        }
+    }
+
+    fn to_result(self) -> FlagResult {
+        let d = self.decision;
+        FlagResult {
+            key: self.flag.header.key.clone(),
+            id: self.flag.header.id,
+            version: self.flag.header.version,
+            enabled: d.enabled,
+            variant: self.variant().map(str::to_owned),
+            reason: Reason::new(d.code, d.condition_index),
+            payload: self.payload().map(|p| p.value.clone()),
+        }
+    }
+}
+
+impl<'r> Outcomes<'r> {
+    /// Some flag could not be computed; clients then merge instead of replacing.
+    pub fn errors(&self) -> bool {
+        self.slots.iter().any(|s| matches!(s, Slot::Failed(_)))
+    }
+
+    /// The computed flags in definition order; inactive and failed flags are absent.
+    pub(super) fn computed(&self) -> impl Iterator<Item = Outcome<'r>> + Clone + '_ {
+        self.rules
+            .flags
+            .iter()
+            .zip(&self.slots)
+            .filter_map(|(flag, slot)| match (slot, &flag.logic) {
+                (Slot::Done(decision), Some(logic)) => Some(Outcome {
+                    flag,
+                    logic,
+                    decision: *decision,
+                }),
+                _ => None,
+            })
+    }
+
+    /// The same outcomes as owned results.
+    pub fn to_evaluation(&self) -> Evaluation {
+        let failed: Vec<FlagFailure> = self
+            .rules
+            .flags
+            .iter()
+            .zip(&self.slots)
+            .filter_map(|(flag, slot)| match slot {
+                Slot::Failed(cause) => Some(FlagFailure {
+                    key: flag.header.key.clone(),
+                    id: flag.header.id,
+                    cause: cause.clone(),
+                }),
+                _ => None,
+            })
+            .collect();
+        Evaluation {
+            flags: self.computed().map(Outcome::to_result).collect(),
+            errors: !failed.is_empty(),
+            failed,
+        }
+    }
+}
+
 impl ProjectRules {
     /// Evaluates every active flag for one request.
     pub fn evaluate(&self, ctx: &Context<'_>) -> Evaluation {
+        self.outcomes(ctx).to_evaluation()
+    }
+
+    /// Evaluates every active flag for one request, without copying anything out of the
+    /// rules: for writing a response straight away.
+    pub fn outcomes(&self, ctx: &Context<'_>) -> Outcomes<'_> {
         let mut slots: Vec<Slot> = self
             .flags
             .iter()
@@ -81,48 +204,21 @@ impl ProjectRules {
                 ctx,
                 slots: &slots,
             };
-            let slot = match env.flag(flag, logic) {
-                Ok(decision) => Slot::Done(result(flag, logic, decision)),
+            slots[i] = match env.flag(flag, logic) {
+                Ok(decision) => Slot::Done(decision),
                 Err(cause) => Slot::Failed(cause),
             };
-            slots[i] = slot;
         }
-        let mut evaluation = Evaluation {
-            flags: Vec::with_capacity(self.order.len()),
-            errors: false,
-            failed: Vec::new(),
-        };
-        for (flag, slot) in self.flags.iter().zip(slots) {
-            match slot {
-                Slot::Skipped => {}
-                Slot::Done(result) => evaluation.flags.push(result),
-                Slot::Failed(cause) => evaluation.failed.push(FlagFailure {
-                    key: flag.header.key.clone(),
-                    id: flag.header.id,
-                    cause,
-                }),
-            }
-        }
-        evaluation.errors = !evaluation.failed.is_empty();
-        evaluation
+        Outcomes { rules: self, slots }
     }
 }
 
-fn result(flag: &Flag, logic: &Logic, decision: Decision) -> FlagResult {
-    let payload = if decision.enabled {
-        let key = decision.variant.as_deref().unwrap_or(BOOLEAN_PAYLOAD_KEY);
-        logic.payloads.get(key).filter(|p| !p.is_null()).cloned()
-    } else {
-        None
-    };
-    FlagResult {
-        key: flag.header.key.clone(),
-        id: flag.header.id,
-        version: flag.header.version,
-        enabled: decision.enabled,
-        variant: decision.variant,
-        reason: Reason::new(decision.code, decision.condition_index),
-        payload,
+/// The key of a picked variant.
+fn variant_key(logic: &Logic, pick: Pick) -> Option<&str> {
+    match pick {
+        Pick::None => None,
+        Pick::Variant(i) => logic.variants.get(i).map(|v| v.key.as_str()),
+        Pick::Holdout => logic.holdout.as_ref().map(|h| h.variant.as_str()),
     }
 }
 
@@ -155,7 +251,7 @@ impl<'r> Env<'r, '_> {
             if in_rollout(holdout.percentage, || holdout_hash(&bucket)) {
                 return Ok(Decision {
                     enabled: true,
-                    variant: Some(holdout.variant.clone()),
+                    pick: Pick::Holdout,
                     code: ReasonCode::HoldoutConditionValue,
                     condition_index: None,
                 });
@@ -197,10 +293,10 @@ impl<'r> Env<'r, '_> {
         }
         Ok(decided.map(|enabled| Decision {
             enabled,
-            variant: if enabled {
+            pick: if enabled {
                 variant(logic, hashes)
             } else {
-                None
+                Pick::None
             },
             code: ReasonCode::SuperConditionValue,
             condition_index: Some(0),
@@ -232,13 +328,14 @@ impl<'r> Env<'r, '_> {
                 }
                 continue;
             }
-            let variant = match condition.variant {
-                Some(v) => logic.variants.get(v).map(|v| v.key.clone()),
+            let pick = match condition.variant {
+                Some(v) if v < logic.variants.len() => Pick::Variant(v),
+                Some(_) => Pick::None,
                 None => variant(logic, hashes),
             };
             return Ok(Decision {
                 enabled: true,
-                variant,
+                pick,
                 code: ReasonCode::ConditionMatch,
                 condition_index: Some(i),
             });
@@ -281,7 +378,11 @@ impl<'r> Env<'r, '_> {
                     return Err(FailureCause::MissingDependency);
                 };
                 let matched = match self.slots.get(*j) {
-                    Some(Slot::Done(dep)) => expect.accepts(dep.enabled, dep.variant.as_deref()),
+                    Some(Slot::Done(dep)) => {
+                        let logic = self.rules.flags.get(*j).and_then(|f| f.logic.as_ref());
+                        let variant = logic.and_then(|logic| variant_key(logic, dep.pick));
+                        expect.accepts(dep.enabled, variant)
+                    }
                     Some(Slot::Skipped) => expect.accepts(false, None),
                     Some(Slot::Failed(cause)) => return Err(cause.clone()),
                     None => return Err(FailureCause::MissingDependency),
@@ -362,14 +463,13 @@ fn group_key(value: &Value) -> Option<Cow<'_, str>> {
 
 /// The variant whose running boundary first exceeds the variant hash; none (a plain
 /// `true`) for boolean flags or when rounding leaves the hash past the last boundary.
-fn variant(logic: &Logic, hashes: &mut FlagHashes<'_>) -> Option<String> {
+fn variant(logic: &Logic, hashes: &mut FlagHashes<'_>) -> Pick {
     if logic.variants.is_empty() {
-        return None;
+        return Pick::None;
     }
     let hash = hashes.variant();
-    logic
-        .variants
-        .iter()
-        .find(|v| v.boundary > hash)
-        .map(|v| v.key.clone())
+    match logic.variants.iter().position(|v| v.boundary > hash) {
+        Some(i) => Pick::Variant(i),
+        None => Pick::None,
+    }
 }

@@ -17,11 +17,16 @@ const ENROLLMENT_PREFIX: &str = "$feature_enrollment/";
 /// Variant given to holdout members, followed by the holdout id.
 const HOLDOUT_VARIANT_PREFIX: &str = "holdout-";
 
+/// Payload key of enabled flags without a variant.
+const BOOLEAN_PAYLOAD_KEY: &str = "true";
+
 /// The fields every live flag has, read before any flag is compiled so dependencies can be
 /// resolved in any order.
 #[derive(Debug, Clone)]
 pub(super) struct Header {
     pub(super) key: String,
+    /// The key as a JSON string, quotes included, ready to copy into responses.
+    pub(super) quoted: Box<str>,
     pub(super) id: i64,
     pub(super) version: Option<i64>,
     pub(super) active: bool,
@@ -41,6 +46,7 @@ impl Header {
         let read = || -> Result<Header, CompileError> {
             Ok(Header {
                 key: key.to_owned(),
+                quoted: quoted(key),
                 id: flag.get("id").i64()?,
                 version: flag.get("version").opt_i64()?,
                 active: flag.get("active").bool_or(true)?,
@@ -79,8 +85,12 @@ pub(super) struct Condition {
 #[derive(Debug, Clone)]
 pub(super) struct Variant {
     pub(super) key: String,
+    /// The key as a JSON string, quotes included.
+    pub(super) quoted: Box<str>,
     /// Running sum of `rollout_percentage / 100` up to and including this variant.
     pub(super) boundary: f64,
+    /// `payloads[key]`, looked up once here rather than per request.
+    pub(super) payload: Option<Payload>,
 }
 
 #[derive(Debug, Clone)]
@@ -88,6 +98,35 @@ pub(super) struct Holdout {
     /// `None` is 100 %.
     pub(super) percentage: Option<f64>,
     pub(super) variant: String,
+    /// The variant as a JSON string, quotes included.
+    pub(super) quoted: Box<str>,
+    /// `payloads[variant]`, if the file has one.
+    pub(super) payload: Option<Payload>,
+}
+
+/// A payload of an enabled value (never JSON null), with its JSON text so responses copy
+/// it instead of serializing it on every request.
+#[derive(Debug, Clone)]
+pub(super) struct Payload {
+    pub(super) value: Value,
+    pub(super) json: Box<str>,
+}
+
+impl Payload {
+    /// `payloads[key]`; a null payload is no payload.
+    fn of(payloads: &Map<String, Value>, key: &str) -> Option<Payload> {
+        let value = payloads.get(key).filter(|p| !p.is_null())?.clone();
+        let json = serde_json::to_string(&value).ok()?.into_boxed_str();
+        Some(Payload { value, json })
+    }
+}
+
+/// `s` as a JSON string literal.
+pub(super) fn quoted(s: &str) -> Box<str> {
+    // Serializing a string into a String cannot fail.
+    serde_json::to_string(s)
+        .unwrap_or_default()
+        .into_boxed_str()
 }
 
 /// Legacy early access: `super_groups[0]`, considered only when the person has one of
@@ -109,7 +148,8 @@ pub(super) struct Logic {
     pub(super) conditions: Vec<Condition>,
     pub(super) early_exit: bool,
     pub(super) variants: Vec<Variant>,
-    pub(super) payloads: Map<String, Value>,
+    /// `payloads["true"]`: the payload of an enabled flag without a variant.
+    pub(super) boolean_payload: Option<Payload>,
 }
 
 /// What flag compilation may consult besides the flag itself.
@@ -129,7 +169,7 @@ impl Logic {
         warnings: &mut Vec<CompileError>,
     ) -> Result<Logic, CompileError> {
         let filters = flag.get("filters");
-        let variants = variants(&filters.get("multivariate").get("variants"))?;
+        let mut variants = variants(&filters.get("multivariate").get("variants"))?;
         let mut conditions = Vec::new();
         for group in filters.get("groups").items()? {
             conditions.push(condition(&group, &variants, ctx, warnings)?);
@@ -149,21 +189,25 @@ impl Logic {
             .map(|index| Aggregation {
                 name: ctx.group_types.get(&index).cloned(),
             });
+        let empty = Map::new();
         let payloads = match filters.get("payloads").value() {
-            Value::Object(map) => map.clone(),
-            Value::Null => Map::new(),
+            Value::Object(map) => map,
+            Value::Null => &empty,
             _ => return Err(filters.get("payloads").wrong_type("an object")),
         };
+        for variant in &mut variants {
+            variant.payload = Payload::of(payloads, &variant.key);
+        }
         Ok(Logic {
             aggregation,
             continuity: flag.get("ensure_experience_continuity").bool_or(false)?,
             enrollment,
             super_condition,
-            holdout: holdout(&filters)?,
+            holdout: holdout(&filters, payloads)?,
             conditions,
             early_exit: filters.get("early_exit").bool_or(false)?,
             variants,
-            payloads,
+            boolean_payload: Payload::of(payloads, BOOLEAN_PAYLOAD_KEY),
         })
     }
 
@@ -199,6 +243,8 @@ impl Logic {
     }
 }
 
+/// The variants with their boundaries; payloads are attached once the file's payloads
+/// are read.
 fn variants(node: &Node<'_>) -> Result<Vec<Variant>, CompileError> {
     let mut boundary = 0.0;
     let mut out = Vec::new();
@@ -208,9 +254,12 @@ fn variants(node: &Node<'_>) -> Result<Vec<Variant>, CompileError> {
             .opt_f64()?
             .ok_or_else(|| percentage.error(ErrorKind::Missing))?
             / 100.0;
+        let key = item.get("key").str()?;
         out.push(Variant {
-            key: item.get("key").str()?.to_owned(),
+            key: key.to_owned(),
+            quoted: quoted(key),
             boundary,
+            payload: None,
         });
     }
     Ok(out)
@@ -279,7 +328,10 @@ fn broken_reference(leaf: &Leaf, cohorts: &Cohorts) -> Option<ErrorKind> {
 }
 
 /// `filters.holdout` ({id, exclusion_percentage}), or PostHog's older `holdout_groups`.
-fn holdout(filters: &Node<'_>) -> Result<Option<Holdout>, CompileError> {
+fn holdout(
+    filters: &Node<'_>,
+    payloads: &Map<String, Value>,
+) -> Result<Option<Holdout>, CompileError> {
     let holdout = filters.get("holdout");
     if !holdout.is_null() {
         let id = holdout.get("id").i64()?;
@@ -288,10 +340,8 @@ fn holdout(filters: &Node<'_>) -> Result<Option<Holdout>, CompileError> {
         let exclusion = percentage
             .opt_f64()?
             .ok_or_else(|| percentage.error(ErrorKind::Missing))?;
-        return Ok(Some(Holdout {
-            percentage: Some(exclusion),
-            variant: format!("{HOLDOUT_VARIANT_PREFIX}{id}"),
-        }));
+        let variant = format!("{HOLDOUT_VARIANT_PREFIX}{id}");
+        return Ok(Some(Holdout::new(Some(exclusion), variant, payloads)));
     }
     let groups = filters.get("holdout_groups");
     let items = groups.items()?;
@@ -305,8 +355,17 @@ fn holdout(filters: &Node<'_>) -> Result<Option<Holdout>, CompileError> {
     let Some(variant) = first.get("variant").opt_str()? else {
         return Ok(None);
     };
-    Ok(Some(Holdout {
-        percentage: first.get("rollout_percentage").opt_f64()?,
-        variant: variant.to_owned(),
-    }))
+    let percentage = first.get("rollout_percentage").opt_f64()?;
+    Ok(Some(Holdout::new(percentage, variant.to_owned(), payloads)))
+}
+
+impl Holdout {
+    fn new(percentage: Option<f64>, variant: String, payloads: &Map<String, Value>) -> Holdout {
+        Holdout {
+            percentage,
+            quoted: quoted(&variant),
+            payload: Payload::of(payloads, &variant),
+            variant,
+        }
+    }
 }

@@ -33,6 +33,7 @@ mod tests;
 
 pub use compile::ProjectRules;
 pub use error::{CompileError, ErrorKind};
+pub use evaluate::Outcomes;
 pub use load::{ReloadReport, Rules, Snapshot};
 pub use response::{remote_config, response, response_bytes};
 pub use result::{Context, Evaluation, FailureCause, FlagFailure, FlagResult, Reason, ReasonCode};

@@ -2,11 +2,14 @@
 //! shape, so the flags part differs per version while the common fields (remote config the
 //! clients expect to find, all switched off) are the same everywhere.
 
-use serde::ser::{Serialize, SerializeMap, Serializer};
+use serde::Serialize;
 use serde_json::{json, Map, Value};
 use uuid::Uuid;
 
-use super::result::{Evaluation, FlagResult};
+use super::evaluate::{Outcome, Outcomes};
+use super::result::{
+    matched_condition_set, Evaluation, FlagResult, ReasonCode, MATCHED_CONDITION_PREFIX,
+};
 
 /// Compression schemes the capture endpoints accept, advertised so clients compress.
 const SUPPORTED_COMPRESSION: [&str; 3] = ["gzip", "gzip-js", "lz64"];
@@ -127,143 +130,243 @@ pub fn remote_config(token: &str) -> Value {
 /// The same body as [`response`], written straight to JSON bytes without building a
 /// value tree first: on the decide hot path that tree cost as much as evaluation.
 pub fn response_bytes(version: u8, eval: &Evaluation, request_id: Uuid) -> Vec<u8> {
-    let body = Wire {
-        version,
-        eval,
-        request_id,
-    };
-    // Serializing plain data into a Vec cannot fail.
-    serde_json::to_vec(&body).unwrap_or_default()
+    write(version, eval.flags.iter(), eval.errors, request_id)
 }
 
-struct Wire<'a> {
+impl Outcomes<'_> {
+    /// The body of [`response_bytes`] for these outcomes, copying the keys, variants and
+    /// payloads as JSON text prepared when the rules were compiled.
+    pub fn response_bytes(&self, version: u8, request_id: Uuid) -> Vec<u8> {
+        write(version, self.computed(), self.errors(), request_id)
+    }
+}
+
+/// Bytes of a body besides its flags, and per flag in the v1-v3 and the v4 shapes: a
+/// first guess at the capacity, so the buffer rarely grows.
+const FIXED_BYTES: usize = 320;
+const BYTES_PER_FLAG: usize = 48;
+const BYTES_PER_FLAG_V4: usize = 320;
+
+/// What every version ends with: remote config the clients expect, all switched off.
+/// The same fields, in the same order, as `insert_common` gives the value tree.
+const COMMON_FIELDS: &str = concat!(
+    r#""config":{"enable_collect_everything":true},"toolbarParams":{},"#,
+    r#""isAuthenticated":false,"supportedCompression":["gzip","gzip-js","lz64"],"#,
+    r#""sessionRecording":false,"capturePerformance":false,"autocapture_opt_out":false,"#,
+    r#""surveys":false,"heatmaps":false,"siteApps":[]"#,
+);
+
+/// One computed flag as the writer reads it: an owned result, or an outcome pointing
+/// into the compiled rules.
+trait Written {
+    fn enabled(&self) -> bool;
+    /// The key as a JSON string.
+    fn key(&self, out: &mut Vec<u8>);
+    /// The variant as a JSON string, or `null`.
+    fn variant(&self, out: &mut Vec<u8>);
+    /// The value clients see: the variant when enabled with one, else the boolean.
+    fn value(&self, out: &mut Vec<u8>);
+    fn has_payload(&self) -> bool;
+    /// The payload as JSON, or `null`.
+    fn payload(&self, out: &mut Vec<u8>);
+    fn code(&self) -> ReasonCode;
+    fn condition_index(&self) -> Option<usize>;
+    /// The reason's description as a JSON string.
+    fn description(&self, out: &mut Vec<u8>);
+    fn id(&self) -> i64;
+    fn version(&self) -> Option<i64>;
+}
+
+impl Written for &FlagResult {
+    fn enabled(&self) -> bool {
+        self.enabled
+    }
+    fn key(&self, out: &mut Vec<u8>) {
+        json(out, &self.key);
+    }
+    fn variant(&self, out: &mut Vec<u8>) {
+        json(out, &self.variant);
+    }
+    fn value(&self, out: &mut Vec<u8>) {
+        match &self.variant {
+            Some(variant) if self.enabled => json(out, variant),
+            _ => boolean(out, self.enabled),
+        }
+    }
+    fn has_payload(&self) -> bool {
+        self.payload.is_some()
+    }
+    fn payload(&self, out: &mut Vec<u8>) {
+        json(out, &self.payload);
+    }
+    fn code(&self) -> ReasonCode {
+        self.reason.code
+    }
+    fn condition_index(&self) -> Option<usize> {
+        self.reason.condition_index
+    }
+    fn description(&self, out: &mut Vec<u8>) {
+        json(out, &self.reason.description);
+    }
+    fn id(&self) -> i64 {
+        self.id
+    }
+    fn version(&self) -> Option<i64> {
+        self.version
+    }
+}
+
+impl Written for Outcome<'_> {
+    fn enabled(&self) -> bool {
+        self.decision.enabled
+    }
+    fn key(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(self.flag.header.quoted.as_bytes());
+    }
+    fn variant(&self, out: &mut Vec<u8>) {
+        let text = self.quoted_variant().unwrap_or("null");
+        out.extend_from_slice(text.as_bytes());
+    }
+    fn value(&self, out: &mut Vec<u8>) {
+        match self.quoted_variant() {
+            Some(variant) if self.decision.enabled => out.extend_from_slice(variant.as_bytes()),
+            _ => boolean(out, self.decision.enabled),
+        }
+    }
+    fn has_payload(&self) -> bool {
+        Outcome::payload(self).is_some()
+    }
+    fn payload(&self, out: &mut Vec<u8>) {
+        let text = Outcome::payload(self).map_or("null", |p| &p.json);
+        out.extend_from_slice(text.as_bytes());
+    }
+    fn code(&self) -> ReasonCode {
+        self.decision.code
+    }
+    fn condition_index(&self) -> Option<usize> {
+        self.decision.condition_index
+    }
+    fn description(&self, out: &mut Vec<u8>) {
+        match self.decision.code.fixed_description() {
+            Some(text) => json(out, text),
+            None => {
+                out.push(b'"');
+                out.extend_from_slice(MATCHED_CONDITION_PREFIX.as_bytes());
+                json(out, &matched_condition_set(self.decision.condition_index));
+                out.push(b'"');
+            }
+        }
+    }
+    fn id(&self) -> i64 {
+        self.flag.header.id
+    }
+    fn version(&self) -> Option<i64> {
+        self.flag.header.version
+    }
+}
+
+/// The body for `version`, in the field order of [`response`].
+fn write<F: Written>(
     version: u8,
-    eval: &'a Evaluation,
+    flags: impl Iterator<Item = F> + Clone,
+    errors: bool,
     request_id: Uuid,
-}
-
-impl Serialize for Wire<'_> {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let eval = self.eval;
-        let mut m = s.serialize_map(None)?;
-        match self.version {
-            0 | 1 => m.serialize_entry("featureFlags", &Keys(eval))?,
-            2 => m.serialize_entry("featureFlags", &Values(eval, true))?,
-            3 => {
-                m.serialize_entry("featureFlags", &Values(eval, false))?;
-                m.serialize_entry("featureFlagPayloads", &Payloads(eval))?;
-                m.serialize_entry("errorsWhileComputingFlags", &eval.errors)?;
-            }
-            _ => {
-                m.serialize_entry("flags", &Details(eval))?;
-                m.serialize_entry("errorsWhileComputingFlags", &eval.errors)?;
-                m.serialize_entry("requestId", &self.request_id.to_string())?;
-            }
+) -> Vec<u8> {
+    let per_flag = if version >= 4 {
+        BYTES_PER_FLAG_V4
+    } else {
+        BYTES_PER_FLAG
+    };
+    let mut out = Vec::with_capacity(FIXED_BYTES + per_flag * flags.clone().count());
+    out.push(b'{');
+    let enabled = flags.clone().filter(Written::enabled);
+    match version {
+        0 | 1 => {
+            out.extend_from_slice(br#""featureFlags":["#);
+            each(&mut out, enabled, |out, f| f.key(out));
+            out.push(b']');
         }
-        m.serialize_entry("config", &json!({"enable_collect_everything": true}))?;
-        m.serialize_entry("toolbarParams", &Map::new())?;
-        m.serialize_entry("isAuthenticated", &false)?;
-        m.serialize_entry("supportedCompression", &SUPPORTED_COMPRESSION)?;
-        for key in [
-            "sessionRecording",
-            "capturePerformance",
-            "autocapture_opt_out",
-            "surveys",
-            "heatmaps",
-        ] {
-            m.serialize_entry(key, &false)?;
+        2 => {
+            out.extend_from_slice(br#""featureFlags":{"#);
+            each(&mut out, enabled, key_value);
+            out.push(b'}');
         }
-        m.serialize_entry("siteApps", &[(); 0])?;
-        m.end()
-    }
-}
-
-/// v1: the enabled keys.
-struct Keys<'a>(&'a Evaluation);
-
-impl Serialize for Keys<'_> {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_seq(enabled(self.0).map(|f| &f.key))
-    }
-}
-
-/// v2 and v3: key to value, of the enabled flags only or of all.
-struct Values<'a>(&'a Evaluation, bool);
-
-impl Serialize for Values<'_> {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let only_enabled = self.1;
-        s.collect_map(
-            self.0
-                .flags
-                .iter()
-                .filter(|f| f.enabled || !only_enabled)
-                .map(|f| (&f.key, FlagValue(f))),
-        )
-    }
-}
-
-/// A flag's value: its variant when enabled with one, else the boolean.
-struct FlagValue<'a>(&'a FlagResult);
-
-impl Serialize for FlagValue<'_> {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        match &self.0.variant {
-            Some(variant) if self.0.enabled => s.serialize_str(variant),
-            _ => s.serialize_bool(self.0.enabled),
+        3 => {
+            out.extend_from_slice(br#""featureFlags":{"#);
+            each(&mut out, flags, key_value);
+            out.extend_from_slice(br#"},"featureFlagPayloads":{"#);
+            each(&mut out, enabled.filter(Written::has_payload), |out, f| {
+                f.key(out);
+                out.push(b':');
+                f.payload(out);
+            });
+            out.extend_from_slice(br#"},"errorsWhileComputingFlags":"#);
+            boolean(&mut out, errors);
+        }
+        _ => {
+            out.extend_from_slice(br#""flags":{"#);
+            each(&mut out, flags, detail);
+            out.extend_from_slice(br#"},"errorsWhileComputingFlags":"#);
+            boolean(&mut out, errors);
+            out.extend_from_slice(br#","requestId":""#);
+            let mut id = Uuid::encode_buffer();
+            out.extend_from_slice(request_id.hyphenated().encode_lower(&mut id).as_bytes());
+            out.push(b'"');
         }
     }
+    out.push(b',');
+    out.extend_from_slice(COMMON_FIELDS.as_bytes());
+    out.push(b'}');
+    out
 }
 
-/// v3: payloads of the enabled flags that have one.
-struct Payloads<'a>(&'a Evaluation);
-
-impl Serialize for Payloads<'_> {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_map(enabled(self.0).filter_map(|f| Some((&f.key, f.payload.as_ref()?))))
+/// Writes each item with `one`, comma separated.
+fn each<F>(out: &mut Vec<u8>, items: impl Iterator<Item = F>, one: impl Fn(&mut Vec<u8>, &F)) {
+    for (i, item) in items.enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        one(out, &item);
     }
 }
 
-/// v4: every flag with its reason and metadata.
-struct Details<'a>(&'a Evaluation);
-
-impl Serialize for Details<'_> {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_map(self.0.flags.iter().map(|f| (&f.key, Detail(f))))
-    }
+/// v2 and v3: `"key":value`.
+fn key_value<F: Written>(out: &mut Vec<u8>, f: &F) {
+    f.key(out);
+    out.push(b':');
+    f.value(out);
 }
 
-struct Detail<'a>(&'a FlagResult);
-
-impl Serialize for Detail<'_> {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let f = self.0;
-        let mut m = s.serialize_map(Some(5))?;
-        m.serialize_entry("key", &f.key)?;
-        m.serialize_entry("enabled", &f.enabled)?;
-        m.serialize_entry("variant", &f.variant)?;
-        m.serialize_entry(
-            "reason",
-            &json!({
-                "code": f.reason.code.as_str(),
-                "condition_index": f.reason.condition_index,
-                "description": f.reason.description,
-            }),
-        )?;
-        m.serialize_entry("metadata", &Metadata(f))?;
-        m.end()
-    }
+/// v4: `"key":{...}`, every flag with its reason and metadata.
+fn detail<F: Written>(out: &mut Vec<u8>, f: &F) {
+    f.key(out);
+    out.extend_from_slice(br#":{"key":"#);
+    f.key(out);
+    out.extend_from_slice(br#","enabled":"#);
+    boolean(out, f.enabled());
+    out.extend_from_slice(br#","variant":"#);
+    f.variant(out);
+    out.extend_from_slice(br#","reason":{"code":""#);
+    out.extend_from_slice(f.code().as_str().as_bytes());
+    out.extend_from_slice(br#"","condition_index":"#);
+    json(out, &f.condition_index());
+    out.extend_from_slice(br#","description":"#);
+    f.description(out);
+    out.extend_from_slice(br#"},"metadata":{"id":"#);
+    json(out, &f.id());
+    out.extend_from_slice(br#","version":"#);
+    json(out, &f.version());
+    out.extend_from_slice(br#","payload":"#);
+    f.payload(out);
+    out.extend_from_slice(b"}}");
 }
 
-struct Metadata<'a>(&'a FlagResult);
+fn boolean(out: &mut Vec<u8>, b: bool) {
+    out.extend_from_slice(if b { b"true" } else { b"false" });
+}
 
-impl Serialize for Metadata<'_> {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let f = self.0;
-        let mut m = s.serialize_map(Some(3))?;
-        m.serialize_entry("id", &f.id)?;
-        m.serialize_entry("version", &f.version)?;
-        m.serialize_entry("payload", &f.payload)?;
-        m.end()
-    }
+/// Any serializable value as JSON, as serde_json writes it.
+fn json<T: Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) {
+    // Writing plain data into a Vec cannot fail.
+    let _ = serde_json::to_writer(&mut *out, value);
 }

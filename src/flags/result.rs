@@ -72,17 +72,12 @@ pub struct Reason {
 
 impl Reason {
     pub(super) fn new(code: ReasonCode, condition_index: Option<usize>) -> Reason {
-        let description = match code {
-            ReasonCode::ConditionMatch => Cow::Owned(format!(
-                "Matched condition set {}",
-                condition_index.unwrap_or(0) + 1
+        let description = match code.fixed_description() {
+            Some(text) => Cow::Borrowed(text),
+            None => Cow::Owned(format!(
+                "{MATCHED_CONDITION_PREFIX}{}",
+                matched_condition_set(condition_index)
             )),
-            ReasonCode::SuperConditionValue => Cow::Borrowed("Super condition value"),
-            ReasonCode::HoldoutConditionValue => Cow::Borrowed("Holdout condition value"),
-            ReasonCode::OutOfRolloutBound => Cow::Borrowed("Out of rollout bound"),
-            ReasonCode::NoConditionMatch => Cow::Borrowed("No matching condition set"),
-            ReasonCode::NoGroupType => Cow::Borrowed("No group type"),
-            ReasonCode::MissingDependency => Cow::Borrowed("Flag dependency is missing or cyclic"),
         };
         Reason {
             code,
@@ -90,6 +85,14 @@ impl Reason {
             description,
         }
     }
+}
+
+/// The description of `condition_match`, followed by the 1-based condition number.
+pub(super) const MATCHED_CONDITION_PREFIX: &str = "Matched condition set ";
+
+/// The 1-based number a `condition_match` description gives its condition.
+pub(super) fn matched_condition_set(condition_index: Option<usize>) -> usize {
+    condition_index.unwrap_or(0) + 1
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -114,6 +117,20 @@ impl ReasonCode {
             ReasonCode::NoConditionMatch => "no_condition_match",
             ReasonCode::NoGroupType => "no_group_type",
             ReasonCode::MissingDependency => "missing_dependency",
+        }
+    }
+
+    /// PostHog's description of the reason; `None` for `condition_match`, whose
+    /// description names the condition (see [`MATCHED_CONDITION_PREFIX`]).
+    pub(super) fn fixed_description(self) -> Option<&'static str> {
+        match self {
+            ReasonCode::ConditionMatch => None,
+            ReasonCode::SuperConditionValue => Some("Super condition value"),
+            ReasonCode::HoldoutConditionValue => Some("Holdout condition value"),
+            ReasonCode::OutOfRolloutBound => Some("Out of rollout bound"),
+            ReasonCode::NoConditionMatch => Some("No matching condition set"),
+            ReasonCode::NoGroupType => Some("No group type"),
+            ReasonCode::MissingDependency => Some("Flag dependency is missing or cyclic"),
         }
     }
 }

@@ -155,7 +155,7 @@ pub async fn handle(
     let request = DecideRequest::parse(&mut bytes)?;
     let project = project_of(app, &request.key)?;
     let geo = location(app, peer, &parts.headers);
-    let body = evaluate(app, &project, &request, &geo, version);
+    let body = evaluate(app, &project, request, geo, version);
     app.metrics
         .decide_seconds
         .observe(started.elapsed().as_secs_f64());
@@ -196,15 +196,20 @@ fn location(app: &App, peer: SocketAddr, headers: &HeaderMap) -> Map<String, Val
 fn evaluate(
     app: &App,
     project: &Project,
-    req: &DecideRequest,
-    geo: &Map<String, Value>,
+    mut req: DecideRequest,
+    geo: Map<String, Value>,
     version: u8,
 ) -> Vec<u8> {
     let snapshot = app.rules.current();
     let rules = i64::try_from(project.id)
         .ok()
         .and_then(|id| snapshot.project(id).cloned());
-    let request_id = uuid::Uuid::now_v7();
+    // Only v4 bodies carry it; making one reads the clock and the kernel's random pool.
+    let request_id = if version >= 4 {
+        uuid::Uuid::now_v7()
+    } else {
+        uuid::Uuid::nil()
+    };
     let Some(rules) = rules.filter(|_| !req.disable_flags) else {
         return flags::response_bytes(version, &flags::Evaluation::default(), request_id);
     };
@@ -234,15 +239,14 @@ fn evaluate(
     let person_properties = if needs_person && lookup_failed {
         None
     } else {
-        let mut props = match person {
+        let stored = match person {
             Some(p) if needs_person => p.properties,
             _ => Map::new(),
         };
-        props.extend(geo.clone());
-        props.extend(req.person_properties.clone());
-        Some(props)
+        let requested = std::mem::take(&mut req.person_properties);
+        Some(layered([stored, geo, requested]))
     };
-    let group_properties = group_properties(app, project.id, req, rules.needs_group_properties());
+    let group_properties = group_properties(app, project.id, &req, rules.needs_group_properties());
     let ctx = Context {
         distinct_id: &req.distinct_id,
         anon_distinct_id: req.anon_distinct_id.as_deref(),
@@ -252,11 +256,25 @@ fn evaluate(
         group_properties: &group_properties,
         now: time::OffsetDateTime::now_utc(),
     };
-    let evaluation = rules.evaluate(&ctx);
-    if evaluation.errors {
+    let outcomes = rules.outcomes(&ctx);
+    if outcomes.errors() {
         app.metrics.decide_errors.inc();
     }
-    flags::response_bytes(version, &evaluation, request_id)
+    outcomes.response_bytes(version, request_id)
+}
+
+/// The layers merged key by key, later ones winning. The first non-empty layer is
+/// taken as it is, so the common case (properties from one source) copies nothing.
+fn layered<const N: usize>(layers: [Map<String, Value>; N]) -> Map<String, Value> {
+    let mut merged = Map::new();
+    for layer in layers {
+        if merged.is_empty() {
+            merged = layer;
+        } else {
+            merged.extend(layer);
+        }
+    }
+    merged
 }
 
 /// Each requested group's stored properties, overridden by the request's.

@@ -78,7 +78,11 @@ impl Request {
     }
 
     pub(super) fn evaluate(&self, rules: &ProjectRules) -> Evaluation {
-        rules.evaluate(&Context {
+        rules.evaluate(&self.context())
+    }
+
+    pub(super) fn context(&self) -> Context<'_> {
+        Context {
             distinct_id: &self.distinct_id,
             anon_distinct_id: self.anon.as_deref(),
             hash_key_override: self.hash_key_override.as_deref(),
@@ -86,7 +90,7 @@ impl Request {
             groups: &self.groups,
             group_properties: &self.group_properties,
             now: NOW,
-        })
+        }
     }
 }
 

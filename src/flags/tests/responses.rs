@@ -175,3 +175,72 @@ fn the_direct_writer_gives_the_same_bodies() {
         }
     }
 }
+
+#[test]
+fn the_direct_writer_matches_the_value_tree_byte_for_byte() {
+    let id = Uuid::parse_str(REQUEST_ID).unwrap();
+    for eval in [evaluation(), Evaluation::default()] {
+        for version in 0..=5 {
+            let tree = serde_json::to_vec(&response(version, &eval, id)).unwrap();
+            let direct = crate::flags::response_bytes(version, &eval, id);
+            assert_eq!(
+                String::from_utf8(direct).unwrap(),
+                String::from_utf8(tree).unwrap(),
+                "version {version}"
+            );
+        }
+    }
+}
+
+/// Variants with payloads of every JSON kind, a holdout with a payload, a boolean payload,
+/// a dependency, a key that needs escaping, a group flag without its group, and a flag
+/// that fails: the outcomes' writer must give the bytes of the owned results' writer.
+#[test]
+fn outcomes_write_the_same_bodies_as_their_evaluation() {
+    use super::{compile, flag, three_way, Request};
+    let rules = compile(json!({
+        "flags": [
+            flag(1, "exp", json!({
+                "groups": [{"properties": [], "rollout_percentage": 100}],
+                "multivariate": three_way(),
+                "payloads": {"control": "{\"c\":1}", "test-a": {"color": "red"}, "test-b": null}})),
+            flag(2, "held", json!({
+                "groups": [{"properties": [], "rollout_percentage": 100}],
+                "holdout": {"id": 7, "exclusion_percentage": 50},
+                "payloads": {"holdout-7": [1, 2], "true": "yes"}})),
+            flag(3, "quote\"key\\\u{1}é", json!({
+                "groups": [{"properties": [], "rollout_percentage": 50}],
+                "payloads": {"true": 12.5}})),
+            flag(4, "needs-exp", json!({
+                "groups": [{"properties": [{"key": "1", "type": "flag", "value": "control",
+                                            "operator": "flag_evaluates_to"}]},
+                           {"properties": [{"key": "plan", "value": "pro"}], "rollout_percentage": 100}]})),
+            flag(5, "org-flag", json!({
+                "aggregation_group_type_index": 0,
+                "groups": [{"properties": [], "rollout_percentage": 100}]})),
+            flag(6, "person-flag", json!({
+                "groups": [{"properties": [{"key": "plan", "value": "pro"}]}]})),
+        ],
+        "group_type_mapping": {"0": "organization"}
+    }));
+    let id = Uuid::parse_str(REQUEST_ID).unwrap();
+    for n in 0..40 {
+        let person = Request::new(&format!("user-{n}")).person(json!({"plan": "pro"}));
+        for request in [
+            person,
+            Request::new(&format!("user-{n}")).person_unavailable(),
+        ] {
+            let ctx = request.context();
+            let outcomes = rules.outcomes(&ctx);
+            let eval = rules.evaluate(&ctx);
+            assert_eq!(outcomes.errors(), eval.errors);
+            for version in 0..=5 {
+                assert_eq!(
+                    String::from_utf8(outcomes.response_bytes(version, id)).unwrap(),
+                    String::from_utf8(crate::flags::response_bytes(version, &eval, id)).unwrap(),
+                    "user-{n}, version {version}"
+                );
+            }
+        }
+    }
+}
