@@ -4,6 +4,11 @@
 //! flags are picked out of that file by key. Contexts are `/decide` callers with person
 //! properties, groups and group properties, cycled so hashes and outcomes vary.
 //! Throughput is in flags: per-request time divided by it is the time per flag.
+//!
+//! `flags/decide` measures what `/decide?v=3` does with the 50-flag project after parsing
+//! the request: evaluate and write the body, through owned results (`evaluate` then
+//! `response_bytes`) and through borrowed outcomes (`outcomes` then their
+//! `response_bytes`, which the server uses).
 
 #[path = "common/mod.rs"]
 mod common;
@@ -13,7 +18,7 @@ mod load_flags;
 use std::collections::HashMap;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use flagpost::flags::{Context, ProjectRules};
+use flagpost::flags::{self, Context, ProjectRules};
 use serde_json::{json, Map, Value};
 use time::OffsetDateTime;
 
@@ -155,6 +160,39 @@ fn flags(c: &mut Criterion) {
     }
     let rules = ProjectRules::from_value(definitions).expect("compiles");
     bench(c, "mix of 50", &rules, &contexts);
+    decide(c, &rules, &contexts);
+}
+
+/// The version `/decide` bodies are written in by posthog-js (and the load harness).
+const DECIDE_VERSION: u8 = 3;
+
+fn decide(c: &mut Criterion, rules: &ProjectRules, contexts: &[Context<'_>]) {
+    let id = uuid::Uuid::nil();
+    for ctx in contexts {
+        assert_eq!(
+            rules.outcomes(ctx).response_bytes(DECIDE_VERSION, id),
+            flags::response_bytes(DECIDE_VERSION, &rules.evaluate(ctx), id),
+            "both paths write the same body"
+        );
+    }
+    let mut group = c.benchmark_group("flags/decide");
+    group.throughput(Throughput::Elements(rules.flag_count() as u64));
+    let mut next = 0usize;
+    group.bench_function("mix of 50: evaluate and v3 body", |b| {
+        b.iter(|| {
+            next = (next + 1) % contexts.len();
+            flags::response_bytes(DECIDE_VERSION, &rules.evaluate(&contexts[next]), id)
+        })
+    });
+    group.bench_function("mix of 50: outcomes and v3 body", |b| {
+        b.iter(|| {
+            next = (next + 1) % contexts.len();
+            rules
+                .outcomes(&contexts[next])
+                .response_bytes(DECIDE_VERSION, id)
+        })
+    });
+    group.finish();
 }
 
 criterion_group! {

@@ -2,6 +2,7 @@
 //! 15 hex digits (60 bits) as an integer, divided by `0xFFFFFFFFFFFFFFF`. Users moving from
 //! PostHog must land in the same rollout bucket and variant, so nothing here may change.
 
+use sha1::digest::generic_array::GenericArray;
 use sha1::{Digest, Sha1};
 
 /// Divisor of the 60-bit hash prefix, so hashes fall in `[0, 1]`.
@@ -74,8 +75,28 @@ impl<'a> FlagHashes<'a> {
     }
 }
 
+/// SHA-1's initial state (FIPS 180-4, 5.3.1).
+const SHA1_INITIAL_STATE: [u32; 5] = [
+    0x6745_2301,
+    0xEFCD_AB89,
+    0x98BA_DCFE,
+    0x1032_5476,
+    0xC3D2_E1F0,
+];
+
+/// SHA-1's block size.
+const SHA1_BLOCK_BYTES: usize = 64;
+
+/// Longest message whose padding (a 0x80 byte and the 8-byte bit length) fits in the same
+/// block. Bucketing inputs (`"<flag key>.<distinct id>variant"`) usually do.
+const ONE_BLOCK_MAX_BYTES: usize = SHA1_BLOCK_BYTES - 9;
+
 /// The first `MAX_IDENTIFIER_CHARS` Unicode scalar values of `s`.
 fn cut(s: &str) -> &str {
+    // Every scalar takes at least one byte: a short string needs no counting.
+    if s.len() <= MAX_IDENTIFIER_CHARS {
+        return s;
+    }
     match s.char_indices().nth(MAX_IDENTIFIER_CHARS) {
         Some((end, _)) => &s[..end],
         None => s,
@@ -84,6 +105,30 @@ fn cut(s: &str) -> &str {
 
 /// The 60-bit prefix of the SHA-1 of the concatenated parts.
 fn prefix60(parts: &[&str]) -> u64 {
+    let len: usize = parts.iter().map(|p| p.len()).sum();
+    if len > ONE_BLOCK_MAX_BYTES {
+        return prefix60_streamed(parts);
+    }
+    // The whole message, padded, is one block: compress it straight from the stack.
+    let mut block = [0u8; SHA1_BLOCK_BYTES];
+    let mut at = 0;
+    for part in parts {
+        block[at..at + part.len()].copy_from_slice(part.as_bytes());
+        at += part.len();
+    }
+    block[at] = 0x80;
+    let bits = (len as u64) * 8;
+    block[SHA1_BLOCK_BYTES - 8..].copy_from_slice(&bits.to_be_bytes());
+    let mut state = SHA1_INITIAL_STATE;
+    sha1::compress(
+        &mut state,
+        std::slice::from_ref(GenericArray::from_slice(&block)),
+    );
+    ((u64::from(state[0]) << 32) | u64::from(state[1])) >> 4
+}
+
+/// [`prefix60`] of a message of any length, through the streaming hasher.
+fn prefix60_streamed(parts: &[&str]) -> u64 {
     let mut hasher = Sha1::new();
     for part in parts {
         hasher.update(part.as_bytes());
@@ -137,6 +182,20 @@ mod tests {
             flag_hash("beta-search", "user-17", VARIANT_SALT),
             0x7881930b5af41ed_u64 as f64 / HASH_SCALE
         );
+    }
+
+    #[test]
+    fn one_block_inputs_hash_as_the_streaming_hasher_does() {
+        // Around every edge: empty, the last one-block length, and two blocks.
+        let text: String = ('a'..='z').cycle().take(130).collect();
+        for len in 0..=text.len() {
+            let (a, b) = text[..len].split_at(len / 3);
+            assert_eq!(
+                prefix60(&[a, ".", b]),
+                prefix60_streamed(&[a, ".", b]),
+                "{len} bytes"
+            );
+        }
     }
 
     #[test]
