@@ -160,6 +160,7 @@ mod tests {
             cohorts: ids(&root)?,
             flags_by_id: HashMap::new(),
             flags_by_key: HashMap::new(),
+            property_keys: Default::default(),
         };
         compile(&root, &scope)
     }

@@ -28,6 +28,8 @@ pub struct ProjectRules {
     needs_person: bool,
     needs_group: bool,
     needs_continuity: bool,
+    /// How many distinct property keys the filters read (see `Scope::slot`).
+    pub(super) property_keys: usize,
 }
 
 impl ProjectRules {
@@ -57,6 +59,7 @@ impl ProjectRules {
             cohorts: cohort::ids(&cohorts_node)?,
             flags_by_id: index_ids(&live, &headers, &items)?,
             flags_by_key: index_keys(&live, &headers, &items)?,
+            property_keys: Default::default(),
         };
         let cohorts = cohort::compile(&cohorts_node, &scope)?;
         let ctx = FlagScope {
@@ -74,6 +77,7 @@ impl ProjectRules {
                 &mut warnings,
             )?);
         }
+        let property_keys = scope.property_keys.borrow().len();
         let order = graph::plan(&mut flags, &mut warnings);
         let logic = |i: &usize| flags[*i].logic.as_ref();
         let needs_person = order.iter().filter_map(logic).any(Logic::reads_person);
@@ -89,6 +93,7 @@ impl ProjectRules {
             needs_person,
             needs_group,
             needs_continuity,
+            property_keys,
         })
     }
 

@@ -8,6 +8,7 @@
 //! nothing per flag; [`Outcomes`] turns into owned [`Evaluation`]s only when asked.
 
 use std::borrow::Cow;
+use std::cell::Cell;
 
 use serde_json::{Map, Value};
 
@@ -59,19 +60,43 @@ enum Slot {
     Failed(FailureCause),
 }
 
+/// One property key's value for the request, remembered from its first lookup on (the
+/// outer `None` is "not looked up yet"). Indexed by the filters' slots.
+type Lookup<'c> = Cell<Option<Option<&'c Value>>>;
+
 /// Where property filters read from; `Failed` when the lookup did not succeed.
 #[derive(Clone)]
-enum Props<'a> {
-    Known(Option<&'a Map<String, Value>>),
+enum Props<'a, 'c> {
+    Known(Option<&'c Map<String, Value>>),
+    /// The person's properties: most filters read them, many read the same keys, so
+    /// each key is hashed and found once per request.
+    Person(&'c Map<String, Value>, &'a [Lookup<'c>]),
     Failed(FailureCause),
 }
 
-impl<'a> Props<'a> {
-    fn get(&self, key: &str) -> Result<Option<&'a Value>, FailureCause> {
+impl<'c> Props<'_, 'c> {
+    fn get(&self, key: &str) -> Result<Option<&'c Value>, FailureCause> {
         match self {
             Props::Known(map) => Ok(map.and_then(|m| m.get(key))),
+            Props::Person(map, _) => Ok(map.get(key)),
             Props::Failed(cause) => Err(cause.clone()),
         }
+    }
+
+    /// [`Props::get`] for a filter's key, whose number among the file's keys is `slot`.
+    fn lookup(&self, key: &str, slot: usize) -> Result<Option<&'c Value>, FailureCause> {
+        let Props::Person(map, lookups) = self else {
+            return self.get(key);
+        };
+        let Some(lookup) = lookups.get(slot) else {
+            return Ok(map.get(key));
+        };
+        if let Some(found) = lookup.get() {
+            return Ok(found);
+        }
+        let found = map.get(key);
+        lookup.set(Some(found));
+        Ok(found)
     }
 }
 
@@ -196,6 +221,7 @@ impl ProjectRules {
                 _ => Slot::Skipped,
             })
             .collect();
+        let lookups: Vec<Lookup<'_>> = vec![Cell::new(None); self.property_keys];
         for &i in &self.order {
             let flag = &self.flags[i];
             let Some(logic) = &flag.logic else { continue };
@@ -203,6 +229,7 @@ impl ProjectRules {
                 rules: self,
                 ctx,
                 slots: &slots,
+                lookups: &lookups,
             };
             slots[i] = match env.flag(flag, logic) {
                 Ok(decision) => Slot::Done(decision),
@@ -226,9 +253,10 @@ struct Env<'r, 'c> {
     rules: &'r ProjectRules,
     ctx: &'r Context<'c>,
     slots: &'r [Slot],
+    lookups: &'r [Lookup<'c>],
 }
 
-impl<'r> Env<'r, '_> {
+impl<'r, 'c> Env<'r, 'c> {
     fn flag(&self, flag: &Flag, logic: &Logic) -> Result<Decision, FailureCause> {
         let (bucket, target) = match &logic.aggregation {
             Some(aggregation) => {
@@ -308,7 +336,7 @@ impl<'r> Env<'r, '_> {
     fn conditions(
         &self,
         logic: &Logic,
-        target: &Props<'_>,
+        target: &Props<'_, '_>,
         hashes: &mut FlagHashes<'_>,
     ) -> Result<Decision, FailureCause> {
         let mut code = ReasonCode::NoConditionMatch;
@@ -343,7 +371,7 @@ impl<'r> Env<'r, '_> {
         Ok(Decision::off(code, index))
     }
 
-    fn all(&self, filters: &[Leaf], target: &Props<'_>) -> Result<bool, FailureCause> {
+    fn all(&self, filters: &[Leaf], target: &Props<'_, '_>) -> Result<bool, FailureCause> {
         for leaf in filters {
             if !self.leaf(leaf, target)? {
                 return Ok(false);
@@ -352,13 +380,17 @@ impl<'r> Env<'r, '_> {
         Ok(true)
     }
 
-    fn leaf(&self, leaf: &Leaf, target: &Props<'_>) -> Result<bool, FailureCause> {
+    fn leaf(&self, leaf: &Leaf, target: &Props<'_, '_>) -> Result<bool, FailureCause> {
         let (matched, negate) = match leaf {
             Leaf::Property {
                 key,
+                slot,
                 operator,
                 negate,
-            } => (operator.matches(target.get(key)?, self.ctx.now), *negate),
+            } => (
+                operator.matches(target.lookup(key, *slot)?, self.ctx.now),
+                *negate,
+            ),
             Leaf::Cohort {
                 cohort,
                 member,
@@ -423,14 +455,14 @@ impl<'r> Env<'r, '_> {
         }
     }
 
-    fn person(&self) -> Props<'r> {
+    fn person(&self) -> Props<'r, 'c> {
         match self.ctx.person_properties {
-            Some(map) => Props::Known(Some(map)),
+            Some(map) => Props::Person(map, self.lookups),
             None => Props::Failed(FailureCause::PersonProperties),
         }
     }
 
-    fn group_props(&self, name: &str) -> Props<'r> {
+    fn group_props(&self, name: &str) -> Props<'r, 'c> {
         match self.ctx.group_properties.get(name) {
             Some(Some(map)) => Props::Known(Some(map)),
             Some(None) => Props::Failed(FailureCause::GroupProperties(name.to_owned())),

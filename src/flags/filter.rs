@@ -2,6 +2,7 @@
 //! a cohort membership test, or a dependency on another flag's value. References to cohorts
 //! and flags are resolved to indexes while compiling, so evaluation never looks up names.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 
 use serde_json::Value;
@@ -44,6 +45,8 @@ pub(super) enum Expect {
 pub(super) enum Leaf {
     Property {
         key: String,
+        /// The key's number among all property keys of the file (see [`Scope::slot`]).
+        slot: usize,
         operator: Operator,
         negate: bool,
     },
@@ -64,6 +67,18 @@ pub(super) struct Scope {
     pub(super) cohorts: HashMap<i64, usize>,
     pub(super) flags_by_id: HashMap<i64, usize>,
     pub(super) flags_by_key: HashMap<String, usize>,
+    /// Property keys numbered in order of first use, so evaluation can remember each
+    /// key's lookup for the request in a vector.
+    pub(super) property_keys: RefCell<HashMap<String, usize>>,
+}
+
+impl Scope {
+    /// The number of a property key, the same for every filter that reads it.
+    fn slot(&self, key: &str) -> usize {
+        let mut keys = self.property_keys.borrow_mut();
+        let next = keys.len();
+        *keys.entry(key.to_owned()).or_insert(next)
+    }
 }
 
 /// Which leaf kinds a context allows: cohort definitions cannot depend on flags.
@@ -88,6 +103,7 @@ impl Leaf {
                 let operator = Operator::compile(op.opt_str()?, node.get("value").value())
                     .ok_or_else(|| unknown_operator(&op))?;
                 Ok(Leaf::Property {
+                    slot: scope.slot(&key),
                     key,
                     operator,
                     negate,

@@ -138,13 +138,13 @@ impl Operator {
             Operator::Exact(candidates) => is_any_of(candidates, actual),
             Operator::IsNot(candidates) => !is_any_of(candidates, actual),
             Operator::Contains { needle, negate } => {
-                lowered(actual).contains(needle.as_str()) != *negate
+                with_lowered(actual, |s| s.contains(needle.as_str())) != *negate
             }
             Operator::StartsWith { prefix, negate } => {
-                lowered(actual).starts_with(prefix.as_str()) != *negate
+                with_lowered(actual, |s| s.starts_with(prefix.as_str())) != *negate
             }
             Operator::EndsWith { suffix, negate } => {
-                lowered(actual).ends_with(suffix.as_str()) != *negate
+                with_lowered(actual, |s| s.ends_with(suffix.as_str())) != *negate
             }
             Operator::Regex { pattern, negate } => match pattern {
                 Some(re) => re.is_match(&text(actual)) != *negate,
@@ -191,6 +191,26 @@ fn lowered(value: &Value) -> String {
     text(value).to_lowercase()
 }
 
+/// Strings up to this long are lowercased on the stack when they are ASCII.
+const STACK_LOWERCASE_BYTES: usize = 256;
+
+/// `f` of `lowered(value)`. Property values are mostly short ASCII strings, whose
+/// lowercase form (the same as `to_lowercase` gives for ASCII) needs no allocation.
+fn with_lowered<R>(value: &Value, f: impl FnOnce(&str) -> R) -> R {
+    if let Value::String(s) = value {
+        if s.len() <= STACK_LOWERCASE_BYTES && s.is_ascii() {
+            let mut buffer = [0u8; STACK_LOWERCASE_BYTES];
+            let lower = &mut buffer[..s.len()];
+            lower.copy_from_slice(s.as_bytes());
+            lower.make_ascii_lowercase();
+            if let Ok(lower) = std::str::from_utf8(lower) {
+                return f(lower);
+            }
+        }
+    }
+    f(&lowered(value))
+}
+
 fn candidates(value: &Value) -> Vec<String> {
     match value {
         Value::Array(items) => items.iter().map(lowered).collect(),
@@ -199,8 +219,7 @@ fn candidates(value: &Value) -> Vec<String> {
 }
 
 fn is_any_of(candidates: &[String], actual: &Value) -> bool {
-    let actual = lowered(actual);
-    candidates.contains(&actual)
+    with_lowered(actual, |actual| candidates.iter().any(|c| c == actual))
 }
 
 /// A number, or a string that parses as a finite one; booleans are not numbers.
@@ -239,5 +258,31 @@ fn date_matches(
         DateCmp::Before => actual.at() < target.at(),
         DateCmp::After => actual.at() > target.at(),
         DateCmp::Exact => actual.same_as(&target),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn lowercasing_on_the_stack_agrees_with_to_lowercase() {
+        let long = "AbC".repeat(100);
+        for value in [
+            json!("MiXeD Case@Example.COM"),
+            json!(""),
+            json!("ÉCOLE Ünïcode"),
+            json!(long),
+            json!(12.5),
+            json!(true),
+            json!(["A"]),
+        ] {
+            assert_eq!(
+                with_lowered(&value, str::to_owned),
+                lowered(&value),
+                "{value}"
+            );
+        }
     }
 }

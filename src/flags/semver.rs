@@ -19,12 +19,8 @@ impl Version {
             Value::Number(n) => return Version::parse(&Value::String(n.to_string())),
             _ => return None,
         };
-        let parts = numeric_parts(core(text))?;
-        Some(Version(
-            parts.first().copied().unwrap_or(0),
-            parts.get(1).copied().unwrap_or(0),
-            parts.get(2).copied().unwrap_or(0),
-        ))
+        let [major, minor, patch] = numeric_parts(core(text))?;
+        Some(Version(major, minor, patch))
     }
 }
 
@@ -36,21 +32,17 @@ fn core(text: &str) -> &str {
     &text[..end]
 }
 
-fn numeric_parts(core: &str) -> Option<Vec<u64>> {
-    let parts: Vec<&str> = core.split('.').collect();
-    if parts.len() > MAX_PARTS {
-        return None;
+/// Up to `MAX_PARTS` dot-separated decimal numbers, missing ones 0; `None` when there are
+/// more parts or one is not a plain number.
+fn numeric_parts(core: &str) -> Option<[u64; MAX_PARTS]> {
+    let mut parts = [0; MAX_PARTS];
+    for (i, part) in core.split('.').enumerate() {
+        if i >= MAX_PARTS || part.is_empty() || !part.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        parts[i] = part.parse().ok()?;
     }
-    parts
-        .iter()
-        .map(|p| {
-            if p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit()) {
-                None
-            } else {
-                p.parse().ok()
-            }
-        })
-        .collect()
+    Some(parts)
 }
 
 /// A compiled `semver_*` filter. A filter value that is not a version never matches.
@@ -140,7 +132,7 @@ fn wildcard(value: &Value) -> Option<Vec<u64>> {
         } else if wild {
             return None;
         } else {
-            prefix.push(numeric_parts(part)?.first().copied()?);
+            prefix.push(numeric_parts(part)?[0]);
         }
     }
     (prefix.len() <= MAX_PARTS).then_some(prefix)
