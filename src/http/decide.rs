@@ -3,6 +3,7 @@
 //! properties, plus the definitions feed for SDKs that evaluate locally and the
 //! remote config posthog-js reads at start.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -246,7 +247,8 @@ fn evaluate(
         let requested = std::mem::take(&mut req.person_properties);
         Some(layered([stored, geo, requested]))
     };
-    let group_properties = group_properties(app, project.id, &req, rules.needs_group_properties());
+    let group_properties =
+        group_properties(app, project.id, &mut req, rules.needs_group_properties());
     let ctx = Context {
         distinct_id: &req.distinct_id,
         anon_distinct_id: req.anon_distinct_id.as_deref(),
@@ -281,25 +283,25 @@ fn layered<const N: usize>(layers: [Map<String, Value>; N]) -> Map<String, Value
 fn group_properties(
     app: &App,
     project: u64,
-    req: &DecideRequest,
+    req: &mut DecideRequest,
     use_stored: bool,
 ) -> HashMap<String, Option<Map<String, Value>>> {
-    let mut out = HashMap::new();
+    let mut out = HashMap::with_capacity(req.groups.len());
     for (kind, key) in &req.groups {
         let key = match key {
-            Value::String(s) => s.clone(),
-            Value::Number(n) => n.to_string(),
+            Value::String(s) => Cow::Borrowed(s.as_str()),
+            Value::Number(n) => Cow::Owned(n.to_string()),
             _ => continue,
         };
-        let mut props = Map::new();
+        let mut stored = Map::new();
         if use_stored {
-            let stored =
+            let found =
                 query::group_type_index(&app.trees, project, kind).and_then(|index| match index {
                     Some(i) => query::group(&app.trees, project, i, &key),
                     None => Ok(None),
                 });
-            match stored {
-                Ok(Some(group)) => props = group.properties,
+            match found {
+                Ok(Some(group)) => stored = group.properties,
                 Ok(None) => {}
                 Err(e) => {
                     tracing::warn!(error = %e, "group lookup failed; flags of that group left out");
@@ -308,10 +310,11 @@ fn group_properties(
                 }
             }
         }
-        if let Some(Value::Object(overrides)) = req.group_properties.get(kind) {
-            props.extend(overrides.clone());
-        }
-        out.insert(kind.clone(), Some(props));
+        let overrides = match req.group_properties.remove(kind) {
+            Some(Value::Object(overrides)) => overrides,
+            _ => Map::new(),
+        };
+        out.insert(kind.clone(), Some(layered([stored, overrides])));
     }
     out
 }
