@@ -2,10 +2,6 @@
 //! early access, holdout, then conditions in stored order. Flags are computed in dependency
 //! order and reported in definition order. Property lookups are lazy: a failed person (or
 //! group) lookup only fails the flags that actually read it, and their dependents.
-//!
-//! A flag's outcome is a small copyable [`Decision`] that points into the compiled rules
-//! (its variant by index), so evaluating a project allocates one vector per request and
-//! nothing per flag; [`Outcomes`] turns into owned [`Evaluation`]s only when asked.
 
 use std::borrow::Cow;
 use std::cell::Cell;
@@ -15,50 +11,10 @@ use serde_json::{Map, Value};
 use super::cohort::Tree;
 use super::compile::ProjectRules;
 use super::filter::{CohortRef, FlagRef, Leaf};
-use super::flag::{Flag, Logic, Payload};
+use super::flag::{Flag, Logic};
 use super::hash::{holdout_hash, in_rollout, FlagHashes};
-use super::result::{
-    Context, Evaluation, FailureCause, FlagFailure, FlagResult, Reason, ReasonCode,
-};
-
-/// The value an enabled flag took besides `true`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Pick {
-    /// No variant: the value is the boolean.
-    None,
-    /// `logic.variants[i]`.
-    Variant(usize),
-    /// The holdout's variant.
-    Holdout,
-}
-
-/// The outcome of one flag.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Decision {
-    pub(super) enabled: bool,
-    pub(super) pick: Pick,
-    pub(super) code: ReasonCode,
-    pub(super) condition_index: Option<usize>,
-}
-
-impl Decision {
-    fn off(code: ReasonCode, condition_index: Option<usize>) -> Decision {
-        Decision {
-            enabled: false,
-            pick: Pick::None,
-            code,
-            condition_index,
-        }
-    }
-}
-
-/// A flag's state during one evaluation, as its dependents see it.
-enum Slot {
-    /// Inactive: reads as disabled.
-    Skipped,
-    Done(Decision),
-    Failed(FailureCause),
-}
+use super::outcome::{variant_key, Decision, Outcomes, Pick, Slot};
+use super::result::{Context, Evaluation, FailureCause, ReasonCode};
 
 /// One property key's value for the request, remembered from its first lookup on (the
 /// outer `None` is "not looked up yet"). Indexed by the filters' slots.
@@ -100,110 +56,6 @@ impl<'c> Props<'_, 'c> {
     }
 }
 
-/// Every flag of a project evaluated for one request, borrowing the rules: what the
-/// response writer reads without copying keys, variants or payloads.
-pub struct Outcomes<'r> {
-    rules: &'r ProjectRules,
-    /// One per flag of `rules.flags`, in definition order.
-    slots: Vec<Slot>,
-}
-
-/// One computed flag of [`Outcomes`].
-#[derive(Clone, Copy)]
-pub(super) struct Outcome<'r> {
-    pub(super) flag: &'r Flag,
-    pub(super) logic: &'r Logic,
-    pub(super) decision: Decision,
-}
-
-impl<'r> Outcome<'r> {
-    /// The variant key, for enabled flags with one.
-    pub(super) fn variant(&self) -> Option<&'r str> {
-        variant_key(self.logic, self.decision.pick)
-    }
-
-    /// The variant key as a JSON string, for enabled flags with one.
-    pub(super) fn quoted_variant(&self) -> Option<&'r str> {
-        match self.decision.pick {
-            Pick::None => None,
-            Pick::Variant(i) => self.logic.variants.get(i).map(|v| &*v.quoted),
-            Pick::Holdout => self.logic.holdout.as_ref().map(|h| &*h.quoted),
-        }
-    }
-
-    /// `payloads[variant or "true"]` of an enabled flag.
-    pub(super) fn payload(&self) -> Option<&'r Payload> {
-        if !self.decision.enabled {
-            return None;
-        }
-        let logic = self.logic;
-        match self.decision.pick {
-            Pick::None => logic.boolean_payload.as_ref(),
-            Pick::Variant(i) => logic.variants.get(i)?.payload.as_ref(),
-            Pick::Holdout => logic.holdout.as_ref()?.payload.as_ref(),
-        }
-    }
-
-    fn to_result(self) -> FlagResult {
-        let d = self.decision;
-        FlagResult {
-            key: self.flag.header.key.clone(),
-            id: self.flag.header.id,
-            version: self.flag.header.version,
-            enabled: d.enabled,
-            variant: self.variant().map(str::to_owned),
-            reason: Reason::new(d.code, d.condition_index),
-            payload: self.payload().map(|p| p.value.clone()),
-        }
-    }
-}
-
-impl<'r> Outcomes<'r> {
-    /// Some flag could not be computed; clients then merge instead of replacing.
-    pub fn errors(&self) -> bool {
-        self.slots.iter().any(|s| matches!(s, Slot::Failed(_)))
-    }
-
-    /// The computed flags in definition order; inactive and failed flags are absent.
-    pub(super) fn computed(&self) -> impl Iterator<Item = Outcome<'r>> + Clone + '_ {
-        self.rules
-            .flags
-            .iter()
-            .zip(&self.slots)
-            .filter_map(|(flag, slot)| match (slot, &flag.logic) {
-                (Slot::Done(decision), Some(logic)) => Some(Outcome {
-                    flag,
-                    logic,
-                    decision: *decision,
-                }),
-                _ => None,
-            })
-    }
-
-    /// The same outcomes as owned results.
-    pub fn to_evaluation(&self) -> Evaluation {
-        let failed: Vec<FlagFailure> = self
-            .rules
-            .flags
-            .iter()
-            .zip(&self.slots)
-            .filter_map(|(flag, slot)| match slot {
-                Slot::Failed(cause) => Some(FlagFailure {
-                    key: flag.header.key.clone(),
-                    id: flag.header.id,
-                    cause: cause.clone(),
-                }),
-                _ => None,
-            })
-            .collect();
-        Evaluation {
-            flags: self.computed().map(Outcome::to_result).collect(),
-            errors: !failed.is_empty(),
-            failed,
-        }
-    }
-}
-
 impl ProjectRules {
     /// Evaluates every active flag for one request.
     pub fn evaluate(&self, ctx: &Context<'_>) -> Evaluation {
@@ -237,15 +89,6 @@ impl ProjectRules {
             };
         }
         Outcomes { rules: self, slots }
-    }
-}
-
-/// The key of a picked variant.
-fn variant_key(logic: &Logic, pick: Pick) -> Option<&str> {
-    match pick {
-        Pick::None => None,
-        Pick::Variant(i) => logic.variants.get(i).map(|v| v.key.as_str()),
-        Pick::Holdout => logic.holdout.as_ref().map(|h| h.variant.as_str()),
     }
 }
 

@@ -7,8 +7,9 @@
 //! - `compile` ([`ProjectRules::compile`]), with `definition` (path-aware JSON reading),
 //!   `flag`, `filter`, `cohort` and `graph` (dependency order and cycles): turns a file
 //!   into an immutable, index-resolved form.
-//! - `evaluate` ([`ProjectRules::evaluate`]), with `hash`, `property`, `date` and
-//!   `semver`: computes every flag for one [`Context`].
+//! - `evaluate` ([`ProjectRules::evaluate`], [`ProjectRules::outcomes`]), with `hash`,
+//!   `property`, `date` and `semver`: computes every flag for one [`Context`] into
+//!   `outcome`'s [`Outcomes`].
 //! - `response` ([`response`], [`remote_config`]): the response body for each protocol
 //!   version, and the remote config posthog-js reads at start.
 
@@ -23,6 +24,7 @@ mod flag;
 mod graph;
 mod hash;
 mod load;
+mod outcome;
 mod property;
 mod response;
 mod result;
@@ -33,7 +35,7 @@ mod tests;
 
 pub use compile::ProjectRules;
 pub use error::{CompileError, ErrorKind};
-pub use evaluate::Outcomes;
 pub use load::{ReloadReport, Rules, Snapshot};
+pub use outcome::Outcomes;
 pub use response::{remote_config, response, response_bytes};
 pub use result::{Context, Evaluation, FailureCause, FlagFailure, FlagResult, Reason, ReasonCode};

@@ -6,7 +6,7 @@ use serde::Serialize;
 use serde_json::{json, Map, Value};
 use uuid::Uuid;
 
-use super::evaluate::{Outcome, Outcomes};
+use super::outcome::{Outcome, Outcomes};
 use super::result::{
     matched_condition_set, Evaluation, FlagResult, ReasonCode, MATCHED_CONDITION_PREFIX,
 };
