@@ -107,6 +107,7 @@ mod tests {
         let geoip = Arc::new(crate::geoip::Database::disabled());
         let store = crate::store::Store::open(
             &config.db_dir,
+            config.cache_bytes,
             projects.clone(),
             Default::default(),
             geoip.clone(),

@@ -99,6 +99,9 @@ struct Serve {
     /// free disk space in MiB below which new events get 503 [env FLAGPOST_MIN_FREE_DISK_MB, default 256]
     #[argh(option)]
     min_free_disk_mb: Option<u64>,
+    /// database page cache in MiB; sled uses more than this [env FLAGPOST_CACHE_MB, default 16]
+    #[argh(option)]
+    cache_mb: Option<u64>,
 }
 
 impl Cli {
@@ -193,6 +196,9 @@ fn serve_config(args: Serve) -> Result<Config, String> {
     config.geoip = or_env(args.geoip, "FLAGPOST_GEOIP")?;
     if let Some(mb) = or_env(args.min_free_disk_mb, "FLAGPOST_MIN_FREE_DISK_MB")? {
         config.min_free_disk_bytes = mb.saturating_mul(1024 * 1024);
+    }
+    if let Some(mb) = or_env(args.cache_mb, "FLAGPOST_CACHE_MB")? {
+        config.cache_bytes = mb.max(1).saturating_mul(1024 * 1024);
     }
     if let Some(list) = or_env(args.trusted_proxies, "FLAGPOST_TRUSTED_PROXIES")? {
         config.trusted_proxies =

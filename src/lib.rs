@@ -86,14 +86,15 @@ pub async fn serve(
     let metrics = metrics::Metrics::new();
     let flushes = metrics.wal_flush_seconds.clone();
     let on_flush: store::wal::FlushObserver = Box::new(move |d| flushes.observe(d.as_secs_f64()));
-    let (db_dir, shared, settings, enrich) = (
+    let (db_dir, cache, shared, settings, enrich) = (
         config.db_dir.clone(),
+        config.cache_bytes,
         projects.clone(),
         config.compactor.clone(),
         geoip.clone(),
     );
     let store = tokio::task::spawn_blocking(move || {
-        store::Store::open(&db_dir, shared, settings, enrich, on_flush)
+        store::Store::open(&db_dir, cache, shared, settings, enrich, on_flush)
     })
     .await
     .map_err(|e| Error::Io(std::io::Error::other(e)))?

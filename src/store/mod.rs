@@ -27,8 +27,6 @@ pub use wal::Wal;
 
 use crate::projects::Projects;
 
-/// sled's page cache. Its memory use can exceed this, so it is kept modest.
-const CACHE_CAPACITY_BYTES: u64 = 64 * 1024 * 1024;
 
 /// The log's tree name, part of the on-disk format like every tree name below.
 pub const WAL_TREE: &str = "wal";
@@ -117,8 +115,10 @@ pub struct Store {
 
 impl Store {
     /// Open the database and start the log writer and the compactor. Blocking.
+    /// `cache_bytes` is sled's page cache (see [`crate::config::DEFAULT_CACHE_BYTES`]).
     pub fn open(
         dir: &Path,
+        cache_bytes: u64,
         projects: Arc<ArcSwap<Projects>>,
         settings: compactor::Settings,
         geoip: Arc<crate::geoip::Database>,
@@ -126,7 +126,7 @@ impl Store {
     ) -> Result<Store, Error> {
         let db = sled::Config::new()
             .path(dir)
-            .cache_capacity(CACHE_CAPACITY_BYTES)
+            .cache_capacity(cache_bytes)
             .open()?;
         let trees = Trees::open(&db)?;
         let io = |e| Error(sled::Error::Io(e));
