@@ -208,24 +208,20 @@ pub fn capture_parse(data: &[u8]) {
     let Ok(payload) = capture::parse(&mut bytes, flags & 1 == 1) else {
         return;
     };
-    assert!(
-        !payload.events.is_empty(),
-        "a payload without events parsed"
-    );
+    assert!(!payload.is_empty(), "a payload without events parsed");
     let _ = payload.key();
     let ctx = Context {
         project: 7,
         now: NOW_MS,
         sent_at: payload
             .sent_at
-            .as_deref()
             .and_then(timestamp::parse_ms)
             .or((flags & 2 == 2).then_some(NOW_MS - 1_000)),
         historical: payload.historical,
         ip: Some(IpAddr::V4(Ipv4Addr::LOCALHOST)),
     };
-    for event in payload.events {
-        let Ok(Outcome::Keep(record)) = capture::normalise(event, &ctx) else {
+    for event in payload.events() {
+        let Ok(Outcome::Keep(record)) = capture::normalise_event(event, &ctx) else {
             continue;
         };
         assert_eq!(Record::decode(&record.encode()).as_ref(), Ok(&*record));

@@ -2,6 +2,7 @@
 //! overflow the stack when turned into (or dropped as) a recursive value.
 
 use serde_json::Value;
+use simd_json::Node;
 
 use super::Error;
 
@@ -12,6 +13,15 @@ pub const MAX_DEPTH: usize = 128;
 pub fn parse_value(bytes: &mut [u8]) -> Result<Value, Error> {
     check_depth(bytes, MAX_DEPTH)?;
     simd_json::serde::from_slice::<Value>(bytes).map_err(|e| Error::InvalidJson(e.to_string()))
+}
+
+/// Parse bytes into a simd-json tape that borrows its strings from `bytes`, with the
+/// same checks and errors as [`parse_value`].
+pub fn parse_tape(bytes: &mut [u8]) -> Result<Vec<Node<'_>>, Error> {
+    check_depth(bytes, MAX_DEPTH)?;
+    simd_json::to_tape(bytes)
+        .map(|tape| tape.0)
+        .map_err(|e| Error::InvalidJson(e.to_string()))
 }
 
 /// Reject nesting beyond `max` with one cheap pass over the bytes (brackets inside

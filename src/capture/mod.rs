@@ -3,17 +3,22 @@
 //! write-ahead log [`Record`](crate::store::Record).
 //!
 //! Everything here is pure: the HTTP layer decodes the body, calls [`parse`], resolves
-//! the key with [`Payload::key`], then [`normalise`]s each event.
+//! the key with [`Payload::key`], then [`normalise_event`]s each event.
 
+#[cfg(test)]
+mod equivalence_tests;
 pub mod json;
 mod normalise;
 mod parse;
+mod tape;
 pub mod timestamp;
+mod write;
 
 pub use normalise::{
-    clean_distinct_id, normalise, Context, DropReason, Outcome, MAX_DISTINCT_ID_CHARS,
+    clean_distinct_id, normalise, normalise_event, Context, DropReason, Outcome,
+    MAX_DISTINCT_ID_CHARS,
 };
-pub use parse::{parse, Payload};
+pub use parse::{parse, Event, Payload};
 
 /// Why a capture request is refused. Each maps to one status and body in `http`.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -6,8 +6,10 @@ use std::net::IpAddr;
 use serde_json::{Map, Value};
 use uuid::Uuid;
 
+use super::parse::{parse, Event};
+use super::tape::{self, Object, Value as TapeValue};
 use super::timestamp::{self, Claims};
-use super::Error;
+use super::{write, Error};
 use crate::store::Record;
 
 /// Longer distinct ids are cut to this many characters.
@@ -56,47 +58,57 @@ pub enum Outcome {
     Drop(DropReason),
 }
 
-/// Validate and normalise one event object.
-pub fn normalise(event: Map<String, Value>, ctx: &Context) -> Result<Outcome, Error> {
-    let name = match event.get("event") {
-        None | Some(Value::Null) => return Ok(Outcome::Drop(DropReason::MissingEventName)),
-        Some(Value::String(s)) if s.is_empty() => {
-            return Ok(Outcome::Drop(DropReason::MissingEventName))
+/// Validate and normalise one event of a parsed payload.
+pub fn normalise_event(event: Event<'_, '_>, ctx: &Context) -> Result<Outcome, Error> {
+    let f = Fields::read(event.object);
+    let name = if event.implied_identify() {
+        IDENTIFY.to_owned()
+    } else {
+        match f.event {
+            None => return Ok(Outcome::Drop(DropReason::MissingEventName)),
+            Some(v) if v.is_null() => return Ok(Outcome::Drop(DropReason::MissingEventName)),
+            Some(v) => match v.as_str() {
+                Some("") => return Ok(Outcome::Drop(DropReason::MissingEventName)),
+                Some(s) => s.to_owned(),
+                None => return Err(wrong("event", "a string")),
+            },
         }
-        Some(Value::String(s)) => s.clone(),
-        Some(_) => return Err(wrong("event", "a string")),
     };
-    let properties = match event.get("properties") {
-        None | Some(Value::Null) => None,
-        Some(Value::Object(p)) => Some(p),
-        Some(_) => return Err(wrong("properties", "an object")),
+    let properties = match f.properties {
+        None => None,
+        Some(v) if v.is_null() => None,
+        Some(v) => Some(v.as_object().ok_or(wrong("properties", "an object"))?),
     };
-    let distinct_id = match distinct_id(&event, properties)? {
+    let props = properties.map(Properties::read).unwrap_or_default();
+    let raw_id = [f.distinct_id, f.legacy_distinct_id, props.distinct_id]
+        .into_iter()
+        .flatten()
+        .find(|v| !v.is_null());
+    let distinct_id = match distinct_id(raw_id)? {
         Ok(id) => id,
         Err(reason) => return Ok(Outcome::Drop(reason)),
     };
-    let uuid = match event.get("uuid") {
-        Some(Value::String(s)) => Uuid::parse_str(s).ok(),
-        _ => None,
-    }
-    .unwrap_or_else(Uuid::now_v7);
-
-    let ignore_sent_at = properties
-        .and_then(|p| p.get("$ignore_sent_at"))
-        .is_some_and(|v| v == &Value::Bool(true));
+    let uuid = f
+        .uuid
+        .and_then(|v| v.as_str())
+        .and_then(|s| Uuid::parse_str(s).ok())
+        .unwrap_or_else(Uuid::now_v7);
     let claims = Claims {
-        timestamp: match event.get("timestamp") {
-            Some(Value::String(s)) => timestamp::parse_ms(s),
-            _ => None,
+        timestamp: f
+            .timestamp
+            .and_then(|v| v.as_str())
+            .and_then(timestamp::parse_ms),
+        sent_at: if props.ignore_sent_at {
+            None
+        } else {
+            ctx.sent_at
         },
-        sent_at: if ignore_sent_at { None } else { ctx.sent_at },
-        offset: event
-            .get("offset")
-            .and_then(Value::as_f64)
+        offset: f
+            .offset
+            .and_then(|v| v.as_f64())
             .filter(|o| o.is_finite())
             .map(|o| o as i64),
     };
-    let data = serde_json::to_vec(&event).map_err(|e| Error::InvalidJson(e.to_string()))?;
     Ok(Outcome::Keep(Box::new(Record {
         project: ctx.project,
         received_at: ctx.now,
@@ -107,36 +119,139 @@ pub fn normalise(event: Map<String, Value>, ctx: &Context) -> Result<Outcome, Er
         ip: ctx.ip,
         event: name,
         distinct_id,
-        data,
+        data: data(event),
     })))
 }
 
-/// The root `distinct_id`, else `properties.distinct_id` (batch items), else the
-/// legacy `$distinct_id`; a number becomes its decimal string.
-fn distinct_id(
-    event: &Map<String, Value>,
-    properties: Option<&Map<String, Value>>,
-) -> Result<Result<String, DropReason>, Error> {
-    let raw = [event.get("distinct_id"), event.get("$distinct_id")]
-        .into_iter()
-        .chain([properties.and_then(|p| p.get("distinct_id"))])
-        .flatten()
-        .find(|v| !v.is_null());
-    let id = match raw {
-        None => return Ok(Err(DropReason::MissingDistinctId)),
-        Some(Value::String(s)) => s.clone(),
-        Some(Value::Number(n)) => n.to_string(),
-        Some(_) => return Err(wrong("distinct_id", "a string or a number")),
+/// [`normalise_event`] for an event held as a `serde_json` map (tests, benches,
+/// tools): it is written out and parsed as a request body would be.
+pub fn normalise(event: Map<String, Value>, ctx: &Context) -> Result<Outcome, Error> {
+    let mut bytes = serde_json::to_vec(&event).map_err(|e| Error::InvalidJson(e.to_string()))?;
+    let payload = parse(&mut bytes, false)?;
+    let event = payload
+        .events()
+        .next()
+        .ok_or(wrong("the payload", "an event"))?;
+    normalise_event(event, ctx)
+}
+
+/// The event name `/engage` gives an object without one.
+const IDENTIFY: &str = "$identify";
+
+/// The top-level fields normalisation reads, found in one pass; the last of a
+/// repeated key, as everywhere.
+#[derive(Default)]
+struct Fields<'t, 'a> {
+    event: Option<TapeValue<'t, 'a>>,
+    properties: Option<TapeValue<'t, 'a>>,
+    distinct_id: Option<TapeValue<'t, 'a>>,
+    legacy_distinct_id: Option<TapeValue<'t, 'a>>,
+    uuid: Option<TapeValue<'t, 'a>>,
+    timestamp: Option<TapeValue<'t, 'a>>,
+    offset: Option<TapeValue<'t, 'a>>,
+}
+
+impl<'t, 'a> Fields<'t, 'a> {
+    fn read(event: Object<'t, 'a>) -> Self {
+        let mut f = Fields::default();
+        for (key, v) in event.iter() {
+            let slot = match key {
+                "event" => &mut f.event,
+                "properties" => &mut f.properties,
+                "distinct_id" => &mut f.distinct_id,
+                "$distinct_id" => &mut f.legacy_distinct_id,
+                "uuid" => &mut f.uuid,
+                "timestamp" => &mut f.timestamp,
+                "offset" => &mut f.offset,
+                _ => continue,
+            };
+            *slot = Some(v);
+        }
+        f
+    }
+}
+
+/// What normalisation reads from `properties`.
+#[derive(Default)]
+struct Properties<'t, 'a> {
+    distinct_id: Option<TapeValue<'t, 'a>>,
+    ignore_sent_at: bool,
+}
+
+impl<'t, 'a> Properties<'t, 'a> {
+    fn read(properties: Object<'t, 'a>) -> Self {
+        let mut p = Properties::default();
+        for (key, v) in properties.iter() {
+            match key {
+                "distinct_id" => p.distinct_id = Some(v),
+                "$ignore_sent_at" => p.ignore_sent_at = v.as_bool() == Some(true),
+                _ => {}
+            }
+        }
+        p
+    }
+}
+
+/// The distinct id from the first of root `distinct_id`, `$distinct_id` (legacy),
+/// `properties.distinct_id` (batch items) that is not null; a number becomes its
+/// decimal string.
+fn distinct_id(raw: Option<TapeValue<'_, '_>>) -> Result<Result<String, DropReason>, Error> {
+    let Some(raw) = raw else {
+        return Ok(Err(DropReason::MissingDistinctId));
+    };
+    let number;
+    let id = match raw.as_str() {
+        Some(s) => s,
+        None => {
+            number = raw
+                .number_string()
+                .ok_or(wrong("distinct_id", "a string or a number"))?;
+            &number
+        }
     };
     if id.is_empty() {
         return Ok(Err(DropReason::EmptyDistinctId));
     }
-    Ok(Ok(clean_distinct_id(&id)))
+    Ok(Ok(clean_distinct_id(id)))
+}
+
+/// The event as the log stores it: the object as sent, written the way serde_json
+/// writes it, with the implied `$identify` of `/engage` last.
+fn data(event: Event<'_, '_>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(event.size_hint);
+    out.push(b'{');
+    let written = write::entries(&mut out, event.object);
+    if written.is_ok() {
+        if event.implied_identify() {
+            if !event.object.is_empty() {
+                out.push(b',');
+            }
+            out.extend_from_slice(br#""event":"$identify""#);
+        }
+        out.push(b'}');
+        return out;
+    }
+    // A repeated key somewhere: serde_json keeps one entry of it.
+    let mut map = match tape::to_serde(TapeValue::from(event.object)) {
+        Value::Object(map) => map,
+        _ => Map::new(),
+    };
+    if event.implied_identify() {
+        map.insert("event".into(), Value::String(IDENTIFY.into()));
+    }
+    out.clear();
+    // Writing a map of strings into a Vec cannot fail.
+    let _ = serde_json::to_writer(&mut out, &map);
+    out
 }
 
 /// NUL becomes U+FFFD (stores and queries choke on it) and the id is cut to
 /// [`MAX_DISTINCT_ID_CHARS`] characters.
 pub fn clean_distinct_id(id: &str) -> String {
+    // Bytes bound characters: a short id without NUL is already clean.
+    if id.len() <= MAX_DISTINCT_ID_CHARS && !id.contains('\0') {
+        return id.to_owned();
+    }
     id.chars()
         .take(MAX_DISTINCT_ID_CHARS)
         .map(|c| if c == '\0' { '\u{FFFD}' } else { c })

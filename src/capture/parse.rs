@@ -1,76 +1,162 @@
 //! The JSON shapes a capture request may carry, tried in the reference order: an array
 //! of events, a batch envelope, a single event; on `/engage`, an object without `event`
 //! is an `$identify`.
+//!
+//! The body is parsed once into a simd-json tape that borrows its strings from the
+//! body; events are views into it, never trees of owned values.
 
-use serde_json::{Map, Value};
+use simd_json::Node;
 
-use super::json::parse_value;
+use super::json::parse_tape;
+use super::tape::{Array, Object, Value};
 use super::Error;
 
-/// A decoded capture request.
-#[derive(Debug, Default)]
-pub struct Payload {
-    pub events: Vec<Map<String, Value>>,
+/// A decoded capture request, borrowing from the body it was parsed from.
+#[derive(Debug)]
+pub struct Payload<'a> {
+    tape: Vec<Node<'a>>,
+    /// Where the events are: the tape index of an array of them or of the one event.
+    events: Events,
+    engage: bool,
+    /// The length of the body parsed.
+    body_len: usize,
     /// The batch envelope's `api_key` or `token`, which wins over the events' own.
-    pub batch_key: Option<String>,
+    pub batch_key: Option<&'a str>,
     /// `historical_migration: true` on the envelope.
     pub historical: bool,
     /// The envelope's `sent_at`, unparsed.
-    pub sent_at: Option<String>,
+    pub sent_at: Option<&'a str>,
 }
 
-/// Parse a decoded body. `engage` is true on the `/engage` paths.
-pub fn parse(bytes: &mut [u8], engage: bool) -> Result<Payload, Error> {
-    let mut payload = match parse_value(bytes)? {
-        Value::Array(items) => Payload {
-            events: objects(items)?,
-            ..Payload::default()
-        },
-        Value::Object(mut obj) if obj.contains_key("batch") => {
-            let items = match obj.remove("batch") {
-                Some(Value::Array(items)) => items,
-                _ => return Err(wrong("batch", "an array of events")),
-            };
-            Payload {
-                events: objects(items)?,
-                batch_key: key_field(&obj, &["api_key", "token"])?,
-                historical: matches!(obj.get("historical_migration"), Some(Value::Bool(true))),
-                sent_at: match obj.get("sent_at") {
-                    Some(Value::String(s)) => Some(s.clone()),
-                    _ => None,
-                },
-            }
+#[derive(Debug, Clone, Copy)]
+enum Events {
+    /// The array at this tape index; every element is an object.
+    Array(usize),
+    /// The root object is the only event.
+    Single,
+}
+
+/// Room for what writing an event back out may add over its share of the body:
+/// escapes serde_json writes differently, an implied `$identify`.
+const EVENT_SLACK_BYTES: usize = 64;
+
+/// One event object of a [`Payload`].
+#[derive(Debug, Clone, Copy)]
+pub struct Event<'t, 'a> {
+    pub(super) object: Object<'t, 'a>,
+    /// On `/engage`, an event without an `event` key is an `$identify`.
+    pub(super) engage: bool,
+    /// About how many bytes the event takes as JSON.
+    pub(super) size_hint: usize,
+}
+
+impl Event<'_, '_> {
+    /// The `event` key is missing and the request came to `/engage`: the event is
+    /// read and stored as if it had `"event":"$identify"` last.
+    pub(super) fn implied_identify(&self) -> bool {
+        self.engage && !self.object.contains_key("event")
+    }
+}
+
+/// Parse a decoded body. `engage` is true on the `/engage` paths. The buffer is used
+/// as scratch space by simd-json, and the payload borrows its strings.
+pub fn parse(bytes: &mut [u8], engage: bool) -> Result<Payload<'_>, Error> {
+    let body_len = bytes.len();
+    let tape = parse_tape(bytes)?;
+    let root =
+        Value::root(&tape).ok_or(wrong("the payload", "an event, an array or a batch object"))?;
+    let mut batch_key = None;
+    let mut historical = false;
+    let mut sent_at = None;
+    let (events, count) = if let Some(items) = root.as_array() {
+        (Events::Array(0), objects(items)?)
+    } else if let Some(obj) = root.as_object() {
+        if let Some(batch) = obj.get("batch") {
+            let items = batch
+                .as_array()
+                .ok_or(wrong("batch", "an array of events"))?;
+            let count = objects(items)?;
+            batch_key = key_field(obj, &["api_key", "token"])?;
+            historical = obj
+                .get("historical_migration")
+                .and_then(|v| v.as_bool())
+                .unwrap_or(false);
+            sent_at = obj.get("sent_at").and_then(|v| v.as_str());
+            (Events::Array(index_of(&tape, batch)), count)
+        } else {
+            (Events::Single, 1)
         }
-        Value::Object(obj) => Payload {
-            events: vec![obj],
-            ..Payload::default()
-        },
-        _ => return Err(wrong("the payload", "an event, an array or a batch object")),
+    } else {
+        return Err(wrong("the payload", "an event, an array or a batch object"));
     };
-    if payload.events.is_empty() {
+    if count == 0 {
         return Err(Error::EmptyBatch);
     }
-    if engage {
-        for event in &mut payload.events {
-            if !event.contains_key("event") {
-                event.insert("event".into(), Value::String("$identify".into()));
-            }
-        }
-    }
-    Ok(payload)
+    Ok(Payload {
+        tape,
+        events,
+        engage,
+        body_len,
+        batch_key,
+        historical,
+        sent_at,
+    })
 }
 
-impl Payload {
+/// The position of `v` in `tape`, which it is a part of.
+fn index_of(tape: &[Node<'_>], v: Value<'_, '_>) -> usize {
+    let start = tape.as_ptr() as usize;
+    (v.node() as *const Node<'_> as usize - start) / std::mem::size_of::<Node<'_>>()
+}
+
+impl<'a> Payload<'a> {
+    /// How many events the request carries (at least one).
+    pub fn len(&self) -> usize {
+        self.array().map_or(1, |a| a.len())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn array(&self) -> Option<Array<'_, 'a>> {
+        match self.events {
+            Events::Array(at) => Value::root(self.tape.get(at..)?)?.as_array(),
+            Events::Single => None,
+        }
+    }
+
+    /// The events, in the order sent.
+    pub fn events(&self) -> impl Iterator<Item = Event<'_, 'a>> + '_ {
+        let single = match self.events {
+            Events::Single => Value::root(&self.tape),
+            Events::Array(_) => None,
+        };
+        let engage = self.engage;
+        let size_hint = self.body_len / self.len().max(1) + EVENT_SLACK_BYTES;
+        self.array()
+            .into_iter()
+            .flat_map(|a| a.iter())
+            .chain(single)
+            .filter_map(move |v| {
+                Some(Event {
+                    object: v.as_object()?,
+                    engage,
+                    size_hint,
+                })
+            })
+    }
+
     /// The one project key of this request: the envelope's, else the single key every
     /// event carries. Events that disagree (including some with a key and some
     /// without) are an error, as in the reference service.
-    pub fn key(&self) -> Result<&str, Error> {
-        if let Some(key) = &self.batch_key {
+    pub fn key(&self) -> Result<&'a str, Error> {
+        if let Some(key) = self.batch_key {
             return Ok(key);
         }
-        let mut found: Option<Option<&str>> = None;
-        for event in &self.events {
-            let key = event_key(event)?;
+        let mut found: Option<Option<&'a str>> = None;
+        for event in self.events() {
+            let key = event_key(event.object)?;
             match found {
                 None => found = Some(key),
                 Some(prev) if prev != key => return Err(Error::MixedKeys),
@@ -81,38 +167,33 @@ impl Payload {
     }
 }
 
-fn objects(items: Vec<Value>) -> Result<Vec<Map<String, Value>>, Error> {
-    items
-        .into_iter()
-        .map(|item| match item {
-            Value::Object(obj) => Ok(obj),
-            _ => Err(wrong("each event", "a JSON object")),
-        })
-        .collect()
+/// How many items there are, all of them objects.
+fn objects(items: Array<'_, '_>) -> Result<usize, Error> {
+    if items.iter().all(|item| item.as_object().is_some()) {
+        Ok(items.len())
+    } else {
+        Err(wrong("each event", "a JSON object"))
+    }
 }
 
 /// An event's own key: `api_key`, `token`, `$token`, then `properties.token`.
-fn event_key(event: &Map<String, Value>) -> Result<Option<&str>, Error> {
-    for name in ["api_key", "token", "$token"] {
-        match event.get(name) {
-            Some(Value::String(s)) => return Ok(Some(s)),
-            None | Some(Value::Null) => {}
-            Some(_) => return Err(wrong("api_key", "a string")),
-        }
+fn event_key<'a>(event: Object<'_, 'a>) -> Result<Option<&'a str>, Error> {
+    if let Some(key) = key_field(event, &["api_key", "token", "$token"])? {
+        return Ok(Some(key));
     }
     match event.get("properties").and_then(|p| p.get("token")) {
-        Some(Value::String(s)) => Ok(Some(s)),
-        None | Some(Value::Null) => Ok(None),
-        Some(_) => Err(wrong("api_key", "a string")),
+        None => Ok(None),
+        Some(v) if v.is_null() => Ok(None),
+        Some(v) => v.as_str().map(Some).ok_or(wrong("api_key", "a string")),
     }
 }
 
-fn key_field(obj: &Map<String, Value>, names: &[&str]) -> Result<Option<String>, Error> {
+fn key_field<'a>(obj: Object<'_, 'a>, names: &[&str]) -> Result<Option<&'a str>, Error> {
     for name in names {
-        match obj.get(*name) {
-            Some(Value::String(s)) => return Ok(Some(s.clone())),
-            None | Some(Value::Null) => {}
-            Some(_) => return Err(wrong("api_key", "a string")),
+        match obj.get(name) {
+            None => {}
+            Some(v) if v.is_null() => {}
+            Some(v) => return v.as_str().map(Some).ok_or(wrong("api_key", "a string")),
         }
     }
     Ok(None)
@@ -126,14 +207,31 @@ fn wrong(field: &'static str, expected: &'static str) -> Error {
 mod tests {
     use super::*;
 
-    fn p(json: &str, engage: bool) -> Result<Payload, Error> {
-        parse(&mut json.as_bytes().to_vec(), engage)
+    /// The payload borrows its body, which a test keeps for its whole run.
+    fn p(json: &str, engage: bool) -> Result<Payload<'static>, Error> {
+        parse(json.as_bytes().to_vec().leak(), engage)
+    }
+
+    /// The first event as the log would store it.
+    fn first(payload: &Payload<'_>) -> crate::capture::Outcome {
+        let event = payload.events().next().unwrap();
+        crate::capture::normalise_event(event, &ctx()).unwrap()
+    }
+
+    fn ctx() -> crate::capture::Context {
+        crate::capture::Context {
+            project: 1,
+            now: 0,
+            sent_at: None,
+            historical: false,
+            ip: None,
+        }
     }
 
     #[test]
     fn shapes() {
         let single = p(r#"{"event":"a","distinct_id":"d","api_key":"k"}"#, false).unwrap();
-        assert_eq!(single.events.len(), 1);
+        assert_eq!(single.len(), 1);
         assert_eq!(single.key().unwrap(), "k");
 
         let array = p(
@@ -141,7 +239,7 @@ mod tests {
             false,
         )
         .unwrap();
-        assert_eq!(array.events.len(), 2);
+        assert_eq!(array.len(), 2);
         assert_eq!(array.key().unwrap(), "k");
 
         let batch = p(
@@ -151,7 +249,7 @@ mod tests {
         )
         .unwrap();
         assert!(batch.historical);
-        assert_eq!(batch.sent_at.as_deref(), Some("2024-01-01T00:00:00Z"));
+        assert_eq!(batch.sent_at, Some("2024-01-01T00:00:00Z"));
         assert_eq!(batch.key().unwrap(), "k");
 
         let props = p(r#"[{"event":"a","properties":{"token":"k"}}]"#, false).unwrap();
@@ -160,10 +258,27 @@ mod tests {
 
     #[test]
     fn engage_without_event_is_identify() {
+        use crate::capture::{DropReason, Outcome};
         let e = p(r#"{"$set":{"a":1},"distinct_id":"d","api_key":"k"}"#, true).unwrap();
-        assert_eq!(e.events[0]["event"], "$identify");
+        let Outcome::Keep(r) = first(&e) else {
+            panic!("dropped")
+        };
+        assert_eq!(r.event, "$identify");
+        assert_eq!(
+            r.data,
+            br#"{"$set":{"a":1},"distinct_id":"d","api_key":"k","event":"$identify"}"#
+        );
         let not_engage = p(r#"{"$set":{"a":1},"distinct_id":"d","api_key":"k"}"#, false).unwrap();
-        assert!(not_engage.events[0].get("event").is_none());
+        assert!(matches!(
+            first(&not_engage),
+            Outcome::Drop(DropReason::MissingEventName)
+        ));
+        // An event that has a name, even null, keeps it on /engage.
+        let null = p(r#"{"event":null,"distinct_id":"d","api_key":"k"}"#, true).unwrap();
+        assert!(matches!(
+            first(&null),
+            Outcome::Drop(DropReason::MissingEventName)
+        ));
     }
 
     #[test]

@@ -113,7 +113,6 @@ struct Submission {
 fn accept(req: &Submission, projects: &Projects) -> Result<Accepted, ApiError> {
     let mut bytes = req.payload.decode(req.max_decoded)?;
     let payload = capture::parse(&mut bytes, req.engage)?;
-    drop(bytes);
     let key = payload.key()?;
     if !key_shape_is_valid(key) {
         return Err(capture::Error::InvalidKey.into());
@@ -124,18 +123,17 @@ fn accept(req: &Submission, projects: &Projects) -> Result<Accepted, ApiError> {
         now: req.now,
         sent_at: payload
             .sent_at
-            .as_deref()
             .and_then(timestamp::parse_ms)
             .or(req.query.sent_at_ms),
         historical: payload.historical,
         ip: req.ip,
     };
     let mut accepted = Accepted {
-        records: Vec::with_capacity(payload.events.len()),
+        records: Vec::with_capacity(payload.len()),
         dropped: Vec::new(),
     };
-    for event in payload.events {
-        match capture::normalise(event, &ctx)? {
+    for event in payload.events() {
+        match capture::normalise_event(event, &ctx)? {
             Outcome::Keep(record) => accepted.records.push(record.encode()),
             Outcome::Drop(reason) => accepted.dropped.push(reason),
         }

@@ -1,0 +1,192 @@
+//! Writing a tape value back out as JSON, byte for byte what `serde_json::to_vec` of
+//! the same value deserialised into a `serde_json::Value` would give (the form the
+//! log has always stored): no whitespace, keys in the order sent, serde_json's string
+//! escapes and number forms. An object with a repeated key is the one case that
+//! differs (serde_json keeps one entry), so it is reported and the caller writes the
+//! value through serde_json instead.
+
+use simd_json::{Node, StaticNode};
+
+use super::tape::{Object, Value};
+
+/// An object on the way has a key twice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RepeatedKey;
+
+/// Append `v` to `out`. On [`RepeatedKey`], `out` holds a partial value.
+pub fn value(out: &mut Vec<u8>, v: Value<'_, '_>) -> Result<(), RepeatedKey> {
+    match v.node() {
+        Node::String(s) => string(out, s),
+        Node::Static(StaticNode::Null) => out.extend_from_slice(b"null"),
+        Node::Static(StaticNode::Bool(true)) => out.extend_from_slice(b"true"),
+        Node::Static(StaticNode::Bool(false)) => out.extend_from_slice(b"false"),
+        Node::Static(StaticNode::I64(n)) => number(out, n),
+        Node::Static(StaticNode::U64(n)) => number(out, n),
+        Node::Static(StaticNode::F64(f)) => number(out, f),
+        Node::Array { .. } => {
+            out.push(b'[');
+            for (i, element) in v.as_array().iter().flat_map(|a| a.iter()).enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                value(out, element)?;
+            }
+            out.push(b']');
+        }
+        Node::Object { .. } => {
+            out.push(b'{');
+            if let Some(o) = v.as_object() {
+                entries(out, o)?;
+            }
+            out.push(b'}');
+        }
+    }
+    Ok(())
+}
+
+/// An object's entries without the braces, so a caller can append one of its own.
+pub fn entries(out: &mut Vec<u8>, o: Object<'_, '_>) -> Result<(), RepeatedKey> {
+    // A 128-bit sketch of the keys seen: a key whose bit is unset is new, so only
+    // the rare collision compares it with the keys before it.
+    let mut seen = 0u128;
+    for (i, (key, v)) in o.iter().enumerate() {
+        let bit = 1u128 << (key_hash(key) & 127);
+        if seen & bit != 0 && o.iter().take(i).any(|(k, _)| k == key) {
+            return Err(RepeatedKey);
+        }
+        seen |= bit;
+        if i > 0 {
+            out.push(b',');
+        }
+        string(out, key);
+        out.push(b':');
+        value(out, v)?;
+    }
+    Ok(())
+}
+
+/// A cheap hash of a key from its length and its first and last eight bytes.
+fn key_hash(key: &str) -> u32 {
+    let b = key.as_bytes();
+    let word = |bytes: &[u8]| {
+        let mut w = [0u8; 8];
+        w[..bytes.len()].copy_from_slice(bytes);
+        u64::from_le_bytes(w)
+    };
+    let (head, tail) = if b.len() >= 8 {
+        (word(&b[..8]), word(&b[b.len() - 8..]))
+    } else {
+        (word(b), 0)
+    };
+    let h = (head ^ tail.rotate_left(29) ^ b.len() as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    (h >> 57) as u32
+}
+
+fn number<T: serde::Serialize>(out: &mut Vec<u8>, n: &T) {
+    // Writing a number into a Vec cannot fail; serde_json gives its exact form.
+    let _ = serde_json::to_writer(&mut *out, n);
+}
+
+/// A JSON string: copied as is when nothing in it needs escaping (nearly always),
+/// else escaped by serde_json.
+pub fn string(out: &mut Vec<u8>, s: &str) {
+    if needs_escape(s.as_bytes()) {
+        let _ = serde_json::to_writer(&mut *out, s);
+    } else {
+        out.reserve(s.len() + 2);
+        out.push(b'"');
+        out.extend_from_slice(s.as_bytes());
+        out.push(b'"');
+    }
+}
+
+/// Whether any byte is `"`, `\` or a control character below 0x20, eight bytes at a
+/// time.
+fn needs_escape(bytes: &[u8]) -> bool {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    // Sets a byte's high bit where the byte of `w` is zero (exact, no false hits
+    // once combined with `!w`).
+    let zero = |w: u64| w.wrapping_sub(ONES) & !w & HIGH;
+    let mut chunks = bytes.chunks_exact(8);
+    for chunk in &mut chunks {
+        let mut a = [0u8; 8];
+        a.copy_from_slice(chunk);
+        let w = u64::from_le_bytes(a);
+        // Bytes below 0x20: subtracting 0x20 borrows into the high bit, unless the
+        // byte had it set already.
+        let control = w.wrapping_sub(ONES * 0x20) & !w & HIGH;
+        if control | zero(w ^ (ONES * u64::from(b'"'))) | zero(w ^ (ONES * u64::from(b'\\'))) != 0 {
+            return true;
+        }
+    }
+    chunks
+        .remainder()
+        .iter()
+        .any(|&b| b < 0x20 || b == b'"' || b == b'\\')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What the log stored before: serde_json's bytes for the serde_json value.
+    fn via_serde(json: &str) -> Vec<u8> {
+        let v: serde_json::Value =
+            simd_json::serde::from_slice(&mut json.as_bytes().to_vec()).unwrap();
+        serde_json::to_vec(&v).unwrap()
+    }
+
+    fn via_tape(json: &str) -> Result<Vec<u8>, RepeatedKey> {
+        let mut bytes = json.as_bytes().to_vec();
+        let tape = simd_json::to_tape(&mut bytes).unwrap();
+        let mut out = Vec::new();
+        value(&mut out, Value::root(&tape.0).unwrap())?;
+        Ok(out)
+    }
+
+    #[test]
+    fn same_bytes_as_serde_json() {
+        for json in [
+            r#"{"a" : 1, "b":[true,false,null,{}],"c":{"d":[]}}"#,
+            r#"[1,-1,0,-0,1.0,-0.0,2.5,1e300,-1e-300,1E5,123456789012345678901234567890]"#,
+            r#"[18446744073709551615,-9223372036854775808,9007199254740993,0.1,3.14159]"#,
+            r#"{"s":"plain","e":"\"q\" \\ \/ \b\f\n\r\t \u0001\u001f \u00e9 \ud83d\ude00"}"#,
+            r#"{"é":"日本語","ctl":"\u0000\u007f","k\"ey":"v"}"#,
+            r#""a long string with an escape only at the very end, past the words\n""#,
+            r#""exactly8""#,
+            r#""1234567\"""#,
+            "\"\"",
+            "{}",
+            "[]",
+        ] {
+            assert_eq!(via_tape(json).unwrap(), via_serde(json), "{json}");
+        }
+    }
+
+    #[test]
+    fn repeated_keys_are_reported_at_any_depth() {
+        assert_eq!(via_tape(r#"{"a":1,"a":2}"#), Err(RepeatedKey));
+        assert_eq!(via_tape(r#"{"p":{"x":1,"y":2,"x":3}}"#), Err(RepeatedKey));
+        assert_eq!(
+            via_tape(r#"[{"k":1},{"k":{"z":1,"z":1}}]"#),
+            Err(RepeatedKey)
+        );
+        // Many distinct keys, so sketch collisions happen, are not repeats.
+        let many: Vec<String> = (0..300).map(|n| format!("\"key{n}\":{n}")).collect();
+        let json = format!("{{{}}}", many.join(","));
+        assert_eq!(via_tape(&json).unwrap(), via_serde(&json));
+    }
+
+    #[test]
+    fn escape_detection() {
+        for b in 0u8..=255 {
+            let expect = b < 0x20 || b == b'"' || b == b'\\';
+            for at in 0..17 {
+                let mut s = vec![b'a'; 17];
+                s[at] = b;
+                assert_eq!(needs_escape(&s), expect, "byte {b} at {at}");
+            }
+        }
+    }
+}
