@@ -1,8 +1,10 @@
 //! JSON parsing for ingestion, with simd-json, guarded against input that would
 //! overflow the stack when turned into (or dropped as) a recursive value.
 
+use std::cell::RefCell;
+
 use serde_json::Value;
-use simd_json::Node;
+use simd_json::{Buffers, Node, Tape};
 
 use super::Error;
 
@@ -16,17 +18,127 @@ pub fn parse_value(bytes: &mut [u8]) -> Result<Value, Error> {
 }
 
 /// Parse bytes into a simd-json tape that borrows its strings from `bytes`, with the
-/// same checks and errors as [`parse_value`].
+/// same checks and errors as [`parse_value`]. Hand the tape back with [`recycle`].
 pub fn parse_tape(bytes: &mut [u8]) -> Result<Vec<Node<'_>>, Error> {
-    check_depth(bytes, MAX_DEPTH)?;
-    simd_json::to_tape(bytes)
-        .map(|tape| tape.0)
-        .map_err(|e| Error::InvalidJson(e.to_string()))
+    parse_tape_within(bytes, SCRATCH_MAX_BYTES)
+}
+
+/// [`parse_tape`], reusing this thread's scratch memory for bodies up to `scratch_max`
+/// bytes.
+///
+/// A small body is parsed first and its depth read off the tape, which is far cheaper
+/// than a pass over its bytes; only a body that fails to parse is scanned, from a copy
+/// (simd-json rewrites strings in place), so that nesting too deep is still the error
+/// reported before any other. A large body is scanned first, not copied.
+fn parse_tape_within(bytes: &mut [u8], scratch_max: usize) -> Result<Vec<Node<'_>>, Error> {
+    if bytes.len() > scratch_max {
+        check_depth(bytes, MAX_DEPTH)?;
+        let mut buffers = Buffers::new(bytes.len());
+        return simd_json::to_tape_with_buffers(bytes, &mut buffers)
+            .map(|tape| tape.0)
+            .map_err(|e| Error::InvalidJson(e.to_string()));
+    }
+    let mut scratch = SCRATCH.with(|s| s.borrow_mut().take()).unwrap_or_default();
+    scratch.original.clear();
+    scratch.original.extend_from_slice(bytes);
+    let mut tape = std::mem::replace(&mut scratch.tape, Tape(Vec::new())).reset();
+    let parsed = simd_json::fill_tape(bytes, &mut scratch.buffers, &mut tape);
+    let result = match parsed {
+        Ok(()) if deeper_than(&tape.0, MAX_DEPTH) => Err(too_deep(MAX_DEPTH)),
+        Ok(()) => Ok(()),
+        Err(e) => {
+            check_depth(&scratch.original, MAX_DEPTH).and(Err(Error::InvalidJson(e.to_string())))
+        }
+    };
+    if scratch.original.capacity() > scratch_max {
+        scratch.original = Vec::new();
+    }
+    // The scratch goes back now, the tape when the caller is done with it.
+    SCRATCH.with(|s| *s.borrow_mut() = Some(scratch));
+    match result {
+        Ok(()) => Ok(tape.0),
+        Err(e) => {
+            recycle(tape.0);
+            Err(e)
+        }
+    }
+}
+
+/// Whether a tape nests containers more than `max` deep.
+fn deeper_than(tape: &[Node<'_>], max: usize) -> bool {
+    // Where each open container ends; entries are dropped once passed.
+    let mut ends = [0usize; MAX_DEPTH + 1];
+    let max = max.min(MAX_DEPTH);
+    let mut depth = 0;
+    for (i, node) in tape.iter().enumerate() {
+        if let Node::Object { count, .. } | Node::Array { count, .. } = node {
+            while depth > 0 && ends[depth - 1] <= i {
+                depth -= 1;
+            }
+            if depth == max {
+                return true;
+            }
+            ends[depth] = i + 1 + count;
+            depth += 1;
+        }
+    }
+    false
+}
+
+fn too_deep(max: usize) -> Error {
+    Error::InvalidJson(format!("nested deeper than {max} levels"))
+}
+
+/// Keep a tape's memory for the next [`parse_tape`] on this thread.
+pub fn recycle(tape: Vec<Node<'_>>) {
+    if tape.capacity() > SCRATCH_MAX_NODES {
+        return;
+    }
+    let tape = Tape(tape).reset();
+    SCRATCH.with(|s| {
+        if let Some(scratch) = s.borrow_mut().as_mut() {
+            if scratch.tape.0.capacity() < tape.0.capacity() {
+                scratch.tape = tape;
+            }
+        }
+    });
+}
+
+/// Bodies up to this size are parsed with memory each thread keeps (a few times
+/// this size: simd-json's copies and indexes, and the tape), so a request does not
+/// allocate and page in fresh buffers for them. A batch of 100 events is ~60 KiB.
+const SCRATCH_MAX_BYTES: usize = 256 * 1024;
+/// A tape kept for reuse holds at most this many nodes (24 bytes each): simd-json
+/// reserves one per structural character of the body, about one in six bytes of an
+/// event.
+const SCRATCH_MAX_NODES: usize = SCRATCH_MAX_BYTES / 4;
+
+/// simd-json's working memory, a tape and a copy of the body, lent to one parse at a
+/// time.
+struct Scratch {
+    buffers: Buffers,
+    tape: Tape<'static>,
+    original: Vec<u8>,
+}
+
+impl Default for Scratch {
+    fn default() -> Self {
+        Scratch {
+            buffers: Buffers::new(SCRATCH_MAX_BYTES / 4),
+            tape: Tape(Vec::new()),
+            original: Vec::new(),
+        }
+    }
+}
+
+thread_local! {
+    static SCRATCH: RefCell<Option<Scratch>> = const { RefCell::new(None) };
 }
 
 /// Reject nesting beyond `max` with one cheap pass over the bytes (brackets inside
 /// strings do not count). Building a value from 100,000 nested arrays would otherwise
-/// recurse that deep. String contents, most of a payload, are skipped with memchr.
+/// recurse that deep. String contents, most of a payload, are skipped eight bytes at
+/// a time.
 fn check_depth(bytes: &[u8], max: usize) -> Result<(), Error> {
     let mut depth = 0usize;
     let mut i = 0;
@@ -36,10 +148,10 @@ fn check_depth(bytes: &[u8], max: usize) -> Result<(), Error> {
                 i += 1;
                 // To the closing quote, stepping over escaped characters.
                 loop {
-                    match memchr::memchr2(b'"', b'\\', &bytes[i.min(bytes.len())..]) {
-                        Some(j) if bytes[i + j] == b'\\' => i += j + 2,
+                    match quote_or_backslash(bytes, i) {
+                        Some(j) if bytes[j] == b'\\' => i = j + 2,
                         Some(j) => {
-                            i += j + 1;
+                            i = j + 1;
                             break;
                         }
                         None => return Ok(()),
@@ -50,9 +162,7 @@ fn check_depth(bytes: &[u8], max: usize) -> Result<(), Error> {
             b'[' | b'{' => {
                 depth += 1;
                 if depth > max {
-                    return Err(Error::InvalidJson(format!(
-                        "nested deeper than {max} levels"
-                    )));
+                    return Err(too_deep(max));
                 }
             }
             b']' | b'}' => depth = depth.saturating_sub(1),
@@ -61,6 +171,34 @@ fn check_depth(bytes: &[u8], max: usize) -> Result<(), Error> {
         i += 1;
     }
     Ok(())
+}
+
+/// The position of the first `"` or `\` at or after `from`. Strings are short, so a
+/// word at a time beats a call into memchr for each.
+fn quote_or_backslash(bytes: &[u8], from: usize) -> Option<usize> {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    // The lowest set high bit marks the first zero byte of `w` (higher ones may be
+    // false hits from the borrow, which the lowest never is).
+    let zero = |w: u64| w.wrapping_sub(ONES) & !w & HIGH;
+    let rest = bytes.get(from..)?;
+    let mut chunks = rest.chunks_exact(8);
+    let mut at = from;
+    for chunk in &mut chunks {
+        let mut a = [0u8; 8];
+        a.copy_from_slice(chunk);
+        let w = u64::from_le_bytes(a);
+        let hits = zero(w ^ (ONES * u64::from(b'"'))) | zero(w ^ (ONES * u64::from(b'\\')));
+        if hits != 0 {
+            return Some(at + (hits.trailing_zeros() / 8) as usize);
+        }
+        at += 8;
+    }
+    chunks
+        .remainder()
+        .iter()
+        .position(|&b| b == b'"' || b == b'\\')
+        .map(|j| at + j)
 }
 
 #[cfg(test)]
@@ -87,6 +225,67 @@ mod tests {
         assert!(check_depth(b"\"\\", 1).is_ok());
         assert!(check_depth(b"\"abc", 1).is_ok());
         assert!(check_depth(b"[[", 1).is_err());
+    }
+
+    /// Both ways of parsing to a tape give what scanning first, then parsing, gives:
+    /// the depth error wins over any other.
+    #[test]
+    fn tape_depth_as_scanned() {
+        let deep = |n: usize, tail: &str| format!("{}{tail}{}", "[".repeat(n), "]".repeat(n));
+        let inputs = [
+            deep(MAX_DEPTH, "1"),
+            deep(MAX_DEPTH + 1, "1"),
+            deep(MAX_DEPTH + 1, "nope"),
+            deep(MAX_DEPTH, "nope"),
+            deep(100_000, ""),
+            format!(r#"{{"a":{}}}"#, deep(MAX_DEPTH - 1, r#"{"b":""[[[["}"#)),
+            format!(r#"{{"a":{}}}"#, deep(MAX_DEPTH, r#"{"b":""[[[["}"#)),
+            format!(r#"{{"a":"\"{}"#, "[".repeat(300)),
+            format!(r#"[{}, "x" "y"]"#, deep(MAX_DEPTH, "")),
+            r#"{"a":[{"b":[]},{"c":{}}],"d":[[[]]]}"#.to_string(),
+            "[1,2".to_string(),
+            String::new(),
+        ];
+        let mut inputs: Vec<Vec<u8>> = inputs.into_iter().map(String::into_bytes).collect();
+        // Invalid UTF-8, deep and not.
+        inputs.push([r#"{"a":"#.repeat(200).as_bytes(), b"\xff"].concat());
+        inputs.push([r#"{"a":"#.repeat(2).as_bytes(), b"\"\xff\"}}"].concat());
+        for input in inputs {
+            let scanned = check_depth(&input, MAX_DEPTH).and_then(|()| {
+                simd_json::to_tape(&mut input.clone())
+                    .map(|_| ())
+                    .map_err(|e| Error::InvalidJson(e.to_string()))
+            });
+            for scratch_max in [0, usize::MAX] {
+                let got = parse_tape_within(&mut input.clone(), scratch_max).map(|_| ());
+                let shown = String::from_utf8_lossy(&input[..input.len().min(80)]).into_owned();
+                assert_eq!(got, scanned, "{scratch_max}: {shown}");
+            }
+        }
+        let sibling = format!("[{},{}]", deep(MAX_DEPTH - 1, ""), deep(MAX_DEPTH - 1, ""));
+        assert!(parse_tape(&mut sibling.into_bytes()).is_ok());
+    }
+
+    #[test]
+    fn finds_quotes_and_backslashes() {
+        for b in 0u8..=255 {
+            for len in 0..20 {
+                for at in 0..len {
+                    let mut s = vec![b'a'; len];
+                    s[at] = b;
+                    let want = (b == b'"' || b == b'\\').then_some(at);
+                    assert_eq!(quote_or_backslash(&s, 0), want, "{b} at {at} of {len}");
+                    if at > 0 {
+                        assert_eq!(quote_or_backslash(&s, 1), want, "{b} at {at} of {len}");
+                    }
+                }
+            }
+        }
+        // Both, in either order: the first wins.
+        assert_eq!(quote_or_backslash(b"abcdefgh\\ij\"", 0), Some(8));
+        assert_eq!(quote_or_backslash(b"abcdefgh\"ij\\", 0), Some(8));
+        assert_eq!(quote_or_backslash(b"ab", 3), None);
+        assert_eq!(quote_or_backslash(b"ab", 2), None);
     }
 
     #[test]

@@ -7,7 +7,7 @@
 
 use simd_json::Node;
 
-use super::json::parse_tape;
+use super::json::{parse_tape, recycle};
 use super::tape::{Array, Object, Value};
 use super::Error;
 
@@ -101,6 +101,12 @@ pub fn parse(bytes: &mut [u8], engage: bool) -> Result<Payload<'_>, Error> {
         historical,
         sent_at,
     })
+}
+
+impl Drop for Payload<'_> {
+    fn drop(&mut self) {
+        recycle(std::mem::take(&mut self.tape));
+    }
 }
 
 /// The position of `v` in `tape`, which it is a part of.
