@@ -65,21 +65,17 @@ pub fn entries(out: &mut Vec<u8>, o: Object<'_, '_>) -> Result<(), RepeatedKey> 
     Ok(())
 }
 
-/// A cheap hash of a key from its length and its first and last eight bytes.
+/// A cheap hash of a key: its length and three of its bytes.
 fn key_hash(key: &str) -> u32 {
     let b = key.as_bytes();
-    let word = |bytes: &[u8]| {
-        let mut w = [0u8; 8];
-        w[..bytes.len()].copy_from_slice(bytes);
-        u64::from_le_bytes(w)
+    let (first, middle, last) = match b {
+        [] => (0, 0, 0),
+        [..] => (b[0], b[b.len() / 2], b[b.len() - 1]),
     };
-    let (head, tail) = if b.len() >= 8 {
-        (word(&b[..8]), word(&b[b.len() - 8..]))
-    } else {
-        (word(b), 0)
-    };
-    let h = (head ^ tail.rotate_left(29) ^ b.len() as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    (h >> 57) as u32
+    let h = (b.len() as u32)
+        .wrapping_mul(0x9E37_79B9)
+        .wrapping_add(u32::from(first) * 31 + u32::from(middle) * 7 + u32::from(last));
+    h ^ (h >> 7)
 }
 
 fn number<T: serde::Serialize>(out: &mut Vec<u8>, n: &T) {
@@ -100,23 +96,14 @@ pub fn string(out: &mut Vec<u8>, s: &str) {
     }
 }
 
-/// Whether any byte is `"`, `\` or a control character below 0x20, eight bytes at a
-/// time.
+/// Whether any byte is `"`, `\`, or a control character below 0x20, eight bytes at
+/// a time.
 fn needs_escape(bytes: &[u8]) -> bool {
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    const HIGH: u64 = 0x8080_8080_8080_8080;
-    // Sets a byte's high bit where the byte of `w` is zero (exact, no false hits
-    // once combined with `!w`).
-    let zero = |w: u64| w.wrapping_sub(ONES) & !w & HIGH;
     let mut chunks = bytes.chunks_exact(8);
     for chunk in &mut chunks {
-        let mut a = [0u8; 8];
-        a.copy_from_slice(chunk);
-        let w = u64::from_le_bytes(a);
-        // Bytes below 0x20: subtracting 0x20 borrows into the high bit, unless the
-        // byte had it set already.
-        let control = w.wrapping_sub(ONES * 0x20) & !w & HIGH;
-        if control | zero(w ^ (ONES * u64::from(b'"'))) | zero(w ^ (ONES * u64::from(b'\\'))) != 0 {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(chunk);
+        if word_needs_escape(u64::from_le_bytes(w)) {
             return true;
         }
     }
@@ -124,6 +111,16 @@ fn needs_escape(bytes: &[u8]) -> bool {
         .remainder()
         .iter()
         .any(|&b| b < 0x20 || b == b'"' || b == b'\\')
+}
+
+fn word_needs_escape(w: u64) -> bool {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    // Some byte of `w` is below `n` (n <= 0x80): subtracting borrows into its high
+    // bit, unless the byte had that bit set already.
+    let below = |w: u64, n: u64| w.wrapping_sub(ONES * n) & !w & HIGH;
+    let zero = |w: u64| below(w, 1);
+    below(w, 0x20) | zero(w ^ (ONES * u64::from(b'"'))) | zero(w ^ (ONES * u64::from(b'\\'))) != 0
 }
 
 #[cfg(test)]
@@ -180,12 +177,15 @@ mod tests {
 
     #[test]
     fn escape_detection() {
+        assert!(!needs_escape(b""));
         for b in 0u8..=255 {
             let expect = b < 0x20 || b == b'"' || b == b'\\';
-            for at in 0..17 {
-                let mut s = vec![b'a'; 17];
-                s[at] = b;
-                assert_eq!(needs_escape(&s), expect, "byte {b} at {at}");
+            for len in 1..20 {
+                for at in 0..len {
+                    let mut s = vec![b'a'; len];
+                    s[at] = b;
+                    assert_eq!(needs_escape(&s), expect, "byte {b} at {at} of {len}");
+                }
             }
         }
     }
