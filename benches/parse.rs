@@ -1,14 +1,15 @@
 //! From decoded JSON to write-ahead log records (`capture`): `parse` (simd-json, in
 //! place, to a tape), `Payload::key`, `normalise_event` of each event and
 //! `Record::encode`, for one ~600-byte `$pageview` and for a posthog batch of 100.
-//! Each stage is measured on its own and the whole chain once more, which is what a
+//! Each stage is measured on its own, and the whole chain as the capture handler runs
+//! it (`encode_event` writes each event straight into its record), which is what a
 //! capture request pays before it queues for the log. Throughput is in events.
 
 #[path = "common/mod.rs"]
 mod common;
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
-use flagpost::capture::{self, Context, Outcome};
+use flagpost::capture::{self, Context, Encoded, Outcome};
 use serde_json::{json, Value};
 
 use common::{pageview, API_KEY, NOW_MS};
@@ -42,21 +43,20 @@ fn batch() -> Vec<u8> {
         .into_bytes()
 }
 
-/// Everything the capture handler does between decoding and the log.
+/// Everything the capture handler does between decoding and the log: it writes each
+/// event straight into its encoded record (`encode_event`).
 fn records(bytes: &mut [u8], ctx: &Context) -> Vec<Vec<u8>> {
     let payload = capture::parse(bytes, false).expect("parses");
     assert_eq!(payload.key().expect("has a key"), API_KEY);
     payload
         .events()
-        .map(|event| encode(capture::normalise_event(event, ctx).expect("valid")))
+        .map(
+            |event| match capture::encode_event(event, ctx).expect("valid") {
+                Encoded::Keep(record) => record,
+                Encoded::Drop(reason) => panic!("dropped: {}", reason.as_str()),
+            },
+        )
         .collect()
-}
-
-fn encode(outcome: Outcome) -> Vec<u8> {
-    match outcome {
-        Outcome::Keep(record) => record.encode(),
-        Outcome::Drop(reason) => panic!("dropped: {}", reason.as_str()),
-    }
 }
 
 /// Benchmarks of one body with `events` events.

@@ -15,8 +15,8 @@ pub mod timestamp;
 mod write;
 
 pub use normalise::{
-    clean_distinct_id, normalise, normalise_event, Context, DropReason, Outcome,
-    MAX_DISTINCT_ID_CHARS,
+    clean_distinct_id, encode_event, normalise, normalise_event, Context, DropReason, Encoded,
+    Outcome, MAX_DISTINCT_ID_CHARS,
 };
 pub use parse::{parse, Event, Payload};
 

@@ -1,6 +1,7 @@
 //! One event, validated and normalised into a write-ahead log record: the rules of
 //! the reference service for names, distinct ids, uuids and times.
 
+use std::borrow::Cow;
 use std::net::IpAddr;
 
 use serde_json::{Map, Value};
@@ -10,6 +11,7 @@ use super::parse::{parse, Event};
 use super::tape::{self, Object, Value as TapeValue};
 use super::timestamp::{self, Claims};
 use super::{write, Error};
+use crate::store::record::Head;
 use crate::store::Record;
 
 /// Longer distinct ids are cut to this many characters.
@@ -60,16 +62,86 @@ pub enum Outcome {
 
 /// Validate and normalise one event of a parsed payload.
 pub fn normalise_event(event: Event<'_, '_>, ctx: &Context) -> Result<Outcome, Error> {
+    let n = match resolve(event, ctx)? {
+        Ok(n) => n,
+        Err(reason) => return Ok(Outcome::Drop(reason)),
+    };
+    let head = n.head(ctx);
+    let mut data = Vec::with_capacity(event.size_hint);
+    write_data(&mut data, event);
+    Ok(Outcome::Keep(Box::new(Record {
+        project: head.project,
+        received_at: head.received_at,
+        timestamp: head.timestamp,
+        sent_at: head.sent_at,
+        uuid: head.uuid,
+        historical: head.historical,
+        ip: head.ip,
+        event: n.name.into_owned(),
+        distinct_id: n.distinct_id.into_owned(),
+        data,
+    })))
+}
+
+/// [`normalise_event`] straight to the encoded record the log stores: the event's
+/// JSON is written into it, with no `Record` in between.
+pub fn encode_event(event: Event<'_, '_>, ctx: &Context) -> Result<Encoded, Error> {
+    Ok(match resolve(event, ctx)? {
+        Ok(n) => Encoded::Keep(
+            n.head(ctx)
+                .encode_with(event.size_hint, |out| write_data(out, event)),
+        ),
+        Err(reason) => Encoded::Drop(reason),
+    })
+}
+
+/// What [`encode_event`] made of an event.
+#[derive(Debug)]
+pub enum Encoded {
+    Keep(Vec<u8>),
+    Drop(DropReason),
+}
+
+/// An event that passed the rules, borrowing from the payload where it can.
+struct Normalised<'a> {
+    name: Cow<'a, str>,
+    distinct_id: Cow<'a, str>,
+    uuid: Uuid,
+    claims: Claims,
+}
+
+impl Normalised<'_> {
+    fn head(&self, ctx: &Context) -> Head<'_> {
+        Head {
+            project: ctx.project,
+            received_at: ctx.now,
+            timestamp: timestamp::resolve(ctx.now, self.claims),
+            sent_at: ctx.sent_at,
+            uuid: self.uuid,
+            historical: ctx.historical,
+            ip: ctx.ip,
+            event: &self.name,
+            distinct_id: &self.distinct_id,
+        }
+    }
+}
+
+/// The rules, in the order the reference service applies them: an event without a
+/// name or a distinct id is dropped; fields of the wrong type are errors.
+fn resolve<'a>(
+    event: Event<'_, 'a>,
+    ctx: &Context,
+) -> Result<Result<Normalised<'a>, DropReason>, Error> {
     let f = Fields::read(event.object);
     let name = if event.implied_identify() {
-        IDENTIFY.to_owned()
+        Cow::Borrowed(IDENTIFY)
     } else {
         match f.event {
-            None => return Ok(Outcome::Drop(DropReason::MissingEventName)),
-            Some(v) if v.is_null() => return Ok(Outcome::Drop(DropReason::MissingEventName)),
+            None => return Ok(Err(DropReason::MissingEventName)),
+            Some(v) if v.is_null() => return Ok(Err(DropReason::MissingEventName)),
             Some(v) => match v.as_str() {
-                Some("") => return Ok(Outcome::Drop(DropReason::MissingEventName)),
-                Some(s) => s.to_owned(),
+                Some("") => return Ok(Err(DropReason::MissingEventName)),
+                Some(s) => Cow::Borrowed(s),
                 None => return Err(wrong("event", "a string")),
             },
         }
@@ -86,7 +158,7 @@ pub fn normalise_event(event: Event<'_, '_>, ctx: &Context) -> Result<Outcome, E
         .find(|v| !v.is_null());
     let distinct_id = match distinct_id(raw_id)? {
         Ok(id) => id,
-        Err(reason) => return Ok(Outcome::Drop(reason)),
+        Err(reason) => return Ok(Err(reason)),
     };
     let uuid = f
         .uuid
@@ -109,18 +181,12 @@ pub fn normalise_event(event: Event<'_, '_>, ctx: &Context) -> Result<Outcome, E
             .filter(|o| o.is_finite())
             .map(|o| o as i64),
     };
-    Ok(Outcome::Keep(Box::new(Record {
-        project: ctx.project,
-        received_at: ctx.now,
-        timestamp: timestamp::resolve(ctx.now, claims),
-        sent_at: ctx.sent_at,
-        uuid,
-        historical: ctx.historical,
-        ip: ctx.ip,
-        event: name,
+    Ok(Ok(Normalised {
+        name,
         distinct_id,
-        data: data(event),
-    })))
+        uuid,
+        claims,
+    }))
 }
 
 /// [`normalise_event`] for an event held as a `serde_json` map (tests, benches,
@@ -195,33 +261,33 @@ impl<'t, 'a> Properties<'t, 'a> {
 /// The distinct id from the first of root `distinct_id`, `$distinct_id` (legacy),
 /// `properties.distinct_id` (batch items) that is not null; a number becomes its
 /// decimal string.
-fn distinct_id(raw: Option<TapeValue<'_, '_>>) -> Result<Result<String, DropReason>, Error> {
+fn distinct_id<'a>(
+    raw: Option<TapeValue<'_, 'a>>,
+) -> Result<Result<Cow<'a, str>, DropReason>, Error> {
     let Some(raw) = raw else {
         return Ok(Err(DropReason::MissingDistinctId));
     };
-    let number;
     let id = match raw.as_str() {
-        Some(s) => s,
+        Some(s) => clean(s),
         None => {
-            number = raw
+            let number = raw
                 .number_string()
                 .ok_or(wrong("distinct_id", "a string or a number"))?;
-            &number
+            Cow::Owned(clean(&number).into_owned())
         }
     };
     if id.is_empty() {
         return Ok(Err(DropReason::EmptyDistinctId));
     }
-    Ok(Ok(clean_distinct_id(id)))
+    Ok(Ok(id))
 }
 
-/// The event as the log stores it: the object as sent, written the way serde_json
-/// writes it, with the implied `$identify` of `/engage` last.
-fn data(event: Event<'_, '_>) -> Vec<u8> {
-    let mut out = Vec::with_capacity(event.size_hint);
+/// Append the event as the log stores it: the object as sent, written the way
+/// serde_json writes it, with the implied `$identify` of `/engage` last.
+fn write_data(out: &mut Vec<u8>, event: Event<'_, '_>) {
+    let start = out.len();
     out.push(b'{');
-    let written = write::entries(&mut out, event.object);
-    if written.is_ok() {
+    if write::entries(out, event.object).is_ok() {
         if event.implied_identify() {
             if !event.object.is_empty() {
                 out.push(b',');
@@ -229,7 +295,7 @@ fn data(event: Event<'_, '_>) -> Vec<u8> {
             out.extend_from_slice(br#""event":"$identify""#);
         }
         out.push(b'}');
-        return out;
+        return;
     }
     // A repeated key somewhere: serde_json keeps one entry of it.
     let mut map = match tape::to_serde(TapeValue::from(event.object)) {
@@ -239,18 +305,21 @@ fn data(event: Event<'_, '_>) -> Vec<u8> {
     if event.implied_identify() {
         map.insert("event".into(), Value::String(IDENTIFY.into()));
     }
-    out.clear();
+    out.truncate(start);
     // Writing a map of strings into a Vec cannot fail.
-    let _ = serde_json::to_writer(&mut out, &map);
-    out
+    let _ = serde_json::to_writer(out, &map);
 }
 
 /// NUL becomes U+FFFD (stores and queries choke on it) and the id is cut to
 /// [`MAX_DISTINCT_ID_CHARS`] characters.
 pub fn clean_distinct_id(id: &str) -> String {
+    clean(id).into_owned()
+}
+
+fn clean(id: &str) -> Cow<'_, str> {
     // Bytes bound characters: a short id without NUL is already clean.
     if id.len() <= MAX_DISTINCT_ID_CHARS && !id.contains('\0') {
-        return id.to_owned();
+        return Cow::Borrowed(id);
     }
     id.chars()
         .take(MAX_DISTINCT_ID_CHARS)

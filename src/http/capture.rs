@@ -16,7 +16,7 @@ use super::decode::{Located, Query};
 use super::error::ApiError;
 use super::response::{self, Body};
 use crate::app::App;
-use crate::capture::{self, timestamp, Context, DropReason, Outcome};
+use crate::capture::{self, timestamp, Context, DropReason, Encoded};
 use crate::projects::{key_shape_is_valid, Projects};
 
 /// Uncompressed bodies up to this size are decoded right on the reactor: it takes
@@ -133,9 +133,9 @@ fn accept(req: &Submission, projects: &Projects) -> Result<Accepted, ApiError> {
         dropped: Vec::new(),
     };
     for event in payload.events() {
-        match capture::normalise_event(event, &ctx)? {
-            Outcome::Keep(record) => accepted.records.push(record.encode()),
-            Outcome::Drop(reason) => accepted.dropped.push(reason),
+        match capture::encode_event(event, &ctx)? {
+            Encoded::Keep(record) => accepted.records.push(record),
+            Encoded::Drop(reason) => accepted.dropped.push(reason),
         }
     }
     Ok(accepted)

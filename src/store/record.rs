@@ -45,15 +45,32 @@ impl std::fmt::Display for Corrupt {
 
 impl std::error::Error for Corrupt {}
 
-impl Record {
-    pub fn encode(&self) -> Vec<u8> {
+/// A record without its data, borrowed: what capture knows about an event before it
+/// writes the event's JSON straight into the encoded record.
+#[derive(Debug, Clone, Copy)]
+pub struct Head<'a> {
+    pub project: u64,
+    pub received_at: i64,
+    pub timestamp: i64,
+    pub sent_at: Option<i64>,
+    pub uuid: Uuid,
+    pub historical: bool,
+    pub ip: Option<IpAddr>,
+    pub event: &'a str,
+    pub distinct_id: &'a str,
+}
+
+impl Head<'_> {
+    /// The encoded record whose data `write` appends (about `data_len` bytes), in
+    /// the same buffer as the rest: no copy of the data, no second allocation.
+    pub fn encode_with(&self, data_len: usize, write: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
         let ip_len = match self.ip {
             None => 0,
             Some(IpAddr::V4(_)) => 4,
             Some(IpAddr::V6(_)) => 16,
         };
         let mut out = Vec::with_capacity(
-            FIXED_LEN + ip_len + self.event.len() + self.distinct_id.len() + self.data.len(),
+            FIXED_LEN + ip_len + self.event.len() + self.distinct_id.len() + data_len,
         );
         out.push(VERSION);
         out.push(if self.historical { FLAG_HISTORICAL } else { 0 });
@@ -68,17 +85,39 @@ impl Record {
             Some(IpAddr::V4(v4)) => out.extend_from_slice(&v4.octets()),
             Some(IpAddr::V6(v6)) => out.extend_from_slice(&v6.octets()),
         }
-        for part in [
-            self.event.as_bytes(),
-            self.distinct_id.as_bytes(),
-            &self.data,
-        ] {
-            out.extend_from_slice(&(part.len() as u32).to_le_bytes());
-        }
+        out.extend_from_slice(&(self.event.len() as u32).to_le_bytes());
+        out.extend_from_slice(&(self.distinct_id.len() as u32).to_le_bytes());
+        // The data's length, filled in once it is written.
+        let data_len_at = out.len();
+        out.extend_from_slice(&[0; 4]);
         out.extend_from_slice(self.event.as_bytes());
         out.extend_from_slice(self.distinct_id.as_bytes());
-        out.extend_from_slice(&self.data);
+        let data_at = out.len();
+        write(&mut out);
+        let written = (out.len() - data_at) as u32;
+        out[data_len_at..data_len_at + 4].copy_from_slice(&written.to_le_bytes());
         out
+    }
+}
+
+impl Record {
+    pub fn head(&self) -> Head<'_> {
+        Head {
+            project: self.project,
+            received_at: self.received_at,
+            timestamp: self.timestamp,
+            sent_at: self.sent_at,
+            uuid: self.uuid,
+            historical: self.historical,
+            ip: self.ip,
+            event: &self.event,
+            distinct_id: &self.distinct_id,
+        }
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        self.head()
+            .encode_with(self.data.len(), |out| out.extend_from_slice(&self.data))
     }
 
     pub fn decode(bytes: &[u8]) -> Result<Record, Corrupt> {
@@ -236,6 +275,34 @@ mod tests {
             ..sample()
         };
         assert_eq!(Record::decode(&no_ip.encode()).unwrap(), no_ip);
+    }
+
+    /// The layout, byte for byte, so that a change to how records are written cannot
+    /// change what is written.
+    #[test]
+    fn encoded_layout() {
+        let r = Record {
+            ip: Some("10.1.2.3".parse().unwrap()),
+            ..sample()
+        };
+        let mut want = vec![VERSION, FLAG_HISTORICAL];
+        want.extend_from_slice(&7u64.to_le_bytes());
+        want.extend_from_slice(&1_700_000_000_123i64.to_le_bytes());
+        want.extend_from_slice(&1_700_000_000_000i64.to_le_bytes());
+        want.extend_from_slice(&1_700_000_000_100i64.to_le_bytes());
+        want.extend_from_slice(r.uuid.as_bytes());
+        want.extend_from_slice(&[4, 10, 1, 2, 3]);
+        want.extend_from_slice(&9u32.to_le_bytes());
+        want.extend_from_slice(&7u32.to_le_bytes());
+        want.extend_from_slice(&21u32.to_le_bytes());
+        want.extend_from_slice(b"$pageview");
+        want.extend_from_slice("user-ü".as_bytes());
+        want.extend_from_slice(br#"{"event":"$pageview"}"#);
+        assert_eq!(r.encode(), want);
+        let written = r
+            .head()
+            .encode_with(0, |out| out.extend_from_slice(&r.data));
+        assert_eq!(written, want);
     }
 
     #[test]
