@@ -163,6 +163,19 @@ impl Located {
         }
         decompress(&self.raw, self.hint, max_decoded)
     }
+
+    /// [`decode`](Self::decode), but only as far as `small` bytes of output:
+    /// `Ok(None)` when the payload decodes to more (it is then worth decoding
+    /// elsewhere), else exactly what `decode(max_decoded)` gives.
+    pub fn decode_small(&self, small: usize, max_decoded: usize) -> Result<Option<Vec<u8>>, Error> {
+        if small >= max_decoded {
+            return self.decode(max_decoded).map(Some);
+        }
+        match self.decode(small) {
+            Err(Error::TooLarge) => Ok(None),
+            other => other.map(Some),
+        }
+    }
 }
 
 /// The decoded payload of a request given as a slice. `content_type` and
@@ -230,39 +243,43 @@ fn looks_like_base64(raw: &[u8]) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'='))
 }
 
-/// Inflated output is gathered in pieces of this size, so growing it never copies a
-/// large buffer (which would briefly hold it twice).
+/// Inflated output is gathered in pieces of at most this size, so growing it never
+/// copies a large buffer (which would briefly hold it twice).
 const GUNZIP_PIECE: usize = 1024 * 1024;
 
 /// Gunzip (concatenated members too, as gzip allows), failing once the output would
-/// pass `max` bytes. A bomb costs at most `max` bytes of memory, and a payload that fits
-/// at most its size plus one piece.
+/// pass `max` bytes: at most `max + 1` bytes are ever inflated. The first piece grows
+/// from an estimate, so output under a piece, the common case, is one buffer that is
+/// neither copied into place nor given a piece's worth of memory it does not use;
+/// later pieces are allocated at their full size.
 fn gunzip(raw: &[u8], max: usize) -> Result<Vec<u8>, Error> {
     let mut decoder = flate2::read::MultiGzDecoder::new(raw);
     let mut pieces: Vec<Vec<u8>> = Vec::new();
     let mut total = 0usize;
     loop {
-        // Small payloads, the common case, fit the first piece.
-        let want = if pieces.is_empty() {
-            (raw.len() * 8).clamp(1024, GUNZIP_PIECE)
+        let want = GUNZIP_PIECE.min(max - total + 1);
+        let mut piece = if pieces.is_empty() {
+            Vec::with_capacity((raw.len() * 8).clamp(1024, GUNZIP_PIECE).min(want))
         } else {
-            GUNZIP_PIECE
+            Vec::with_capacity(want)
         };
-        let mut piece = Vec::with_capacity(want);
         let n = (&mut decoder)
             .take(want as u64)
             .read_to_end(&mut piece)
             .map_err(|_| Error::Gzip)?;
-        if n == 0 {
-            break;
-        }
         total += n;
         if total > max {
             return Err(Error::TooLarge);
         }
-        pieces.push(piece);
+        if n > 0 {
+            pieces.push(piece);
+        }
+        // Short of what was asked for: the stream has ended.
+        if n < want {
+            break;
+        }
     }
-    if pieces.len() == 1 {
+    if pieces.len() <= 1 {
         return Ok(pieces.pop().unwrap_or_default());
     }
     let mut out = Vec::with_capacity(total);
@@ -375,6 +392,62 @@ mod tests {
         // Truncated gzip.
         let g = gzip(JSON);
         assert_eq!(decode("", None, None, &g[..g.len() - 6]), Err(Error::Gzip));
+    }
+
+    #[test]
+    fn gunzip_sizes() {
+        // Around the first piece's estimate, one piece, several pieces, the cap.
+        let text = |n: usize| (0..n).map(|i| (i * 7 % 251) as u8).collect::<Vec<u8>>();
+        for n in [
+            0,
+            1,
+            1023,
+            1024,
+            5000,
+            GUNZIP_PIECE - 1,
+            GUNZIP_PIECE,
+            GUNZIP_PIECE + 1,
+            2 * GUNZIP_PIECE + 3,
+        ] {
+            let data = text(n);
+            let g = gzip(&data);
+            assert_eq!(gunzip(&g, usize::MAX / 2).as_deref(), Ok(&data[..]), "{n}");
+            assert_eq!(gunzip(&g, n).as_deref(), Ok(&data[..]), "{n}");
+            if n > 0 {
+                assert_eq!(gunzip(&g, n - 1), Err(Error::TooLarge), "{n}");
+            }
+        }
+        // Two members, as one stream.
+        let two = [gzip(b"ab"), gzip(b"cd")].concat();
+        assert_eq!(gunzip(&two, 4).as_deref(), Ok(&b"abcd"[..]));
+        assert_eq!(gunzip(&two, 3), Err(Error::TooLarge));
+    }
+
+    #[test]
+    fn small_decodes_as_the_full_one() {
+        let big = vec![b'x'; 10_000];
+        for (query, body) in [
+            ("", gzip(JSON)),
+            ("", gzip(&big)),
+            ("", JSON.to_vec()),
+            ("compression=gzip", JSON.to_vec()),
+            ("compression=lz64", b"IZA=".to_vec()),
+            ("compression=lz64", b"!!".to_vec()),
+            ("", b"   ".to_vec()),
+        ] {
+            let body = Bytes::from(body);
+            let located = Located::find(&Query::parse(Some(query)), None, None, &body);
+            for max in [0, 1, 100, MAX] {
+                let full = located.decode(max);
+                assert_eq!(located.decode_small(MAX, max), full.clone().map(Some));
+                match located.decode_small(64, max) {
+                    // Left to a full decode, which gives `full` (an error past 64
+                    // bytes of output is found there).
+                    Ok(None) => assert!(max > 64 && !full.is_ok_and(|v| v.len() <= 64)),
+                    small => assert_eq!(small, full.map(Some), "{query} {max}"),
+                }
+            }
+        }
     }
 
     /// Found by the `decode_body` fuzzer: an lz64 payload over the cap was reported as
