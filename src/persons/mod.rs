@@ -41,40 +41,65 @@ pub trait Store {
     fn load(&mut self, id: Uuid) -> Result<Option<Person>, Self::Error>;
     fn save(&mut self, person: &Person) -> Result<(), Self::Error>;
     fn delete(&mut self, id: Uuid) -> Result<(), Self::Error>;
+
+    /// Change a person where it is; `change` says whether it changed anything, and
+    /// only then is the person saved. False if there is no such person. A store that
+    /// keeps persons decoded overrides this to avoid a copy per event.
+    fn update(
+        &mut self,
+        id: Uuid,
+        change: &mut dyn FnMut(&mut Person) -> bool,
+    ) -> Result<bool, Self::Error> {
+        let Some(mut person) = self.load(id)? else {
+            return Ok(false);
+        };
+        if change(&mut person) {
+            self.save(&person)?;
+        }
+        Ok(true)
+    }
 }
 
-/// What of an event matters to persons.
+/// What of an event matters to persons: each operation from `properties` and from the
+/// top level of the event, applied in that order.
+#[derive(Debug, Clone, Copy)]
 pub struct EventView<'a> {
     pub name: &'a str,
     pub distinct_id: &'a str,
     /// Unix milliseconds.
     pub timestamp: i64,
-    /// The whole event object as sent (for top-level `$set` and friends).
-    pub event: &'a Map<String, Value>,
+    /// False when `$process_person_profile` is `false`.
+    pub processes_person: bool,
+    /// The `$anon_distinct_id` and `alias` properties.
+    pub anon_distinct_id: Option<&'a Value>,
+    pub alias: Option<&'a Value>,
+    pub set_once: [Option<&'a Value>; 2],
+    pub set: [Option<&'a Value>; 2],
+    pub unset: [Option<&'a Value>; 2],
 }
 
-impl EventView<'_> {
-    fn properties(&self) -> Option<&Map<String, Value>> {
-        self.event.get("properties").and_then(Value::as_object)
-    }
-
-    fn property(&self, key: &str) -> Option<&Value> {
-        self.properties().and_then(|p| p.get(key))
-    }
-
-    /// `$set` (or another operation) from properties and from the top level; the
-    /// top level wins where both set a key.
-    fn operation(&self, key: &str) -> Vec<&Map<String, Value>> {
-        [self.property(key), self.event.get(key)]
-            .into_iter()
-            .flatten()
-            .filter_map(Value::as_object)
-            .collect()
-    }
-
-    /// Whether this event should create or update a person at all.
-    pub fn processes_person(&self) -> bool {
-        self.property("$process_person_profile") != Some(&Value::Bool(false))
+impl<'a> EventView<'a> {
+    /// The view of a whole event object as sent.
+    pub fn new(
+        name: &'a str,
+        distinct_id: &'a str,
+        timestamp: i64,
+        event: &'a Map<String, Value>,
+    ) -> EventView<'a> {
+        let properties = event.get("properties").and_then(Value::as_object);
+        let property = |key: &str| properties.and_then(|p| p.get(key));
+        let both = |key: &str| [property(key), event.get(key)];
+        EventView {
+            name,
+            distinct_id,
+            timestamp,
+            processes_person: property("$process_person_profile") != Some(&Value::Bool(false)),
+            anon_distinct_id: property("$anon_distinct_id"),
+            alias: property("alias"),
+            set_once: both("$set_once"),
+            set: both("$set"),
+            unset: both("$unset"),
+        }
     }
 }
 
@@ -91,13 +116,13 @@ fn id_property(v: Option<&Value>) -> Option<String> {
 /// Apply an event to persons; returns the id of the person it belongs to.
 /// Events with `$process_person_profile: false` touch nothing and belong to no one.
 pub fn apply<S: Store>(store: &mut S, event: &EventView<'_>) -> Result<Option<Uuid>, S::Error> {
-    if !event.processes_person() {
+    if !event.processes_person {
         return Ok(None);
     }
     let identify = event.name == "$identify";
     match event.name {
         "$identify" => {
-            if let Some(anon) = id_property(event.property("$anon_distinct_id")) {
+            if let Some(anon) = id_property(event.anon_distinct_id) {
                 if anon != event.distinct_id {
                     merge::link(
                         store,
@@ -110,7 +135,7 @@ pub fn apply<S: Store>(store: &mut S, event: &EventView<'_>) -> Result<Option<Uu
             }
         }
         "$create_alias" => {
-            if let Some(alias) = id_property(event.property("alias")) {
+            if let Some(alias) = id_property(event.alias) {
                 if alias != event.distinct_id {
                     merge::link(
                         store,
@@ -123,7 +148,7 @@ pub fn apply<S: Store>(store: &mut S, event: &EventView<'_>) -> Result<Option<Uu
             }
         }
         "$merge_dangerously" => {
-            if let Some(other) = id_property(event.property("alias")) {
+            if let Some(other) = id_property(event.alias) {
                 if other != event.distinct_id {
                     merge::link(
                         store,
@@ -137,54 +162,67 @@ pub fn apply<S: Store>(store: &mut S, event: &EventView<'_>) -> Result<Option<Uu
         }
         _ => {}
     }
-    let mut person = match store.person_of(event.distinct_id)? {
-        Some(id) => match store.load(id)? {
-            Some(p) => p,
-            None => merge::create(store, &[event.distinct_id], event.timestamp)?,
-        },
-        None => merge::create(store, &[event.distinct_id], event.timestamp)?,
+    let mut change = |person: &mut Person| {
+        let mut changed = update_properties(&mut person.properties, event);
+        if identify && !person.is_identified {
+            person.is_identified = true;
+            changed = true;
+        }
+        changed
     };
-    let before = person.clone();
-    update_properties(&mut person.properties, event);
-    if identify {
-        person.is_identified = true;
+    if let Some(id) = store.person_of(event.distinct_id)? {
+        if store.update(id, &mut change)? {
+            return Ok(Some(id));
+        }
     }
-    if person != before {
-        store.save(&person)?;
-    }
-    Ok(Some(person.id))
+    let id = merge::create(store, &[event.distinct_id], event.timestamp)?.id;
+    store.update(id, &mut change)?;
+    Ok(Some(id))
 }
 
-/// `$set_once` fills only missing keys, `$set` overwrites, `$unset` removes.
-fn update_properties(props: &mut Map<String, Value>, event: &EventView<'_>) {
-    for set_once in event.operation("$set_once") {
+/// `$set_once` fills only missing keys, `$set` overwrites, `$unset` removes. Returns
+/// whether the properties changed, so an event that changes nothing writes nothing.
+fn update_properties<'a>(props: &mut Map<String, Value>, event: &EventView<'a>) -> bool {
+    let objects =
+        |ops: [Option<&'a Value>; 2]| ops.into_iter().flatten().filter_map(Value::as_object);
+    let mut changed = false;
+    for set_once in objects(event.set_once) {
         for (k, v) in set_once {
             if !props.contains_key(k) {
                 props.insert(k.clone(), v.clone());
+                changed = true;
             }
         }
     }
-    for set in event.operation("$set") {
+    for set in objects(event.set) {
         for (k, v) in set {
-            props.insert(k.clone(), v.clone());
+            match props.get_mut(k) {
+                Some(old) if old == v => {}
+                Some(old) => {
+                    *old = v.clone();
+                    changed = true;
+                }
+                None => {
+                    props.insert(k.clone(), v.clone());
+                    changed = true;
+                }
+            }
         }
     }
-    for unset in [event.property("$unset"), event.event.get("$unset")]
-        .into_iter()
-        .flatten()
-    {
+    for unset in event.unset.into_iter().flatten() {
         match unset {
             Value::Array(keys) => {
                 for k in keys.iter().filter_map(Value::as_str) {
-                    props.remove(k);
+                    changed |= props.remove(k).is_some();
                 }
             }
             Value::Object(keys) => {
                 for k in keys.keys() {
-                    props.remove(k);
+                    changed |= props.remove(k).is_some();
                 }
             }
             _ => {}
         }
     }
+    changed
 }

@@ -37,12 +37,12 @@ impl Store for Mem {
 impl Mem {
     fn send(&mut self, ts: i64, event: Value) -> Option<Uuid> {
         let obj = event.as_object().unwrap().clone();
-        let view = EventView {
-            name: obj["event"].as_str().unwrap(),
-            distinct_id: obj["distinct_id"].as_str().unwrap(),
-            timestamp: ts,
-            event: &obj,
-        };
+        let view = EventView::new(
+            obj["event"].as_str().unwrap(),
+            obj["distinct_id"].as_str().unwrap(),
+            ts,
+            &obj,
+        );
         match apply(self, &view) {
             Ok(p) => p,
             Err(e) => match e {},

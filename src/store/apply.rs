@@ -1,16 +1,19 @@
 //! Applying one log record inside the compactor's transaction: update persons and
 //! groups, and shape the event for its block. Every read and write goes through the
 //! transaction, so a chunk of records is applied entirely or not at all.
-
-use std::collections::{HashMap, HashSet};
+//!
+//! An event logged as serde_json writes it (every event capture logs) is edited as text
+//! by [`splice`]; any other goes through a `serde_json::Value` here. Both store the same
+//! properties.
 
 use serde_json::{Map, Value};
 use sled::transaction::{TransactionalTree, UnabortableTransactionError};
 use uuid::Uuid;
 
 use super::block::Entry;
-use super::{keys, Record};
-use crate::persons::{self, EventView, Person};
+use super::cache::Cache;
+use super::{keys, raw, splice, Record};
+use crate::persons::{self, EventView};
 
 type Result<T> = std::result::Result<T, UnabortableTransactionError>;
 
@@ -35,8 +38,10 @@ pub struct ProjectSettings {
 /// uses, looked up once per chunk for all the events from that address.
 #[derive(Debug, Default)]
 pub struct Geo {
-    found: crate::geoip::Properties,
-    initial: Vec<String>,
+    pub found: crate::geoip::Properties,
+    pub initial: Vec<String>,
+    /// Each value of `found` as JSON text.
+    pub json: Vec<String>,
 }
 
 impl Geo {
@@ -49,18 +54,50 @@ impl Geo {
                 None => k.to_string(),
             })
             .collect();
-        Geo { found, initial }
+        let json = found
+            .iter()
+            .map(|(_, v)| serde_json::to_string(v).unwrap_or_else(|_| "null".into()))
+            .collect();
+        Geo {
+            found,
+            initial,
+            json,
+        }
     }
 }
 
 /// Apply one record (already known not to be a duplicate); returns the event to store.
 pub fn record(
     tx: &Tx<'_>,
-    cache: &mut PersonCache,
+    cache: &mut Cache,
     record: &Record,
     settings: ProjectSettings,
     geo: Option<&Geo>,
 ) -> Result<Entry> {
+    let (person_id, properties) = match raw::Event::parse(&record.data) {
+        Some(event) => splice::apply(tx, cache, record, &event, settings, geo)?,
+        None => round_trip(tx, cache, record, settings, geo)?,
+    };
+    Ok(Entry {
+        timestamp: record.timestamp,
+        created_at: record.received_at,
+        uuid: record.uuid,
+        person_id,
+        event: record.event.clone(),
+        distinct_id: record.distinct_id.clone(),
+        properties,
+    })
+}
+
+/// [`record`] for any event JSON: parsed into a `Value`, changed, and written again.
+/// Returns the person id and the properties to store.
+pub(super) fn round_trip(
+    tx: &Tx<'_>,
+    cache: &mut Cache,
+    record: &Record,
+    settings: ProjectSettings,
+    geo: Option<&Geo>,
+) -> Result<(Option<Uuid>, Vec<u8>)> {
     let project = record.project;
     let mut event: Map<String, Value> = match serde_json::from_slice(&record.data) {
         Ok(Value::Object(obj)) => obj,
@@ -70,13 +107,8 @@ pub fn record(
     if let Some(geo) = geo {
         enrich(&mut event, geo);
     }
-    let view = EventView {
-        name: &record.event,
-        distinct_id: &record.distinct_id,
-        timestamp: record.timestamp,
-        event: &event,
-    };
-    let person_id = persons::apply(&mut TxPersons { tx, project, cache }, &view)?;
+    let view = EventView::new(&record.event, &record.distinct_id, record.timestamp, &event);
+    let person_id = persons::apply(&mut cache.persons(tx, project), &view)?;
 
     let mut properties = match event.remove("properties") {
         Some(Value::Object(p)) => p,
@@ -89,9 +121,21 @@ pub fn record(
         }
     }
     if record.event == "$groupidentify" {
-        group_identify(tx, project, &properties, record.timestamp)?;
+        group_identify(
+            tx,
+            cache,
+            project,
+            [
+                properties.get("$group_type"),
+                properties.get("$group_key"),
+                properties.get("$group_set"),
+            ],
+            record.timestamp,
+        )?;
     }
-    attach_groups(tx, project, &mut properties)?;
+    for (k, v) in groups(tx, cache, project, properties.get("$groups"))? {
+        properties.insert(k, Value::String(v));
+    }
     if let (Some(ip), false) = (record.ip, settings.anonymize_ips) {
         properties
             .entry("$ip")
@@ -99,15 +143,8 @@ pub fn record(
     } else if settings.anonymize_ips {
         properties.remove("$ip");
     }
-    Ok(Entry {
-        timestamp: record.timestamp,
-        created_at: record.received_at,
-        uuid: record.uuid,
-        person_id,
-        event: record.event.clone(),
-        distinct_id: record.distinct_id.clone(),
-        properties: serde_json::to_vec(&properties).unwrap_or_else(|_| b"{}".to_vec()),
-    })
+    let properties = serde_json::to_vec(&properties).unwrap_or_else(|_| b"{}".to_vec());
+    Ok((person_id, properties))
 }
 
 /// Add the GeoIP properties of the client address to the event, and to its person:
@@ -144,16 +181,24 @@ fn enrich(event: &mut Map<String, Value>, geo: &Geo) {
     }
 }
 
-/// The index of a group type, allocating the next free one (up to five) if asked.
-pub fn group_type_index(tx: &Tx<'_>, project: u64, name: &str, create: bool) -> Result<Option<u8>> {
+/// The index of a group type, allocating the next free one (up to five).
+fn group_type_index(
+    tx: &Tx<'_>,
+    cache: &mut Cache,
+    project: u64,
+    name: &str,
+) -> Result<Option<u8>> {
+    if let Some(index) = cache.group_type(project, name) {
+        return Ok(Some(index));
+    }
     if let Some(v) = tx
         .group_types
         .get(keys::group_type_by_name(project, name))?
     {
+        if let Some(&index) = v.first() {
+            cache.set_group_type(project, name, index);
+        }
         return Ok(v.first().copied());
-    }
-    if !create {
-        return Ok(None);
     }
     for index in 0..MAX_GROUP_TYPES {
         if tx
@@ -167,6 +212,7 @@ pub fn group_type_index(tx: &Tx<'_>, project: u64, name: &str, create: bool) -> 
                 &keys::group_type_by_index(project, index)[..],
                 name.as_bytes(),
             )?;
+            cache.set_group_type(project, name, index);
             return Ok(Some(index));
         }
     }
@@ -191,20 +237,19 @@ fn scalar_key(v: Option<&Value>) -> Option<String> {
     }
 }
 
-/// `$groupidentify` creates the group or updates its properties with `$group_set`.
-fn group_identify(
+/// `$groupidentify` creates the group or updates its properties with `$group_set`;
+/// given the `$group_type`, `$group_key` and `$group_set` properties.
+pub(super) fn group_identify(
     tx: &Tx<'_>,
+    cache: &mut Cache,
     project: u64,
-    properties: &Map<String, Value>,
+    [kind, key, set]: [Option<&Value>; 3],
     timestamp: i64,
 ) -> Result<()> {
-    let (Some(kind), Some(key)) = (
-        properties.get("$group_type").and_then(Value::as_str),
-        scalar_key(properties.get("$group_key")),
-    ) else {
+    let (Some(kind), Some(key)) = (kind.and_then(Value::as_str), scalar_key(key)) else {
         return Ok(());
     };
-    let Some(index) = group_type_index(tx, project, kind, true)? else {
+    let Some(index) = group_type_index(tx, cache, project, kind)? else {
         return Ok(());
     };
     let k = keys::group(project, index, &key);
@@ -218,7 +263,7 @@ fn group_identify(
         properties: Map::new(),
         created_at: timestamp,
     });
-    if let Some(Value::Object(set)) = properties.get("$group_set") {
+    if let Some(Value::Object(set)) = set {
         for (pk, pv) in set {
             group.properties.insert(pk.clone(), pv.clone());
         }
@@ -229,118 +274,30 @@ fn group_identify(
     Ok(())
 }
 
-/// `$groups: {type: key}` attaches the event to groups as `$group_<index>`. It names
-/// group types (as PostHog does) but never creates a group.
-fn attach_groups(tx: &Tx<'_>, project: u64, properties: &mut Map<String, Value>) -> Result<()> {
-    let Some(Value::Object(groups)) = properties.get("$groups") else {
-        return Ok(());
+/// `$groups: {type: key}` attaches the event to groups: the `$group_<index>`
+/// properties to set, with their keys. It names group types (as PostHog does) but
+/// never creates a group.
+pub(super) fn groups(
+    tx: &Tx<'_>,
+    cache: &mut Cache,
+    project: u64,
+    groups: Option<&Value>,
+) -> Result<Vec<(String, String)>> {
+    let Some(Value::Object(groups)) = groups else {
+        return Ok(Vec::new());
     };
     let mut attached = Vec::new();
     for (kind, key) in groups {
         if let (Some(key), Some(index)) = (
             scalar_key(Some(key)),
-            group_type_index(tx, project, kind, true)?,
+            group_type_index(tx, cache, project, kind)?,
         ) {
-            attached.push((format!("$group_{index}"), Value::String(key)));
+            attached.push((format!("$group_{index}"), key));
         }
     }
-    for (k, v) in attached {
-        properties.insert(k, v);
-    }
-    Ok(())
+    Ok(attached)
 }
 
-/// The persons a chunk touches, kept decoded for the whole chunk: a batch is often one
-/// user's events, and each would otherwise parse and re-encode the same person. Changed
-/// persons are written to the transaction once, by [`PersonCache::write`].
-#[derive(Default)]
-pub struct PersonCache {
-    /// (project, distinct id) -> person, as read or linked during this chunk.
-    ids: HashMap<(u64, String), Option<Uuid>>,
-    /// (project, person) -> the person, or None once deleted by a merge.
-    persons: HashMap<(u64, Uuid), Option<Person>>,
-    dirty: HashSet<(u64, Uuid)>,
-}
-
-impl PersonCache {
-    /// Write every person changed during the chunk into the transaction.
-    pub fn write(&self, tx: &Tx<'_>) -> Result<()> {
-        for key @ (project, id) in &self.dirty {
-            let k = keys::with_uuid(*project, *id);
-            match self.persons.get(key) {
-                Some(Some(person)) => {
-                    tx.persons
-                        .insert(&k[..], serde_json::to_vec(person).unwrap_or_default())?;
-                }
-                _ => {
-                    tx.persons.remove(&k[..])?;
-                }
-            }
-        }
-        Ok(())
-    }
-}
-
-/// Persons of one project, read through the chunk's cache and the transaction.
-struct TxPersons<'a, 'b> {
-    tx: &'a Tx<'b>,
-    project: u64,
-    cache: &'a mut PersonCache,
-}
-
-impl persons::Store for TxPersons<'_, '_> {
-    type Error = UnabortableTransactionError;
-
-    fn person_of(&mut self, distinct_id: &str) -> Result<Option<Uuid>> {
-        let key = (self.project, distinct_id.to_string());
-        if let Some(found) = self.cache.ids.get(&key) {
-            return Ok(*found);
-        }
-        let found = self
-            .tx
-            .distinct_ids
-            .get(keys::with_str(self.project, distinct_id))?
-            .and_then(|b| Uuid::from_slice(&b).ok());
-        self.cache.ids.insert(key, found);
-        Ok(found)
-    }
-
-    fn link(&mut self, distinct_id: &str, person: Uuid) -> Result<()> {
-        self.tx.distinct_ids.insert(
-            keys::with_str(self.project, distinct_id),
-            &person.as_bytes()[..],
-        )?;
-        self.cache
-            .ids
-            .insert((self.project, distinct_id.to_string()), Some(person));
-        Ok(())
-    }
-
-    fn load(&mut self, id: Uuid) -> Result<Option<Person>> {
-        let key = (self.project, id);
-        if let Some(found) = self.cache.persons.get(&key) {
-            return Ok(found.clone());
-        }
-        let found: Option<Person> = self
-            .tx
-            .persons
-            .get(keys::with_uuid(self.project, id))?
-            .and_then(|b| serde_json::from_slice(&b).ok());
-        self.cache.persons.insert(key, found.clone());
-        Ok(found)
-    }
-
-    fn save(&mut self, person: &Person) -> Result<()> {
-        let key = (self.project, person.id);
-        self.cache.persons.insert(key, Some(person.clone()));
-        self.cache.dirty.insert(key);
-        Ok(())
-    }
-
-    fn delete(&mut self, id: Uuid) -> Result<()> {
-        let key = (self.project, id);
-        self.cache.persons.insert(key, None);
-        self.cache.dirty.insert(key);
-        Ok(())
-    }
-}
+#[cfg(test)]
+#[path = "apply_tests.rs"]
+mod tests;

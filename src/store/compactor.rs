@@ -22,7 +22,8 @@ use arc_swap::ArcSwap;
 use sled::transaction::{ConflictableTransactionError, TransactionError, Transactional};
 use sled::IVec;
 
-use super::apply::{self, PersonCache, ProjectSettings, Tx};
+use super::apply::{self, ProjectSettings, Tx};
+use super::cache::Cache;
 use super::dedup::{self, IdSet};
 use super::overflow::Limiter;
 use super::record::decode_frame;
@@ -347,7 +348,7 @@ impl Compactor {
                     Source::Overflow => overflow,
                 };
                 let mut counts = Counts::default();
-                let mut cache = PersonCache::default();
+                let mut cache = Cache::default();
                 let mut seen = IdSet::default();
                 let mut entries: HashMap<u64, Vec<block::Entry>> = HashMap::new();
                 for key in &chunk.consumed {

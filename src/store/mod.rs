@@ -4,6 +4,7 @@
 
 mod apply;
 pub mod block;
+mod cache;
 pub mod compactor;
 pub mod dedup;
 pub mod event;
@@ -11,8 +12,10 @@ pub mod keys;
 mod migrate;
 pub mod overflow;
 pub mod query;
+mod raw;
 pub mod record;
 pub mod space;
+mod splice;
 pub mod wal;
 
 use std::path::Path;

@@ -1,0 +1,149 @@
+//! What one chunk's transaction has read or changed of persons, distinct ids and group
+//! types, kept decoded for the whole chunk: a chunk often holds many events of the same
+//! users, and each would otherwise read, parse and re-encode the same person. Persons
+//! are changed in place and written to the transaction once, at the end, and only if
+//! an event changed them.
+
+use std::collections::{HashMap, HashSet};
+
+use sled::transaction::UnabortableTransactionError;
+use uuid::Uuid;
+
+use super::apply::Tx;
+use super::keys;
+use crate::persons::{self, Person};
+
+type Result<T> = std::result::Result<T, UnabortableTransactionError>;
+
+#[derive(Default)]
+pub struct Cache {
+    /// Project -> distinct id -> person, as read or linked during this chunk. Nested
+    /// so a lookup by `&str` builds no key.
+    ids: HashMap<u64, HashMap<String, Option<Uuid>>>,
+    /// (project, person) -> the person, or None once deleted by a merge.
+    persons: HashMap<(u64, Uuid), Option<Person>>,
+    dirty: HashSet<(u64, Uuid)>,
+    /// Project -> group type name -> index, once known.
+    group_types: HashMap<u64, HashMap<String, u8>>,
+}
+
+impl Cache {
+    /// Write every person changed during the chunk into the transaction.
+    pub fn write(&self, tx: &Tx<'_>) -> Result<()> {
+        for key @ (project, id) in &self.dirty {
+            let k = keys::with_uuid(*project, *id);
+            match self.persons.get(key) {
+                Some(Some(person)) => {
+                    tx.persons
+                        .insert(&k[..], serde_json::to_vec(person).unwrap_or_default())?;
+                }
+                _ => {
+                    tx.persons.remove(&k[..])?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub fn group_type(&self, project: u64, name: &str) -> Option<u8> {
+        self.group_types.get(&project)?.get(name).copied()
+    }
+
+    pub fn set_group_type(&mut self, project: u64, name: &str, index: u8) {
+        self.group_types
+            .entry(project)
+            .or_default()
+            .insert(name.to_owned(), index);
+    }
+
+    /// The persons of one project, through this cache and the transaction.
+    pub fn persons<'a, 'b>(&'a mut self, tx: &'a Tx<'b>, project: u64) -> TxPersons<'a, 'b> {
+        TxPersons {
+            tx,
+            project,
+            cache: self,
+        }
+    }
+
+    /// The person (if any) of `id`, reading it from the transaction on first use.
+    fn person(&mut self, tx: &Tx<'_>, project: u64, id: Uuid) -> Result<&mut Option<Person>> {
+        let slot = match self.persons.entry((project, id)) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                let found = tx
+                    .persons
+                    .get(keys::with_uuid(project, id))?
+                    .and_then(|b| serde_json::from_slice(&b).ok());
+                e.insert(found)
+            }
+        };
+        Ok(slot)
+    }
+}
+
+/// Persons of one project, read through the chunk's cache and the transaction.
+pub struct TxPersons<'a, 'b> {
+    tx: &'a Tx<'b>,
+    project: u64,
+    cache: &'a mut Cache,
+}
+
+impl persons::Store for TxPersons<'_, '_> {
+    type Error = UnabortableTransactionError;
+
+    fn person_of(&mut self, distinct_id: &str) -> Result<Option<Uuid>> {
+        let ids = self.cache.ids.entry(self.project).or_default();
+        if let Some(found) = ids.get(distinct_id) {
+            return Ok(*found);
+        }
+        let found = self
+            .tx
+            .distinct_ids
+            .get(keys::with_str(self.project, distinct_id))?
+            .and_then(|b| Uuid::from_slice(&b).ok());
+        ids.insert(distinct_id.to_owned(), found);
+        Ok(found)
+    }
+
+    fn link(&mut self, distinct_id: &str, person: Uuid) -> Result<()> {
+        self.tx.distinct_ids.insert(
+            keys::with_str(self.project, distinct_id),
+            &person.as_bytes()[..],
+        )?;
+        self.cache
+            .ids
+            .entry(self.project)
+            .or_default()
+            .insert(distinct_id.to_owned(), Some(person));
+        Ok(())
+    }
+
+    fn load(&mut self, id: Uuid) -> Result<Option<Person>> {
+        Ok(self.cache.person(self.tx, self.project, id)?.clone())
+    }
+
+    fn save(&mut self, person: &Person) -> Result<()> {
+        let key = (self.project, person.id);
+        self.cache.persons.insert(key, Some(person.clone()));
+        self.cache.dirty.insert(key);
+        Ok(())
+    }
+
+    fn delete(&mut self, id: Uuid) -> Result<()> {
+        let key = (self.project, id);
+        self.cache.persons.insert(key, None);
+        self.cache.dirty.insert(key);
+        Ok(())
+    }
+
+    fn update(&mut self, id: Uuid, change: &mut dyn FnMut(&mut Person) -> bool) -> Result<bool> {
+        let project = self.project;
+        let Some(person) = self.cache.person(self.tx, project, id)? else {
+            return Ok(false);
+        };
+        if change(person) {
+            self.cache.dirty.insert((project, id));
+        }
+        Ok(true)
+    }
+}

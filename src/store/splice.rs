@@ -1,0 +1,221 @@
+//! Applying a record whose event JSON is canonical (see [`raw`]) without turning it into
+//! a `serde_json::Value`: the properties stay text, member by member, and only what the
+//! compactor adds or changes is written (GeoIP properties, the top-level person
+//! operations, `$group_<index>`, `$ip`). Only the few values persons and groups read
+//! are parsed. The result is byte for byte what [`apply::round_trip`] stores: each step
+//! below mirrors one of its `serde_json::Map` operations (with `preserve_order`, insert
+//! keeps a key's place and appends a new one, remove swaps the last member in).
+
+use std::borrow::Cow;
+
+use serde_json::{Map, Value};
+use uuid::Uuid;
+
+use super::apply::{self, Geo, ProjectSettings, Tx};
+use super::cache::Cache;
+use super::raw::{self, Member};
+use super::Record;
+use crate::persons::{self, EventView};
+
+type Result<T> = std::result::Result<T, sled::transaction::UnabortableTransactionError>;
+
+/// Properties as text: each member's key (escaped, without quotes) and value.
+#[derive(Default)]
+struct Members<'a>(Vec<(Cow<'a, str>, Cow<'a, str>)>);
+
+impl<'a> Members<'a> {
+    fn new(members: &[Member<'a>]) -> Members<'a> {
+        let mut out = Vec::with_capacity(members.len() + 16);
+        out.extend(
+            members
+                .iter()
+                .map(|m| (Cow::Borrowed(m.key), Cow::Borrowed(m.value))),
+        );
+        Members(out)
+    }
+
+    /// `key` must need no escaping (every key the compactor adds is so).
+    fn position(&self, key: &str) -> Option<usize> {
+        self.0.iter().position(|(k, _)| k == key)
+    }
+
+    fn get(&self, key: &str) -> Option<&str> {
+        self.position(key).map(|i| &*self.0[i].1)
+    }
+
+    /// `Map::entry(key).or_insert(value)`; returns the member's index.
+    fn or_insert(&mut self, key: &'a str, value: impl Into<Cow<'a, str>>) -> usize {
+        match self.position(key) {
+            Some(i) => i,
+            None => {
+                self.0.push((Cow::Borrowed(key), value.into()));
+                self.0.len() - 1
+            }
+        }
+    }
+
+    /// `Map::insert`.
+    fn insert(&mut self, key: String, value: String) {
+        match self.position(&key) {
+            Some(i) => self.0[i].1 = Cow::Owned(value),
+            None => self.0.push((Cow::Owned(key), Cow::Owned(value))),
+        }
+    }
+
+    /// `Map::remove`, which is `swap_remove` with `preserve_order`.
+    fn remove(&mut self, key: &str) {
+        if let Some(i) = self.position(key) {
+            self.0.swap_remove(i);
+        }
+    }
+
+    fn write(&self) -> Vec<u8> {
+        let len = self
+            .0
+            .iter()
+            .map(|(k, v)| k.len() + v.len() + 4)
+            .sum::<usize>();
+        let mut out = Vec::with_capacity(len + 2);
+        out.push(b'{');
+        for (i, (k, v)) in self.0.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            out.push(b'"');
+            out.extend_from_slice(k.as_bytes());
+            out.extend_from_slice(b"\":");
+            out.extend_from_slice(v.as_bytes());
+        }
+        out.push(b'}');
+        out
+    }
+}
+
+/// A canonical value parsed; it always parses, being checked already.
+fn parse(text: Option<&str>) -> Option<Value> {
+    serde_json::from_str(text?).ok()
+}
+
+/// [`apply::record`] for a canonical event. Returns the person id and the properties
+/// to store.
+pub fn apply(
+    tx: &Tx<'_>,
+    cache: &mut Cache,
+    record: &Record,
+    event: &raw::Event<'_>,
+    settings: ProjectSettings,
+    geo: Option<&Geo>,
+) -> Result<(Option<Uuid>, Vec<u8>)> {
+    let project = record.project;
+    // Enrichment adds to the properties object, creating it if absent, but leaves a
+    // `properties` that is not an object alone (it is then stored as none).
+    let enrichable = event.properties.is_some() || event.get("properties").is_none();
+    let mut props = Members::new(event.properties.as_deref().unwrap_or_default());
+    // `$set` and `$set_once` of the properties, parsed while enriching them.
+    let mut enriched: [Option<Value>; 2] = [None, None];
+    if let Some(geo) = geo.filter(|g| enrichable && !g.found.is_empty()) {
+        enrich(&mut props, geo, &mut enriched);
+    }
+
+    let person_id = if props.get("$process_person_profile") == Some("false") {
+        None
+    } else {
+        let [set, set_once] = enriched;
+        let set = set.or_else(|| parse(props.get("$set")));
+        let set_once = set_once.or_else(|| parse(props.get("$set_once")));
+        let unset = parse(props.get("$unset"));
+        let top = |op| parse(event.get(op));
+        let (top_set, top_set_once, top_unset) = (top("$set"), top("$set_once"), top("$unset"));
+        let anon = if record.event == "$identify" {
+            parse(props.get("$anon_distinct_id"))
+        } else {
+            None
+        };
+        let alias = if record.event == "$create_alias" || record.event == "$merge_dangerously" {
+            parse(props.get("alias"))
+        } else {
+            None
+        };
+        let view = EventView {
+            name: &record.event,
+            distinct_id: &record.distinct_id,
+            timestamp: record.timestamp,
+            processes_person: true,
+            anon_distinct_id: anon.as_ref(),
+            alias: alias.as_ref(),
+            set_once: [set_once.as_ref(), top_set_once.as_ref()],
+            set: [set.as_ref(), top_set.as_ref()],
+            unset: [unset.as_ref(), top_unset.as_ref()],
+        };
+        persons::apply(&mut cache.persons(tx, project), &view)?
+    };
+
+    // Top-level person operations are kept with the event, as properties.
+    for op in ["$set", "$set_once", "$unset"] {
+        if let Some(v) = event.get(op) {
+            props.or_insert(op, v);
+        }
+    }
+    if record.event == "$groupidentify" {
+        let [kind, key, set] =
+            ["$group_type", "$group_key", "$group_set"].map(|k| parse(props.get(k)));
+        apply::group_identify(
+            tx,
+            cache,
+            project,
+            [kind.as_ref(), key.as_ref(), set.as_ref()],
+            record.timestamp,
+        )?;
+    }
+    if let Some(groups) = props.get("$groups").filter(|g| g.starts_with('{')) {
+        let groups = parse(Some(groups));
+        for (k, v) in apply::groups(tx, cache, project, groups.as_ref())? {
+            let v = serde_json::to_string(&v).unwrap_or_default();
+            props.insert(k, v);
+        }
+    }
+    match (record.ip, settings.anonymize_ips) {
+        (Some(ip), false) => {
+            props.or_insert("$ip", format!("\"{ip}\""));
+        }
+        (_, true) => props.remove("$ip"),
+        (None, false) => {}
+    }
+    Ok((person_id, props.write()))
+}
+
+/// As [`apply`]'s enrich: the GeoIP properties the event lacks, and the same in its
+/// `$set` and (as `$initial_geoip_*`) `$set_once`, unless `$geoip_disable` is true.
+/// Leaves those two parsed in `parsed` when they are objects.
+fn enrich<'a>(props: &mut Members<'a>, geo: &'a Geo, parsed: &mut [Option<Value>; 2]) {
+    if props.get("$geoip_disable") == Some("true") {
+        return;
+    }
+    for ((k, _), json) in geo.found.iter().zip(&geo.json) {
+        props.or_insert(k, json.as_str());
+    }
+    for (slot, (op, initial)) in [("$set", false), ("$set_once", true)]
+        .into_iter()
+        .enumerate()
+    {
+        let at = props.or_insert(op, "{}");
+        if !props.0[at].1.starts_with('{') {
+            continue;
+        }
+        let mut target: Map<String, Value> =
+            serde_json::from_str(&props.0[at].1).unwrap_or_default();
+        let mut added = false;
+        for (i, (k, v)) in geo.found.iter().enumerate() {
+            let key = if initial { &geo.initial[i] } else { *k };
+            if !target.contains_key(key) {
+                target.insert(key.to_string(), v.clone());
+                added = true;
+            }
+        }
+        let target = Value::Object(target);
+        if added {
+            props.0[at].1 = Cow::Owned(serde_json::to_string(&target).unwrap_or_default());
+        }
+        parsed[slot] = Some(target);
+    }
+}
