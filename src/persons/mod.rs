@@ -61,7 +61,10 @@ pub trait Store {
 }
 
 /// What of an event matters to persons: each operation from `properties` and from the
-/// top level of the event, applied in that order.
+/// top level of the event, applied in that order. `$set` and `$set_once` have a source
+/// between the two: additions to the properties' own (GeoIP's, which the compactor
+/// keeps apart so it need not copy them into each event's map), applied as if appended
+/// to it; they must not repeat its keys.
 #[derive(Debug, Clone, Copy)]
 pub struct EventView<'a> {
     pub name: &'a str,
@@ -73,8 +76,8 @@ pub struct EventView<'a> {
     /// The `$anon_distinct_id` and `alias` properties.
     pub anon_distinct_id: Option<&'a Value>,
     pub alias: Option<&'a Value>,
-    pub set_once: [Option<&'a Value>; 2],
-    pub set: [Option<&'a Value>; 2],
+    pub set_once: [Option<&'a Value>; 3],
+    pub set: [Option<&'a Value>; 3],
     pub unset: [Option<&'a Value>; 2],
 }
 
@@ -89,6 +92,7 @@ impl<'a> EventView<'a> {
         let properties = event.get("properties").and_then(Value::as_object);
         let property = |key: &str| properties.and_then(|p| p.get(key));
         let both = |key: &str| [property(key), event.get(key)];
+        let three = |key: &str| [property(key), None, event.get(key)];
         EventView {
             name,
             distinct_id,
@@ -96,8 +100,8 @@ impl<'a> EventView<'a> {
             processes_person: property("$process_person_profile") != Some(&Value::Bool(false)),
             anon_distinct_id: property("$anon_distinct_id"),
             alias: property("alias"),
-            set_once: both("$set_once"),
-            set: both("$set"),
+            set_once: three("$set_once"),
+            set: three("$set"),
             unset: both("$unset"),
         }
     }
@@ -184,7 +188,7 @@ pub fn apply<S: Store>(store: &mut S, event: &EventView<'_>) -> Result<Option<Uu
 /// whether the properties changed, so an event that changes nothing writes nothing.
 fn update_properties<'a>(props: &mut Map<String, Value>, event: &EventView<'a>) -> bool {
     let objects =
-        |ops: [Option<&'a Value>; 2]| ops.into_iter().flatten().filter_map(Value::as_object);
+        |ops: [Option<&'a Value>; 3]| ops.into_iter().flatten().filter_map(Value::as_object);
     let mut changed = false;
     for set_once in objects(event.set_once) {
         for (k, v) in set_once {

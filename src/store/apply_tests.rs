@@ -28,6 +28,15 @@ fn case(event: Value) -> Case {
     }
 }
 
+/// The GeoIP properties a case uses, for its address.
+fn geo(index: usize, ip: Option<IpAddr>) -> Geo {
+    let geo = geos().swap_remove(index);
+    match ip {
+        Some(ip) => geo.with_ip(ip),
+        None => geo,
+    }
+}
+
 fn geos() -> Vec<Geo> {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("data/GeoIP2-City-Test.mmdb");
     let db = crate::geoip::Database::open(&path).unwrap();
@@ -41,6 +50,11 @@ fn geos() -> Vec<Geo> {
             ("$geoip_accuracy", json!(5)),
         ]),
         Geo::new(Vec::new()),
+        // A key without the usual prefix.
+        Geo::new(vec![
+            ("$geoip_city_name", json!("Paris")),
+            ("plan", json!("geo")),
+        ]),
     ]
 }
 
@@ -57,7 +71,7 @@ fn run(cases: &[Case], text: bool) -> Outcome {
     let dir = tempfile::tempdir().unwrap();
     let db = sled::open(dir.path()).unwrap();
     let t = Trees::open(&db).unwrap();
-    let geos = geos();
+    let geos: Vec<Option<Geo>> = cases.iter().map(|c| c.geo.map(|g| geo(g, c.ip))).collect();
     let entries = (&t.persons, &t.distinct_ids, &t.groups, &t.group_types)
         .transaction(|(persons, distinct_ids, groups, group_types)| {
             let tx = Tx {
@@ -85,7 +99,7 @@ fn run(cases: &[Case], text: bool) -> Outcome {
                 let settings = ProjectSettings {
                     anonymize_ips: c.anonymize,
                 };
-                let geo = c.geo.map(|g| &geos[g]);
+                let geo = geos[i].as_ref();
                 let (person, properties) = if text {
                     let e = record(&tx, &mut cache, &r, settings, geo)?;
                     (e.person_id, e.properties)
@@ -208,6 +222,14 @@ fn corpus() -> Vec<Case> {
         case(
             json!({"event": "$pageview", "distinct_id": "u5", "properties": {"$set": "not an object", "$set_once": [1]}}),
         ),
+        case(
+            json!({"event": "$pageview", "distinct_id": "u5", "properties": {
+            "$set": {"x": "\"$geoip_city_name", "$geoip_latitude": 1}, "$set_once": {}}}),
+        ),
+        case(
+            json!({"event": "$pageview", "distinct_id": "u5", "properties": {
+            "$set": {"plan": "paid"}, "$set_once": {"plan": "first", "y": "$initial_geoip_"}}}),
+        ),
         case(json!({"event": "$pageview", "distinct_id": "u6"})),
         case(
             json!({"event": "$pageview", "distinct_id": "u6", "properties": "not an object", "$set": {"a": 1}}),
@@ -230,6 +252,7 @@ fn corpus() -> Vec<Case> {
             (None, false, true),
             (Some(2), false, false),
             (Some(0), true, true),
+            (Some(3), false, true),
         ] {
             cases.push(Case {
                 data: cases[i].data.clone(),
@@ -359,7 +382,7 @@ fn generated_events_store_the_same() {
                 data: serde_json::to_vec(&event).unwrap(),
                 ip: (g.next(4) > 0).then(|| "81.2.69.160".parse().unwrap()),
                 anonymize: g.next(4) == 0,
-                geo: [None, Some(0), Some(1), Some(2)][g.next(4) as usize],
+                geo: [None, Some(0), Some(1), Some(2), Some(3)][g.next(5) as usize],
             }
         })
         .collect();

@@ -449,7 +449,7 @@ impl Compactor {
             if let Action::Apply(r) = &item.action {
                 if let Some(ip) = r.ip {
                     out.entry(ip)
-                        .or_insert_with(|| apply::Geo::new(self.geoip.lookup(ip)));
+                        .or_insert_with(|| apply::Geo::new(self.geoip.lookup(ip)).with_ip(ip));
                 }
             }
         }

@@ -161,11 +161,7 @@ impl<'a> Checker<'a> {
     fn string(&mut self) -> Option<()> {
         self.eat(b'"')?;
         loop {
-            let rest = &self.b[self.i..];
-            let j = rest
-                .iter()
-                .position(|&c| c == b'"' || c == b'\\' || c < 0x20)?;
-            self.i += j;
+            self.i += special(&self.b[self.i..])?;
             match self.b[self.i] {
                 b'"' => {
                     self.i += 1;
@@ -231,10 +227,34 @@ impl<'a> Checker<'a> {
     }
 }
 
-/// A 1024-bit filter of the keys seen in one object, so the exact repeated-key search
-/// runs only on a likely repeat.
-#[derive(Default)]
-struct KeyFilter([u64; 16]);
+/// The index of the first `"`, `\\` or control character in `b`. Strings are most of an
+/// event's bytes, so they are scanned eight bytes at a time.
+fn special(b: &[u8]) -> Option<usize> {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let is_special = |c: u8| c == b'"' || c == b'\\' || c < 0x20;
+    let mut i = 0;
+    while let Some(chunk) = b.get(i..i + 8) {
+        let w = u64::from_le_bytes(chunk.try_into().ok()?);
+        let (quote, backslash) = (w ^ (ONES * 0x22), w ^ (ONES * 0x5c));
+        // High bits mark the bytes that may be a quote, a backslash or below 0x20
+        // (never missing one); those eight bytes are then looked at one by one.
+        let zero = |x: u64| x.wrapping_sub(ONES) & !x;
+        let low = w.wrapping_sub(ONES * 0x20) & !w;
+        if (zero(quote) | zero(backslash) | low) & HIGH != 0 {
+            if let Some(j) = chunk.iter().position(|&c| is_special(c)) {
+                return Some(i + j);
+            }
+        }
+        i += 8;
+    }
+    b[i..].iter().position(|&c| is_special(c)).map(|j| i + j)
+}
+
+/// A 1024-bit filter of the keys of one object: an exact search for a key need only
+/// run when the filter may contain it.
+#[derive(Default, Clone)]
+pub struct KeyFilter([u64; 16]);
 
 impl KeyFilter {
     fn bit(key: &str) -> (usize, u64) {
@@ -252,12 +272,12 @@ impl KeyFilter {
         (n / 64, 1 << (n % 64))
     }
 
-    fn maybe_contains(&self, key: &str) -> bool {
+    pub fn maybe_contains(&self, key: &str) -> bool {
         let (w, m) = Self::bit(key);
         self.0[w] & m != 0
     }
 
-    fn insert(&mut self, key: &str) {
+    pub fn insert(&mut self, key: &str) {
         let (w, m) = Self::bit(key);
         self.0[w] |= m;
     }
@@ -347,6 +367,23 @@ mod tests {
         assert!(Event::parse(b"{\"a\":\"\xff\"}").is_none());
         let deep = format!("{{\"a\":{}1{}}}", "[".repeat(80), "]".repeat(80));
         assert!(!canonical(&deep));
+    }
+
+    #[test]
+    fn finds_the_first_special_byte() {
+        for len in 0..40 {
+            for at in 0..=len {
+                for c in [b'"', b'\\', 0u8, 0x1f] {
+                    let mut b: Vec<u8> = (0..len).map(|i| b"a\x7f\xc3!#]"[i % 6]).collect();
+                    if at < len {
+                        b[at] = c;
+                        assert_eq!(special(&b), Some(at), "{b:?}");
+                    } else {
+                        assert_eq!(special(&b), None, "{b:?}");
+                    }
+                }
+            }
+        }
     }
 
     #[test]

@@ -11,32 +11,40 @@ use std::borrow::Cow;
 use serde_json::{Map, Value};
 use uuid::Uuid;
 
-use super::apply::{self, Geo, ProjectSettings, Tx};
+use super::apply::{self, Geo, ProjectSettings, Tx, GEO_KEY_STARTS};
 use super::cache::Cache;
-use super::raw::{self, Member};
+use super::raw::{self, KeyFilter, Member};
 use super::Record;
 use crate::persons::{self, EventView};
 
 type Result<T> = std::result::Result<T, sled::transaction::UnabortableTransactionError>;
 
-/// Properties as text: each member's key (escaped, without quotes) and value.
-#[derive(Default)]
-struct Members<'a>(Vec<(Cow<'a, str>, Cow<'a, str>)>);
+/// Properties as text: each member's key (escaped, without quotes) and value, and a
+/// filter of the keys, since most keys looked up are absent.
+struct Members<'a>(Vec<(Cow<'a, str>, Cow<'a, str>)>, KeyFilter);
 
 impl<'a> Members<'a> {
     fn new(members: &[Member<'a>]) -> Members<'a> {
         let mut out = Vec::with_capacity(members.len() + 16);
-        out.extend(
-            members
-                .iter()
-                .map(|m| (Cow::Borrowed(m.key), Cow::Borrowed(m.value))),
-        );
-        Members(out)
+        let mut filter = KeyFilter::default();
+        for m in members {
+            filter.insert(m.key);
+            out.push((Cow::Borrowed(m.key), Cow::Borrowed(m.value)));
+        }
+        Members(out, filter)
     }
 
     /// `key` must need no escaping (every key the compactor adds is so).
     fn position(&self, key: &str) -> Option<usize> {
+        if !self.1.maybe_contains(key) {
+            return None;
+        }
         self.0.iter().position(|(k, _)| k == key)
+    }
+
+    fn push(&mut self, key: Cow<'a, str>, value: Cow<'a, str>) {
+        self.1.insert(&key);
+        self.0.push((key, value));
     }
 
     fn get(&self, key: &str) -> Option<&str> {
@@ -48,7 +56,7 @@ impl<'a> Members<'a> {
         match self.position(key) {
             Some(i) => i,
             None => {
-                self.0.push((Cow::Borrowed(key), value.into()));
+                self.push(Cow::Borrowed(key), value.into());
                 self.0.len() - 1
             }
         }
@@ -58,7 +66,7 @@ impl<'a> Members<'a> {
     fn insert(&mut self, key: String, value: String) {
         match self.position(&key) {
             Some(i) => self.0[i].1 = Cow::Owned(value),
-            None => self.0.push((Cow::Owned(key), Cow::Owned(value))),
+            None => self.push(Cow::Owned(key), Cow::Owned(value)),
         }
     }
 
@@ -111,18 +119,17 @@ pub fn apply(
     // `properties` that is not an object alone (it is then stored as none).
     let enrichable = event.properties.is_some() || event.get("properties").is_none();
     let mut props = Members::new(event.properties.as_deref().unwrap_or_default());
-    // `$set` and `$set_once` of the properties, parsed while enriching them.
-    let mut enriched: [Option<Value>; 2] = [None, None];
+    let mut enriched = [Enriched::Untouched, Enriched::Untouched];
     if let Some(geo) = geo.filter(|g| enrichable && !g.found.is_empty()) {
-        enrich(&mut props, geo, &mut enriched);
+        enriched = enrich(&mut props, geo);
     }
 
     let person_id = if props.get("$process_person_profile") == Some("false") {
         None
     } else {
         let [set, set_once] = enriched;
-        let set = set.or_else(|| parse(props.get("$set")));
-        let set_once = set_once.or_else(|| parse(props.get("$set_once")));
+        let set = set.sources(&props, "$set");
+        let set_once = set_once.sources(&props, "$set_once");
         let unset = parse(props.get("$unset"));
         let top = |op| parse(event.get(op));
         let (top_set, top_set_once, top_unset) = (top("$set"), top("$set_once"), top("$unset"));
@@ -143,8 +150,8 @@ pub fn apply(
             processes_person: true,
             anon_distinct_id: anon.as_ref(),
             alias: alias.as_ref(),
-            set_once: [set_once.as_ref(), top_set_once.as_ref()],
-            set: [set.as_ref(), top_set.as_ref()],
+            set_once: [set_once.0.as_ref(), set_once.1, top_set_once.as_ref()],
+            set: [set.0.as_ref(), set.1, top_set.as_ref()],
             unset: [unset.as_ref(), top_unset.as_ref()],
         };
         persons::apply(&mut cache.persons(tx, project), &view)?
@@ -176,7 +183,11 @@ pub fn apply(
     }
     match (record.ip, settings.anonymize_ips) {
         (Some(ip), false) => {
-            props.or_insert("$ip", format!("\"{ip}\""));
+            let json = match geo.and_then(|g| g.ip.as_deref()) {
+                Some(json) => Cow::Borrowed(json),
+                None => Cow::Owned(format!("\"{ip}\"")),
+            };
+            props.or_insert("$ip", json);
         }
         (_, true) => props.remove("$ip"),
         (None, false) => {}
@@ -184,38 +195,75 @@ pub fn apply(
     Ok((person_id, props.write()))
 }
 
-/// As [`apply`]'s enrich: the GeoIP properties the event lacks, and the same in its
-/// `$set` and (as `$initial_geoip_*`) `$set_once`, unless `$geoip_disable` is true.
-/// Leaves those two parsed in `parsed` when they are objects.
-fn enrich<'a>(props: &mut Members<'a>, geo: &'a Geo, parsed: &mut [Option<Value>; 2]) {
+/// What enrichment did to `$set` or `$set_once`, for persons.
+enum Enriched<'a> {
+    /// Nothing: read the operation from the properties.
+    Untouched,
+    /// The object was this text (None: empty) and GeoIP's object was appended to it.
+    Appended(Option<&'a str>, &'a Value),
+    /// GeoIP added some of its keys to this object.
+    Merged(Value),
+}
+
+impl<'a> Enriched<'a> {
+    /// The operation as persons read it: the object, then what was appended to it.
+    fn sources(self, props: &Members<'_>, op: &str) -> (Option<Value>, Option<&'a Value>) {
+        match self {
+            Enriched::Untouched => (parse(props.get(op)), None),
+            Enriched::Appended(text, added) => (parse(text), Some(added)),
+            Enriched::Merged(v) => (Some(v), None),
+        }
+    }
+}
+
+/// As the round trip's enrich: the GeoIP properties the event lacks, and the same in
+/// its `$set` and (as `$initial_geoip_*`) `$set_once`, unless `$geoip_disable` is true.
+/// Usually neither holds any GeoIP key, and GeoIP's members are appended as text.
+fn enrich<'a>(props: &mut Members<'a>, geo: &'a Geo) -> [Enriched<'a>; 2] {
+    let mut out = [Enriched::Untouched, Enriched::Untouched];
     if props.get("$geoip_disable") == Some("true") {
-        return;
+        return out;
     }
     for ((k, _), json) in geo.found.iter().zip(&geo.json) {
         props.or_insert(k, json.as_str());
     }
-    for (slot, (op, initial)) in [("$set", false), ("$set_once", true)]
-        .into_iter()
-        .enumerate()
-    {
+    for (slot, op) in ["$set", "$set_once"].into_iter().enumerate() {
         let at = props.or_insert(op, "{}");
-        if !props.0[at].1.starts_with('{') {
+        let text = match &props.0[at].1 {
+            Cow::Borrowed(t) => *t,
+            // Only this function writes these two, once each.
+            Cow::Owned(_) => continue,
+        };
+        if !text.starts_with('{') {
             continue;
         }
-        let mut target: Map<String, Value> =
-            serde_json::from_str(&props.0[at].1).unwrap_or_default();
-        let mut added = false;
-        for (i, (k, v)) in geo.found.iter().enumerate() {
-            let key = if initial { &geo.initial[i] } else { *k };
-            if !target.contains_key(key) {
-                target.insert(key.to_string(), v.clone());
-                added = true;
+        let (added, added_text) = (&geo.objects[slot], &geo.texts[slot]);
+        if text == "{}" {
+            props.0[at].1 = Cow::Borrowed(added_text);
+            out[slot] = Enriched::Appended(None, added);
+        } else if geo.prefixed && !text.contains(GEO_KEY_STARTS[slot]) {
+            let mut joined = String::with_capacity(text.len() + added_text.len());
+            joined.push_str(&text[..text.len() - 1]);
+            joined.push(',');
+            joined.push_str(&added_text[1..]);
+            props.0[at].1 = Cow::Owned(joined);
+            out[slot] = Enriched::Appended(Some(text), added);
+        } else {
+            let mut target: Map<String, Value> = serde_json::from_str(text).unwrap_or_default();
+            let mut changed = false;
+            for (i, (k, v)) in geo.found.iter().enumerate() {
+                let key = if slot == 1 { &geo.initial[i] } else { *k };
+                if !target.contains_key(key) {
+                    target.insert(key.to_string(), v.clone());
+                    changed = true;
+                }
             }
+            let target = Value::Object(target);
+            if changed {
+                props.0[at].1 = Cow::Owned(serde_json::to_string(&target).unwrap_or_default());
+            }
+            out[slot] = Enriched::Merged(target);
         }
-        let target = Value::Object(target);
-        if added {
-            props.0[at].1 = Cow::Owned(serde_json::to_string(&target).unwrap_or_default());
-        }
-        parsed[slot] = Some(target);
     }
+    out
 }
