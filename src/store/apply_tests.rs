@@ -388,3 +388,53 @@ fn generated_events_store_the_same() {
         .collect();
     assert_same(&cases);
 }
+
+/// An event of a known person that changes none of its properties writes nothing but
+/// its event: the person is neither re-encoded nor written.
+#[test]
+fn unchanged_persons_are_not_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = sled::open(dir.path()).unwrap();
+    let t = Trees::open(&db).unwrap();
+    let g = geo(0, Some("81.2.69.160".parse().unwrap()));
+    let chunk = |events: &[Value]| {
+        (&t.persons, &t.distinct_ids, &t.groups, &t.group_types)
+            .transaction(|(persons, distinct_ids, groups, group_types)| {
+                let tx = Tx {
+                    persons,
+                    distinct_ids,
+                    groups,
+                    group_types,
+                };
+                let mut cache = Cache::default();
+                for (i, event) in events.iter().enumerate() {
+                    let c = case(event.clone());
+                    let r = Record {
+                        project: 1,
+                        received_at: NOW + i as i64,
+                        timestamp: NOW + i as i64,
+                        sent_at: None,
+                        uuid: Uuid::from_u128(i as u128),
+                        historical: false,
+                        ip: c.ip,
+                        event: event["event"].as_str().unwrap().into(),
+                        distinct_id: event["distinct_id"].as_str().unwrap().into(),
+                        data: c.data,
+                    };
+                    record(&tx, &mut cache, &r, ProjectSettings::default(), Some(&g))?;
+                }
+                cache.write(&tx)?;
+                Ok::<_, sled::transaction::ConflictableTransactionError<()>>(cache.changed())
+            })
+            .unwrap()
+    };
+    let set =
+        json!({"event": "$pageview", "distinct_id": "u", "properties": {"$set": {"plan": "pro"}}});
+    assert_eq!(chunk(std::slice::from_ref(&set)), 1, "a new person");
+    let pageview =
+        json!({"event": "$pageview", "distinct_id": "u", "properties": {"$current_url": "/"}});
+    assert_eq!(chunk(&[pageview.clone(), set, pageview]), 0);
+    let change =
+        json!({"event": "$pageview", "distinct_id": "u", "properties": {"$set": {"plan": "free"}}});
+    assert_eq!(chunk(&[change]), 1);
+}

@@ -45,6 +45,12 @@ impl Cache {
         Ok(())
     }
 
+    /// How many persons [`Cache::write`] would write.
+    #[cfg(test)]
+    pub fn changed(&self) -> usize {
+        self.dirty.len()
+    }
+
     pub fn group_type(&self, project: u64, name: &str) -> Option<u8> {
         self.group_types.get(&project)?.get(name).copied()
     }

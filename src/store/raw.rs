@@ -259,13 +259,15 @@ pub struct KeyFilter([u64; 16]);
 impl KeyFilter {
     fn bit(key: &str) -> (usize, u64) {
         let b = key.as_bytes();
-        let word = |s: &[u8]| {
-            let mut w = [0u8; 8];
-            w[..s.len()].copy_from_slice(s);
-            u64::from_le_bytes(w)
+        let (head, tail) = if b.len() >= 8 {
+            let mut head = [0u8; 8];
+            let mut tail = [0u8; 8];
+            head.copy_from_slice(&b[..8]);
+            tail.copy_from_slice(&b[b.len() - 8..]);
+            (u64::from_le_bytes(head), u64::from_le_bytes(tail))
+        } else {
+            (b.iter().fold(0u64, |h, &c| (h << 8) | u64::from(c)), 0)
         };
-        let head = word(&b[..b.len().min(8)]);
-        let tail = word(&b[b.len().saturating_sub(8)..]);
         let h = (head ^ tail.rotate_left(29) ^ (b.len() as u64).rotate_left(51))
             .wrapping_mul(0x9e37_79b9_7f4a_7c15);
         let n = (h >> 54) as usize;
