@@ -245,6 +245,20 @@ fn corpus() -> Vec<Case> {
             json!({"event": "$pageview", "distinct_id": "u8", "properties": {"\n": "\\", "$ip\"": 1}}),
         ),
     ];
+    // The same operations again, after others, and ones that undo each other: an event
+    // repeating the operations just applied to its person is skipped, and must store
+    // the same.
+    let a = json!({"event": "e", "distinct_id": "u10", "properties": {"$set": {"a": 1, "b": 2}}});
+    let b = json!({"event": "e", "distinct_id": "u10", "properties": {"$set": {"b": 3}}});
+    let both = json!({"event": "e", "distinct_id": "u10", "$set": {"a": 2},
+        "properties": {"$set": {"a": 1}}});
+    let undo = json!({"event": "e", "distinct_id": "u10",
+        "properties": {"$set": {"k": 1}, "$unset": ["a", "k"]}});
+    for event in [
+        &a, &a, &b, &a, &a, &both, &both, &a, &undo, &undo, &a, &undo,
+    ] {
+        cases.push(case(event.clone()));
+    }
     let geo_variants = cases.len();
     for i in 0..geo_variants {
         for (geo, anonymize, ip) in [

@@ -25,6 +25,11 @@ pub struct Cache {
     dirty: HashSet<(u64, Uuid)>,
     /// Project -> group type name -> index, once known.
     group_types: HashMap<u64, HashMap<String, u8>>,
+    /// (project, person) -> the person operations (as text) applied to it last, by
+    /// [`Cache::set_applied`]; any other change to the person forgets them.
+    applied: HashMap<(u64, Uuid), Vec<u8>>,
+    /// A buffer for the caller's operations text, reused from event to event.
+    ops: Vec<u8>,
 }
 
 impl Cache {
@@ -49,6 +54,38 @@ impl Cache {
     #[cfg(test)]
     pub fn changed(&self) -> usize {
         self.dirty.len()
+    }
+
+    /// The person of `distinct_id`, if the operations last applied to it were `ops`:
+    /// applying them again would change nothing.
+    pub fn applied(&self, project: u64, distinct_id: &str, ops: &[u8]) -> Option<Uuid> {
+        let id = (*self.ids.get(&project)?.get(distinct_id)?)?;
+        let last = self.applied.get(&(project, id))?;
+        (last.as_slice() == ops).then_some(id)
+    }
+
+    /// Record that `ops` were just applied to the person `id`.
+    pub fn set_applied(&mut self, project: u64, id: Uuid, ops: &[u8]) {
+        let last = self.applied.entry((project, id)).or_default();
+        last.clear();
+        last.extend_from_slice(ops);
+    }
+
+    pub fn take_ops_buffer(&mut self) -> Vec<u8> {
+        let mut ops = std::mem::take(&mut self.ops);
+        ops.clear();
+        ops
+    }
+
+    pub fn put_ops_buffer(&mut self, ops: Vec<u8>) {
+        self.ops = ops;
+    }
+
+    /// Forget what was applied to a person that changes otherwise.
+    fn changing(&mut self, project: u64, id: Uuid) {
+        if !self.applied.is_empty() {
+            self.applied.remove(&(project, id));
+        }
     }
 
     pub fn group_type(&self, project: u64, name: &str) -> Option<u8> {
@@ -130,6 +167,7 @@ impl persons::Store for TxPersons<'_, '_> {
 
     fn save(&mut self, person: &Person) -> Result<()> {
         let key = (self.project, person.id);
+        self.cache.changing(self.project, person.id);
         self.cache.persons.insert(key, Some(person.clone()));
         self.cache.dirty.insert(key);
         Ok(())
@@ -137,6 +175,7 @@ impl persons::Store for TxPersons<'_, '_> {
 
     fn delete(&mut self, id: Uuid) -> Result<()> {
         let key = (self.project, id);
+        self.cache.changing(self.project, id);
         self.cache.persons.insert(key, None);
         self.cache.dirty.insert(key);
         Ok(())
@@ -144,6 +183,7 @@ impl persons::Store for TxPersons<'_, '_> {
 
     fn update(&mut self, id: Uuid, change: &mut dyn FnMut(&mut Person) -> bool) -> Result<bool> {
         let project = self.project;
+        self.cache.changing(project, id);
         let Some(person) = self.cache.person(self.tx, project, id)? else {
             return Ok(false);
         };

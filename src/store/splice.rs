@@ -127,34 +127,7 @@ pub fn apply(
     let person_id = if props.get("$process_person_profile") == Some("false") {
         None
     } else {
-        let [set, set_once] = enriched;
-        let set = set.sources(&props, "$set");
-        let set_once = set_once.sources(&props, "$set_once");
-        let unset = parse(props.get("$unset"));
-        let top = |op| parse(event.get(op));
-        let (top_set, top_set_once, top_unset) = (top("$set"), top("$set_once"), top("$unset"));
-        let anon = if record.event == "$identify" {
-            parse(props.get("$anon_distinct_id"))
-        } else {
-            None
-        };
-        let alias = if record.event == "$create_alias" || record.event == "$merge_dangerously" {
-            parse(props.get("alias"))
-        } else {
-            None
-        };
-        let view = EventView {
-            name: &record.event,
-            distinct_id: &record.distinct_id,
-            timestamp: record.timestamp,
-            processes_person: true,
-            anon_distinct_id: anon.as_ref(),
-            alias: alias.as_ref(),
-            set_once: [set_once.0.as_ref(), set_once.1, top_set_once.as_ref()],
-            set: [set.0.as_ref(), set.1, top_set.as_ref()],
-            unset: [unset.as_ref(), top_unset.as_ref()],
-        };
-        persons::apply(&mut cache.persons(tx, project), &view)?
+        persons(tx, cache, record, event, &props, enriched)?
     };
 
     // Top-level person operations are kept with the event, as properties.
@@ -193,6 +166,76 @@ pub fn apply(
         (None, false) => {}
     }
     Ok((person_id, props.write()))
+}
+
+/// Apply the event to persons; returns its person. An event whose person operations
+/// are exactly those last applied to its person (often: the same user's `$set` and
+/// GeoIP's, event after event) would change nothing, and is not parsed or applied.
+fn persons(
+    tx: &Tx<'_>,
+    cache: &mut Cache,
+    record: &Record,
+    event: &raw::Event<'_>,
+    props: &Members<'_>,
+    enriched: [Enriched<'_>; 2],
+) -> Result<Option<Uuid>> {
+    let project = record.project;
+    // Linking events do more than apply operations.
+    let links = matches!(
+        record.event.as_str(),
+        "$identify" | "$create_alias" | "$merge_dangerously"
+    );
+    // The operations as they end up in the stored properties (GeoIP's included), and
+    // the top-level ones: together they say all this event does to a person.
+    let mut ops = cache.take_ops_buffer();
+    for text in ["$set", "$set_once", "$unset"]
+        .map(|op| props.get(op))
+        .into_iter()
+        .chain(["$set", "$set_once", "$unset"].map(|op| event.get(op)))
+    {
+        // JSON text never holds a raw control character, so these separate.
+        ops.push(if text.is_some() { 1 } else { 2 });
+        ops.extend_from_slice(text.unwrap_or_default().as_bytes());
+    }
+    if !links {
+        if let Some(id) = cache.applied(project, &record.distinct_id, &ops) {
+            cache.put_ops_buffer(ops);
+            return Ok(Some(id));
+        }
+    }
+    let [set, set_once] = enriched;
+    let set = set.sources(props, "$set");
+    let set_once = set_once.sources(props, "$set_once");
+    let unset = parse(props.get("$unset"));
+    let top = |op| parse(event.get(op));
+    let (top_set, top_set_once, top_unset) = (top("$set"), top("$set_once"), top("$unset"));
+    let anon = if record.event == "$identify" {
+        parse(props.get("$anon_distinct_id"))
+    } else {
+        None
+    };
+    let alias = if record.event == "$create_alias" || record.event == "$merge_dangerously" {
+        parse(props.get("alias"))
+    } else {
+        None
+    };
+    let view = EventView {
+        name: &record.event,
+        distinct_id: &record.distinct_id,
+        timestamp: record.timestamp,
+        processes_person: true,
+        anon_distinct_id: anon.as_ref(),
+        alias: alias.as_ref(),
+        set_once: [set_once.0.as_ref(), set_once.1, top_set_once.as_ref()],
+        set: [set.0.as_ref(), set.1, top_set.as_ref()],
+        unset: [unset.as_ref(), top_unset.as_ref()],
+    };
+    let person = persons::apply(&mut cache.persons(tx, project), &view)?;
+    if let Some(id) = person {
+        cache.set_applied(project, id, &ops);
+    }
+    cache.put_ops_buffer(ops);
+    Ok(person)
 }
 
 /// What enrichment did to `$set` or `$set_once`, for persons.
