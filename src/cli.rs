@@ -150,6 +150,7 @@ pub fn run(cli: Cli) -> Result<(), String> {
             let config = serve_config(args)?;
             tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
+                .on_thread_park(flagpost::idle::idle)
                 .build()
                 .map_err(|e| format!("cannot start the runtime: {e}"))?
                 .block_on(flagpost::run(config))

@@ -22,6 +22,7 @@ pub mod config;
 pub mod flags;
 pub mod geoip;
 pub mod http;
+pub mod idle;
 pub mod metrics;
 pub mod notify;
 pub mod persons;

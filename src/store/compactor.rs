@@ -615,6 +615,7 @@ pub fn spawn(mut compactor: Compactor) -> std::io::Result<Handle> {
                         tracing::info!("compactor recovered");
                     }
                     if report.is_idle() {
+                        crate::idle::idle();
                         std::thread::park_timeout(IDLE_WAIT);
                     }
                 }

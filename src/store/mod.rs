@@ -30,7 +30,6 @@ pub use wal::Wal;
 
 use crate::projects::Projects;
 
-
 /// The log's tree name, part of the on-disk format like every tree name below.
 pub const WAL_TREE: &str = "wal";
 /// Event blocks. The earlier format kept one key per event in `events` (with a uuid

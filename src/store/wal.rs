@@ -187,6 +187,9 @@ fn run(
             // A requester that went away (client disconnected) needs no answer.
             let _ = pending.reply.send(result);
         }
+        if rx.is_empty() {
+            crate::idle::idle();
+        }
     }
 }
 
