@@ -254,3 +254,23 @@ pub async fn metric(addr: SocketAddr, name: &str) -> Result<f64, String> {
     let text = get_text(addr, "/metrics").await?;
     metric_in(&text, name).ok_or_else(|| format!("{name} missing from /metrics"))
 }
+
+/// The longest wait for a flagpost's log to empty after a measurement.
+const SETTLE_LIMIT: Duration = Duration::from_secs(120);
+
+/// Wait until a flagpost's write-ahead log is empty (its compactor idle), so the work
+/// one measurement queued does not run during the next. A server without the metric
+/// (an older build) is given a fixed pause instead.
+pub async fn settle(addr: SocketAddr) {
+    let started = Instant::now();
+    while started.elapsed() < SETTLE_LIMIT {
+        match metric(addr, "flagpost_log_depth").await {
+            Ok(depth) if depth == 0.0 => return,
+            Ok(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            Err(_) => {
+                tokio::time::sleep(Duration::from_secs(2)).await;
+                return;
+            }
+        }
+    }
+}

@@ -224,9 +224,16 @@ fn compare(
                 return Ok(Row::Compactor(*scenario, report));
             }
             // One target at a time, so each has the cores to itself (the other idles).
+            // Each flagpost's compactor finishes its backlog before the next target
+            // is measured, so it does not take the next one's share of the cores.
             let ours = load.run(flagpost.addr).await;
+            client::settle(flagpost.addr).await;
             let before = match &baseline {
-                Some(b) => Some(load.run(b.addr).await),
+                Some(b) => {
+                    let m = load.run(b.addr).await;
+                    client::settle(b.addr).await;
+                    Some(m)
+                }
                 None => None,
             };
             let theirs = load.run(reference.addr).await;
