@@ -63,7 +63,9 @@ impl Log {
     fn open() -> Log {
         let (dir, db) = common::open_db("flagpost-bench-wal-");
         let tree = db.open_tree("wal").expect("the log tree opens");
-        let (wal, writer) = Wal::start(db, tree, Box::new(|_| {})).expect("the writer starts");
+        let first = flagpost::store::wal::first_seq(&db, &tree, None).expect("the log opens");
+        let (wal, writer) =
+            Wal::start(db, tree, first, Box::new(|_| {})).expect("the writer starts");
         Log {
             wal,
             writer: Some(writer),

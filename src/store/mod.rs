@@ -132,7 +132,13 @@ impl Store {
             .open()?;
         let trees = Trees::open(&db)?;
         let io = |e| Error(sled::Error::Io(e));
-        let (wal, writer) = Wal::start(db.clone(), trees.wal.clone(), on_flush).map_err(io)?;
+        let checkpoint = trees
+            .meta
+            .get(compactor::CHECKPOINT_KEY)?
+            .and_then(|v| keys::seq(&v));
+        let first_seq = wal::first_seq(&db, &trees.wal, checkpoint)?;
+        let (wal, writer) =
+            Wal::start(db.clone(), trees.wal.clone(), first_seq, on_flush).map_err(io)?;
         let compactor = compactor::Compactor::new(trees.clone(), projects, settings, geoip);
         let stats = compactor.stats();
         let compactor_thread = compactor::spawn(compactor).map_err(io)?;

@@ -21,10 +21,13 @@ use super::record::encode_frame;
 const QUEUE_CAPACITY: usize = 8192;
 /// A group stops growing here, so one fsync never waits on an unbounded amount of data.
 const MAX_GROUP_BYTES: usize = 64 * 1024 * 1024;
-/// A log entry holds at most this many records or bytes (a group may span several
-/// entries), so the compactor can apply whole entries in modest transactions.
+/// A log entry holds at most this many records, and is closed once it reaches this
+/// many bytes (a group may span several entries). sled writes any node larger than a
+/// quarter of its 512 KiB segment as a separate blob file, and a leaf holds up to 16
+/// entries: entries of about 6 KiB keep the log's nodes in sled's own log, where
+/// bigger ones had every insert, and the compactor's every removal, write a blob file.
 const ENTRY_MAX_RECORDS: usize = 512;
-const ENTRY_MAX_BYTES: usize = 1024 * 1024;
+const ENTRY_MAX_BYTES: usize = 6 * 1024;
 
 /// Why an append was not acknowledged. Nothing here was made durable by this call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -97,9 +100,12 @@ impl Writer {
 pub type FlushObserver = Box<dyn Fn(std::time::Duration) + Send>;
 
 impl Wal {
+    /// Start the writer; its first entry gets sequence number `first_seq` (see
+    /// [`first_seq`]).
     pub fn start(
         db: sled::Db,
         tree: sled::Tree,
+        first_seq: u64,
         on_flush: FlushObserver,
     ) -> std::io::Result<(Wal, Writer)> {
         let (tx, rx) = mpsc::channel(QUEUE_CAPACITY);
@@ -110,7 +116,7 @@ impl Wal {
         let writer_stats = stats.clone();
         let thread = std::thread::Builder::new()
             .name("wal-writer".into())
-            .spawn(move || run(db, tree, rx, &writer_stats, &on_flush))?;
+            .spawn(move || run(db, tree, first_seq, rx, &writer_stats, &on_flush))?;
         let writer = Writer {
             thread,
             tx: tx.clone(),
@@ -149,9 +155,30 @@ struct Pending {
     reply: oneshot::Sender<Result<(), Error>>,
 }
 
+/// The first sequence number for a writer starting now: above every entry still in
+/// the log, above `checkpoint` (the last entry the compactor applied and removed) and
+/// above sled's id generator, which numbered entries before, so the log stays in
+/// arrival order across restarts and upgrades. The writer then counts up on its own:
+/// sled's generator would wait on sled's global lock, which the compactor's
+/// transactions hold while they commit, once for every entry.
+pub fn first_seq(
+    db: &sled::Db,
+    tree: &sled::Tree,
+    checkpoint: Option<u64>,
+) -> Result<u64, sled::Error> {
+    let last = match tree.last()? {
+        Some((key, _)) => super::keys::seq(&key),
+        None => None,
+    };
+    let generated = db.generate_id()?;
+    let highest = [last, checkpoint].into_iter().flatten().max().unwrap_or(0);
+    Ok(highest.saturating_add(1).max(generated))
+}
+
 fn run(
     db: sled::Db,
     tree: sled::Tree,
+    mut next_seq: u64,
     mut rx: mpsc::Receiver<Job>,
     stats: &Stats,
     on_flush: &FlushObserver,
@@ -181,7 +208,7 @@ fn run(
             // Every sender is gone, or a stop with nothing queued.
             break;
         }
-        let result = write_group(&db, &tree, &mut group, stats, on_flush);
+        let result = write_group(&db, &tree, &mut next_seq, &mut group, stats, on_flush);
         stats.writable.store(result.is_ok(), Ordering::Relaxed);
         for pending in group {
             // A requester that went away (client disconnected) needs no answer.
@@ -196,6 +223,7 @@ fn run(
 fn write_group(
     db: &sled::Db,
     tree: &sled::Tree,
+    next_seq: &mut u64,
     group: &mut [Pending],
     stats: &Stats,
     on_flush: &FlushObserver,
@@ -204,19 +232,17 @@ fn write_group(
     let mut count = 0u64;
     let mut entry: Vec<Vec<u8>> = Vec::new();
     let mut entry_bytes = 0usize;
-    let close = |entry: &mut Vec<Vec<u8>>, batch: &mut sled::Batch| -> Result<(), Error> {
+    let mut close = |entry: &mut Vec<Vec<u8>>, batch: &mut sled::Batch| {
         if entry.is_empty() {
-            return Ok(());
+            return;
         }
-        // generate_id is monotonic across restarts, so log order is arrival order
-        // even after the compactor has emptied the tree.
-        let id = db.generate_id().map_err(storage_error)?;
+        let id = *next_seq;
+        *next_seq += 1;
         batch.insert(
             &id.to_be_bytes(),
             encode_frame(entry.iter().map(Vec::as_slice)),
         );
         entry.clear();
-        Ok(())
     };
     for pending in group.iter_mut() {
         for record in pending.records.drain(..) {
@@ -224,12 +250,12 @@ fn write_group(
             entry.push(record);
             count += 1;
             if entry.len() >= ENTRY_MAX_RECORDS || entry_bytes >= ENTRY_MAX_BYTES {
-                close(&mut entry, &mut batch)?;
+                close(&mut entry, &mut batch);
                 entry_bytes = 0;
             }
         }
     }
-    close(&mut entry, &mut batch)?;
+    close(&mut entry, &mut batch);
     tree.apply_batch(batch).map_err(storage_error)?;
     let started = Instant::now();
     db.flush().map_err(storage_error)?;
@@ -257,7 +283,8 @@ mod tests {
         {
             let db = sled::open(dir.path()).unwrap();
             let tree = db.open_tree("wal").unwrap();
-            let (wal, writer) = Wal::start(db.clone(), tree, Box::new(|_| {})).unwrap();
+            let first = first_seq(&db, &tree, None).unwrap();
+            let (wal, writer) = Wal::start(db.clone(), tree, first, Box::new(|_| {})).unwrap();
             let mut tasks = Vec::new();
             for i in 0..50u32 {
                 let wal = wal.clone();
@@ -299,5 +326,46 @@ mod tests {
             assert!(a.ends_with("-a") && b.ends_with("-b"));
             assert_eq!(a.trim_end_matches("-a"), b.trim_end_matches("-b"));
         }
+    }
+
+    #[test]
+    fn sequence_starts_above_the_log_and_the_checkpoint() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = sled::open(dir.path()).unwrap();
+        let tree = db.open_tree("wal").unwrap();
+        tree.insert(1_000u64.to_be_bytes(), &b"x"[..]).unwrap();
+        tree.insert(2_000u64.to_be_bytes(), &b"x"[..]).unwrap();
+        assert!(first_seq(&db, &tree, None).unwrap() > 2_000);
+        assert!(first_seq(&db, &tree, Some(5_000)).unwrap() > 5_000);
+        // The compactor emptied the log: its checkpoint still counts.
+        tree.clear().unwrap();
+        assert!(first_seq(&db, &tree, Some(5_000)).unwrap() > 5_000);
+        // Nothing left anywhere: still above every id sled generated before.
+        let generated = db.generate_id().unwrap();
+        assert!(first_seq(&db, &tree, None).unwrap() > generated);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn entries_are_numbered_from_the_first_sequence_number_up() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = sled::open(dir.path()).unwrap();
+        let tree = db.open_tree("wal").unwrap();
+        let (wal, writer) = Wal::start(db.clone(), tree.clone(), 7_000, Box::new(|_| {})).unwrap();
+        // Big enough records that a group spans several entries.
+        let record = vec![b'r'; ENTRY_MAX_BYTES / 2];
+        for _ in 0..3 {
+            wal.append(vec![record.clone(); 5]).await.unwrap();
+        }
+        tokio::task::spawn_blocking(move || writer.stop())
+            .await
+            .unwrap();
+        let seqs: Vec<u64> = tree
+            .iter()
+            .keys()
+            .map(|k| super::super::keys::seq(&k.unwrap()).unwrap())
+            .collect();
+        assert!(seqs.len() >= 6, "{seqs:?}");
+        let expected: Vec<u64> = (7_000..7_000 + seqs.len() as u64).collect();
+        assert_eq!(seqs, expected);
     }
 }
