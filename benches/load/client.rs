@@ -265,7 +265,7 @@ pub async fn settle(addr: SocketAddr) {
     let started = Instant::now();
     while started.elapsed() < SETTLE_LIMIT {
         match metric(addr, "flagpost_log_depth").await {
-            Ok(depth) if depth == 0.0 => return,
+            Ok(0.0) => return,
             Ok(_) => tokio::time::sleep(Duration::from_millis(100)).await,
             Err(_) => {
                 tokio::time::sleep(Duration::from_secs(2)).await;
