@@ -45,10 +45,58 @@ impl Bounds {
     }
 }
 
-/// A loaded block and its matching events not yet returned (indexes, ascending).
-struct Loaded {
-    block: Block,
-    left: Vec<u32>,
+/// At most this many matches left in a block are kept as events instead of the
+/// decoded block. Blocks overlap by up to [`block::MAX_SPAN_MS`] (a chunk's block often
+/// holds one event that arrived late), and a block held until its oldest match is
+/// returned would keep every block of that span decoded at once.
+const TAIL_EVENTS: usize = 4;
+
+/// The matching events of a loaded block not yet returned, oldest first.
+enum Loaded {
+    /// The decoded block and the indexes of its matches.
+    Block { block: Block, left: Vec<u32> },
+    /// The last few matches, taken out of the block.
+    Tail(Vec<StoredEvent>),
+}
+
+impl Loaded {
+    /// The block's matches `left`, as a tail once there are few enough.
+    fn new(block: Block, left: Vec<u32>) -> Loaded {
+        Loaded::Block { block, left }.shrunk()
+    }
+
+    fn shrunk(self) -> Loaded {
+        match self {
+            Loaded::Block { block, left } if left.len() <= TAIL_EVENTS => Loaded::Tail(
+                left.iter()
+                    .map(|&i| block.stored(&block.heads()[i as usize]))
+                    .collect(),
+            ),
+            other => other,
+        }
+    }
+
+    /// The place of the newest match left.
+    fn next_place(&self) -> Option<Place> {
+        match self {
+            Loaded::Block { block, left } => {
+                let h = &block.heads()[*left.last()? as usize];
+                Some((h.timestamp, h.uuid.as_u128()))
+            }
+            Loaded::Tail(events) => events.last().map(|e| (e.timestamp, e.uuid.as_u128())),
+        }
+    }
+
+    /// Take the newest match left.
+    fn pop(&mut self) -> Option<StoredEvent> {
+        match self {
+            Loaded::Block { block, left } => {
+                let i = left.pop()?;
+                Some(block.stored(&block.heads()[i as usize]))
+            }
+            Loaded::Tail(events) => events.pop(),
+        }
+    }
 }
 
 /// The newest unreturned match of a loaded block, ordered by place.
@@ -74,8 +122,9 @@ impl PartialOrd for Next {
 
 /// Matching events, newest first (by time, then uuid), lazily: a merge over the
 /// blocks that may hold them. Blocks are visited by their newest event, descending,
-/// and one is decoded only once the next event to return could come from it, so the
-/// blocks in memory are those overlapping the current time. An event's `person_id`
+/// and one is decoded only once the next event to return could come from it; a block
+/// down to its last few matches keeps only those (see [`TAIL_EVENTS`]), so the blocks
+/// held decoded are those with many matches around the current time. An event's `person_id`
 /// is the person its distinct id belongs to now, so events stored before a merge show
 /// the merged person.
 pub struct Events {
@@ -115,8 +164,8 @@ impl Events {
         let left: Vec<u32> = (0..block.heads().len() as u32)
             .filter(|&i| self.bounds.matches(&block, &block.heads()[i as usize]))
             .collect();
-        if let Some(&last) = left.last() {
-            let h = &block.heads()[last as usize];
+        let loaded = Loaded::new(block, left);
+        if let Some(place) = loaded.next_place() {
             let slot = match self.loaded.iter().position(Option::is_none) {
                 Some(free) => free,
                 None => {
@@ -124,11 +173,8 @@ impl Events {
                     self.loaded.len() - 1
                 }
             };
-            self.heap.push(Next {
-                place: (h.timestamp, h.uuid.as_u128()),
-                slot,
-            });
-            self.loaded[slot] = Some(Loaded { block, left });
+            self.heap.push(Next { place, slot });
+            self.loaded[slot] = Some(loaded);
         }
         Ok(true)
     }
@@ -136,18 +182,12 @@ impl Events {
     /// Take the newest match of everything loaded.
     fn pop(&mut self) -> Option<StoredEvent> {
         let Next { slot, .. } = self.heap.pop()?;
-        let loaded = self.loaded.get_mut(slot)?.as_mut()?;
-        let i = loaded.left.pop()?;
-        let event = loaded.block.stored(&loaded.block.heads()[i as usize]);
-        match loaded.left.last() {
-            Some(&j) => {
-                let h = &loaded.block.heads()[j as usize];
-                self.heap.push(Next {
-                    place: (h.timestamp, h.uuid.as_u128()),
-                    slot,
-                });
-            }
-            None => self.loaded[slot] = None,
+        let mut loaded = self.loaded.get_mut(slot)?.take()?;
+        let event = loaded.pop()?;
+        let loaded = loaded.shrunk();
+        if let Some(place) = loaded.next_place() {
+            self.heap.push(Next { place, slot });
+            self.loaded[slot] = Some(loaded);
         }
         Some(event)
     }
@@ -162,6 +202,15 @@ impl Events {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+impl Events {
+    /// How many blocks are held decoded right now.
+    fn decoded_blocks(&self) -> usize {
+        let decoded = |l: &&Loaded| matches!(l, Loaded::Block { .. });
+        self.loaded.iter().flatten().filter(decoded).count()
     }
 }
 

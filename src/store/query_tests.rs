@@ -193,3 +193,47 @@ fn a_damaged_block_hides_only_itself() {
     let (page, _) = events_page(&trees, 1, EventFilter::default(), None, 10).unwrap();
     assert_eq!(page, [good]);
 }
+
+/// Each chunk stores one block of its current events plus one event that arrived late
+/// (clients that were offline), so every block reaches back most of an hour. Listing
+/// them must not keep every such block decoded until its late event comes up.
+#[test]
+fn blocks_reaching_back_are_not_all_held_decoded() {
+    let (_dir, trees) = open();
+    let mut all = Vec::new();
+    let base = 10 * HOUR;
+    let event = |uuid: u128, timestamp: i64| StoredEvent {
+        uuid: uuid::Uuid::from_u128(uuid),
+        event: "e".into(),
+        distinct_id: format!("d{}", uuid % 7),
+        properties: json!({"n": uuid as u64}).as_object().unwrap().clone(),
+        timestamp,
+        created_at: 0,
+        person_id: None,
+    };
+    let chunks = 300u128;
+    for c in 0..chunks {
+        let now = base + c as i64 * 1000;
+        let mut chunk = vec![event(c * 1000, now - 50 * 60 * 1000)];
+        chunk.extend((1..100).map(|i| event(c * 1000 + i, now + i as i64)));
+        let blocks = block::build(chunk.iter().map(Entry::from_stored).collect());
+        assert_eq!(blocks.len(), 1);
+        for (newest, value) in blocks {
+            let key = keys::block(1, newest, c as u64);
+            trees.events.insert(key, value).unwrap();
+        }
+        all.extend(chunk.into_iter().map(|e| (1, e)));
+    }
+    let mut listed = Vec::new();
+    let mut most_decoded = 0;
+    let mut it = events(&trees, 1, EventFilter::default(), None);
+    while let Some(entry) = it.next() {
+        listed.push(entry.unwrap().1);
+        most_decoded = most_decoded.max(it.decoded_blocks());
+    }
+    assert_eq!(listed, naive(&all, 1, &EventFilter::default()));
+    assert!(
+        most_decoded <= 4,
+        "{most_decoded} blocks held decoded at once"
+    );
+}
