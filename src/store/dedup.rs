@@ -233,10 +233,12 @@ impl Window {
     /// the tree should do (rewrite small entries as one, drop old ones).
     pub fn insert(&mut self, key: IVec, arrival: i64, ids: &[Id], now: i64) -> Rewrite {
         let mut batch = Rewrite::default();
+        // Measured from this chunk's arrival, not `now`: reloading entries hours old
+        // must not freeze each into a segment of its own.
         let too_old = self
             .active
             .oldest
-            .is_some_and(|t| t < now - self.max_age_ms / SEGMENT_AGE_FRACTION);
+            .is_some_and(|t| t < arrival - self.max_age_ms / SEGMENT_AGE_FRACTION);
         if too_old {
             self.freeze();
         }
@@ -422,6 +424,27 @@ mod tests {
             2,
             "the expired and the damaged entries are deleted"
         );
+    }
+
+    /// Reloading a day of entries groups them by the hour they arrived in, as they
+    /// were grouped when stored, not one segment per entry: every lookup scans the
+    /// segments.
+    #[test]
+    fn reloaded_entries_are_frozen_by_arrival_hour() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = sled::open(dir.path()).unwrap();
+        let tree = db.open_tree("recent_ids").unwrap();
+        let now = 100 * HOUR;
+        let entries = 1000u64;
+        for i in 0..entries {
+            let at = now - 20 * HOUR + (i as i64) * 20 * HOUR / entries as i64;
+            let chunk = ids(u128::from(i) * 10, 10);
+            tree.insert(keys::recent(at, i), encode(&chunk)).unwrap();
+        }
+        let w = Window::load(&tree, DEFAULT_MAX_AGE_MS, DEFAULT_MAX_IDS, now).unwrap();
+        assert_eq!(w.len(), 10_000);
+        assert!(w.frozen.len() <= 21, "{} segments", w.frozen.len());
+        assert!((0..10_000).step_by(7).all(|i| w.contains(ids(i, 1)[0])));
     }
 
     #[test]
