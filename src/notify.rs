@@ -53,6 +53,11 @@ impl Notifier {
         self.send(&format!("RELOADING=1\nMONOTONIC_USEC={}", monotonic_usec()))
     }
 
+    /// Startup is still progressing: the manager's start timeout moves `more` ahead.
+    pub fn extend_timeout(&self, more: std::time::Duration) -> io::Result<()> {
+        self.send(&format!("EXTEND_TIMEOUT_USEC={}", more.as_micros()))
+    }
+
     /// One datagram from a fresh unbound socket, as `sd_notify(3)` does: state changes
     /// are rare, and keeping no socket open means nothing to share between threads.
     pub fn send(&self, state: &str) -> io::Result<()> {
@@ -122,6 +127,14 @@ pub fn stopping() {
     }
 }
 
+/// Long startup work is still progressing: give it `more` time before the service
+/// manager's start timeout (`TimeoutStartSec`) would stop it.
+pub fn extend_timeout(more: std::time::Duration) {
+    if let Some(n) = global() {
+        report("we need more time to start", n.extend_timeout(more));
+    }
+}
+
 /// Tell the service manager that a reload has begun; follow with [`ready`].
 pub fn reloading() {
     if let Some(n) = global() {
@@ -158,6 +171,8 @@ mod tests {
         assert_eq!(receive(&socket), "READY=1");
         notifier.stopping().unwrap();
         assert_eq!(receive(&socket), "STOPPING=1");
+        notifier.extend_timeout(Duration::from_secs(60)).unwrap();
+        assert_eq!(receive(&socket), "EXTEND_TIMEOUT_USEC=60000000");
 
         let before = monotonic_usec();
         notifier.reloading().unwrap();

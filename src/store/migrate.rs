@@ -65,6 +65,8 @@ fn migrate_events(old: &sled::Tree, trees: &Trees, now: i64) -> Result<u64, Erro
         events = total,
         "migrating events to blocks (the earlier on-disk format); this runs once"
     );
+    // A large database can take longer than the unit's start timeout.
+    crate::notify::extend_timeout(std::time::Duration::from_secs(60));
     let recent_since = now - dedup::DEFAULT_MAX_AGE_MS;
     let (mut moved, mut skipped, mut logged) = (0u64, 0u64, 0u64);
     loop {
@@ -136,6 +138,7 @@ fn migrate_events(old: &sled::Tree, trees: &Trees, now: i64) -> Result<u64, Erro
         if moved - logged >= PROGRESS_EVERY {
             logged = moved;
             tracing::info!(done = moved, total, "migrating events to blocks");
+            crate::notify::extend_timeout(std::time::Duration::from_secs(60));
         }
     }
     trees.events.flush()?;
