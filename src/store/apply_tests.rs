@@ -28,6 +28,45 @@ fn case(event: Value) -> Case {
     }
 }
 
+/// The `i`th record of a chunk, carrying `c`'s event.
+fn record_of(i: usize, c: &Case) -> Record {
+    let event: Value = serde_json::from_slice(&c.data).unwrap_or(Value::Null);
+    Record {
+        project: 1,
+        received_at: NOW + i as i64,
+        timestamp: NOW + i as i64,
+        sent_at: None,
+        uuid: Uuid::from_u128(i as u128),
+        historical: false,
+        ip: c.ip,
+        event: event["event"].as_str().unwrap_or("e").into(),
+        distinct_id: event["distinct_id"].as_str().unwrap_or("d").into(),
+        data: c.data.clone(),
+    }
+}
+
+/// Run `apply` as one chunk does: one transaction over the person and group trees,
+/// one cache, written at the end.
+fn in_chunk<T>(
+    t: &Trees,
+    apply: impl Fn(&Tx<'_>, &mut Cache) -> sled::transaction::ConflictableTransactionResult<T, ()>,
+) -> T {
+    (&t.persons, &t.distinct_ids, &t.groups, &t.group_types)
+        .transaction(|(persons, distinct_ids, groups, group_types)| {
+            let tx = Tx {
+                persons,
+                distinct_ids,
+                groups,
+                group_types,
+            };
+            let mut cache = Cache::default();
+            let out = apply(&tx, &mut cache)?;
+            cache.write(&tx)?;
+            Ok(out)
+        })
+        .unwrap()
+}
+
 /// The GeoIP properties a case uses, for its address.
 fn geo(index: usize, ip: Option<IpAddr>) -> Geo {
     let geo = geos().swap_remove(index);
@@ -72,46 +111,24 @@ fn run(cases: &[Case], text: bool) -> Outcome {
     let db = sled::open(dir.path()).unwrap();
     let t = Trees::open(&db).unwrap();
     let geos: Vec<Option<Geo>> = cases.iter().map(|c| c.geo.map(|g| geo(g, c.ip))).collect();
-    let entries = (&t.persons, &t.distinct_ids, &t.groups, &t.group_types)
-        .transaction(|(persons, distinct_ids, groups, group_types)| {
-            let tx = Tx {
-                persons,
-                distinct_ids,
-                groups,
-                group_types,
+    let entries = in_chunk(&t, |tx, cache| {
+        let mut out = Vec::new();
+        for (i, c) in cases.iter().enumerate() {
+            let r = record_of(i, c);
+            let settings = ProjectSettings {
+                anonymize_ips: c.anonymize,
             };
-            let mut cache = Cache::default();
-            let mut out = Vec::new();
-            for (i, c) in cases.iter().enumerate() {
-                let event: Value = serde_json::from_slice(&c.data).unwrap_or(Value::Null);
-                let r = Record {
-                    project: 1,
-                    received_at: NOW + i as i64,
-                    timestamp: NOW + i as i64,
-                    sent_at: None,
-                    uuid: Uuid::from_u128(i as u128),
-                    historical: false,
-                    ip: c.ip,
-                    event: event["event"].as_str().unwrap_or("e").into(),
-                    distinct_id: event["distinct_id"].as_str().unwrap_or("d").into(),
-                    data: c.data.clone(),
-                };
-                let settings = ProjectSettings {
-                    anonymize_ips: c.anonymize,
-                };
-                let geo = geos[i].as_ref();
-                let (person, properties) = if text {
-                    let e = record(&tx, &mut cache, &r, settings, geo)?;
-                    (e.person_id, e.properties)
-                } else {
-                    round_trip(&tx, &mut cache, &r, settings, geo)?
-                };
-                out.push((person.is_some(), String::from_utf8(properties).unwrap()));
-            }
-            cache.write(&tx)?;
-            Ok::<_, sled::transaction::ConflictableTransactionError<()>>(out)
-        })
-        .unwrap();
+            let geo = geos[i].as_ref();
+            let (person, properties) = if text {
+                let e = record(tx, cache, &r, settings, geo)?;
+                (e.person_id, e.properties)
+            } else {
+                round_trip(tx, cache, &r, settings, geo)?
+            };
+            out.push((person.is_some(), String::from_utf8(properties).unwrap()));
+        }
+        Ok(out)
+    });
     let mut persons = Vec::new();
     for kv in t.distinct_ids.iter() {
         let (k, id) = kv.unwrap();
@@ -412,35 +429,13 @@ fn unchanged_persons_are_not_written() {
     let t = Trees::open(&db).unwrap();
     let g = geo(0, Some("81.2.69.160".parse().unwrap()));
     let chunk = |events: &[Value]| {
-        (&t.persons, &t.distinct_ids, &t.groups, &t.group_types)
-            .transaction(|(persons, distinct_ids, groups, group_types)| {
-                let tx = Tx {
-                    persons,
-                    distinct_ids,
-                    groups,
-                    group_types,
-                };
-                let mut cache = Cache::default();
-                for (i, event) in events.iter().enumerate() {
-                    let c = case(event.clone());
-                    let r = Record {
-                        project: 1,
-                        received_at: NOW + i as i64,
-                        timestamp: NOW + i as i64,
-                        sent_at: None,
-                        uuid: Uuid::from_u128(i as u128),
-                        historical: false,
-                        ip: c.ip,
-                        event: event["event"].as_str().unwrap().into(),
-                        distinct_id: event["distinct_id"].as_str().unwrap().into(),
-                        data: c.data,
-                    };
-                    record(&tx, &mut cache, &r, ProjectSettings::default(), Some(&g))?;
-                }
-                cache.write(&tx)?;
-                Ok::<_, sled::transaction::ConflictableTransactionError<()>>(cache.changed())
-            })
-            .unwrap()
+        in_chunk(&t, |tx, cache| {
+            for (i, event) in events.iter().enumerate() {
+                let r = record_of(i, &case(event.clone()));
+                record(tx, cache, &r, ProjectSettings::default(), Some(&g))?;
+            }
+            Ok(cache.changed())
+        })
     };
     let set =
         json!({"event": "$pageview", "distinct_id": "u", "properties": {"$set": {"plan": "pro"}}});
