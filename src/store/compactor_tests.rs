@@ -188,25 +188,41 @@ fn applies_every_record_once_in_order() {
     assert_eq!(f.compactor.stats.applied.load(Ordering::Relaxed), 8);
 }
 
-#[test]
-fn a_failure_at_any_point_of_a_chunk_applies_nothing_and_a_retry_applies_all_once() {
-    let records = story();
+/// Fail the transaction on `source` at every record position in turn, each on a fresh
+/// database holding `records`: the step fails, `after_failure` checks what is visible,
+/// and a retry empties the log and the lanes and reaches exactly the state of a run
+/// without failures.
+fn fail_at_every_record(
+    records: &[Record],
+    source: Source,
+    after_failure: impl Fn(&Fixture, usize),
+) {
     let mut clean = fixture(Settings::default());
-    clean.push(&records);
+    clean.push(records);
     clean.drain();
     let expected = clean.state(1);
     for fail_at in 0..records.len() {
         let mut f = fixture(Settings::default());
-        f.push(&records);
-        f.compactor.fail_at = Some((Source::Log, fail_at));
+        f.push(records);
+        f.compactor.fail_at = Some((source, fail_at));
         assert!(f.compactor.step().is_err(), "injected failure at {fail_at}");
+        after_failure(&f, fail_at);
+        f.drain();
+        assert!(f.trees.wal.is_empty() && f.trees.historical.is_empty());
+        assert!(f.trees.overflow.is_empty());
+        assert_eq!(f.state(1), expected, "fail at {fail_at}");
+    }
+}
+
+#[test]
+fn a_failure_at_any_point_of_a_chunk_applies_nothing_and_a_retry_applies_all_once() {
+    let records = story();
+    fail_at_every_record(&records, Source::Log, |f, fail_at| {
         // Nothing of the failed chunk is visible, and the log still holds all of it.
         assert!(f.trees.events.is_empty(), "fail at {fail_at}");
         assert!(f.trees.persons.is_empty() && f.trees.groups.is_empty());
         assert_eq!(f.trees.wal.len(), records.len().div_ceil(3));
-        f.drain();
-        assert_eq!(f.state(1), expected, "fail at {fail_at}");
-    }
+    });
 }
 
 #[test]
@@ -220,23 +236,12 @@ fn a_failure_in_a_lane_transaction_applies_nothing_of_it() {
             ..r
         })
         .collect();
-    let mut clean = fixture(Settings::default());
-    clean.push(&records);
-    clean.drain();
-    let expected = clean.state(1);
-    for fail_at in 0..records.len() {
-        let mut f = fixture(Settings::default());
-        f.push(&records);
-        f.compactor.fail_at = Some((Source::Historical, fail_at));
-        assert!(f.compactor.step().is_err(), "injected failure at {fail_at}");
+    fail_at_every_record(&records, Source::Historical, |f, _| {
         // The move to the lane committed; nothing of the lane's chunk did.
         assert!(f.trees.wal.is_empty());
         assert_eq!(f.trees.historical.len(), records.len());
         assert!(f.trees.events.is_empty() && f.trees.persons.is_empty());
-        f.drain();
-        assert!(f.trees.historical.is_empty());
-        assert_eq!(f.state(1), expected, "fail at {fail_at}");
-    }
+    });
 }
 
 #[test]
