@@ -3,7 +3,7 @@
 
 use serde_json::{json, Value};
 
-use super::{compile, flag, Request};
+use super::{compile, failed, flag, Request};
 use crate::flags::{Evaluation, FailureCause, ProjectRules};
 
 fn cohort_filter(id: Value, operator: &str) -> Value {
@@ -98,13 +98,8 @@ fn broken_cohorts_fail_their_flags_closed() {
         .person(json!({"plan": "pro"}))
         .evaluate(&rules);
     assert!(eval.errors);
-    let failed: Vec<(&str, &FailureCause)> = eval
-        .failed
-        .iter()
-        .map(|f| (f.key.as_str(), &f.cause))
-        .collect();
     assert_eq!(
-        failed,
+        failed(&eval),
         vec![
             ("cyclic-cohort", &FailureCause::MissingDependency),
             ("missing-cohort", &FailureCause::MissingDependency)

@@ -4,7 +4,7 @@
 
 use serde_json::{json, Value};
 
-use super::{compile, flag, outcome, Request};
+use super::{compile, failed, flag, outcome, Request};
 use crate::flags::{Evaluation, FailureCause, ProjectRules, ReasonCode::*};
 
 fn depends_on(target: Value, expected: Value) -> Value {
@@ -52,13 +52,6 @@ fn enabled(eval: &Evaluation) -> Vec<(&str, bool)> {
     eval.flags
         .iter()
         .map(|f| (f.key.as_str(), f.enabled))
-        .collect()
-}
-
-fn failed(eval: &Evaluation) -> Vec<(&str, &FailureCause)> {
-    eval.failed
-        .iter()
-        .map(|f| (f.key.as_str(), &f.cause))
         .collect()
 }
 

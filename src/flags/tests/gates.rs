@@ -3,7 +3,7 @@
 
 use serde_json::json;
 
-use super::{compile, find, flag, keys, outcome, rollout_flag, single, three_way, Request};
+use super::{compile, failed, find, flag, keys, outcome, rollout_flag, single, three_way, Request};
 use crate::flags::{FailureCause, ReasonCode::*};
 
 #[test]
@@ -168,13 +168,8 @@ fn failed_person_lookup_leaves_out_only_flags_that_read_it() {
     let eval = Request::new("u").person_unavailable().evaluate(&rules);
     assert_eq!(keys(&eval), vec!["everyone"]);
     assert!(eval.errors);
-    let failed: Vec<(&str, &FailureCause)> = eval
-        .failed
-        .iter()
-        .map(|f| (f.key.as_str(), &f.cause))
-        .collect();
     assert_eq!(
-        failed,
+        failed(&eval),
         vec![
             ("targeted", &FailureCause::PersonProperties),
             ("enrolment", &FailureCause::PersonProperties)

@@ -157,3 +157,11 @@ pub(super) fn outcome(
 pub(super) fn keys(eval: &Evaluation) -> Vec<&str> {
     eval.flags.iter().map(|f| f.key.as_str()).collect()
 }
+
+/// The flags that failed, with why.
+pub(super) fn failed(eval: &Evaluation) -> Vec<(&str, &super::FailureCause)> {
+    eval.failed
+        .iter()
+        .map(|f| (f.key.as_str(), &f.cause))
+        .collect()
+}
