@@ -258,19 +258,30 @@ pub async fn metric(addr: SocketAddr, name: &str) -> Result<f64, String> {
 /// The longest wait for a flagpost's log to empty after a measurement.
 const SETTLE_LIMIT: Duration = Duration::from_secs(120);
 
-/// Wait until a flagpost's write-ahead log is empty (its compactor idle), so the work
-/// one measurement queued does not run during the next. A server without the metric
-/// (an older build) is given a fixed pause instead.
-pub async fn settle(addr: SocketAddr) {
+/// Wait until a flagpost's write-ahead log is empty (its compactor idle), at most
+/// `limit`; answers how long it took. An error if the metric cannot be read or the
+/// log is still not empty at the limit.
+pub async fn wait_for_empty_log(addr: SocketAddr, limit: Duration) -> Result<Duration, String> {
     let started = Instant::now();
-    while started.elapsed() < SETTLE_LIMIT {
-        match metric(addr, "flagpost_log_depth").await {
-            Ok(0.0) => return,
-            Ok(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-            Err(_) => {
-                tokio::time::sleep(Duration::from_secs(2)).await;
-                return;
-            }
+    loop {
+        let depth = metric(addr, "flagpost_log_depth").await?;
+        if depth == 0.0 {
+            return Ok(started.elapsed());
         }
+        if started.elapsed() > limit {
+            return Err(format!(
+                "the log still holds {depth} entries after {limit:?}"
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Wait until a flagpost's log is empty, so the work one measurement queued does not
+/// run during the next. A server without the metric (an older build) is given a
+/// fixed pause instead; one that does not drain in time is measured anyway.
+pub async fn settle(addr: SocketAddr) {
+    if wait_for_empty_log(addr, SETTLE_LIMIT).await.is_err() {
+        tokio::time::sleep(Duration::from_secs(2)).await;
     }
 }

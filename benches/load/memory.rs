@@ -79,20 +79,10 @@ pub async fn measure(
         requests * payloads::BATCH_EVENTS
     );
 
-    let drain_started = Instant::now();
-    loop {
-        let depth = client::metric(addr, "flagpost_log_depth").await?;
-        if depth == 0.0 {
-            break;
-        }
-        if drain_started.elapsed() > DRAIN_LIMIT {
-            return Err(format!(
-                "the log still holds {depth} entries {DRAIN_LIMIT:?} after the ingest"
-            ));
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    let drain_seconds = drain_started.elapsed().as_secs_f64();
+    let drain_seconds = client::wait_for_empty_log(addr, DRAIN_LIMIT)
+        .await
+        .map_err(|e| format!("after the ingest: {e}"))?
+        .as_secs_f64();
     // Let background work that follows a drain (sled's own flushing) settle.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let at_rest_kib = resident_kib(pid)?;

@@ -164,7 +164,7 @@ pub fn memory_scenario(report: &crate::memory::Report) {
     println!(
         "memory: {} events from {} persons ingested in {:.1} s, compacted {:.1} s later",
         report.events,
-        crate::memory::PERSONS,
+        report.events.min(crate::memory::PERSONS),
         report.ingest_seconds,
         report.drain_seconds
     );
