@@ -49,14 +49,8 @@ pub struct Report {
 }
 
 /// The `VmRSS` of a process in KiB.
-pub fn resident_kib(pid: u32) -> Result<u64, String> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .map_err(|e| format!("cannot read /proc/{pid}/status: {e}"))?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .ok_or_else(|| format!("no VmRSS in /proc/{pid}/status"))
+fn resident_kib(pid: u32) -> Result<u64, String> {
+    crate::target::status_kib(pid, "VmRSS")
 }
 
 /// The batch bodies of the run: `PERSONS / 100` bodies, one distinct id per event.

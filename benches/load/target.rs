@@ -107,9 +107,7 @@ impl Target {
 
     /// Peak resident set size (`VmHWM`) in KiB, if the kernel reports it.
     pub fn peak_rss(&self) -> Option<u64> {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).ok()?;
-        let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-        line.split_whitespace().nth(1)?.parse().ok()
+        status_kib(self.pid(), "VmHWM").ok()
     }
 
     /// SIGTERM, then wait for a clean exit.
@@ -150,6 +148,17 @@ impl Drop for Target {
             let _ = child.wait();
         }
     }
+}
+
+/// A KiB figure of a process's `/proc/<pid>/status`, such as `VmRSS` or `VmHWM`.
+pub fn status_kib(pid: u32, field: &str) -> Result<u64, String> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .map_err(|e| format!("cannot read /proc/{pid}/status: {e}"))?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .ok_or_else(|| format!("no {field} in /proc/{pid}/status"))
 }
 
 /// The address at the start of `rest`, ending at whitespace or a terminal escape.
