@@ -45,11 +45,21 @@ pub fn distinct_id(n: usize) -> String {
 /// A `$pageview` the way posthog-js builds it for the `n`th person, about 600 bytes
 /// once serialised with `api_key` (the load harness's capture body, made repeatable).
 pub fn pageview(n: usize) -> Value {
-    let page = ["dashboard", "insights", "settings", "billing"][n % 4];
     let at = NOW_MS + n as i64;
     let id = n as u64 * 4;
+    let ids = [uuid(at, id), uuid(at, id + 1), uuid(at, id + 2)];
+    let mut event = pageview_event(n, at, ids, API_KEY);
+    event["api_key"] = API_KEY.into();
+    event
+}
+
+/// The `n`th person's `$pageview` at `at_ms`, with `ids` as its uuid, device id and
+/// session id, and `token` as the project key in its properties.
+pub fn pageview_event(n: usize, at_ms: i64, ids: [Uuid; 3], token: &str) -> Value {
+    let page = ["dashboard", "insights", "settings", "billing"][n % 4];
+    let [uuid, device, session] = ids;
     json!({
-        "uuid": uuid(at, id).to_string(),
+        "uuid": uuid.to_string(),
         "event": "$pageview",
         "properties": {
             "$os": "Mac OS X",
@@ -62,19 +72,18 @@ pub fn pageview(n: usize) -> Value {
             "$lib": "web",
             "$lib_version": "1.130.2",
             "$referrer": "$direct",
-            "$device_id": uuid(at, id + 1).to_string(),
-            "$session_id": uuid(at, id + 2).to_string(),
-            "token": API_KEY,
+            "$device_id": device.to_string(),
+            "$session_id": session.to_string(),
+            "token": token,
             "distinct_id": distinct_id(n),
         },
-        "timestamp": flagpost::capture::timestamp::format_ms(at),
+        "timestamp": flagpost::capture::timestamp::format_ms(at_ms),
         "distinct_id": distinct_id(n),
-        "api_key": API_KEY,
     })
 }
 
 /// The server's sled cache, so benches see the same cache behaviour.
-const CACHE_BYTES: u64 = 64 * 1024 * 1024;
+const CACHE_BYTES: u64 = flagpost::config::DEFAULT_CACHE_BYTES;
 
 /// A fresh sled database under the target dir (not /tmp, often tmpfs, where fsync
 /// is free), opened as the server opens it. Keep the dir alive as long as the db.

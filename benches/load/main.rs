@@ -12,6 +12,8 @@
 //! 50-flag definitions file written for `/decide` in `flags`.
 
 mod client;
+#[path = "../common/mod.rs"]
+mod common;
 mod compactor;
 mod flags;
 mod memory;

@@ -11,10 +11,10 @@ use bytes::Bytes;
 use flate2::write::GzEncoder;
 use flate2::Compression;
 use serde_json::{json, Value};
-use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
+use crate::common::{self, distinct_id};
 use crate::flags::{API_KEY, GROUP_KEYS};
 
 /// Distinct single-event bodies (about 600 bytes each).
@@ -100,7 +100,7 @@ impl Scenario {
 
     /// The pool of request bodies this scenario cycles through.
     pub fn bodies(self) -> Vec<Bytes> {
-        let now = OffsetDateTime::now_utc();
+        let now = now_ms();
         match self {
             Scenario::Capture => (0..CAPTURE_POOL)
                 .map(|n| {
@@ -123,52 +123,17 @@ impl Scenario {
     }
 }
 
-/// RFC 3339 in milliseconds, as JavaScript's `Date.toISOString` writes it.
-fn timestamp(at: OffsetDateTime) -> String {
-    let millis = at
-        .replace_nanosecond(u32::from(at.millisecond()) * 1_000_000)
-        .expect("whole milliseconds are a valid nanosecond");
-    millis
-        .format(&Rfc3339)
-        .expect("a current time formats as RFC 3339")
-}
-
-/// A `$pageview` the way posthog-js builds it, for the `n`th person.
-fn pageview(n: usize, now: OffsetDateTime) -> Value {
-    let page = ["dashboard", "insights", "settings", "billing"][n % 4];
-    json!({
-        "uuid": Uuid::now_v7().to_string(),
-        "event": "$pageview",
-        "properties": {
-            "$os": "Mac OS X",
-            "$browser": "Chrome",
-            "$browser_version": 124,
-            "$device_type": "Desktop",
-            "$current_url": format!("https://app.example.com/project/{}/{page}?tab=overview", n % 7),
-            "$host": "app.example.com",
-            "$pathname": format!("/project/{}/{page}", n % 7),
-            "$lib": "web",
-            "$lib_version": "1.130.2",
-            "$referrer": "$direct",
-            "$device_id": Uuid::now_v7().to_string(),
-            "$session_id": Uuid::now_v7().to_string(),
-            "token": API_KEY,
-            "distinct_id": distinct_id(n),
-        },
-        "timestamp": timestamp(now),
-        "distinct_id": distinct_id(n),
-    })
-}
-
-fn distinct_id(n: usize) -> String {
-    format!("user-{n:06}")
+/// A `$pageview` the way posthog-js builds it, for the `n`th person, at `now_ms`.
+fn pageview(n: usize, now_ms: i64) -> Value {
+    let ids = [Uuid::now_v7(), Uuid::now_v7(), Uuid::now_v7()];
+    common::pageview_event(n, now_ms, ids, API_KEY)
 }
 
 /// `{api_key, batch: [100 events], sent_at}`, gzip'd; the `n`th of the pool. The
 /// events carry no uuid (the server assigns one), so a pool body sent again stores new
 /// events instead of duplicates the compactor would skip. `persons: false` marks them
 /// `$process_person_profile: false`.
-fn batch(n: usize, now: OffsetDateTime, persons: bool) -> Bytes {
+fn batch(n: usize, now: i64, persons: bool) -> Bytes {
     let events: Vec<Value> = (0..BATCH_EVENTS)
         .map(|i| {
             let mut event = pageview(n * BATCH_EVENTS + i, now);
@@ -181,7 +146,8 @@ fn batch(n: usize, now: OffsetDateTime, persons: bool) -> Bytes {
             event
         })
         .collect();
-    let body = json!({"api_key": API_KEY, "batch": events, "sent_at": timestamp(now)});
+    let sent_at = flagpost::capture::timestamp::format_ms(now);
+    let body = json!({"api_key": API_KEY, "batch": events, "sent_at": sent_at});
     let mut gzip = GzEncoder::new(Vec::new(), Compression::default());
     gzip.write_all(body.to_string().as_bytes())
         .and_then(|()| gzip.finish())
@@ -192,8 +158,14 @@ fn batch(n: usize, now: OffsetDateTime, persons: bool) -> Bytes {
 /// `count` batches with person processing, the `n`th holding the events of persons
 /// `100 n` to `100 n + 99`: together they cover `100 count` distinct ids.
 pub fn person_batches(count: usize) -> Vec<Bytes> {
-    let now = OffsetDateTime::now_utc();
+    let now = now_ms();
     (0..count).map(|n| batch(n, now, true)).collect()
+}
+
+/// The current time in unix milliseconds.
+fn now_ms() -> i64 {
+    let nanos = OffsetDateTime::now_utc().unix_timestamp_nanos();
+    i64::try_from(nanos / 1_000_000).expect("the current time fits in i64 milliseconds")
 }
 
 /// A posthog-js `/decide` call: the person's properties and groups travel with it, so
