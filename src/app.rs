@@ -22,6 +22,8 @@ pub struct App {
     /// Replaced whole on SIGHUP; readers take a cheap snapshot per request.
     pub projects: Arc<ArcSwap<Projects>>,
     pub wal: Wal,
+    /// The log's positions, for its depth.
+    pub log: Arc<crate::store::log::Shared>,
     pub trees: Trees,
     pub compactor: Arc<compactor::Stats>,
     /// Free disk space, measured every second by a background task.
@@ -52,6 +54,7 @@ impl App {
             config,
             projects,
             wal: store.wal.clone(),
+            log: store.log.clone(),
             trees: store.trees.clone(),
             compactor: store.compactor.clone(),
             space,

@@ -67,7 +67,7 @@ pub fn metrics_text(app: &App) -> String {
         .set(c.lag_ms.load(Relaxed) as f64 / 1000.0);
     m.compactor_healthy.set(i64::from(c.healthy.load(Relaxed)));
     m.log_depth
-        .set(crate::store::query::log_depth(&app.trees) as i64);
+        .set(crate::store::query::log_depth(&app.trees, &app.log) as i64);
     m.disk_free_bytes
         .set(i64::try_from(app.space.free_bytes()).unwrap_or(i64::MAX));
     mirror(&m.geoip_lookups, app.geoip.lookups());

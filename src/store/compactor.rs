@@ -3,9 +3,10 @@
 //!
 //! Each [`Compactor::step`] takes a chunk of the log and, in ONE sled transaction,
 //! applies the records, moves the ones that belong to a slower lane (historical
-//! imports, spiking distinct ids) into that lane's tree, removes them from the log and
-//! advances the checkpoint. sled recovers a transaction entirely or not at all, so a
-//! kill at any instant leaves every record either still in the log or applied once.
+//! imports, spiking distinct ids) into that lane's tree and advances the checkpoint.
+//! sled recovers a transaction entirely or not at all, and the log's files are
+//! recycled only once a checkpoint past them is durable, so a kill at any instant
+//! leaves every record either still ahead of the checkpoint or applied once.
 //! A chunk's events are stored as a few [`block`]s (one sled key each, not one per
 //! event), and records are deduplicated by uuid against a [`dedup::Window`] of recent
 //! uuids, persisted in the same transaction, so a client's retry is not stored twice.
@@ -25,6 +26,7 @@ use sled::IVec;
 use super::apply::{self, ProjectSettings, Tx};
 use super::cache::Cache;
 use super::dedup::{self, IdSet};
+use super::log;
 use super::overflow::Limiter;
 use super::record::decode_frame;
 use super::{block, keys, Record, Trees};
@@ -131,11 +133,23 @@ struct Item {
     action: Action,
 }
 
-/// Records read from one tree, and the keys to remove once they are applied.
+/// Records read from the log or a lane tree, and what to remove or advance once they
+/// are applied.
 #[derive(Default)]
 struct Chunk {
+    /// Keys to remove from the tree read (a lane, or the log tree of earlier versions).
     consumed: Vec<IVec>,
+    /// The first and last log entries in the chunk: where to read again if it
+    /// fails, and the checkpoint if it is applied.
+    first_seq: Option<u64>,
+    last_seq: Option<u64>,
     items: Vec<Item>,
+}
+
+impl Chunk {
+    fn is_empty(&self) -> bool {
+        self.consumed.is_empty() && self.last_seq.is_none()
+    }
 }
 
 fn lane_key(entry: &[u8], index: usize) -> [u8; 12] {
@@ -154,6 +168,9 @@ struct State {
 
 pub struct Compactor {
     trees: Trees,
+    log: log::Reader,
+    /// Arrival time of the last record applied from the log, for the lag.
+    last_received: Option<i64>,
     state: Option<State>,
     limiter: Limiter,
     projects: Arc<ArcSwap<Projects>>,
@@ -168,6 +185,7 @@ pub struct Compactor {
 impl Compactor {
     pub fn new(
         trees: Trees,
+        log: log::Reader,
         projects: Arc<ArcSwap<Projects>>,
         settings: Settings,
         geoip: Arc<crate::geoip::Database>,
@@ -176,6 +194,8 @@ impl Compactor {
             geoip,
             limiter: Limiter::new(settings.overflow_rate, settings.overflow_burst),
             trees,
+            log,
+            last_received: None,
             state: None,
             projects,
             stats: Arc::new(Stats {
@@ -219,16 +239,26 @@ impl Compactor {
     pub fn step(&mut self) -> Result<StepReport, sled::Error> {
         self.load_state()?;
         let mut report = StepReport::default();
-        let log = self.read_log()?;
-        if !log.consumed.is_empty() {
-            report.realtime = self.commit(Source::Log, &log)?;
+        let chunk = self.read_log()?;
+        if !chunk.is_empty() {
+            report.realtime = match self.commit(Source::Log, &chunk) {
+                Ok(n) => n,
+                Err(e) => {
+                    // Read the chunk again at the next step.
+                    if let Some(first) = chunk.first_seq {
+                        self.log.seek(first).map_err(io)?;
+                    }
+                    return Err(e);
+                }
+            };
+            self.release_log()?;
         }
         for (source, tree) in [
             (Source::Historical, self.trees.historical.clone()),
             (Source::Overflow, self.trees.overflow.clone()),
         ] {
             let chunk = read_lane(&tree)?;
-            if chunk.consumed.is_empty() {
+            if chunk.is_empty() {
                 continue;
             }
             let n = self.commit(source, &chunk)?;
@@ -244,45 +274,78 @@ impl Compactor {
 
     /// Whole log entries, up to about [`REALTIME_CHUNK`] records, each routed: its own
     /// lane if historical, overflow if its distinct id is spiking, else applied now.
+    /// Entries left in the log tree of an earlier version come first.
     fn read_log(&mut self) -> Result<Chunk, sled::Error> {
         let mut chunk = Chunk::default();
         for entry in self.trees.wal.iter() {
             let (key, value) = entry?;
-            match decode_frame(&value) {
-                Ok(records) => {
-                    for (index, bytes) in records.into_iter().enumerate() {
-                        let action = match decode(bytes) {
-                            Action::Apply(r) if r.historical => {
-                                Action::ToHistorical(bytes.to_vec())
-                            }
-                            Action::Apply(r)
-                                if !self.limiter.allow(
-                                    r.project,
-                                    &r.distinct_id,
-                                    r.received_at,
-                                ) =>
-                            {
-                                Action::ToOverflow(bytes.to_vec())
-                            }
-                            other => other,
-                        };
-                        chunk.items.push(Item {
-                            lane_key: lane_key(&key, index),
-                            action,
-                        });
-                    }
-                }
-                Err(_) => chunk.items.push(Item {
-                    lane_key: lane_key(&key, 0),
-                    action: Action::Quarantine(value.to_vec()),
-                }),
-            }
+            self.route_entry(&mut chunk, &key, &value);
             chunk.consumed.push(key);
             if chunk.items.len() >= REALTIME_CHUNK {
-                break;
+                return Ok(chunk);
             }
         }
+        if !chunk.is_empty() {
+            return Ok(chunk);
+        }
+        let mut records = 0usize;
+        let entries = self
+            .log
+            .next_entries(|entry| {
+                records += super::record::frame_len(entry).unwrap_or(1);
+                records >= REALTIME_CHUNK
+            })
+            .map_err(io)?;
+        for (seq, entry) in &entries {
+            self.route_entry(&mut chunk, &seq.to_be_bytes(), entry);
+            chunk.first_seq.get_or_insert(*seq);
+            chunk.last_seq = Some(*seq);
+        }
         Ok(chunk)
+    }
+
+    /// Decode one log entry into the chunk's items.
+    fn route_entry(&mut self, chunk: &mut Chunk, key: &[u8], value: &[u8]) {
+        let Ok(records) = decode_frame(value) else {
+            chunk.items.push(Item {
+                lane_key: lane_key(key, 0),
+                action: Action::Quarantine(value.to_vec()),
+            });
+            return;
+        };
+        for (index, bytes) in records.into_iter().enumerate() {
+            let decoded = decode(bytes);
+            if let Action::Apply(r) = &decoded {
+                self.last_received = Some(r.received_at);
+            }
+            let action = match decoded {
+                Action::Apply(r) if r.historical => Action::ToHistorical(bytes.to_vec()),
+                Action::Apply(r)
+                    if !self.limiter.allow(r.project, &r.distinct_id, r.received_at) =>
+                {
+                    Action::ToOverflow(bytes.to_vec())
+                }
+                other => other,
+            };
+            chunk.items.push(Item {
+                lane_key: lane_key(key, index),
+                action,
+            });
+        }
+    }
+
+    /// Recycle the log's segments the compactor has moved past, once its checkpoint
+    /// past them is durable.
+    fn release_log(&mut self) -> Result<(), sled::Error> {
+        if !self.log.releasable() {
+            return Ok(());
+        }
+        let Some(applied) = self.log.position().checked_sub(1) else {
+            return Ok(());
+        };
+        self.trees.meta.flush()?;
+        self.log.release(applied).map_err(io)?;
+        Ok(())
     }
 
     /// Apply a chunk in one transaction; returns how many records it consumed.
@@ -402,8 +465,13 @@ impl Compactor {
                     recent_ids.insert(&key[..], dedup::encode(&counts.ids))?;
                 }
                 counts.next_block = next_block;
-                if let (Source::Log, Some(last)) = (source, chunk.consumed.last()) {
-                    meta.insert(CHECKPOINT_KEY, last)?;
+                if source == Source::Log {
+                    let last = chunk.last_seq.map(u64::to_be_bytes);
+                    match (last, chunk.consumed.last()) {
+                        (Some(seq), _) => meta.insert(CHECKPOINT_KEY, &seq[..])?,
+                        (None, Some(key)) => meta.insert(CHECKPOINT_KEY, key)?,
+                        (None, None) => None,
+                    };
                 }
                 Ok(counts)
             },
@@ -473,17 +541,20 @@ impl Compactor {
         out
     }
 
-    /// Age of the oldest record still waiting in the log.
+    /// Age of the oldest record still waiting in the log. For the log's files, the
+    /// age of the last record read stands in: the next one arrived no earlier.
     fn lag(&self) -> Result<i64, sled::Error> {
-        let Some((_, entry)) = self.trees.wal.first()? else {
+        let now = crate::http::capture::now_ms();
+        if let Some((_, entry)) = self.trees.wal.first()? {
+            let oldest = decode_frame(&entry)
+                .ok()
+                .and_then(|records| Record::decode(records.first()?).ok());
+            return Ok(oldest.map_or(0, |r| (now - r.received_at).max(0)));
+        }
+        if self.log.shared().depth() == 0 {
             return Ok(0);
-        };
-        let oldest = decode_frame(&entry)
-            .ok()
-            .and_then(|records| Record::decode(records.first()?).ok());
-        Ok(oldest.map_or(0, |r| {
-            (crate::http::capture::now_ms() - r.received_at).max(0)
-        }))
+        }
+        Ok(self.last_received.map_or(0, |t| (now - t).max(0)))
     }
 
     /// Delete the blocks whose newest event is older than the retention period (so
@@ -548,6 +619,10 @@ struct Counts {
     historical: u64,
     overflow: u64,
     corrupt: u64,
+}
+
+fn io(e: std::io::Error) -> sled::Error {
+    sled::Error::Io(e)
 }
 
 fn decode(value: &[u8]) -> Action {

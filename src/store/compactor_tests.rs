@@ -10,15 +10,28 @@ const NOW: i64 = 1_700_000_000_000;
 
 struct Fixture {
     _dir: tempfile::TempDir,
+    /// For the log tree of earlier versions.
     db: sled::Db,
     trees: Trees,
+    log: log::Appender,
     compactor: Compactor,
+}
+
+/// Small segments, so the tests cross segment boundaries.
+const SEGMENT: u64 = 4096;
+
+fn open_log(dir: &std::path::Path, checkpoint: Option<u64>) -> (log::Appender, log::Reader) {
+    let (appender, reader, preparer) =
+        log::open(&dir.join(log::DIR_NAME), 1, checkpoint, SEGMENT).unwrap();
+    preparer.stop();
+    (appender, reader)
 }
 
 fn fixture(settings: Settings) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let db = sled::open(dir.path()).unwrap();
     let trees = Trees::open(&db).unwrap();
+    let (log, reader) = open_log(dir.path(), None);
     let projects = Projects::parse(
         br#"{"projects":[{"id":1,"api_key":"phc_a"},{"id":2,"api_key":"phc_b","anonymize_ips":true}]}"#,
     )
@@ -28,6 +41,7 @@ fn fixture(settings: Settings) -> Fixture {
     let geoip = Arc::new(crate::geoip::Database::open(&test_db).unwrap());
     let compactor = Compactor::new(
         trees.clone(),
+        reader,
         Arc::new(ArcSwap::from_pointee(projects)),
         settings,
         geoip,
@@ -36,6 +50,7 @@ fn fixture(settings: Settings) -> Fixture {
         _dir: dir,
         db,
         trees,
+        log,
         compactor,
     }
 }
@@ -59,13 +74,49 @@ fn record(project: u64, i: i64, event: Value) -> Record {
 
 impl Fixture {
     /// Append to the log as the writer does, up to three records per entry.
-    fn push(&self, records: &[Record]) {
+    fn push(&mut self, records: &[Record]) {
+        for group in records.chunks(3) {
+            let encoded: Vec<Vec<u8>> = group.iter().map(Record::encode).collect();
+            let frame = crate::store::record::encode_frame(encoded.iter().map(Vec::as_slice));
+            self.log.push(&frame).unwrap();
+        }
+        self.log.commit().unwrap();
+    }
+
+    /// Append to the log tree that versions before the log's files wrote.
+    fn push_legacy(&self, records: &[Record]) {
         for group in records.chunks(3) {
             let encoded: Vec<Vec<u8>> = group.iter().map(Record::encode).collect();
             let seq = self.db.generate_id().unwrap();
             let frame = crate::store::record::encode_frame(encoded.iter().map(Vec::as_slice));
             self.trees.wal.insert(seq.to_be_bytes(), frame).unwrap();
         }
+    }
+
+    /// Nothing waits in the log, in its files or its tree.
+    fn log_empty(&self) -> bool {
+        self.trees.wal.is_empty() && self.log.shared().depth() == 0
+    }
+
+    /// A new log and compactor on the same database, as after a restart.
+    fn restart(&mut self) {
+        let checkpoint = self
+            .trees
+            .meta
+            .get(CHECKPOINT_KEY)
+            .unwrap()
+            .and_then(|v| keys::seq(&v));
+        let (log, reader) = open_log(self._dir.path(), checkpoint);
+        self.log = log;
+        let geoip = self.compactor.geoip.clone();
+        let projects = self.compactor.projects.clone();
+        self.compactor = Compactor::new(
+            self.trees.clone(),
+            reader,
+            projects,
+            Settings::default(),
+            geoip,
+        );
     }
 
     fn drain(&mut self) {
@@ -141,7 +192,7 @@ fn applies_every_record_once_in_order() {
     let mut f = fixture(Settings::default());
     f.push(&story());
     f.drain();
-    assert!(f.trees.wal.is_empty());
+    assert!(f.log_empty());
     let events = f.events(1);
     assert_eq!(events.len(), 8);
     // Newest first.
@@ -208,7 +259,7 @@ fn fail_at_every_record(
         assert!(f.compactor.step().is_err(), "injected failure at {fail_at}");
         after_failure(&f, fail_at);
         f.drain();
-        assert!(f.trees.wal.is_empty() && f.trees.historical.is_empty());
+        assert!(f.log_empty() && f.trees.historical.is_empty());
         assert!(f.trees.overflow.is_empty());
         assert_eq!(f.state(1), expected, "fail at {fail_at}");
     }
@@ -221,7 +272,7 @@ fn a_failure_at_any_point_of_a_chunk_applies_nothing_and_a_retry_applies_all_onc
         // Nothing of the failed chunk is visible, and the log still holds all of it.
         assert!(f.trees.events.is_empty(), "fail at {fail_at}");
         assert!(f.trees.persons.is_empty() && f.trees.groups.is_empty());
-        assert_eq!(f.trees.wal.len(), records.len().div_ceil(3));
+        assert_eq!(f.log.shared().depth(), records.len().div_ceil(3) as u64);
     });
 }
 
@@ -238,7 +289,7 @@ fn a_failure_in_a_lane_transaction_applies_nothing_of_it() {
         .collect();
     fail_at_every_record(&records, Source::Historical, |f, _| {
         // The move to the lane committed; nothing of the lane's chunk did.
-        assert!(f.trees.wal.is_empty());
+        assert!(f.log_empty());
         assert_eq!(f.trees.historical.len(), records.len());
         assert!(f.trees.events.is_empty() && f.trees.persons.is_empty());
     });
@@ -404,9 +455,7 @@ fn a_restart_keeps_deduplicating() {
     f.push(std::slice::from_ref(&r));
     f.drain();
     // A new compactor on the same database, as after a restart, reloads the window.
-    let geoip = f.compactor.geoip.clone();
-    let projects = f.compactor.projects.clone();
-    f.compactor = Compactor::new(f.trees.clone(), projects, Settings::default(), geoip);
+    f.restart();
     let other = record(1, 1, json!({"event": "e", "distinct_id": "d"}));
     f.push(&[r, other]);
     f.drain();
@@ -457,12 +506,55 @@ fn a_chunk_becomes_blocks_in_one_key_each() {
 }
 
 #[test]
+fn entries_left_in_the_log_tree_of_an_earlier_version_come_first() {
+    let mut f = fixture(Settings::default());
+    let set = |i, value| {
+        record(
+            1,
+            i,
+            json!({"event": "e", "distinct_id": "d", "$set": {"a": value}}),
+        )
+    };
+    f.push_legacy(&[set(0, 1), set(1, 2)]);
+    f.push(&[set(2, 3)]);
+    f.drain();
+    assert!(f.log_empty());
+    assert_eq!(f.events(1).len(), 3);
+    let person = &query::persons(&f.trees, 1, 10).unwrap()[0];
+    assert_eq!(person.properties["a"], 3, "the files' entry applied last");
+}
+
+#[test]
+fn segments_are_recycled_once_applied_and_a_restart_resumes_after_the_checkpoint() {
+    let mut f = fixture(Settings::default());
+    let records: Vec<Record> = (0..300)
+        .map(|i| record(1, i, json!({"event": "e", "distinct_id": format!("d{i}")})))
+        .collect();
+    f.push(&records[..200]);
+    let dir = f._dir.path().join(log::DIR_NAME);
+    let segments = || {
+        std::fs::read_dir(&dir)
+            .unwrap()
+            .filter(|e| e.as_ref().unwrap().path().extension() == Some("log".as_ref()))
+            .count()
+    };
+    let written = segments();
+    assert!(written > 5, "{written} segments");
+    f.drain();
+    assert!(segments() <= 2, "{} segments left", segments());
+    // Unapplied entries survive a restart; applied ones are not applied again.
+    f.push(&records[200..]);
+    f.restart();
+    f.drain();
+    assert_eq!(f.events(1).len(), 300);
+    assert_eq!(f.compactor.stats.duplicates.load(Ordering::Relaxed), 0);
+    assert!(f.log_empty());
+}
+
+#[test]
 fn corrupt_records_are_quarantined_not_blocking() {
     let mut f = fixture(Settings::default());
-    f.trees
-        .wal
-        .insert(1u64.to_be_bytes(), &b"garbage"[..])
-        .unwrap();
+    f.log.push(b"garbage").unwrap();
     f.push(&[record(1, 0, json!({"event": "ok", "distinct_id": "d"}))]);
     f.drain();
     assert_eq!(f.events(1).len(), 1);
@@ -546,7 +638,7 @@ fn the_thread_reports_a_failing_step_and_recovers() {
     let stats = f.compactor.stats();
     let Fixture {
         compactor,
-        trees,
+        log,
         _dir,
         ..
     } = f;
@@ -558,7 +650,7 @@ fn the_thread_reports_a_failing_step_and_recovers() {
         std::thread::sleep(Duration::from_millis(1));
     }
     // ... and the retry after the back-off applies everything and clears it.
-    while !(stats.healthy.load(Ordering::SeqCst) && trees.wal.is_empty()) {
+    while !(stats.healthy.load(Ordering::SeqCst) && log.shared().depth() == 0) {
         assert!(Instant::now() < deadline, "never recovered");
         std::thread::sleep(Duration::from_millis(5));
     }

@@ -9,6 +9,7 @@ pub mod compactor;
 pub mod dedup;
 pub mod event;
 pub mod keys;
+pub mod log;
 mod migrate;
 pub mod overflow;
 pub mod query;
@@ -110,6 +111,8 @@ pub struct Store {
     pub db: sled::Db,
     pub trees: Trees,
     pub wal: Wal,
+    /// The log's positions, for its depth.
+    pub log: Arc<log::Shared>,
     pub compactor: Arc<compactor::Stats>,
     writer: wal::Writer,
     compactor_thread: compactor::Handle,
@@ -136,16 +139,24 @@ impl Store {
             .meta
             .get(compactor::CHECKPOINT_KEY)?
             .and_then(|v| keys::seq(&v));
-        let first_seq = wal::first_seq(&db, &trees.wal, checkpoint)?;
-        let (wal, writer) =
-            Wal::start(db.clone(), trees.wal.clone(), first_seq, on_flush).map_err(io)?;
-        let compactor = compactor::Compactor::new(trees.clone(), projects, settings, geoip);
+        let floor = wal::first_seq(&db, &trees.wal, checkpoint)?;
+        let (appender, reader, preparer) = log::open(
+            &dir.join(log::DIR_NAME),
+            floor,
+            checkpoint,
+            log::SEGMENT_BYTES,
+        )
+        .map_err(io)?;
+        let shared = appender.shared().clone();
+        let (wal, writer) = Wal::start(appender, preparer, on_flush).map_err(io)?;
+        let compactor = compactor::Compactor::new(trees.clone(), reader, projects, settings, geoip);
         let stats = compactor.stats();
         let compactor_thread = compactor::spawn(compactor).map_err(io)?;
         Ok(Store {
             db,
             trees,
             wal,
+            log: shared,
             compactor: stats,
             writer,
             compactor_thread,

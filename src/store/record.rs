@@ -196,6 +196,14 @@ pub fn encode_frame<'a>(records: impl IntoIterator<Item = &'a [u8]>) -> Vec<u8> 
     out
 }
 
+/// How many records a log entry says it holds, without decoding them.
+pub fn frame_len(bytes: &[u8]) -> Option<usize> {
+    match bytes {
+        [FRAME_VERSION, a, b, c, d, ..] => Some(u32::from_le_bytes([*a, *b, *c, *d]) as usize),
+        _ => None,
+    }
+}
+
 /// The records of a log entry, in order.
 pub fn decode_frame(bytes: &[u8]) -> Result<Vec<&[u8]>, Corrupt> {
     let mut r = Reader(bytes);

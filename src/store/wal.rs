@@ -1,11 +1,11 @@
 //! The write-ahead log: accepted events become durable here before any 2xx is sent.
 //!
 //! One writer thread owns every append. Requests hand it their encoded records over a
-//! bounded channel and wait; the writer takes everything that has queued up, applies it
-//! as one sled batch, calls `flush()` (an fsync) once for the whole group, and answers
-//! all of them. Under load the groups grow, so one fsync is shared by many requests
-//! (group commit). A dedicated thread keeps the blocking flush off the reactor, and
-//! sled's `flush_async` is avoided because it can deadlock in 0.34.7.
+//! bounded channel and wait; the writer takes everything that has queued up, writes it
+//! to the log's segment file ([`super::log`]) as a few entries, calls `fdatasync` once
+//! for the whole group, and answers all of them. Under load the groups grow, so one
+//! sync is shared by many requests (group commit). A dedicated thread keeps the
+//! blocking sync off the reactor.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -14,6 +14,7 @@ use std::time::Instant;
 
 use tokio::sync::{mpsc, oneshot};
 
+use super::log::{Appender, Preparer};
 use super::record::encode_frame;
 
 /// Requests waiting for the writer. A full queue means the disk cannot keep up: new
@@ -22,12 +23,10 @@ const QUEUE_CAPACITY: usize = 8192;
 /// A group stops growing here, so one fsync never waits on an unbounded amount of data.
 const MAX_GROUP_BYTES: usize = 64 * 1024 * 1024;
 /// A log entry holds at most this many records, and is closed once it reaches this
-/// many bytes (a group may span several entries). sled writes any node larger than a
-/// quarter of its 512 KiB segment as a separate blob file, and a leaf holds up to 16
-/// entries: entries of about 6 KiB keep the log's nodes in sled's own log, where
-/// bigger ones had every insert, and the compactor's every removal, write a blob file.
+/// many bytes (a group may span several entries): the compactor reads whole entries,
+/// so this bounds what one of its steps holds beyond its chunk size.
 const ENTRY_MAX_RECORDS: usize = 512;
-const ENTRY_MAX_BYTES: usize = 6 * 1024;
+const ENTRY_MAX_BYTES: usize = 64 * 1024;
 
 /// Why an append was not acknowledged. Nothing here was made durable by this call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,6 +82,7 @@ pub struct Wal {
 pub struct Writer {
     thread: JoinHandle<()>,
     tx: mpsc::Sender<Job>,
+    preparer: Preparer,
 }
 
 impl Writer {
@@ -93,6 +93,7 @@ impl Writer {
         if self.tx.blocking_send(Job::Stop).is_ok() && self.thread.join().is_err() {
             tracing::error!("write-ahead log writer panicked");
         }
+        self.preparer.stop();
     }
 }
 
@@ -100,12 +101,10 @@ impl Writer {
 pub type FlushObserver = Box<dyn Fn(std::time::Duration) + Send>;
 
 impl Wal {
-    /// Start the writer; its first entry gets sequence number `first_seq` (see
-    /// [`first_seq`]).
+    /// Start the writer on an open log (see [`super::log::open`]).
     pub fn start(
-        db: sled::Db,
-        tree: sled::Tree,
-        first_seq: u64,
+        appender: Appender,
+        preparer: Preparer,
         on_flush: FlushObserver,
     ) -> std::io::Result<(Wal, Writer)> {
         let (tx, rx) = mpsc::channel(QUEUE_CAPACITY);
@@ -116,10 +115,11 @@ impl Wal {
         let writer_stats = stats.clone();
         let thread = std::thread::Builder::new()
             .name("wal-writer".into())
-            .spawn(move || run(db, tree, first_seq, rx, &writer_stats, &on_flush))?;
+            .spawn(move || run(appender, rx, &writer_stats, &on_flush))?;
         let writer = Writer {
             thread,
             tx: tx.clone(),
+            preparer,
         };
         Ok((Wal { tx, stats }, writer))
     }
@@ -155,12 +155,10 @@ struct Pending {
     reply: oneshot::Sender<Result<(), Error>>,
 }
 
-/// The first sequence number for a writer starting now: above every entry still in
-/// the log, above `checkpoint` (the last entry the compactor applied and removed) and
-/// above sled's id generator, which numbered entries before, so the log stays in
-/// arrival order across restarts and upgrades. The writer then counts up on its own:
-/// sled's generator would wait on sled's global lock, which the compactor's
-/// transactions hold while they commit, once for every entry.
+/// The lowest sequence number the log's next entry may take: above every entry still
+/// in the log tree of earlier versions, above `checkpoint` (the last entry the
+/// compactor applied) and above sled's id generator, which numbered entries before,
+/// so the log stays in arrival order across restarts and upgrades.
 pub fn first_seq(
     db: &sled::Db,
     tree: &sled::Tree,
@@ -175,14 +173,7 @@ pub fn first_seq(
     Ok(highest.saturating_add(1).max(generated))
 }
 
-fn run(
-    db: sled::Db,
-    tree: sled::Tree,
-    mut next_seq: u64,
-    mut rx: mpsc::Receiver<Job>,
-    stats: &Stats,
-    on_flush: &FlushObserver,
-) {
+fn run(mut log: Appender, mut rx: mpsc::Receiver<Job>, stats: &Stats, on_flush: &FlushObserver) {
     let mut stopping = false;
     while !stopping {
         let mut group = Vec::new();
@@ -208,7 +199,7 @@ fn run(
             // Every sender is gone, or a stop with nothing queued.
             break;
         }
-        let result = write_group(&db, &tree, &mut next_seq, &mut group, stats, on_flush);
+        let result = write_group(&mut log, &mut group, stats, on_flush);
         stats.writable.store(result.is_ok(), Ordering::Relaxed);
         for pending in group {
             // A requester that went away (client disconnected) needs no answer.
@@ -221,54 +212,56 @@ fn run(
 }
 
 fn write_group(
-    db: &sled::Db,
-    tree: &sled::Tree,
-    next_seq: &mut u64,
+    log: &mut Appender,
     group: &mut [Pending],
     stats: &Stats,
     on_flush: &FlushObserver,
 ) -> Result<(), Error> {
-    let mut batch = sled::Batch::default();
+    let written = append_entries(log, group).and_then(|count| {
+        let started = Instant::now();
+        log.commit()?;
+        Ok((count, started.elapsed()))
+    });
+    let (count, took) = match written {
+        Ok(done) => done,
+        Err(e) => {
+            log.abandon();
+            return Err(storage_error(e));
+        }
+    };
+    on_flush(took);
+    stats
+        .last_flush_micros
+        .store(took.as_micros() as u64, Ordering::Relaxed);
+    stats.groups.fetch_add(1, Ordering::Relaxed);
+    stats.appended_records.fetch_add(count, Ordering::Relaxed);
+    Ok(())
+}
+
+/// Frame the group's records as log entries, in order; returns how many records.
+fn append_entries(log: &mut Appender, group: &mut [Pending]) -> std::io::Result<u64> {
     let mut count = 0u64;
     let mut entry: Vec<Vec<u8>> = Vec::new();
     let mut entry_bytes = 0usize;
-    let mut close = |entry: &mut Vec<Vec<u8>>, batch: &mut sled::Batch| {
-        if entry.is_empty() {
-            return;
-        }
-        let id = *next_seq;
-        *next_seq += 1;
-        batch.insert(
-            &id.to_be_bytes(),
-            encode_frame(entry.iter().map(Vec::as_slice)),
-        );
-        entry.clear();
-    };
     for pending in group.iter_mut() {
         for record in pending.records.drain(..) {
             entry_bytes += record.len();
             entry.push(record);
             count += 1;
             if entry.len() >= ENTRY_MAX_RECORDS || entry_bytes >= ENTRY_MAX_BYTES {
-                close(&mut entry, &mut batch);
+                log.push(&encode_frame(entry.iter().map(Vec::as_slice)))?;
+                entry.clear();
                 entry_bytes = 0;
             }
         }
     }
-    close(&mut entry, &mut batch);
-    tree.apply_batch(batch).map_err(storage_error)?;
-    let started = Instant::now();
-    db.flush().map_err(storage_error)?;
-    let took = started.elapsed();
-    on_flush(took);
-    let micros = took.as_micros() as u64;
-    stats.last_flush_micros.store(micros, Ordering::Relaxed);
-    stats.groups.fetch_add(1, Ordering::Relaxed);
-    stats.appended_records.fetch_add(count, Ordering::Relaxed);
-    Ok(())
+    if !entry.is_empty() {
+        log.push(&encode_frame(entry.iter().map(Vec::as_slice)))?;
+    }
+    Ok(count)
 }
 
-fn storage_error(e: sled::Error) -> Error {
+fn storage_error(e: std::io::Error) -> Error {
     tracing::error!(error = %e, "write-ahead log write failed; answering 503 until it recovers");
     Error::Storage
 }
@@ -276,43 +269,50 @@ fn storage_error(e: sled::Error) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::log;
+
+    const SEGMENT: u64 = 256 * 1024;
+
+    fn start(dir: &std::path::Path, floor: u64) -> (Wal, Writer) {
+        let (appender, _, preparer) = log::open(dir, floor, None, SEGMENT).unwrap();
+        Wal::start(appender, preparer, Box::new(|_| {})).unwrap()
+    }
+
+    /// Every entry in the log, with its number, read as the compactor reads.
+    fn read_all(dir: &std::path::Path) -> Vec<(u64, Vec<u8>)> {
+        let (_, mut reader, preparer) = log::open(dir, 0, None, SEGMENT).unwrap();
+        preparer.stop();
+        reader.next_entries(|_| false).unwrap()
+    }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn appends_in_order_and_survives_reopen() {
         let dir = tempfile::tempdir().unwrap();
-        {
-            let db = sled::open(dir.path()).unwrap();
-            let tree = db.open_tree("wal").unwrap();
-            let first = first_seq(&db, &tree, None).unwrap();
-            let (wal, writer) = Wal::start(db.clone(), tree, first, Box::new(|_| {})).unwrap();
-            let mut tasks = Vec::new();
-            for i in 0..50u32 {
-                let wal = wal.clone();
-                tasks.push(tokio::spawn(async move {
-                    wal.append(vec![
-                        format!("{i}-a").into_bytes(),
-                        format!("{i}-b").into_bytes(),
-                    ])
-                    .await
-                }));
-            }
-            for t in tasks {
-                t.await.unwrap().unwrap();
-            }
-            assert_eq!(wal.stats().appended_records.load(Ordering::Relaxed), 100);
-            tokio::task::spawn_blocking(move || writer.stop())
+        let (wal, writer) = start(dir.path(), 1);
+        let mut tasks = Vec::new();
+        for i in 0..50u32 {
+            let wal = wal.clone();
+            tasks.push(tokio::spawn(async move {
+                wal.append(vec![
+                    format!("{i}-a").into_bytes(),
+                    format!("{i}-b").into_bytes(),
+                ])
                 .await
-                .unwrap();
-            assert_eq!(wal.append(vec![b"late".to_vec()]).await, Err(Error::Closed));
+            }));
         }
-        let db = sled::open(dir.path()).unwrap();
-        let tree = db.open_tree("wal").unwrap();
-        let values: Vec<String> = tree
+        for t in tasks {
+            t.await.unwrap().unwrap();
+        }
+        assert_eq!(wal.stats().appended_records.load(Ordering::Relaxed), 100);
+        tokio::task::spawn_blocking(move || writer.stop())
+            .await
+            .unwrap();
+        assert_eq!(wal.append(vec![b"late".to_vec()]).await, Err(Error::Closed));
+
+        let values: Vec<String> = read_all(dir.path())
             .iter()
-            .values()
-            .flat_map(|v| {
-                let frame = v.unwrap();
-                super::super::record::decode_frame(&frame)
+            .flat_map(|(_, frame)| {
+                super::super::record::decode_frame(frame)
                     .unwrap()
                     .into_iter()
                     .map(|r| String::from_utf8(r.to_vec()).unwrap())
@@ -346,25 +346,25 @@ mod tests {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn entries_are_numbered_from_the_first_sequence_number_up() {
+    async fn entries_are_numbered_from_the_floor_up_across_segments() {
         let dir = tempfile::tempdir().unwrap();
-        let db = sled::open(dir.path()).unwrap();
-        let tree = db.open_tree("wal").unwrap();
-        let (wal, writer) = Wal::start(db.clone(), tree.clone(), 7_000, Box::new(|_| {})).unwrap();
-        // Big enough records that a group spans several entries.
+        let (wal, writer) = start(dir.path(), 7_000);
+        // Big enough records that a group spans several entries, and the log several
+        // segments.
         let record = vec![b'r'; ENTRY_MAX_BYTES / 2];
-        for _ in 0..3 {
+        for _ in 0..20 {
             wal.append(vec![record.clone(); 5]).await.unwrap();
         }
         tokio::task::spawn_blocking(move || writer.stop())
             .await
             .unwrap();
-        let seqs: Vec<u64> = tree
-            .iter()
-            .keys()
-            .map(|k| super::super::keys::seq(&k.unwrap()).unwrap())
-            .collect();
-        assert!(seqs.len() >= 6, "{seqs:?}");
+        let segments = std::fs::read_dir(dir.path())
+            .unwrap()
+            .filter(|e| e.as_ref().unwrap().path().extension() == Some("log".as_ref()))
+            .count();
+        assert!(segments >= 3, "{segments} segments");
+        let seqs: Vec<u64> = read_all(dir.path()).iter().map(|(s, _)| *s).collect();
+        assert!(seqs.len() >= 60, "{seqs:?}");
         let expected: Vec<u64> = (7_000..7_000 + seqs.len() as u64).collect();
         assert_eq!(seqs, expected);
     }
