@@ -4,8 +4,8 @@
 //! (a) with `$process_person_profile: false`, so only the event is stored, and (b) with
 //! `$set` and `$set_once` on every event and eight `$identify` merges of an anonymous
 //! person into an identified one per step. Every step sees fresh uuids and distinct
-//! ids, so nothing is deduplicated or diverted to the overflow lane. The sled database
-//! lives under the target dir. Throughput is in events.
+//! ids, so nothing is deduplicated or diverted to the overflow lane. The database and
+//! the log live under the target dir. Throughput is in events.
 
 #[path = "common/mod.rs"]
 mod common;
@@ -18,6 +18,7 @@ use criterion::{criterion_group, criterion_main, BatchSize, Criterion, SamplingM
 use flagpost::geoip;
 use flagpost::projects::Projects;
 use flagpost::store::compactor::{Compactor, Settings};
+use flagpost::store::log;
 use flagpost::store::record::encode_frame;
 use flagpost::store::{Record, Trees};
 use serde_json::json;
@@ -48,7 +49,7 @@ enum Persons {
 
 /// A compactor on a fresh database under the target dir.
 struct Fixture {
-    db: sled::Db,
+    log: log::Appender,
     trees: Trees,
     compactor: Compactor,
     /// Steps filled so far: the source of fresh uuids and distinct ids.
@@ -65,14 +66,21 @@ impl Fixture {
         let mmdb =
             std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("data/GeoIP2-City-Test.mmdb");
         let geoip = geoip::Database::open(&mmdb).expect("the test GeoIP database opens");
+        let (log, reader, preparer) =
+            log::open(&dir.path().join(log::DIR_NAME), 1, None, log::SEGMENT_BYTES)
+                .expect("the log opens");
+        // Segments are then made as the fill needs them, outside the measured step.
+        preparer.stop();
+        drop(db);
         let compactor = Compactor::new(
             trees.clone(),
+            reader,
             Arc::new(ArcSwap::from_pointee(projects)),
             Settings::default(),
             Arc::new(geoip),
         );
         Fixture {
-            db,
+            log,
             trees,
             compactor,
             fills: 0,
@@ -86,13 +94,10 @@ impl Fixture {
             .map(|i| record(self.fills, i, persons).encode())
             .collect();
         for entry in records.chunks(ENTRY_RECORDS) {
-            let seq = self.db.generate_id().expect("an id");
             let frame = encode_frame(entry.iter().map(Vec::as_slice));
-            self.trees
-                .wal
-                .insert(seq.to_be_bytes(), frame)
-                .expect("log insert");
+            self.log.push(&frame).expect("log append");
         }
+        self.log.commit().expect("log sync");
         self.fills += 1;
     }
 }

@@ -1,5 +1,6 @@
-//! The write-ahead log (`store::wal`): appends that resolve once fsync'd, on a sled
-//! database under the target dir (not /tmp, which is often tmpfs, where fsync is free).
+//! The write-ahead log (`store::wal`): appends that resolve once fdatasync'd, to the
+//! log's files under the target dir (not /tmp, which is often tmpfs, where a sync is
+//! free).
 //! One record per append and 100 per append, each awaited before the next, show the
 //! cost of one flush; 32 concurrent single-record appends show group commit sharing a
 //! flush among them. Throughput is in records (encoded ~600-byte `$pageview`s).
@@ -12,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion, SamplingMode, Throughput};
 use flagpost::capture::{self, Context, Outcome};
-use flagpost::store::Wal;
+use flagpost::store::{log, Wal};
 
 use common::{pageview, NOW_MS};
 
@@ -61,11 +62,11 @@ struct Log {
 
 impl Log {
     fn open() -> Log {
-        let (dir, db) = common::open_db("flagpost-bench-wal-");
-        let tree = db.open_tree("wal").expect("the log tree opens");
-        let first = flagpost::store::wal::first_seq(&db, &tree, None).expect("the log opens");
+        let dir = common::target_tmpdir("flagpost-bench-wal-");
+        let (appender, _, preparer) =
+            log::open(dir.path(), 1, None, log::SEGMENT_BYTES).expect("the log opens");
         let (wal, writer) =
-            Wal::start(db, tree, first, Box::new(|_| {})).expect("the writer starts");
+            Wal::start(appender, preparer, Box::new(|_| {})).expect("the writer starts");
         Log {
             wal,
             writer: Some(writer),

@@ -111,6 +111,7 @@ mod tests {
         let store = crate::store::Store::open(
             &config.db_dir,
             config.cache_bytes,
+            config.log_segment_bytes,
             projects.clone(),
             Default::default(),
             geoip.clone(),

@@ -102,6 +102,9 @@ struct Serve {
     /// database page cache in MiB; sled uses more than this [env FLAGPOST_CACHE_MB, default 16]
     #[argh(option)]
     cache_mb: Option<u64>,
+    /// size of the write-ahead log's segment files in MiB [env FLAGPOST_LOG_SEGMENT_MB, default 16]
+    #[argh(option)]
+    log_segment_mb: Option<u64>,
 }
 
 impl Cli {
@@ -200,6 +203,9 @@ fn serve_config(args: Serve) -> Result<Config, String> {
     }
     if let Some(mb) = or_env(args.cache_mb, "FLAGPOST_CACHE_MB")? {
         config.cache_bytes = mb.max(1).saturating_mul(1024 * 1024);
+    }
+    if let Some(mb) = or_env(args.log_segment_mb, "FLAGPOST_LOG_SEGMENT_MB")? {
+        config.log_segment_bytes = mb.clamp(1, 1024).saturating_mul(1024 * 1024);
     }
     if let Some(list) = or_env(args.trusted_proxies, "FLAGPOST_TRUSTED_PROXIES")? {
         config.trusted_proxies =

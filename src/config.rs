@@ -47,6 +47,8 @@ pub struct Config {
     pub min_free_disk_bytes: u64,
     /// sled's page cache in bytes.
     pub cache_bytes: u64,
+    /// The size of the write-ahead log's segment files.
+    pub log_segment_bytes: u64,
 }
 
 /// Request limits; see the constants for why each default is what it is.
@@ -86,6 +88,7 @@ impl Config {
             trusted_proxies: crate::geoip::TrustedProxies::loopback_only(),
             min_free_disk_bytes: crate::store::space::DEFAULT_RESERVE_BYTES,
             cache_bytes: DEFAULT_CACHE_BYTES,
+            log_segment_bytes: crate::store::log::SEGMENT_BYTES,
         }
     }
 

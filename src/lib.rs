@@ -7,7 +7,8 @@
 //! client ─HTTP─> http::server (accept, limits) ─> http::router
 //!   ├─ intake paths ─> http::capture: http::body (size, deadline, memory budget)
 //!   │     ─> http::decode (data=, form, gzip | lz64 | base64) ─> capture::parse (simd-json)
-//!   │     ─> key check (projects) ─> capture::normalise ─> store::wal (group-commit fsync) ─> 200
+//!   │     ─> key check (projects) ─> capture::normalise ─> store::wal (group commit into
+//!   │        store::log, one fdatasync per group) ─> 200
 //!   └─ /_liveness, /_readiness, /metrics (metrics)
 //! ```
 //!
@@ -87,15 +88,16 @@ pub async fn serve(
     let metrics = metrics::Metrics::new();
     let flushes = metrics.wal_flush_seconds.clone();
     let on_flush: store::wal::FlushObserver = Box::new(move |d| flushes.observe(d.as_secs_f64()));
-    let (db_dir, cache, shared, settings, enrich) = (
+    let (db_dir, cache, segment, shared, settings, enrich) = (
         config.db_dir.clone(),
         config.cache_bytes,
+        config.log_segment_bytes,
         projects.clone(),
         config.compactor.clone(),
         geoip.clone(),
     );
     let store = tokio::task::spawn_blocking(move || {
-        store::Store::open(&db_dir, cache, shared, settings, enrich, on_flush)
+        store::Store::open(&db_dir, cache, segment, shared, settings, enrich, on_flush)
     })
     .await
     .map_err(|e| Error::Io(std::io::Error::other(e)))?

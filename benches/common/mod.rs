@@ -85,13 +85,19 @@ pub fn pageview_event(n: usize, at_ms: i64, ids: [Uuid; 3], token: &str) -> Valu
 /// The server's sled cache, so benches see the same cache behaviour.
 const CACHE_BYTES: u64 = flagpost::config::DEFAULT_CACHE_BYTES;
 
-/// A fresh sled database under the target dir (not /tmp, often tmpfs, where fsync
-/// is free), opened as the server opens it. Keep the dir alive as long as the db.
-pub fn open_db(prefix: &str) -> (tempfile::TempDir, sled::Db) {
-    let dir = tempfile::Builder::new()
+/// A temporary directory under the target dir (not /tmp, which is often tmpfs, where
+/// a sync is free); removed on drop.
+pub fn target_tmpdir(prefix: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
         .prefix(prefix)
         .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
-        .expect("a temporary dir under the target dir");
+        .expect("a temporary dir under the target dir")
+}
+
+/// A fresh sled database in a [`target_tmpdir`], opened as the server opens it. Keep
+/// the dir alive as long as the db.
+pub fn open_db(prefix: &str) -> (tempfile::TempDir, sled::Db) {
+    let dir = target_tmpdir(prefix);
     let db = sled::Config::new()
         .path(dir.path())
         .cache_capacity(CACHE_BYTES)

@@ -48,7 +48,7 @@ const SPARES: usize = 1;
 const HEADER: usize = 16;
 const SEGMENT_SUFFIX: &str = ".log";
 const SPARE_PREFIX: &str = "spare-";
-const ZEROS: [u8; 64 * 1024] = [0; 64 * 1024];
+static ZEROS: [u8; 64 * 1024] = [0; 64 * 1024];
 
 fn segment_path(dir: &Path, first: u64) -> PathBuf {
     dir.join(format!("{first:020}{SEGMENT_SUFFIX}"))

@@ -1,6 +1,7 @@
-//! Embedded storage: one sled database holding the write-ahead log and everything the
-//! compactor derives from it (events, persons, groups), plus the queries the read API
-//! and flag evaluation make.
+//! Embedded storage: the write-ahead log's segment files ([`log`], written through
+//! [`wal`]) and one sled database holding everything the compactor derives from them
+//! (events, persons, groups) and its checkpoint, plus the queries the read API and flag
+//! evaluation make.
 
 mod apply;
 pub mod block;
@@ -57,7 +58,8 @@ impl From<sled::Error> for Error {
 /// Every tree of the database.
 #[derive(Clone)]
 pub struct Trees {
-    /// Sequence number -> [`Record`], in arrival order.
+    /// Sequence number -> log entry: the log of earlier versions, applied before the
+    /// log's files ([`log`]) and no longer written.
     pub wal: sled::Tree,
     /// The slower lanes, same keys and values as the log.
     pub historical: sled::Tree,
@@ -120,10 +122,12 @@ pub struct Store {
 
 impl Store {
     /// Open the database and start the log writer and the compactor. Blocking.
-    /// `cache_bytes` is sled's page cache (see [`crate::config::DEFAULT_CACHE_BYTES`]).
+    /// `cache_bytes` is sled's page cache (see [`crate::config::DEFAULT_CACHE_BYTES`]),
+    /// `log_segment_bytes` the size of the log's files (see [`log::SEGMENT_BYTES`]).
     pub fn open(
         dir: &Path,
         cache_bytes: u64,
+        log_segment_bytes: u64,
         projects: Arc<ArcSwap<Projects>>,
         settings: compactor::Settings,
         geoip: Arc<crate::geoip::Database>,
@@ -144,7 +148,7 @@ impl Store {
             &dir.join(log::DIR_NAME),
             floor,
             checkpoint,
-            log::SEGMENT_BYTES,
+            log_segment_bytes,
         )
         .map_err(io)?;
         let shared = appender.shared().clone();

@@ -43,7 +43,8 @@ fn acknowledged_events_survive_random_kills_exactly_once() {
     eprintln!("crash test seed {seed} (FLAGPOST_CRASH_SEED={seed} replays it)");
     let mut rng = Lcg(seed);
     let acked: Mutex<HashSet<String>> = Mutex::new(HashSet::new());
-    let mut server = Server::start();
+    // Small log segments, so kills also land around segment changes.
+    let mut server = Server::start_with(&["--log-segment-mb", "1"]);
     let mut sent_while_killed = 0usize;
     for cycle in 0..KILLS {
         let stop = AtomicBool::new(false);
