@@ -14,9 +14,10 @@
 //! the first frame that is not the next entry: zeros, a torn write, or a frame left
 //! from the file's earlier use.
 //!
-//! Segments are allocated before they are written: zero-filled, or recycled from
-//! segments the compactor has finished with, so the file's size never changes while
-//! entries are appended and `fdatasync` writes only the data. sled's own flush woke
+//! Segments are allocated before they are written: zero-filled by a background thread,
+//! or recycled from segments the compactor has finished with, so the file's size never
+//! changes while entries are appended and `fdatasync` writes only the data. (When
+//! neither is ready, a segment is allocated with `posix_fallocate` on the spot.) sled's own flush woke
 //! seven IO threads and took its global lock once per group commit; this log costs
 //! one write and one `fdatasync` per group.
 //!
@@ -130,20 +131,33 @@ impl Shared {
         };
         match ready {
             Some(path) => std::fs::rename(path, target),
-            None => {
-                let tmp = {
-                    let mut spares = lock(&self.spares);
-                    self.spare_path(&mut spares)
-                };
-                zero_fill(&tmp, self.segment_bytes)?;
-                std::fs::rename(tmp, target)
-            }
+            // None ready (the disk is busy, or the log grows faster than the compactor
+            // frees segments): allocate one now rather than wait for zeros to be
+            // written. Its first syncs cost a little more, marking blocks written.
+            None => allocate(target, self.segment_bytes),
         }
     }
 }
 
+/// Create a file of `len` bytes with its blocks allocated (they read as zeros) and
+/// sync it, so writing into it never needs more space.
+fn allocate(path: &Path, len: u64) -> io::Result<()> {
+    let file = OpenOptions::new()
+        .create(true)
+        .write(true)
+        .truncate(true)
+        .open(path)?;
+    let len = libc::off_t::try_from(len).map_err(io::Error::other)?;
+    // SAFETY: a valid open descriptor and a non-negative length.
+    let rc = unsafe { libc::posix_fallocate(std::os::fd::AsRawFd::as_raw_fd(&file), 0, len) };
+    if rc != 0 {
+        return Err(io::Error::from_raw_os_error(rc));
+    }
+    file.sync_all()
+}
+
 /// Write a zero-filled file of `len` bytes and sync it, so its blocks are allocated
-/// and written before the log uses it.
+/// and written before the log uses it: a sync then writes only data.
 fn zero_fill(path: &Path, len: u64) -> io::Result<()> {
     let file = OpenOptions::new()
         .create(true)
@@ -373,7 +387,7 @@ impl Appender {
         let path = segment_path(dir, first);
         if frame_len > self.shared.segment_bytes {
             // One outsized entry: a segment of its own size.
-            zero_fill(&path, frame_len)?;
+            allocate(&path, frame_len)?;
         } else {
             self.shared.take_spare(&path)?;
         }
