@@ -24,6 +24,8 @@ pub struct App {
     pub wal: Wal,
     /// The log's positions, for its depth.
     pub log: Arc<crate::store::log::Shared>,
+    /// Persons for `/decide`, kept current by the compactor.
+    pub persons: Arc<crate::store::person_cache::PersonCache>,
     pub trees: Trees,
     pub compactor: Arc<compactor::Stats>,
     /// Free disk space, measured every second by a background task.
@@ -55,6 +57,7 @@ impl App {
             projects,
             wal: store.wal.clone(),
             log: store.log.clone(),
+            persons: store.persons.clone(),
             trees: store.trees.clone(),
             compactor: store.compactor.clone(),
             space,

@@ -218,7 +218,7 @@ fn evaluate(
     let needs_person = rules.needs_person_properties();
     let mut lookup_failed = false;
     let person = if needs_person || rules.needs_continuity() {
-        match query::person_by_distinct_id(&app.trees, project.id, &req.distinct_id) {
+        match app.persons.person(&app.trees, project.id, &req.distinct_id) {
             Ok(person) => person,
             Err(e) => {
                 if needs_person {
@@ -241,7 +241,7 @@ fn evaluate(
         None
     } else {
         let stored = match person {
-            Some(p) if needs_person => p.properties,
+            Some(p) if needs_person => p.properties.clone(),
             _ => Map::new(),
         };
         let requested = std::mem::take(&mut req.person_properties);

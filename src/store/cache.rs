@@ -11,6 +11,7 @@ use uuid::Uuid;
 
 use super::apply::Tx;
 use super::keys;
+use super::person_cache::Changes;
 use crate::persons::{self, Person};
 
 type Result<T> = std::result::Result<T, UnabortableTransactionError>;
@@ -30,6 +31,8 @@ pub struct Cache {
     applied: HashMap<(u64, Uuid), Vec<u8>>,
     /// A buffer for the caller's operations text, reused from event to event.
     ops: Vec<u8>,
+    /// Distinct ids linked to a person during the chunk, for the decide cache.
+    linked: Vec<(u64, String)>,
 }
 
 impl Cache {
@@ -48,6 +51,15 @@ impl Cache {
             }
         }
         Ok(())
+    }
+
+    /// What the chunk changed that `/decide` may have cached: the distinct ids linked
+    /// and the persons written or deleted.
+    pub fn changes(&self) -> Changes {
+        Changes {
+            linked: self.linked.clone(),
+            persons: self.dirty.iter().copied().collect(),
+        }
     }
 
     /// How many persons [`Cache::write`] would write.
@@ -158,6 +170,9 @@ impl persons::Store for TxPersons<'_, '_> {
             .entry(self.project)
             .or_default()
             .insert(distinct_id.to_owned(), Some(person));
+        self.cache
+            .linked
+            .push((self.project, distinct_id.to_owned()));
         Ok(())
     }
 

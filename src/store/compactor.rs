@@ -28,6 +28,7 @@ use super::cache::Cache;
 use super::dedup::{self, IdSet};
 use super::log;
 use super::overflow::Limiter;
+use super::person_cache::{self, PersonCache};
 use super::record::decode_frame;
 use super::{block, keys, Record, Trees};
 use crate::projects::Projects;
@@ -171,6 +172,8 @@ pub struct Compactor {
     log: log::Reader,
     /// Arrival time of the last record applied from the log, for the lag.
     last_received: Option<i64>,
+    /// Told what each chunk changed of persons, if `/decide` caches them.
+    person_cache: Option<Arc<PersonCache>>,
     state: Option<State>,
     limiter: Limiter,
     projects: Arc<ArcSwap<Projects>>,
@@ -196,6 +199,7 @@ impl Compactor {
             trees,
             log,
             last_received: None,
+            person_cache: None,
             state: None,
             projects,
             stats: Arc::new(Stats {
@@ -206,6 +210,12 @@ impl Compactor {
             #[cfg(test)]
             fail_at: None,
         }
+    }
+
+    /// Tell `cache` what each committed chunk changed of persons.
+    pub fn with_person_cache(mut self, cache: Arc<PersonCache>) -> Compactor {
+        self.person_cache = Some(cache);
+        self
     }
 
     pub fn stats(&self) -> Arc<Stats> {
@@ -449,6 +459,7 @@ impl Compactor {
                     }
                 }
                 cache.write(&tx)?;
+                counts.persons = cache.changes();
                 let mut next_block = first_block;
                 for (project, list) in entries {
                     for (newest, value) in block::build(list) {
@@ -486,6 +497,9 @@ impl Compactor {
             Err(TransactionError::Storage(e)) => return Err(e),
         };
         state.next_block = counts.next_block;
+        if let Some(persons) = &self.person_cache {
+            persons.forget(&counts.persons);
+        }
         if !counts.ids.is_empty() {
             let key = sled::IVec::from(&keys::recent(now, first_block)[..]);
             state
@@ -613,6 +627,8 @@ impl Compactor {
 struct Counts {
     /// The uuids stored, and the block id after the chunk's.
     ids: Vec<dedup::Id>,
+    /// Distinct ids linked and persons written, for the decide cache.
+    persons: person_cache::Changes,
     next_block: u64,
     applied: u64,
     duplicates: u64,

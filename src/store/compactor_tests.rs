@@ -552,6 +552,57 @@ fn segments_are_recycled_once_applied_and_a_restart_resumes_after_the_checkpoint
 }
 
 #[test]
+fn the_decide_cache_sees_every_committed_change_to_a_person() {
+    let mut f = fixture(Settings::default());
+    let cache = Arc::new(PersonCache::new(crate::store::person_cache::DEFAULT_BYTES));
+    f.compactor.person_cache = Some(cache.clone());
+    let props = |f: &Fixture, d: &str| {
+        cache
+            .person(&f.trees, 1, d)
+            .unwrap()
+            .map(|p| Value::Object(p.properties.clone()))
+    };
+    let mut i = 0;
+    let mut send = |f: &mut Fixture, event: Value| {
+        i += 1;
+        f.push(&[record(1, i, event)]);
+        f.drain();
+    };
+    // Cached while unknown, then linked.
+    assert_eq!(props(&f, "anon"), None);
+    send(
+        &mut f,
+        json!({"event": "e", "distinct_id": "anon", "$set": {"a": 1}}),
+    );
+    assert_eq!(props(&f, "anon"), Some(json!({"a": 1})));
+    // Changed in place.
+    send(
+        &mut f,
+        json!({"event": "e", "distinct_id": "anon", "$set": {"a": 2}}),
+    );
+    assert_eq!(props(&f, "anon"), Some(json!({"a": 2})));
+    // Another person, cached, then merged into by $identify: both ids see the merge.
+    send(
+        &mut f,
+        json!({"event": "e", "distinct_id": "user", "$set": {"b": 1}}),
+    );
+    assert_eq!(props(&f, "user"), Some(json!({"b": 1})));
+    send(
+        &mut f,
+        json!({"event": "$identify", "distinct_id": "user",
+               "properties": {"$anon_distinct_id": "anon"}}),
+    );
+    let merged = props(&f, "user");
+    assert_eq!(merged, props(&f, "anon"));
+    assert_eq!(merged, Some(json!({"a": 2, "b": 1})));
+    // What the cache serves is what sled holds.
+    let stored = query::person_by_distinct_id(&f.trees, 1, "anon")
+        .unwrap()
+        .unwrap();
+    assert_eq!(Some(Value::Object(stored.properties)), merged);
+}
+
+#[test]
 fn corrupt_records_are_quarantined_not_blocking() {
     let mut f = fixture(Settings::default());
     f.log.push(b"garbage").unwrap();

@@ -13,6 +13,7 @@ pub mod keys;
 pub mod log;
 mod migrate;
 pub mod overflow;
+pub mod person_cache;
 pub mod query;
 mod raw;
 pub mod record;
@@ -115,6 +116,8 @@ pub struct Store {
     pub wal: Wal,
     /// The log's positions, for its depth.
     pub log: Arc<log::Shared>,
+    /// Persons for `/decide`, forgotten by the compactor as it changes them.
+    pub persons: Arc<person_cache::PersonCache>,
     pub compactor: Arc<compactor::Stats>,
     writer: wal::Writer,
     compactor_thread: compactor::Handle,
@@ -153,7 +156,9 @@ impl Store {
         .map_err(io)?;
         let shared = appender.shared().clone();
         let (wal, writer) = Wal::start(appender, preparer, on_flush).map_err(io)?;
-        let compactor = compactor::Compactor::new(trees.clone(), reader, projects, settings, geoip);
+        let persons = Arc::new(person_cache::PersonCache::new(person_cache::DEFAULT_BYTES));
+        let compactor = compactor::Compactor::new(trees.clone(), reader, projects, settings, geoip)
+            .with_person_cache(persons.clone());
         let stats = compactor.stats();
         let compactor_thread = compactor::spawn(compactor).map_err(io)?;
         Ok(Store {
@@ -161,6 +166,7 @@ impl Store {
             trees,
             wal,
             log: shared,
+            persons,
             compactor: stats,
             writer,
             compactor_thread,

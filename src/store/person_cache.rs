@@ -1,0 +1,248 @@
+//! Decoded persons for `/decide`, kept between requests: a person's flags are asked for
+//! on every page load, and each ask would otherwise read two sled keys and parse the
+//! person's JSON.
+//!
+//! Two maps: distinct id -> person id (or none), and person id -> the person's
+//! properties. The compactor, after each chunk it commits, forgets the distinct ids it
+//! linked and the persons it wrote or deleted ([`PersonCache::forget`]), so a lookup
+//! never sees a person older than the last commit that changed it.
+//!
+//! A lookup that misses reads sled and then fills the cache, and the compactor may
+//! commit in between: the value read could be older than the commit, and its forget
+//! could come before the fill. So the compactor bumps an epoch before it forgets
+//! anything, and a fill is dropped unless the epoch is still the one read before the
+//! sled read; the check and the insert happen under the shard's lock, which the
+//! forget takes too.
+//!
+//! Both maps are bounded in bytes (about), evicting arbitrary entries when full.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasher, Hash};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use serde_json::{Map, Value};
+use uuid::Uuid;
+
+use super::{query, Trees};
+
+const SHARDS: usize = 8;
+/// The default budget for both maps together.
+pub const DEFAULT_BYTES: usize = 8 * 1024 * 1024;
+/// What an entry costs beyond its strings: the map's slot, the Arc, the allocations.
+const ENTRY_OVERHEAD: usize = 96;
+
+/// What `/decide` needs of a person.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CachedPerson {
+    pub properties: Map<String, Value>,
+    /// The distinct id the person was first seen with (experience continuity).
+    pub first_distinct_id: String,
+}
+
+impl CachedPerson {
+    /// Roughly what it holds in memory.
+    fn weight(&self) -> usize {
+        ENTRY_OVERHEAD
+            + self.first_distinct_id.len()
+            + self
+                .properties
+                .iter()
+                .map(|(k, v)| ENTRY_OVERHEAD + k.len() + value_weight(v))
+                .sum::<usize>()
+    }
+}
+
+fn value_weight(v: &Value) -> usize {
+    match v {
+        Value::String(s) => s.len(),
+        Value::Array(a) => a.iter().map(|v| 32 + value_weight(v)).sum(),
+        Value::Object(o) => o
+            .iter()
+            .map(|(k, v)| ENTRY_OVERHEAD + k.len() + value_weight(v))
+            .sum(),
+        _ => 0,
+    }
+}
+
+/// A map in shards, each bounded by a byte budget.
+struct Sharded<K, V> {
+    shards: Vec<Mutex<Shard<K, V>>>,
+    hasher: std::collections::hash_map::RandomState,
+    budget: usize,
+}
+
+struct Shard<K, V> {
+    map: HashMap<K, (V, usize)>,
+    bytes: usize,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A shard is consistent at every point a panic could interrupt it.
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl<K: Hash + Eq + Clone, V: Clone> Sharded<K, V> {
+    fn new(bytes: usize) -> Self {
+        Sharded {
+            shards: (0..SHARDS)
+                .map(|_| {
+                    Mutex::new(Shard {
+                        map: HashMap::new(),
+                        bytes: 0,
+                    })
+                })
+                .collect(),
+            hasher: Default::default(),
+            budget: bytes / SHARDS,
+        }
+    }
+
+    fn shard<Q: Hash + ?Sized>(&self, key: &Q) -> MutexGuard<'_, Shard<K, V>> {
+        let i = self.hasher.hash_one(key) as usize % SHARDS;
+        lock(&self.shards[i])
+    }
+
+    fn get<Q>(&self, key: &Q) -> Option<V>
+    where
+        K: std::borrow::Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.shard(key).map.get(key).map(|(v, _)| v.clone())
+    }
+
+    /// Insert unless `still` (checked under the shard's lock) says the value is stale.
+    fn fill(&self, key: K, value: V, weight: usize, still: impl FnOnce() -> bool) {
+        if weight > self.budget {
+            return;
+        }
+        let mut shard = self.shard(&key);
+        if !still() {
+            return;
+        }
+        while shard.bytes + weight > self.budget {
+            // The first key the table yields: arbitrary, which is enough.
+            let Some(victim) = shard.map.keys().next().cloned() else {
+                break;
+            };
+            if let Some((_, w)) = shard.map.remove(&victim) {
+                shard.bytes = shard.bytes.saturating_sub(w);
+            }
+        }
+        if let Some((_, old)) = shard.map.insert(key, (value, weight)) {
+            shard.bytes = shard.bytes.saturating_sub(old);
+        }
+        shard.bytes += weight;
+    }
+
+    fn remove<Q>(&self, key: &Q)
+    where
+        K: std::borrow::Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let mut shard = self.shard(key);
+        if let Some((_, w)) = shard.map.remove(key) {
+            shard.bytes = shard.bytes.saturating_sub(w);
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.shards.iter().map(|s| lock(s).map.len()).sum()
+    }
+}
+
+/// What a committed chunk changed that the cache may hold.
+#[derive(Debug, Default)]
+pub struct Changes {
+    /// (project, distinct id) linked to a person.
+    pub linked: Vec<(u64, String)>,
+    /// (project, person id) written or deleted.
+    pub persons: Vec<(u64, Uuid)>,
+}
+
+/// Persons by distinct id, for `/decide`. Shared by the compactor, which forgets what
+/// it changes, and the request handlers.
+pub struct PersonCache {
+    epoch: AtomicU64,
+    ids: Sharded<(u64, String), Option<Uuid>>,
+    persons: Sharded<(u64, Uuid), Option<Arc<CachedPerson>>>,
+}
+
+impl PersonCache {
+    /// A cache of about `bytes` in all.
+    pub fn new(bytes: usize) -> PersonCache {
+        PersonCache {
+            epoch: AtomicU64::new(0),
+            ids: Sharded::new(bytes / 8),
+            persons: Sharded::new(bytes - bytes / 8),
+        }
+    }
+
+    /// The person of `distinct_id` in `project`, from the cache or from sled.
+    pub fn person(
+        &self,
+        trees: &Trees,
+        project: u64,
+        distinct_id: &str,
+    ) -> Result<Option<Arc<CachedPerson>>, sled::Error> {
+        let key = (project, distinct_id.to_owned());
+        let id = match self.ids.get(&key) {
+            Some(id) => id,
+            None => {
+                let epoch = self.epoch.load(Ordering::Acquire);
+                let id = query::person_id_of(trees, project, distinct_id)?;
+                let weight = ENTRY_OVERHEAD + distinct_id.len();
+                self.ids
+                    .fill(key, id, weight, || self.unchanged_since(epoch));
+                id
+            }
+        };
+        let Some(id) = id else {
+            return Ok(None);
+        };
+        if let Some(person) = self.persons.get(&(project, id)) {
+            return Ok(person);
+        }
+        let epoch = self.epoch.load(Ordering::Acquire);
+        let person = query::person(trees, project, id)?.map(|p| {
+            Arc::new(CachedPerson {
+                properties: p.properties,
+                first_distinct_id: p.first_distinct_id,
+            })
+        });
+        let weight = person.as_ref().map_or(ENTRY_OVERHEAD, |p| p.weight());
+        self.persons
+            .fill((project, id), person.clone(), weight, || {
+                self.unchanged_since(epoch)
+            });
+        Ok(person)
+    }
+
+    fn unchanged_since(&self, epoch: u64) -> bool {
+        self.epoch.load(Ordering::Acquire) == epoch
+    }
+
+    /// After a commit: forget the distinct ids it linked and the persons it wrote or
+    /// deleted.
+    pub fn forget(&self, changes: &Changes) {
+        if changes.linked.is_empty() && changes.persons.is_empty() {
+            return;
+        }
+        self.epoch.fetch_add(1, Ordering::AcqRel);
+        for key in &changes.linked {
+            self.ids.remove(key);
+        }
+        for key in &changes.persons {
+            self.persons.remove(key);
+        }
+    }
+
+    /// Entries held: (distinct ids, persons).
+    pub fn len(&self) -> (usize, usize) {
+        (self.ids.len(), self.persons.len())
+    }
+}
+
+#[cfg(test)]
+#[path = "person_cache_tests.rs"]
+mod tests;
