@@ -72,12 +72,18 @@ fn record(project: u64, i: i64, event: Value) -> Record {
     }
 }
 
+/// Log entries of up to three records each.
+fn entries(records: &[Record]) -> impl Iterator<Item = Vec<u8>> + '_ {
+    records.chunks(3).map(|group| {
+        let encoded: Vec<Vec<u8>> = group.iter().map(Record::encode).collect();
+        crate::store::record::encode_frame(encoded.iter().map(Vec::as_slice))
+    })
+}
+
 impl Fixture {
     /// Append to the log as the writer does, up to three records per entry.
     fn push(&mut self, records: &[Record]) {
-        for group in records.chunks(3) {
-            let encoded: Vec<Vec<u8>> = group.iter().map(Record::encode).collect();
-            let frame = crate::store::record::encode_frame(encoded.iter().map(Vec::as_slice));
+        for frame in entries(records) {
             self.log.push(&frame).unwrap();
         }
         self.log.commit().unwrap();
@@ -85,10 +91,8 @@ impl Fixture {
 
     /// Append to the log tree that versions before the log's files wrote.
     fn push_legacy(&self, records: &[Record]) {
-        for group in records.chunks(3) {
-            let encoded: Vec<Vec<u8>> = group.iter().map(Record::encode).collect();
+        for frame in entries(records) {
             let seq = self.db.generate_id().unwrap();
-            let frame = crate::store::record::encode_frame(encoded.iter().map(Vec::as_slice));
             self.trees.wal.insert(seq.to_be_bytes(), frame).unwrap();
         }
     }

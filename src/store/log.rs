@@ -139,14 +139,19 @@ impl Shared {
     }
 }
 
-/// Create a file of `len` bytes with its blocks allocated (they read as zeros) and
-/// sync it, so writing into it never needs more space.
-fn allocate(path: &Path, len: u64) -> io::Result<()> {
-    let file = OpenOptions::new()
+/// A new empty file at `path`, replacing any there.
+fn create(path: &Path) -> io::Result<File> {
+    OpenOptions::new()
         .create(true)
         .write(true)
         .truncate(true)
-        .open(path)?;
+        .open(path)
+}
+
+/// Create a file of `len` bytes with its blocks allocated (they read as zeros) and
+/// sync it, so writing into it never needs more space.
+fn allocate(path: &Path, len: u64) -> io::Result<()> {
+    let file = create(path)?;
     let len = libc::off_t::try_from(len).map_err(io::Error::other)?;
     // SAFETY: a valid open descriptor and a non-negative length.
     let rc = unsafe { libc::posix_fallocate(std::os::fd::AsRawFd::as_raw_fd(&file), 0, len) };
@@ -159,11 +164,7 @@ fn allocate(path: &Path, len: u64) -> io::Result<()> {
 /// Write a zero-filled file of `len` bytes and sync it, so its blocks are allocated
 /// and written before the log uses it: a sync then writes only data.
 fn zero_fill(path: &Path, len: u64) -> io::Result<()> {
-    let file = OpenOptions::new()
-        .create(true)
-        .write(true)
-        .truncate(true)
-        .open(path)?;
+    let file = create(path)?;
     let mut at = 0u64;
     while at < len {
         let n = (len - at).min(ZEROS.len() as u64) as usize;
