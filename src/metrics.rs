@@ -45,6 +45,8 @@ pub struct Metrics {
     pub wal_last_flush_seconds: Gauge<f64, std::sync::atomic::AtomicU64>,
     pub wal_flush_seconds: Histogram,
     pub log_depth: Gauge,
+    pub log_segments: Gauge,
+    pub decide_cached_persons: Gauge,
     pub compactor_applied: Counter,
     pub compactor_steps: Counter,
     pub compactor_duplicates: Counter,
@@ -92,6 +94,8 @@ impl Metrics {
             wal_last_flush_seconds: Gauge::default(),
             wal_flush_seconds: Histogram::new(LATENCY_BUCKETS.iter().copied()),
             log_depth: Gauge::default(),
+            log_segments: Gauge::default(),
+            decide_cached_persons: Gauge::default(),
             compactor_applied: Counter::default(),
             compactor_steps: Counter::default(),
             compactor_duplicates: Counter::default(),
@@ -165,8 +169,18 @@ impl Metrics {
         );
         registry.register(
             "log_depth",
-            "Entries waiting in the write-ahead log (one per group commit, up to 512 records each) plus records waiting in the slower lanes",
+            "Entries waiting in the write-ahead log (up to 512 records or 64 KiB each) plus records waiting in the slower lanes",
             m.log_depth.clone(),
+        );
+        registry.register(
+            "log_segments",
+            "Write-ahead log segment files in use (each --log-segment-mb), not counting the spare",
+            m.log_segments.clone(),
+        );
+        registry.register(
+            "decide_cached_persons",
+            "Persons /decide holds in memory between requests",
+            m.decide_cached_persons.clone(),
         );
         registry.register(
             "compactor_applied",

@@ -68,6 +68,8 @@ pub fn metrics_text(app: &App) -> String {
     m.compactor_healthy.set(i64::from(c.healthy.load(Relaxed)));
     m.log_depth
         .set(crate::store::query::log_depth(&app.trees, &app.log) as i64);
+    m.log_segments.set(app.log.segments() as i64);
+    m.decide_cached_persons.set(app.persons.len().1 as i64);
     m.disk_free_bytes
         .set(i64::try_from(app.space.free_bytes()).unwrap_or(i64::MAX));
     mirror(&m.geoip_lookups, app.geoip.lookups());

@@ -106,6 +106,11 @@ impl Shared {
         durable.saturating_sub(self.read.load(Ordering::Acquire))
     }
 
+    /// Segment files in use.
+    pub fn segments(&self) -> usize {
+        lock(&self.segments).len()
+    }
+
     /// The first sequence number not yet durable.
     pub fn durable_end(&self) -> u64 {
         self.durable.load(Ordering::Acquire)

@@ -175,6 +175,10 @@ fn batch_shapes_keys_and_fields() {
     let metrics = server.get("/metrics").text();
     let line = "flagpost_compactor_routed_total{lane=\"historical\"} 2";
     assert!(metrics.contains(line), "{line} in {metrics}");
+    // Everything applied, from the one log segment written so far.
+    for line in ["flagpost_log_depth 0", "flagpost_log_segments 1"] {
+        assert!(metrics.contains(line), "{line} in {metrics}");
+    }
     assert_eq!(server.stop(), Some(0));
 }
 
