@@ -6,6 +6,7 @@ mod cli;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
+    disable_transparent_huge_pages();
     let cli: cli::Cli = argh::from_env();
     if cli.version {
         println!("flagpost {}", env!("CARGO_PKG_VERSION"));
@@ -32,6 +33,20 @@ fn main() -> ExitCode {
 
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// Opt this process out of transparent huge pages, before the allocator maps much.
+/// mimalloc advises huge pages for its arenas, and a 2 MiB huge page stays resident
+/// while any part of it is in use, so memory the allocator purges after a burst is
+/// not given back. After a million events, 44 MiB of the resident set at rest were
+/// huge pages; without them it fell from about 150 MiB to about 105 MiB.
+fn disable_transparent_huge_pages() {
+    #[cfg(target_os = "linux")]
+    // SAFETY: PR_SET_THP_DISABLE takes integer arguments only and changes a flag of
+    // this process; it fails harmlessly (EINVAL) on kernels without it.
+    unsafe {
+        libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0);
+    }
+}
 
 /// When a thread goes quiet, mimalloc collects its heap and purges at once the memory
 /// it freed, rather than after its delay the next time the thread allocates: a
