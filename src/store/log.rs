@@ -184,6 +184,9 @@ enum Frame {
     Entry(Vec<u8>),
     /// Not the expected entry: the end of what this segment holds.
     End,
+    /// The expected entry's header, but not its bytes: a write a crash cut short at
+    /// the tail, or damage anywhere else.
+    Damaged,
 }
 
 fn read_frame(file: &File, offset: u64, file_len: u64, seq: u64) -> io::Result<Frame> {
@@ -195,13 +198,16 @@ fn read_frame(file: &File, offset: u64, file_len: u64, seq: u64) -> io::Result<F
     let len = u32::from_le_bytes([header[0], header[1], header[2], header[3]]) as u64;
     let crc = u32::from_le_bytes([header[4], header[5], header[6], header[7]]);
     let found = u64::from_le_bytes(header[8..16].try_into().unwrap_or([0; 8]));
-    if len == 0 || found != seq || offset + HEADER as u64 + len > file_len {
+    if len == 0 || found != seq {
         return Ok(Frame::End);
+    }
+    if offset + HEADER as u64 + len > file_len {
+        return Ok(Frame::Damaged);
     }
     let mut payload = vec![0u8; len as usize];
     file.read_exact_at(&mut payload, offset + HEADER as u64)?;
     if checksum(seq, &payload) != crc {
-        return Ok(Frame::End);
+        return Ok(Frame::Damaged);
     }
     Ok(Frame::Entry(payload))
 }
@@ -229,9 +235,21 @@ fn segment_end(path: &Path, first: u64) -> io::Result<(u64, u64)> {
     let file = File::open(path)?;
     let len = file.metadata()?.len();
     let (mut offset, mut seq) = (0u64, first);
-    while let Frame::Entry(payload) = read_frame(&file, offset, len, seq)? {
-        offset += (HEADER + payload.len()) as u64;
-        seq += 1;
+    loop {
+        match read_frame(&file, offset, len, seq)? {
+            Frame::Entry(payload) => {
+                offset += (HEADER + payload.len()) as u64;
+                seq += 1;
+            }
+            Frame::End => break,
+            Frame::Damaged => {
+                tracing::warn!(
+                    entry = seq,
+                    "the write-ahead log ends in a partly written entry (a stop during a write); it was never acknowledged and is overwritten"
+                );
+                break;
+            }
+        }
     }
     Ok((offset, seq))
 }
@@ -486,7 +504,7 @@ impl Reader {
 
     /// The next entry of the current segment, if it holds it.
     fn read_one(&mut self) -> io::Result<Option<Vec<u8>>> {
-        let Some((file, _, len)) = &self.file else {
+        let Some((file, first, len)) = &self.file else {
             return Ok(None);
         };
         match read_frame(file, self.offset, *len, self.next)? {
@@ -496,6 +514,15 @@ impl Reader {
                 Ok(Some(payload))
             }
             Frame::End => Ok(None),
+            Frame::Damaged => {
+                // Synced entries do not tear: this is damage on the disk.
+                tracing::error!(
+                    entry = self.next,
+                    segment = first,
+                    "damaged write-ahead log entry (checksum mismatch); the rest of its segment is skipped"
+                );
+                Ok(None)
+            }
         }
     }
 

@@ -211,3 +211,38 @@ fn spares_left_by_an_earlier_run_are_removed() {
     assert!(!dir.path().join("spare-9.tmp").exists());
     assert_eq!(reader.shared().dir(), dir.path());
 }
+
+#[test]
+fn damage_inside_an_older_segment_skips_only_the_rest_of_that_segment() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut log, _) = open_at(dir.path(), 1, None);
+    for i in 1..=40 {
+        log.push(&payload(i)).unwrap();
+    }
+    log.commit().unwrap();
+    drop(log);
+    let segments = segment_files(dir.path());
+    assert!(segments.len() >= 3, "{segments:?}");
+    // Flip a byte of the second entry of the first segment.
+    let path = segment_path(dir.path(), segments[0]);
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)
+        .unwrap();
+    let second = (HEADER + payload(1).len()) as u64;
+    let at = second + HEADER as u64 + 3;
+    let mut byte = [0u8];
+    file.read_exact_at(&mut byte, at).unwrap();
+    file.write_all_at(&[byte[0] ^ 0xff], at).unwrap();
+    drop(file);
+    let (_, mut reader) = open_at(dir.path(), 1, None);
+    let seqs: Vec<u64> = read_all(&mut reader).iter().map(|(s, _)| *s).collect();
+    assert_eq!(seqs[0], 1);
+    assert_eq!(
+        seqs[1], segments[1],
+        "the rest of the first segment skipped"
+    );
+    assert_eq!(*seqs.last().unwrap(), 40);
+    assert_eq!(seqs.len() as u64, 1 + 41 - segments[1]);
+}
