@@ -261,7 +261,9 @@ impl Compactor {
                     return Err(e);
                 }
             };
-            self.release_log()?;
+            if let Some(applied) = chunk.last_seq {
+                self.release_log(applied)?;
+            }
         }
         for (source, tree) in [
             (Source::Historical, self.trees.historical.clone()),
@@ -302,14 +304,22 @@ impl Compactor {
         let entries = self
             .log
             .next_entries(|entry| {
-                records += super::record::frame_len(entry).unwrap_or(1);
+                records += super::record::frame_len(&entry.bytes).unwrap_or(1);
                 records >= REALTIME_CHUNK
             })
             .map_err(io)?;
-        for (seq, entry) in &entries {
-            self.route_entry(&mut chunk, &seq.to_be_bytes(), entry);
-            chunk.first_seq.get_or_insert(*seq);
-            chunk.last_seq = Some(*seq);
+        for entry in entries {
+            let key = entry.seq.to_be_bytes();
+            if entry.intact {
+                self.route_entry(&mut chunk, &key, &entry.bytes);
+            } else {
+                chunk.items.push(Item {
+                    lane_key: lane_key(&key, 0),
+                    action: Action::Quarantine(entry.bytes),
+                });
+            }
+            chunk.first_seq.get_or_insert(entry.seq);
+            chunk.last_seq = Some(entry.seq);
         }
         Ok(chunk)
     }
@@ -345,14 +355,11 @@ impl Compactor {
     }
 
     /// Recycle the log's segments the compactor has moved past, once its checkpoint
-    /// past them is durable.
-    fn release_log(&mut self) -> Result<(), sled::Error> {
+    /// past them (`applied`, just committed) is durable.
+    fn release_log(&mut self, applied: u64) -> Result<(), sled::Error> {
         if !self.log.releasable() {
             return Ok(());
         }
-        let Some(applied) = self.log.position().checked_sub(1) else {
-            return Ok(());
-        };
         self.trees.meta.flush()?;
         self.log.release(applied).map_err(io)?;
         Ok(())

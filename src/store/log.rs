@@ -23,6 +23,9 @@
 //!
 //! Guarantees:
 //! - An entry is reported durable only after the `fdatasync` that covers it.
+//! - Each start writes on in a new segment: the last one may end in a write a crash
+//!   cut short, with whole frames of it after the torn one, so it is only read, and a
+//!   reader never reads a number in one segment that the next one starts at or below.
 //! - A segment is created (renamed into place, directory synced) only after the
 //!   previous one is synced, so a later segment never outlives an earlier entry.
 //! - A segment is recycled only once the compactor's checkpoint past its last entry is
@@ -35,7 +38,7 @@ use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
@@ -47,6 +50,8 @@ pub const SEGMENT_BYTES: u64 = 16 * 1024 * 1024;
 /// to be zero-filled.
 const SPARES: usize = 1;
 const HEADER: usize = 16;
+/// The write buffer's capacity kept between groups.
+const BUFFER_KEPT: usize = 1024 * 1024;
 const SEGMENT_SUFFIX: &str = ".log";
 const SPARE_PREFIX: &str = "spare-";
 static ZEROS: [u8; 64 * 1024] = [0; 64 * 1024];
@@ -83,6 +88,9 @@ pub struct Shared {
     read: AtomicU64,
     /// First sequence numbers of the segments in use, oldest first.
     segments: Mutex<VecDeque<u64>>,
+    /// Segments whose writing stopped short (the last one at a start, one abandoned
+    /// after a failed write): a damaged frame at their end is that write, not damage.
+    interrupted: Mutex<Vec<u64>>,
     spares: Mutex<Spares>,
     spare_wanted: Condvar,
 }
@@ -139,8 +147,22 @@ impl Shared {
             // None ready (the disk is busy, or the log grows faster than the compactor
             // frees segments): allocate one now rather than wait for zeros to be
             // written. Its first syncs cost a little more, marking blocks written.
-            None => allocate(target, self.segment_bytes),
+            None => self.allocate_into(target, self.segment_bytes),
         }
+    }
+
+    /// Allocate a file under a spare's name, then rename it to `target`: a crash
+    /// midway leaves a spare, removed at the next start, never an empty segment.
+    fn allocate_into(&self, target: &Path, len: u64) -> io::Result<()> {
+        let tmp = {
+            let mut spares = lock(&self.spares);
+            self.spare_path(&mut spares)
+        };
+        if let Err(e) = allocate(&tmp, len) {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(e);
+        }
+        std::fs::rename(tmp, target)
     }
 }
 
@@ -185,8 +207,8 @@ enum Frame {
     /// Not the expected entry: the end of what this segment holds.
     End,
     /// The expected entry's header, but not its bytes: a write a crash cut short at
-    /// the tail, or damage anywhere else.
-    Damaged,
+    /// the tail, or damage anywhere else. The bytes it claims, if the file holds them.
+    Damaged(Option<Vec<u8>>),
 }
 
 fn read_frame(file: &File, offset: u64, file_len: u64, seq: u64) -> io::Result<Frame> {
@@ -202,12 +224,12 @@ fn read_frame(file: &File, offset: u64, file_len: u64, seq: u64) -> io::Result<F
         return Ok(Frame::End);
     }
     if offset + HEADER as u64 + len > file_len {
-        return Ok(Frame::Damaged);
+        return Ok(Frame::Damaged(None));
     }
     let mut payload = vec![0u8; len as usize];
     file.read_exact_at(&mut payload, offset + HEADER as u64)?;
     if checksum(seq, &payload) != crc {
-        return Ok(Frame::Damaged);
+        return Ok(Frame::Damaged(Some(payload)));
     }
     Ok(Frame::Entry(payload))
 }
@@ -229,9 +251,9 @@ fn scan_dir(dir: &Path) -> io::Result<Vec<u64>> {
     Ok(firsts)
 }
 
-/// Find where a segment's entries end: the offset after the last one and the number
-/// the next one would have.
-fn segment_end(path: &Path, first: u64) -> io::Result<(u64, u64)> {
+/// The number the entry after a segment's last would have, and whether the segment
+/// ends in a partly written entry.
+fn segment_end(path: &Path, first: u64) -> io::Result<(u64, bool)> {
     let file = File::open(path)?;
     let len = file.metadata()?.len();
     let (mut offset, mut seq) = (0u64, first);
@@ -241,37 +263,53 @@ fn segment_end(path: &Path, first: u64) -> io::Result<(u64, u64)> {
                 offset += (HEADER + payload.len()) as u64;
                 seq += 1;
             }
-            Frame::End => break,
-            Frame::Damaged => {
-                tracing::warn!(
-                    entry = seq,
-                    "the write-ahead log ends in a partly written entry (a stop during a write); it was never acknowledged and is overwritten"
-                );
-                break;
-            }
+            Frame::End => return Ok((seq, false)),
+            Frame::Damaged(_) => return Ok((seq, true)),
         }
     }
-    Ok((offset, seq))
 }
 
 /// Open the log in `dir` (created if missing). `floor` is the lowest sequence number
 /// a new entry may take (above the compactor's checkpoint and any older log);
 /// `checkpoint` is the last entry the compactor applied, where the reader starts.
+///
+/// Writing always continues in a new segment: the last one may end in a write a crash
+/// cut short, with whole frames of that write after it, so it is only read.
 pub fn open(
     dir: &Path,
     floor: u64,
     checkpoint: Option<u64>,
     segment_bytes: u64,
 ) -> io::Result<(Appender, Reader, Preparer)> {
+    let created = !dir.exists();
     std::fs::create_dir_all(dir)?;
-    let firsts = scan_dir(dir)?;
-    let (current, offset, next) = match firsts.last() {
-        Some(&first) => {
-            let (offset, next) = segment_end(&segment_path(dir, first), first)?;
-            (Some(first), offset, next)
+    if created {
+        if let Some(parent) = dir.parent() {
+            sync_dir(parent)?;
         }
-        None => (None, 0, floor),
-    };
+    }
+    let mut firsts = scan_dir(dir)?;
+    // The end of the log: where the last segment holding an entry ends. Segments
+    // after it hold none (a crash between making one and writing to it): removed.
+    let mut end = None;
+    while let Some(&first) = firsts.last() {
+        let path = segment_path(dir, first);
+        let (next, torn) = segment_end(&path, first)?;
+        if next == first && !torn {
+            std::fs::remove_file(&path)?;
+            firsts.pop();
+            continue;
+        }
+        if torn {
+            tracing::warn!(
+                entry = next,
+                "the write-ahead log ends in a partly written entry (a stop during a write); it was never acknowledged"
+            );
+        }
+        end = Some((first, next));
+        break;
+    }
+    let next = end.map_or(floor, |(_, next)| next);
     let next_seq = next.max(floor);
     // Where the compactor resumes; if the log holds nothing from there on, at the
     // first entry still to be written.
@@ -287,31 +325,18 @@ pub fn open(
         durable: AtomicU64::new(durable),
         read: AtomicU64::new(read_from),
         segments: Mutex::new(firsts.iter().copied().collect()),
+        interrupted: Mutex::new(end.map(|(first, _)| first).into_iter().collect()),
         spares: Mutex::new(Spares::default()),
         spare_wanted: Condvar::new(),
     });
-    let file = match current {
-        Some(first) => Some(
-            OpenOptions::new()
-                .read(true)
-                .write(true)
-                .open(segment_path(dir, first))?,
-        ),
-        None => None,
-    };
-    let capacity = match &file {
-        Some(f) => f.metadata()?.len(),
-        None => 0,
-    };
     let appender = Appender {
         shared: shared.clone(),
-        file,
-        offset,
-        capacity,
+        file: None,
+        first: None,
+        offset: 0,
+        capacity: 0,
         next_seq,
-        // Continue in the last segment only where its entries end exactly at the
-        // first free number; otherwise a new segment starts at the floor.
-        must_roll: next < floor,
+        must_roll: false,
         buf: Vec::new(),
     };
     let reader = Reader::new(shared.clone(), read_from)?;
@@ -322,7 +347,9 @@ pub fn open(
 /// Appends entries; owned by the log's writer thread.
 pub struct Appender {
     shared: Arc<Shared>,
+    /// The segment being written, and its first number.
     file: Option<File>,
+    first: Option<u64>,
     /// Where the next frame goes in `file`, and the file's size.
     offset: u64,
     capacity: u64,
@@ -372,6 +399,10 @@ impl Appender {
             file.sync_data()?;
         }
         self.shared.durable.store(self.next_seq, Ordering::Release);
+        // A large group's buffer is not kept for the small ones that follow.
+        if self.buf.capacity() > BUFFER_KEPT {
+            self.buf = Vec::new();
+        }
         Ok(())
     }
 
@@ -380,6 +411,9 @@ impl Appender {
     pub fn abandon(&mut self) {
         self.buf.clear();
         self.must_roll = true;
+        if let Some(first) = self.first {
+            lock(&self.shared.interrupted).push(first);
+        }
     }
 
     fn write_buffered(&mut self) -> io::Result<()> {
@@ -406,12 +440,13 @@ impl Appender {
         }
         // Entries synced above are durable even if what follows fails.
         let durable = self.next_seq;
-        let first = self.next_seq;
+        // Names only go up, even past a segment that got no entry.
+        let first = self.next_seq.max(self.first.map_or(0, |f| f + 1));
         let dir = &self.shared.dir;
         let path = segment_path(dir, first);
         if frame_len > self.shared.segment_bytes {
             // One outsized entry: a segment of its own size.
-            allocate(&path, frame_len)?;
+            self.shared.allocate_into(&path, frame_len)?;
         } else {
             self.shared.take_spare(&path)?;
         }
@@ -423,10 +458,22 @@ impl Appender {
             self.shared.durable.store(durable, Ordering::Release);
         }
         self.file = Some(file);
+        self.first = Some(first);
+        self.next_seq = first;
         self.offset = 0;
         self.must_roll = false;
         Ok(())
     }
+}
+
+/// One entry read back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    pub seq: u64,
+    pub bytes: Vec<u8>,
+    /// False when its checksum did not match: damage on the disk. Its bytes are for an
+    /// operator to inspect, never to apply.
+    pub intact: bool,
 }
 
 /// Reads entries in order for the compactor, up to the durable end.
@@ -437,6 +484,8 @@ pub struct Reader {
     offset: u64,
     /// The next entry to return.
     next: u64,
+    /// A seek that failed, tried again before anything more is read.
+    pending_seek: Option<u64>,
 }
 
 impl Reader {
@@ -446,6 +495,7 @@ impl Reader {
             file: None,
             offset: 0,
             next,
+            pending_seek: None,
         };
         reader.seek(next)?;
         Ok(reader)
@@ -457,12 +507,20 @@ impl Reader {
 
     /// The number of the next entry [`Reader::next_entries`] returns.
     pub fn position(&self) -> u64 {
-        self.next
+        self.pending_seek.unwrap_or(self.next)
     }
 
     /// Position at entry `seq`: in the last segment that starts at or before it. The
-    /// compactor reads a failed chunk again from its first entry.
+    /// compactor reads a failed chunk again from its first entry. If this fails, the
+    /// next read tries it again first.
     pub fn seek(&mut self, seq: u64) -> io::Result<()> {
+        self.pending_seek = Some(seq);
+        self.position_at(seq)?;
+        self.pending_seek = None;
+        Ok(())
+    }
+
+    fn position_at(&mut self, seq: u64) -> io::Result<()> {
         let first = {
             let segments = lock(&self.shared.segments);
             segments
@@ -474,15 +532,15 @@ impl Reader {
         };
         self.file = None;
         self.offset = 0;
+        self.next = seq;
         let Some(first) = first else {
             return Ok(());
         };
         self.open_segment(first)?;
         self.next = first;
         while self.next < seq {
-            match self.read_one()? {
-                Some(_) => {}
-                None => break,
+            if self.read_one()?.is_none() {
+                break;
             }
         }
         self.next = self.next.max(seq);
@@ -502,70 +560,129 @@ impl Reader {
         self.shared.read.store(self.next, Ordering::Release);
     }
 
+    /// The first number of the segment after the current one, if there is one yet.
+    fn following_segment(&self) -> Option<u64> {
+        let current = self.file.as_ref().map(|(_, first, _)| *first);
+        lock(&self.shared.segments)
+            .iter()
+            .copied()
+            .find(|&f| current.is_none_or(|c| f > c))
+    }
+
     /// The next entry of the current segment, if it holds it.
-    fn read_one(&mut self) -> io::Result<Option<Vec<u8>>> {
+    fn read_one(&mut self) -> io::Result<Option<Entry>> {
+        let following = self.following_segment();
         let Some((file, first, len)) = &self.file else {
             return Ok(None);
         };
-        match read_frame(file, self.offset, *len, self.next)? {
-            Frame::Entry(payload) => {
-                self.offset += (HEADER + payload.len()) as u64;
-                self.next += 1;
-                Ok(Some(payload))
-            }
-            Frame::End => Ok(None),
-            Frame::Damaged => {
-                // Synced entries do not tear: this is damage on the disk.
-                tracing::error!(
-                    entry = self.next,
-                    segment = first,
-                    "damaged write-ahead log entry (checksum mismatch); the rest of its segment is skipped"
-                );
-                Ok(None)
-            }
+        // A segment never holds a number its successor starts at or below: whole
+        // frames of a write a crash cut short can follow the torn one.
+        if following.is_some_and(|f| f <= self.next) {
+            return Ok(None);
         }
+        let seq = self.next;
+        let bytes = match read_frame(file, self.offset, *len, seq)? {
+            Frame::Entry(bytes) => bytes,
+            Frame::End => return Ok(None),
+            Frame::Damaged(bytes) => {
+                if lock(&self.shared.interrupted).contains(first) {
+                    // The write that was cut short (never acknowledged).
+                    return Ok(None);
+                }
+                // Synced entries do not tear: this is damage on the disk. Skip just
+                // this entry when what follows it is where the next one should be.
+                let after = bytes
+                    .as_ref()
+                    .map(|b| self.offset + (HEADER + b.len()) as u64);
+                let skippable = match after {
+                    Some(after) => {
+                        following == Some(seq + 1)
+                            || matches!(read_frame(file, after, *len, seq + 1)?, Frame::Entry(_))
+                    }
+                    None => false,
+                };
+                match (bytes, after) {
+                    (Some(bytes), Some(after)) if skippable => {
+                        tracing::error!(
+                            entry = seq,
+                            segment = first,
+                            "damaged write-ahead log entry (checksum mismatch): skipped, its bytes moved to the quarantine"
+                        );
+                        self.offset = after;
+                        self.next += 1;
+                        return Ok(Some(Entry {
+                            seq,
+                            bytes,
+                            intact: false,
+                        }));
+                    }
+                    _ => {
+                        tracing::error!(
+                            entry = seq,
+                            segment = first,
+                            "damaged write-ahead log entry (checksum mismatch): the rest of its segment is skipped"
+                        );
+                        return Ok(None);
+                    }
+                }
+            }
+        };
+        self.offset += (HEADER + bytes.len()) as u64;
+        self.next += 1;
+        Ok(Some(Entry {
+            seq,
+            bytes,
+            intact: true,
+        }))
     }
 
     /// Durable entries in order, from the reader's position, until `enough` says the
-    /// entries so far are enough. Returns (sequence number, payload) pairs.
+    /// entries so far are enough. After an I/O error, what was read before it is
+    /// returned, and the error comes back at the next call.
     pub fn next_entries(
         &mut self,
-        mut enough: impl FnMut(&[u8]) -> bool,
-    ) -> io::Result<Vec<(u64, Vec<u8>)>> {
+        mut enough: impl FnMut(&Entry) -> bool,
+    ) -> io::Result<Vec<Entry>> {
+        if let Some(seq) = self.pending_seek {
+            self.seek(seq)?;
+        }
         let mut out = Vec::new();
+        let result = self.read_into(&mut out, &mut enough);
+        self.publish();
+        match result {
+            Err(e) if out.is_empty() => Err(e),
+            _ => Ok(out),
+        }
+    }
+
+    fn read_into(
+        &mut self,
+        out: &mut Vec<Entry>,
+        enough: &mut impl FnMut(&Entry) -> bool,
+    ) -> io::Result<()> {
         while self.next < self.shared.durable.load(Ordering::Acquire) {
-            let seq = self.next;
             match self.read_one()? {
-                Some(payload) => {
-                    let done = enough(&payload);
-                    out.push((seq, payload));
+                Some(entry) => {
+                    let done = enough(&entry);
+                    out.push(entry);
                     if done {
-                        break;
+                        return Ok(());
                     }
                 }
                 None => {
                     if !self.advance_segment()? {
-                        break;
+                        return Ok(());
                     }
                 }
             }
         }
-        self.publish();
-        Ok(out)
+        Ok(())
     }
 
     /// The current segment holds no more: move to the next one. Entries the writer
     /// abandoned after a failed write leave a gap in the numbers, skipped here.
     fn advance_segment(&mut self) -> io::Result<bool> {
-        let current = self.file.as_ref().map(|(_, first, _)| *first);
-        let next = {
-            let segments = lock(&self.shared.segments);
-            segments
-                .iter()
-                .copied()
-                .find(|&f| current.is_none_or(|c| f > c))
-        };
-        let Some(first) = next else {
+        let Some(first) = self.following_segment() else {
             return Ok(false);
         };
         if first > self.next {
@@ -623,29 +740,33 @@ impl Reader {
     }
 }
 
-/// Keeps zero-filled segments ready on its own thread, so a roll rarely waits.
+/// Keeps zero-filled segments ready on its own thread, so a roll rarely waits. The
+/// thread stops when this is dropped.
 pub struct Preparer {
     shared: Arc<Shared>,
     thread: Option<JoinHandle<()>>,
-    failed: Arc<AtomicBool>,
 }
 
 impl Preparer {
     fn start(shared: Arc<Shared>) -> io::Result<Preparer> {
-        let failed = Arc::new(AtomicBool::new(false));
-        let (s, f) = (shared.clone(), failed.clone());
+        let s = shared.clone();
         let thread = std::thread::Builder::new()
             .name("wal-segments".into())
-            .spawn(move || prepare_loop(&s, &f))?;
+            .spawn(move || prepare_loop(&s))?;
         Ok(Preparer {
             shared,
             thread: Some(thread),
-            failed,
         })
     }
 
     /// Stop the thread and wait for it.
-    pub fn stop(mut self) {
+    pub fn stop(self) {
+        drop(self);
+    }
+}
+
+impl Drop for Preparer {
+    fn drop(&mut self) {
         lock(&self.shared.spares).stop = true;
         self.shared.spare_wanted.notify_all();
         if let Some(t) = self.thread.take() {
@@ -654,14 +775,10 @@ impl Preparer {
             }
         }
     }
-
-    /// Whether the last attempt to make a spare failed (the disk is full, say).
-    pub fn failing(&self) -> bool {
-        self.failed.load(Ordering::Relaxed)
-    }
 }
 
-fn prepare_loop(shared: &Shared, failed: &AtomicBool) {
+fn prepare_loop(shared: &Shared) {
+    let mut failing = false;
     loop {
         let path = {
             let mut spares = lock(&shared.spares);
@@ -678,13 +795,13 @@ fn prepare_loop(shared: &Shared, failed: &AtomicBool) {
         };
         match zero_fill(&path, shared.segment_bytes) {
             Ok(()) => {
-                failed.store(false, Ordering::Relaxed);
+                failing = false;
                 let mut spares = lock(&shared.spares);
                 spares.ready.push(path);
             }
             Err(e) => {
                 let _ = std::fs::remove_file(&path);
-                if !failed.swap(true, Ordering::Relaxed) {
+                if !std::mem::replace(&mut failing, true) {
                     tracing::error!(error = %e, "cannot prepare a log segment; retrying");
                 }
                 // Wait before retrying, or for a stop.

@@ -282,7 +282,9 @@ mod tests {
     fn read_all(dir: &std::path::Path) -> Vec<(u64, Vec<u8>)> {
         let (_, mut reader, preparer) = log::open(dir, 0, None, SEGMENT).unwrap();
         preparer.stop();
-        reader.next_entries(|_| false).unwrap()
+        let entries = reader.next_entries(|_| false).unwrap();
+        assert!(entries.iter().all(|e| e.intact));
+        entries.into_iter().map(|e| (e.seq, e.bytes)).collect()
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
