@@ -7,6 +7,7 @@
 
 #[cfg(test)]
 mod equivalence_tests;
+mod ids;
 pub mod json;
 mod normalise;
 mod parse;

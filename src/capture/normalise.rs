@@ -164,7 +164,7 @@ fn resolve<'a>(
         .uuid
         .and_then(|v| v.as_str())
         .and_then(|s| Uuid::parse_str(s).ok())
-        .unwrap_or_else(Uuid::now_v7);
+        .unwrap_or_else(|| super::ids::new_v7(ctx.now));
     let claims = Claims {
         timestamp: f
             .timestamp
