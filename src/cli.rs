@@ -90,6 +90,9 @@ struct Serve {
     /// days to keep events, 0 for ever [env FLAGPOST_RETENTION_DAYS, default 365]
     #[argh(option)]
     retention_days: Option<u32>,
+    /// the compactor thread's nice value, 0 to 19: above 0 requests come first when the cores are busy [env FLAGPOST_COMPACTOR_NICE, default 10]
+    #[argh(option)]
+    compactor_nice: Option<i32>,
     /// city database for GeoIP, MMDB format [env FLAGPOST_GEOIP, default <data dir>/GeoLite2-City.mmdb if present]
     #[argh(option)]
     geoip: Option<PathBuf>,
@@ -196,6 +199,9 @@ fn serve_config(args: Serve) -> Result<Config, String> {
     }
     if let Some(days) = or_env(args.retention_days, "FLAGPOST_RETENTION_DAYS")? {
         compactor.retention_days = days;
+    }
+    if let Some(nice) = or_env(args.compactor_nice, "FLAGPOST_COMPACTOR_NICE")? {
+        compactor.nice = nice.clamp(0, 19);
     }
     config.geoip = or_env(args.geoip, "FLAGPOST_GEOIP")?;
     if let Some(mb) = or_env(args.min_free_disk_mb, "FLAGPOST_MIN_FREE_DISK_MB")? {
