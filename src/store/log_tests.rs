@@ -9,6 +9,16 @@ fn open_at(dir: &Path, floor: u64, checkpoint: Option<u64>) -> (Appender, Reader
     (appender, reader)
 }
 
+/// A log holding `payload(1..=n)`, synced.
+fn filled(dir: &Path, n: u64) -> (Appender, Reader) {
+    let (mut log, reader) = open_at(dir, 1, None);
+    for i in 1..=n {
+        log.push(&payload(i)).unwrap();
+    }
+    log.commit().unwrap();
+    (log, reader)
+}
+
 fn payload(i: u64) -> Vec<u8> {
     format!("entry {i} {}", "x".repeat((i % 7) as usize * 20)).into_bytes()
 }
@@ -58,11 +68,7 @@ fn entries_become_readable_only_once_committed() {
 fn a_torn_write_at_the_tail_is_ignored_and_overwritten() {
     let dir = tempfile::tempdir().unwrap();
     let end = {
-        let (mut log, _) = open_at(dir.path(), 1, None);
-        for i in 1..=3 {
-            log.push(&payload(i)).unwrap();
-        }
-        log.commit().unwrap();
+        let (log, _) = filled(dir.path(), 3);
         log.offset
     };
     // A crash in the middle of the next frame: its header and a few bytes made it.
@@ -134,11 +140,7 @@ fn whole_frames_after_a_torn_one_are_never_read() {
 fn a_segment_left_empty_by_a_crash_is_removed_at_the_next_start() {
     let dir = tempfile::tempdir().unwrap();
     {
-        let (mut log, _) = open_at(dir.path(), 1, None);
-        for i in 1..=3 {
-            log.push(&payload(i)).unwrap();
-        }
-        log.commit().unwrap();
+        let _ = filled(dir.path(), 3);
     }
     // A crash right after a roll made the next segment: empty, or zero-filled.
     std::fs::write(segment_path(dir.path(), 4), b"").unwrap();
@@ -163,11 +165,7 @@ fn a_segment_left_empty_by_a_crash_is_removed_at_the_next_start() {
 #[test]
 fn a_read_error_keeps_what_was_read_and_a_failed_seek_is_retried() {
     let dir = tempfile::tempdir().unwrap();
-    let (mut log, mut reader) = open_at(dir.path(), 1, None);
-    for i in 1..=30 {
-        log.push(&payload(i)).unwrap();
-    }
-    log.commit().unwrap();
+    let (_log, mut reader) = filled(dir.path(), 30);
     let firsts = segment_files(dir.path());
     assert!(firsts.len() >= 3, "{firsts:?}");
     let second = segment_path(dir.path(), firsts[1]);
@@ -195,12 +193,8 @@ fn a_read_error_keeps_what_was_read_and_a_failed_seek_is_retried() {
 #[test]
 fn frames_left_in_a_recycled_segment_are_never_read() {
     let dir = tempfile::tempdir().unwrap();
-    let (mut log, mut reader) = open_at(dir.path(), 1, None);
     // Long entries fill several segments.
-    for i in 1..=40 {
-        log.push(&payload(i)).unwrap();
-    }
-    log.commit().unwrap();
+    let (mut log, mut reader) = filled(dir.path(), 40);
     assert_eq!(read_all(&mut reader).len(), 40);
     let before = segment_files(dir.path());
     assert!(before.len() >= 4, "{before:?}");
@@ -297,11 +291,7 @@ fn a_reopened_log_continues_numbering_and_reads_from_the_checkpoint() {
 #[test]
 fn seeking_back_reads_a_chunk_again() {
     let dir = tempfile::tempdir().unwrap();
-    let (mut log, mut reader) = open_at(dir.path(), 1, None);
-    for i in 1..=30 {
-        log.push(&payload(i)).unwrap();
-    }
-    log.commit().unwrap();
+    let (_log, mut reader) = filled(dir.path(), 30);
     let first = read_all(&mut reader);
     reader.seek(12).unwrap();
     let again = read_all(&mut reader);
@@ -320,11 +310,7 @@ fn spares_left_by_an_earlier_run_are_removed() {
 #[test]
 fn a_damaged_entry_is_returned_marked_and_the_rest_read() {
     let dir = tempfile::tempdir().unwrap();
-    let (mut log, _) = open_at(dir.path(), 1, None);
-    for i in 1..=40 {
-        log.push(&payload(i)).unwrap();
-    }
-    log.commit().unwrap();
+    let (log, _) = filled(dir.path(), 40);
     drop(log);
     let segments = segment_files(dir.path());
     assert!(segments.len() >= 3, "{segments:?}");
