@@ -288,16 +288,14 @@ pub fn open(
             sync_dir(parent)?;
         }
     }
-    let mut firsts = scan_dir(dir)?;
+    let firsts = scan_dir(dir)?;
     // The end of the log: where the last segment holding an entry ends. Segments
-    // after it hold none (a crash between making one and writing to it): removed.
+    // after it hold none (a crash between making one and writing to it); they stay
+    // until released, and new ones are named above them.
     let mut end = None;
-    while let Some(&first) = firsts.last() {
-        let path = segment_path(dir, first);
-        let (next, torn) = segment_end(&path, first)?;
+    for &first in firsts.iter().rev() {
+        let (next, torn) = segment_end(&segment_path(dir, first), first)?;
         if next == first && !torn {
-            std::fs::remove_file(&path)?;
-            firsts.pop();
             continue;
         }
         if torn {
@@ -332,7 +330,8 @@ pub fn open(
     let appender = Appender {
         shared: shared.clone(),
         file: None,
-        first: None,
+        // Not written to again, but the next segment's name goes above it.
+        first: firsts.last().copied(),
         offset: 0,
         capacity: 0,
         next_seq,

@@ -137,7 +137,7 @@ fn whole_frames_after_a_torn_one_are_never_read() {
 }
 
 #[test]
-fn a_segment_left_empty_by_a_crash_is_removed_at_the_next_start() {
+fn a_segment_left_empty_by_a_crash_is_passed_over_and_never_named_again() {
     let dir = tempfile::tempdir().unwrap();
     {
         let _ = filled(dir.path(), 3);
@@ -146,20 +146,24 @@ fn a_segment_left_empty_by_a_crash_is_removed_at_the_next_start() {
     std::fs::write(segment_path(dir.path(), 4), b"").unwrap();
     std::fs::write(segment_path(dir.path(), 5), vec![0u8; 4096]).unwrap();
     let (mut log, mut reader) = open_at(dir.path(), 1, None);
-    assert_eq!(segment_files(dir.path()), [1]);
+    assert_eq!(log.next_seq(), 4);
+    let mut last = 0;
     for i in 4..=30 {
-        log.push(&payload(i)).unwrap();
+        last = log.push(&payload(i)).unwrap();
     }
     log.commit().unwrap();
+    // The new segment is named above the empty ones: numbers 4 and 5 are skipped.
+    assert_eq!(last, 32);
     let firsts = segment_files(dir.path());
     let unique: std::collections::BTreeSet<u64> = firsts.iter().copied().collect();
     assert_eq!(unique.len(), firsts.len(), "{firsts:?}");
     assert_eq!(read_all(&mut reader).len(), 30);
     // Releasing what is applied keeps the segment still being written.
-    reader.release(29).unwrap();
+    reader.release(last - 1).unwrap();
+    assert!(!segment_files(dir.path()).contains(&4));
     drop((log, reader));
-    let (_, mut reader) = open_at(dir.path(), 1, Some(29));
-    assert_eq!(read_all(&mut reader), vec![(30, payload(30))]);
+    let (_, mut reader) = open_at(dir.path(), 1, Some(last - 1));
+    assert_eq!(read_all(&mut reader), vec![(last, payload(30))]);
 }
 
 #[test]
