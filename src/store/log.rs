@@ -411,7 +411,10 @@ impl Appender {
         self.buf.clear();
         self.must_roll = true;
         if let Some(first) = self.first {
-            lock(&self.shared.interrupted).push(first);
+            let mut interrupted = lock(&self.shared.interrupted);
+            if !interrupted.contains(&first) {
+                interrupted.push(first);
+            }
         }
     }
 
@@ -706,6 +709,7 @@ impl Reader {
             }
         }
         let count = released.len();
+        lock(&self.shared.interrupted).retain(|f| !released.contains(f));
         for first in released {
             let path = segment_path(&self.shared.dir, first);
             let keep = {
