@@ -29,6 +29,7 @@ pub mod notify;
 pub mod persons;
 pub mod projects;
 pub mod store;
+pub mod sync;
 
 use std::future::Future;
 use std::sync::Arc;

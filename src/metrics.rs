@@ -267,7 +267,8 @@ impl Metrics {
 
     /// Hold while refreshing mirrored values and rendering.
     pub fn scrape_lock(&self) -> std::sync::MutexGuard<'_, ()> {
-        self.scrape.lock().unwrap_or_else(|e| e.into_inner())
+        // It guards no data: a panic while holding it leaves nothing half-done.
+        crate::sync::lock(&self.scrape)
     }
 
     pub fn request(&self, route: &'static str, status: u16) {

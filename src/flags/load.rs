@@ -163,9 +163,7 @@ impl Rules {
 
     fn lock(&self) -> MutexGuard<'_, Seen> {
         // A panic mid-reload leaves at worst stale stamps, which only cause a reload.
-        self.loader
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        crate::sync::lock(&self.loader)
     }
 
     fn reload_locked(&self, flags_dir: &Path, seen: &mut Seen) -> ReloadReport {

@@ -20,6 +20,8 @@ use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
+
+use crate::sync::lock;
 use std::time::SystemTime;
 
 use arc_swap::ArcSwapOption;
@@ -52,6 +54,8 @@ pub struct Database {
     /// The file's state at the last load attempt, good or bad, so a poll reports a bad file
     /// once instead of every interval. A Mutex because only reloads touch it, and holding it
     /// across the load serialises reloads so an older file can never replace a newer one.
+    /// A poisoned lock only means a reload panicked; `Seen` is a plain value that cannot be
+    /// left half-written, so carrying on is safe.
     seen: Mutex<Option<Seen>>,
     /// Metrics. Relaxed atomics: they are counters read for display, ordering nothing.
     lookups: AtomicU64,
@@ -228,14 +232,6 @@ impl fmt::Debug for Database {
             .field("errors", &self.errors())
             .finish_non_exhaustive()
     }
-}
-
-/// A poisoned lock only means a reload panicked; `Seen` is a plain value that cannot be left
-/// half-written, so carrying on is safe.
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 fn stat(path: &Path) -> io::Result<Stamp> {

@@ -39,8 +39,10 @@ use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
+
+use crate::sync::lock;
 
 /// The log's directory inside the database directory.
 pub const DIR_NAME: &str = "wal";
@@ -78,7 +80,9 @@ fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
 }
 
-/// What the writer, the compactor's reader and the spare maker share.
+/// What the writer, the compactor's reader and the spare maker share. Its mutexes
+/// guard lists that are consistent at every point a panic could interrupt them, so a
+/// poisoned one is used as it is ([`lock`]).
 pub struct Shared {
     dir: PathBuf,
     segment_bytes: u64,
@@ -100,11 +104,6 @@ struct Spares {
     ready: Vec<PathBuf>,
     counter: u64,
     stop: bool,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // The guarded data stays consistent at every point a panic could interrupt it.
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl Shared {

@@ -25,6 +25,7 @@ use serde_json::{Map, Value};
 use uuid::Uuid;
 
 use super::{query, Trees};
+use crate::sync::lock;
 
 const SHARDS: usize = 8;
 /// The default budget for both maps together.
@@ -77,11 +78,6 @@ struct Shard<K, V> {
     bytes: usize,
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A shard is consistent at every point a panic could interrupt it.
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
 impl<K: Hash + Eq + Clone, V: Clone> Sharded<K, V> {
     fn new(bytes: usize) -> Self {
         Sharded {
@@ -100,6 +96,7 @@ impl<K: Hash + Eq + Clone, V: Clone> Sharded<K, V> {
 
     fn shard<Q: Hash + ?Sized>(&self, key: &Q) -> MutexGuard<'_, Shard<K, V>> {
         let i = self.hasher.hash_one(key) as usize % SHARDS;
+        // A shard is consistent at every point a panic could interrupt it.
         lock(&self.shards[i])
     }
 
