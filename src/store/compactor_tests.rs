@@ -21,10 +21,7 @@ struct Fixture {
 const SEGMENT: u64 = 4096;
 
 fn open_log(dir: &std::path::Path, checkpoint: Option<u64>) -> (log::Appender, log::Reader) {
-    let (appender, reader, preparer) =
-        log::open(&dir.join(log::DIR_NAME), 1, checkpoint, SEGMENT).unwrap();
-    preparer.stop();
-    (appender, reader)
+    log::open_for_tests(&dir.join(log::DIR_NAME), 1, checkpoint, SEGMENT)
 }
 
 fn fixture(settings: Settings) -> Fixture {

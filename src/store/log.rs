@@ -819,6 +819,30 @@ fn prepare_loop(shared: &Shared) {
     }
 }
 
+/// A log opened without its spare maker, so a test controls what is on disk: spares
+/// are then made as a roll needs them.
+#[cfg(test)]
+pub(crate) fn open_for_tests(
+    dir: &Path,
+    floor: u64,
+    checkpoint: Option<u64>,
+    segment_bytes: u64,
+) -> (Appender, Reader) {
+    let (appender, reader, preparer) =
+        open(dir, floor, checkpoint, segment_bytes).expect("the log opens");
+    preparer.stop();
+    (appender, reader)
+}
+
+/// Every durable entry from the reader's position, as (number, bytes); each must be
+/// intact.
+#[cfg(test)]
+pub(crate) fn read_intact(reader: &mut Reader) -> Vec<(u64, Vec<u8>)> {
+    let entries = reader.next_entries(|_| false).expect("the log reads");
+    assert!(entries.iter().all(|e| e.intact), "{entries:?}");
+    entries.into_iter().map(|e| (e.seq, e.bytes)).collect()
+}
+
 #[cfg(test)]
 #[path = "log_tests.rs"]
 mod tests;

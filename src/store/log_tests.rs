@@ -3,10 +3,7 @@ use super::*;
 const SEGMENT: u64 = 1024;
 
 fn open_at(dir: &Path, floor: u64, checkpoint: Option<u64>) -> (Appender, Reader) {
-    let (appender, reader, preparer) = open(dir, floor, checkpoint, SEGMENT).unwrap();
-    // Spares are made on demand, so each test controls what is on disk.
-    preparer.stop();
-    (appender, reader)
+    open_for_tests(dir, floor, checkpoint, SEGMENT)
 }
 
 /// A log holding `payload(1..=n)`, synced.
@@ -21,12 +18,6 @@ fn filled(dir: &Path, n: u64) -> (Appender, Reader) {
 
 fn payload(i: u64) -> Vec<u8> {
     format!("entry {i} {}", "x".repeat((i % 7) as usize * 20)).into_bytes()
-}
-
-fn read_all(reader: &mut Reader) -> Vec<(u64, Vec<u8>)> {
-    let entries = reader.next_entries(|_| false).unwrap();
-    assert!(entries.iter().all(|e| e.intact), "{entries:?}");
-    entries.into_iter().map(|e| (e.seq, e.bytes)).collect()
 }
 
 fn segment_files(dir: &Path) -> Vec<u64> {
@@ -54,10 +45,10 @@ fn entries_become_readable_only_once_committed() {
     let (mut log, mut reader) = open_at(dir.path(), 10, None);
     assert_eq!(log.push(b"a").unwrap(), 10);
     assert_eq!(log.push(b"b").unwrap(), 11);
-    assert!(read_all(&mut reader).is_empty(), "not yet synced");
+    assert!(read_intact(&mut reader).is_empty(), "not yet synced");
     log.commit().unwrap();
     assert_eq!(
-        read_all(&mut reader),
+        read_intact(&mut reader),
         vec![(10, b"a".to_vec()), (11, b"b".to_vec())]
     );
     assert_eq!(reader.position(), 12);
@@ -84,17 +75,17 @@ fn a_torn_write_at_the_tail_is_ignored_and_overwritten() {
     drop(file);
 
     let (mut log, mut reader) = open_at(dir.path(), 1, None);
-    let seqs: Vec<u64> = read_all(&mut reader).iter().map(|(s, _)| *s).collect();
+    let seqs: Vec<u64> = read_intact(&mut reader).iter().map(|(s, _)| *s).collect();
     assert_eq!(seqs, [1, 2, 3]);
     assert_eq!(log.next_seq(), 4);
     log.push(b"after").unwrap();
     log.commit().unwrap();
     // Writing went on in a new segment; the torn frame is left where it was.
     assert_eq!(segment_files(dir.path()), [1, 4]);
-    assert_eq!(read_all(&mut reader), vec![(4, b"after".to_vec())]);
+    assert_eq!(read_intact(&mut reader), vec![(4, b"after".to_vec())]);
     drop((log, reader));
     let (_, mut reader) = open_at(dir.path(), 1, None);
-    let all = read_all(&mut reader);
+    let all = read_intact(&mut reader);
     assert_eq!(all.len(), 4);
     assert_eq!(all[3], (4, b"after".to_vec()));
 }
@@ -123,7 +114,7 @@ fn whole_frames_after_a_torn_one_are_never_read() {
     log.push(b"THREE").unwrap();
     log.push(b"FOUR, acknowledged this time").unwrap();
     log.commit().unwrap();
-    let read = read_all(&mut reader);
+    let read = read_intact(&mut reader);
     let texts: Vec<&[u8]> = read.iter().map(|(_, b)| b.as_slice()).collect();
     assert_eq!(
         texts,
@@ -157,13 +148,13 @@ fn a_segment_left_empty_by_a_crash_is_passed_over_and_never_named_again() {
     let firsts = segment_files(dir.path());
     let unique: std::collections::BTreeSet<u64> = firsts.iter().copied().collect();
     assert_eq!(unique.len(), firsts.len(), "{firsts:?}");
-    assert_eq!(read_all(&mut reader).len(), 30);
+    assert_eq!(read_intact(&mut reader).len(), 30);
     // Releasing what is applied keeps the segment still being written.
     reader.release(last - 1).unwrap();
     assert!(!segment_files(dir.path()).contains(&4));
     drop((log, reader));
     let (_, mut reader) = open_at(dir.path(), 1, Some(last - 1));
-    assert_eq!(read_all(&mut reader), vec![(last, payload(30))]);
+    assert_eq!(read_intact(&mut reader), vec![(last, payload(30))]);
 }
 
 #[test]
@@ -181,7 +172,7 @@ fn a_read_error_keeps_what_was_read_and_a_failed_seek_is_retried() {
     // ... and the error comes at the next read, which then resumes where it stopped.
     assert!(reader.next_entries(|_| false).is_err());
     std::fs::rename(&aside, &second).unwrap();
-    let rest = read_all(&mut reader);
+    let rest = read_intact(&mut reader);
     assert_eq!(rest.first().map(|(s, _)| *s), Some(firsts[1]));
     assert_eq!(rest.last().map(|(s, _)| *s), Some(30));
     // A seek that fails is tried again by the next read.
@@ -189,7 +180,7 @@ fn a_read_error_keeps_what_was_read_and_a_failed_seek_is_retried() {
     assert!(reader.seek(firsts[1] + 1).is_err());
     assert_eq!(reader.position(), firsts[1] + 1);
     std::fs::rename(&aside, &second).unwrap();
-    let again = read_all(&mut reader);
+    let again = read_intact(&mut reader);
     assert_eq!(again.first().map(|(s, _)| *s), Some(firsts[1] + 1));
     assert_eq!(again.len() as u64, 30 - firsts[1]);
 }
@@ -199,7 +190,7 @@ fn frames_left_in_a_recycled_segment_are_never_read() {
     let dir = tempfile::tempdir().unwrap();
     // Long entries fill several segments.
     let (mut log, mut reader) = filled(dir.path(), 40);
-    assert_eq!(read_all(&mut reader).len(), 40);
+    assert_eq!(read_intact(&mut reader).len(), 40);
     let before = segment_files(dir.path());
     assert!(before.len() >= 4, "{before:?}");
     assert!(reader.releasable());
@@ -215,7 +206,7 @@ fn frames_left_in_a_recycled_segment_are_never_read() {
     log.commit().unwrap();
     drop((log, reader));
     let (log, mut reader) = open_at(dir.path(), 1, Some(40));
-    let read: Vec<u64> = read_all(&mut reader).iter().map(|(s, _)| *s).collect();
+    let read: Vec<u64> = read_intact(&mut reader).iter().map(|(s, _)| *s).collect();
     assert_eq!(read, (41..seq).collect::<Vec<_>>());
     assert_eq!(log.next_seq(), seq);
 }
@@ -231,12 +222,12 @@ fn a_failed_group_is_skipped_and_its_numbers_never_reused() {
     log.push(b"two").unwrap();
     log.commit().unwrap();
     assert_eq!(
-        read_all(&mut reader),
+        read_intact(&mut reader),
         vec![(1, b"one".to_vec()), (3, b"two".to_vec())]
     );
     drop((log, reader));
     let (log, mut reader) = open_at(dir.path(), 1, None);
-    let seqs: Vec<u64> = read_all(&mut reader).iter().map(|(s, _)| *s).collect();
+    let seqs: Vec<u64> = read_intact(&mut reader).iter().map(|(s, _)| *s).collect();
     assert_eq!(seqs, [1, 3]);
     assert_eq!(log.next_seq(), 4);
 }
@@ -249,7 +240,7 @@ fn an_entry_larger_than_a_segment_gets_a_segment_of_its_own() {
     log.push(&big).unwrap();
     log.push(b"after").unwrap();
     log.commit().unwrap();
-    let all = read_all(&mut reader);
+    let all = read_intact(&mut reader);
     assert_eq!(all.len(), 2);
     assert_eq!(all[0].1, big);
     assert_eq!(segment_files(dir.path()), [1, 2]);
@@ -279,7 +270,7 @@ fn a_reopened_log_continues_numbering_and_reads_from_the_checkpoint() {
     let (mut log, mut reader) = open_at(dir.path(), 1, Some(102));
     assert_eq!(reader.position(), 103);
     assert_eq!(reader.shared().depth(), 2);
-    let seqs: Vec<u64> = read_all(&mut reader).iter().map(|(s, _)| *s).collect();
+    let seqs: Vec<u64> = read_intact(&mut reader).iter().map(|(s, _)| *s).collect();
     assert_eq!(seqs, [103, 104]);
     assert_eq!(log.push(b"next").unwrap(), 105);
     // A floor above the log's end (a checkpoint or an older log above it): the next
@@ -289,16 +280,16 @@ fn a_reopened_log_continues_numbering_and_reads_from_the_checkpoint() {
     assert_eq!(reader.shared().depth(), 0);
     assert_eq!(log.push(b"far").unwrap(), 1_000);
     log.commit().unwrap();
-    assert_eq!(read_all(&mut reader), vec![(1_000, b"far".to_vec())]);
+    assert_eq!(read_intact(&mut reader), vec![(1_000, b"far".to_vec())]);
 }
 
 #[test]
 fn seeking_back_reads_a_chunk_again() {
     let dir = tempfile::tempdir().unwrap();
     let (_log, mut reader) = filled(dir.path(), 30);
-    let first = read_all(&mut reader);
+    let first = read_intact(&mut reader);
     reader.seek(12).unwrap();
-    let again = read_all(&mut reader);
+    let again = read_intact(&mut reader);
     assert_eq!(again[..], first[11..]);
 }
 

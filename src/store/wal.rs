@@ -280,11 +280,8 @@ mod tests {
 
     /// Every entry in the log, with its number, read as the compactor reads.
     fn read_all(dir: &std::path::Path) -> Vec<(u64, Vec<u8>)> {
-        let (_, mut reader, preparer) = log::open(dir, 0, None, SEGMENT).unwrap();
-        preparer.stop();
-        let entries = reader.next_entries(|_| false).unwrap();
-        assert!(entries.iter().all(|e| e.intact));
-        entries.into_iter().map(|e| (e.seq, e.bytes)).collect()
+        let (_, mut reader) = log::open_for_tests(dir, 0, None, SEGMENT);
+        log::read_intact(&mut reader)
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
