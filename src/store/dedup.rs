@@ -327,6 +327,14 @@ mod tests {
 
     const HOUR: i64 = 60 * 60 * 1000;
 
+    /// A `recent_ids` tree in a fresh database, removed when the dir is dropped.
+    fn recent_ids() -> (tempfile::TempDir, sled::Tree) {
+        let dir = tempfile::tempdir().unwrap();
+        let db = sled::open(dir.path()).unwrap();
+        let tree = db.open_tree("recent_ids").unwrap();
+        (dir, tree)
+    }
+
     fn ids(from: u128, n: u128) -> Vec<Id> {
         (from..from + n)
             .map(|i| (1 + (i % 2) as u64, i * 7919))
@@ -406,9 +414,7 @@ mod tests {
 
     #[test]
     fn reloads_what_was_committed_without_the_expired() {
-        let dir = tempfile::tempdir().unwrap();
-        let db = sled::open(dir.path()).unwrap();
-        let tree = db.open_tree("recent_ids").unwrap();
+        let (_dir, tree) = recent_ids();
         let now = 100 * HOUR;
         for (i, at) in [(1u64, now - 30 * HOUR), (2, now - 2 * HOUR), (3, now)] {
             let chunk = ids(u128::from(i) * 100, 10);
@@ -431,9 +437,7 @@ mod tests {
     /// segments.
     #[test]
     fn reloaded_entries_are_frozen_by_arrival_hour() {
-        let dir = tempfile::tempdir().unwrap();
-        let db = sled::open(dir.path()).unwrap();
-        let tree = db.open_tree("recent_ids").unwrap();
+        let (_dir, tree) = recent_ids();
         let now = 100 * HOUR;
         let entries = 1000u64;
         for i in 0..entries {
@@ -449,9 +453,7 @@ mod tests {
 
     #[test]
     fn many_small_chunks_become_one_entry() {
-        let dir = tempfile::tempdir().unwrap();
-        let db = sled::open(dir.path()).unwrap();
-        let tree = db.open_tree("recent_ids").unwrap();
+        let (_dir, tree) = recent_ids();
         let mut w = Window::new(DEFAULT_MAX_AGE_MS, DEFAULT_MAX_IDS);
         for c in 0..1000u64 {
             let chunk = ids(u128::from(c), 1);
