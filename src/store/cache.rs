@@ -11,13 +11,17 @@ use uuid::Uuid;
 
 use super::apply::Tx;
 use super::keys;
+use super::memo::{Learned, Memo};
 use super::person_cache::Changes;
 use crate::persons::{self, Person};
 
 type Result<T> = std::result::Result<T, UnabortableTransactionError>;
 
 #[derive(Default)]
-pub struct Cache {
+pub struct Cache<'m> {
+    /// What earlier chunks committed, consulted where this chunk has not read or
+    /// changed the same distinct id or person.
+    memo: Option<&'m Memo>,
     /// Project -> distinct id -> person, as read or linked during this chunk. Nested
     /// so a lookup by `&str` builds no key.
     ids: HashMap<u64, HashMap<String, Option<Uuid>>>,
@@ -35,7 +39,15 @@ pub struct Cache {
     linked: Vec<(u64, String)>,
 }
 
-impl Cache {
+impl<'m> Cache<'m> {
+    /// A cache that consults what earlier chunks committed.
+    pub fn with_memo(memo: &'m Memo) -> Cache<'m> {
+        Cache {
+            memo: Some(memo),
+            ..Cache::default()
+        }
+    }
+
     /// Write every person changed during the chunk into the transaction.
     pub fn write(&self, tx: &Tx<'_>) -> Result<()> {
         for key @ (project, id) in &self.dirty {
@@ -69,11 +81,47 @@ impl Cache {
     }
 
     /// The person of `distinct_id`, if the operations last applied to it were `ops`:
-    /// applying them again would change nothing.
+    /// applying them again would change nothing. What this chunk read or changed
+    /// comes first; the memo answers for a distinct id and a person it has not.
     pub fn applied(&self, project: u64, distinct_id: &str, ops: &[u8]) -> Option<Uuid> {
-        let id = (*self.ids.get(&project)?.get(distinct_id)?)?;
-        let last = self.applied.get(&(project, id))?;
-        (last.as_slice() == ops).then_some(id)
+        let id = match self.ids.get(&project).and_then(|ids| ids.get(distinct_id)) {
+            Some(found) => (*found)?,
+            None => self.memo?.person_of(project, distinct_id)?,
+        };
+        match self.applied.get(&(project, id)) {
+            Some(last) => (last.as_slice() == ops).then_some(id),
+            // Read or changed in this chunk since: the memo may be out of date.
+            None if self.persons.contains_key(&(project, id)) => None,
+            None => self.memo?.unchanged_by(project, id, ops).then_some(id),
+        }
+    }
+
+    /// What the chunk read and changed, for the memo once the chunk is committed.
+    pub fn learned(&self) -> Learned {
+        let Some(memo) = self.memo else {
+            return Learned::default();
+        };
+        let ids = self
+            .ids
+            .iter()
+            .flat_map(|(project, ids)| {
+                ids.iter()
+                    .map(|(id, person)| (*project, id.clone(), *person))
+            })
+            .collect();
+        let applied = self
+            .applied
+            .iter()
+            .map(|(key, ops)| (*key, Some(memo.digest(ops))));
+        let changed = self
+            .dirty
+            .iter()
+            .filter(|key| !self.applied.contains_key(key))
+            .map(|key| (*key, None));
+        Learned {
+            ids,
+            ops: applied.chain(changed).collect(),
+        }
     }
 
     /// Record that `ops` were just applied to the person `id`.
@@ -112,7 +160,7 @@ impl Cache {
     }
 
     /// The persons of one project, through this cache and the transaction.
-    pub fn persons<'a, 'b>(&'a mut self, tx: &'a Tx<'b>, project: u64) -> TxPersons<'a, 'b> {
+    pub fn persons<'a, 'b>(&'a mut self, tx: &'a Tx<'b>, project: u64) -> TxPersons<'a, 'b, 'm> {
         TxPersons {
             tx,
             project,
@@ -137,13 +185,13 @@ impl Cache {
 }
 
 /// Persons of one project, read through the chunk's cache and the transaction.
-pub struct TxPersons<'a, 'b> {
+pub struct TxPersons<'a, 'b, 'm> {
     tx: &'a Tx<'b>,
     project: u64,
-    cache: &'a mut Cache,
+    cache: &'a mut Cache<'m>,
 }
 
-impl persons::Store for TxPersons<'_, '_> {
+impl persons::Store for TxPersons<'_, '_, '_> {
     type Error = UnabortableTransactionError;
 
     fn person_of(&mut self, distinct_id: &str) -> Result<Option<Uuid>> {
@@ -151,11 +199,20 @@ impl persons::Store for TxPersons<'_, '_> {
         if let Some(found) = ids.get(distinct_id) {
             return Ok(*found);
         }
-        let found = self
-            .tx
-            .distinct_ids
-            .get(keys::with_str(self.project, distinct_id))?
-            .and_then(|b| Uuid::from_slice(&b).ok());
+        // A link the memo knows is unchanged: only this chunk could have changed it,
+        // and it would then be in `ids`.
+        let remembered = self
+            .cache
+            .memo
+            .and_then(|m| m.person_of(self.project, distinct_id));
+        let found = match remembered {
+            Some(person) => Some(person),
+            None => self
+                .tx
+                .distinct_ids
+                .get(keys::with_str(self.project, distinct_id))?
+                .and_then(|b| Uuid::from_slice(&b).ok()),
+        };
         ids.insert(distinct_id.to_owned(), found);
         Ok(found)
     }

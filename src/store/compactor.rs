@@ -27,6 +27,7 @@ use super::apply::{self, ProjectSettings, Tx};
 use super::cache::Cache;
 use super::dedup::{self, IdSet};
 use super::log;
+use super::memo::{self, Memo};
 use super::overflow::Limiter;
 use super::person_cache::{self, PersonCache};
 use super::record::decode_frame;
@@ -183,6 +184,8 @@ pub struct Compactor {
     last_received: Option<i64>,
     /// Told what each chunk changed of persons, if `/decide` caches them.
     person_cache: Option<Arc<PersonCache>>,
+    /// Links and persons' last operations, from the chunks committed before.
+    memo: Memo,
     state: Option<State>,
     limiter: Limiter,
     projects: Arc<ArcSwap<Projects>>,
@@ -209,6 +212,7 @@ impl Compactor {
             log,
             last_received: None,
             person_cache: None,
+            memo: Memo::default(),
             state: None,
             projects,
             stats: Arc::new(Stats {
@@ -395,6 +399,7 @@ impl Compactor {
             ));
         };
         let (window, first_block) = (&state.window, state.next_block);
+        let memo = &self.memo;
         // The window's age counts from when a uuid was stored.
         let now = crate::http::capture::now_ms();
         let t = &self.trees;
@@ -437,7 +442,7 @@ impl Compactor {
                     Source::Overflow => overflow,
                 };
                 let mut counts = Counts::default();
-                let mut cache = Cache::default();
+                let mut cache = Cache::with_memo(memo);
                 let mut seen = IdSet::default();
                 let mut entries: HashMap<u64, Vec<block::Entry>> = HashMap::new();
                 for key in &chunk.consumed {
@@ -476,6 +481,7 @@ impl Compactor {
                 }
                 cache.write(&tx)?;
                 counts.persons = cache.changes();
+                counts.learned = cache.learned();
                 let mut next_block = first_block;
                 for (project, list) in entries {
                     for (newest, value) in block::build(list) {
@@ -503,7 +509,7 @@ impl Compactor {
                 Ok(counts)
             },
         );
-        let counts = match outcome {
+        let mut counts = match outcome {
             Ok(c) => c,
             Err(TransactionError::Abort(())) => {
                 return Err(sled::Error::ReportableBug(
@@ -513,6 +519,7 @@ impl Compactor {
             Err(TransactionError::Storage(e)) => return Err(e),
         };
         state.next_block = counts.next_block;
+        self.memo.learn(std::mem::take(&mut counts.learned));
         if let Some(persons) = &self.person_cache {
             persons.forget(&counts.persons);
         }
@@ -645,6 +652,8 @@ struct Counts {
     ids: Vec<dedup::Id>,
     /// Distinct ids linked and persons written, for the decide cache.
     persons: person_cache::Changes,
+    /// What the chunk read and changed of persons, for the memo.
+    learned: memo::Learned,
     next_block: u64,
     applied: u64,
     duplicates: u64,

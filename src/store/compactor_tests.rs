@@ -603,6 +603,84 @@ fn the_decide_cache_sees_every_committed_change_to_a_person() {
     assert_eq!(Some(Value::Object(stored.properties)), merged);
 }
 
+/// One chunk per event, so the memo carries each chunk's persons into the next: an
+/// event it answers for must change nothing, and a person changed through another of
+/// its distinct ids, by a merge, or by an event that takes the round trip must not be
+/// answered for.
+#[test]
+fn the_memo_across_chunks_never_skips_an_event_that_changes_a_person() {
+    let mut f = fixture(Settings::default());
+    let mut i = 0;
+    let mut send = |f: &mut Fixture, event: Value, pretty: bool| {
+        i += 1;
+        let mut r = record(1, i, event.clone());
+        if pretty {
+            // Not as serde_json writes it: the compactor parses it whole.
+            r.data = serde_json::to_vec_pretty(&event).unwrap();
+        }
+        f.push(&[r]);
+        f.drain();
+        let by_anon = query::person_by_distinct_id(&f.trees, 1, "anon").unwrap();
+        by_anon.map(|p| (p.id, Value::Object(p.properties)))
+    };
+    let set = |id: &str, props: Value| json!({"event": "e", "distinct_id": id, "$set": props});
+
+    send(&mut f, set("anon", json!({"x": 1})), false);
+    let (first, props) = send(&mut f, set("anon", json!({"x": 1})), false).unwrap();
+    assert_eq!(props, json!({"x": 1}));
+    assert_eq!(f.compactor.memo.person_of(1, "anon"), Some(first));
+
+    // Changed through another distinct id of the same person.
+    send(
+        &mut f,
+        json!({"event": "$identify", "distinct_id": "user",
+               "properties": {"$anon_distinct_id": "anon"}}),
+        false,
+    );
+    send(&mut f, set("user", json!({"x": 2})), false);
+    let (_, props) = send(&mut f, set("anon", json!({"x": 1})), false).unwrap();
+    assert_eq!(props, json!({"x": 1}), "anon's $set after user's");
+
+    // Changed by an event that takes the round trip.
+    send(&mut f, set("user", json!({"x": 3})), true);
+    let (_, props) = send(&mut f, set("anon", json!({"x": 1})), false).unwrap();
+    assert_eq!(props, json!({"x": 1}), "anon's $set after a round trip");
+
+    // The same, both in one chunk: the round trip changes the person the memo knows.
+    let mut round_trip = record(1, 100, set("user", json!({"x": 4})));
+    round_trip.data = serde_json::to_vec_pretty(&set("user", json!({"x": 4}))).unwrap();
+    f.push(&[round_trip, record(1, 101, set("anon", json!({"x": 1})))]);
+    f.drain();
+    let person = query::person_by_distinct_id(&f.trees, 1, "anon").unwrap();
+    assert_eq!(
+        person.map(|p| Value::Object(p.properties)),
+        Some(json!({"x": 1})),
+        "anon's $set after a round trip in the same chunk"
+    );
+
+    // Merged into another person: anon's events now belong to the survivor.
+    send(&mut f, set("other", json!({"y": 1})), false);
+    send(
+        &mut f,
+        json!({"event": "$create_alias", "distinct_id": "anon",
+               "properties": {"alias": "other"}}),
+        false,
+    );
+    let survivor = query::person_by_distinct_id(&f.trees, 1, "other")
+        .unwrap()
+        .unwrap()
+        .id;
+    let (now, props) = send(&mut f, set("anon", json!({"x": 1})), false).unwrap();
+    assert_eq!(now, survivor);
+    assert_eq!(props, json!({"x": 1, "y": 1}));
+    let last = f.events(1)[0].clone();
+    assert_eq!(
+        (last.distinct_id.as_str(), last.person_id),
+        ("anon", Some(survivor))
+    );
+    assert_eq!(f.compactor.memo.person_of(1, "anon"), Some(survivor));
+}
+
 #[test]
 fn corrupt_records_are_quarantined_not_blocking() {
     let mut f = fixture(Settings::default());

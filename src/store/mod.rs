@@ -11,6 +11,7 @@ pub mod dedup;
 pub mod event;
 pub mod keys;
 pub mod log;
+mod memo;
 mod migrate;
 pub mod overflow;
 pub mod person_cache;
