@@ -11,7 +11,7 @@ mod ids;
 pub mod json;
 mod normalise;
 mod parse;
-mod tape;
+pub(crate) mod tape;
 pub mod timestamp;
 mod write;
 

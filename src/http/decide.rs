@@ -19,6 +19,7 @@ use super::decode::{self, Query};
 use super::error::ApiError;
 use super::response::{self, Body};
 use crate::app::App;
+use crate::capture::tape::Value as TapeValue;
 use crate::capture::{self, clean_distinct_id};
 use crate::flags::{self, Context};
 use crate::projects::{key_shape_is_valid, Project};
@@ -61,52 +62,62 @@ pub struct DecideRequest {
 }
 
 impl DecideRequest {
-    /// Read the JSON body of a decide request.
+    /// Read the JSON body of a decide request. Only the members used are built into
+    /// values; the rest of the body stays on the parser's tape.
     pub fn parse(bytes: &mut [u8]) -> Result<DecideRequest, ApiError> {
-        let value = capture::json::parse_value(bytes).map_err(ApiError::Capture)?;
-        let Value::Object(mut obj) = value else {
+        let tape = capture::json::parse_tape(bytes).map_err(ApiError::Capture)?;
+        let parsed = Self::from_tape(&tape);
+        capture::json::recycle(tape);
+        parsed
+    }
+
+    fn from_tape(tape: &[simd_json::Node<'_>]) -> Result<DecideRequest, ApiError> {
+        let Some(obj) = TapeValue::root(tape).and_then(|v| v.as_object()) else {
             return Err(Error::InvalidBody("expected a JSON object").into());
         };
-        let key = match (obj.remove("api_key"), obj.remove("token")) {
-            (Some(Value::String(k)), _) | (_, Some(Value::String(k))) => k,
-            (None | Some(Value::Null), None | Some(Value::Null)) => {
+        // A member sent as null counts as absent, as the SDKs send it.
+        let member = |name: &str| obj.get(name).filter(|v| !v.is_null());
+        let sent = [obj.get("api_key"), obj.get("token")];
+        let key = match sent.iter().flatten().find_map(|k| k.as_str()) {
+            Some(k) => k.to_owned(),
+            None if sent.iter().flatten().all(|k| k.is_null()) => {
                 return Err(Error::MissingKey.into())
             }
-            _ => return Err(Error::InvalidBody("api_key must be a string").into()),
+            None => return Err(Error::InvalidBody("api_key must be a string").into()),
         };
-        let distinct_id = match obj.remove("distinct_id") {
-            Some(Value::String(s)) if !s.is_empty() => clean_distinct_id(&s),
-            Some(Value::Number(n)) => n.to_string(),
-            None | Some(Value::Null) | Some(Value::String(_)) => {
-                return Err(Error::MissingDistinctId.into())
-            }
-            Some(_) => {
-                return Err(Error::InvalidBody("distinct_id must be a string or a number").into())
-            }
+        let distinct_id = match member("distinct_id") {
+            Some(v) => match (v.as_str(), v.number_string()) {
+                (Some(s), _) if !s.is_empty() => clean_distinct_id(s),
+                (Some(_), _) => return Err(Error::MissingDistinctId.into()),
+                (None, Some(n)) => n,
+                (None, None) => {
+                    return Err(
+                        Error::InvalidBody("distinct_id must be a string or a number").into(),
+                    )
+                }
+            },
+            None => return Err(Error::MissingDistinctId.into()),
         };
-        let object = |v: Option<Value>, what: &'static str| match v {
-            None | Some(Value::Null) => Ok(Map::new()),
-            Some(Value::Object(m)) => Ok(m),
-            Some(_) => Err(ApiError::from(Error::InvalidBody(what))),
+        let object = |name: &str, what: &'static str| match member(name) {
+            None => Ok(Map::new()),
+            Some(v) => match v.as_object().map(|o| capture::tape::to_serde(o.into())) {
+                Some(Value::Object(m)) => Ok(m),
+                _ => Err(ApiError::from(Error::InvalidBody(what))),
+            },
         };
+        let anon_distinct_id = member("$anon_distinct_id").and_then(|v| match v.as_str() {
+            Some(s) if !s.is_empty() => Some(clean_distinct_id(s)),
+            Some(_) => None,
+            None => v.number_string(),
+        });
         Ok(DecideRequest {
             key,
             distinct_id,
-            anon_distinct_id: match obj.remove("$anon_distinct_id") {
-                Some(Value::String(s)) if !s.is_empty() => Some(clean_distinct_id(&s)),
-                Some(Value::Number(n)) => Some(n.to_string()),
-                _ => None,
-            },
-            groups: object(obj.remove("groups"), "groups must be an object")?,
-            person_properties: object(
-                obj.remove("person_properties"),
-                "person_properties must be an object",
-            )?,
-            group_properties: object(
-                obj.remove("group_properties"),
-                "group_properties must be an object",
-            )?,
-            disable_flags: obj.get("disable_flags") == Some(&Value::Bool(true)),
+            anon_distinct_id,
+            groups: object("groups", "groups must be an object")?,
+            person_properties: object("person_properties", "person_properties must be an object")?,
+            group_properties: object("group_properties", "group_properties must be an object")?,
+            disable_flags: obj.get("disable_flags").and_then(|v| v.as_bool()) == Some(true),
         })
     }
 }
@@ -435,6 +446,46 @@ mod tests {
         assert!(matches!(
             parse("{"),
             Err(ApiError::Capture(capture::Error::InvalidJson(_)))
+        ));
+    }
+
+    /// The members as serde_json would read them: null is absent, a repeated key
+    /// keeps its last value, numbers in serde_json's form.
+    #[test]
+    fn request_members_read_as_serde_json_would() {
+        let r = parse(
+            r#"{"api_key":null,"token":"phc_t","distinct_id":2.5,"$anon_distinct_id":7,
+                "person_properties":{"a":1},"person_properties":{"b":[1,{"c":null}],"a":2,"b":0},
+                "groups":{"z":"1","a":2},"group_properties":null,"disable_flags":1}"#,
+        )
+        .unwrap();
+        assert_eq!((r.key.as_str(), r.distinct_id.as_str()), ("phc_t", "2.5"));
+        assert_eq!(r.anon_distinct_id.as_deref(), Some("7"));
+        assert_eq!(
+            Value::Object(r.person_properties),
+            serde_json::json!({"b": 0, "a": 2})
+        );
+        let keys: Vec<&str> = r.groups.keys().map(String::as_str).collect();
+        assert_eq!(keys, ["z", "a"]);
+        assert!(r.group_properties.is_empty());
+        assert!(!r.disable_flags, "only true disables");
+        let anon = parse(r#"{"token":"k","distinct_id":"d","$anon_distinct_id":""}"#).unwrap();
+        assert_eq!(anon.anon_distinct_id, None);
+        assert!(matches!(
+            parse(r#"{"api_key":5,"distinct_id":"d"}"#),
+            Err(ApiError::Decide(Error::InvalidBody(_)))
+        ));
+        assert!(matches!(
+            parse(r#"{"api_key":5,"token":"k","distinct_id":"d"}"#),
+            Ok(DecideRequest { key, .. }) if key == "k"
+        ));
+        assert!(matches!(
+            parse(r#"{"token":null,"distinct_id":"d"}"#),
+            Err(ApiError::Decide(Error::MissingKey))
+        ));
+        assert!(matches!(
+            parse(r#"{"token":"k","distinct_id":null}"#),
+            Err(ApiError::Decide(Error::MissingDistinctId))
         ));
     }
 }
