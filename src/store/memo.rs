@@ -14,7 +14,8 @@ use std::hash::{BuildHasher, Hasher, RandomState};
 use uuid::Uuid;
 
 /// Distinct ids remembered before the memo starts again; a digest is kept per person
-/// besides, so this bounds it at a few megabytes.
+/// besides: a few megabytes with ids of a typical length, about 40 MB at worst (every
+/// id the longest capture keeps, 200 characters of up to four bytes).
 pub const DEFAULT_CAPACITY: usize = 50_000;
 
 /// A digest of operations text, keyed per process so text cannot be chosen to
