@@ -186,6 +186,9 @@ pub struct Compactor {
     person_cache: Option<Arc<PersonCache>>,
     /// Links and persons' last operations, from the chunks committed before.
     memo: Memo,
+    /// Test hook: apply every chunk without the memo, as the reference it must match.
+    #[cfg(test)]
+    memo_off: bool,
     state: Option<State>,
     limiter: Limiter,
     projects: Arc<ArcSwap<Projects>>,
@@ -213,6 +216,8 @@ impl Compactor {
             last_received: None,
             person_cache: None,
             memo: Memo::default(),
+            #[cfg(test)]
+            memo_off: false,
             state: None,
             projects,
             stats: Arc::new(Stats {
@@ -400,6 +405,10 @@ impl Compactor {
         };
         let (window, first_block) = (&state.window, state.next_block);
         let memo = &self.memo;
+        #[cfg(test)]
+        let memo_off = self.memo_off;
+        #[cfg(not(test))]
+        let memo_off = false;
         // The window's age counts from when a uuid was stored.
         let now = crate::http::capture::now_ms();
         let t = &self.trees;
@@ -442,7 +451,10 @@ impl Compactor {
                     Source::Overflow => overflow,
                 };
                 let mut counts = Counts::default();
-                let mut cache = Cache::with_memo(memo);
+                let mut cache = match memo_off {
+                    false => Cache::with_memo(memo),
+                    true => Cache::default(),
+                };
                 let mut seen = IdSet::default();
                 let mut entries: HashMap<u64, Vec<block::Entry>> = HashMap::new();
                 for key in &chunk.consumed {

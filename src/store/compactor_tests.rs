@@ -787,3 +787,117 @@ fn the_thread_reports_a_failing_step_and_recovers() {
     handle.stop();
     assert_eq!(stats.applied.load(Ordering::Relaxed), 8);
 }
+
+/// The memo against no memo: random streams of linking, merging and person-changing
+/// events over six distinct ids, some taking the round trip, the historical lane or
+/// the overflow lane, some with GeoIP, one chunk per round, through two compactors
+/// alike but for the memo (on some seeds a memo of one to four ids, so it is emptied
+/// all the time). Everything stored must be the same.
+#[test]
+fn the_memo_changes_nothing_that_is_stored() {
+    struct Rng(u64);
+    impl Rng {
+        fn below(&mut self, n: u64) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0 % n
+        }
+    }
+    let ids = ["a", "b", "c", "d", "e", "f"];
+    let mut hits = 0;
+    for seed in 1..=200u64 {
+        let mut g = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+        let settings = Settings {
+            overflow_burst: 3.0,
+            overflow_rate: 1.0,
+            ..Settings::default()
+        };
+        let mut with = fixture(settings.clone());
+        let mut without = fixture(settings);
+        without.compactor.memo_off = true;
+        if seed % 3 == 0 {
+            with.compactor.memo = Memo::with_capacity(1 + g.below(4) as usize);
+        }
+        let mut i = 0i64;
+        for _round in 0..12 {
+            let mut chunk = Vec::new();
+            for _ in 0..1 + g.below(5) {
+                i += 1;
+                let id = ids[g.below(6) as usize];
+                let other = ids[g.below(6) as usize];
+                let mut props = serde_json::Map::new();
+                let name = match g.below(16) {
+                    0 => {
+                        props.insert("$anon_distinct_id".into(), json!(other));
+                        "$identify"
+                    }
+                    1 => {
+                        props.insert("alias".into(), json!(other));
+                        "$create_alias"
+                    }
+                    2 => {
+                        props.insert("alias".into(), json!(other));
+                        "$merge_dangerously"
+                    }
+                    _ => "e",
+                };
+                let mut event = json!({"event": name, "distinct_id": id});
+                let value = json!(g.below(2));
+                match g.below(8) {
+                    0 => drop(props.insert("$set".into(), json!({"x": value}))),
+                    1 => drop(props.insert("$set_once".into(), json!({"y": value}))),
+                    2 => drop(props.insert("$unset".into(), json!(["x"]))),
+                    3 => event["$set"] = json!({"x": value}),
+                    _ => {}
+                }
+                if g.below(10) == 0 {
+                    props.insert("$process_person_profile".into(), json!(false));
+                }
+                if g.below(8) == 0 {
+                    props.insert("$geoip_disable".into(), json!(true));
+                }
+                event["properties"] = Value::Object(props);
+                let mut r = record(1, i, event.clone());
+                if g.below(3) == 0 {
+                    r.data = serde_json::to_vec_pretty(&event).unwrap();
+                }
+                r.historical = g.below(6) == 0;
+                if g.below(2) == 0 {
+                    r.ip = Some("81.2.69.160".parse().unwrap());
+                }
+                if g.below(4) == 0 {
+                    r.timestamp -= 1_000_000;
+                }
+                chunk.push(r);
+            }
+            for f in [&mut with, &mut without] {
+                f.push(&chunk);
+                f.drain();
+            }
+        }
+        assert_eq!(with.state(1), without.state(1), "seed {seed}");
+        for id in ids {
+            let person = |f: &Fixture| {
+                query::person_by_distinct_id(&f.trees, 1, id)
+                    .unwrap()
+                    .map(|p| {
+                        let mut ids = p.distinct_ids;
+                        ids.sort();
+                        let props = Value::Object(p.properties);
+                        (
+                            ids,
+                            props,
+                            p.is_identified,
+                            p.created_at,
+                            p.first_distinct_id,
+                        )
+                    })
+            };
+            assert_eq!(person(&with), person(&without), "seed {seed}, id {id}");
+        }
+        hits += with.compactor.memo.hits.get();
+        assert_eq!(without.compactor.memo.hits.get(), 0);
+    }
+    assert!(hits > 100, "the memo answered for {hits} events only");
+}

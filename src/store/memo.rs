@@ -31,6 +31,9 @@ pub struct Memo {
     ops: HashMap<(u64, Uuid), Digest>,
     keys: [RandomState; 2],
     capacity: usize,
+    /// Operations [`Memo::unchanged_by`] answered for, so tests can see it used.
+    #[cfg(test)]
+    pub hits: std::cell::Cell<u64>,
 }
 
 /// What a committed chunk read and changed, for [`Memo::learn`].
@@ -56,6 +59,8 @@ impl Memo {
             ops: HashMap::new(),
             keys: [RandomState::new(), RandomState::new()],
             capacity: capacity.max(1),
+            #[cfg(test)]
+            hits: std::cell::Cell::new(0),
         }
     }
 
@@ -66,7 +71,10 @@ impl Memo {
 
     /// Whether `person`'s last applied operations were `ops`, as of the last chunk.
     pub fn unchanged_by(&self, project: u64, person: Uuid, ops: &[u8]) -> bool {
-        self.ops.get(&(project, person)) == Some(&self.digest(ops))
+        let unchanged = self.ops.get(&(project, person)) == Some(&self.digest(ops));
+        #[cfg(test)]
+        self.hits.set(self.hits.get() + u64::from(unchanged));
+        unchanged
     }
 
     pub fn digest(&self, ops: &[u8]) -> Digest {
