@@ -339,4 +339,4 @@ pub(super) fn groups(
 
 #[cfg(test)]
 #[path = "apply_tests.rs"]
-mod tests;
+pub(super) mod tests;

@@ -336,11 +336,12 @@ fn other_json_takes_the_round_trip() {
 }
 
 /// A small deterministic generator of events made of the keys and shapes the
-/// compactor reads, to compare the two paths beyond the hand-written corpus.
-struct Gen(u64);
+/// compactor reads, to compare the two paths beyond the hand-written corpus (and, in
+/// the compactor's tests, the memo against no memo).
+pub(in crate::store) struct Gen(pub u64);
 
 impl Gen {
-    fn next(&mut self, n: u64) -> u64 {
+    pub fn next(&mut self, n: u64) -> u64 {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;

@@ -795,19 +795,10 @@ fn the_thread_reports_a_failing_step_and_recovers() {
 /// all the time). Everything stored must be the same.
 #[test]
 fn the_memo_changes_nothing_that_is_stored() {
-    struct Rng(u64);
-    impl Rng {
-        fn below(&mut self, n: u64) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0 % n
-        }
-    }
     let ids = ["a", "b", "c", "d", "e", "f"];
     let mut hits = 0;
     for seed in 1..=200u64 {
-        let mut g = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+        let mut g = crate::store::apply::tests::Gen(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
         let settings = Settings {
             overflow_burst: 3.0,
             overflow_rate: 1.0,
@@ -817,17 +808,17 @@ fn the_memo_changes_nothing_that_is_stored() {
         let mut without = fixture(settings);
         without.compactor.memo_off = true;
         if seed % 3 == 0 {
-            with.compactor.memo = Memo::with_capacity(1 + g.below(4) as usize);
+            with.compactor.memo = Memo::with_capacity(1 + g.next(4) as usize);
         }
         let mut i = 0i64;
         for _round in 0..12 {
             let mut chunk = Vec::new();
-            for _ in 0..1 + g.below(5) {
+            for _ in 0..1 + g.next(5) {
                 i += 1;
-                let id = ids[g.below(6) as usize];
-                let other = ids[g.below(6) as usize];
+                let id = ids[g.next(6) as usize];
+                let other = ids[g.next(6) as usize];
                 let mut props = serde_json::Map::new();
-                let name = match g.below(16) {
+                let name = match g.next(16) {
                     0 => {
                         props.insert("$anon_distinct_id".into(), json!(other));
                         "$identify"
@@ -843,30 +834,30 @@ fn the_memo_changes_nothing_that_is_stored() {
                     _ => "e",
                 };
                 let mut event = json!({"event": name, "distinct_id": id});
-                let value = json!(g.below(2));
-                match g.below(8) {
+                let value = json!(g.next(2));
+                match g.next(8) {
                     0 => drop(props.insert("$set".into(), json!({"x": value}))),
                     1 => drop(props.insert("$set_once".into(), json!({"y": value}))),
                     2 => drop(props.insert("$unset".into(), json!(["x"]))),
                     3 => event["$set"] = json!({"x": value}),
                     _ => {}
                 }
-                if g.below(10) == 0 {
+                if g.next(10) == 0 {
                     props.insert("$process_person_profile".into(), json!(false));
                 }
-                if g.below(8) == 0 {
+                if g.next(8) == 0 {
                     props.insert("$geoip_disable".into(), json!(true));
                 }
                 event["properties"] = Value::Object(props);
                 let mut r = record(1, i, event.clone());
-                if g.below(3) == 0 {
+                if g.next(3) == 0 {
                     r.data = serde_json::to_vec_pretty(&event).unwrap();
                 }
-                r.historical = g.below(6) == 0;
-                if g.below(2) == 0 {
+                r.historical = g.next(6) == 0;
+                if g.next(2) == 0 {
                     r.ip = Some("81.2.69.160".parse().unwrap());
                 }
-                if g.below(4) == 0 {
+                if g.next(4) == 0 {
                     r.timestamp -= 1_000_000;
                 }
                 chunk.push(r);
