@@ -96,32 +96,32 @@ impl<'m> Cache<'m> {
         }
     }
 
-    /// What the chunk read and changed, for the memo once the chunk is committed.
-    pub fn learned(&self) -> Learned {
+    /// What the chunk read and changed, for the memo once the chunk is committed;
+    /// the last use of the cache, so its distinct ids move rather than copy.
+    pub fn into_learned(self) -> Learned {
         let Some(memo) = self.memo else {
             return Learned::default();
         };
-        let ids = self
-            .ids
-            .iter()
-            .flat_map(|(project, ids)| {
-                ids.iter()
-                    .map(|(id, person)| (*project, id.clone(), *person))
-            })
-            .collect();
-        let applied = self
-            .applied
-            .iter()
-            .map(|(key, ops)| (*key, Some(memo.digest(ops))));
         let changed = self
             .dirty
             .iter()
             .filter(|key| !self.applied.contains_key(key))
             .map(|key| (*key, None));
-        Learned {
-            ids,
-            ops: applied.chain(changed).collect(),
-        }
+        let ops = self
+            .applied
+            .iter()
+            .map(|(key, ops)| (*key, Some(memo.digest(ops))))
+            .chain(changed)
+            .collect();
+        let ids = self
+            .ids
+            .into_iter()
+            .flat_map(|(project, ids)| {
+                ids.into_iter()
+                    .map(move |(id, person)| (project, id, person))
+            })
+            .collect();
+        Learned { ids, ops }
     }
 
     /// Record that `ops` were just applied to the person `id`.

@@ -493,7 +493,7 @@ impl Compactor {
                 }
                 cache.write(&tx)?;
                 counts.persons = cache.changes();
-                counts.learned = cache.learned();
+                counts.learned = cache.into_learned();
                 let mut next_block = first_block;
                 for (project, list) in entries {
                     for (newest, value) in block::build(list) {
