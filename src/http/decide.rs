@@ -23,7 +23,6 @@ use crate::capture::tape::Value as TapeValue;
 use crate::capture::{self, clean_distinct_id};
 use crate::flags::{self, Context};
 use crate::projects::{key_shape_is_valid, Project};
-use crate::store::query;
 
 /// Decide bodies are small; anything near this is not a decide request.
 const MAX_DECIDE_BODY_BYTES: usize = 1024 * 1024;
@@ -306,13 +305,8 @@ fn group_properties(
         };
         let mut stored = Map::new();
         if use_stored {
-            let found =
-                query::group_type_index(&app.trees, project, kind).and_then(|index| match index {
-                    Some(i) => query::group(&app.trees, project, i, &key),
-                    None => Ok(None),
-                });
-            match found {
-                Ok(Some(group)) => stored = group.properties,
+            match app.persons.group(&app.trees, project, kind, &key) {
+                Ok(Some(group)) => stored = Map::clone(&group),
                 Ok(None) => {}
                 Err(e) => {
                     tracing::warn!(error = %e, "group lookup failed; flags of that group left out");

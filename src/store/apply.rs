@@ -251,7 +251,7 @@ fn group_type_index(
                 &keys::group_type_by_index(project, index)[..],
                 name.as_bytes(),
             )?;
-            cache.set_group_type(project, name, index);
+            cache.added_group_type(project, name, index);
             return Ok(Some(index));
         }
     }
@@ -310,6 +310,7 @@ pub(super) fn group_identify(
     group.created_at = group.created_at.min(timestamp);
     tx.groups
         .insert(k, serde_json::to_vec(&group).unwrap_or_default())?;
+    cache.wrote_group(project, index, &key);
     Ok(())
 }
 

@@ -37,6 +37,9 @@ pub struct Cache<'m> {
     ops: Vec<u8>,
     /// Distinct ids linked to a person during the chunk, for the decide cache.
     linked: Vec<(u64, String)>,
+    /// Group types named and groups written during the chunk, for the decide cache.
+    group_types_added: Vec<(u64, String)>,
+    groups_written: Vec<(u64, u8, String)>,
 }
 
 impl<'m> Cache<'m> {
@@ -71,6 +74,8 @@ impl<'m> Cache<'m> {
         Changes {
             linked: self.linked.clone(),
             persons: self.dirty.iter().copied().collect(),
+            group_types: self.group_types_added.clone(),
+            groups: self.groups_written.clone(),
         }
     }
 
@@ -157,6 +162,17 @@ impl<'m> Cache<'m> {
             .entry(project)
             .or_default()
             .insert(name.to_owned(), index);
+    }
+
+    /// The chunk gave a new group type its index.
+    pub fn added_group_type(&mut self, project: u64, name: &str, index: u8) {
+        self.set_group_type(project, name, index);
+        self.group_types_added.push((project, name.to_owned()));
+    }
+
+    /// The chunk wrote a group.
+    pub fn wrote_group(&mut self, project: u64, index: u8, key: &str) {
+        self.groups_written.push((project, index, key.to_owned()));
     }
 
     /// The persons of one project, through this cache and the transaction.

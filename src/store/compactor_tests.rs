@@ -1,6 +1,6 @@
 use std::collections::BTreeMap;
 
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 use uuid::Uuid;
 
 use super::*;
@@ -601,6 +601,58 @@ fn the_decide_cache_sees_every_committed_change_to_a_person() {
         .unwrap()
         .unwrap();
     assert_eq!(Some(Value::Object(stored.properties)), merged);
+}
+
+#[test]
+fn the_decide_cache_sees_every_committed_change_to_a_group() {
+    let mut f = fixture(Settings::default());
+    let cache = Arc::new(PersonCache::new(crate::store::person_cache::DEFAULT_BYTES));
+    f.compactor.person_cache = Some(cache.clone());
+    let props = |f: &Fixture, kind: &str, key: &str| {
+        cache
+            .group(&f.trees, 1, kind, key)
+            .unwrap()
+            .map(|p| Value::Object(Map::clone(&p)))
+    };
+    let mut i = 0;
+    let mut send = |f: &mut Fixture, event: Value| {
+        i += 1;
+        f.push(&[record(1, i, event)]);
+        f.drain();
+    };
+    let identify = |kind: &str, key: &str, set: Value| {
+        json!({"event": "$groupidentify", "distinct_id": "u",
+               "properties": {"$group_type": kind, "$group_key": key, "$group_set": set}})
+    };
+    // Both unknown, and cached so; an event naming the type gives it an index but
+    // creates no group.
+    assert_eq!(props(&f, "org", "o1"), None);
+    send(
+        &mut f,
+        json!({"event": "e", "distinct_id": "u", "properties": {"$groups": {"org": "o1"}}}),
+    );
+    assert_eq!(props(&f, "org", "o1"), None);
+    // Created, then changed.
+    send(&mut f, identify("org", "o1", json!({"tier": "gold"})));
+    assert_eq!(props(&f, "org", "o1"), Some(json!({"tier": "gold"})));
+    send(&mut f, identify("org", "o1", json!({"seats": 5})));
+    assert_eq!(
+        props(&f, "org", "o1"),
+        Some(json!({"tier": "gold", "seats": 5}))
+    );
+    // A type first named by `$groupidentify`, after a cached miss.
+    assert_eq!(props(&f, "company", "c"), None);
+    send(&mut f, identify("company", "c", json!({"size": 9})));
+    assert_eq!(props(&f, "company", "c"), Some(json!({"size": 9})));
+    // What the cache serves is what sled holds.
+    let index = query::group_type_index(&f.trees, 1, "org")
+        .unwrap()
+        .unwrap();
+    let stored = query::group(&f.trees, 1, index, "o1").unwrap().unwrap();
+    assert_eq!(
+        Some(Value::Object(stored.properties)),
+        props(&f, "org", "o1")
+    );
 }
 
 /// One chunk per event, so the memo carries each chunk's persons into the next: an

@@ -1,11 +1,13 @@
-//! Decoded persons for `/decide`, kept between requests: a person's flags are asked for
-//! on every page load, and each ask would otherwise read two sled keys and parse the
-//! person's JSON.
+//! Decoded persons and groups for `/decide`, kept between requests: a person's flags
+//! are asked for on every page load, and each ask would otherwise read two sled keys
+//! and parse the person's JSON, and as much again for each group it names.
 //!
-//! Two maps: distinct id -> person id (or none), and person id -> the person's
-//! properties. The compactor, after each chunk it commits, forgets the distinct ids it
-//! linked and the persons it wrote or deleted ([`PersonCache::forget`]), so a lookup
-//! never sees a person older than the last commit that changed it.
+//! Four maps: distinct id -> person id (or none), person id -> the person's
+//! properties, group type name -> index (or none), and group -> its properties (or
+//! none). The compactor, the only writer of all four, after each chunk it commits
+//! forgets the distinct ids it linked, the persons it wrote or deleted, the group types
+//! it named and the groups it wrote ([`PersonCache::forget`]), so a lookup never sees
+//! a value older than the last commit that changed it.
 //!
 //! A lookup that misses reads sled and then fills the cache, and the compactor may
 //! commit in between: the value read could be older than the commit, and its forget
@@ -14,7 +16,7 @@
 //! sled read; the check and the insert happen under the shard's lock, which the
 //! forget takes too.
 //!
-//! Both maps are bounded in bytes (about), evicting arbitrary entries when full.
+//! Every map is bounded in bytes (about), evicting arbitrary entries when full.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hash};
@@ -44,24 +46,21 @@ pub struct CachedPerson {
 impl CachedPerson {
     /// Roughly what it holds in memory.
     fn weight(&self) -> usize {
-        ENTRY_OVERHEAD
-            + self.first_distinct_id.len()
-            + self
-                .properties
-                .iter()
-                .map(|(k, v)| ENTRY_OVERHEAD + k.len() + value_weight(v))
-                .sum::<usize>()
+        ENTRY_OVERHEAD + self.first_distinct_id.len() + map_weight(&self.properties)
     }
+}
+
+fn map_weight(map: &Map<String, Value>) -> usize {
+    map.iter()
+        .map(|(k, v)| ENTRY_OVERHEAD + k.len() + value_weight(v))
+        .sum()
 }
 
 fn value_weight(v: &Value) -> usize {
     match v {
         Value::String(s) => s.len(),
         Value::Array(a) => a.iter().map(|v| 32 + value_weight(v)).sum(),
-        Value::Object(o) => o
-            .iter()
-            .map(|(k, v)| ENTRY_OVERHEAD + k.len() + value_weight(v))
-            .sum(),
+        Value::Object(o) => map_weight(o),
         _ => 0,
     }
 }
@@ -148,6 +147,9 @@ impl<K: Hash + Eq + Clone, V: Clone> Sharded<K, V> {
     }
 }
 
+/// A stored group's properties, shared with the requests that read them.
+pub type GroupProperties = Arc<Map<String, Value>>;
+
 /// What a committed chunk changed that the cache may hold.
 #[derive(Debug, Default)]
 pub struct Changes {
@@ -155,23 +157,33 @@ pub struct Changes {
     pub linked: Vec<(u64, String)>,
     /// (project, person id) written or deleted.
     pub persons: Vec<(u64, Uuid)>,
+    /// (project, group type name) given an index.
+    pub group_types: Vec<(u64, String)>,
+    /// (project, group type index, group key) written.
+    pub groups: Vec<(u64, u8, String)>,
 }
 
-/// Persons by distinct id, for `/decide`. Shared by the compactor, which forgets what
+/// Persons by distinct id, and groups, for `/decide`. Shared by the compactor, which forgets what
 /// it changes, and the request handlers.
 pub struct PersonCache {
     epoch: AtomicU64,
     ids: Sharded<(u64, String), Option<Uuid>>,
     persons: Sharded<(u64, Uuid), Option<Arc<CachedPerson>>>,
+    group_types: Sharded<(u64, String), Option<u8>>,
+    groups: Sharded<(u64, u8, String), Option<GroupProperties>>,
 }
 
 impl PersonCache {
     /// A cache of about `bytes` in all.
     pub fn new(bytes: usize) -> PersonCache {
+        // Group types are a handful per project; groups are fewer than persons.
+        let (ids, group_types, groups) = (bytes / 8, bytes / 64, bytes / 8);
         PersonCache {
             epoch: AtomicU64::new(0),
-            ids: Sharded::new(bytes / 8),
-            persons: Sharded::new(bytes - bytes / 8),
+            ids: Sharded::new(ids),
+            persons: Sharded::new(bytes - ids - group_types - groups),
+            group_types: Sharded::new(group_types),
+            groups: Sharded::new(groups),
         }
     }
 
@@ -215,6 +227,43 @@ impl PersonCache {
         Ok(person)
     }
 
+    /// The stored properties of the group `key` of the type named `kind`, from the
+    /// cache or from sled; None if the type or the group is not stored.
+    pub fn group(
+        &self,
+        trees: &Trees,
+        project: u64,
+        kind: &str,
+        key: &str,
+    ) -> Result<Option<GroupProperties>, sled::Error> {
+        let type_key = (project, kind.to_owned());
+        let index = match self.group_types.get(&type_key) {
+            Some(index) => index,
+            None => {
+                let epoch = self.epoch.load(Ordering::Acquire);
+                let index = query::group_type_index(trees, project, kind)?;
+                let weight = ENTRY_OVERHEAD + kind.len();
+                self.group_types
+                    .fill(type_key, index, weight, || self.unchanged_since(epoch));
+                index
+            }
+        };
+        let Some(index) = index else {
+            return Ok(None);
+        };
+        let group_key = (project, index, key.to_owned());
+        if let Some(group) = self.groups.get(&group_key) {
+            return Ok(group);
+        }
+        let epoch = self.epoch.load(Ordering::Acquire);
+        let group = query::group(trees, project, index, key)?.map(|g| Arc::new(g.properties));
+        let weight = ENTRY_OVERHEAD + key.len() + group.as_deref().map_or(0, map_weight);
+        self.groups.fill(group_key, group.clone(), weight, || {
+            self.unchanged_since(epoch)
+        });
+        Ok(group)
+    }
+
     fn unchanged_since(&self, epoch: u64) -> bool {
         self.epoch.load(Ordering::Acquire) == epoch
     }
@@ -222,7 +271,11 @@ impl PersonCache {
     /// After a commit: forget the distinct ids it linked and the persons it wrote or
     /// deleted.
     pub fn forget(&self, changes: &Changes) {
-        if changes.linked.is_empty() && changes.persons.is_empty() {
+        if changes.linked.is_empty()
+            && changes.persons.is_empty()
+            && changes.group_types.is_empty()
+            && changes.groups.is_empty()
+        {
             return;
         }
         self.epoch.fetch_add(1, Ordering::AcqRel);
@@ -231,6 +284,12 @@ impl PersonCache {
         }
         for key in &changes.persons {
             self.persons.remove(key);
+        }
+        for key in &changes.group_types {
+            self.group_types.remove(key);
+        }
+        for key in &changes.groups {
+            self.groups.remove(key);
         }
     }
 

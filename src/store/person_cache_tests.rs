@@ -51,7 +51,7 @@ fn a_person_is_read_once_and_served_from_memory_until_forgotten() {
     assert_eq!(plan(&cache, &trees, "d"), None);
     cache.forget(&Changes {
         linked: vec![(1, "d".into())],
-        persons: vec![],
+        ..Changes::default()
     });
     assert_eq!(plan(&cache, &trees, "d"), Some("free".into()));
     assert_eq!(cache.len(), (1, 1));
@@ -60,8 +60,8 @@ fn a_person_is_read_once_and_served_from_memory_until_forgotten() {
     assert_eq!(plan(&cache, &trees, "d"), Some("free".into()));
     // ... and is, once it forgets the person.
     cache.forget(&Changes {
-        linked: vec![],
         persons: vec![(1, id)],
+        ..Changes::default()
     });
     assert_eq!(plan(&cache, &trees, "d"), Some("pro".into()));
     // Projects are apart.
@@ -75,6 +75,86 @@ fn plan_in(cache: &PersonCache, trees: &Trees, project: u64, d: &str) -> Option<
         .map(|p| p.properties["plan"].clone())
 }
 
+/// Store group type `kind` at `index` and, with `properties`, the group `key`.
+fn store_group(trees: &Trees, kind: &str, index: u8, key: &str, properties: Option<Value>) {
+    use super::super::keys;
+    trees
+        .group_types
+        .insert(keys::group_type_by_name(1, kind), &[index][..])
+        .unwrap();
+    if let Some(properties) = properties {
+        let group = super::super::apply::Group {
+            group_type_index: index,
+            group_key: key.to_owned(),
+            properties: properties.as_object().unwrap().clone(),
+            created_at: 0,
+        };
+        trees
+            .groups
+            .insert(
+                keys::group(1, index, key),
+                serde_json::to_vec(&group).unwrap(),
+            )
+            .unwrap();
+    }
+}
+
+fn tier(cache: &PersonCache, trees: &Trees, kind: &str, key: &str) -> Option<Value> {
+    cache
+        .group(trees, 1, kind, key)
+        .unwrap()
+        .map(|p| p.get("tier").cloned().unwrap_or(Value::Null))
+}
+
+#[test]
+fn a_group_and_its_type_are_read_once_and_served_from_memory_until_forgotten() {
+    let (_dir, trees) = trees();
+    let cache = PersonCache::new(DEFAULT_BYTES);
+    // An unknown type is cached as unknown until the compactor names it.
+    assert_eq!(tier(&cache, &trees, "org", "o1"), None);
+    store_group(
+        &trees,
+        "org",
+        2,
+        "o1",
+        Some(serde_json::json!({"tier": "gold"})),
+    );
+    assert_eq!(tier(&cache, &trees, "org", "o1"), None);
+    cache.forget(&Changes {
+        group_types: vec![(1, "org".into())],
+        ..Changes::default()
+    });
+    assert_eq!(tier(&cache, &trees, "org", "o1"), Some("gold".into()));
+    // A known type, an unknown group: cached as unknown until written.
+    assert_eq!(tier(&cache, &trees, "org", "o2"), None);
+    store_group(
+        &trees,
+        "org",
+        2,
+        "o2",
+        Some(serde_json::json!({"tier": "free"})),
+    );
+    assert_eq!(tier(&cache, &trees, "org", "o2"), None);
+    // A change the compactor has not reported is not seen; once it forgets, it is.
+    store_group(
+        &trees,
+        "org",
+        2,
+        "o1",
+        Some(serde_json::json!({"tier": "platinum"})),
+    );
+    assert_eq!(tier(&cache, &trees, "org", "o1"), Some("gold".into()));
+    cache.forget(&Changes {
+        groups: vec![(1, 2, "o1".into()), (1, 2, "o2".into())],
+        ..Changes::default()
+    });
+    assert_eq!(tier(&cache, &trees, "org", "o1"), Some("platinum".into()));
+    assert_eq!(tier(&cache, &trees, "org", "o2"), Some("free".into()));
+    // Another type of the same key, and another project, are apart.
+    assert_eq!(tier(&cache, &trees, "company", "o1"), None);
+    assert_eq!(cache.group(&trees, 2, "org", "o1").unwrap(), None);
+}
+
 #[test]
 fn a_fill_read_before_a_commit_is_dropped_after_its_forget() {
     let cache = PersonCache::new(DEFAULT_BYTES);
@@ -84,7 +164,7 @@ fn a_fill_read_before_a_commit_is_dropped_after_its_forget() {
     let epoch = cache.epoch.load(Ordering::Acquire);
     cache.forget(&Changes {
         linked: vec![key.clone()],
-        persons: vec![],
+        ..Changes::default()
     });
     cache
         .ids
