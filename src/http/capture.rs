@@ -6,10 +6,10 @@ use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use bytes::Bytes;
 use hyper::body::Incoming;
 use hyper::header::{CONTENT_ENCODING, CONTENT_TYPE};
 use hyper::{Request, Response, StatusCode};
-use serde_json::json;
 
 use super::body::{self, Reservation};
 use super::decode::{Located, Query};
@@ -25,6 +25,8 @@ use crate::projects::{key_shape_is_valid, Projects};
 /// expand past it, move to the blocking pool so they never stall other requests; an
 /// expanding one is inflated at most this far on the reactor first.
 const INLINE_DECODE_BYTES: usize = 64 * 1024;
+/// The body of every accepted capture, as PostHog answers it.
+const ACCEPTED: &[u8] = br#"{"status":1}"#;
 
 /// What one request turned into, ready to append.
 struct Accepted {
@@ -107,7 +109,11 @@ pub async fn handle(
     Ok(if beacon {
         response::empty(StatusCode::NO_CONTENT)
     } else {
-        response::json(StatusCode::OK, &json!({"status": 1}))
+        response::with_type(
+            StatusCode::OK,
+            "application/json",
+            Bytes::from_static(ACCEPTED),
+        )
     })
 }
 

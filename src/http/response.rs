@@ -58,7 +58,11 @@ pub fn text(status: StatusCode, body: &'static str) -> Response<Body> {
     )
 }
 
-pub fn with_type(status: StatusCode, content_type: &'static str, body: Vec<u8>) -> Response<Body> {
+pub fn with_type(
+    status: StatusCode,
+    content_type: &'static str,
+    body: impl Into<Bytes>,
+) -> Response<Body> {
     let mut r = Response::new(full(body));
     *r.status_mut() = status;
     r.headers_mut()
