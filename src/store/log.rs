@@ -97,6 +97,11 @@ pub struct Shared {
     interrupted: Mutex<Vec<u64>>,
     spares: Mutex<Spares>,
     spare_wanted: Condvar,
+    /// Test hook: how many of the next commits fail, and how many were tried.
+    #[cfg(test)]
+    pub(crate) failing_commits: AtomicU64,
+    #[cfg(test)]
+    pub(crate) commits_tried: AtomicU64,
 }
 
 #[derive(Default)]
@@ -162,6 +167,22 @@ impl Shared {
             return Err(e);
         }
         std::fs::rename(tmp, target)
+    }
+
+    /// A segment no longer in use: kept as a spare when one is wanted and it has the
+    /// usual size, deleted otherwise.
+    fn retire(&self, path: &Path) -> io::Result<()> {
+        {
+            let mut spares = lock(&self.spares);
+            let size = std::fs::metadata(path).map(|m| m.len()).ok();
+            if spares.ready.len() < SPARES && size == Some(self.segment_bytes) {
+                let spare = self.spare_path(&mut spares);
+                std::fs::rename(path, &spare)?;
+                spares.ready.push(spare);
+                return Ok(());
+            }
+        }
+        std::fs::remove_file(path)
     }
 }
 
@@ -324,6 +345,10 @@ pub fn open(
         segments: Mutex::new(firsts.iter().copied().collect()),
         interrupted: Mutex::new(end.map(|(first, _)| first).into_iter().collect()),
         spares: Mutex::new(Spares::default()),
+        #[cfg(test)]
+        failing_commits: AtomicU64::new(0),
+        #[cfg(test)]
+        commits_tried: AtomicU64::new(0),
         spare_wanted: Condvar::new(),
     });
     let appender = Appender {
@@ -392,6 +417,16 @@ impl Appender {
 
     /// Write what was pushed and sync it; every entry pushed so far is then durable.
     pub fn commit(&mut self) -> io::Result<()> {
+        #[cfg(test)]
+        {
+            let shared = &self.shared;
+            shared.commits_tried.fetch_add(1, Ordering::SeqCst);
+            let failing = shared.failing_commits.load(Ordering::SeqCst);
+            if failing > 0 {
+                shared.failing_commits.store(failing - 1, Ordering::SeqCst);
+                return Err(io::Error::other("injected failure"));
+            }
+        }
         self.write_buffered()?;
         if let Some(file) = &self.file {
             file.sync_data()?;
@@ -409,11 +444,28 @@ impl Appender {
     pub fn abandon(&mut self) {
         self.buf.clear();
         self.must_roll = true;
-        if let Some(first) = self.first {
-            let mut interrupted = lock(&self.shared.interrupted);
-            if !interrupted.contains(&first) {
-                interrupted.push(first);
+        let Some(first) = self.first else {
+            return;
+        };
+        if self.file.is_some() && first >= self.shared.durable.load(Ordering::Acquire) {
+            // Nothing in this segment was ever durable: it holds the failed group and
+            // nothing else, and the reader never opens it. Retire it now, so a disk that
+            // keeps failing does not leave a segment behind for every failed group.
+            // Its number stays used: the next segment is named above it.
+            self.file = None;
+            match self.shared.retire(&segment_path(&self.shared.dir, first)) {
+                Ok(()) => {
+                    lock(&self.shared.segments).retain(|&f| f != first);
+                    return;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, segment = first, "cannot retire a log segment left by a failed write");
+                }
             }
+        }
+        let mut interrupted = lock(&self.shared.interrupted);
+        if !interrupted.contains(&first) {
+            interrupted.push(first);
         }
     }
 
@@ -710,22 +762,7 @@ impl Reader {
         let count = released.len();
         lock(&self.shared.interrupted).retain(|f| !released.contains(f));
         for first in released {
-            let path = segment_path(&self.shared.dir, first);
-            let keep = {
-                let mut spares = lock(&self.shared.spares);
-                let size = std::fs::metadata(&path).map(|m| m.len()).ok();
-                if spares.ready.len() < SPARES && size == Some(self.shared.segment_bytes) {
-                    let spare = self.shared.spare_path(&mut spares);
-                    std::fs::rename(&path, &spare)?;
-                    spares.ready.push(spare);
-                    true
-                } else {
-                    false
-                }
-            };
-            if !keep {
-                std::fs::remove_file(&path)?;
-            }
+            self.shared.retire(&segment_path(&self.shared.dir, first))?;
         }
         Ok(count)
     }

@@ -232,6 +232,40 @@ fn a_failed_group_is_skipped_and_its_numbers_never_reused() {
     assert_eq!(log.next_seq(), 4);
 }
 
+/// A disk that keeps failing: every group after the first failure starts a new
+/// segment, and each such segment holds nothing durable, so it is retired with its
+/// group instead of piling up.
+#[test]
+fn segments_holding_only_failed_groups_are_retired() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut log, mut reader) = open_at(dir.path(), 1, None);
+    log.push(b"one").unwrap();
+    log.commit().unwrap();
+    // The failed group's segment holds a durable entry: it stays.
+    log.push(b"lost").unwrap();
+    log.abandon();
+    for i in 0..50 {
+        log.push(format!("lost {i}").as_bytes()).unwrap();
+        log.abandon();
+    }
+    assert_eq!(segment_files(dir.path()), [1]);
+    assert_eq!(reader.shared().segments(), 1);
+    // Numbers were not reused: the next entry comes after every failed one.
+    let next = log.push(b"two").unwrap();
+    assert!(next > 52, "{next}");
+    log.commit().unwrap();
+    assert_eq!(segment_files(dir.path()), [1, next]);
+    assert_eq!(
+        read_intact(&mut reader),
+        vec![(1, b"one".to_vec()), (next, b"two".to_vec())]
+    );
+    drop((log, reader));
+    let (log, mut reader) = open_at(dir.path(), 1, None);
+    let seqs: Vec<u64> = read_intact(&mut reader).iter().map(|(s, _)| *s).collect();
+    assert_eq!(seqs, [1, next]);
+    assert_eq!(log.next_seq(), next + 1);
+}
+
 #[test]
 fn an_entry_larger_than_a_segment_gets_a_segment_of_its_own() {
     let dir = tempfile::tempdir().unwrap();

@@ -10,7 +10,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, oneshot};
 
@@ -27,6 +27,12 @@ const MAX_GROUP_BYTES: usize = 64 * 1024 * 1024;
 /// so this bounds what one of its steps holds beyond its chunk size.
 const ENTRY_MAX_RECORDS: usize = 512;
 const ENTRY_MAX_BYTES: usize = 64 * 1024;
+/// After a failed write the writer answers groups with [`Error::Storage`] without
+/// touching the disk for a while, then tries again: a disk that keeps failing is tried
+/// a few times a second, not once per request (each try starts a segment and logs an
+/// error). The pause doubles with each failure in a row, up to the maximum.
+const FIRST_BACKOFF: Duration = Duration::from_millis(if cfg!(test) { 300 } else { 50 });
+const MAX_BACKOFF: Duration = Duration::from_secs(1);
 
 /// Why an append was not acknowledged. Nothing here was made durable by this call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -175,6 +181,8 @@ pub fn first_seq(
 
 fn run(mut log: Appender, mut rx: mpsc::Receiver<Job>, stats: &Stats, on_flush: &FlushObserver) {
     let mut stopping = false;
+    // After a failure: until when groups are refused, and the pause that was set.
+    let mut backoff: Option<(Instant, Duration)> = None;
     while !stopping {
         let mut group = Vec::new();
         let mut bytes = 0usize;
@@ -199,7 +207,25 @@ fn run(mut log: Appender, mut rx: mpsc::Receiver<Job>, stats: &Stats, on_flush: 
             // Every sender is gone, or a stop with nothing queued.
             break;
         }
-        let result = write_group(&mut log, &mut group, stats, on_flush);
+        let result = match backoff {
+            Some((until, _)) if Instant::now() < until => Err(Error::Storage),
+            _ => {
+                let result = write_group(&mut log, &mut group, stats, on_flush);
+                backoff = match (result, backoff) {
+                    (Ok(()), None) => None,
+                    (Ok(()), Some(_)) => {
+                        tracing::info!("the write-ahead log writes again");
+                        None
+                    }
+                    (Err(_), None) => Some((Instant::now() + FIRST_BACKOFF, FIRST_BACKOFF)),
+                    (Err(_), Some((_, last))) => {
+                        let next = (last * 2).min(MAX_BACKOFF);
+                        Some((Instant::now() + next, next))
+                    }
+                };
+                result
+            }
+        };
         stats.writable.store(result.is_ok(), Ordering::Relaxed);
         for pending in group {
             // A requester that went away (client disconnected) needs no answer.
@@ -366,5 +392,54 @@ mod tests {
         assert!(seqs.len() >= 60, "{seqs:?}");
         let expected: Vec<u64> = (7_000..7_000 + seqs.len() as u64).collect();
         assert_eq!(seqs, expected);
+    }
+
+    /// A failing disk is tried again after a pause that doubles, not by every group:
+    /// appends in the pause are refused without a write.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn after_a_failed_write_the_disk_is_tried_again_only_after_a_pause() {
+        let dir = tempfile::tempdir().unwrap();
+        let (appender, _, preparer) = log::open(dir.path(), 1, None, SEGMENT).unwrap();
+        let shared = appender.shared().clone();
+        let (wal, writer) = Wal::start(appender, preparer, Box::new(|_| {})).unwrap();
+        let tried = || shared.commits_tried.load(Ordering::SeqCst);
+        shared.failing_commits.store(2, Ordering::SeqCst);
+        assert_eq!(wal.append(vec![b"a".to_vec()]).await, Err(Error::Storage));
+        assert_eq!(tried(), 1);
+        assert!(!wal.stats().writable.load(Ordering::SeqCst));
+        // Within the pause: refused, the disk untouched.
+        assert_eq!(wal.append(vec![b"b".to_vec()]).await, Err(Error::Storage));
+        assert_eq!(tried(), 1);
+        // After it: tried, failing again; the next pause is twice as long.
+        std::thread::sleep(FIRST_BACKOFF + Duration::from_millis(50));
+        assert_eq!(wal.append(vec![b"c".to_vec()]).await, Err(Error::Storage));
+        assert_eq!(tried(), 2);
+        std::thread::sleep(FIRST_BACKOFF + Duration::from_millis(50));
+        assert_eq!(wal.append(vec![b"d".to_vec()]).await, Err(Error::Storage));
+        assert_eq!(tried(), 2);
+        std::thread::sleep(FIRST_BACKOFF);
+        // The disk works again: written, and the next append goes straight through.
+        assert_eq!(wal.append(vec![b"e".to_vec()]).await, Ok(()));
+        assert!(wal.stats().writable.load(Ordering::SeqCst));
+        assert_eq!(wal.append(vec![b"f".to_vec()]).await, Ok(()));
+        assert_eq!(tried(), 4);
+        tokio::task::spawn_blocking(move || writer.stop())
+            .await
+            .unwrap();
+        // Only what was acknowledged is in the log, and no segment was left behind
+        // by the failed writes.
+        let values: Vec<Vec<u8>> = read_all(dir.path())
+            .iter()
+            .flat_map(|(_, frame)| {
+                let records = crate::store::record::decode_frame(frame).unwrap();
+                records.into_iter().map(<[u8]>::to_vec).collect::<Vec<_>>()
+            })
+            .collect();
+        assert_eq!(values, [b"e".to_vec(), b"f".to_vec()]);
+        let segments = std::fs::read_dir(dir.path())
+            .unwrap()
+            .filter(|e| e.as_ref().unwrap().path().extension() == Some("log".as_ref()))
+            .count();
+        assert_eq!(segments, 1);
     }
 }
