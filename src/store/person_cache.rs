@@ -194,37 +194,28 @@ impl PersonCache {
         project: u64,
         distinct_id: &str,
     ) -> Result<Option<Arc<CachedPerson>>, sled::Error> {
-        let key = (project, distinct_id.to_owned());
-        let id = match self.ids.get(&key) {
-            Some(id) => id,
-            None => {
-                let epoch = self.epoch.load(Ordering::Acquire);
-                let id = query::person_id_of(trees, project, distinct_id)?;
-                let weight = ENTRY_OVERHEAD + distinct_id.len();
-                self.ids
-                    .fill(key, id, weight, || self.unchanged_since(epoch));
-                id
-            }
-        };
+        let id = self.cached(
+            &self.ids,
+            (project, distinct_id.to_owned()),
+            || query::person_id_of(trees, project, distinct_id),
+            |_| ENTRY_OVERHEAD + distinct_id.len(),
+        )?;
         let Some(id) = id else {
             return Ok(None);
         };
-        if let Some(person) = self.persons.get(&(project, id)) {
-            return Ok(person);
-        }
-        let epoch = self.epoch.load(Ordering::Acquire);
-        let person = query::person(trees, project, id)?.map(|p| {
-            Arc::new(CachedPerson {
-                properties: p.properties,
-                first_distinct_id: p.first_distinct_id,
-            })
-        });
-        let weight = person.as_ref().map_or(ENTRY_OVERHEAD, |p| p.weight());
-        self.persons
-            .fill((project, id), person.clone(), weight, || {
-                self.unchanged_since(epoch)
-            });
-        Ok(person)
+        self.cached(
+            &self.persons,
+            (project, id),
+            || {
+                Ok(query::person(trees, project, id)?.map(|p| {
+                    Arc::new(CachedPerson {
+                        properties: p.properties,
+                        first_distinct_id: p.first_distinct_id,
+                    })
+                }))
+            },
+            |person| person.as_ref().map_or(ENTRY_OVERHEAD, |p| p.weight()),
+        )
     }
 
     /// The stored properties of the group `key` of the type named `kind`, from the
@@ -236,32 +227,40 @@ impl PersonCache {
         kind: &str,
         key: &str,
     ) -> Result<Option<GroupProperties>, sled::Error> {
-        let type_key = (project, kind.to_owned());
-        let index = match self.group_types.get(&type_key) {
-            Some(index) => index,
-            None => {
-                let epoch = self.epoch.load(Ordering::Acquire);
-                let index = query::group_type_index(trees, project, kind)?;
-                let weight = ENTRY_OVERHEAD + kind.len();
-                self.group_types
-                    .fill(type_key, index, weight, || self.unchanged_since(epoch));
-                index
-            }
-        };
+        let index = self.cached(
+            &self.group_types,
+            (project, kind.to_owned()),
+            || query::group_type_index(trees, project, kind),
+            |_| ENTRY_OVERHEAD + kind.len(),
+        )?;
         let Some(index) = index else {
             return Ok(None);
         };
-        let group_key = (project, index, key.to_owned());
-        if let Some(group) = self.groups.get(&group_key) {
-            return Ok(group);
+        self.cached(
+            &self.groups,
+            (project, index, key.to_owned()),
+            || Ok(query::group(trees, project, index, key)?.map(|g| Arc::new(g.properties))),
+            |group| ENTRY_OVERHEAD + key.len() + group.as_deref().map_or(0, map_weight),
+        )
+    }
+
+    /// `key`'s value in `map`; on a miss, `read` from sled and kept (weighing
+    /// `weight`) unless the compactor committed a change in between.
+    fn cached<K: Hash + Eq + Clone, V: Clone>(
+        &self,
+        map: &Sharded<K, V>,
+        key: K,
+        read: impl FnOnce() -> Result<V, sled::Error>,
+        weight: impl FnOnce(&V) -> usize,
+    ) -> Result<V, sled::Error> {
+        if let Some(value) = map.get(&key) {
+            return Ok(value);
         }
         let epoch = self.epoch.load(Ordering::Acquire);
-        let group = query::group(trees, project, index, key)?.map(|g| Arc::new(g.properties));
-        let weight = ENTRY_OVERHEAD + key.len() + group.as_deref().map_or(0, map_weight);
-        self.groups.fill(group_key, group.clone(), weight, || {
-            self.unchanged_since(epoch)
-        });
-        Ok(group)
+        let value = read()?;
+        let w = weight(&value);
+        map.fill(key, value.clone(), w, || self.unchanged_since(epoch));
+        Ok(value)
     }
 
     fn unchanged_since(&self, epoch: u64) -> bool {
