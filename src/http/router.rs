@@ -137,11 +137,16 @@ async fn dispatch(
             super::decide::remote_config(app, req.uri().path())
         }
         Route::Liveness => Ok(response::text(StatusCode::OK, "ok")),
-        Route::Readiness => Ok(if app.is_ready() {
-            response::text(StatusCode::OK, "ready")
-        } else {
-            response::text(StatusCode::SERVICE_UNAVAILABLE, "not ready")
-        }),
+        Route::Readiness => {
+            // After a failed write, the probe that asks is what finds the disk working
+            // again when no event comes to try it.
+            app.wal.probe();
+            Ok(if app.is_ready() {
+                response::text(StatusCode::OK, "ready")
+            } else {
+                response::text(StatusCode::SERVICE_UNAVAILABLE, "not ready")
+            })
+        }
         Route::Metrics => Ok(response::with_type(
             StatusCode::OK,
             "text/plain; version=0.0.4; charset=utf-8",

@@ -97,7 +97,8 @@ pub struct Shared {
     interrupted: Mutex<Vec<u64>>,
     spares: Mutex<Spares>,
     spare_wanted: Condvar,
-    /// Test hook: how many of the next commits fail, and how many were tried.
+    /// Test hook: how many of the next commits (and probes) fail, and how many were
+    /// tried.
     #[cfg(test)]
     pub(crate) failing_commits: AtomicU64,
     #[cfg(test)]
@@ -418,15 +419,7 @@ impl Appender {
     /// Write what was pushed and sync it; every entry pushed so far is then durable.
     pub fn commit(&mut self) -> io::Result<()> {
         #[cfg(test)]
-        {
-            let shared = &self.shared;
-            shared.commits_tried.fetch_add(1, Ordering::SeqCst);
-            let failing = shared.failing_commits.load(Ordering::SeqCst);
-            if failing > 0 {
-                shared.failing_commits.store(failing - 1, Ordering::SeqCst);
-                return Err(io::Error::other("injected failure"));
-            }
-        }
+        self.injected_failure()?;
         self.write_buffered()?;
         if let Some(file) = &self.file {
             file.sync_data()?;
@@ -463,10 +456,37 @@ impl Appender {
                 }
             }
         }
+        // A segment already retired (a roll after it failed too) is not in use.
+        if !lock(&self.shared.segments).contains(&first) {
+            return;
+        }
         let mut interrupted = lock(&self.shared.interrupted);
         if !interrupted.contains(&first) {
             interrupted.push(first);
         }
+    }
+
+    /// Whether the disk takes writes again after a failure, without writing an entry:
+    /// sync the open segment, or the log's directory when none is open.
+    pub fn probe(&mut self) -> io::Result<()> {
+        #[cfg(test)]
+        self.injected_failure()?;
+        match &self.file {
+            Some(file) => file.sync_data(),
+            None => sync_dir(&self.shared.dir),
+        }
+    }
+
+    #[cfg(test)]
+    fn injected_failure(&self) -> io::Result<()> {
+        let shared = &self.shared;
+        shared.commits_tried.fetch_add(1, Ordering::SeqCst);
+        let failing = shared.failing_commits.load(Ordering::SeqCst);
+        if failing > 0 {
+            shared.failing_commits.store(failing - 1, Ordering::SeqCst);
+            return Err(io::Error::other("injected failure"));
+        }
+        Ok(())
     }
 
     fn write_buffered(&mut self) -> io::Result<()> {

@@ -266,6 +266,35 @@ fn segments_holding_only_failed_groups_are_retired() {
     assert_eq!(log.next_seq(), next + 1);
 }
 
+/// A roll that fails after a segment was retired leaves the retired number out of the
+/// segments cut short: they only ever name segments in use.
+#[test]
+fn a_retired_segment_is_not_counted_as_cut_short_when_the_next_roll_fails() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut log, _reader) = open_at(dir.path(), 1, None);
+    log.push(b"one").unwrap();
+    log.commit().unwrap();
+    log.push(b"lost").unwrap();
+    log.abandon();
+    log.push(b"lost again").unwrap();
+    log.abandon();
+    let retired = log.first.unwrap();
+    assert_eq!(segment_files(dir.path()), [1]);
+    // A directory where the next segment's file goes: the roll fails.
+    let next = segment_path(dir.path(), log.next_seq().max(retired + 1));
+    std::fs::create_dir(&next).unwrap();
+    std::fs::write(next.join("in the way"), b"").unwrap();
+    assert!(log.push(b"fails").is_err());
+    log.abandon();
+    assert_eq!(*lock(&log.shared.interrupted), [1]);
+    assert_eq!(*lock(&log.shared.segments), [1]);
+    // With the way clear, the log goes on above every number it gave out.
+    std::fs::remove_dir_all(&next).unwrap();
+    let seq = log.push(b"two").unwrap();
+    log.commit().unwrap();
+    assert!(seq > retired, "{seq} {retired}");
+}
+
 #[test]
 fn an_entry_larger_than_a_segment_gets_a_segment_of_its_own() {
     let dir = tempfile::tempdir().unwrap();

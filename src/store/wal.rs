@@ -62,6 +62,8 @@ enum Job {
         records: Vec<Vec<u8>>,
         reply: oneshot::Sender<Result<(), Error>>,
     },
+    /// After a failure: check whether the disk takes writes again.
+    Probe,
     /// Write what is queued ahead of this, then stop.
     Stop,
 }
@@ -92,8 +94,9 @@ pub struct Writer {
 }
 
 impl Writer {
-    /// Write everything queued so far, then stop the thread and wait for it. Appends
-    /// that come later fail with [`Error::Closed`].
+    /// Write everything queued so far (or refuse it, in the pause after a failed
+    /// write), then stop the thread and wait for it. Appends that come later fail with
+    /// [`Error::Closed`].
     pub fn stop(self) {
         // A full queue is drained by the writer, so this waits at most one group.
         if self.tx.blocking_send(Job::Stop).is_ok() && self.thread.join().is_err() {
@@ -149,6 +152,15 @@ impl Wal {
         &self.stats
     }
 
+    /// After a failed write, ask the writer to check the disk once its pause is over,
+    /// so the log is seen writable again without waiting for an event to try it.
+    /// Asks nothing when the log is writable or the queue is full.
+    pub fn probe(&self) {
+        if !self.stats.writable.load(Ordering::Relaxed) {
+            let _ = self.tx.try_send(Job::Probe);
+        }
+    }
+
     /// Requests queued for the writer right now.
     pub fn queued(&self) -> usize {
         QUEUE_CAPACITY - self.tx.capacity()
@@ -186,6 +198,7 @@ fn run(mut log: Appender, mut rx: mpsc::Receiver<Job>, stats: &Stats, on_flush: 
     while !stopping {
         let mut group = Vec::new();
         let mut bytes = 0usize;
+        let mut probe = false;
         let mut next = rx.blocking_recv();
         while let Some(job) = next {
             match job {
@@ -193,6 +206,7 @@ fn run(mut log: Appender, mut rx: mpsc::Receiver<Job>, stats: &Stats, on_flush: 
                     bytes += records.iter().map(Vec::len).sum::<usize>();
                     group.push(Pending { records, reply });
                 }
+                Job::Probe => probe = true,
                 Job::Stop => {
                     stopping = true;
                     break;
@@ -203,14 +217,20 @@ fn run(mut log: Appender, mut rx: mpsc::Receiver<Job>, stats: &Stats, on_flush: 
             }
             next = rx.try_recv().ok();
         }
-        if group.is_empty() {
+        if group.is_empty() && !probe {
             // Every sender is gone, or a stop with nothing queued.
             break;
         }
         let result = match backoff {
             Some((until, _)) if Instant::now() < until => Err(Error::Storage),
             _ => {
-                let result = write_group(&mut log, &mut group, stats, on_flush);
+                let result = match group.is_empty() {
+                    false => write_group(&mut log, &mut group, stats, on_flush),
+                    true => log.probe().map_err(|e| {
+                        log.abandon();
+                        storage_error(e)
+                    }),
+                };
                 backoff = match (result, backoff) {
                     (Ok(()), None) => None,
                     (Ok(()), Some(_)) => {
@@ -417,7 +437,10 @@ mod tests {
         std::thread::sleep(FIRST_BACKOFF + Duration::from_millis(50));
         assert_eq!(wal.append(vec![b"d".to_vec()]).await, Err(Error::Storage));
         assert_eq!(tried(), 2);
+        // A probe in the pause does not touch the disk either.
+        wal.probe();
         std::thread::sleep(FIRST_BACKOFF);
+        assert_eq!(tried(), 2);
         // The disk works again: written, and the next append goes straight through.
         assert_eq!(wal.append(vec![b"e".to_vec()]).await, Ok(()));
         assert!(wal.stats().writable.load(Ordering::SeqCst));
@@ -441,5 +464,34 @@ mod tests {
             .filter(|e| e.as_ref().unwrap().path().extension() == Some("log".as_ref()))
             .count();
         assert_eq!(segments, 1);
+    }
+
+    /// With no event to try it, a probe finds the disk working again once the pause
+    /// after a failure is over.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_probe_after_the_pause_finds_the_disk_working_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let (appender, _, preparer) = log::open(dir.path(), 1, None, SEGMENT).unwrap();
+        let shared = appender.shared().clone();
+        let (wal, writer) = Wal::start(appender, preparer, Box::new(|_| {})).unwrap();
+        let writable = || wal.stats().writable.load(Ordering::SeqCst);
+        // Writable: a probe asks nothing.
+        wal.probe();
+        shared.failing_commits.store(1, Ordering::SeqCst);
+        assert_eq!(wal.append(vec![b"a".to_vec()]).await, Err(Error::Storage));
+        assert_eq!(shared.commits_tried.load(Ordering::SeqCst), 1);
+        assert!(!writable());
+        std::thread::sleep(FIRST_BACKOFF + Duration::from_millis(50));
+        wal.probe();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !writable() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(writable());
+        assert_eq!(shared.commits_tried.load(Ordering::SeqCst), 2);
+        assert_eq!(wal.append(vec![b"b".to_vec()]).await, Ok(()));
+        tokio::task::spawn_blocking(move || writer.stop())
+            .await
+            .unwrap();
     }
 }

@@ -181,7 +181,7 @@ fn small_bombs_are_decoded_off_the_reactor() {
             })
         })
         .collect();
-    // Every connection has had a bomb answered: the server is busy with the next ones.
+    // Six bombs answered: the server is busy with the ones sent after them.
     let deadline = Instant::now() + WAIT;
     while answered.load(Ordering::SeqCst) < 6 && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(5));
