@@ -418,9 +418,10 @@ impl Appender {
 
     /// Write what was pushed and sync it; every entry pushed so far is then durable.
     pub fn commit(&mut self) -> io::Result<()> {
+        self.write_buffered()?;
+        // A failing sync, after the frames reached the file.
         #[cfg(test)]
         self.injected_failure()?;
-        self.write_buffered()?;
         if let Some(file) = &self.file {
             file.sync_data()?;
         }
