@@ -324,6 +324,14 @@ mod tests {
         Wal::start(appender, preparer, Box::new(|_| {})).unwrap()
     }
 
+    /// [`start`], with the log's shared state for its test hooks (failing syncs).
+    fn start_with_hooks(dir: &std::path::Path) -> (Wal, Writer, Arc<log::Shared>) {
+        let (appender, _, preparer) = log::open(dir, 1, None, SEGMENT).unwrap();
+        let shared = appender.shared().clone();
+        let (wal, writer) = Wal::start(appender, preparer, Box::new(|_| {})).unwrap();
+        (wal, writer, shared)
+    }
+
     /// Every entry in the log, with its number, read as the compactor reads.
     fn read_all(dir: &std::path::Path) -> Vec<(u64, Vec<u8>)> {
         let (_, mut reader) = log::open_for_tests(dir, 0, None, SEGMENT);
@@ -419,9 +427,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn after_a_failed_write_the_disk_is_tried_again_only_after_a_pause() {
         let dir = tempfile::tempdir().unwrap();
-        let (appender, _, preparer) = log::open(dir.path(), 1, None, SEGMENT).unwrap();
-        let shared = appender.shared().clone();
-        let (wal, writer) = Wal::start(appender, preparer, Box::new(|_| {})).unwrap();
+        let (wal, writer, shared) = start_with_hooks(dir.path());
         let tried = || shared.commits_tried.load(Ordering::SeqCst);
         shared.failing_commits.store(2, Ordering::SeqCst);
         assert_eq!(wal.append(vec![b"a".to_vec()]).await, Err(Error::Storage));
@@ -471,9 +477,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_probe_after_the_pause_finds_the_disk_working_again() {
         let dir = tempfile::tempdir().unwrap();
-        let (appender, _, preparer) = log::open(dir.path(), 1, None, SEGMENT).unwrap();
-        let shared = appender.shared().clone();
-        let (wal, writer) = Wal::start(appender, preparer, Box::new(|_| {})).unwrap();
+        let (wal, writer, shared) = start_with_hooks(dir.path());
         let writable = || wal.stats().writable.load(Ordering::SeqCst);
         // Writable: a probe asks nothing.
         wal.probe();
