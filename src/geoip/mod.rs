@@ -20,13 +20,13 @@ use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
-
-use crate::sync::lock;
 use std::time::SystemTime;
 
 use arc_swap::ArcSwapOption;
 use maxminddb::{geoip2, MaxMindDbError, Reader};
 use serde_json::{Map, Number, Value};
+
+use crate::sync::lock;
 
 /// `$geoip_*` properties of one address: only the keys the database knows, always in the
 /// order city, country name, country code, continent name, continent code, postal code,

@@ -68,17 +68,6 @@ impl<'m> Cache<'m> {
         Ok(())
     }
 
-    /// What the chunk changed that `/decide` may have cached: the distinct ids linked
-    /// and the persons written or deleted.
-    pub fn changes(&self) -> Changes {
-        Changes {
-            linked: self.linked.clone(),
-            persons: self.dirty.iter().copied().collect(),
-            group_types: self.group_types_added.clone(),
-            groups: self.groups_written.clone(),
-        }
-    }
-
     /// How many persons [`Cache::write`] would write.
     #[cfg(test)]
     pub fn changed(&self) -> usize {
@@ -101,11 +90,19 @@ impl<'m> Cache<'m> {
         }
     }
 
-    /// What the chunk read and changed, for the memo once the chunk is committed;
-    /// the last use of the cache, so its distinct ids move rather than copy.
-    pub fn into_learned(self) -> Learned {
+    /// What the chunk changed that `/decide` may have cached (the distinct ids linked,
+    /// the persons written or deleted, the group types named, the groups written),
+    /// and what it read and changed, for the memo once the chunk is committed. The
+    /// last use of the cache, so its lists move rather than copy.
+    pub fn into_reports(self) -> (Changes, Learned) {
+        let changes = Changes {
+            linked: self.linked,
+            persons: self.dirty.iter().copied().collect(),
+            group_types: self.group_types_added,
+            groups: self.groups_written,
+        };
         let Some(memo) = self.memo else {
-            return Learned::default();
+            return (changes, Learned::default());
         };
         let changed = self
             .dirty
@@ -126,7 +123,7 @@ impl<'m> Cache<'m> {
                     .map(move |(id, person)| (project, id, person))
             })
             .collect();
-        Learned { ids, ops }
+        (changes, Learned { ids, ops })
     }
 
     /// Record that `ops` were just applied to the person `id`.

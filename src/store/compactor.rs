@@ -492,8 +492,7 @@ impl Compactor {
                     }
                 }
                 cache.write(&tx)?;
-                counts.persons = cache.changes();
-                counts.learned = cache.into_learned();
+                (counts.persons, counts.learned) = cache.into_reports();
                 let mut next_block = first_block;
                 for (project, list) in entries {
                     for (newest, value) in block::build(list) {
