@@ -320,13 +320,13 @@ mod tests {
     const SEGMENT: u64 = 256 * 1024;
 
     fn start(dir: &std::path::Path, floor: u64) -> (Wal, Writer) {
-        let (appender, _, preparer) = log::open(dir, floor, None, SEGMENT).unwrap();
-        Wal::start(appender, preparer, Box::new(|_| {})).unwrap()
+        let (wal, writer, _) = start_with_hooks(dir, floor);
+        (wal, writer)
     }
 
     /// [`start`], with the log's shared state for its test hooks (failing syncs).
-    fn start_with_hooks(dir: &std::path::Path) -> (Wal, Writer, Arc<log::Shared>) {
-        let (appender, _, preparer) = log::open(dir, 1, None, SEGMENT).unwrap();
+    fn start_with_hooks(dir: &std::path::Path, floor: u64) -> (Wal, Writer, Arc<log::Shared>) {
+        let (appender, _, preparer) = log::open(dir, floor, None, SEGMENT).unwrap();
         let shared = appender.shared().clone();
         let (wal, writer) = Wal::start(appender, preparer, Box::new(|_| {})).unwrap();
         (wal, writer, shared)
@@ -427,7 +427,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn after_a_failed_write_the_disk_is_tried_again_only_after_a_pause() {
         let dir = tempfile::tempdir().unwrap();
-        let (wal, writer, shared) = start_with_hooks(dir.path());
+        let (wal, writer, shared) = start_with_hooks(dir.path(), 1);
         let tried = || shared.commits_tried.load(Ordering::SeqCst);
         shared.failing_commits.store(2, Ordering::SeqCst);
         assert_eq!(wal.append(vec![b"a".to_vec()]).await, Err(Error::Storage));
@@ -477,7 +477,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_probe_after_the_pause_finds_the_disk_working_again() {
         let dir = tempfile::tempdir().unwrap();
-        let (wal, writer, shared) = start_with_hooks(dir.path());
+        let (wal, writer, shared) = start_with_hooks(dir.path(), 1);
         let writable = || wal.stats().writable.load(Ordering::SeqCst);
         // Writable: a probe asks nothing.
         wal.probe();
