@@ -257,6 +257,38 @@ mod tests {
         assert!(js.ends_with("},\n    siteApps: []\n  }\n})();"), "{js}");
     }
 
+    /// The value tree and the direct writer agree byte for byte with a project's tail,
+    /// and only v4 says `quotaLimited`.
+    #[test]
+    fn both_response_writers_end_with_the_tail() {
+        use crate::flags::{response_bytes_with, response_with, Evaluation, Tail};
+        let switches = Switches {
+            heatmaps: true,
+            ..Switches::default()
+        };
+        let common = decide_tail(&switches, Facts::default());
+        let tail = Tail {
+            evaluated_at: Some(1_700_000_000_123),
+            quota_limited: true,
+            common: &common,
+        };
+        let id = uuid::Uuid::nil();
+        for version in 0..=5 {
+            let eval = Evaluation::default();
+            let tree = serde_json::to_string(&response_with(version, &eval, id, &tail)).unwrap();
+            let direct = String::from_utf8(response_bytes_with(version, &eval, id, &tail)).unwrap();
+            assert_eq!(tree, direct, "version {version}");
+            let body = parse(direct.as_bytes());
+            assert_eq!(body["evaluatedAt"], 1_700_000_000_123_i64);
+            assert_eq!(body["heatmaps"], true);
+            assert_eq!(
+                body.get("quotaLimited").is_some(),
+                version >= 4,
+                "{version}"
+            );
+        }
+    }
+
     #[test]
     fn switches_parse_with_defaults_and_refuse_typos() {
         let s: Switches = serde_json::from_str(r#"{"heatmaps": true}"#).unwrap();
