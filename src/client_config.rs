@@ -12,9 +12,10 @@ use serde::Deserialize;
 
 /// Compression schemes the capture endpoints accept, advertised so clients compress.
 pub const SUPPORTED_COMPRESSION: &str = r#"["gzip","gzip-js","lz64"]"#;
-/// Where posthog-js sends events, as PostHog's remote config says; flagpost serves it
-/// with every other intake path.
-pub const ANALYTICS_ENDPOINT: &str = "/i/v0/e/";
+/// Where posthog-js sends events: the intake it uses before the config arrives, so a
+/// page load's events all take one path. (PostHog's config names `/i/v0/e/`, which
+/// flagpost serves too.)
+pub const ANALYTICS_ENDPOINT: &str = "/e/";
 /// Where exceptions go when autocaptured: the ordinary intake.
 pub const EXCEPTIONS_ENDPOINT: &str = "/e/";
 /// What `/decide` always said before remote config existed, and still says.
@@ -188,7 +189,7 @@ mod tests {
                 "capturePerformance": false,
                 "autocapture_opt_out": false,
                 "autocaptureExceptions": false,
-                "analytics": {"endpoint": "/i/v0/e/"},
+                "analytics": {"endpoint": "/e/"},
                 "elementsChainAsString": true,
                 "errorTracking": {"autocaptureExceptions": false, "suppressionRules": []},
                 "logs": {"captureConsoleLogs": false},

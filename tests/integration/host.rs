@@ -193,7 +193,7 @@ fn remote_config_carries_every_field_posthog_js_reads() {
             "capturePerformance": false,
             "autocapture_opt_out": false,
             "autocaptureExceptions": false,
-            "analytics": {"endpoint": "/i/v0/e/"},
+            "analytics": {"endpoint": "/e/"},
             "elementsChainAsString": true,
             "errorTracking": {"autocaptureExceptions": false, "suppressionRules": []},
             "logs": {"captureConsoleLogs": false},
