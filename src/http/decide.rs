@@ -166,7 +166,10 @@ pub async fn handle(
     let request = DecideRequest::parse(&mut bytes)?;
     let project = project_of(app, &request.key)?;
     let geo = location(app, peer, &parts.headers);
-    let body = evaluate(app, &project, request, geo, version);
+    let mut body = evaluate(app, &project, request, geo, version);
+    if super::surveys::has_active_survey(app, &project) {
+        flags::turn_surveys_on(&mut body);
+    }
     app.metrics
         .decide_seconds
         .observe(started.elapsed().as_secs_f64());
@@ -381,10 +384,11 @@ pub fn remote_config_token(path: &str) -> Option<&str> {
 pub fn remote_config(app: &App, path: &str) -> Result<Response<Body>, ApiError> {
     let token = remote_config_token(path).ok_or(ApiError::NotFound)?;
     let project = project_of(app, token)?;
-    Ok(response::json(
-        StatusCode::OK,
-        &flags::remote_config(&project.api_key),
-    ))
+    let mut body = flags::remote_config(&project.api_key);
+    if super::surveys::has_active_survey(app, &project) {
+        body["surveys"] = Value::Bool(true);
+    }
+    Ok(response::json(StatusCode::OK, &body))
 }
 
 #[cfg(test)]

@@ -11,6 +11,7 @@ pub mod lz64;
 pub mod response;
 pub mod router;
 pub mod server;
+pub mod surveys;
 
 use std::net::{IpAddr, SocketAddr};
 

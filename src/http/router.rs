@@ -26,6 +26,10 @@ pub enum Route {
     Definitions,
     /// `/array/<project key>/config`: posthog-js's remote config.
     RemoteConfig,
+    /// `/api/surveys/?token=`.
+    Surveys,
+    /// `/api/early_access_features/?token=`.
+    EarlyAccess,
     Liveness,
     Readiness,
     Metrics,
@@ -42,6 +46,8 @@ impl Route {
             "/decide" => Route::Decide { flags: false },
             "/flags" => Route::Decide { flags: true },
             "/api/feature_flag/local_evaluation" | "/flags/definitions" => Route::Definitions,
+            "/api/surveys" => Route::Surveys,
+            "/api/early_access_features" => Route::EarlyAccess,
             "/_liveness" => Route::Liveness,
             "/_readiness" => Route::Readiness,
             "/metrics" => Route::Metrics,
@@ -62,6 +68,8 @@ impl Route {
             Route::Decide { flags: true } => "flags",
             Route::Definitions => "flag_definitions",
             Route::RemoteConfig => "remote_config",
+            Route::Surveys => "surveys",
+            Route::EarlyAccess => "early_access_features",
             Route::Liveness => "liveness",
             Route::Readiness => "readiness",
             Route::Metrics => "metrics",
@@ -76,7 +84,11 @@ impl Route {
     fn is_cors(self) -> bool {
         matches!(
             self,
-            Route::Capture { .. } | Route::Decide { .. } | Route::RemoteConfig
+            Route::Capture { .. }
+                | Route::Decide { .. }
+                | Route::RemoteConfig
+                | Route::Surveys
+                | Route::EarlyAccess
         )
     }
 }
@@ -135,6 +147,17 @@ async fn dispatch(
                 return Err(ApiError::MethodNotAllowed);
             }
             super::decide::remote_config(app, req.uri().path())
+        }
+        Route::Surveys | Route::EarlyAccess => {
+            if method != Method::GET {
+                return Err(ApiError::MethodNotAllowed);
+            }
+            let query = req.uri().query();
+            if route == Route::Surveys {
+                super::surveys::surveys(app, query)
+            } else {
+                super::surveys::early_access_features(app, query)
+            }
         }
         Route::Liveness => Ok(response::text(StatusCode::OK, "ok")),
         Route::Readiness => {
@@ -204,6 +227,10 @@ mod tests {
             Route::Definitions
         );
         assert_eq!(Route::of("/array/phc_key/config"), Route::RemoteConfig);
+        assert_eq!(Route::of("/api/surveys/"), Route::Surveys);
+        assert_eq!(Route::of("/api/surveys"), Route::Surveys);
+        assert_eq!(Route::of("/api/early_access_features/"), Route::EarlyAccess);
+        assert!(Route::Surveys.is_cors() && Route::EarlyAccess.is_cors());
         assert_eq!(Route::of("/array/phc_key/config.js"), Route::NotFound);
         assert_eq!(Route::of("/array//config"), Route::NotFound);
         assert_eq!(Route::of("/array/a/b/config"), Route::NotFound);
