@@ -285,3 +285,43 @@ fn early_access_features_by_stage_and_enrollment_flips_the_flag() {
     assert_eq!(enabled(&server, "dark-mode", "eve"), Some(true));
     assert_eq!(enabled(&server, "dark-mode", "someone-else"), Some(false));
 }
+
+#[test]
+fn check_names_the_file_the_survey_and_the_field() {
+    let tmp = data_dir();
+    let data = tmp.path().join("data");
+    std::fs::write(data.join("flags/1.json"), FLAGS).unwrap();
+    std::fs::create_dir_all(data.join("surveys")).unwrap();
+    std::fs::create_dir_all(data.join("early_access")).unwrap();
+    let mut bad = survey(Value::Null);
+    bad["start_date"] = json!("last tuesday");
+    std::fs::write(
+        data.join("surveys/1.json"),
+        json!({"surveys": [bad]}).to_string(),
+    )
+    .unwrap();
+    let mut unlinked = survey(Value::Null);
+    unlinked["linked_flag_key"] = json!("no-such-flag");
+    std::fs::write(
+        data.join("surveys/2.json"),
+        json!({"surveys": [unlinked]}).to_string(),
+    )
+    .unwrap();
+    let feature = json!({"earlyAccessFeatures": [{"id": "f9", "name": "X", "stage": "beta", "flagKey": "ghost"}]});
+    std::fs::write(data.join("early_access/1.json"), feature.to_string()).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_flagpost"))
+        .args(["check", "--data-dir"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let d = data.display();
+    for line in [
+        format!("error: {d}/surveys/1.json: survey \"{SURVEY}\": start_date: \"last tuesday\" is not a date-time like 2024-05-01T09:00:00Z"),
+        format!("error: {d}/surveys/2.json: survey \"{SURVEY}\": linked_flag_key: no flag \"no-such-flag\" in {d}/flags/2.json"),
+        format!("error: {d}/early_access/1.json: feature \"f9\": flagKey: no flag \"ghost\" in {d}/flags/1.json"),
+    ] {
+        assert!(stdout.lines().any(|l| l == line), "{line}\nnot in:\n{stdout}");
+    }
+}
