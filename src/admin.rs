@@ -69,8 +69,17 @@ pub fn check(data_dir: &Path, geoip_file: Option<&Path>) -> CheckReport {
             ));
         }
         if let Some(r) = snapshot.project(id) {
+            // The feed is the file as written; the rest were made for surveys.
+            let file = r.definitions_json()["flags"].as_array();
+            let written = file.map_or(0, |f| f.iter().filter(|f| f["deleted"] != true).count());
+            let made = r.flag_count().saturating_sub(written);
+            let made = if made > 0 {
+                format!(" ({made} of them made for surveys)")
+            } else {
+                String::new()
+            };
             report.notes.push(format!(
-                "{}/{id}.json: {} flags",
+                "{}/{id}.json: {} flags{made}",
                 flags_dir.display(),
                 r.flag_count()
             ));
@@ -126,9 +135,10 @@ fn check_surveys_and_features(
         .extend(loaded.errors.iter().map(|e| e.to_string()));
     for id in loaded.loaded {
         let file = features_dir.join(format!("{id}.json"));
+        let count = features.project(id).map_or(0, |f| f.len());
         report
             .notes
-            .push(format!("{}: early access features", file.display()));
+            .push(format!("{}: {count} early access features", file.display()));
     }
     (surveys, features)
 }

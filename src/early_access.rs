@@ -51,6 +51,15 @@ impl ProjectFeatures {
         json!({"earlyAccessFeatures": features})
     }
 
+    /// How many features the file lists, in every stage.
+    pub fn len(&self) -> usize {
+        self.features.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.features.is_empty()
+    }
+
     /// Each feature's id and the flag key it names, for `check`.
     pub fn flag_keys(&self) -> impl Iterator<Item = (&str, &str)> {
         self.features
