@@ -1,4 +1,4 @@
-//! The compactor (`store::compactor`): one `Compactor::step` over a log holding 1024
+//! The compactor (`compactor`): one `Compactor::step` over a log holding 1024
 //! records (32 log entries of 32, as group commit writes them under load), the chunk
 //! one realtime step takes. Events are `$pageview`s from an address GeoIP locates:
 //! (a) with `$process_person_profile: false`, so only the event is stored, and (b) with
@@ -15,12 +15,13 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, SamplingMode, Throughput};
+use flagpost::compactor::{Compactor, Settings};
 use flagpost::geoip;
+use flagpost::log;
+use flagpost::log::record::encode_frame;
+use flagpost::log::Record;
 use flagpost::projects::Projects;
-use flagpost::store::compactor::{Compactor, Settings};
-use flagpost::store::log;
-use flagpost::store::record::encode_frame;
-use flagpost::store::{Record, Trees};
+use flagpost::store::Trees;
 use serde_json::json;
 
 use common::{pageview, uuid, API_KEY, NOW_MS};

@@ -6,11 +6,13 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use tokio::sync::Semaphore;
 
+use crate::compactor;
 use crate::config::Config;
 use crate::http::body::Budget;
+use crate::log::Wal;
 use crate::metrics::Metrics;
 use crate::projects::Projects;
-use crate::store::{compactor, Trees, Wal};
+use crate::store::Trees;
 
 /// Large or compressed payloads are decoded and parsed on the blocking pool, at most
 /// this many at once (one per core of the small VMs this runs on): each can hold up
@@ -23,13 +25,13 @@ pub struct App {
     pub projects: Arc<ArcSwap<Projects>>,
     pub wal: Wal,
     /// The log's positions, for its depth.
-    pub log: Arc<crate::store::log::Shared>,
+    pub log: Arc<crate::log::Shared>,
     /// Persons for `/decide`, kept current by the compactor.
     pub persons: Arc<crate::store::person_cache::PersonCache>,
     pub trees: Trees,
     pub compactor: Arc<compactor::Stats>,
     /// Free disk space, measured every second by a background task.
-    pub space: crate::store::space::Space,
+    pub space: crate::log::space::Space,
     pub metrics: Metrics,
     /// The published flag rules; swapped whole by the reloader.
     pub rules: crate::flags::Rules,
@@ -51,7 +53,7 @@ impl App {
         store: &crate::store::Store,
     ) -> App {
         let budget = Budget::new(config.limits.max_inflight_body_bytes);
-        let space = crate::store::space::Space::new(config.min_free_disk_bytes);
+        let space = crate::log::space::Space::new(config.min_free_disk_bytes);
         App {
             config,
             projects,

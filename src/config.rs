@@ -38,7 +38,7 @@ pub struct Config {
     /// The sled database: write-ahead log, events, persons, groups.
     pub db_dir: PathBuf,
     pub limits: Limits,
-    pub compactor: crate::store::compactor::Settings,
+    pub compactor: crate::compactor::Settings,
     /// The GeoIP database; `None` means `<data dir>/GeoLite2-City.mmdb` if it exists.
     pub geoip: Option<PathBuf>,
     /// Peers whose `X-Forwarded-For` is believed.
@@ -86,9 +86,9 @@ impl Config {
             compactor: Default::default(),
             geoip: None,
             trusted_proxies: crate::geoip::TrustedProxies::loopback_only(),
-            min_free_disk_bytes: crate::store::space::DEFAULT_RESERVE_BYTES,
+            min_free_disk_bytes: crate::log::space::DEFAULT_RESERVE_BYTES,
             cache_bytes: DEFAULT_CACHE_BYTES,
-            log_segment_bytes: crate::store::log::SEGMENT_BYTES,
+            log_segment_bytes: crate::log::SEGMENT_BYTES,
         }
     }
 

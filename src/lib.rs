@@ -19,11 +19,14 @@
 pub mod admin;
 pub mod app;
 pub mod capture;
+pub mod compactor;
 pub mod config;
 pub mod flags;
 pub mod geoip;
 pub mod http;
 pub mod idle;
+pub mod log;
+pub mod lz64;
 pub mod metrics;
 pub mod notify;
 pub mod persons;
@@ -88,7 +91,7 @@ pub async fn serve(
     let geoip = Arc::new(open_geoip(&config).await?);
     let metrics = metrics::Metrics::new();
     let flushes = metrics.wal_flush_seconds.clone();
-    let on_flush: store::wal::FlushObserver = Box::new(move |d| flushes.observe(d.as_secs_f64()));
+    let on_flush: log::writer::FlushObserver = Box::new(move |d| flushes.observe(d.as_secs_f64()));
     let (db_dir, cache, segment, shared, settings, enrich) = (
         config.db_dir.clone(),
         config.cache_bytes,

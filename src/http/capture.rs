@@ -43,7 +43,7 @@ pub async fn handle(
     // A failed log write is retried by the next append, so only the compactor and
     // the disk reserve refuse up front.
     if !app.compactor.healthy.load(Ordering::Relaxed) || !app.space.is_ok() {
-        return Err(ApiError::Wal(crate::store::wal::Error::Storage));
+        return Err(ApiError::Wal(crate::log::writer::Error::Storage));
     }
     let (parts, incoming) = req.into_parts();
     let query = Query::parse(parts.uri.query());

@@ -9,7 +9,7 @@ use serde_json::json;
 use super::response::{self, Body};
 use super::{body, decode};
 use crate::capture;
-use crate::store::wal;
+use crate::log::writer as wal;
 
 /// Seconds a client should wait before retrying after a 503.
 const RETRY_AFTER_SECONDS: &str = "5";

@@ -7,7 +7,6 @@ pub mod capture;
 pub mod decide;
 pub mod decode;
 pub mod error;
-pub mod lz64;
 pub mod response;
 pub mod router;
 pub mod server;

@@ -12,9 +12,9 @@ use std::collections::HashMap;
 use sled::transaction::{ConflictableTransactionError, TransactionError, Transactional};
 use sled::IVec;
 
-use super::compactor::NEXT_BLOCK_KEY;
 use super::event::StoredEvent;
 use super::{block, dedup, keys, Error, Trees};
+use crate::compactor::NEXT_BLOCK_KEY;
 
 /// The format this build writes: 2 is event blocks. 1 (one key per event) had no key.
 pub const FORMAT: u64 = 2;

@@ -3,34 +3,24 @@
 //! (events, persons, groups) and its checkpoint, plus the queries the read API and flag
 //! evaluation make.
 
-mod apply;
 pub mod block;
-mod cache;
-pub mod compactor;
 pub mod dedup;
 pub mod event;
 pub mod keys;
-pub mod log;
-mod memo;
 mod migrate;
-pub mod overflow;
 pub mod person_cache;
 pub mod query;
-mod raw;
-pub mod record;
-pub mod space;
-mod splice;
-pub mod wal;
 
 use std::path::Path;
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 
-pub use apply::{Group, MAX_GROUP_TYPES};
+pub use crate::compactor::apply::{Group, MAX_GROUP_TYPES};
 pub use event::StoredEvent;
-pub use record::Record;
-pub use wal::Wal;
+
+use crate::compactor;
+use crate::log::{self, writer as wal, Wal};
 
 use crate::projects::Projects;
 

@@ -406,7 +406,7 @@ pub fn group_type_index(
 /// Entries waiting in the log plus records waiting in the slower lanes, from the span
 /// of their numbers: O(log n), exact unless sequence numbers were skipped at a restart
 /// or by a failed write.
-pub fn log_depth(trees: &Trees, log: &super::log::Shared) -> u64 {
+pub fn log_depth(trees: &Trees, log: &crate::log::Shared) -> u64 {
     log.depth()
         + [&trees.wal, &trees.historical, &trees.overflow]
             .into_iter()

@@ -33,6 +33,10 @@
 //! - After a failed write the writer continues in a new segment: numbers are skipped,
 //!   never reused, and the failed entries, never acknowledged, may or may not be read.
 
+pub mod record;
+pub mod space;
+pub mod writer;
+
 use std::collections::VecDeque;
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -43,6 +47,9 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 
 use crate::sync::lock;
+
+pub use record::Record;
+pub use writer::Wal;
 
 /// The log's directory inside the database directory.
 pub const DIR_NAME: &str = "wal";
@@ -902,5 +909,4 @@ pub(crate) fn read_intact(reader: &mut Reader) -> Vec<(u64, Vec<u8>)> {
 }
 
 #[cfg(test)]
-#[path = "log_tests.rs"]
 mod tests;

@@ -14,7 +14,7 @@ use uuid::Uuid;
 use super::apply::{self, Geo, ProjectSettings, Tx, GEO_KEY_STARTS};
 use super::cache::Cache;
 use super::raw::{self, KeyFilter, Member};
-use super::Record;
+use crate::log::Record;
 use crate::persons::{self, EventView};
 
 type Result<T> = std::result::Result<T, sled::transaction::UnabortableTransactionError>;

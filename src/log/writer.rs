@@ -2,7 +2,7 @@
 //!
 //! One writer thread owns every append. Requests hand it their encoded records over a
 //! bounded channel and wait; the writer takes everything that has queued up, writes it
-//! to the log's segment file ([`super::log`]) as a few entries, calls `fdatasync` once
+//! to the log's segment file ([`crate::log`]) as a few entries, calls `fdatasync` once
 //! for the whole group, and answers all of them. Under load the groups grow, so one
 //! sync is shared by many requests (group commit). A dedicated thread keeps the
 //! blocking sync off the reactor.
@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, oneshot};
 
-use super::log::{Appender, Preparer};
 use super::record::encode_frame;
+use super::{Appender, Preparer};
 
 /// Requests waiting for the writer. A full queue means the disk cannot keep up: new
 /// requests get 503 with Retry-After rather than an ever-growing backlog in memory.
@@ -110,7 +110,7 @@ impl Writer {
 pub type FlushObserver = Box<dyn Fn(std::time::Duration) + Send>;
 
 impl Wal {
-    /// Start the writer on an open log (see [`super::log::open`]).
+    /// Start the writer on an open log (see [`super::open`]).
     pub fn start(
         appender: Appender,
         preparer: Preparer,
@@ -183,7 +183,7 @@ pub fn first_seq(
     checkpoint: Option<u64>,
 ) -> Result<u64, sled::Error> {
     let last = match tree.last()? {
-        Some((key, _)) => super::keys::seq(&key),
+        Some((key, _)) => crate::store::keys::seq(&key),
         None => None,
     };
     let generated = db.generate_id()?;
@@ -315,7 +315,7 @@ fn storage_error(e: std::io::Error) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::log;
+    use crate::log;
 
     const SEGMENT: u64 = 256 * 1024;
 
@@ -365,7 +365,7 @@ mod tests {
         let values: Vec<String> = read_all(dir.path())
             .iter()
             .flat_map(|(_, frame)| {
-                super::super::record::decode_frame(frame)
+                crate::log::record::decode_frame(frame)
                     .unwrap()
                     .into_iter()
                     .map(|r| String::from_utf8(r.to_vec()).unwrap())
@@ -460,7 +460,7 @@ mod tests {
         let values: Vec<Vec<u8>> = read_all(dir.path())
             .iter()
             .flat_map(|(_, frame)| {
-                let records = crate::store::record::decode_frame(frame).unwrap();
+                let records = crate::log::record::decode_frame(frame).unwrap();
                 records.into_iter().map(<[u8]>::to_vec).collect::<Vec<_>>()
             })
             .collect();

@@ -11,6 +11,13 @@
 //! event), and records are deduplicated by uuid against a [`dedup::Window`] of recent
 //! uuids, persisted in the same transaction, so a client's retry is not stored twice.
 
+pub(crate) mod apply;
+mod cache;
+mod memo;
+pub mod overflow;
+mod raw;
+mod splice;
+
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::panic::AssertUnwindSafe;
@@ -23,16 +30,16 @@ use arc_swap::ArcSwap;
 use sled::transaction::{ConflictableTransactionError, TransactionError, Transactional};
 use sled::IVec;
 
-use super::apply::{self, ProjectSettings, Tx};
-use super::cache::Cache;
-use super::dedup::{self, IdSet};
-use super::log;
-use super::memo::{self, Memo};
-use super::overflow::Limiter;
-use super::person_cache::{self, PersonCache};
-use super::record::decode_frame;
-use super::{block, keys, Record, Trees};
+use apply::{ProjectSettings, Tx};
+use cache::Cache;
+use memo::Memo;
+use overflow::Limiter;
+
+use crate::log::{self, record::decode_frame, Record};
 use crate::projects::Projects;
+use crate::store::dedup::{self, IdSet};
+use crate::store::person_cache::{self, PersonCache};
+use crate::store::{block, keys, Trees};
 
 /// Log records per realtime step: large enough to amortise a transaction, small
 /// enough that one step stays in the low milliseconds.
@@ -73,8 +80,8 @@ pub struct Settings {
 impl Default for Settings {
     fn default() -> Self {
         Settings {
-            overflow_rate: super::overflow::DEFAULT_RATE_PER_SECOND,
-            overflow_burst: super::overflow::DEFAULT_BURST,
+            overflow_rate: overflow::DEFAULT_RATE_PER_SECOND,
+            overflow_burst: overflow::DEFAULT_BURST,
             retention_days: DEFAULT_RETENTION_DAYS,
             dedup_max_age_ms: dedup::DEFAULT_MAX_AGE_MS,
             dedup_max_ids: dedup::DEFAULT_MAX_IDS,
@@ -322,7 +329,7 @@ impl Compactor {
         let entries = self
             .log
             .next_entries(|entry| {
-                records += super::record::frame_len(&entry.bytes).unwrap_or(1);
+                records += log::record::frame_len(&entry.bytes).unwrap_or(1);
                 records >= REALTIME_CHUNK
             })
             .map_err(io)?;
@@ -788,5 +795,4 @@ pub fn spawn(mut compactor: Compactor) -> std::io::Result<Handle> {
 }
 
 #[cfg(test)]
-#[path = "compactor_tests.rs"]
 mod tests;

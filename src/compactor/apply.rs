@@ -10,10 +10,12 @@ use serde_json::{Map, Value};
 use sled::transaction::{TransactionalTree, UnabortableTransactionError};
 use uuid::Uuid;
 
-use super::block::Entry;
 use super::cache::Cache;
-use super::{keys, raw, splice, Record};
+use super::{raw, splice};
+use crate::log::Record;
 use crate::persons::{self, EventView};
+use crate::store::block::Entry;
+use crate::store::keys;
 
 type Result<T> = std::result::Result<T, UnabortableTransactionError>;
 

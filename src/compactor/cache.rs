@@ -10,10 +10,10 @@ use sled::transaction::UnabortableTransactionError;
 use uuid::Uuid;
 
 use super::apply::Tx;
-use super::keys;
 use super::memo::{Learned, Memo};
-use super::person_cache::Changes;
 use crate::persons::{self, Person};
+use crate::store::keys;
+use crate::store::person_cache::Changes;
 
 type Result<T> = std::result::Result<T, UnabortableTransactionError>;
 

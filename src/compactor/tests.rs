@@ -73,7 +73,7 @@ fn record(project: u64, i: i64, event: Value) -> Record {
 fn entries(records: &[Record]) -> impl Iterator<Item = Vec<u8>> + '_ {
     records.chunks(3).map(|group| {
         let encoded: Vec<Vec<u8>> = group.iter().map(Record::encode).collect();
-        crate::store::record::encode_frame(encoded.iter().map(Vec::as_slice))
+        crate::log::record::encode_frame(encoded.iter().map(Vec::as_slice))
     })
 }
 
@@ -850,7 +850,8 @@ fn the_memo_changes_nothing_that_is_stored() {
     let ids = ["a", "b", "c", "d", "e", "f"];
     let mut hits = 0;
     for seed in 1..=200u64 {
-        let mut g = crate::store::apply::tests::Gen(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+        let mut g =
+            crate::compactor::apply::tests::Gen(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
         let settings = Settings {
             overflow_burst: 3.0,
             overflow_rate: 1.0,
