@@ -19,6 +19,7 @@
 pub mod admin;
 pub mod app;
 pub mod capture;
+pub mod clock;
 pub mod compactor;
 pub mod config;
 pub mod flags;

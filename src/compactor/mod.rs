@@ -263,7 +263,7 @@ impl Compactor {
             &self.trees.recent_ids,
             s.dedup_max_age_ms,
             s.dedup_max_ids,
-            crate::http::capture::now_ms(),
+            crate::clock::now_ms(),
         )?;
         tracing::debug!(uuids = window.len(), "deduplication window loaded");
         self.state = Some(State { window, next_block });
@@ -417,7 +417,7 @@ impl Compactor {
         #[cfg(not(test))]
         let memo_off = false;
         // The window's age counts from when a uuid was stored.
-        let now = crate::http::capture::now_ms();
+        let now = crate::clock::now_ms();
         let t = &self.trees;
         let trees = (
             &t.wal,
@@ -599,7 +599,7 @@ impl Compactor {
     /// Age of the oldest record still waiting in the log. For the log's files, the
     /// age of the last record read stands in: the next one arrived no earlier.
     fn lag(&self) -> Result<i64, sled::Error> {
-        let now = crate::http::capture::now_ms();
+        let now = crate::clock::now_ms();
         if let Some((_, entry)) = self.trees.wal.first()? {
             let oldest = decode_frame(&entry)
                 .ok()
@@ -763,7 +763,7 @@ pub fn spawn(mut compactor: Compactor) -> std::io::Result<Handle> {
         while !stop_flag.load(Ordering::SeqCst) {
             if last_retention.is_none_or(|t| t.elapsed() >= RETENTION_INTERVAL) {
                 last_retention = Some(Instant::now());
-                if let Err(e) = compactor.enforce_retention(crate::http::capture::now_ms()) {
+                if let Err(e) = compactor.enforce_retention(crate::clock::now_ms()) {
                     tracing::error!(error = %e, "retention pass failed");
                 }
             }

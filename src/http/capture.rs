@@ -72,7 +72,7 @@ pub async fn handle(
         engage,
         max_decoded: limits.max_decompressed_bytes,
         ip: Some(super::client_ip(app, peer, &parts.headers)),
-        now: now_ms(),
+        now: crate::clock::now_ms(),
     };
     let beacon = request.query.beacon;
     let projects = app.projects.load_full();
@@ -156,10 +156,4 @@ fn accept(req: &Submission, bytes: &mut [u8], projects: &Projects) -> Result<Acc
         }
     }
     Ok(accepted)
-}
-
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
 }

@@ -44,7 +44,7 @@ pub fn run(db: &sled::Db, trees: &Trees) -> Result<(), Error> {
     let names = db.tree_names();
     if names.iter().any(|n| n == OLD_EVENTS) {
         let old = db.open_tree(OLD_EVENTS)?;
-        migrate_events(&old, trees, crate::http::capture::now_ms())?;
+        migrate_events(&old, trees, crate::clock::now_ms())?;
         drop(old);
         db.drop_tree(OLD_EVENTS)?;
     }
@@ -187,7 +187,7 @@ mod tests {
     #[test]
     fn migrates_the_first_format_to_blocks() {
         let dir = tempfile::tempdir().unwrap();
-        let now = crate::http::capture::now_ms();
+        let now = crate::clock::now_ms();
         let mut events = Vec::new();
         // Enough for several batches, across two projects and days, some recent.
         for i in 0..10_000u64 {
