@@ -15,7 +15,8 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, SamplingMode, Throughput};
-use flagpost::compactor::{Compactor, Settings};
+use flagpost::compactor::Compactor;
+use flagpost::config::{Compaction, DEFAULT_LOG_SEGMENT_BYTES};
 use flagpost::geoip;
 use flagpost::log;
 use flagpost::log::record::encode_frame;
@@ -67,9 +68,13 @@ impl Fixture {
         let mmdb =
             std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("data/GeoIP2-City-Test.mmdb");
         let geoip = geoip::Database::open(&mmdb).expect("the test GeoIP database opens");
-        let (log, reader, preparer) =
-            log::open(&dir.path().join(log::DIR_NAME), 1, None, log::SEGMENT_BYTES)
-                .expect("the log opens");
+        let (log, reader, preparer) = log::open(
+            &dir.path().join(log::DIR_NAME),
+            1,
+            None,
+            DEFAULT_LOG_SEGMENT_BYTES,
+        )
+        .expect("the log opens");
         // Segments are then made as the fill needs them, outside the measured step.
         preparer.stop();
         drop(db);
@@ -77,7 +82,7 @@ impl Fixture {
             trees.clone(),
             reader,
             Arc::new(ArcSwap::from_pointee(projects)),
-            Settings::default(),
+            Compaction::default(),
             Arc::new(geoip),
         );
         Fixture {

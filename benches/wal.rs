@@ -63,8 +63,13 @@ struct Log {
 impl Log {
     fn open() -> Log {
         let dir = common::target_tmpdir("flagpost-bench-wal-");
-        let (appender, _, preparer) =
-            log::open(dir.path(), 1, None, log::SEGMENT_BYTES).expect("the log opens");
+        let (appender, _, preparer) = log::open(
+            dir.path(),
+            1,
+            None,
+            flagpost::config::DEFAULT_LOG_SEGMENT_BYTES,
+        )
+        .expect("the log opens");
         let (wal, writer) =
             Wal::start(appender, preparer, Box::new(|_| {})).expect("the writer starts");
         Log {

@@ -35,6 +35,7 @@ use cache::Cache;
 use memo::Memo;
 use overflow::Limiter;
 
+use crate::config::Compaction;
 use crate::log::{self, record::decode_frame, Record};
 use crate::projects::Projects;
 use crate::store::dedup::{self, IdSet};
@@ -60,43 +61,6 @@ const DAY_MS: i64 = 24 * 60 * 60 * 1000;
 pub const CHECKPOINT_KEY: &[u8] = b"compactor.applied_seq";
 /// The next block id (u64 big-endian), advanced in each chunk's transaction.
 pub const NEXT_BLOCK_KEY: &[u8] = b"events.next_block";
-
-#[derive(Debug, Clone)]
-pub struct Settings {
-    /// Spike detection: tokens per second and burst per (project, distinct id).
-    pub overflow_rate: f64,
-    pub overflow_burst: f64,
-    /// Events older than this many days are deleted; 0 keeps them forever.
-    pub retention_days: u32,
-    /// The deduplication window: a uuid stored this recently (milliseconds) and
-    /// among the last `dedup_max_ids` stored is not stored again.
-    pub dedup_max_age_ms: i64,
-    pub dedup_max_ids: usize,
-    /// The compactor thread's nice value (0 to 19): above 0, request handling comes
-    /// first when the cores are busy, and the compactor catches up when they are not.
-    pub nice: i32,
-}
-
-impl Default for Settings {
-    fn default() -> Self {
-        Settings {
-            overflow_rate: overflow::DEFAULT_RATE_PER_SECOND,
-            overflow_burst: overflow::DEFAULT_BURST,
-            retention_days: DEFAULT_RETENTION_DAYS,
-            dedup_max_age_ms: dedup::DEFAULT_MAX_AGE_MS,
-            dedup_max_ids: dedup::DEFAULT_MAX_IDS,
-            nice: DEFAULT_NICE,
-        }
-    }
-}
-
-/// Under contention the compactor yields the cores to requests: with it at 0, capture
-/// measured 12 to 18% fewer requests/s in four runs, and the compactor still keeps
-/// up with 100,000 events/s at 10 (BENCHMARKS.md).
-pub const DEFAULT_NICE: i32 = 10;
-
-/// A year: long enough for product questions, bounded so the disk is too.
-pub const DEFAULT_RETENTION_DAYS: u32 = 365;
 
 /// Counters for metrics and readiness.
 #[derive(Debug, Default)]
@@ -200,7 +164,7 @@ pub struct Compactor {
     limiter: Limiter,
     projects: Arc<ArcSwap<Projects>>,
     stats: Arc<Stats>,
-    settings: Settings,
+    settings: Compaction,
     geoip: Arc<crate::geoip::Database>,
     /// Test hook: fail the next transaction on this tree after this many records.
     #[cfg(test)]
@@ -212,7 +176,7 @@ impl Compactor {
         trees: Trees,
         log: log::Reader,
         projects: Arc<ArcSwap<Projects>>,
-        settings: Settings,
+        settings: Compaction,
         geoip: Arc<crate::geoip::Database>,
     ) -> Compactor {
         Compactor {

@@ -4,6 +4,7 @@ use serde_json::{json, Map, Value};
 use uuid::Uuid;
 
 use super::*;
+use crate::config::Compaction;
 use crate::store::query::{self, EventFilter};
 
 const NOW: i64 = 1_700_000_000_000;
@@ -24,7 +25,7 @@ fn open_log(dir: &std::path::Path, checkpoint: Option<u64>) -> (log::Appender, l
     log::open_for_tests(&dir.join(log::DIR_NAME), 1, checkpoint, SEGMENT)
 }
 
-fn fixture(settings: Settings) -> Fixture {
+fn fixture(settings: Compaction) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let db = sled::open(dir.path()).unwrap();
     let trees = Trees::open(&db).unwrap();
@@ -115,7 +116,7 @@ impl Fixture {
             self.trees.clone(),
             reader,
             projects,
-            Settings::default(),
+            Compaction::default(),
             geoip,
         );
     }
@@ -190,7 +191,7 @@ fn story() -> Vec<Record> {
 
 #[test]
 fn applies_every_record_once_in_order() {
-    let mut f = fixture(Settings::default());
+    let mut f = fixture(Compaction::default());
     f.push(&story());
     f.drain();
     assert!(f.log_empty());
@@ -249,12 +250,12 @@ fn fail_at_every_record(
     source: Source,
     after_failure: impl Fn(&Fixture, usize),
 ) {
-    let mut clean = fixture(Settings::default());
+    let mut clean = fixture(Compaction::default());
     clean.push(records);
     clean.drain();
     let expected = clean.state(1);
     for fail_at in 0..records.len() {
-        let mut f = fixture(Settings::default());
+        let mut f = fixture(Compaction::default());
         f.push(records);
         f.compactor.fail_at = Some((source, fail_at));
         assert!(f.compactor.step().is_err(), "injected failure at {fail_at}");
@@ -298,7 +299,7 @@ fn a_failure_in_a_lane_transaction_applies_nothing_of_it() {
 
 #[test]
 fn a_retried_uuid_is_stored_once() {
-    let mut f = fixture(Settings::default());
+    let mut f = fixture(Compaction::default());
     let r = record(1, 0, json!({"event": "e", "distinct_id": "d"}));
     f.push(&[r.clone(), r.clone()]);
     f.drain();
@@ -310,10 +311,10 @@ fn a_retried_uuid_is_stored_once() {
 
 #[test]
 fn spikes_go_to_overflow_and_are_never_dropped() {
-    let mut f = fixture(Settings {
+    let mut f = fixture(Compaction {
         overflow_rate: 1.0,
         overflow_burst: 3.0,
-        ..Settings::default()
+        ..Compaction::default()
     });
     let mut records: Vec<Record> = (0..10)
         .map(|i| record(1, i, json!({"event": "spam", "distinct_id": "loud"})))
@@ -337,10 +338,10 @@ fn spikes_go_to_overflow_and_are_never_dropped() {
 
 #[test]
 fn historical_batches_use_their_own_lane_in_order() {
-    let mut f = fixture(Settings {
+    let mut f = fixture(Compaction {
         overflow_rate: 1.0,
         overflow_burst: 1.0,
-        ..Settings::default()
+        ..Compaction::default()
     });
     let records: Vec<Record> = (0..20)
         .map(|i| {
@@ -366,7 +367,7 @@ fn historical_batches_use_their_own_lane_in_order() {
 
 #[test]
 fn group_rules() {
-    let mut f = fixture(Settings::default());
+    let mut f = fixture(Compaction::default());
     let mut records = vec![record(
         1,
         0,
@@ -391,7 +392,7 @@ fn group_rules() {
 
 #[test]
 fn anonymized_projects_lose_ip() {
-    let mut f = fixture(Settings::default());
+    let mut f = fixture(Compaction::default());
     f.push(&[record(
         2,
         0,
@@ -403,9 +404,9 @@ fn anonymized_projects_lose_ip() {
 
 #[test]
 fn retention_deletes_old_events_only() {
-    let mut f = fixture(Settings {
+    let mut f = fixture(Compaction {
         retention_days: 1,
-        ..Settings::default()
+        ..Compaction::default()
     });
     let old = Record {
         timestamp: NOW - 2 * DAY_MS,
@@ -427,9 +428,9 @@ fn retention_deletes_old_events_only() {
 
 #[test]
 fn retention_deletes_whole_blocks_by_their_newest_event() {
-    let mut f = fixture(Settings {
+    let mut f = fixture(Compaction {
         retention_days: 1,
-        ..Settings::default()
+        ..Compaction::default()
     });
     let minute = 60_000;
     let at = |i: i64, ts: i64| Record {
@@ -451,7 +452,7 @@ fn retention_deletes_whole_blocks_by_their_newest_event() {
 
 #[test]
 fn a_restart_keeps_deduplicating() {
-    let mut f = fixture(Settings::default());
+    let mut f = fixture(Compaction::default());
     let r = record(1, 0, json!({"event": "e", "distinct_id": "d"}));
     f.push(std::slice::from_ref(&r));
     f.drain();
@@ -471,7 +472,7 @@ fn a_restart_keeps_deduplicating() {
 
 #[test]
 fn the_same_uuid_in_two_projects_is_two_events() {
-    let mut f = fixture(Settings::default());
+    let mut f = fixture(Compaction::default());
     let one = record(1, 0, json!({"event": "e", "distinct_id": "d"}));
     let two = Record {
         project: 2,
@@ -485,7 +486,7 @@ fn the_same_uuid_in_two_projects_is_two_events() {
 
 #[test]
 fn a_chunk_becomes_blocks_in_one_key_each() {
-    let mut f = fixture(Settings::default());
+    let mut f = fixture(Compaction::default());
     let records: Vec<Record> = (0..300)
         .map(|i| {
             record(
@@ -508,7 +509,7 @@ fn a_chunk_becomes_blocks_in_one_key_each() {
 
 #[test]
 fn entries_left_in_the_log_tree_of_an_earlier_version_come_first() {
-    let mut f = fixture(Settings::default());
+    let mut f = fixture(Compaction::default());
     let set = |i, value| {
         record(
             1,
@@ -527,7 +528,7 @@ fn entries_left_in_the_log_tree_of_an_earlier_version_come_first() {
 
 #[test]
 fn segments_are_recycled_once_applied_and_a_restart_resumes_after_the_checkpoint() {
-    let mut f = fixture(Settings::default());
+    let mut f = fixture(Compaction::default());
     let records: Vec<Record> = (0..300)
         .map(|i| record(1, i, json!({"event": "e", "distinct_id": format!("d{i}")})))
         .collect();
@@ -554,7 +555,7 @@ fn segments_are_recycled_once_applied_and_a_restart_resumes_after_the_checkpoint
 
 #[test]
 fn the_decide_cache_sees_every_committed_change_to_a_person() {
-    let mut f = fixture(Settings::default());
+    let mut f = fixture(Compaction::default());
     let cache = Arc::new(PersonCache::new(crate::store::person_cache::DEFAULT_BYTES));
     f.compactor.person_cache = Some(cache.clone());
     let props = |f: &Fixture, d: &str| {
@@ -605,7 +606,7 @@ fn the_decide_cache_sees_every_committed_change_to_a_person() {
 
 #[test]
 fn the_decide_cache_sees_every_committed_change_to_a_group() {
-    let mut f = fixture(Settings::default());
+    let mut f = fixture(Compaction::default());
     let cache = Arc::new(PersonCache::new(crate::store::person_cache::DEFAULT_BYTES));
     f.compactor.person_cache = Some(cache.clone());
     let props = |f: &Fixture, kind: &str, key: &str| {
@@ -661,7 +662,7 @@ fn the_decide_cache_sees_every_committed_change_to_a_group() {
 /// answered for.
 #[test]
 fn the_memo_across_chunks_never_skips_an_event_that_changes_a_person() {
-    let mut f = fixture(Settings::default());
+    let mut f = fixture(Compaction::default());
     let mut i = 0;
     let mut send = |f: &mut Fixture, event: Value, pretty: bool| {
         i += 1;
@@ -735,7 +736,7 @@ fn the_memo_across_chunks_never_skips_an_event_that_changes_a_person() {
 
 #[test]
 fn corrupt_records_are_quarantined_not_blocking() {
-    let mut f = fixture(Settings::default());
+    let mut f = fixture(Compaction::default());
     f.log.push(b"garbage").unwrap();
     f.push(&[record(1, 0, json!({"event": "ok", "distinct_id": "d"}))]);
     f.drain();
@@ -745,7 +746,7 @@ fn corrupt_records_are_quarantined_not_blocking() {
 
 #[test]
 fn geoip_enriches_events_and_persons() {
-    let mut f = fixture(Settings::default());
+    let mut f = fixture(Compaction::default());
     let london = Record {
         ip: Some("81.2.69.160".parse().unwrap()),
         ..record(
@@ -814,7 +815,7 @@ fn geoip_enriches_events_and_persons() {
 
 #[test]
 fn the_thread_reports_a_failing_step_and_recovers() {
-    let mut f = fixture(Settings::default());
+    let mut f = fixture(Compaction::default());
     f.push(&story());
     f.compactor.fail_at = Some((Source::Log, 0));
     let stats = f.compactor.stats();
@@ -852,10 +853,10 @@ fn the_memo_changes_nothing_that_is_stored() {
     for seed in 1..=200u64 {
         let mut g =
             crate::compactor::apply::tests::Gen(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
-        let settings = Settings {
+        let settings = Compaction {
             overflow_burst: 3.0,
             overflow_rate: 1.0,
-            ..Settings::default()
+            ..Compaction::default()
         };
         let mut with = fixture(settings.clone());
         let mut without = fixture(settings);

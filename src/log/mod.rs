@@ -53,8 +53,6 @@ pub use writer::Wal;
 
 /// The log's directory inside the database directory.
 pub const DIR_NAME: &str = "wal";
-/// A segment's size: a roll (one extra sync and a rename) every 16 MiB of events.
-pub const SEGMENT_BYTES: u64 = 16 * 1024 * 1024;
 /// Ready segments kept beside the one being written, so a roll does not wait for one
 /// to be zero-filled.
 const SPARES: usize = 1;

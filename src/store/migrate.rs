@@ -67,7 +67,7 @@ fn migrate_events(old: &sled::Tree, trees: &Trees, now: i64) -> Result<u64, Erro
     );
     // A large database can take longer than the unit's start timeout.
     crate::notify::extend_timeout(std::time::Duration::from_secs(60));
-    let recent_since = now - dedup::DEFAULT_MAX_AGE_MS;
+    let recent_since = now - crate::config::DEFAULT_DEDUP_MAX_AGE_MS;
     let (mut moved, mut skipped, mut logged) = (0u64, 0u64, 0u64);
     loop {
         let batch: Vec<(IVec, IVec)> = old.iter().take(BATCH).collect::<Result<_, _>>()?;
@@ -230,8 +230,8 @@ mod tests {
         // The recently arrived uuids seed the deduplication window.
         let window = dedup::Window::load(
             &trees.recent_ids,
-            dedup::DEFAULT_MAX_AGE_MS,
-            dedup::DEFAULT_MAX_IDS,
+            crate::config::DEFAULT_DEDUP_MAX_AGE_MS,
+            crate::config::DEFAULT_DEDUP_MAX_IDS,
             now,
         )
         .unwrap();

@@ -117,13 +117,13 @@ pub struct Store {
 impl Store {
     /// Open the database and start the log writer and the compactor. Blocking.
     /// `cache_bytes` is sled's page cache (see [`crate::config::DEFAULT_CACHE_BYTES`]),
-    /// `log_segment_bytes` the size of the log's files (see [`log::SEGMENT_BYTES`]).
+    /// `log_segment_bytes` the size of the log's files (see [`crate::config::DEFAULT_LOG_SEGMENT_BYTES`]).
     pub fn open(
         dir: &Path,
         cache_bytes: u64,
         log_segment_bytes: u64,
         projects: Arc<ArcSwap<Projects>>,
-        settings: compactor::Settings,
+        settings: crate::config::Compaction,
         geoip: Arc<crate::geoip::Database>,
         on_flush: wal::FlushObserver,
     ) -> Result<Store, Error> {
