@@ -50,18 +50,18 @@ impl App {
         rules: crate::flags::Rules,
         geoip: Arc<crate::geoip::Database>,
         metrics: Metrics,
-        store: &crate::store::Store,
+        pipeline: &crate::pipeline::Pipeline,
     ) -> App {
         let budget = Budget::new(config.limits.max_inflight_body_bytes);
         let space = crate::log::space::Space::new(config.min_free_disk_bytes);
         App {
             config,
             projects,
-            wal: store.wal.clone(),
-            log: store.log.clone(),
-            persons: store.persons.clone(),
-            trees: store.trees.clone(),
-            compactor: store.compactor.clone(),
+            wal: pipeline.wal.clone(),
+            log: pipeline.log.clone(),
+            persons: pipeline.persons.clone(),
+            trees: pipeline.trees.clone(),
+            compactor: pipeline.compactor.clone(),
             space,
             metrics,
             rules,
@@ -113,7 +113,7 @@ mod tests {
         let config = Config::new(dir.path().join("data"), dir.path().join("db"));
         let projects = Arc::new(ArcSwap::from_pointee(Projects::default()));
         let geoip = Arc::new(crate::geoip::Database::disabled());
-        let store = crate::store::Store::open(
+        let pipeline = crate::pipeline::Pipeline::open(
             &config.db_dir,
             config.cache_bytes,
             config.log_segment_bytes,
@@ -129,7 +129,7 @@ mod tests {
             crate::flags::Rules::new(),
             geoip,
             Metrics::new(),
-            &store,
+            &pipeline,
         );
         assert!(app.is_ready() && app.accepts_writes());
         // A failing compactor: no new writes, not ready.
@@ -144,6 +144,6 @@ mod tests {
         app.start_draining();
         assert!(!app.is_ready() && app.accepts_writes());
         drop(app);
-        store.close().unwrap();
+        pipeline.close().unwrap();
     }
 }

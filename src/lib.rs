@@ -31,6 +31,7 @@ pub mod lz64;
 pub mod metrics;
 pub mod notify;
 pub mod persons;
+pub mod pipeline;
 pub mod projects;
 pub mod store;
 pub mod sync;
@@ -101,8 +102,8 @@ pub async fn serve(
         config.compactor.clone(),
         geoip.clone(),
     );
-    let store = tokio::task::spawn_blocking(move || {
-        store::Store::open(&db_dir, cache, segment, shared, settings, enrich, on_flush)
+    let pipeline = tokio::task::spawn_blocking(move || {
+        pipeline::Pipeline::open(&db_dir, cache, segment, shared, settings, enrich, on_flush)
     })
     .await
     .map_err(|e| Error::Io(std::io::Error::other(e)))?
@@ -113,7 +114,7 @@ pub async fn serve(
         .await
         .map_err(|e| Error::Io(std::io::Error::other(e)))?;
     let app = Arc::new(app::App::new(
-        config, projects, rules, geoip, metrics, &store,
+        config, projects, rules, geoip, metrics, &pipeline,
     ));
     let hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
     let reloader = tokio::spawn(reload_on_sighup(app.clone(), hangup));
@@ -137,7 +138,7 @@ pub async fn serve(
     watcher.abort();
     space.abort();
     drop(app);
-    tokio::task::spawn_blocking(move || store.close())
+    tokio::task::spawn_blocking(move || pipeline.close())
         .await
         .map_err(|e| Error::Io(std::io::Error::other(e)))?
         .map_err(Error::Store)?;

@@ -15,12 +15,9 @@ use super::{raw, splice};
 use crate::log::Record;
 use crate::persons::{self, EventView};
 use crate::store::block::Entry;
-use crate::store::keys;
+use crate::store::{keys, Group, MAX_GROUP_TYPES};
 
 type Result<T> = std::result::Result<T, UnabortableTransactionError>;
-
-/// PostHog's limit: five group types per project, indexes 0-4.
-pub const MAX_GROUP_TYPES: u8 = 5;
 
 /// The trees a record touches.
 pub struct Tx<'a> {
@@ -259,15 +256,6 @@ fn group_type_index(
     }
     tracing::debug!(project, "group type limit reached; not adding {name:?}");
     Ok(None)
-}
-
-/// A group's stored record.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct Group {
-    pub group_type_index: u8,
-    pub group_key: String,
-    pub properties: Map<String, Value>,
-    pub created_at: i64,
 }
 
 fn scalar_key(v: Option<&Value>) -> Option<String> {

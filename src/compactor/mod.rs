@@ -39,6 +39,7 @@ use crate::config::Compaction;
 use crate::log::{self, record::decode_frame, Record};
 use crate::projects::Projects;
 use crate::store::dedup::{self, IdSet};
+use crate::store::keys::{CHECKPOINT_KEY, NEXT_BLOCK_KEY};
 use crate::store::person_cache::{self, PersonCache};
 use crate::store::{block, keys, Trees};
 
@@ -57,10 +58,6 @@ const RETENTION_INTERVAL: Duration = Duration::from_secs(600);
 /// Blocks deleted per retention batch, so the pass never holds much in memory.
 const RETENTION_BATCH: usize = 256;
 const DAY_MS: i64 = 24 * 60 * 60 * 1000;
-
-pub const CHECKPOINT_KEY: &[u8] = b"compactor.applied_seq";
-/// The next block id (u64 big-endian), advanced in each chunk's transaction.
-pub const NEXT_BLOCK_KEY: &[u8] = b"events.next_block";
 
 /// Counters for metrics and readiness.
 #[derive(Debug, Default)]
@@ -671,6 +668,24 @@ fn read_lane(tree: &sled::Tree) -> Result<Chunk, sled::Error> {
         chunk.consumed.push(key);
     }
     Ok(chunk)
+}
+
+/// Entries waiting in the log plus records waiting in the slower lanes, from the span
+/// of their numbers: O(log n), exact unless sequence numbers were skipped at a restart
+/// or by a failed write.
+pub fn log_depth(trees: &Trees, log: &log::Shared) -> u64 {
+    log.depth()
+        + [&trees.wal, &trees.historical, &trees.overflow]
+            .into_iter()
+            .map(|tree| {
+                let first = tree.first().ok().flatten().and_then(|(k, _)| keys::seq(&k));
+                let last = tree.last().ok().flatten().and_then(|(k, _)| keys::seq(&k));
+                match (first, last) {
+                    (Some(a), Some(b)) => b.saturating_sub(a) + 1,
+                    _ => 0,
+                }
+            })
+            .sum::<u64>()
 }
 
 /// Lower the calling thread's scheduling priority to `nice` (Linux keeps one per

@@ -173,24 +173,6 @@ struct Pending {
     reply: oneshot::Sender<Result<(), Error>>,
 }
 
-/// The lowest sequence number the log's next entry may take: above every entry still
-/// in the log tree of earlier versions, above `checkpoint` (the last entry the
-/// compactor applied) and above sled's id generator, which numbered entries before,
-/// so the log stays in arrival order across restarts and upgrades.
-pub fn first_seq(
-    db: &sled::Db,
-    tree: &sled::Tree,
-    checkpoint: Option<u64>,
-) -> Result<u64, sled::Error> {
-    let last = match tree.last()? {
-        Some((key, _)) => crate::store::keys::seq(&key),
-        None => None,
-    };
-    let generated = db.generate_id()?;
-    let highest = [last, checkpoint].into_iter().flatten().max().unwrap_or(0);
-    Ok(highest.saturating_add(1).max(generated))
-}
-
 fn run(mut log: Appender, mut rx: mpsc::Receiver<Job>, stats: &Stats, on_flush: &FlushObserver) {
     let mut stopping = false;
     // After a failure: until when groups are refused, and the pause that was set.
@@ -379,23 +361,6 @@ mod tests {
             assert!(a.ends_with("-a") && b.ends_with("-b"));
             assert_eq!(a.trim_end_matches("-a"), b.trim_end_matches("-b"));
         }
-    }
-
-    #[test]
-    fn sequence_starts_above_the_log_and_the_checkpoint() {
-        let dir = tempfile::tempdir().unwrap();
-        let db = sled::open(dir.path()).unwrap();
-        let tree = db.open_tree("wal").unwrap();
-        tree.insert(1_000u64.to_be_bytes(), &b"x"[..]).unwrap();
-        tree.insert(2_000u64.to_be_bytes(), &b"x"[..]).unwrap();
-        assert!(first_seq(&db, &tree, None).unwrap() > 2_000);
-        assert!(first_seq(&db, &tree, Some(5_000)).unwrap() > 5_000);
-        // The compactor emptied the log: its checkpoint still counts.
-        tree.clear().unwrap();
-        assert!(first_seq(&db, &tree, Some(5_000)).unwrap() > 5_000);
-        // Nothing left anywhere: still above every id sled generated before.
-        let generated = db.generate_id().unwrap();
-        assert!(first_seq(&db, &tree, None).unwrap() > generated);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -13,8 +13,8 @@ use sled::transaction::{ConflictableTransactionError, TransactionError, Transact
 use sled::IVec;
 
 use super::event::StoredEvent;
+use super::keys::NEXT_BLOCK_KEY;
 use super::{block, dedup, keys, Error, Trees};
-use crate::compactor::NEXT_BLOCK_KEY;
 
 /// The format this build writes: 2 is event blocks. 1 (one key per event) had no key.
 pub const FORMAT: u64 = 2;
