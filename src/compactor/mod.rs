@@ -13,6 +13,8 @@
 
 pub(crate) mod apply;
 mod cache;
+mod enrich;
+mod groups;
 mod memo;
 pub mod overflow;
 mod raw;
@@ -30,8 +32,8 @@ use arc_swap::ArcSwap;
 use sled::transaction::{ConflictableTransactionError, TransactionError, Transactional};
 use sled::IVec;
 
-use apply::{ProjectSettings, Tx};
-use cache::Cache;
+use cache::{Cache, Tx};
+use enrich::{Geo, ProjectSettings};
 use memo::Memo;
 use overflow::Limiter;
 
@@ -527,13 +529,13 @@ impl Compactor {
 
     /// The GeoIP properties of every address in the chunk, each looked up once: a
     /// chunk's events often come from a few clients.
-    fn geo(&self, items: &[Item]) -> HashMap<IpAddr, apply::Geo> {
+    fn geo(&self, items: &[Item]) -> HashMap<IpAddr, Geo> {
         let mut out = HashMap::new();
         for item in items {
             if let Action::Apply(r) = &item.action {
                 if let Some(ip) = r.ip {
                     out.entry(ip)
-                        .or_insert_with(|| apply::Geo::new(self.geoip.lookup(ip)).with_ip(ip));
+                        .or_insert_with(|| Geo::new(self.geoip.lookup(ip)).with_ip(ip));
                 }
             }
         }
