@@ -16,7 +16,9 @@ use serde_json::{Map, Value};
 
 use super::body::{self, Reservation};
 use super::decode::{self, Query};
-use super::error::ApiError;
+// The refusals live with the one mapping of errors to statuses (`error`); here they
+// keep this module's name for them.
+use super::error::{ApiError, DecideError as Error};
 use super::response::{self, Body};
 use crate::app::App;
 use crate::capture::tape::Value as TapeValue;
@@ -26,27 +28,6 @@ use crate::projects::{key_shape_is_valid, Project};
 
 /// Decide bodies are small; anything near this is not a decide request.
 const MAX_DECIDE_BODY_BYTES: usize = 1024 * 1024;
-
-/// Why a decide request is refused.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Error {
-    MissingKey,
-    InvalidKey,
-    MissingDistinctId,
-    /// The body is not a JSON object of the expected shape.
-    InvalidBody(&'static str),
-}
-
-impl std::fmt::Display for Error {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Error::MissingKey => f.write_str("API key is missing: send api_key or token"),
-            Error::InvalidKey => f.write_str("API key is not valid"),
-            Error::MissingDistinctId => f.write_str("distinct_id is required"),
-            Error::InvalidBody(why) => write!(f, "invalid request body: {why}"),
-        }
-    }
-}
 
 /// What a decide request asks about.
 #[derive(Debug, Default)]
