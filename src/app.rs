@@ -8,8 +8,8 @@ use tokio::sync::Semaphore;
 
 use crate::compactor;
 use crate::config::Config;
-use crate::http::body::Budget;
 use crate::log::Wal;
+use crate::memory::Budget;
 use crate::metrics::Metrics;
 use crate::projects::Projects;
 use crate::store::Trees;

@@ -28,6 +28,7 @@ pub mod http;
 pub mod idle;
 pub mod log;
 pub mod lz64;
+pub mod memory;
 pub mod metrics;
 pub mod notify;
 pub mod persons;

@@ -11,12 +11,13 @@ use hyper::body::Incoming;
 use hyper::header::{CONTENT_ENCODING, CONTENT_TYPE};
 use hyper::{Request, Response, StatusCode};
 
-use super::body::{self, Reservation};
+use super::body;
 use super::decode::{Located, Query};
 use super::error::ApiError;
 use super::response::{self, Body};
 use crate::app::App;
 use crate::capture::{self, timestamp, Context, DropReason, Encoded};
+use crate::memory::Reservation;
 use crate::projects::{key_shape_is_valid, Projects};
 
 /// Payloads up to this size, that also decode to no more than this, are decoded and

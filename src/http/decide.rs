@@ -14,7 +14,7 @@ use hyper::header::{CONTENT_ENCODING, CONTENT_TYPE};
 use hyper::{HeaderMap, Request, Response, StatusCode};
 use serde_json::{Map, Value};
 
-use super::body::{self, Reservation};
+use super::body;
 use super::decode::{self, Query};
 // The refusals live with the one mapping of errors to statuses (`error`); here they
 // keep this module's name for them.
@@ -24,6 +24,7 @@ use crate::app::App;
 use crate::capture::tape::Value as TapeValue;
 use crate::capture::{self, clean_distinct_id};
 use crate::flags::{self, Context};
+use crate::memory::Reservation;
 use crate::projects::{key_shape_is_valid, Project};
 
 /// Decide bodies are small; anything near this is not a decide request.
