@@ -3,8 +3,18 @@ use std::collections::BTreeMap;
 use serde_json::{json, Map, Value};
 use uuid::Uuid;
 
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwap;
+
+use super::chunk::Source;
+use super::retention::DAY_MS;
 use super::*;
 use crate::config::Compaction;
+use crate::log::Record;
+use crate::store::keys::{CHECKPOINT_KEY, NEXT_BLOCK_KEY};
 use crate::store::query::{self, EventFilter};
 
 const NOW: i64 = 1_700_000_000_000;
