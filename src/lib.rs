@@ -1,20 +1,62 @@
 //! flagpost: a single-binary edge server for product analytics that PostHog's client
 //! libraries talk to unchanged.
 //!
-//! How a request flows through the modules:
+//! How an event and a flag request flow through the modules:
 //!
 //! ```text
 //! client ─HTTP─> http::server (accept, limits) ─> http::router
-//!   ├─ intake paths ─> http::capture: http::body (size, deadline, memory budget)
+//!   ├─ intake paths ─> http::capture: http::body (size, deadline, memory::Budget)
 //!   │     ─> http::decode (data=, form, gzip | lz64 | base64) ─> capture::parse (simd-json)
-//!   │     ─> key check (projects) ─> capture::normalise ─> store::wal (group commit into
-//!   │        store::log, one fdatasync per group) ─> 200
+//!   │     ─> key check (projects) ─> capture::normalise ─> log::Wal (group commit into
+//!   │        the log's segment files, one fdatasync per group) ─> 200
+//!   │                                   │
+//!   │        compactor (its own thread): log ─> persons, groups, GeoIP, dedup, lanes
+//!   │                                   ─> store (sled: event blocks, persons, groups)
+//!   ├─ /decide, /flags ─> http::decide ─> flags (snapshot, evaluate) + store::person_cache
+//!   ├─ /api/... ─> http::api ─> store::query
 //!   └─ /_liveness, /_readiness, /metrics (metrics)
 //! ```
 //!
-//! `app::App` is the state they share; `config::Config` is everything the binary's
-//! flags decide; `notify` tells systemd when serving starts, reloads and stops. The
-//! binary (`main.rs`) only parses flags and calls [`run`].
+//! The tree, one folder or file per stage or concern:
+//!
+//! ```text
+//! http/       server, routing, body decoding, every response; errors -> statuses (error.rs)
+//! capture/    the event model: parse, validate, normalise into a log record
+//! log/        the write-ahead log: record format, segment files, group-commit writer,
+//!             disk-space guard
+//! compactor/  log -> events, persons, groups: its thread (worker.rs), one step, apply
+//!             and splice, enrichment, lanes, retention
+//! store/      the sled trees: key layouts, event blocks, dedup window, queries, the
+//!             person cache, migration of older formats
+//! pipeline    opens the store, the log and its writer, and the compactor; closes them
+//! flags/ persons/ geoip/ projects    flag rules, person rules, GeoIP, project keys
+//! app  config  metrics  admin        shared state, settings, Prometheus, offline commands
+//! clock  memory  lz64  sync  idle  notify    small helpers every layer may use
+//! ```
+//!
+//! Dependencies run one way, down this list (each module uses only modules below it;
+//! none reaches up into `http`, and `config` knows no worker):
+//!
+//! ```text
+//! http      -> app capture clock compactor flags geoip log lz64 memory metrics persons projects store
+//! app       -> compactor config flags geoip log memory metrics pipeline projects store
+//! pipeline  -> compactor config geoip log projects store
+//! admin     -> flags geoip projects store
+//! compactor -> clock config geoip idle log persons projects store
+//! store     -> clock config notify persons sync
+//! metrics   -> capture sync
+//! persons   -> capture
+//! capture   -> clock log (and lz64 in its tests)
+//! log       -> idle sync
+//! config    -> geoip
+//! flags     -> sync
+//! geoip     -> sync
+//! projects, clock, memory, lz64, sync, idle, notify -> nothing of the crate
+//! ```
+//!
+//! `app::App` is the state the handlers share; `config::Config` is everything the
+//! binary's flags decide; `notify` tells systemd when serving starts, reloads and
+//! stops. The binary (`main.rs`) only parses flags and calls [`run`].
 
 pub mod admin;
 pub mod app;

@@ -1,15 +1,27 @@
 //! The compactor: a background thread that turns the write-ahead log into stored
-//! events, persons and groups, in order and exactly once.
+//! events, persons and groups, in order and exactly once. It reads [`crate::log`] and
+//! writes [`crate::store`]; nothing below it knows it exists.
+//!
+//! The files, in the order a record meets them: `worker.rs` (the thread's loop),
+//! `step.rs` (one pass and its transaction), `chunk.rs` (reading a chunk of the log or
+//! a lane, routing records), [`overflow`] (spike detection for the overflow lane),
+//! `apply.rs` (one record: persons and groups, the event shaped for its block) through
+//! `splice.rs` (event JSON edited as text, `raw.rs`) or a `serde_json::Value`, with
+//! `enrich.rs` (GeoIP, IP settings) and `groups.rs`; `cache.rs` (what one chunk read
+//! and changed) and `memo.rs` (what the compactor remembers between chunks);
+//! `retention.rs` (deleting old blocks).
 //!
 //! Each [`Compactor::step`] takes a chunk of the log and, in ONE sled transaction,
 //! applies the records, moves the ones that belong to a slower lane (historical
 //! imports, spiking distinct ids) into that lane's tree and advances the checkpoint.
-//! sled recovers a transaction entirely or not at all, and the log's files are
-//! recycled only once a checkpoint past them is durable, so a kill at any instant
-//! leaves every record either still ahead of the checkpoint or applied once.
-//! A chunk's events are stored as a few [`block`]s (one sled key each, not one per
-//! event), and records are deduplicated by uuid against a [`dedup::Window`] of recent
-//! uuids, persisted in the same transaction, so a client's retry is not stored twice.
+//! sled recovers a transaction entirely or not at all, and the log's files are recycled
+//! only once a checkpoint past them is durable, so a kill at any instant leaves every
+//! record either still ahead of the checkpoint or applied once. A chunk's events are
+//! stored as a few [`block`](crate::store::block)s (one sled key each, not one per
+//! event), and records are deduplicated by uuid against a
+//! [`Window`](crate::store::dedup::Window) of recent uuids (the store keeps it: the
+//! migration seeds it too), persisted in the same transaction, so a client's retry is
+//! not stored twice.
 
 pub(crate) mod apply;
 mod cache;

@@ -1,5 +1,13 @@
-//! The write-ahead log's files: numbered entries appended to segment files, each made
-//! durable with one `fdatasync`, read back in order by the compactor.
+//! The write-ahead log, the first stage after capture: an accepted event is durable
+//! here before any 2xx is sent, and the compactor ([`crate::compactor`]) reads it back
+//! in order. [`writer`] is the group-commit thread requests append through ([`Wal`]);
+//! [`record`] is the format of one accepted event; the segment files are `segment.rs`
+//! (format), `appender.rs` (writing), `reader.rs` (the compactor's end) and `spares.rs`
+//! (ready-made segments); [`space`] refuses new events before the disk is full. It
+//! depends on nothing of the stages after it.
+//!
+//! The log's files: numbered entries appended to segment files, each made durable with
+//! one `fdatasync`, read back in order by the compactor.
 //!
 //! The log lives in `<db>/wal/`, beside sled's files. A segment is named after the
 //! sequence number of its first entry (`00000000000000000042.log`) and is written from
@@ -9,17 +17,17 @@
 //! length u32 LE | crc32 u32 LE | sequence u64 LE | payload (length bytes)
 //! ```
 //!
-//! The CRC covers the sequence number and the payload. A segment's entries are
-//! numbered one up from its name, so a reader knows the end of the written part by
-//! the first frame that is not the next entry: zeros, a torn write, or a frame left
-//! from the file's earlier use.
+//! The CRC covers the sequence number and the payload. A segment's entries are numbered
+//! one up from its name, so a reader knows the end of the written part by the first
+//! frame that is not the next entry: zeros, a torn write, or a frame left from the
+//! file's earlier use.
 //!
 //! Segments are allocated before they are written: zero-filled by a background thread,
 //! or recycled from segments the compactor has finished with, so the file's size never
 //! changes while entries are appended and `fdatasync` writes only the data. (When
-//! neither is ready, a segment is allocated with `posix_fallocate` on the spot.) sled's own flush woke
-//! seven IO threads and took its global lock once per group commit; this log costs
-//! one write and one `fdatasync` per group.
+//! neither is ready, a segment is allocated with `posix_fallocate` on the spot.) sled's
+//! own flush woke seven IO threads and took its global lock once per group commit; this
+//! log costs one write and one `fdatasync` per group.
 //!
 //! Guarantees:
 //! - An entry is reported durable only after the `fdatasync` that covers it.
