@@ -46,7 +46,7 @@ pub const DEFAULT_DEDUP_MAX_AGE_MS: i64 = 24 * 60 * 60 * 1000;
 pub const DEFAULT_DEDUP_MAX_IDS: usize = 2_000_000;
 /// Under contention the compactor yields the cores to requests: with it at 0, capture
 /// measured 12 to 18% fewer requests/s in four runs, and the compactor still keeps
-/// up with 100,000 events/s at 10 (BENCHMARKS.md).
+/// up with 100,000 events/s at 10 (benches/HISTORY.md).
 pub const DEFAULT_COMPACTOR_NICE: i32 = 10;
 
 /// Everything `serve` needs.
