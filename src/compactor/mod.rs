@@ -23,7 +23,7 @@
 //! migration seeds it too), persisted in the same transaction, so a client's retry is
 //! not stored twice.
 
-pub(crate) mod apply;
+mod apply;
 mod cache;
 mod chunk;
 mod enrich;
