@@ -1,4 +1,4 @@
-//! The compactor (`store::compactor`): one `Compactor::step` over a log holding 1024
+//! The compactor (`compactor`): one `Compactor::step` over a log holding 1024
 //! records (32 log entries of 32, as group commit writes them under load), the chunk
 //! one realtime step takes. Events are `$pageview`s from an address GeoIP locates:
 //! (a) with `$process_person_profile: false`, so only the event is stored, and (b) with
@@ -15,12 +15,14 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, SamplingMode, Throughput};
+use flagpost::compactor::Compactor;
+use flagpost::config::{Compaction, DEFAULT_LOG_SEGMENT_BYTES};
 use flagpost::geoip;
+use flagpost::log;
+use flagpost::log::record::encode_frame;
+use flagpost::log::Record;
 use flagpost::projects::Projects;
-use flagpost::store::compactor::{Compactor, Settings};
-use flagpost::store::log;
-use flagpost::store::record::encode_frame;
-use flagpost::store::{Record, Trees};
+use flagpost::store::Trees;
 use serde_json::json;
 
 use common::{pageview, uuid, API_KEY, NOW_MS};
@@ -66,9 +68,13 @@ impl Fixture {
         let mmdb =
             std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("data/GeoIP2-City-Test.mmdb");
         let geoip = geoip::Database::open(&mmdb).expect("the test GeoIP database opens");
-        let (log, reader, preparer) =
-            log::open(&dir.path().join(log::DIR_NAME), 1, None, log::SEGMENT_BYTES)
-                .expect("the log opens");
+        let (log, reader, preparer) = log::open(
+            &dir.path().join(log::DIR_NAME),
+            1,
+            None,
+            DEFAULT_LOG_SEGMENT_BYTES,
+        )
+        .expect("the log opens");
         // Segments are then made as the fill needs them, outside the measured step.
         preparer.stop();
         drop(db);
@@ -76,7 +82,7 @@ impl Fixture {
             trees.clone(),
             reader,
             Arc::new(ArcSwap::from_pointee(projects)),
-            Settings::default(),
+            Compaction::default(),
             Arc::new(geoip),
         );
         Fixture {

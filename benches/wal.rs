@@ -1,4 +1,4 @@
-//! The write-ahead log (`store::wal`): appends that resolve once fdatasync'd, to the
+//! The write-ahead log (`log::writer`): appends that resolve once fdatasync'd, to the
 //! log's files under the target dir (not /tmp, which is often tmpfs, where a sync is
 //! free).
 //! One record per append and 100 per append, each awaited before the next, show the
@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion, SamplingMode, Throughput};
 use flagpost::capture::{self, Context, Outcome};
-use flagpost::store::{log, Wal};
+use flagpost::log::{self, Wal};
 
 use common::{pageview, NOW_MS};
 
@@ -56,15 +56,20 @@ fn object(n: usize) -> serde_json::Map<String, serde_json::Value> {
 /// The log on a fresh database under the target dir; the dir is removed on drop.
 struct Log {
     wal: Wal,
-    writer: Option<flagpost::store::wal::Writer>,
+    writer: Option<flagpost::log::writer::Writer>,
     _dir: tempfile::TempDir,
 }
 
 impl Log {
     fn open() -> Log {
         let dir = common::target_tmpdir("flagpost-bench-wal-");
-        let (appender, _, preparer) =
-            log::open(dir.path(), 1, None, log::SEGMENT_BYTES).expect("the log opens");
+        let (appender, _, preparer) = log::open(
+            dir.path(),
+            1,
+            None,
+            flagpost::config::DEFAULT_LOG_SEGMENT_BYTES,
+        )
+        .expect("the log opens");
         let (wal, writer) =
             Wal::start(appender, preparer, Box::new(|_| {})).expect("the writer starts");
         Log {

@@ -7,12 +7,14 @@ use arc_swap::ArcSwap;
 use tokio::sync::Semaphore;
 
 use crate::catalog::Catalog;
+use crate::compactor;
 use crate::config::Config;
 use crate::early_access::ProjectFeatures;
-use crate::http::body::Budget;
+use crate::log::Wal;
+use crate::memory::Budget;
 use crate::metrics::Metrics;
 use crate::projects::Projects;
-use crate::store::{compactor, Trees, Wal};
+use crate::store::Trees;
 use crate::surveys::ProjectSurveys;
 
 /// Large or compressed payloads are decoded and parsed on the blocking pool, at most
@@ -26,13 +28,13 @@ pub struct App {
     pub projects: Arc<ArcSwap<Projects>>,
     pub wal: Wal,
     /// The log's positions, for its depth.
-    pub log: Arc<crate::store::log::Shared>,
+    pub log: Arc<crate::log::Shared>,
     /// Persons for `/decide`, kept current by the compactor.
     pub persons: Arc<crate::store::person_cache::PersonCache>,
     pub trees: Trees,
     pub compactor: Arc<compactor::Stats>,
     /// Free disk space, measured every second by a background task.
-    pub space: crate::store::space::Space,
+    pub space: crate::log::space::Space,
     pub metrics: Metrics,
     /// The published flag rules; swapped whole by the reloader.
     pub rules: crate::flags::Rules,
@@ -56,18 +58,18 @@ impl App {
         rules: crate::flags::Rules,
         geoip: Arc<crate::geoip::Database>,
         metrics: Metrics,
-        store: &crate::store::Store,
+        pipeline: &crate::pipeline::Pipeline,
     ) -> App {
         let budget = Budget::new(config.limits.max_inflight_body_bytes);
-        let space = crate::store::space::Space::new(config.min_free_disk_bytes);
+        let space = crate::log::space::Space::new(config.min_free_disk_bytes);
         App {
             config,
             projects,
-            wal: store.wal.clone(),
-            log: store.log.clone(),
-            persons: store.persons.clone(),
-            trees: store.trees.clone(),
-            compactor: store.compactor.clone(),
+            wal: pipeline.wal.clone(),
+            log: pipeline.log.clone(),
+            persons: pipeline.persons.clone(),
+            trees: pipeline.trees.clone(),
+            compactor: pipeline.compactor.clone(),
             space,
             metrics,
             rules,
@@ -141,7 +143,7 @@ mod tests {
         let config = Config::new(dir.path().join("data"), dir.path().join("db"));
         let projects = Arc::new(ArcSwap::from_pointee(Projects::default()));
         let geoip = Arc::new(crate::geoip::Database::disabled());
-        let store = crate::store::Store::open(
+        let pipeline = crate::pipeline::Pipeline::open(
             &config.db_dir,
             config.cache_bytes,
             config.log_segment_bytes,
@@ -157,7 +159,7 @@ mod tests {
             crate::flags::Rules::new(),
             geoip,
             Metrics::new(),
-            &store,
+            &pipeline,
         );
         assert!(app.is_ready() && app.accepts_writes());
         // A failing compactor: no new writes, not ready.
@@ -172,6 +174,6 @@ mod tests {
         app.start_draining();
         assert!(!app.is_ready() && app.accepts_writes());
         drop(app);
-        store.close().unwrap();
+        pipeline.close().unwrap();
     }
 }

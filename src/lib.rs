@@ -1,40 +1,95 @@
 //! flagpost: a single-binary edge server for product analytics that PostHog's client
 //! libraries talk to unchanged.
 //!
-//! How a request flows through the modules:
+//! How an event and a flag request flow through the modules:
 //!
 //! ```text
 //! client ─HTTP─> http::server (accept, limits) ─> http::router
-//!   ├─ intake paths ─> http::capture: http::body (size, deadline, memory budget)
+//!   ├─ intake paths ─> http::capture: http::body (size, deadline, memory::Budget)
 //!   │     ─> http::decode (data=, form, gzip | lz64 | base64) ─> capture::parse (simd-json)
-//!   │     ─> key check (projects) ─> capture::normalise ─> store::wal (group commit into
-//!   │        store::log, one fdatasync per group) ─> 200
+//!   │     ─> key check (projects) ─> capture::normalise ─> log::Wal (group commit into
+//!   │        the log's segment files, one fdatasync per group) ─> 200
+//!   │                                   │
+//!   │        compactor (its own thread): log ─> persons, groups, GeoIP, dedup, lanes
+//!   │                                   ─> store (sled: event blocks, persons, groups)
+//!   ├─ /decide, /flags ─> http::decide ─> flags (snapshot, evaluate) + store::person_cache
+//!   ├─ /api/... ─> http::api ─> store::query
+//!   ├─ /api/surveys/, /api/early_access_features/ ─> http::surveys ─> surveys, early_access
 //!   ├─ /array/<key>/config(.js), /static/ ─> http::remote_config (client_config), http::assets
 //!   └─ /_liveness, /_readiness, /metrics (metrics)
 //! ```
 //!
-//! Beside the flag files, `catalog` loads per-project surveys (`surveys`) and early
-//! access features (`early_access`), which `http::surveys` serves; a survey's
-//! targeting flags join its project's flag rules.
+//! The tree, one folder or file per stage or concern:
 //!
-//! `app::App` is the state they share; `config::Config` is everything the binary's
-//! flags decide; `notify` tells systemd when serving starts, reloads and stops. The
-//! binary (`main.rs`) only parses flags and calls [`run`].
+//! ```text
+//! http/       server, routing, body decoding, every response; errors -> statuses (error.rs)
+//! capture/    the event model: parse, validate, normalise into a log record
+//! log/        the write-ahead log: record format, segment files, group-commit writer,
+//!             disk-space guard
+//! compactor/  log -> events, persons, groups: its thread (worker.rs), one step, apply
+//!             and splice, enrichment, lanes, retention
+//! store/      the sled trees: key layouts, event blocks, dedup window, queries, the
+//!             person cache, migration of older formats
+//! pipeline    opens the store, the log and its writer, and the compactor; closes them
+//! flags/ persons/ geoip/ projects    flag rules, person rules, GeoIP, project keys
+//! surveys/ early_access  catalog     per-project surveys and early access features, and
+//!             the loader both share (`catalog`); a survey's targeting flags join its
+//!             project's flag rules
+//! client_config  what a project tells posthog-js at start (its `remote_config` switches)
+//! app  config  metrics  admin        shared state, settings, Prometheus, offline commands
+//! clock  memory  lz64  sync  idle  notify    small helpers every layer may use
+//! ```
+//!
+//! Dependencies run one way, down this list (each module uses only modules below it;
+//! none reaches up into `http`, and `config` knows no worker):
+//!
+//! ```text
+//! http      -> app capture client_config clock compactor early_access flags geoip log lz64 memory
+//!              metrics persons projects store surveys
+//! app       -> catalog compactor config early_access flags geoip log memory metrics pipeline
+//!              projects store surveys
+//! pipeline  -> compactor config geoip log projects store
+//! admin     -> catalog early_access flags geoip projects store surveys
+//! compactor -> clock config geoip idle log persons projects store
+//! store     -> clock config notify persons sync
+//! metrics   -> capture sync
+//! persons   -> capture
+//! capture   -> clock log (and lz64 in its tests)
+//! log       -> idle sync
+//! config    -> geoip
+//! surveys   -> catalog flags
+//! early_access -> catalog
+//! catalog   -> flags sync
+//! flags     -> sync
+//! geoip     -> sync
+//! projects  -> client_config
+//! client_config, clock, memory, lz64, sync, idle, notify -> nothing of the crate
+//! ```
+//!
+//! `app::App` is the state the handlers share; `config::Config` is everything the
+//! binary's flags decide; `notify` tells systemd when serving starts, reloads and
+//! stops. The binary (`main.rs`) only parses flags and calls [`run`].
 
 pub mod admin;
 pub mod app;
 pub mod capture;
-pub mod client_config;
 pub mod catalog;
+pub mod client_config;
+pub mod clock;
+pub mod compactor;
 pub mod config;
 pub mod early_access;
 pub mod flags;
 pub mod geoip;
 pub mod http;
 pub mod idle;
+pub mod log;
+pub mod lz64;
+pub mod memory;
 pub mod metrics;
 pub mod notify;
 pub mod persons;
+pub mod pipeline;
 pub mod projects;
 pub mod store;
 pub mod surveys;
@@ -98,7 +153,7 @@ pub async fn serve(
     check_static_dir(&config)?;
     let metrics = metrics::Metrics::new();
     let flushes = metrics.wal_flush_seconds.clone();
-    let on_flush: store::wal::FlushObserver = Box::new(move |d| flushes.observe(d.as_secs_f64()));
+    let on_flush: log::writer::FlushObserver = Box::new(move |d| flushes.observe(d.as_secs_f64()));
     let (db_dir, cache, segment, shared, settings, enrich) = (
         config.db_dir.clone(),
         config.cache_bytes,
@@ -107,8 +162,8 @@ pub async fn serve(
         config.compactor.clone(),
         geoip.clone(),
     );
-    let store = tokio::task::spawn_blocking(move || {
-        store::Store::open(&db_dir, cache, segment, shared, settings, enrich, on_flush)
+    let pipeline = tokio::task::spawn_blocking(move || {
+        pipeline::Pipeline::open(&db_dir, cache, segment, shared, settings, enrich, on_flush)
     })
     .await
     .map_err(|e| Error::Io(std::io::Error::other(e)))?
@@ -119,7 +174,7 @@ pub async fn serve(
         .await
         .map_err(|e| Error::Io(std::io::Error::other(e)))?;
     let app = Arc::new(app::App::new(
-        config, projects, rules, geoip, metrics, &store,
+        config, projects, rules, geoip, metrics, &pipeline,
     ));
     // Surveys and early access features, then the flags the surveys add to the rules.
     let loader = app.clone();
@@ -152,7 +207,7 @@ pub async fn serve(
     watcher.abort();
     space.abort();
     drop(app);
-    tokio::task::spawn_blocking(move || store.close())
+    tokio::task::spawn_blocking(move || pipeline.close())
         .await
         .map_err(|e| Error::Io(std::io::Error::other(e)))?
         .map_err(Error::Store)?;

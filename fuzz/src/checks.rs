@@ -12,8 +12,8 @@ use flagpost::capture::{self, timestamp, Context, Outcome};
 use flagpost::flags::{self, Evaluation, ProjectRules};
 use flagpost::http::decide::DecideRequest;
 use flagpost::http::decode::{self, Compression, Query};
-use flagpost::http::lz64;
-use flagpost::store::Record;
+use flagpost::log::Record;
+use flagpost::lz64;
 
 use super::lzstring;
 

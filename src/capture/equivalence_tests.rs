@@ -12,7 +12,7 @@ use super::{
     clean_distinct_id, encode_event, normalise_event, parse, Context, DropReason, Encoded, Error,
     Outcome,
 };
-use crate::store::Record;
+use crate::log::Record;
 
 /// The reference pipeline: parse into `serde_json::Value`, then normalise each map.
 mod reference {
@@ -313,7 +313,7 @@ fn forget_made_up_uuid(record: &mut Record) {
 /// The posthog-js batch the decode bench uses, as the browser sends it.
 fn posthog_js_batch() -> Vec<u8> {
     let lz64 = include_str!("../../benches/fixtures/posthog-js-batch.lz64");
-    crate::http::lz64::decompress_from_base64(lz64.trim().as_bytes(), 1 << 24)
+    crate::lz64::decompress_from_base64(lz64.trim().as_bytes(), 1 << 24)
         .expect("the fixture decodes")
         .into_bytes()
 }
@@ -342,7 +342,7 @@ fn real_client_payloads() {
     let fixture: Map<String, Value> =
         serde_json::from_str(include_str!("../../tests/fixtures/lz64_capture.json")).unwrap();
     for (path, lz64) in fixture {
-        let body = crate::http::lz64::decompress_from_base64(
+        let body = crate::lz64::decompress_from_base64(
             lz64.as_str().expect("a string").as_bytes(),
             1 << 20,
         )

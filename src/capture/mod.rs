@@ -1,6 +1,6 @@
 //! The event model of ingestion: what a capture payload may look like, which project it
 //! belongs to, which events are kept, and how each kept event is normalised into a
-//! write-ahead log [`Record`](crate::store::Record).
+//! write-ahead log [`Record`](crate::log::Record).
 //!
 //! Everything here is pure: the HTTP layer decodes the body, calls [`parse`], resolves
 //! the key with [`Payload::key`], then [`normalise_event`]s each event.

@@ -11,8 +11,8 @@ use super::parse::{parse, Event};
 use super::tape::{self, Object, Value as TapeValue};
 use super::timestamp::{self, Claims};
 use super::{write, Error};
-use crate::store::record::Head;
-use crate::store::Record;
+use crate::log::record::Head;
+use crate::log::Record;
 
 /// Longer distinct ids are cut to this many characters.
 pub const MAX_DISTINCT_ID_CHARS: usize = 200;

@@ -31,15 +31,6 @@ pub fn parse_ms(s: &str) -> Option<i64> {
     i64::try_from(t.unix_timestamp_nanos() / 1_000_000).ok()
 }
 
-/// Format unix milliseconds as RFC 3339 UTC with millisecond precision.
-pub fn format_ms(ms: i64) -> String {
-    let t = OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
-        .unwrap_or(OffsetDateTime::UNIX_EPOCH);
-    let (y, mo, d) = (t.year(), u8::from(t.month()), t.day());
-    let (h, mi, s, milli) = (t.hour(), t.minute(), t.second(), t.millisecond());
-    format!("{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{s:02}.{milli:03}Z")
-}
-
 /// What the client told us about time for one event.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Claims {
@@ -69,6 +60,7 @@ pub fn resolve(now: i64, claims: Claims) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::clock::format_ms;
 
     const NOW: i64 = 1_700_000_000_000;
 

@@ -11,12 +11,13 @@ use hyper::body::Incoming;
 use hyper::header::{CONTENT_ENCODING, CONTENT_TYPE};
 use hyper::{Request, Response, StatusCode};
 
-use super::body::{self, Reservation};
+use super::body;
 use super::decode::{Located, Query};
 use super::error::ApiError;
 use super::response::{self, Body};
 use crate::app::App;
 use crate::capture::{self, timestamp, Context, DropReason, Encoded};
+use crate::memory::Reservation;
 use crate::projects::{key_shape_is_valid, Projects};
 
 /// Payloads up to this size, that also decode to no more than this, are decoded and
@@ -43,7 +44,7 @@ pub async fn handle(
     // A failed log write is retried by the next append, so only the compactor and
     // the disk reserve refuse up front.
     if !app.compactor.healthy.load(Ordering::Relaxed) || !app.space.is_ok() {
-        return Err(ApiError::Wal(crate::store::wal::Error::Storage));
+        return Err(ApiError::Wal(crate::log::writer::Error::Storage));
     }
     let (parts, incoming) = req.into_parts();
     let query = Query::parse(parts.uri.query());
@@ -72,7 +73,7 @@ pub async fn handle(
         engage,
         max_decoded: limits.max_decompressed_bytes,
         ip: Some(super::client_ip(app, peer, &parts.headers)),
-        now: now_ms(),
+        now: crate::clock::now_ms(),
     };
     let beacon = request.query.beacon;
     let projects = app.projects.load_full();
@@ -156,10 +157,4 @@ fn accept(req: &Submission, bytes: &mut [u8], projects: &Projects) -> Result<Acc
         }
     }
     Ok(accepted)
-}
-
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
 }

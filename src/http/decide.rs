@@ -14,39 +14,21 @@ use hyper::header::{CONTENT_ENCODING, CONTENT_TYPE};
 use hyper::{HeaderMap, Request, Response, StatusCode};
 use serde_json::{Map, Value};
 
-use super::body::{self, Reservation};
+use super::body;
 use super::decode::{self, Query};
-use super::error::ApiError;
+// The refusals live with the one mapping of errors to statuses (`error`); here they
+// keep this module's name for them.
+use super::error::{ApiError, DecideError as Error};
 use super::response::{self, Body};
 use crate::app::App;
 use crate::capture::tape::Value as TapeValue;
 use crate::capture::{self, clean_distinct_id};
 use crate::flags::{self, Context};
+use crate::memory::Reservation;
 use crate::projects::{key_shape_is_valid, Project};
 
 /// Decide bodies are small; anything near this is not a decide request.
 const MAX_DECIDE_BODY_BYTES: usize = 1024 * 1024;
-
-/// Why a decide request is refused.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Error {
-    MissingKey,
-    InvalidKey,
-    MissingDistinctId,
-    /// The body is not a JSON object of the expected shape.
-    InvalidBody(&'static str),
-}
-
-impl std::fmt::Display for Error {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Error::MissingKey => f.write_str("API key is missing: send api_key or token"),
-            Error::InvalidKey => f.write_str("API key is not valid"),
-            Error::MissingDistinctId => f.write_str("distinct_id is required"),
-            Error::InvalidBody(why) => write!(f, "invalid request body: {why}"),
-        }
-    }
-}
 
 /// What a decide request asks about.
 #[derive(Debug, Default)]

@@ -10,7 +10,7 @@ use base64::engine::DecodePaddingMode;
 use base64::Engine;
 use bytes::Bytes;
 
-use super::lz64;
+use crate::lz64;
 
 /// Standard base64, whether or not the client kept the `=` padding.
 const BASE64: GeneralPurpose = GeneralPurpose::new(

@@ -17,8 +17,8 @@ use hyper::{HeaderMap, Response, StatusCode};
 use serde_json::{Map, Value};
 use sha1::{Digest, Sha1};
 
-use super::decide::Error as DecideError;
 use super::error::ApiError;
+use super::error::DecideError;
 use super::response::{self, Body};
 use crate::app::App;
 use crate::flags::ProjectRules;

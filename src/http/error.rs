@@ -9,7 +9,7 @@ use serde_json::json;
 use super::response::{self, Body};
 use super::{body, decode};
 use crate::capture;
-use crate::store::wal;
+use crate::log::writer as wal;
 
 /// Seconds a client should wait before retrying after a 503.
 const RETRY_AFTER_SECONDS: &str = "5";
@@ -17,7 +17,7 @@ const RETRY_AFTER_SECONDS: &str = "5";
 #[derive(Debug)]
 pub enum ApiError {
     Capture(capture::Error),
-    Decide(super::decide::Error),
+    Decide(DecideError),
     Decode(decode::Error),
     Body(body::Error),
     Wal(wal::Error),
@@ -43,14 +43,35 @@ pub enum ApiError {
     NotRemoteConfig,
 }
 
+/// Why a decide request is refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DecideError {
+    MissingKey,
+    InvalidKey,
+    MissingDistinctId,
+    /// The body is not a JSON object of the expected shape.
+    InvalidBody(&'static str),
+}
+
+impl std::fmt::Display for DecideError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DecideError::MissingKey => f.write_str("API key is missing: send api_key or token"),
+            DecideError::InvalidKey => f.write_str("API key is not valid"),
+            DecideError::MissingDistinctId => f.write_str("distinct_id is required"),
+            DecideError::InvalidBody(why) => write!(f, "invalid request body: {why}"),
+        }
+    }
+}
+
 impl From<capture::Error> for ApiError {
     fn from(e: capture::Error) -> Self {
         ApiError::Capture(e)
     }
 }
 
-impl From<super::decide::Error> for ApiError {
-    fn from(e: super::decide::Error) -> Self {
+impl From<DecideError> for ApiError {
+    fn from(e: DecideError) -> Self {
         ApiError::Decide(e)
     }
 }
@@ -95,7 +116,7 @@ impl ApiError {
                 (status, kind, code, e.to_string())
             }
             ApiError::Decide(e) => {
-                use super::decide::Error as D;
+                use DecideError as D;
                 let (status, kind, code) = match e {
                     D::MissingKey => (StatusCode::UNAUTHORIZED, AUTHENTICATION, "missing_api_key"),
                     D::InvalidKey => (StatusCode::UNAUTHORIZED, AUTHENTICATION, "invalid_api_key"),

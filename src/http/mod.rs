@@ -10,7 +10,6 @@ pub mod decode;
 pub mod definitions;
 pub mod dependency_chain;
 pub mod error;
-pub mod lz64;
 pub mod not_kept;
 pub mod remote_config;
 pub mod response;
@@ -73,7 +72,7 @@ pub fn metrics_text(app: &App) -> String {
         .set(c.lag_ms.load(Relaxed) as f64 / 1000.0);
     m.compactor_healthy.set(i64::from(c.healthy.load(Relaxed)));
     m.log_depth
-        .set(crate::store::query::log_depth(&app.trees, &app.log) as i64);
+        .set(crate::compactor::log_depth(&app.trees, &app.log) as i64);
     m.log_segments.set(app.log.segments() as i64);
     m.decide_cached_persons.set(app.persons.len().1 as i64);
     m.disk_free_bytes

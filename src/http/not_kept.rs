@@ -72,7 +72,7 @@ pub fn handle(app: &App, path: Path, query: Option<&str>) -> Result<Response<Bod
     let token = form_urlencoded::parse(query.unwrap_or("").as_bytes())
         .find(|(k, _)| k == "token")
         .map(|(_, v)| v.into_owned())
-        .ok_or(super::decide::Error::MissingKey)?;
+        .ok_or(super::error::DecideError::MissingKey)?;
     super::decide::project_of(app, &token)?;
     Ok(response::json(StatusCode::OK, &json!({ listing: [] })))
 }

@@ -5,8 +5,8 @@
 
 use hyper::{Response, StatusCode};
 
-use super::decide::Error as KeyError;
 use super::error::ApiError;
+use super::error::DecideError as KeyError;
 use super::response::{self, Body};
 use crate::app::App;
 use crate::early_access;

@@ -16,11 +16,6 @@ use sled::IVec;
 
 use super::keys;
 
-/// A day: client retries (the SDKs' queues, a proxy's replays) come within hours.
-pub const DEFAULT_MAX_AGE_MS: i64 = 24 * 60 * 60 * 1000;
-/// Two million uuids: 32 MB of sorted arrays, about 20 seconds at 100,000 events/s
-/// and a whole day at 23 events/s.
-pub const DEFAULT_MAX_IDS: usize = 2_000_000;
 /// Uuids per frozen segment: few enough segments that a lookup stays cheap, small
 /// enough that dropping one forgets little.
 const SEGMENT_IDS: usize = 65_536;
@@ -324,6 +319,7 @@ impl Window {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::{DEFAULT_DEDUP_MAX_AGE_MS, DEFAULT_DEDUP_MAX_IDS};
 
     const HOUR: i64 = 60 * 60 * 1000;
 
@@ -364,7 +360,7 @@ mod tests {
 
     #[test]
     fn finds_every_id_in_the_window_and_nothing_else() {
-        let mut w = Window::new(DEFAULT_MAX_AGE_MS, DEFAULT_MAX_IDS);
+        let mut w = Window::new(DEFAULT_DEDUP_MAX_AGE_MS, DEFAULT_DEDUP_MAX_IDS);
         // Enough for several frozen segments plus a partial hash set.
         for c in 0..300u64 {
             let _ = w.insert(key(c), 1000, &ids(c as u128 * 1000, 1000), 1000);
@@ -382,7 +378,7 @@ mod tests {
     #[test]
     fn prunes_by_count_keeping_at_least_the_count() {
         let max = 3 * SEGMENT_IDS;
-        let mut w = Window::new(DEFAULT_MAX_AGE_MS, max);
+        let mut w = Window::new(DEFAULT_DEDUP_MAX_AGE_MS, max);
         let mut deleted = 0;
         let n = SEGMENT_IDS as u128;
         for c in 0..6u128 {
@@ -399,7 +395,7 @@ mod tests {
     #[test]
     fn prunes_by_age() {
         let day = 24 * HOUR;
-        let mut w = Window::new(day, DEFAULT_MAX_IDS);
+        let mut w = Window::new(day, DEFAULT_DEDUP_MAX_IDS);
         let _ = w.insert(key(1), 0, &ids(0, 10), 0);
         // Two hours later the old hash set is frozen (past an hour) ...
         let _ = w.insert(key(2), 2 * HOUR, &ids(10, 10), 2 * HOUR);
@@ -421,7 +417,7 @@ mod tests {
             tree.insert(keys::recent(at, i), encode(&chunk)).unwrap();
         }
         tree.insert(keys::recent(now, 4), &b"damaged"[..]).unwrap();
-        let w = Window::load(&tree, DEFAULT_MAX_AGE_MS, DEFAULT_MAX_IDS, now).unwrap();
+        let w = Window::load(&tree, DEFAULT_DEDUP_MAX_AGE_MS, DEFAULT_DEDUP_MAX_IDS, now).unwrap();
         assert_eq!(w.len(), 20);
         assert!(!w.contains(ids(100, 1)[0]), "older than a day");
         assert!(w.contains(ids(200, 1)[0]) && w.contains(ids(309, 1)[0]));
@@ -445,7 +441,7 @@ mod tests {
             let chunk = ids(u128::from(i) * 10, 10);
             tree.insert(keys::recent(at, i), encode(&chunk)).unwrap();
         }
-        let w = Window::load(&tree, DEFAULT_MAX_AGE_MS, DEFAULT_MAX_IDS, now).unwrap();
+        let w = Window::load(&tree, DEFAULT_DEDUP_MAX_AGE_MS, DEFAULT_DEDUP_MAX_IDS, now).unwrap();
         assert_eq!(w.len(), 10_000);
         assert!(w.frozen.len() <= 21, "{} segments", w.frozen.len());
         assert!((0..10_000).step_by(7).all(|i| w.contains(ids(i, 1)[0])));
@@ -454,7 +450,7 @@ mod tests {
     #[test]
     fn many_small_chunks_become_one_entry() {
         let (_dir, tree) = recent_ids();
-        let mut w = Window::new(DEFAULT_MAX_AGE_MS, DEFAULT_MAX_IDS);
+        let mut w = Window::new(DEFAULT_DEDUP_MAX_AGE_MS, DEFAULT_DEDUP_MAX_IDS);
         for c in 0..1000u64 {
             let chunk = ids(u128::from(c), 1);
             let k = keys::recent(5, c);
@@ -464,7 +460,7 @@ mod tests {
                 .unwrap();
         }
         assert!(tree.len() <= MAX_ENTRIES_PER_SEGMENT + 1, "{}", tree.len());
-        let back = Window::load(&tree, DEFAULT_MAX_AGE_MS, DEFAULT_MAX_IDS, 5).unwrap();
+        let back = Window::load(&tree, DEFAULT_DEDUP_MAX_AGE_MS, DEFAULT_DEDUP_MAX_IDS, 5).unwrap();
         assert_eq!(back.len(), 1000);
         assert!((0..1000).all(|c| back.contains(ids(c, 1)[0])));
     }

@@ -109,6 +109,11 @@ pub fn group_type_by_index(project: u64, index: u8) -> [u8; 10] {
     k
 }
 
+/// In `meta`: the last log entry the compactor applied (u64 big-endian).
+pub const CHECKPOINT_KEY: &[u8] = b"compactor.applied_seq";
+/// In `meta`: the next block id (u64 big-endian), advanced in each chunk's transaction.
+pub const NEXT_BLOCK_KEY: &[u8] = b"events.next_block";
+
 /// The log's keys: sequence numbers that sort in arrival order.
 pub fn seq(key: &[u8]) -> Option<u64> {
     Some(u64::from_be_bytes(key.try_into().ok()?))

@@ -12,8 +12,8 @@ use std::collections::HashMap;
 use sled::transaction::{ConflictableTransactionError, TransactionError, Transactional};
 use sled::IVec;
 
-use super::compactor::NEXT_BLOCK_KEY;
 use super::event::StoredEvent;
+use super::keys::NEXT_BLOCK_KEY;
 use super::{block, dedup, keys, Error, Trees};
 
 /// The format this build writes: 2 is event blocks. 1 (one key per event) had no key.
@@ -44,7 +44,7 @@ pub fn run(db: &sled::Db, trees: &Trees) -> Result<(), Error> {
     let names = db.tree_names();
     if names.iter().any(|n| n == OLD_EVENTS) {
         let old = db.open_tree(OLD_EVENTS)?;
-        migrate_events(&old, trees, crate::http::capture::now_ms())?;
+        migrate_events(&old, trees, crate::clock::now_ms())?;
         drop(old);
         db.drop_tree(OLD_EVENTS)?;
     }
@@ -67,7 +67,7 @@ fn migrate_events(old: &sled::Tree, trees: &Trees, now: i64) -> Result<u64, Erro
     );
     // A large database can take longer than the unit's start timeout.
     crate::notify::extend_timeout(std::time::Duration::from_secs(60));
-    let recent_since = now - dedup::DEFAULT_MAX_AGE_MS;
+    let recent_since = now - crate::config::DEFAULT_DEDUP_MAX_AGE_MS;
     let (mut moved, mut skipped, mut logged) = (0u64, 0u64, 0u64);
     loop {
         let batch: Vec<(IVec, IVec)> = old.iter().take(BATCH).collect::<Result<_, _>>()?;
@@ -187,7 +187,7 @@ mod tests {
     #[test]
     fn migrates_the_first_format_to_blocks() {
         let dir = tempfile::tempdir().unwrap();
-        let now = crate::http::capture::now_ms();
+        let now = crate::clock::now_ms();
         let mut events = Vec::new();
         // Enough for several batches, across two projects and days, some recent.
         for i in 0..10_000u64 {
@@ -230,8 +230,8 @@ mod tests {
         // The recently arrived uuids seed the deduplication window.
         let window = dedup::Window::load(
             &trees.recent_ids,
-            dedup::DEFAULT_MAX_AGE_MS,
-            dedup::DEFAULT_MAX_IDS,
+            crate::config::DEFAULT_DEDUP_MAX_AGE_MS,
+            crate::config::DEFAULT_DEDUP_MAX_IDS,
             now,
         )
         .unwrap();

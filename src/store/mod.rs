@@ -1,44 +1,39 @@
-//! Embedded storage: the write-ahead log's segment files ([`log`], written through
-//! [`wal`]) and one sled database holding everything the compactor derives from them
-//! (events, persons, groups) and its checkpoint, plus the queries the read API and flag
-//! evaluation make.
+//! The stored data: one sled database holding everything the compactor derives from
+//! the write-ahead log (events in LZ4 blocks, persons, distinct ids, groups, the
+//! deduplication window) and its checkpoint; the key layouts and tree names that are
+//! the on-disk format; the reads the read API and flag evaluation make (with the
+//! person cache `/decide` uses); and the migration of older formats, run when the
+//! trees open. Nothing here starts a thread: [`crate::pipeline`] does.
 
-mod apply;
 pub mod block;
-mod cache;
-pub mod compactor;
 pub mod dedup;
 pub mod event;
 pub mod keys;
-pub mod log;
-mod memo;
 mod migrate;
-pub mod overflow;
 pub mod person_cache;
 pub mod query;
-mod raw;
-pub mod record;
-pub mod space;
-mod splice;
-pub mod wal;
 
-use std::path::Path;
-use std::sync::Arc;
+use serde_json::{Map, Value};
 
-use arc_swap::ArcSwap;
-
-pub use apply::{Group, MAX_GROUP_TYPES};
 pub use event::StoredEvent;
-pub use record::Record;
-pub use wal::Wal;
-
-use crate::projects::Projects;
 
 /// The log's tree name, part of the on-disk format like every tree name below.
 pub const WAL_TREE: &str = "wal";
 /// Event blocks. The earlier format kept one key per event in `events` (with a uuid
 /// index in `event_ids`); a new name keeps the two apart during a migration.
 pub const EVENTS_TREE: &str = "event_blocks";
+
+/// PostHog's limit: five group types per project, indexes 0-4.
+pub const MAX_GROUP_TYPES: u8 = 5;
+
+/// A group's stored record.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Group {
+    pub group_type_index: u8,
+    pub group_key: String,
+    pub properties: Map<String, Value>,
+    pub created_at: i64,
+}
 
 #[derive(Debug)]
 pub struct Error(sled::Error);
@@ -107,85 +102,5 @@ impl Trees {
             meta: db.open_tree("meta")?,
             quarantine: db.open_tree("quarantine")?,
         })
-    }
-}
-
-/// The open database, its log writer and its compactor.
-pub struct Store {
-    pub db: sled::Db,
-    pub trees: Trees,
-    pub wal: Wal,
-    /// The log's positions, for its depth.
-    pub log: Arc<log::Shared>,
-    /// Persons for `/decide`, forgotten by the compactor as it changes them.
-    pub persons: Arc<person_cache::PersonCache>,
-    pub compactor: Arc<compactor::Stats>,
-    writer: wal::Writer,
-    compactor_thread: compactor::Handle,
-}
-
-impl Store {
-    /// Open the database and start the log writer and the compactor. Blocking.
-    /// `cache_bytes` is sled's page cache (see [`crate::config::DEFAULT_CACHE_BYTES`]),
-    /// `log_segment_bytes` the size of the log's files (see [`log::SEGMENT_BYTES`]).
-    pub fn open(
-        dir: &Path,
-        cache_bytes: u64,
-        log_segment_bytes: u64,
-        projects: Arc<ArcSwap<Projects>>,
-        settings: compactor::Settings,
-        geoip: Arc<crate::geoip::Database>,
-        on_flush: wal::FlushObserver,
-    ) -> Result<Store, Error> {
-        let db = sled::Config::new()
-            .path(dir)
-            .cache_capacity(cache_bytes)
-            .open()?;
-        let trees = Trees::open(&db)?;
-        let io = |e| Error(sled::Error::Io(e));
-        let checkpoint = trees
-            .meta
-            .get(compactor::CHECKPOINT_KEY)?
-            .and_then(|v| keys::seq(&v));
-        let floor = wal::first_seq(&db, &trees.wal, checkpoint)?;
-        let (appender, reader, preparer) = log::open(
-            &dir.join(log::DIR_NAME),
-            floor,
-            checkpoint,
-            log_segment_bytes,
-        )
-        .map_err(io)?;
-        let shared = appender.shared().clone();
-        let (wal, writer) = Wal::start(appender, preparer, on_flush).map_err(io)?;
-        let persons = Arc::new(person_cache::PersonCache::new(person_cache::DEFAULT_BYTES));
-        let compactor = compactor::Compactor::new(trees.clone(), reader, projects, settings, geoip)
-            .with_person_cache(persons.clone());
-        let stats = compactor.stats();
-        let compactor_thread = compactor::spawn(compactor).map_err(io)?;
-        Ok(Store {
-            db,
-            trees,
-            wal,
-            log: shared,
-            persons,
-            compactor: stats,
-            writer,
-            compactor_thread,
-        })
-    }
-
-    /// Write what the log has queued, stop the writer and the compactor, and flush.
-    /// Appends after this fail as closed. Blocking: call off the reactor.
-    pub fn close(self) -> Result<(), Error> {
-        let Store {
-            db,
-            writer,
-            compactor_thread,
-            ..
-        } = self;
-        writer.stop();
-        compactor_thread.stop();
-        db.flush()?;
-        Ok(())
     }
 }

@@ -83,7 +83,7 @@ fn store_group(trees: &Trees, kind: &str, index: u8, key: &str, properties: Opti
         .insert(keys::group_type_by_name(1, kind), &[index][..])
         .unwrap();
     if let Some(properties) = properties {
-        let group = super::super::apply::Group {
+        let group = crate::store::Group {
             group_type_index: index,
             group_key: key.to_owned(),
             properties: properties.as_object().unwrap().clone(),

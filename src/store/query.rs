@@ -403,24 +403,6 @@ pub fn group_type_index(
         .and_then(|v| v.first().copied()))
 }
 
-/// Entries waiting in the log plus records waiting in the slower lanes, from the span
-/// of their numbers: O(log n), exact unless sequence numbers were skipped at a restart
-/// or by a failed write.
-pub fn log_depth(trees: &Trees, log: &super::log::Shared) -> u64 {
-    log.depth()
-        + [&trees.wal, &trees.historical, &trees.overflow]
-            .into_iter()
-            .map(|tree| {
-                let first = tree.first().ok().flatten().and_then(|(k, _)| keys::seq(&k));
-                let last = tree.last().ok().flatten().and_then(|(k, _)| keys::seq(&k));
-                match (first, last) {
-                    (Some(a), Some(b)) => b.saturating_sub(a) + 1,
-                    _ => 0,
-                }
-            })
-            .sum::<u64>()
-}
-
 #[cfg(test)]
 #[path = "query_tests.rs"]
 mod tests;

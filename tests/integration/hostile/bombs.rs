@@ -84,7 +84,7 @@ fn gzip_bomb_is_refused_with_bounded_memory() {
 #[test]
 fn lz64_bomb_is_refused_with_bounded_memory() {
     // The generator itself: 3 codes after the first literal are "aa", "aaa", "aaaa".
-    let small = flagpost::http::lz64::decompress_from_base64(lz64_bomb(3).as_bytes(), 100);
+    let small = flagpost::lz64::decompress_from_base64(lz64_bomb(3).as_bytes(), 100);
     assert_eq!(small.unwrap(), "a".repeat(10));
 
     // The decoder holds its output as UTF-16 while it works (up to twice the cap for

@@ -151,6 +151,7 @@ fn node(package: &str, expect: Expect) {
 }
 
 #[test]
+#[ignore = "needs tests/sdk/install.sh (the SDKs, Chromium): run by .ci/run, cargo test -- --include-ignored"]
 fn posthog_python_3_decide_v3() {
     python(
         3,
@@ -176,6 +177,7 @@ fn posthog_python_3_decide_v3() {
 }
 
 #[test]
+#[ignore = "needs tests/sdk/install.sh (the SDKs, Chromium): run by .ci/run, cargo test -- --include-ignored"]
 fn posthog_python_7_flags_v4() {
     python(
         7,
@@ -200,6 +202,7 @@ fn posthog_python_7_flags_v4() {
 }
 
 #[test]
+#[ignore = "needs tests/sdk/install.sh (the SDKs, Chromium): run by .ci/run, cargo test -- --include-ignored"]
 fn posthog_node_4_decide_v3() {
     node(
         "posthog-node-v4",
@@ -225,6 +228,7 @@ fn posthog_node_4_decide_v3() {
 }
 
 #[test]
+#[ignore = "needs tests/sdk/install.sh (the SDKs, Chromium): run by .ci/run, cargo test -- --include-ignored"]
 fn posthog_node_5_flags_v2() {
     node(
         "posthog-node",

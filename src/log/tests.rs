@@ -1,3 +1,7 @@
+use std::fs::OpenOptions;
+use std::os::unix::fs::FileExt;
+
+use super::segment::{checksum, segment_first, HEADER, SPARE_PREFIX};
 use super::*;
 
 const SEGMENT: u64 = 1024;

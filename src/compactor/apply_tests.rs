@@ -338,7 +338,7 @@ fn other_json_takes_the_round_trip() {
 /// A small deterministic generator of events made of the keys and shapes the
 /// compactor reads, to compare the two paths beyond the hand-written corpus (and, in
 /// the compactor's tests, the memo against no memo).
-pub(in crate::store) struct Gen(pub u64);
+pub(in crate::compactor) struct Gen(pub u64);
 
 impl Gen {
     pub fn next(&mut self, n: u64) -> u64 {

@@ -8,10 +8,6 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-/// Room kept free for sled's own growth (segment files, compaction) and for the
-/// compactor, which keeps writing while new events are refused.
-pub const DEFAULT_RESERVE_BYTES: u64 = 256 * 1024 * 1024;
-
 /// Free space as last measured, and whether it is above the reserve.
 #[derive(Debug)]
 pub struct Space {

@@ -5,9 +5,6 @@
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 
-/// The reference service's defaults.
-pub const DEFAULT_RATE_PER_SECOND: f64 = 100.0;
-pub const DEFAULT_BURST: f64 = 1000.0;
 /// Buckets kept in memory; past this, the idle ones (full again) are forgotten.
 const MAX_BUCKETS: usize = 100_000;
 

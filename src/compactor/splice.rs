@@ -2,7 +2,7 @@
 //! a `serde_json::Value`: the properties stay text, member by member, and only what the
 //! compactor adds or changes is written (GeoIP properties, the top-level person
 //! operations, `$group_<index>`, `$ip`). Only the few values persons and groups read
-//! are parsed. The result is byte for byte what [`apply::round_trip`] stores: each step
+//! are parsed. The result is byte for byte what [`super::apply::round_trip`] stores: each step
 //! below mirrors one of its `serde_json::Map` operations (with `preserve_order`, insert
 //! keeps a key's place and appends a new one, remove swaps the last member in).
 
@@ -11,10 +11,11 @@ use std::borrow::Cow;
 use serde_json::{Map, Value};
 use uuid::Uuid;
 
-use super::apply::{self, Geo, ProjectSettings, Tx, GEO_KEY_STARTS};
-use super::cache::Cache;
+use super::cache::{Cache, Tx};
+use super::enrich::{Geo, ProjectSettings, GEO_KEY_STARTS};
+use super::groups;
 use super::raw::{self, KeyFilter, Member};
-use super::Record;
+use crate::log::Record;
 use crate::persons::{self, EventView};
 
 type Result<T> = std::result::Result<T, sled::transaction::UnabortableTransactionError>;
@@ -104,7 +105,7 @@ fn parse(text: Option<&str>) -> Option<Value> {
     serde_json::from_str(text?).ok()
 }
 
-/// [`apply::record`] for a canonical event. Returns the person id and the properties
+/// [`super::apply::record`] for a canonical event. Returns the person id and the properties
 /// to store.
 pub fn apply(
     tx: &Tx<'_>,
@@ -139,7 +140,7 @@ pub fn apply(
     if record.event == "$groupidentify" {
         let [kind, key, set] =
             ["$group_type", "$group_key", "$group_set"].map(|k| parse(props.get(k)));
-        apply::group_identify(
+        groups::group_identify(
             tx,
             cache,
             project,
@@ -149,7 +150,7 @@ pub fn apply(
     }
     if let Some(groups) = props.get("$groups").filter(|g| g.starts_with('{')) {
         let groups = parse(Some(groups));
-        for (k, v) in apply::groups(tx, cache, project, groups.as_ref())? {
+        for (k, v) in groups::groups(tx, cache, project, groups.as_ref())? {
             let v = serde_json::to_string(&v).unwrap_or_default();
             props.insert(k, v);
         }

@@ -6,16 +6,23 @@
 
 use std::collections::{HashMap, HashSet};
 
-use sled::transaction::UnabortableTransactionError;
+use sled::transaction::{TransactionalTree, UnabortableTransactionError};
 use uuid::Uuid;
 
-use super::apply::Tx;
-use super::keys;
 use super::memo::{Learned, Memo};
-use super::person_cache::Changes;
 use crate::persons::{self, Person};
+use crate::store::keys;
+use crate::store::person_cache::Changes;
 
 type Result<T> = std::result::Result<T, UnabortableTransactionError>;
+
+/// The trees a record touches.
+pub struct Tx<'a> {
+    pub persons: &'a TransactionalTree,
+    pub distinct_ids: &'a TransactionalTree,
+    pub groups: &'a TransactionalTree,
+    pub group_types: &'a TransactionalTree,
+}
 
 #[derive(Default)]
 pub struct Cache<'m> {

@@ -2,7 +2,7 @@
 //!
 //! One writer thread owns every append. Requests hand it their encoded records over a
 //! bounded channel and wait; the writer takes everything that has queued up, writes it
-//! to the log's segment file ([`super::log`]) as a few entries, calls `fdatasync` once
+//! to the log's segment file ([`crate::log`]) as a few entries, calls `fdatasync` once
 //! for the whole group, and answers all of them. Under load the groups grow, so one
 //! sync is shared by many requests (group commit). A dedicated thread keeps the
 //! blocking sync off the reactor.
@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, oneshot};
 
-use super::log::{Appender, Preparer};
 use super::record::encode_frame;
+use super::{Appender, Preparer};
 
 /// Requests waiting for the writer. A full queue means the disk cannot keep up: new
 /// requests get 503 with Retry-After rather than an ever-growing backlog in memory.
@@ -110,7 +110,7 @@ impl Writer {
 pub type FlushObserver = Box<dyn Fn(std::time::Duration) + Send>;
 
 impl Wal {
-    /// Start the writer on an open log (see [`super::log::open`]).
+    /// Start the writer on an open log (see [`super::open`]).
     pub fn start(
         appender: Appender,
         preparer: Preparer,
@@ -171,24 +171,6 @@ impl Wal {
 struct Pending {
     records: Vec<Vec<u8>>,
     reply: oneshot::Sender<Result<(), Error>>,
-}
-
-/// The lowest sequence number the log's next entry may take: above every entry still
-/// in the log tree of earlier versions, above `checkpoint` (the last entry the
-/// compactor applied) and above sled's id generator, which numbered entries before,
-/// so the log stays in arrival order across restarts and upgrades.
-pub fn first_seq(
-    db: &sled::Db,
-    tree: &sled::Tree,
-    checkpoint: Option<u64>,
-) -> Result<u64, sled::Error> {
-    let last = match tree.last()? {
-        Some((key, _)) => super::keys::seq(&key),
-        None => None,
-    };
-    let generated = db.generate_id()?;
-    let highest = [last, checkpoint].into_iter().flatten().max().unwrap_or(0);
-    Ok(highest.saturating_add(1).max(generated))
 }
 
 fn run(mut log: Appender, mut rx: mpsc::Receiver<Job>, stats: &Stats, on_flush: &FlushObserver) {
@@ -315,7 +297,7 @@ fn storage_error(e: std::io::Error) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::log;
+    use crate::log;
 
     const SEGMENT: u64 = 256 * 1024;
 
@@ -365,7 +347,7 @@ mod tests {
         let values: Vec<String> = read_all(dir.path())
             .iter()
             .flat_map(|(_, frame)| {
-                super::super::record::decode_frame(frame)
+                crate::log::record::decode_frame(frame)
                     .unwrap()
                     .into_iter()
                     .map(|r| String::from_utf8(r.to_vec()).unwrap())
@@ -379,23 +361,6 @@ mod tests {
             assert!(a.ends_with("-a") && b.ends_with("-b"));
             assert_eq!(a.trim_end_matches("-a"), b.trim_end_matches("-b"));
         }
-    }
-
-    #[test]
-    fn sequence_starts_above_the_log_and_the_checkpoint() {
-        let dir = tempfile::tempdir().unwrap();
-        let db = sled::open(dir.path()).unwrap();
-        let tree = db.open_tree("wal").unwrap();
-        tree.insert(1_000u64.to_be_bytes(), &b"x"[..]).unwrap();
-        tree.insert(2_000u64.to_be_bytes(), &b"x"[..]).unwrap();
-        assert!(first_seq(&db, &tree, None).unwrap() > 2_000);
-        assert!(first_seq(&db, &tree, Some(5_000)).unwrap() > 5_000);
-        // The compactor emptied the log: its checkpoint still counts.
-        tree.clear().unwrap();
-        assert!(first_seq(&db, &tree, Some(5_000)).unwrap() > 5_000);
-        // Nothing left anywhere: still above every id sled generated before.
-        let generated = db.generate_id().unwrap();
-        assert!(first_seq(&db, &tree, None).unwrap() > generated);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -460,7 +425,7 @@ mod tests {
         let values: Vec<Vec<u8>> = read_all(dir.path())
             .iter()
             .flat_map(|(_, frame)| {
-                let records = crate::store::record::decode_frame(frame).unwrap();
+                let records = crate::log::record::decode_frame(frame).unwrap();
                 records.into_iter().map(<[u8]>::to_vec).collect::<Vec<_>>()
             })
             .collect();

@@ -1,0 +1,168 @@
+//! The compactor: a background thread that turns the write-ahead log into stored
+//! events, persons and groups, in order and exactly once. It reads [`crate::log`] and
+//! writes [`crate::store`]; nothing below it knows it exists.
+//!
+//! The files, in the order a record meets them: `worker.rs` (the thread's loop),
+//! `step.rs` (one pass and its transaction), `chunk.rs` (reading a chunk of the log or
+//! a lane, routing records), [`overflow`] (spike detection for the overflow lane),
+//! `apply.rs` (one record: persons and groups, the event shaped for its block) through
+//! `splice.rs` (event JSON edited as text, `raw.rs`) or a `serde_json::Value`, with
+//! `enrich.rs` (GeoIP, IP settings) and `groups.rs`; `cache.rs` (what one chunk read
+//! and changed) and `memo.rs` (what the compactor remembers between chunks);
+//! `retention.rs` (deleting old blocks).
+//!
+//! Each [`Compactor::step`] takes a chunk of the log and, in ONE sled transaction,
+//! applies the records, moves the ones that belong to a slower lane (historical
+//! imports, spiking distinct ids) into that lane's tree and advances the checkpoint.
+//! sled recovers a transaction entirely or not at all, and the log's files are recycled
+//! only once a checkpoint past them is durable, so a kill at any instant leaves every
+//! record either still ahead of the checkpoint or applied once. A chunk's events are
+//! stored as a few [`block`](crate::store::block)s (one sled key each, not one per
+//! event), and records are deduplicated by uuid against a
+//! [`Window`](crate::store::dedup::Window) of recent uuids (the store keeps it: the
+//! migration seeds it too), persisted in the same transaction, so a client's retry is
+//! not stored twice.
+
+mod apply;
+mod cache;
+mod chunk;
+mod enrich;
+mod groups;
+mod memo;
+pub mod overflow;
+mod raw;
+mod retention;
+mod splice;
+mod step;
+mod worker;
+
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64};
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+
+use memo::Memo;
+use overflow::Limiter;
+use step::State;
+
+use crate::config::Compaction;
+use crate::log;
+use crate::projects::Projects;
+use crate::store::person_cache::PersonCache;
+use crate::store::{keys, Trees};
+
+pub use worker::{spawn, Handle};
+
+/// Counters for metrics and readiness.
+#[derive(Debug, Default)]
+pub struct Stats {
+    pub applied: AtomicU64,
+    pub duplicates: AtomicU64,
+    pub to_overflow: AtomicU64,
+    pub to_historical: AtomicU64,
+    pub corrupt: AtomicU64,
+    pub retention_deleted: AtomicU64,
+    pub steps: AtomicU64,
+    /// Milliseconds between now and the arrival of the oldest record still in the log.
+    pub lag_ms: AtomicI64,
+    /// False while steps fail; the server then stops acknowledging writes.
+    pub healthy: AtomicBool,
+}
+
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct StepReport {
+    pub realtime: usize,
+    pub historical: usize,
+    pub overflow: usize,
+}
+
+impl StepReport {
+    pub fn is_idle(&self) -> bool {
+        self.realtime + self.historical + self.overflow == 0
+    }
+}
+
+pub struct Compactor {
+    trees: Trees,
+    log: log::Reader,
+    /// Arrival time of the last record applied from the log, for the lag.
+    last_received: Option<i64>,
+    /// Told what each chunk changed of persons, if `/decide` caches them.
+    person_cache: Option<Arc<PersonCache>>,
+    /// Links and persons' last operations, from the chunks committed before.
+    memo: Memo,
+    /// Test hook: apply every chunk without the memo, as the reference it must match.
+    #[cfg(test)]
+    memo_off: bool,
+    state: Option<State>,
+    limiter: Limiter,
+    projects: Arc<ArcSwap<Projects>>,
+    stats: Arc<Stats>,
+    settings: Compaction,
+    geoip: Arc<crate::geoip::Database>,
+    /// Test hook: fail the next transaction on this tree after this many records.
+    #[cfg(test)]
+    fail_at: Option<(chunk::Source, usize)>,
+}
+
+impl Compactor {
+    pub fn new(
+        trees: Trees,
+        log: log::Reader,
+        projects: Arc<ArcSwap<Projects>>,
+        settings: Compaction,
+        geoip: Arc<crate::geoip::Database>,
+    ) -> Compactor {
+        Compactor {
+            geoip,
+            limiter: Limiter::new(settings.overflow_rate, settings.overflow_burst),
+            trees,
+            log,
+            last_received: None,
+            person_cache: None,
+            memo: Memo::default(),
+            #[cfg(test)]
+            memo_off: false,
+            state: None,
+            projects,
+            stats: Arc::new(Stats {
+                healthy: AtomicBool::new(true),
+                ..Stats::default()
+            }),
+            settings,
+            #[cfg(test)]
+            fail_at: None,
+        }
+    }
+
+    /// Tell `cache` what each committed chunk changed of persons.
+    pub fn with_person_cache(mut self, cache: Arc<PersonCache>) -> Compactor {
+        self.person_cache = Some(cache);
+        self
+    }
+
+    pub fn stats(&self) -> Arc<Stats> {
+        self.stats.clone()
+    }
+}
+
+/// Entries waiting in the log plus records waiting in the slower lanes, from the span
+/// of their numbers: O(log n), exact unless sequence numbers were skipped at a restart
+/// or by a failed write.
+pub fn log_depth(trees: &Trees, log: &log::Shared) -> u64 {
+    log.depth()
+        + [&trees.wal, &trees.historical, &trees.overflow]
+            .into_iter()
+            .map(|tree| {
+                let first = tree.first().ok().flatten().and_then(|(k, _)| keys::seq(&k));
+                let last = tree.last().ok().flatten().and_then(|(k, _)| keys::seq(&k));
+                match (first, last) {
+                    (Some(a), Some(b)) => b.saturating_sub(a) + 1,
+                    _ => 0,
+                }
+            })
+            .sum::<u64>()
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,66 @@
+//! Retention: deleting the event blocks older than the configured number of days,
+//! a pass the worker runs every few minutes beside its steps.
+
+use std::sync::atomic::Ordering;
+
+use sled::IVec;
+
+use super::Compactor;
+use crate::store::{block, keys};
+
+/// Blocks deleted per retention batch, so the pass never holds much in memory.
+const RETENTION_BATCH: usize = 256;
+pub(super) const DAY_MS: i64 = 24 * 60 * 60 * 1000;
+
+impl Compactor {
+    /// Delete the blocks whose newest event is older than the retention period (so
+    /// an event may outlive it by up to a block's span); returns how many events.
+    pub fn enforce_retention(&self, now: i64) -> Result<u64, sled::Error> {
+        if self.settings.retention_days == 0 {
+            return Ok(0);
+        }
+        let cutoff = now - i64::from(self.settings.retention_days) * DAY_MS;
+        let mut deleted = 0u64;
+        let mut next_project = Some(0u64);
+        while let Some(start) = next_project {
+            // The first block key at or past `start`'s prefix names the next project.
+            let Some((key, _)) = self.trees.events.get_gt(keys::project(start))? else {
+                break;
+            };
+            let Some((project, _)) = keys::split_block(&key) else {
+                break;
+            };
+            let lo = keys::event_bound(project, i64::MIN);
+            let hi = keys::event_bound(project, cutoff);
+            loop {
+                let batch: Vec<(IVec, IVec)> = self
+                    .trees
+                    .events
+                    .range(lo..hi)
+                    .take(RETENTION_BATCH)
+                    .collect::<Result<_, _>>()?;
+                if batch.is_empty() {
+                    break;
+                }
+                let mut blocks = sled::Batch::default();
+                for (k, v) in &batch {
+                    deleted += u64::from(block::count(v).unwrap_or(0));
+                    blocks.remove(k);
+                }
+                self.trees.events.apply_batch(blocks)?;
+            }
+            next_project = project.checked_add(1);
+        }
+        self.stats
+            .retention_deleted
+            .fetch_add(deleted, Ordering::Relaxed);
+        if deleted > 0 {
+            tracing::info!(
+                deleted,
+                days = self.settings.retention_days,
+                "retention: deleted old events"
+            );
+        }
+        Ok(deleted)
+    }
+}

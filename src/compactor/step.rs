@@ -1,0 +1,341 @@
+//! One pass of the compactor ([`Compactor::step`]): a chunk of the log, then a
+//! smaller chunk of each slower lane, each applied in ONE sled transaction that also
+//! stores the chunk's event blocks, its uuids for deduplication and the checkpoint.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::atomic::Ordering;
+
+use sled::transaction::{ConflictableTransactionError, TransactionError, Transactional};
+
+use super::cache::{Cache, Tx};
+use super::chunk::{read_lane, Action, Chunk, Item, Source};
+use super::enrich::{Geo, ProjectSettings};
+use super::{apply, memo, Compactor, StepReport};
+use crate::log::{record::decode_frame, Record};
+use crate::store::dedup::{self, IdSet};
+use crate::store::keys::{CHECKPOINT_KEY, NEXT_BLOCK_KEY};
+use crate::store::{block, keys, person_cache};
+
+/// What the compactor keeps between steps, read from the database at the first.
+pub(super) struct State {
+    pub(super) window: dedup::Window,
+    pub(super) next_block: u64,
+}
+
+impl Compactor {
+    /// The deduplication window and block counter as committed; read once.
+    fn load_state(&mut self) -> Result<(), sled::Error> {
+        if self.state.is_some() {
+            return Ok(());
+        }
+        let next_block = self
+            .trees
+            .meta
+            .get(NEXT_BLOCK_KEY)?
+            .and_then(|v| v.as_ref().try_into().ok())
+            .map_or(0, u64::from_be_bytes);
+        let s = &self.settings;
+        let window = dedup::Window::load(
+            &self.trees.recent_ids,
+            s.dedup_max_age_ms,
+            s.dedup_max_ids,
+            crate::clock::now_ms(),
+        )?;
+        tracing::debug!(uuids = window.len(), "deduplication window loaded");
+        self.state = Some(State { window, next_block });
+        Ok(())
+    }
+
+    /// One pass: a chunk of the log, then a smaller chunk of each slower lane.
+    pub fn step(&mut self) -> Result<StepReport, sled::Error> {
+        self.load_state()?;
+        let mut report = StepReport::default();
+        let chunk = self.read_log()?;
+        if !chunk.is_empty() {
+            report.realtime = match self.commit(Source::Log, &chunk) {
+                Ok(n) => n,
+                Err(e) => {
+                    // Read the chunk again at the next step.
+                    if let Some(first) = chunk.first_seq {
+                        self.log.seek(first).map_err(io)?;
+                    }
+                    return Err(e);
+                }
+            };
+            if let Some(applied) = chunk.last_seq {
+                self.release_log(applied)?;
+            }
+        }
+        for (source, tree) in [
+            (Source::Historical, self.trees.historical.clone()),
+            (Source::Overflow, self.trees.overflow.clone()),
+        ] {
+            let chunk = read_lane(&tree)?;
+            if chunk.is_empty() {
+                continue;
+            }
+            let n = self.commit(source, &chunk)?;
+            match source {
+                Source::Historical => report.historical = n,
+                _ => report.overflow = n,
+            }
+        }
+        self.stats.steps.fetch_add(1, Ordering::Relaxed);
+        self.stats.lag_ms.store(self.lag()?, Ordering::Relaxed);
+        Ok(report)
+    }
+
+    /// Recycle the log's segments the compactor has moved past, once its checkpoint
+    /// past them (`applied`, just committed) is durable.
+    fn release_log(&mut self, applied: u64) -> Result<(), sled::Error> {
+        if !self.log.releasable() {
+            return Ok(());
+        }
+        self.trees.meta.flush()?;
+        self.log.release(applied).map_err(io)?;
+        Ok(())
+    }
+
+    /// Apply a chunk in one transaction; returns how many records it consumed.
+    fn commit(&mut self, source: Source, chunk: &Chunk) -> Result<usize, sled::Error> {
+        let items = &chunk.items;
+        let settings = self.project_settings(items);
+        let geo = self.geo(items);
+        #[cfg(test)]
+        let fail_after = match self.fail_at {
+            Some((tree, at)) if tree == source => {
+                self.fail_at = None;
+                Some(at)
+            }
+            _ => None,
+        };
+        #[cfg(not(test))]
+        let fail_after: Option<usize> = None;
+        let Some(state) = self.state.as_mut() else {
+            return Err(sled::Error::ReportableBug(
+                "compactor state not loaded".into(),
+            ));
+        };
+        let (window, first_block) = (&state.window, state.next_block);
+        let memo = &self.memo;
+        #[cfg(test)]
+        let memo_off = self.memo_off;
+        #[cfg(not(test))]
+        let memo_off = false;
+        // The window's age counts from when a uuid was stored.
+        let now = crate::clock::now_ms();
+        let t = &self.trees;
+        let trees = (
+            &t.wal,
+            &t.historical,
+            &t.overflow,
+            &t.events,
+            &t.recent_ids,
+            &t.persons,
+            &t.distinct_ids,
+            &t.groups,
+            &t.group_types,
+            &t.meta,
+            &t.quarantine,
+        );
+        let outcome = trees.transaction(
+            |(
+                wal,
+                historical,
+                overflow,
+                events,
+                recent_ids,
+                persons,
+                distinct_ids,
+                groups,
+                group_types,
+                meta,
+                quarantine,
+            )| {
+                let tx = Tx {
+                    persons,
+                    distinct_ids,
+                    groups,
+                    group_types,
+                };
+                let from = match source {
+                    Source::Log => wal,
+                    Source::Historical => historical,
+                    Source::Overflow => overflow,
+                };
+                let mut counts = Counts::default();
+                let mut cache = match memo_off {
+                    false => Cache::with_memo(memo),
+                    true => Cache::default(),
+                };
+                let mut seen = IdSet::default();
+                let mut entries: HashMap<u64, Vec<block::Entry>> = HashMap::new();
+                for key in &chunk.consumed {
+                    from.remove(key)?;
+                }
+                for (i, item) in items.iter().enumerate() {
+                    if fail_after == Some(i) {
+                        return Err(ConflictableTransactionError::Abort(()));
+                    }
+                    match &item.action {
+                        Action::Apply(record) => {
+                            let id = (record.project, record.uuid.as_u128());
+                            if window.contains(id) || !seen.insert(id) {
+                                counts.duplicates += 1;
+                                continue;
+                            }
+                            let s = settings.get(&record.project).copied().unwrap_or_default();
+                            let g = record.ip.and_then(|ip| geo.get(&ip));
+                            let entry = apply::record(&tx, &mut cache, record, s, g)?;
+                            entries.entry(record.project).or_default().push(entry);
+                            counts.applied += 1;
+                        }
+                        Action::ToHistorical(bytes) => {
+                            historical.insert(&item.lane_key[..], bytes.as_slice())?;
+                            counts.historical += 1;
+                        }
+                        Action::ToOverflow(bytes) => {
+                            overflow.insert(&item.lane_key[..], bytes.as_slice())?;
+                            counts.overflow += 1;
+                        }
+                        Action::Quarantine(bytes) => {
+                            quarantine.insert(&item.lane_key[..], bytes.as_slice())?;
+                            counts.corrupt += 1;
+                        }
+                    }
+                }
+                cache.write(&tx)?;
+                (counts.persons, counts.learned) = cache.into_reports();
+                let mut next_block = first_block;
+                for (project, list) in entries {
+                    for (newest, value) in block::build(list) {
+                        events.insert(&keys::block(project, newest, next_block)[..], value)?;
+                        next_block += 1;
+                    }
+                }
+                if next_block != first_block {
+                    meta.insert(NEXT_BLOCK_KEY, &next_block.to_be_bytes()[..])?;
+                }
+                counts.ids = seen.into_iter().collect();
+                if !counts.ids.is_empty() {
+                    let key = keys::recent(now, first_block);
+                    recent_ids.insert(&key[..], dedup::encode(&counts.ids))?;
+                }
+                counts.next_block = next_block;
+                if source == Source::Log {
+                    let last = chunk.last_seq.map(u64::to_be_bytes);
+                    match (last, chunk.consumed.last()) {
+                        (Some(seq), _) => meta.insert(CHECKPOINT_KEY, &seq[..])?,
+                        (None, Some(key)) => meta.insert(CHECKPOINT_KEY, key)?,
+                        (None, None) => None,
+                    };
+                }
+                Ok(counts)
+            },
+        );
+        let mut counts = match outcome {
+            Ok(c) => c,
+            Err(TransactionError::Abort(())) => {
+                return Err(sled::Error::ReportableBug(
+                    "injected compactor failure".into(),
+                ))
+            }
+            Err(TransactionError::Storage(e)) => return Err(e),
+        };
+        state.next_block = counts.next_block;
+        self.memo.learn(std::mem::take(&mut counts.learned));
+        if let Some(persons) = &self.person_cache {
+            persons.forget(&counts.persons);
+        }
+        if !counts.ids.is_empty() {
+            let key = sled::IVec::from(&keys::recent(now, first_block)[..]);
+            state
+                .window
+                .insert(key, now, &counts.ids, now)
+                .apply(&self.trees.recent_ids)?;
+        }
+        let s = &self.stats;
+        s.applied.fetch_add(counts.applied, Ordering::Relaxed);
+        s.duplicates.fetch_add(counts.duplicates, Ordering::Relaxed);
+        s.to_historical
+            .fetch_add(counts.historical, Ordering::Relaxed);
+        s.to_overflow.fetch_add(counts.overflow, Ordering::Relaxed);
+        s.corrupt.fetch_add(counts.corrupt, Ordering::Relaxed);
+        if counts.corrupt > 0 {
+            tracing::error!(
+                records = counts.corrupt,
+                "undecodable log records moved to the quarantine tree"
+            );
+        }
+        Ok(items.len())
+    }
+
+    /// The GeoIP properties of every address in the chunk, each looked up once: a
+    /// chunk's events often come from a few clients.
+    fn geo(&self, items: &[Item]) -> HashMap<IpAddr, Geo> {
+        let mut out = HashMap::new();
+        for item in items {
+            if let Action::Apply(r) = &item.action {
+                if let Some(ip) = r.ip {
+                    out.entry(ip)
+                        .or_insert_with(|| Geo::new(self.geoip.lookup(ip)).with_ip(ip));
+                }
+            }
+        }
+        out
+    }
+
+    fn project_settings(&self, items: &[Item]) -> HashMap<u64, ProjectSettings> {
+        let projects = self.projects.load();
+        let mut out = HashMap::new();
+        for item in items {
+            if let Action::Apply(r) = &item.action {
+                out.entry(r.project).or_insert_with(|| {
+                    projects
+                        .by_id(r.project)
+                        .map_or_else(ProjectSettings::default, |p| ProjectSettings {
+                            anonymize_ips: p.anonymize_ips,
+                        })
+                });
+            }
+        }
+        out
+    }
+
+    /// Age of the oldest record still waiting in the log. For the log's files, the
+    /// age of the last record read stands in: the next one arrived no earlier.
+    fn lag(&self) -> Result<i64, sled::Error> {
+        let now = crate::clock::now_ms();
+        if let Some((_, entry)) = self.trees.wal.first()? {
+            let oldest = decode_frame(&entry)
+                .ok()
+                .and_then(|records| Record::decode(records.first()?).ok());
+            return Ok(oldest.map_or(0, |r| (now - r.received_at).max(0)));
+        }
+        if self.log.shared().depth() == 0 {
+            return Ok(0);
+        }
+        Ok(self.last_received.map_or(0, |t| (now - t).max(0)))
+    }
+}
+
+#[derive(Default)]
+struct Counts {
+    /// The uuids stored, and the block id after the chunk's.
+    ids: Vec<dedup::Id>,
+    /// Distinct ids linked and persons written, for the decide cache.
+    persons: person_cache::Changes,
+    /// What the chunk read and changed of persons, for the memo.
+    learned: memo::Learned,
+    next_block: u64,
+    applied: u64,
+    duplicates: u64,
+    historical: u64,
+    overflow: u64,
+    corrupt: u64,
+}
+
+pub(super) fn io(e: std::io::Error) -> sled::Error {
+    sled::Error::Io(e)
+}

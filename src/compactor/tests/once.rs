@@ -1,0 +1,215 @@
+//! Exactly once: every record applied once and in order, across failed transactions
+//! at any record, retries, restarts, legacy log trees, recycled segments and corrupt
+//! records; duplicates by uuid stored once.
+
+use super::*;
+
+#[test]
+fn applies_every_record_once_in_order() {
+    let mut f = fixture(Compaction::default());
+    f.push(&story());
+    f.drain();
+    assert!(f.log_empty());
+    let events = f.events(1);
+    assert_eq!(events.len(), 8);
+    // Newest first.
+    assert_eq!(events[0].event, "e");
+    assert_eq!(events[0].person_id, None, "$process_person_profile: false");
+    let persons = query::persons(&f.trees, 1, 100).unwrap();
+    assert_eq!(persons.len(), 1, "anon-1, user-1 and user-2 are one person");
+    let p = &persons[0];
+    assert_eq!(
+        Value::Object(p.properties.clone()),
+        json!({"ref": "ad", "email": "u@x", "a": 1})
+    );
+    assert!(events
+        .iter()
+        .filter(|e| e.distinct_id != "bot")
+        .all(|e| e.person_id == Some(p.id)));
+    // Groups: $groups attached the type index, $groupidentify created the group.
+    let attached = events
+        .iter()
+        .find(|e| e.properties.contains_key("$groups"))
+        .unwrap();
+    assert_eq!(attached.properties["$group_0"], "acme");
+    let group = query::group(&f.trees, 1, 0, "acme").unwrap().unwrap();
+    assert_eq!(Value::Object(group.properties), json!({"plan": "pro"}));
+    assert_eq!(
+        query::group_types(&f.trees, 1).unwrap(),
+        [(0, "company".to_string())]
+    );
+    // Built-in events keep their properties, and $ip is added.
+    let survey = events.iter().find(|e| e.event == "survey sent").unwrap();
+    assert_eq!(survey.properties["$survey_response"], "yes");
+    assert_eq!(survey.properties["$ip"], "127.0.0.1");
+    // Top-level $set is kept with the event.
+    let e = events
+        .iter()
+        .find(|e| e.distinct_id == "user-2" && e.event == "e")
+        .unwrap();
+    assert_eq!(e.properties["$set"], json!({"a": 1}));
+    assert_eq!(
+        f.trees.meta.get(CHECKPOINT_KEY).unwrap().map(|v| v.len()),
+        Some(8),
+        "checkpoint advanced"
+    );
+    assert_eq!(f.compactor.stats.applied.load(Ordering::Relaxed), 8);
+}
+
+/// Fail the transaction on `source` at every record position in turn, each on a fresh
+/// database holding `records`: the step fails, `after_failure` checks what is visible,
+/// and a retry empties the log and the lanes and reaches exactly the state of a run
+/// without failures.
+fn fail_at_every_record(
+    records: &[Record],
+    source: Source,
+    after_failure: impl Fn(&Fixture, usize),
+) {
+    let mut clean = fixture(Compaction::default());
+    clean.push(records);
+    clean.drain();
+    let expected = clean.state(1);
+    for fail_at in 0..records.len() {
+        let mut f = fixture(Compaction::default());
+        f.push(records);
+        f.compactor.fail_at = Some((source, fail_at));
+        assert!(f.compactor.step().is_err(), "injected failure at {fail_at}");
+        after_failure(&f, fail_at);
+        f.drain();
+        assert!(f.log_empty() && f.trees.historical.is_empty());
+        assert!(f.trees.overflow.is_empty());
+        assert_eq!(f.state(1), expected, "fail at {fail_at}");
+    }
+}
+
+#[test]
+fn a_failure_at_any_point_of_a_chunk_applies_nothing_and_a_retry_applies_all_once() {
+    let records = story();
+    fail_at_every_record(&records, Source::Log, |f, fail_at| {
+        // Nothing of the failed chunk is visible, and the log still holds all of it.
+        assert!(f.trees.events.is_empty(), "fail at {fail_at}");
+        assert!(f.trees.persons.is_empty() && f.trees.groups.is_empty());
+        assert_eq!(f.log.shared().depth(), records.len().div_ceil(3) as u64);
+    });
+}
+
+#[test]
+fn a_failure_in_a_lane_transaction_applies_nothing_of_it() {
+    // Historical records move to their lane in the log's transaction and are applied
+    // in the lane's: fail the second at every point.
+    let records: Vec<Record> = story()
+        .into_iter()
+        .map(|r| Record {
+            historical: true,
+            ..r
+        })
+        .collect();
+    fail_at_every_record(&records, Source::Historical, |f, _| {
+        // The move to the lane committed; nothing of the lane's chunk did.
+        assert!(f.log_empty());
+        assert_eq!(f.trees.historical.len(), records.len());
+        assert!(f.trees.events.is_empty() && f.trees.persons.is_empty());
+    });
+}
+
+#[test]
+fn a_retried_uuid_is_stored_once() {
+    let mut f = fixture(Compaction::default());
+    let r = record(1, 0, json!({"event": "e", "distinct_id": "d"}));
+    f.push(&[r.clone(), r.clone()]);
+    f.drain();
+    f.push(&[r]);
+    f.drain();
+    assert_eq!(f.events(1).len(), 1);
+    assert_eq!(f.compactor.stats.duplicates.load(Ordering::Relaxed), 2);
+}
+
+#[test]
+fn a_restart_keeps_deduplicating() {
+    let mut f = fixture(Compaction::default());
+    let r = record(1, 0, json!({"event": "e", "distinct_id": "d"}));
+    f.push(std::slice::from_ref(&r));
+    f.drain();
+    // A new compactor on the same database, as after a restart, reloads the window.
+    f.restart();
+    let other = record(1, 1, json!({"event": "e", "distinct_id": "d"}));
+    f.push(&[r, other]);
+    f.drain();
+    assert_eq!(f.events(1).len(), 2);
+    assert_eq!(f.compactor.stats.duplicates.load(Ordering::Relaxed), 1);
+    assert_eq!(
+        f.trees.recent_ids.len(),
+        2,
+        "one entry per chunk that stored events"
+    );
+}
+
+#[test]
+fn the_same_uuid_in_two_projects_is_two_events() {
+    let mut f = fixture(Compaction::default());
+    let one = record(1, 0, json!({"event": "e", "distinct_id": "d"}));
+    let two = Record {
+        project: 2,
+        ..one.clone()
+    };
+    f.push(&[one, two]);
+    f.drain();
+    assert_eq!(f.events(1).len(), 1);
+    assert_eq!(f.events(2).len(), 1);
+}
+
+#[test]
+fn entries_left_in_the_log_tree_of_an_earlier_version_come_first() {
+    let mut f = fixture(Compaction::default());
+    let set = |i, value| {
+        record(
+            1,
+            i,
+            json!({"event": "e", "distinct_id": "d", "$set": {"a": value}}),
+        )
+    };
+    f.push_legacy(&[set(0, 1), set(1, 2)]);
+    f.push(&[set(2, 3)]);
+    f.drain();
+    assert!(f.log_empty());
+    assert_eq!(f.events(1).len(), 3);
+    let person = &query::persons(&f.trees, 1, 10).unwrap()[0];
+    assert_eq!(person.properties["a"], 3, "the files' entry applied last");
+}
+
+#[test]
+fn segments_are_recycled_once_applied_and_a_restart_resumes_after_the_checkpoint() {
+    let mut f = fixture(Compaction::default());
+    let records: Vec<Record> = (0..300)
+        .map(|i| record(1, i, json!({"event": "e", "distinct_id": format!("d{i}")})))
+        .collect();
+    f.push(&records[..200]);
+    let dir = f._dir.path().join(log::DIR_NAME);
+    let segments = || {
+        std::fs::read_dir(&dir)
+            .unwrap()
+            .filter(|e| e.as_ref().unwrap().path().extension() == Some("log".as_ref()))
+            .count()
+    };
+    let written = segments();
+    assert!(written > 5, "{written} segments");
+    f.drain();
+    assert!(segments() <= 2, "{} segments left", segments());
+    // Unapplied entries survive a restart; applied ones are not applied again.
+    f.push(&records[200..]);
+    f.restart();
+    f.drain();
+    assert_eq!(f.events(1).len(), 300);
+    assert_eq!(f.compactor.stats.duplicates.load(Ordering::Relaxed), 0);
+    assert!(f.log_empty());
+}
+
+#[test]
+fn corrupt_records_are_quarantined_not_blocking() {
+    let mut f = fixture(Compaction::default());
+    f.log.push(b"garbage").unwrap();
+    f.push(&[record(1, 0, json!({"event": "ok", "distinct_id": "d"}))]);
+    f.drain();
+    assert_eq!(f.events(1).len(), 1);
+    assert_eq!(f.trees.quarantine.len(), 1);
+}

@@ -1,0 +1,188 @@
+//! The appending end of the log, owned by the writer thread ([`super::writer`]): frames
+//! entries into a buffer, writes and syncs them as one group ([`Appender::commit`]),
+//! and rolls to a new segment when the current one is full or a write failed.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use super::segment::{checksum, segment_path, sync_dir, HEADER};
+use super::Shared;
+use crate::sync::lock;
+
+/// The write buffer's capacity kept between groups.
+const BUFFER_KEPT: usize = 1024 * 1024;
+
+/// Appends entries; owned by the log's writer thread.
+pub struct Appender {
+    pub(super) shared: Arc<Shared>,
+    /// The segment being written, and its first number.
+    pub(super) file: Option<File>,
+    pub(super) first: Option<u64>,
+    /// Where the next frame goes in `file`, and the file's size.
+    pub(super) offset: u64,
+    pub(super) capacity: u64,
+    pub(super) next_seq: u64,
+    /// Set after a failed write: the next entry starts a new segment.
+    pub(super) must_roll: bool,
+    /// Frames framed but not yet written to `file`.
+    pub(super) buf: Vec<u8>,
+}
+
+impl Appender {
+    pub fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
+    /// The number the next entry will get.
+    pub fn next_seq(&self) -> u64 {
+        self.next_seq
+    }
+
+    /// Add one entry; returns its sequence number. It is durable after the next
+    /// successful [`Appender::commit`]. On an error nothing of the open group is
+    /// durable; call [`Appender::abandon`].
+    pub fn push(&mut self, payload: &[u8]) -> io::Result<u64> {
+        let frame_len = (HEADER + payload.len()) as u64;
+        let room = self
+            .capacity
+            .saturating_sub(self.offset + self.buf.len() as u64);
+        if self.must_roll || self.file.is_none() || frame_len > room {
+            self.roll(frame_len)?;
+        }
+        let seq = self.next_seq;
+        self.buf
+            .extend_from_slice(&(payload.len() as u32).to_le_bytes());
+        self.buf
+            .extend_from_slice(&checksum(seq, payload).to_le_bytes());
+        self.buf.extend_from_slice(&seq.to_le_bytes());
+        self.buf.extend_from_slice(payload);
+        self.next_seq += 1;
+        Ok(seq)
+    }
+
+    /// Write what was pushed and sync it; every entry pushed so far is then durable.
+    pub fn commit(&mut self) -> io::Result<()> {
+        self.write_buffered()?;
+        // A failing sync, after the frames reached the file.
+        #[cfg(test)]
+        self.injected_failure()?;
+        if let Some(file) = &self.file {
+            file.sync_data()?;
+        }
+        self.shared.durable.store(self.next_seq, Ordering::Release);
+        // A large group's buffer is not kept for the small ones that follow.
+        if self.buf.capacity() > BUFFER_KEPT {
+            self.buf = Vec::new();
+        }
+        Ok(())
+    }
+
+    /// Forget a group whose push or commit failed: its entries are never reported
+    /// durable, and the next entry starts a new segment with a higher number.
+    pub fn abandon(&mut self) {
+        self.buf.clear();
+        self.must_roll = true;
+        let Some(first) = self.first else {
+            return;
+        };
+        if self.file.is_some() && first >= self.shared.durable.load(Ordering::Acquire) {
+            // Nothing in this segment was ever durable: it holds the failed group and
+            // nothing else, and the reader never opens it. Retire it now, so a disk that
+            // keeps failing does not leave a segment behind for every failed group.
+            // Its number stays used: the next segment is named above it.
+            self.file = None;
+            match self.shared.retire(&segment_path(&self.shared.dir, first)) {
+                Ok(()) => {
+                    lock(&self.shared.segments).retain(|&f| f != first);
+                    return;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, segment = first, "cannot retire a log segment left by a failed write");
+                }
+            }
+        }
+        // A segment already retired (a roll after it failed too) is not in use.
+        if !lock(&self.shared.segments).contains(&first) {
+            return;
+        }
+        let mut interrupted = lock(&self.shared.interrupted);
+        if !interrupted.contains(&first) {
+            interrupted.push(first);
+        }
+    }
+
+    /// Whether the disk takes writes again after a failure, without writing an entry:
+    /// sync the open segment, or the log's directory when none is open.
+    pub fn probe(&mut self) -> io::Result<()> {
+        #[cfg(test)]
+        self.injected_failure()?;
+        match &self.file {
+            Some(file) => file.sync_data(),
+            None => sync_dir(&self.shared.dir),
+        }
+    }
+
+    #[cfg(test)]
+    fn injected_failure(&self) -> io::Result<()> {
+        let shared = &self.shared;
+        shared.commits_tried.fetch_add(1, Ordering::SeqCst);
+        let failing = shared.failing_commits.load(Ordering::SeqCst);
+        if failing > 0 {
+            shared.failing_commits.store(failing - 1, Ordering::SeqCst);
+            return Err(io::Error::other("injected failure"));
+        }
+        Ok(())
+    }
+
+    fn write_buffered(&mut self) -> io::Result<()> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        let Some(file) = &self.file else {
+            return Err(io::Error::other("log has no open segment"));
+        };
+        file.write_all_at(&self.buf, self.offset)?;
+        self.offset += self.buf.len() as u64;
+        self.buf.clear();
+        Ok(())
+    }
+
+    /// Finish the current segment (write and sync it) and continue in a new one named
+    /// after the next entry, big enough for a frame of `frame_len` bytes.
+    fn roll(&mut self, frame_len: u64) -> io::Result<()> {
+        if !self.must_roll {
+            self.write_buffered()?;
+            if let Some(file) = &self.file {
+                file.sync_data()?;
+            }
+        }
+        // Entries synced above are durable even if what follows fails.
+        let durable = self.next_seq;
+        // Names only go up, even past a segment that got no entry.
+        let first = self.next_seq.max(self.first.map_or(0, |f| f + 1));
+        let dir = &self.shared.dir;
+        let path = segment_path(dir, first);
+        if frame_len > self.shared.segment_bytes {
+            // One outsized entry: a segment of its own size.
+            self.shared.allocate_into(&path, frame_len)?;
+        } else {
+            self.shared.take_spare(&path)?;
+        }
+        sync_dir(dir)?;
+        let file = OpenOptions::new().read(true).write(true).open(&path)?;
+        self.capacity = file.metadata()?.len();
+        lock(&self.shared.segments).push_back(first);
+        if !self.must_roll {
+            self.shared.durable.store(durable, Ordering::Release);
+        }
+        self.file = Some(file);
+        self.first = Some(first);
+        self.next_seq = first;
+        self.offset = 0;
+        self.must_roll = false;
+        Ok(())
+    }
+}

@@ -1,0 +1,222 @@
+//! The write-ahead log, the first stage after capture: an accepted event is durable
+//! here before any 2xx is sent, and the compactor ([`crate::compactor`]) reads it back
+//! in order. [`writer`] is the group-commit thread requests append through ([`Wal`]);
+//! [`record`] is the format of one accepted event; the segment files are `segment.rs`
+//! (format), `appender.rs` (writing), `reader.rs` (the compactor's end) and `spares.rs`
+//! (ready-made segments); [`space`] refuses new events before the disk is full. It
+//! depends on nothing of the stages after it.
+//!
+//! The log's files: numbered entries appended to segment files, each made durable with
+//! one `fdatasync`, read back in order by the compactor.
+//!
+//! The log lives in `<db>/wal/`, beside sled's files. A segment is named after the
+//! sequence number of its first entry (`00000000000000000042.log`) and is written from
+//! the start; each entry is one frame:
+//!
+//! ```text
+//! length u32 LE | crc32 u32 LE | sequence u64 LE | payload (length bytes)
+//! ```
+//!
+//! The CRC covers the sequence number and the payload. A segment's entries are numbered
+//! one up from its name, so a reader knows the end of the written part by the first
+//! frame that is not the next entry: zeros, a torn write, or a frame left from the
+//! file's earlier use.
+//!
+//! Segments are allocated before they are written: zero-filled by a background thread,
+//! or recycled from segments the compactor has finished with, so the file's size never
+//! changes while entries are appended and `fdatasync` writes only the data. (When
+//! neither is ready, a segment is allocated with `posix_fallocate` on the spot.) sled's
+//! own flush woke seven IO threads and took its global lock once per group commit; this
+//! log costs one write and one `fdatasync` per group.
+//!
+//! Guarantees:
+//! - An entry is reported durable only after the `fdatasync` that covers it.
+//! - Each start writes on in a new segment: the last one may end in a write a crash
+//!   cut short, with whole frames of it after the torn one, so it is only read, and a
+//!   reader never reads a number in one segment that the next one starts at or below.
+//! - A segment is created (renamed into place, directory synced) only after the
+//!   previous one is synced, so a later segment never outlives an earlier entry.
+//! - A segment is recycled only once the compactor's checkpoint past its last entry is
+//!   itself durable in sled (see [`Reader::release`]).
+//! - After a failed write the writer continues in a new segment: numbers are skipped,
+//!   never reused, and the failed entries, never acknowledged, may or may not be read.
+
+mod appender;
+mod reader;
+pub mod record;
+mod segment;
+pub mod space;
+mod spares;
+pub mod writer;
+
+use std::collections::VecDeque;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+
+use crate::sync::lock;
+
+pub use appender::Appender;
+pub use reader::{Entry, Reader};
+pub use record::Record;
+pub use spares::Preparer;
+pub use writer::Wal;
+
+use segment::{scan_dir, segment_end, segment_path, sync_dir};
+use spares::Spares;
+
+/// The log's directory inside the database directory.
+pub const DIR_NAME: &str = "wal";
+
+/// What the writer, the compactor's reader and the spare maker share. Its mutexes
+/// guard lists that are consistent at every point a panic could interrupt them, so a
+/// poisoned one is used as it is ([`lock`]).
+pub struct Shared {
+    dir: PathBuf,
+    segment_bytes: u64,
+    /// The first sequence number not yet durable: every entry below it is synced.
+    durable: AtomicU64,
+    /// The next entry the reader will return (the compactor's position).
+    read: AtomicU64,
+    /// First sequence numbers of the segments in use, oldest first.
+    segments: Mutex<VecDeque<u64>>,
+    /// Segments whose writing stopped short (the last one at a start, one abandoned
+    /// after a failed write): a damaged frame at their end is that write, not damage.
+    interrupted: Mutex<Vec<u64>>,
+    spares: Mutex<Spares>,
+    spare_wanted: Condvar,
+    /// Test hook: how many of the next commits (and probes) fail, and how many were
+    /// tried.
+    #[cfg(test)]
+    pub(crate) failing_commits: AtomicU64,
+    #[cfg(test)]
+    pub(crate) commits_tried: AtomicU64,
+}
+
+impl Shared {
+    /// Entries written and synced but not yet returned by the reader.
+    pub fn depth(&self) -> u64 {
+        let durable = self.durable.load(Ordering::Acquire);
+        durable.saturating_sub(self.read.load(Ordering::Acquire))
+    }
+
+    /// Segment files in use.
+    pub fn segments(&self) -> usize {
+        lock(&self.segments).len()
+    }
+
+    /// The first sequence number not yet durable.
+    pub fn durable_end(&self) -> u64 {
+        self.durable.load(Ordering::Acquire)
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+}
+
+/// Open the log in `dir` (created if missing). `floor` is the lowest sequence number
+/// a new entry may take (above the compactor's checkpoint and any older log);
+/// `checkpoint` is the last entry the compactor applied, where the reader starts.
+///
+/// Writing always continues in a new segment: the last one may end in a write a crash
+/// cut short, with whole frames of that write after it, so it is only read.
+pub fn open(
+    dir: &Path,
+    floor: u64,
+    checkpoint: Option<u64>,
+    segment_bytes: u64,
+) -> io::Result<(Appender, Reader, Preparer)> {
+    let created = !dir.exists();
+    std::fs::create_dir_all(dir)?;
+    if created {
+        if let Some(parent) = dir.parent() {
+            sync_dir(parent)?;
+        }
+    }
+    let firsts = scan_dir(dir)?;
+    // The end of the log: where the last segment holding an entry ends. Segments
+    // after it hold none (a crash between making one and writing to it); they stay
+    // until released, and new ones are named above them.
+    let mut end = None;
+    for &first in firsts.iter().rev() {
+        let (next, torn) = segment_end(&segment_path(dir, first), first)?;
+        if next == first && !torn {
+            continue;
+        }
+        if torn {
+            tracing::warn!(
+                entry = next,
+                "the write-ahead log ends in a partly written entry (a stop during a write); it was never acknowledged"
+            );
+        }
+        end = Some((first, next));
+        break;
+    }
+    let next = end.map_or(floor, |(_, next)| next);
+    let next_seq = next.max(floor);
+    // Where the compactor resumes; if the log holds nothing from there on, at the
+    // first entry still to be written.
+    let read_from = checkpoint.map_or(0, |c| c.saturating_add(1));
+    let (read_from, durable) = if read_from >= next {
+        (next_seq, next_seq)
+    } else {
+        (read_from, next)
+    };
+    let shared = Arc::new(Shared {
+        dir: dir.to_path_buf(),
+        segment_bytes,
+        durable: AtomicU64::new(durable),
+        read: AtomicU64::new(read_from),
+        segments: Mutex::new(firsts.iter().copied().collect()),
+        interrupted: Mutex::new(end.map(|(first, _)| first).into_iter().collect()),
+        spares: Mutex::new(Spares::default()),
+        #[cfg(test)]
+        failing_commits: AtomicU64::new(0),
+        #[cfg(test)]
+        commits_tried: AtomicU64::new(0),
+        spare_wanted: Condvar::new(),
+    });
+    let appender = Appender {
+        shared: shared.clone(),
+        file: None,
+        // Not written to again, but the next segment's name goes above it.
+        first: firsts.last().copied(),
+        offset: 0,
+        capacity: 0,
+        next_seq,
+        must_roll: false,
+        buf: Vec::new(),
+    };
+    let reader = Reader::new(shared.clone(), read_from)?;
+    let preparer = Preparer::start(shared)?;
+    Ok((appender, reader, preparer))
+}
+
+/// A log opened without its spare maker, so a test controls what is on disk: spares
+/// are then made as a roll needs them.
+#[cfg(test)]
+pub(crate) fn open_for_tests(
+    dir: &Path,
+    floor: u64,
+    checkpoint: Option<u64>,
+    segment_bytes: u64,
+) -> (Appender, Reader) {
+    let (appender, reader, preparer) =
+        open(dir, floor, checkpoint, segment_bytes).expect("the log opens");
+    preparer.stop();
+    (appender, reader)
+}
+
+/// Every durable entry from the reader's position, as (number, bytes); each must be
+/// intact.
+#[cfg(test)]
+pub(crate) fn read_intact(reader: &mut Reader) -> Vec<(u64, Vec<u8>)> {
+    let entries = reader.next_entries(|_| false).expect("the log reads");
+    assert!(entries.iter().all(|e| e.intact), "{entries:?}");
+    entries.into_iter().map(|e| (e.seq, e.bytes)).collect()
+}
+
+#[cfg(test)]
+mod tests;

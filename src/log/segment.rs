@@ -1,0 +1,140 @@
+//! A segment file on disk: its name, the frame of each entry (length, CRC-32, sequence
+//! number, payload), reading one frame back, finding where a segment's entries end,
+//! and making files whose blocks are allocated before they are written.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+/// A frame's header: length u32 LE, crc32 u32 LE, sequence u64 LE.
+pub(super) const HEADER: usize = 16;
+const SEGMENT_SUFFIX: &str = ".log";
+/// Files being made into segments (or kept for reuse) start with this.
+pub(super) const SPARE_PREFIX: &str = "spare-";
+static ZEROS: [u8; 64 * 1024] = [0; 64 * 1024];
+
+pub(super) fn segment_path(dir: &Path, first: u64) -> PathBuf {
+    dir.join(format!("{first:020}{SEGMENT_SUFFIX}"))
+}
+
+pub(super) fn segment_first(name: &str) -> Option<u64> {
+    let digits = name.strip_suffix(SEGMENT_SUFFIX)?;
+    (digits.len() == 20 && digits.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| digits.parse().ok())
+        .flatten()
+}
+
+pub(super) fn checksum(seq: u64, payload: &[u8]) -> u32 {
+    let mut h = crc32fast::Hasher::new();
+    h.update(&seq.to_le_bytes());
+    h.update(payload);
+    h.finalize()
+}
+
+pub(super) fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+/// A new empty file at `path`, replacing any there.
+pub(super) fn create(path: &Path) -> io::Result<File> {
+    OpenOptions::new()
+        .create(true)
+        .write(true)
+        .truncate(true)
+        .open(path)
+}
+
+/// Create a file of `len` bytes with its blocks allocated (they read as zeros) and
+/// sync it, so writing into it never needs more space.
+pub(super) fn allocate(path: &Path, len: u64) -> io::Result<()> {
+    let file = create(path)?;
+    let len = libc::off_t::try_from(len).map_err(io::Error::other)?;
+    // SAFETY: a valid open descriptor and a non-negative length.
+    let rc = unsafe { libc::posix_fallocate(std::os::fd::AsRawFd::as_raw_fd(&file), 0, len) };
+    if rc != 0 {
+        return Err(io::Error::from_raw_os_error(rc));
+    }
+    file.sync_all()
+}
+
+/// Write a zero-filled file of `len` bytes and sync it, so its blocks are allocated
+/// and written before the log uses it: a sync then writes only data.
+pub(super) fn zero_fill(path: &Path, len: u64) -> io::Result<()> {
+    let file = create(path)?;
+    let mut at = 0u64;
+    while at < len {
+        let n = (len - at).min(ZEROS.len() as u64) as usize;
+        file.write_all_at(&ZEROS[..n], at)?;
+        at += n as u64;
+    }
+    file.sync_all()
+}
+
+/// One frame read from a segment.
+pub(super) enum Frame {
+    Entry(Vec<u8>),
+    /// Not the expected entry: the end of what this segment holds.
+    End,
+    /// The expected entry's header, but not its bytes: a write a crash cut short at
+    /// the tail, or damage anywhere else. The bytes it claims, if the file holds them.
+    Damaged(Option<Vec<u8>>),
+}
+
+pub(super) fn read_frame(file: &File, offset: u64, file_len: u64, seq: u64) -> io::Result<Frame> {
+    if offset + HEADER as u64 > file_len {
+        return Ok(Frame::End);
+    }
+    let mut header = [0u8; HEADER];
+    file.read_exact_at(&mut header, offset)?;
+    let len = u32::from_le_bytes([header[0], header[1], header[2], header[3]]) as u64;
+    let crc = u32::from_le_bytes([header[4], header[5], header[6], header[7]]);
+    let found = u64::from_le_bytes(header[8..16].try_into().unwrap_or([0; 8]));
+    if len == 0 || found != seq {
+        return Ok(Frame::End);
+    }
+    if offset + HEADER as u64 + len > file_len {
+        return Ok(Frame::Damaged(None));
+    }
+    let mut payload = vec![0u8; len as usize];
+    file.read_exact_at(&mut payload, offset + HEADER as u64)?;
+    if checksum(seq, &payload) != crc {
+        return Ok(Frame::Damaged(Some(payload)));
+    }
+    Ok(Frame::Entry(payload))
+}
+
+/// The segments on disk, oldest first; spares left by an earlier run are removed.
+pub(super) fn scan_dir(dir: &Path) -> io::Result<Vec<u64>> {
+    let mut firsts = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if let Some(first) = segment_first(&name) {
+            firsts.push(first);
+        } else if name.starts_with(SPARE_PREFIX) {
+            std::fs::remove_file(entry.path())?;
+        }
+    }
+    firsts.sort_unstable();
+    Ok(firsts)
+}
+
+/// The number the entry after a segment's last would have, and whether the segment
+/// ends in a partly written entry.
+pub(super) fn segment_end(path: &Path, first: u64) -> io::Result<(u64, bool)> {
+    let file = File::open(path)?;
+    let len = file.metadata()?.len();
+    let (mut offset, mut seq) = (0u64, first);
+    loop {
+        match read_frame(&file, offset, len, seq)? {
+            Frame::Entry(payload) => {
+                offset += (HEADER + payload.len()) as u64;
+                seq += 1;
+            }
+            Frame::End => return Ok((seq, false)),
+            Frame::Damaged(_) => return Ok((seq, true)),
+        }
+    }
+}

@@ -1,0 +1,135 @@
+//! The write side put together: [`Pipeline::open`] opens the sled database (migrating
+//! an older format), the write-ahead log's files, the log's group-commit writer thread
+//! and the compactor's thread; [`Pipeline::close`] stops them in that order and
+//! flushes. It sits above [`crate::log`], [`crate::compactor`] and [`crate::store`]
+//! because it is the one place that needs all three.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+
+use crate::compactor;
+use crate::log::{self, writer as wal, Wal};
+use crate::projects::Projects;
+use crate::store::{keys, person_cache, Error, Trees};
+
+/// The open database, its log writer and its compactor.
+pub struct Pipeline {
+    pub db: sled::Db,
+    pub trees: Trees,
+    pub wal: Wal,
+    /// The log's positions, for its depth.
+    pub log: Arc<log::Shared>,
+    /// Persons for `/decide`, forgotten by the compactor as it changes them.
+    pub persons: Arc<person_cache::PersonCache>,
+    pub compactor: Arc<compactor::Stats>,
+    writer: wal::Writer,
+    compactor_thread: compactor::Handle,
+}
+
+impl Pipeline {
+    /// Open the database and start the log writer and the compactor. Blocking.
+    /// `cache_bytes` is sled's page cache (see [`crate::config::DEFAULT_CACHE_BYTES`]),
+    /// `log_segment_bytes` the size of the log's files (see [`crate::config::DEFAULT_LOG_SEGMENT_BYTES`]).
+    pub fn open(
+        dir: &Path,
+        cache_bytes: u64,
+        log_segment_bytes: u64,
+        projects: Arc<ArcSwap<Projects>>,
+        settings: crate::config::Compaction,
+        geoip: Arc<crate::geoip::Database>,
+        on_flush: wal::FlushObserver,
+    ) -> Result<Pipeline, Error> {
+        let db = sled::Config::new()
+            .path(dir)
+            .cache_capacity(cache_bytes)
+            .open()?;
+        let trees = Trees::open(&db)?;
+        let io = |e| Error::from(sled::Error::Io(e));
+        let checkpoint = trees
+            .meta
+            .get(keys::CHECKPOINT_KEY)?
+            .and_then(|v| keys::seq(&v));
+        let floor = first_seq(&db, &trees.wal, checkpoint)?;
+        let (appender, reader, preparer) = log::open(
+            &dir.join(log::DIR_NAME),
+            floor,
+            checkpoint,
+            log_segment_bytes,
+        )
+        .map_err(io)?;
+        let shared = appender.shared().clone();
+        let (wal, writer) = Wal::start(appender, preparer, on_flush).map_err(io)?;
+        let persons = Arc::new(person_cache::PersonCache::new(person_cache::DEFAULT_BYTES));
+        let compactor = compactor::Compactor::new(trees.clone(), reader, projects, settings, geoip)
+            .with_person_cache(persons.clone());
+        let stats = compactor.stats();
+        let compactor_thread = compactor::spawn(compactor).map_err(io)?;
+        Ok(Pipeline {
+            db,
+            trees,
+            wal,
+            log: shared,
+            persons,
+            compactor: stats,
+            writer,
+            compactor_thread,
+        })
+    }
+
+    /// Write what the log has queued, stop the writer and the compactor, and flush.
+    /// Appends after this fail as closed. Blocking: call off the reactor.
+    pub fn close(self) -> Result<(), Error> {
+        let Pipeline {
+            db,
+            writer,
+            compactor_thread,
+            ..
+        } = self;
+        writer.stop();
+        compactor_thread.stop();
+        db.flush()?;
+        Ok(())
+    }
+}
+
+/// The lowest sequence number the log's next entry may take: above every entry still
+/// in the log tree of earlier versions, above `checkpoint` (the last entry the
+/// compactor applied) and above sled's id generator, which numbered entries before,
+/// so the log stays in arrival order across restarts and upgrades.
+fn first_seq(
+    db: &sled::Db,
+    tree: &sled::Tree,
+    checkpoint: Option<u64>,
+) -> Result<u64, sled::Error> {
+    let last = match tree.last()? {
+        Some((key, _)) => keys::seq(&key),
+        None => None,
+    };
+    let generated = db.generate_id()?;
+    let highest = [last, checkpoint].into_iter().flatten().max().unwrap_or(0);
+    Ok(highest.saturating_add(1).max(generated))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sequence_starts_above_the_log_and_the_checkpoint() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = sled::open(dir.path()).unwrap();
+        let tree = db.open_tree("wal").unwrap();
+        tree.insert(1_000u64.to_be_bytes(), &b"x"[..]).unwrap();
+        tree.insert(2_000u64.to_be_bytes(), &b"x"[..]).unwrap();
+        assert!(first_seq(&db, &tree, None).unwrap() > 2_000);
+        assert!(first_seq(&db, &tree, Some(5_000)).unwrap() > 5_000);
+        // The compactor emptied the log: its checkpoint still counts.
+        tree.clear().unwrap();
+        assert!(first_seq(&db, &tree, Some(5_000)).unwrap() > 5_000);
+        // Nothing left anywhere: still above every id sled generated before.
+        let generated = db.generate_id().unwrap();
+        assert!(first_seq(&db, &tree, None).unwrap() > generated);
+    }
+}
