@@ -214,6 +214,10 @@ pub struct TxPersons<'a, 'b, 'm> {
 impl persons::Store for TxPersons<'_, '_, '_> {
     type Error = UnabortableTransactionError;
 
+    fn project(&self) -> u64 {
+        self.project
+    }
+
     fn person_of(&mut self, distinct_id: &str) -> Result<Option<Uuid>> {
         let ids = self.cache.ids.entry(self.project).or_default();
         if let Some(found) = ids.get(distinct_id) {

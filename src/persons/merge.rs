@@ -1,8 +1,6 @@
 //! Linking two distinct ids and merging two persons.
 
-use uuid::Uuid;
-
-use super::{Person, Store};
+use super::{EventView, Person, Store};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
@@ -12,10 +10,16 @@ pub enum Mode {
     Alias,
 }
 
-/// A new person holding `ids`; the first id is the one it was first seen with.
-pub fn create<S: Store>(store: &mut S, ids: &[&str], timestamp: i64) -> Result<Person, S::Error> {
+/// A new person holding `ids`; the first id is the one it was first seen with. Its id
+/// derives from `named_by` (one of `ids`), so every node creating it agrees.
+pub fn create<S: Store>(
+    store: &mut S,
+    ids: &[&str],
+    named_by: &str,
+    timestamp: i64,
+) -> Result<Person, S::Error> {
     let person = Person {
-        id: Uuid::now_v7(),
+        id: super::id_for(store.project(), named_by),
         created_at: timestamp,
         properties: Default::default(),
         distinct_ids: ids.iter().map(|s| s.to_string()).collect(),
@@ -29,20 +33,23 @@ pub fn create<S: Store>(store: &mut S, ids: &[&str], timestamp: i64) -> Result<P
     Ok(person)
 }
 
-/// Make `src` and `dst` one person, the person of `dst` surviving a merge.
+/// Make `src` and `dst` one person, the person of `dst` surviving a merge. `event` is
+/// the `$identify`, `$create_alias` or `$merge_dangerously` asking for it.
 pub fn link<S: Store>(
     store: &mut S,
     src: &str,
     dst: &str,
     mode: Mode,
-    timestamp: i64,
+    event: &EventView<'_>,
 ) -> Result<(), S::Error> {
     let src_person = load_of(store, src)?;
     let dst_person = load_of(store, dst)?;
     match (src_person, dst_person) {
         (None, None) => {
-            // The source was the id seen first (the anonymous one, or the id being aliased).
-            create(store, &[src, dst], timestamp)?;
+            // The source was the id seen first (the anonymous one, or the id being
+            // aliased). The id is named after the event's distinct id, as PostHog names
+            // a person created by a merge of two unseen ids (`mergeIntoDistinctId`).
+            create(store, &[src, dst], event.distinct_id, event.timestamp)?;
         }
         (Some(mut p), None) => add_id(store, &mut p, dst)?,
         (None, Some(mut p)) => add_id(store, &mut p, src)?,

@@ -6,6 +6,11 @@
 //! into the person of `alias`; two existing persons merge into one. The logic runs
 //! against the small [`Store`] trait, so the compactor applies it inside a storage
 //! transaction and the tests apply it to a map.
+//!
+//! A new person's id is not random: it is PostHog's UUIDv5 of `"{project}:{distinct
+//! id}"` ([`id_for`]), so nodes that never talk to each other give a distinct id they
+//! both see the same person id. Ids stored before (UUIDv7) stay as they are: a person
+//! is found through its distinct ids, never by recomputing its id.
 
 mod merge;
 #[cfg(test)]
@@ -33,9 +38,25 @@ pub struct Person {
     pub first_distinct_id: String,
 }
 
-/// Where persons live. Implemented by the compactor's transaction and by a map in tests.
+/// PostHog's namespace for person ids (`PERSON_UUIDV5_NAMESPACE` in its ingestion and
+/// in `posthog/models/person/util.py`); the same one makes the same ids as PostHog.
+const PERSON_NAMESPACE: Uuid = uuid::uuid!("932979b4-65c3-4424-8467-0b66ec27bc22");
+
+/// The id of a person created for `distinct_id` in `project`: UUIDv5 of
+/// `"{project}:{distinct_id}"`, PostHog's `uuidFromDistinctId(team_id, distinct_id)`.
+pub fn id_for(project: u64, distinct_id: &str) -> Uuid {
+    Uuid::new_v5(
+        &PERSON_NAMESPACE,
+        format!("{project}:{distinct_id}").as_bytes(),
+    )
+}
+
+/// Where one project's persons live. Implemented by the compactor's transaction and by a
+/// map in tests.
 pub trait Store {
     type Error;
+    /// The project, which a new person's id derives from ([`id_for`]).
+    fn project(&self) -> u64;
     fn person_of(&mut self, distinct_id: &str) -> Result<Option<Uuid>, Self::Error>;
     fn link(&mut self, distinct_id: &str, person: Uuid) -> Result<(), Self::Error>;
     fn load(&mut self, id: Uuid) -> Result<Option<Person>, Self::Error>;
@@ -133,7 +154,7 @@ pub fn apply<S: Store>(store: &mut S, event: &EventView<'_>) -> Result<Option<Uu
                         &anon,
                         event.distinct_id,
                         merge::Mode::Identify,
-                        event.timestamp,
+                        event,
                     )?;
                 }
             }
@@ -141,26 +162,14 @@ pub fn apply<S: Store>(store: &mut S, event: &EventView<'_>) -> Result<Option<Uu
         "$create_alias" => {
             if let Some(alias) = id_property(event.alias) {
                 if alias != event.distinct_id {
-                    merge::link(
-                        store,
-                        event.distinct_id,
-                        &alias,
-                        merge::Mode::Alias,
-                        event.timestamp,
-                    )?;
+                    merge::link(store, event.distinct_id, &alias, merge::Mode::Alias, event)?;
                 }
             }
         }
         "$merge_dangerously" => {
             if let Some(other) = id_property(event.alias) {
                 if other != event.distinct_id {
-                    merge::link(
-                        store,
-                        &other,
-                        event.distinct_id,
-                        merge::Mode::Alias,
-                        event.timestamp,
-                    )?;
+                    merge::link(store, &other, event.distinct_id, merge::Mode::Alias, event)?;
                 }
             }
         }
@@ -179,7 +188,13 @@ pub fn apply<S: Store>(store: &mut S, event: &EventView<'_>) -> Result<Option<Uu
             return Ok(Some(id));
         }
     }
-    let id = merge::create(store, &[event.distinct_id], event.timestamp)?.id;
+    let id = merge::create(
+        store,
+        &[event.distinct_id],
+        event.distinct_id,
+        event.timestamp,
+    )?
+    .id;
     store.update(id, &mut change)?;
     Ok(Some(id))
 }

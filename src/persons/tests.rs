@@ -14,6 +14,9 @@ struct Mem {
 
 impl Store for Mem {
     type Error = Infallible;
+    fn project(&self) -> u64 {
+        1
+    }
     fn person_of(&mut self, d: &str) -> Result<Option<Uuid>, Infallible> {
         Ok(self.ids.get(d).copied())
     }
@@ -214,4 +217,60 @@ fn numeric_and_odd_ids_are_cleaned() {
     );
     m.send(3, json!({"event": "$identify", "distinct_id": "w", "properties": {"$anon_distinct_id": {"x": 1}}}));
     assert_eq!(m.persons.len(), 3);
+}
+
+/// The ids PostHog gives (Python's `uuid5(PERSON_UUIDV5_NAMESPACE, f"{team_id}:{distinct_id}")`).
+const POSTHOG_1_U: &str = "a3f809d2-8688-5e0c-b374-3a81f639ed8d";
+const POSTHOG_2_U: &str = "c38ca46b-cb44-59cb-841c-b20bb75df961";
+
+#[test]
+fn a_new_person_is_named_as_posthog_names_it() {
+    assert_eq!(id_for(1, "u").to_string(), POSTHOG_1_U);
+    assert_eq!(id_for(2, "u").to_string(), POSTHOG_2_U);
+    let mut m = Mem::default();
+    let p = m
+        .send(1, json!({"event": "e", "distinct_id": "u"}))
+        .unwrap();
+    assert_eq!(p.to_string(), POSTHOG_1_U);
+}
+
+#[test]
+fn identify_of_two_unseen_ids_names_the_person_after_the_identified_id() {
+    let mut m = Mem::default();
+    let p = m.send(1, json!({"event": "$identify", "distinct_id": "u", "properties": {"$anon_distinct_id": "anon"}})).unwrap();
+    assert_eq!(p.to_string(), POSTHOG_1_U);
+    assert_eq!(m.ids["anon"], p);
+    assert_eq!(m.of("u").first_distinct_id, "anon");
+}
+
+#[test]
+fn alias_of_two_unseen_ids_names_the_person_after_the_event_id() {
+    let mut m = Mem::default();
+    let p = m.send(1, json!({"event": "$create_alias", "distinct_id": "u", "properties": {"alias": "account"}})).unwrap();
+    assert_eq!(p.to_string(), POSTHOG_1_U);
+    assert_eq!(m.ids["account"], p);
+}
+
+#[test]
+fn a_person_stored_with_a_random_id_keeps_it() {
+    let mut m = Mem::default();
+    // As flagpost stored persons before ids were derived: a UUIDv7.
+    let old = Uuid::parse_str("0190f1a2-3b4c-7d5e-8f60-718293a4b5c6").unwrap();
+    m.link("old", old).unwrap();
+    m.save(&Person {
+        id: old,
+        created_at: 1,
+        properties: Map::new(),
+        distinct_ids: vec!["old".into()],
+        is_identified: false,
+        first_distinct_id: "old".into(),
+    })
+    .unwrap();
+    let set = json!({"event": "e", "distinct_id": "old", "$set": {"a": 1}});
+    assert_eq!(m.send(2, set), Some(old));
+    let identify = json!({"event": "$identify", "distinct_id": "u", "properties": {"$anon_distinct_id": "old"}});
+    assert_eq!(m.send(3, identify), Some(old));
+    assert_eq!(m.ids["u"], old);
+    assert_eq!(m.persons.len(), 1);
+    assert_eq!(m.of("u").properties["a"], json!(1));
 }

@@ -24,7 +24,7 @@ const REPO: &str = env!("CARGO_MANIFEST_DIR");
 
 /// A system tool from PATH or an sbin directory (nginx is in /usr/sbin, which a user's
 /// PATH may lack). The test fails if it is missing.
-fn tool(name: &str) -> PathBuf {
+pub(crate) fn tool(name: &str) -> PathBuf {
     let path = std::env::var_os("PATH").unwrap_or_default();
     std::env::split_paths(&path)
         .chain(["/usr/sbin", "/usr/local/sbin", "/sbin"].map(PathBuf::from))

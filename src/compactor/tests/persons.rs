@@ -289,3 +289,75 @@ fn the_memo_changes_nothing_that_is_stored() {
     }
     assert!(hits > 100, "the memo answered for {hits} events only");
 }
+
+/// A database written before person ids were derived holds persons with random (v7)
+/// ids. They keep them: events of their distinct ids, a new distinct id linked to one,
+/// and a restart change nothing of it; only a person created now gets a derived id.
+#[test]
+fn persons_stored_with_random_ids_keep_them() {
+    let mut f = fixture(Compaction::default());
+    let old = Uuid::parse_str("0190f1a2-3b4c-7d5e-8f60-718293a4b5c6").unwrap();
+    // What the compactor wrote for a person: the person by id, the link by distinct id.
+    let person = crate::persons::Person {
+        id: old,
+        created_at: NOW - 1000,
+        properties: json!({"plan": "free"}).as_object().unwrap().clone(),
+        distinct_ids: vec!["old".into()],
+        is_identified: false,
+        first_distinct_id: "old".into(),
+    };
+    let trees = &f.trees;
+    let person_key = keys::with_uuid(1, old);
+    let person_bytes = serde_json::to_vec(&person).unwrap();
+    trees.persons.insert(&person_key[..], person_bytes).unwrap();
+    let link = keys::with_str(1, "old");
+    trees
+        .distinct_ids
+        .insert(link, &old.as_bytes()[..])
+        .unwrap();
+    f.restart();
+
+    let set = json!({"event": "e", "distinct_id": "old", "$set": {"plan": "pro"}});
+    let identify = json!({"event": "$identify", "distinct_id": "user",
+                          "properties": {"$anon_distinct_id": "old"}});
+    f.push(&[record(1, 1, set), record(1, 2, identify)]);
+    f.drain();
+    f.restart();
+    f.push(&[
+        record(1, 3, json!({"event": "e", "distinct_id": "user"})),
+        record(1, 4, json!({"event": "e", "distinct_id": "fresh"})),
+    ]);
+    f.drain();
+
+    let by = |d: &str| {
+        query::person_by_distinct_id(&f.trees, 1, d)
+            .unwrap()
+            .unwrap()
+    };
+    assert_eq!(by("old").id, old);
+    assert_eq!(by("user").id, old);
+    assert_eq!(by("old").properties["plan"], json!("pro"));
+    assert_eq!(by("fresh").id, crate::persons::id_for(1, "fresh"));
+    let person_of: BTreeMap<String, Option<Uuid>> = f
+        .events(1)
+        .into_iter()
+        .map(|e| {
+            (
+                format!("{} {}", e.timestamp - NOW, e.distinct_id),
+                e.person_id,
+            )
+        })
+        .collect();
+    assert_eq!(
+        person_of,
+        BTreeMap::from([
+            ("1 old".to_string(), Some(old)),
+            ("2 user".to_string(), Some(old)),
+            ("3 user".to_string(), Some(old)),
+            (
+                "4 fresh".to_string(),
+                Some(crate::persons::id_for(1, "fresh"))
+            ),
+        ])
+    );
+}
