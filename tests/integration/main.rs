@@ -8,6 +8,7 @@ mod decide;
 mod fuzz_regressions;
 mod geoip;
 mod hostile;
+mod layers;
 mod ops;
 mod read_api;
 mod sdk;
