@@ -46,7 +46,7 @@ pub struct App {
     pub budget: Budget,
     pub heavy_decodes: Arc<Semaphore>,
     /// The definitions feed's bodies, rebuilt when a project's rules change.
-    pub feed: crate::http::definitions::Cache,
+    pub feed: crate::flags::feed::Cache,
     /// Set at shutdown: readiness turns 503 so load balancers stop sending.
     draining: AtomicBool,
 }

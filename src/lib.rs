@@ -41,7 +41,8 @@
 //! ```
 //!
 //! Dependencies run one way, down this list (each module uses only modules below it;
-//! none reaches up into `http`, and `config` knows no worker):
+//! none reaches up into `http`, and `config` knows no worker). The layers are checked
+//! by `tests/integration/layers.rs`:
 //!
 //! ```text
 //! http      -> app capture client_config clock compactor early_access flags geoip log lz64 memory

@@ -1,7 +1,7 @@
 //! The process-wide budget of request bytes held in memory. Every request body is
-//! read within a share of it ([`crate::http::body`]), so many large requests at once
-//! meet 503 instead of pushing the process out of memory. It lives in [`crate::app::App`]
-//! beside the rest of the shared state, below the HTTP layer that spends it.
+//! read within a share of it (`http::body`), so many large requests at once meet 503
+//! instead of pushing the process out of memory. It lives in `app::App` beside the
+//! rest of the shared state, below the HTTP layer that spends it.
 
 use std::sync::Arc;
 

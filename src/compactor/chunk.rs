@@ -4,7 +4,6 @@
 
 use sled::IVec;
 
-use super::step::io;
 use super::Compactor;
 use crate::log::{self, record::decode_frame, Record};
 
@@ -161,4 +160,9 @@ pub(super) fn read_lane(tree: &sled::Tree) -> Result<Chunk, sled::Error> {
         chunk.consumed.push(key);
     }
     Ok(chunk)
+}
+
+/// A log file error, as the storage error a step returns.
+pub(super) fn io(e: std::io::Error) -> sled::Error {
+    sled::Error::Io(e)
 }

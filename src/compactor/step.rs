@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering;
 use sled::transaction::{ConflictableTransactionError, TransactionError, Transactional};
 
 use super::cache::{Cache, Tx};
-use super::chunk::{read_lane, Action, Chunk, Item, Source};
+use super::chunk::{io, read_lane, Action, Chunk, Item, Source};
 use super::enrich::{Geo, ProjectSettings};
 use super::{apply, memo, Compactor, StepReport};
 use crate::log::{record::decode_frame, Record};
@@ -334,8 +334,4 @@ struct Counts {
     historical: u64,
     overflow: u64,
     corrupt: u64,
-}
-
-pub(super) fn io(e: std::io::Error) -> sled::Error {
-    sled::Error::Io(e)
 }

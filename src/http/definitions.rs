@@ -4,18 +4,15 @@
 //! flag's payload (`/api/projects/@current/feature_flags/<key>/remote_config`).
 //!
 //! The feed is served as PostHog serves it: flag filters that name another flag get
-//! that flag's key and a `dependency_chain` (see [`super::dependency_chain`]), remote
-//! config flags are left out, and an ETag lets a poller's `If-None-Match` get a 304
-//! instead of the whole feed again. Each project's body is built once per published
-//! rules and kept until the rules change.
+//! that flag's key and a `dependency_chain`, remote config flags are left out (see
+//! [`crate::flags::feed`], which builds each project's body once per published rules),
+//! and an ETag lets a poller's `If-None-Match` get a 304 instead of the whole feed again.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use hyper::header::{HeaderValue, ETAG};
 use hyper::{HeaderMap, Response, StatusCode};
-use serde_json::{Map, Value};
-use sha1::{Digest, Sha1};
+use serde_json::Value;
 
 use super::error::ApiError;
 use super::error::DecideError;
@@ -23,17 +20,6 @@ use super::response::{self, Body};
 use crate::app::App;
 use crate::flags::ProjectRules;
 use crate::projects::Project;
-
-/// Feed bodies by project and `send_cohorts`, with the rules they were built from.
-#[derive(Default)]
-pub struct Cache(Mutex<HashMap<(u64, bool), Built>>);
-
-#[derive(Clone)]
-struct Built {
-    rules: Option<Arc<ProjectRules>>,
-    body: bytes::Bytes,
-    etag: Arc<str>,
-}
 
 /// The project a personal key may read flags of: its own, which `token` (the project
 /// key, when sent) must name too.
@@ -81,18 +67,7 @@ pub fn feed(
     let (token, send_cohorts) = query_pairs(query);
     let project = project(app, headers, token.as_deref())?;
     let rules = rules_of(app, &project);
-    let key = (project.id, send_cohorts);
-    let cached = app.feed.0.lock().ok().and_then(|c| c.get(&key).cloned());
-    let built = match cached {
-        Some(b) if same(&b.rules, &rules) => b,
-        _ => {
-            let b = build(rules, send_cohorts);
-            if let Ok(mut c) = app.feed.0.lock() {
-                c.insert(key, b.clone());
-            }
-            b
-        }
-    };
+    let built = app.feed.get(project.id, rules, send_cohorts);
     let mut r = if super::assets::none_match(headers, &built.etag) == Some(true) {
         response::empty(StatusCode::NOT_MODIFIED)
     } else {
@@ -102,38 +77,6 @@ pub fn feed(
         r.headers_mut().insert(ETAG, v);
     }
     Ok(r)
-}
-
-fn same(a: &Option<Arc<ProjectRules>>, b: &Option<Arc<ProjectRules>>) -> bool {
-    match (a, b) {
-        (Some(a), Some(b)) => Arc::ptr_eq(a, b),
-        (None, None) => true,
-        _ => false,
-    }
-}
-
-fn build(rules: Option<Arc<ProjectRules>>, send_cohorts: bool) -> Built {
-    let mut body = match &rules {
-        Some(r) => r.definitions_json().clone(),
-        None => serde_json::json!({"flags": [], "group_type_mapping": {}, "cohorts": {}}),
-    };
-    if let Some(obj) = body.as_object_mut() {
-        if let Some(Value::Array(flags)) = obj.get_mut("flags") {
-            flags.retain(|f| f.get("is_remote_configuration") != Some(&Value::Bool(true)));
-            super::dependency_chain::add(flags);
-        }
-        if !send_cohorts {
-            obj.insert("cohorts".into(), Value::Object(Map::new()));
-        }
-    }
-    let body = serde_json::to_vec(&body).unwrap_or_default();
-    let digest = Sha1::digest(&body);
-    let hex: String = digest[..10].iter().map(|b| format!("{b:02x}")).collect();
-    Built {
-        rules,
-        body: body.into(),
-        etag: format!("\"{hex}\"").into(),
-    }
 }
 
 /// `/api/projects/<@current | id>/feature_flags/<key or id>/remote_config`: the flag

@@ -8,7 +8,6 @@ pub mod capture;
 pub mod decide;
 pub mod decode;
 pub mod definitions;
-pub mod dependency_chain;
 pub mod error;
 pub mod not_kept;
 pub mod remote_config;

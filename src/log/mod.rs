@@ -1,10 +1,10 @@
 //! The write-ahead log, the first stage after capture: an accepted event is durable
-//! here before any 2xx is sent, and the compactor ([`crate::compactor`]) reads it back
-//! in order. [`writer`] is the group-commit thread requests append through ([`Wal`]);
-//! [`record`] is the format of one accepted event; the segment files are `segment.rs`
-//! (format), `appender.rs` (writing), `reader.rs` (the compactor's end) and `spares.rs`
-//! (ready-made segments); [`space`] refuses new events before the disk is full. It
-//! depends on nothing of the stages after it.
+//! here before any 2xx is sent, and the compactor reads it back in order. [`writer`] is
+//! the group-commit thread requests append through ([`Wal`]); [`record`] is the format
+//! of one accepted event; the segment files are `segment.rs` (format), `appender.rs`
+//! (writing), `reader.rs` (the compactor's end) and `spares.rs` (ready-made segments);
+//! [`space`] refuses new events before the disk is full. It depends on nothing of the
+//! stages after it.
 //!
 //! The log's files: numbered entries appended to segment files, each made durable with
 //! one `fdatasync`, read back in order by the compactor.

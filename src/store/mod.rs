@@ -3,7 +3,7 @@
 //! deduplication window) and its checkpoint; the key layouts and tree names that are
 //! the on-disk format; the reads the read API and flag evaluation make (with the
 //! person cache `/decide` uses); and the migration of older formats, run when the
-//! trees open. Nothing here starts a thread: [`crate::pipeline`] does.
+//! trees open. Nothing here starts a thread: `pipeline` does.
 
 pub mod block;
 pub mod dedup;

@@ -10,6 +10,7 @@ mod fuzz_regressions;
 mod geoip;
 mod host;
 mod hostile;
+mod layers;
 mod nodes;
 mod ops;
 mod read_api;
