@@ -13,6 +13,7 @@
 //! - `response` ([`response`], [`remote_config`]): the response body for each protocol
 //!   version, and the remote config posthog-js reads at start.
 
+mod clock;
 mod cohort;
 mod compile;
 mod date;
@@ -33,6 +34,7 @@ mod semver;
 #[cfg(test)]
 mod tests;
 
+pub use clock::now;
 pub use compile::ProjectRules;
 pub use error::{CompileError, ErrorKind};
 pub use load::{ReloadReport, Rules, Snapshot};
