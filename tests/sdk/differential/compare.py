@@ -110,12 +110,16 @@ def documented_choice(sdk, closure, case):
     choice, or None."""
     if len(case["distinct_id"]) > MAX_ID_CHARS:
         return "distinct ids are cut to 200 characters before hashing"
-    if sdk == "python" and any(
-        condition.get("aggregation_group_type_index") is not None
-        for dependency in closure.flags[1:]
-        for condition in dependency["filters"].get("groups") or []
+    if sdk == "python" and len(closure.flags) > 1 and any(
+        flag["filters"].get("aggregation_group_type_index") is not None
+        or any(c.get("aggregation_group_type_index") is not None
+               for c in flag["filters"].get("groups") or [])
+        for flag in closure.flags
     ):
-        return "a dependency's group conditions see the request's groups (posthog-python drops them)"
+        return ("a dependency is evaluated in its own context, groups included "
+                "(posthog-python evaluates it with the dependent's properties, without groups)")
+    if sdk == "node" and any(f["filters"].get("feature_enrollment") for f in closure.flags):
+        return "feature_enrollment decides by the person's opt-in (posthog-node ignores it)"
     for leaf in closure.leaves:
         operator = leaf.get("operator") or "exact"
         values = case_values(case, leaf["key"])
