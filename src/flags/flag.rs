@@ -344,7 +344,8 @@ fn broken_reference(leaf: &Leaf, cohorts: &Cohorts) -> Option<ErrorKind> {
     {
         if let Some(Some(why)) = cohorts.unsupported.get(*i) {
             let id = cohorts.ids.get(*i).copied().unwrap_or_default();
-            return Some(ErrorKind::UnsupportedCohort(id, why.to_string()));
+            let why = format!("{}: {}", why.field(), why.kind());
+            return Some(ErrorKind::UnsupportedCohort(id, why));
         }
     }
     match leaf {

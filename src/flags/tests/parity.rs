@@ -186,3 +186,27 @@ fn enrollment_is_true_or_the_exact_text_true_and_picks_no_variant() {
         (false, None, SuperConditionValue, Some(0))
     );
 }
+
+#[test]
+fn a_behavioral_cohort_disables_the_flags_using_it_alone() {
+    let rules = compile(json!({
+        "cohorts": {"5": {"type": "OR", "values": [{"type": "AND", "values": [
+            {"key": "$pageview", "type": "behavioral", "value": "performed_event",
+             "event_type": "events", "time_value": 30, "time_interval": "day"}]}]}},
+        "flags": [
+            flag(1, "uses-cohort", json!({"groups": [{"properties": [
+                {"key": "id", "type": "cohort", "value": 5}]}]})),
+            flag(2, "fine", json!({"groups": [{"properties": [], "rollout_percentage": 100}]}))
+        ]
+    }));
+    let warnings: Vec<String> = rules.warnings().iter().map(ToString::to_string).collect();
+    assert_eq!(
+        warnings,
+        vec![
+            r#"flag "uses-cohort": filters.groups[0].properties[0]: cohort 5 cannot be evaluated: values[0].values[0].type: unknown filter type "behavioral""#
+        ]
+    );
+    let eval = Request::new("u").evaluate(&rules);
+    assert!(eval.errors);
+    assert_eq!(super::keys(&eval), vec!["fine"]);
+}
