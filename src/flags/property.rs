@@ -104,6 +104,9 @@ pub(super) enum Operator {
         target: Option<DateTarget>,
     },
     Semver(SemverTest),
+    /// An operator that needs a value, given none: PostHog answers false, whatever the
+    /// property (even for `is_not`).
+    Never,
 }
 
 impl Operator {
@@ -138,6 +141,12 @@ impl Operator {
             cmp,
             target: DateTarget::parse(value),
         };
+        let valueless = matches!(base, "is_set" | "is_not_set");
+        if value.is_null() && !valueless {
+            // Still reject names PostHog does not know.
+            return Operator::compile_with(Some(name), &Value::from(""), matching)
+                .map(|_| Operator::Never);
+        }
         let op = match base {
             "exact" => Operator::Exact(Equals::compile(value, matching)),
             "is_not" => Operator::IsNot(Equals::compile(value, matching)),
@@ -187,6 +196,7 @@ impl Operator {
         let actual = match (self, actual) {
             (Operator::IsSet, _) => return actual.is_some(),
             (Operator::IsNotSet, _) => return actual.is_none(),
+            (Operator::Never, _) => return false,
             (_, None) => return self.matches_absent(),
             (_, Some(value)) => value,
         };
@@ -222,7 +232,7 @@ impl Operator {
             },
             Operator::Date { cmp, target } => date_matches(*cmp, target.as_ref(), actual, now),
             Operator::Semver(test) => test.matches(actual),
-            Operator::IsSet | Operator::IsNotSet => false,
+            Operator::IsSet | Operator::IsNotSet | Operator::Never => false,
         }
     }
 

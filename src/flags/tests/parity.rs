@@ -115,6 +115,18 @@ fn null_compares_as_the_text_null() {
 }
 
 #[test]
+fn a_filter_without_a_value_never_matches() {
+    let rules = single(flag(
+        1,
+        "f",
+        json!({"groups": [{"properties": [
+            {"key": "p", "operator": "is_not", "type": "person"}]}]}),
+    ));
+    assert!(!Request::new("u").evaluate(&rules).flags[0].enabled);
+    assert!(!one("exact", Value::Null, Value::Null));
+}
+
+#[test]
 fn substring_operators_fold_ascii_only_and_exact_folds_fully() {
     assert!(!one("icontains", json!("MÜNCHEN"), json!("münchen")));
     assert!(one("icontains", json!("MüNCHEN"), json!("münchen")));
