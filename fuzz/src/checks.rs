@@ -367,6 +367,8 @@ pub struct PropertyCase {
 }
 
 impl PropertyCase {
+    /// A person filter sits in a cohort the flag requires, since PostHog honours
+    /// `negation` on cohort leaves only; a group filter sits in the flag's condition.
     fn definitions(&self, negation: bool) -> Vec<u8> {
         let filter = json!({
             "key": self.key,
@@ -375,20 +377,30 @@ impl PropertyCase {
             "operator": self.operator,
             "negation": negation,
         });
+        let (condition, cohorts) = if self.group {
+            (filter, json!({}))
+        } else {
+            let cohort = json!({"type": "AND", "values": [filter]});
+            (
+                json!({"key": "id", "type": "cohort", "value": 1}),
+                json!({ "1": cohort }),
+            )
+        };
         let flag = json!({
             "id": 1, "key": "the-flag", "active": true, "deleted": false,
             "filters": {
-                "groups": [{"properties": [filter], "rollout_percentage": 100}],
+                "groups": [{"properties": [condition], "rollout_percentage": 100}],
                 "aggregation_group_type_index": if self.group { json!(0) } else { Value::Null },
             },
         });
-        let file = json!({"flags": [flag], "group_type_mapping": {"0": "org"}, "cohorts": {}});
+        let file = json!({"flags": [flag], "group_type_mapping": {"0": "org"}, "cohorts": cohorts});
         serde_json::to_vec(&file).expect("serialisable")
     }
 }
 
 /// `property_match`: compile and evaluate twice with the same answer; the one flag
-/// is answered (never failed), and negating the filter flips it.
+/// is answered (never failed), and negating the filter flips it in a cohort and
+/// changes nothing in a flag's own condition.
 pub fn property_match(case: &PropertyCase) {
     let Ok(rules) = ProjectRules::compile(&case.definitions(case.negation)) else {
         return;
@@ -412,5 +424,12 @@ pub fn property_match(case: &PropertyCase) {
     assert!(plain.failed.is_empty() && flipped.failed.is_empty());
     let (a, b) = (&plain.flags[..], &flipped.flags[..]);
     assert!(a.len() == 1 && b.len() == 1, "the flag is answered: {a:?}");
-    assert_ne!(a[0].enabled, b[0].enabled, "negation flips the answer");
+    if case.group {
+        assert_eq!(
+            a[0].enabled, b[0].enabled,
+            "negation counts in cohorts only"
+        );
+    } else {
+        assert_ne!(a[0].enabled, b[0].enabled, "negation flips the answer");
+    }
 }

@@ -30,6 +30,10 @@ pub(super) struct Cohorts {
     pub(super) trees: Vec<Tree>,
     /// False for cohorts on a cycle, reaching a missing cohort, or nested too deep.
     pub(super) usable: Vec<bool>,
+    /// Why a cohort cannot be evaluated at all (an operator or filter type PostHog's
+    /// flags service does not evaluate, such as a behavioral filter): the flags using
+    /// it are left out, not the file.
+    pub(super) unsupported: Vec<Option<CompileError>>,
 }
 
 /// The cohort ids of the file, in file order, so references can be resolved up front.
@@ -61,11 +65,19 @@ pub(super) fn compile(cohorts: &Node<'_>, scope: &Scope) -> Result<Cohorts, Comp
             .get("properties")
             .map(|_| node.get("properties"));
         let root = Node::root(body.as_ref().unwrap_or(&node).value());
-        let tree = tree(&root, scope).map_err(|e| e.in_cohort(name))?;
+        let (tree, unsupported) = match tree(&root, scope) {
+            Ok(tree) => (tree, None),
+            Err(e) if e.is_unsupported() => (Tree::Any(Vec::new()), Some(e.in_cohort(name))),
+            Err(e) => return Err(e.in_cohort(name)),
+        };
         out.ids.push(id);
         out.trees.push(tree);
+        out.unsupported.push(unsupported);
     }
     out.usable = usable(&out.trees);
+    for (usable, unsupported) in out.usable.iter_mut().zip(&out.unsupported) {
+        *usable &= unsupported.is_none();
+    }
     Ok(out)
 }
 
@@ -161,6 +173,7 @@ mod tests {
             flags_by_id: HashMap::new(),
             flags_by_key: HashMap::new(),
             property_keys: Default::default(),
+            matching: Default::default(),
         };
         compile(&root, &scope)
     }
@@ -211,13 +224,15 @@ mod tests {
 
     #[test]
     fn errors_name_the_cohort_and_field() {
-        let err = compile_cohorts(json!({"42": {"type": "OR", "values": [
+        // An operator PostHog does not evaluate disables the cohort, not the file.
+        let cohorts = compile_cohorts(json!({"42": {"type": "OR", "values": [
             {"type": "AND", "values": [{"key": "a", "type": "person", "operator": "foo"}]}
         ]}}))
-        .unwrap_err();
+        .unwrap();
+        assert_eq!(cohorts.usable, vec![false]);
         assert_eq!(
-            err.to_string(),
-            r#"cohort 42: values[0].values[0].operator: unknown operator "foo""#
+            cohorts.unsupported[0].as_ref().map(ToString::to_string),
+            Some(r#"cohort 42: values[0].values[0].operator: unknown operator "foo""#.to_owned())
         );
         let err = compile_cohorts(json!({"x": leaf_ref(1)})).unwrap_err();
         assert_eq!(err.to_string(), r#"x: cohort id "x" is not an integer"#);

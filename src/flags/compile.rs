@@ -13,6 +13,7 @@ use super::error::{CompileError, ErrorKind};
 use super::filter::Scope;
 use super::flag::{Flag, FlagScope, Header, Logic};
 use super::graph;
+use super::property::Matching;
 
 /// A project's flag definitions, compiled. Immutable and cheap to share between threads.
 #[derive(Debug)]
@@ -30,7 +31,13 @@ pub struct ProjectRules {
     needs_continuity: bool,
     /// How many distinct property keys the filters read (see `Scope::slot`).
     pub(super) property_keys: usize,
+    /// The slot of the `distinct_id` property, when a filter reads it: PostHog adds the
+    /// request's distinct id to the person properties a flag sees.
+    pub(super) distinct_id_slot: Option<usize>,
 }
+
+/// The person property PostHog fills with the distinct id when the person has none.
+pub(super) const DISTINCT_ID: &str = "distinct_id";
 
 impl ProjectRules {
     /// Parses and compiles a `flags/<id>.json` file in PostHog's local-evaluation format.
@@ -60,6 +67,7 @@ impl ProjectRules {
             flags_by_id: index_ids(&live, &headers, &items)?,
             flags_by_key: index_keys(&live, &headers, &items)?,
             property_keys: Default::default(),
+            matching: matching(&root.get("property_matching_version"))?,
         };
         let cohorts = cohort::compile(&cohorts_node, &scope)?;
         let ctx = FlagScope {
@@ -78,6 +86,7 @@ impl ProjectRules {
             )?);
         }
         let property_keys = scope.property_keys.borrow().len();
+        let distinct_id_slot = scope.property_keys.borrow().get(DISTINCT_ID).copied();
         let order = graph::plan(&mut flags, &mut warnings);
         let logic = |i: &usize| flags[*i].logic.as_ref();
         let needs_person = order.iter().filter_map(logic).any(Logic::reads_person);
@@ -94,6 +103,7 @@ impl ProjectRules {
             needs_group,
             needs_continuity,
             property_keys,
+            distinct_id_slot,
         })
     }
 
@@ -153,6 +163,7 @@ fn compile_flag(
         header,
         logic: None,
         broken: false,
+        unsupported: false,
     };
     // Inactive flags are never evaluated, so their filters are not held against the file.
     if !flag.header.active {
@@ -160,11 +171,36 @@ fn compile_flag(
     }
     let root = Node::root(item.value());
     let mut found = Vec::new();
-    let logic = Logic::compile(&root, &key, ctx, &mut found).map_err(|e| e.in_flag(&key))?;
-    flag.broken = !found.is_empty();
+    let logic = match Logic::compile(&root, &key, ctx, &mut found) {
+        Ok(logic) => logic,
+        // One flag PostHog could not evaluate either is left out alone.
+        Err(e) if e.is_unsupported() => {
+            flag.unsupported = true;
+            warnings.push(e.in_flag(&key));
+            return Ok(flag);
+        }
+        Err(e) => return Err(e.in_flag(&key)),
+    };
+    flag.unsupported = found.iter().any(|w| {
+        matches!(
+            w.kind(),
+            ErrorKind::MissingCohort(_) | ErrorKind::UnsupportedCohort(..)
+        )
+    });
+    flag.broken = !found.is_empty() && !flag.unsupported;
     warnings.extend(found.into_iter().map(|w| w.in_flag(&key)));
-    flag.logic = Some(logic);
+    if !flag.unsupported {
+        flag.logic = Some(logic);
+    }
     Ok(flag)
+}
+
+/// `property_matching_version`: absent or 1 is the legacy boolean matching; 2 compares
+/// text. Other versions are read as 1, as PostHog's SDKs do.
+fn matching(node: &Node<'_>) -> Result<Matching, CompileError> {
+    Ok(Matching {
+        legacy_booleans: node.opt_i64()? != Some(2),
+    })
 }
 
 fn group_types(node: &Node<'_>) -> Result<BTreeMap<i64, String>, CompileError> {

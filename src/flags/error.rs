@@ -37,6 +37,9 @@ pub enum ErrorKind {
     DependencyCycle,
     /// Warning: a cohort filter names a cohort that is absent, cyclic or broken.
     MissingCohort(i64),
+    /// Warning: a cohort filter names a cohort using a filter PostHog's flags service does
+    /// not evaluate; the text says which field.
+    UnsupportedCohort(i64, String),
 }
 
 /// What the error is about: the whole file, one flag, or one cohort.
@@ -85,6 +88,15 @@ impl CompileError {
         self
     }
 
+    /// An operator or filter type that cannot be evaluated: it disables the flag (or
+    /// cohort) using it, not the file.
+    pub fn is_unsupported(&self) -> bool {
+        matches!(
+            self.kind,
+            ErrorKind::UnknownOperator(_) | ErrorKind::UnknownFilterType(_)
+        )
+    }
+
     pub fn kind(&self) -> &ErrorKind {
         &self.kind
     }
@@ -126,6 +138,9 @@ impl fmt::Display for ErrorKind {
                 write!(f, "depends on flag {key:?}, which cannot be evaluated")
             }
             ErrorKind::DependencyCycle => f.write_str("part of or depends on a dependency cycle"),
+            ErrorKind::UnsupportedCohort(id, why) => {
+                write!(f, "cohort {id} cannot be evaluated: {why}")
+            }
             ErrorKind::MissingCohort(id) => {
                 write!(
                     f,

@@ -1,7 +1,10 @@
-//! Evaluation of a compiled project for one request, in PostHog's order: group presence,
-//! early access, holdout, then conditions in stored order. Flags are computed in dependency
-//! order and reported in definition order. Property lookups are lazy: a failed person (or
-//! group) lookup only fails the flags that actually read it, and their dependents.
+//! Evaluation of a compiled project for one request, in PostHog's order: early access,
+//! holdout, then conditions in stored order. Each condition reads and buckets by its own
+//! aggregation (the person, or a group named by the condition or the flag), and each
+//! property filter reads the properties its `type` names. Flags are computed in
+//! dependency order and reported in definition order. Property lookups are lazy: a
+//! failed person (or group) lookup only fails the flags that actually read it, and their
+//! dependents.
 
 use std::borrow::Cow;
 use std::cell::Cell;
@@ -9,9 +12,9 @@ use std::cell::Cell;
 use serde_json::{Map, Value};
 
 use super::cohort::Tree;
-use super::compile::ProjectRules;
-use super::filter::{CohortRef, FlagRef, Leaf};
-use super::flag::{Flag, Logic};
+use super::compile::{ProjectRules, DISTINCT_ID};
+use super::filter::{CohortRef, FlagRef, Leaf, Source};
+use super::flag::{Aggregation, Condition, Flag, Logic};
 use super::hash::{holdout_hash, in_rollout, FlagHashes};
 use super::outcome::{variant_key, Decision, Outcomes, Pick, Slot};
 use super::result::{Context, Evaluation, FailureCause, ReasonCode};
@@ -25,8 +28,9 @@ type Lookup<'c> = Cell<Option<Option<&'c Value>>>;
 enum Props<'a, 'c> {
     Known(Option<&'c Map<String, Value>>),
     /// The person's properties: most filters read them, many read the same keys, so
-    /// each key is hashed and found once per request.
-    Person(&'c Map<String, Value>, &'a [Lookup<'c>]),
+    /// each key is hashed and found once per request. The last field is the request's
+    /// distinct id, which PostHog adds as the `distinct_id` property when absent.
+    Person(&'c Map<String, Value>, &'a [Lookup<'c>], Option<&'c Value>),
     Failed(FailureCause),
 }
 
@@ -34,25 +38,36 @@ impl<'c> Props<'_, 'c> {
     fn get(&self, key: &str) -> Result<Option<&'c Value>, FailureCause> {
         match self {
             Props::Known(map) => Ok(map.and_then(|m| m.get(key))),
-            Props::Person(map, _) => Ok(map.get(key)),
+            Props::Person(map, _, distinct) => Ok(person_get(map, key, *distinct)),
             Props::Failed(cause) => Err(cause.clone()),
         }
     }
 
     /// [`Props::get`] for a filter's key, whose number among the file's keys is `slot`.
     fn lookup(&self, key: &str, slot: usize) -> Result<Option<&'c Value>, FailureCause> {
-        let Props::Person(map, lookups) = self else {
+        let Props::Person(map, lookups, distinct) = self else {
             return self.get(key);
         };
         let Some(lookup) = lookups.get(slot) else {
-            return Ok(map.get(key));
+            return Ok(person_get(map, key, *distinct));
         };
         if let Some(found) = lookup.get() {
             return Ok(found);
         }
-        let found = map.get(key);
+        let found = person_get(map, key, *distinct);
         lookup.set(Some(found));
         Ok(found)
+    }
+}
+
+fn person_get<'c>(
+    map: &'c Map<String, Value>,
+    key: &str,
+    distinct: Option<&'c Value>,
+) -> Option<&'c Value> {
+    match map.get(key) {
+        None if key == DISTINCT_ID => distinct,
+        found => found,
     }
 }
 
@@ -68,11 +83,20 @@ impl ProjectRules {
         let mut slots: Vec<Slot> = self
             .flags
             .iter()
-            .map(|flag| match (&flag.logic, flag.broken) {
-                (Some(_), true) => Slot::Failed(FailureCause::MissingDependency),
-                _ => Slot::Skipped,
+            .map(|flag| {
+                if flag.unsupported {
+                    Slot::Failed(FailureCause::Unsupported)
+                } else if flag.logic.is_some() && flag.broken {
+                    Slot::Done(Decision::off(ReasonCode::MissingDependency, None))
+                } else {
+                    Slot::Skipped
+                }
             })
             .collect();
+        // Only built when a filter reads `distinct_id`, so other projects pay nothing.
+        let distinct = self
+            .distinct_id_slot
+            .map(|_| Value::String(ctx.distinct_id.to_owned()));
         let lookups: Vec<Lookup<'_>> = vec![Cell::new(None); self.property_keys];
         for &i in &self.order {
             let flag = &self.flags[i];
@@ -82,6 +106,7 @@ impl ProjectRules {
                 ctx,
                 slots: &slots,
                 lookups: &lookups,
+                distinct: distinct.as_ref(),
             };
             slots[i] = match env.flag(flag, logic) {
                 Ok(decision) => Slot::Done(decision),
@@ -97,25 +122,47 @@ struct Env<'r, 'c> {
     ctx: &'r Context<'c>,
     slots: &'r [Slot],
     lookups: &'r [Lookup<'c>],
+    distinct: Option<&'c Value>,
+}
+
+/// The most telling non-match so far and its condition, as PostHog ranks them:
+/// out of rollout beats no match beats a missing group; among equals the later wins.
+struct Miss {
+    code: ReasonCode,
+    index: Option<usize>,
+}
+
+impl Miss {
+    fn rank(code: ReasonCode) -> u8 {
+        match code {
+            ReasonCode::OutOfRolloutBound => 3,
+            ReasonCode::NoConditionMatch => 2,
+            _ => 1,
+        }
+    }
+
+    fn note(&mut self, code: ReasonCode, index: usize) {
+        if Miss::rank(code) >= Miss::rank(self.code) {
+            self.code = code;
+            self.index = Some(index);
+        }
+    }
 }
 
 impl<'r, 'c> Env<'r, 'c> {
     fn flag(&self, flag: &Flag, logic: &Logic) -> Result<Decision, FailureCause> {
-        let (bucket, target) = match &logic.aggregation {
-            Some(aggregation) => {
-                let group = aggregation.name.as_deref().and_then(|name| {
-                    let key = group_key(self.ctx.groups.get(name)?)?;
-                    Some((key, self.group_props(name)))
-                });
-                match group {
-                    Some(group) => group,
-                    None => return Ok(Decision::off(ReasonCode::NoGroupType, None)),
-                }
-            }
-            None => (Cow::Borrowed(self.person_bucket(logic)), self.person()),
+        let key = flag.header.key.as_str();
+        let person_bucket = self.person_bucket(logic);
+        // The flag's own bucketing id: the person's, or its group's key (`None` when the
+        // request lacks that group; then every condition on it reads `no_group_type`).
+        let bucket = match &logic.aggregation {
+            Some(aggregation) => self.group_key(aggregation),
+            None => Some(Cow::Borrowed(person_bucket)),
         };
-        let mut hashes = FlagHashes::new(&flag.header.key, &bucket);
-        if let Some(decision) = self.early_access(logic, &mut hashes)? {
+        let Some(bucket) = bucket else {
+            return self.conditions(key, logic, None);
+        };
+        if let Some(decision) = self.early_access(key, logic, person_bucket)? {
             return Ok(decision);
         }
         if let Some(holdout) = &logic.holdout {
@@ -128,119 +175,161 @@ impl<'r, 'c> Env<'r, 'c> {
                 });
             }
         }
-        self.conditions(logic, &target, &mut hashes)
+        let mut hashes = FlagHashes::new(key, &bucket);
+        self.conditions(key, logic, Some(&mut hashes))
     }
 
-    /// `feature_enrollment`, then legacy `super_groups[0]`; each decides only when the
-    /// person has the property it is about.
+    /// `feature_enrollment` (the person's `$feature_enrollment/<key>`: true or "true"
+    /// enables), else legacy `super_groups[0]`; each decides only when the person has
+    /// the property it is about, and never picks a variant.
     fn early_access(
         &self,
+        key: &str,
         logic: &Logic,
-        hashes: &mut FlagHashes<'_>,
+        person_bucket: &str,
     ) -> Result<Option<Decision>, FailureCause> {
         let person = self.person();
         let mut decided = None;
         if let Some(property) = &logic.enrollment {
             if let Some(value) = person.get(property)? {
-                decided = Some(match value {
-                    Value::Bool(b) => *b,
-                    Value::String(s) => s.eq_ignore_ascii_case("true"),
-                    _ => false,
-                });
+                decided = Some(matches!(value, Value::Bool(true)) || value == "true");
             }
-        }
-        if let (None, Some(sup)) = (decided, &logic.super_condition) {
+        } else if let Some(sup) = &logic.super_condition {
             let mut present = false;
             for key in &sup.keys {
                 present |= person.get(key)?.is_some();
             }
             if present {
                 let condition = &sup.condition;
+                let mut hashes = FlagHashes::new(key, person_bucket);
                 decided = Some(
-                    self.all(&condition.filters, &person)?
+                    self.all(&condition.filters, None)?
                         && in_rollout(condition.rollout, || hashes.rollout()),
                 );
             }
         }
         Ok(decided.map(|enabled| Decision {
             enabled,
-            pick: if enabled {
-                variant(logic, hashes)
-            } else {
-                Pick::None
-            },
+            pick: Pick::None,
             code: ReasonCode::SuperConditionValue,
             condition_index: Some(0),
         }))
     }
 
-    /// The first condition whose filters match and whose rollout admits wins. A rollout
-    /// miss beats a filter miss as the reported reason (and ends the walk with early_exit).
+    /// The first condition whose filters match and whose rollout admits wins. `hashes`
+    /// are the flag's own bucketing (`None` when its group is missing); a condition with
+    /// a different aggregation buckets by its own id.
     fn conditions(
         &self,
+        key: &str,
         logic: &Logic,
-        target: &Props<'_, '_>,
-        hashes: &mut FlagHashes<'_>,
+        mut hashes: Option<&mut FlagHashes<'_>>,
     ) -> Result<Decision, FailureCause> {
-        let mut code = ReasonCode::NoConditionMatch;
-        let mut index = None;
+        let flag_index = logic.aggregation.as_ref().map(|a| a.index);
+        let mut miss = Miss {
+            code: ReasonCode::NoGroupType,
+            index: None,
+        };
         for (i, condition) in logic.conditions.iter().enumerate() {
-            index.get_or_insert(i);
-            if !self.all(&condition.filters, target)? {
-                continue;
-            }
-            if !in_rollout(condition.rollout, || hashes.rollout()) {
-                if logic.early_exit {
+            let own_index = condition.aggregation.as_ref().map(|a| a.index);
+            let step = if own_index == flag_index {
+                match hashes.as_deref_mut() {
+                    Some(hashes) => self.condition(logic, condition, i, hashes)?,
+                    None => Err(ReasonCode::NoGroupType),
+                }
+            } else {
+                let own_bucket = match &condition.aggregation {
+                    Some(aggregation) => self.group_key(aggregation),
+                    None => Some(Cow::Borrowed(self.person_bucket(logic))),
+                };
+                match own_bucket.as_deref() {
+                    Some(bucket) => {
+                        let mut own = FlagHashes::new(key, bucket);
+                        self.condition(logic, condition, i, &mut own)?
+                    }
+                    None => Err(ReasonCode::NoGroupType),
+                }
+            };
+            match step {
+                Ok(decision) => return Ok(decision),
+                Err(ReasonCode::OutOfRolloutBound) if logic.early_exit => {
                     return Ok(Decision::off(ReasonCode::OutOfRolloutBound, Some(i)));
                 }
-                if code != ReasonCode::OutOfRolloutBound {
-                    code = ReasonCode::OutOfRolloutBound;
-                    index = Some(i);
-                }
-                continue;
+                Err(code) => miss.note(code, i),
             }
-            let pick = match condition.variant {
-                Some(v) if v < logic.variants.len() => Pick::Variant(v),
-                Some(_) => Pick::None,
-                None => variant(logic, hashes),
-            };
-            return Ok(Decision {
-                enabled: true,
-                pick,
-                code: ReasonCode::ConditionMatch,
-                condition_index: Some(i),
-            });
         }
-        Ok(Decision::off(code, index))
+        Ok(Decision::off(miss.code, miss.index))
     }
 
-    fn all(&self, filters: &[Leaf], target: &Props<'_, '_>) -> Result<bool, FailureCause> {
+    /// One condition: the decision when it matches, else why not.
+    fn condition(
+        &self,
+        logic: &Logic,
+        condition: &Condition,
+        i: usize,
+        hashes: &mut FlagHashes<'_>,
+    ) -> Result<Result<Decision, ReasonCode>, FailureCause> {
+        if !self.all(&condition.filters, condition.aggregation.as_ref())? {
+            return Ok(Err(ReasonCode::NoConditionMatch));
+        }
+        if !in_rollout(condition.rollout, || hashes.rollout()) {
+            return Ok(Err(ReasonCode::OutOfRolloutBound));
+        }
+        Ok(Ok(Decision {
+            enabled: true,
+            pick: pick(condition, logic, hashes),
+            code: ReasonCode::ConditionMatch,
+            condition_index: Some(i),
+        }))
+    }
+
+    /// Whether every filter matches; group filters without their own group type read
+    /// the condition's `aggregation`.
+    fn all(
+        &self,
+        filters: &[Leaf],
+        aggregation: Option<&Aggregation>,
+    ) -> Result<bool, FailureCause> {
         for leaf in filters {
-            if !self.leaf(leaf, target)? {
+            if !self.leaf(leaf, aggregation)? {
                 return Ok(false);
             }
         }
         Ok(true)
     }
 
-    fn leaf(&self, leaf: &Leaf, target: &Props<'_, '_>) -> Result<bool, FailureCause> {
+    fn leaf(&self, leaf: &Leaf, aggregation: Option<&Aggregation>) -> Result<bool, FailureCause> {
         let (matched, negate) = match leaf {
             Leaf::Property {
                 key,
                 slot,
+                source,
                 operator,
                 negate,
-            } => (
-                operator.matches(target.lookup(key, *slot)?, self.ctx.now),
-                *negate,
-            ),
+            } => {
+                let props = match source {
+                    Source::Person => self.person(),
+                    Source::Group(index) => {
+                        let index = index.or(aggregation.map(|a| a.index));
+                        let name = index.and_then(|i| self.rules.group_type_mapping().get(&i));
+                        match name {
+                            Some(name) => self.group_props(name),
+                            None => Props::Known(None),
+                        }
+                    }
+                };
+                (
+                    operator.matches(props.lookup(key, *slot)?, self.ctx.now),
+                    *negate,
+                )
+            }
             Leaf::Cohort {
                 cohort,
                 member,
                 negate,
             } => {
                 let CohortRef::Index(i) = cohort else {
-                    return Err(FailureCause::MissingDependency);
+                    return Err(FailureCause::Unsupported);
                 };
                 (self.cohort(*i)? == *member, *negate)
             }
@@ -272,7 +361,7 @@ impl<'r, 'c> Env<'r, 'c> {
         let cohorts = &self.rules.cohorts;
         match (cohorts.trees.get(index), cohorts.usable.get(index)) {
             (Some(tree), Some(true)) => self.tree(tree),
-            _ => Err(FailureCause::MissingDependency),
+            _ => Err(FailureCause::Unsupported),
         }
     }
 
@@ -294,13 +383,24 @@ impl<'r, 'c> Env<'r, 'c> {
                 }
                 Ok(children.is_empty())
             }
-            Tree::Leaf(leaf) => self.leaf(leaf, &self.person()),
+            // Cohorts are about people: their leaves read the person, whatever their type.
+            Tree::Leaf(Leaf::Property {
+                key,
+                slot,
+                operator,
+                negate,
+                ..
+            }) => {
+                let actual = self.person().lookup(key, *slot)?;
+                Ok(operator.matches(actual, self.ctx.now) != *negate)
+            }
+            Tree::Leaf(leaf) => self.leaf(leaf, None),
         }
     }
 
     fn person(&self) -> Props<'r, 'c> {
         match self.ctx.person_properties {
-            Some(map) => Props::Person(map, self.lookups),
+            Some(map) => Props::Person(map, self.lookups, self.distinct),
             None => Props::Failed(FailureCause::PersonProperties),
         }
     }
@@ -313,9 +413,16 @@ impl<'r, 'c> Env<'r, 'c> {
         }
     }
 
+    /// The request's key for a group aggregation; `None` when the type is unmapped or
+    /// the request has no such group.
+    fn group_key(&self, aggregation: &Aggregation) -> Option<Cow<'c, str>> {
+        let name = aggregation.name.as_deref()?;
+        group_key(self.ctx.groups.get(name)?)
+    }
+
     /// The id a person flag buckets by: with experience continuity, the id the person had
     /// when first seen, so identify/alias does not reshuffle them.
-    fn person_bucket(&self, logic: &Logic) -> &'r str {
+    fn person_bucket(&self, logic: &Logic) -> &'c str {
         let ctx = self.ctx;
         if logic.continuity {
             let first_seen = ctx.hash_key_override.filter(|id| !id.is_empty());
@@ -324,6 +431,15 @@ impl<'r, 'c> Env<'r, 'c> {
         } else {
             ctx.distinct_id
         }
+    }
+}
+
+/// A matched condition's value: its variant override when it names a defined variant,
+/// else the variant hash's pick.
+fn pick(condition: &Condition, logic: &Logic, hashes: &mut FlagHashes<'_>) -> Pick {
+    match condition.variant {
+        Some(v) if v < logic.variants.len() => Pick::Variant(v),
+        _ => variant(logic, hashes),
     }
 }
 

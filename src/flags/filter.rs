@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use super::definition::Node;
 use super::error::{CompileError, ErrorKind};
-use super::property::Operator;
+use super::property::{Matching, Operator};
 
 /// The operator of flag-dependency filters.
 const FLAG_OPERATOR: &str = "flag_evaluates_to";
@@ -41,12 +41,21 @@ pub(super) enum Expect {
     Variant(String),
 }
 
+/// Whose properties a property filter reads: PostHog routes each filter by its `type`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Source {
+    Person,
+    /// A group's: the filter's `group_type_index`, else its condition's aggregation.
+    Group(Option<i64>),
+}
+
 #[derive(Debug, Clone)]
 pub(super) enum Leaf {
     Property {
         key: String,
         /// The key's number among all property keys of the file (see [`Scope::slot`]).
         slot: usize,
+        source: Source,
         operator: Operator,
         negate: bool,
     },
@@ -70,6 +79,8 @@ pub(super) struct Scope {
     /// Property keys numbered in order of first use, so evaluation can remember each
     /// key's lookup for the request in a vector.
     pub(super) property_keys: RefCell<HashMap<String, usize>>,
+    /// The file's `property_matching_version`.
+    pub(super) matching: Matching,
 }
 
 impl Scope {
@@ -81,7 +92,9 @@ impl Scope {
     }
 }
 
-/// Which leaf kinds a context allows: cohort definitions cannot depend on flags.
+/// Which leaf kinds a context allows: cohort definitions cannot depend on flags. It also
+/// decides what `negation` means: PostHog honours it on the leaves of a cohort only, so
+/// in a flag's own conditions it is read (and type-checked) but has no effect.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Allow {
     Everything,
@@ -94,17 +107,24 @@ impl Leaf {
         scope: &Scope,
         allow: Allow,
     ) -> Result<Leaf, CompileError> {
-        let negate = node.get("negation").bool_or(false)?;
+        let negation = node.get("negation").bool_or(false)?;
+        let negate = negation && allow == Allow::NoFlags;
         let kind = node.get("type");
         match kind.opt_str()?.unwrap_or("person") {
-            "person" | "group" => {
+            name @ ("person" | "group") => {
                 let key = node.get("key").str()?.to_owned();
                 let op = node.get("operator");
-                let operator = Operator::compile(op.opt_str()?, node.get("value").value())
+                let value = node.get("value");
+                let operator = Operator::compile_with(op.opt_str()?, value.value(), scope.matching)
                     .ok_or_else(|| unknown_operator(&op))?;
+                let source = match name {
+                    "group" => Source::Group(node.get("group_type_index").opt_i64()?),
+                    _ => Source::Person,
+                };
                 Ok(Leaf::Property {
                     slot: scope.slot(&key),
                     key,
+                    source,
                     operator,
                     negate,
                 })

@@ -9,7 +9,7 @@ use serde_json::{Map, Value};
 use super::cohort::Cohorts;
 use super::definition::Node;
 use super::error::{CompileError, ErrorKind};
-use super::filter::{CohortRef, FlagRef, Leaf, Scope};
+use super::filter::{CohortRef, FlagRef, Leaf, Scope, Source};
 
 /// Person property that records an early-access opt-in, followed by the flag key.
 const ENROLLMENT_PREFIX: &str = "$feature_enrollment/";
@@ -62,20 +62,29 @@ pub(super) struct Flag {
     pub(super) header: Header,
     /// `None` for inactive flags: never evaluated, read as disabled by dependents.
     pub(super) logic: Option<Logic>,
-    /// Set when a dependency is missing or cyclic: the flag fails closed.
+    /// Set when a dependency is missing or cyclic: the flag is off, reason
+    /// `missing_dependency`.
     pub(super) broken: bool,
+    /// Set when the flag uses something that cannot be evaluated (an operator or filter
+    /// type PostHog's flags service does not evaluate, a missing or unusable cohort): it
+    /// is left out of every response, with `errorsWhileComputingFlags`.
+    pub(super) unsupported: bool,
 }
 
-/// A group flag's aggregation: the group type name, `None` when the index is unmapped
-/// (such a flag can never find its group and always reads `no_group_type`).
+/// A group aggregation: the group type index and its name, `None` when the index is
+/// unmapped (such a condition can never find its group and reads `no_group_type`).
 #[derive(Debug, Clone)]
 pub(super) struct Aggregation {
+    pub(super) index: i64,
     pub(super) name: Option<String>,
 }
 
 #[derive(Debug, Clone)]
 pub(super) struct Condition {
     pub(super) filters: Vec<Leaf>,
+    /// The condition's own `aggregation_group_type_index`, else the flag's: whose
+    /// properties its group filters read and whose key it buckets by.
+    pub(super) aggregation: Option<Aggregation>,
     /// `None` is 100 %.
     pub(super) rollout: Option<f64>,
     /// The override, kept only when it names a defined variant.
@@ -159,6 +168,15 @@ pub(super) struct FlagScope<'a> {
     pub(super) group_types: &'a BTreeMap<i64, String>,
 }
 
+impl FlagScope<'_> {
+    fn aggregation(&self, index: i64) -> Aggregation {
+        Aggregation {
+            index,
+            name: self.group_types.get(&index).cloned(),
+        }
+    }
+}
+
 impl Logic {
     /// Compiles a live flag's logic. Broken references are returned as warnings: they
     /// disable this flag, not the file.
@@ -170,25 +188,28 @@ impl Logic {
     ) -> Result<Logic, CompileError> {
         let filters = flag.get("filters");
         let mut variants = variants(&filters.get("multivariate").get("variants"))?;
+        let aggregation = filters
+            .get("aggregation_group_type_index")
+            .opt_i64()?
+            .map(|index| ctx.aggregation(index));
         let mut conditions = Vec::new();
         for group in filters.get("groups").items()? {
-            conditions.push(condition(&group, &variants, ctx, warnings)?);
+            let own = group.get("aggregation_group_type_index").opt_i64()?;
+            let aggregation = own.map(|i| ctx.aggregation(i)).or(aggregation.clone());
+            conditions.push(condition(&group, &variants, aggregation, ctx, warnings)?);
         }
-        let super_groups = filters.get("super_groups");
-        let super_condition = match super_groups.items()?.first() {
-            Some(first) => super_condition(first, &variants, ctx, warnings)?,
-            None => None,
-        };
         let enrollment = filters
             .get("feature_enrollment")
             .bool_or(false)?
             .then(|| format!("{ENROLLMENT_PREFIX}{key}"));
-        let aggregation = filters
-            .get("aggregation_group_type_index")
-            .opt_i64()?
-            .map(|index| Aggregation {
-                name: ctx.group_types.get(&index).cloned(),
-            });
+        // PostHog reads legacy `super_groups` only for flags without `feature_enrollment`.
+        let super_groups = filters.get("super_groups");
+        let super_condition = match super_groups.items()?.first() {
+            Some(first) if enrollment.is_none() => {
+                super_condition(first, &variants, ctx, warnings)?
+            }
+            _ => None,
+        };
         let empty = Map::new();
         let payloads = match filters.get("payloads").value() {
             Value::Object(map) => map,
@@ -228,7 +249,7 @@ impl Logic {
         self.enrollment.is_some()
             || self.super_condition.is_some()
             || self.leaves().any(|leaf| match leaf {
-                Leaf::Property { .. } => self.aggregation.is_none(),
+                Leaf::Property { source, .. } => *source == Source::Person,
                 Leaf::Cohort { .. } => true,
                 Leaf::Flag { .. } => false,
             })
@@ -236,10 +257,15 @@ impl Logic {
 
     /// Whether evaluating this flag may read group properties.
     pub(super) fn reads_group(&self) -> bool {
-        self.aggregation.is_some()
-            && self
-                .leaves()
-                .any(|leaf| matches!(leaf, Leaf::Property { .. }))
+        self.leaves().any(|leaf| {
+            matches!(
+                leaf,
+                Leaf::Property {
+                    source: Source::Group(_),
+                    ..
+                }
+            )
+        })
     }
 }
 
@@ -268,6 +294,7 @@ fn variants(node: &Node<'_>) -> Result<Vec<Variant>, CompileError> {
 fn condition(
     node: &Node<'_>,
     variants: &[Variant],
+    aggregation: Option<Aggregation>,
     ctx: &FlagScope<'_>,
     warnings: &mut Vec<CompileError>,
 ) -> Result<Condition, CompileError> {
@@ -283,6 +310,7 @@ fn condition(
     let variant = node.get("variant").opt_str()?;
     Ok(Condition {
         filters,
+        aggregation,
         rollout: node.get("rollout_percentage").opt_f64()?,
         variant: variant.and_then(|v| variants.iter().position(|known| known.key == v)),
     })
@@ -294,7 +322,8 @@ fn super_condition(
     ctx: &FlagScope<'_>,
     warnings: &mut Vec<CompileError>,
 ) -> Result<Option<SuperCondition>, CompileError> {
-    let condition = condition(node, variants, ctx, warnings)?;
+    // Early access is about the person, whatever the flag aggregates by.
+    let condition = condition(node, variants, None, ctx, warnings)?;
     let keys: Vec<String> = condition
         .filters
         .iter()
@@ -308,6 +337,17 @@ fn super_condition(
 }
 
 fn broken_reference(leaf: &Leaf, cohorts: &Cohorts) -> Option<ErrorKind> {
+    if let Leaf::Cohort {
+        cohort: CohortRef::Index(i),
+        ..
+    } = leaf
+    {
+        if let Some(Some(why)) = cohorts.unsupported.get(*i) {
+            let id = cohorts.ids.get(*i).copied().unwrap_or_default();
+            let why = format!("{}: {}", why.field(), why.kind());
+            return Some(ErrorKind::UnsupportedCohort(id, why));
+        }
+    }
     match leaf {
         Leaf::Flag {
             flag: FlagRef::Missing(key),

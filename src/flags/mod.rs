@@ -13,6 +13,7 @@
 //! - `response` ([`response`], [`Tail`]): the response body for each protocol
 //!   version.
 
+mod clock;
 mod cohort;
 mod compile;
 mod date;
@@ -36,6 +37,7 @@ mod semver;
 #[cfg(test)]
 mod tests;
 
+pub use clock::now;
 pub use compile::ProjectRules;
 pub use error::{CompileError, ErrorKind};
 pub(crate) use load::{digest, list, project_id, settled, stamps, Stamp};

@@ -1,8 +1,10 @@
 //! Property operators (`exact`, `icontains`, `regex`, `gt`, dates, semver, ...), compiled once
-//! per filter and matched per request. Comparisons follow PostHog: values are compared as
-//! their string form (a JSON string as is, anything else as its JSON text), lowercased for
-//! the case-insensitive operators, so `true`, `"true"` and `"TRUE"` are the same.
-//! A missing property (or a null one) makes positive operators false and negated ones true.
+//! per filter and matched per request, with the coercions of PostHog's flags service:
+//! values compare as their text (a JSON string as is, anything else, null included, as its
+//! JSON text); `exact`/`is_not` fold case fully while the substring operators fold ASCII
+//! only; under `property_matching_version` 1 (the default) an `exact` filter of booleans
+//! compares true/false-ness; numbers are read from untrimmed text. Only an absent key is
+//! "missing": positive operators are then false and negated ones true.
 
 use std::borrow::Cow;
 
@@ -10,7 +12,7 @@ use regex::{Regex, RegexBuilder};
 use serde_json::Value;
 use time::OffsetDateTime;
 
-use super::date::{parse_instant, DateTarget};
+use super::date::{parse_property_instant, DateTarget};
 use super::semver::SemverTest;
 
 /// Longest regex pattern accepted; longer ones are treated as invalid (never match).
@@ -22,6 +24,22 @@ const REGEX_SIZE_LIMIT: usize = 1 << 20;
 
 /// Budget of a regex's lazy DFA cache, per matching thread.
 const REGEX_DFA_SIZE_LIMIT: usize = 1 << 20;
+
+/// How a definitions file asks for values to be matched: its `property_matching_version`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Matching {
+    /// Version 1 (and a missing field): an `exact`/`is_not` filter whose values are all
+    /// booleans or "true"/"false" compares truthiness. Version 2 compares text.
+    pub(super) legacy_booleans: bool,
+}
+
+impl Default for Matching {
+    fn default() -> Self {
+        Matching {
+            legacy_booleans: true,
+        }
+    }
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum NumberCmp {
@@ -38,14 +56,23 @@ pub(super) enum DateCmp {
     Exact,
 }
 
+/// What an `exact` / `is_not` filter compares against.
+#[derive(Debug, Clone)]
+pub(super) enum Equals {
+    /// Legacy boolean matching: the property's truthiness must equal this.
+    Truthy(bool),
+    /// Fully lowercased candidates; a list filter value means "any of".
+    AnyOf(Vec<String>),
+}
+
 /// One compiled operator with its filter value.
 #[derive(Debug, Clone)]
 pub(super) enum Operator {
-    /// Lowercased candidates; a list filter value means "any of".
-    Exact(Vec<String>),
-    IsNot(Vec<String>),
+    Exact(Equals),
+    IsNot(Equals),
+    /// ASCII-lowercased needles (one, or several for `icontains_multi`): any must occur.
     Contains {
-        needle: String,
+        needles: Vec<String>,
         negate: bool,
     },
     StartsWith {
@@ -65,6 +92,11 @@ pub(super) enum Operator {
         cmp: NumberCmp,
         rhs: Option<f64>,
     },
+    /// Inclusive `[low, high]`; `None` when the filter value is not two numbers.
+    Between {
+        range: Option<(f64, f64)>,
+        negate: bool,
+    },
     IsSet,
     IsNotSet,
     Date {
@@ -72,19 +104,35 @@ pub(super) enum Operator {
         target: Option<DateTarget>,
     },
     Semver(SemverTest),
+    /// An operator that needs a value, given none: PostHog answers false, whatever the
+    /// property (even for `is_not`).
+    Never,
 }
 
 impl Operator {
-    /// Compiles `operator` (absent means `exact`) against the filter value; `None` when the
-    /// operator name is unknown.
+    /// [`Operator::compile_with`] under the default matching version.
+    #[cfg(test)]
     pub(super) fn compile(operator: Option<&str>, value: &Value) -> Option<Operator> {
+        Operator::compile_with(operator, value, Matching::default())
+    }
+
+    /// Compiles `operator` (absent means `exact`) against the filter value; `None` when
+    /// the operator is not one PostHog's flags service evaluates.
+    pub(super) fn compile_with(
+        operator: Option<&str>,
+        value: &Value,
+        matching: Matching,
+    ) -> Option<Operator> {
         let name = operator.unwrap_or("exact");
         // The `not_` forms share their positive form's value handling.
         let (base, negate) = match name.strip_prefix("not_") {
-            Some(base @ ("icontains" | "starts_with" | "ends_with" | "regex")) => (base, true),
+            Some(
+                base @ ("icontains" | "icontains_multi" | "starts_with" | "ends_with" | "regex"
+                | "between"),
+            ) => (base, true),
             _ => (name, false),
         };
-        let lower = || text(value).to_lowercase();
+        let lower = || ascii_lowered(value);
         let number_cmp = |cmp| Operator::Number {
             cmp,
             rhs: number(value),
@@ -93,11 +141,24 @@ impl Operator {
             cmp,
             target: DateTarget::parse(value),
         };
+        let valueless = matches!(base, "is_set" | "is_not_set");
+        if value.is_null() && !valueless {
+            // Still reject names PostHog does not know.
+            return Operator::compile_with(Some(name), &Value::from(""), matching)
+                .map(|_| Operator::Never);
+        }
         let op = match base {
-            "exact" => Operator::Exact(candidates(value)),
-            "is_not" => Operator::IsNot(candidates(value)),
+            "exact" => Operator::Exact(Equals::compile(value, matching)),
+            "is_not" => Operator::IsNot(Equals::compile(value, matching)),
             "icontains" => Operator::Contains {
-                needle: lower(),
+                needles: vec![lower()],
+                negate,
+            },
+            "icontains_multi" => Operator::Contains {
+                needles: match value {
+                    Value::Array(items) => items.iter().map(ascii_lowered).collect(),
+                    single => vec![ascii_lowered(single)],
+                },
                 negate,
             },
             "starts_with" => Operator::StartsWith {
@@ -116,6 +177,10 @@ impl Operator {
             "gte" => number_cmp(NumberCmp::Gte),
             "lt" => number_cmp(NumberCmp::Lt),
             "lte" => number_cmp(NumberCmp::Lte),
+            "between" => Operator::Between {
+                range: range(value),
+                negate,
+            },
             "is_set" => Operator::IsSet,
             "is_not_set" => Operator::IsNotSet,
             "is_date_before" => date_cmp(DateCmp::Before),
@@ -131,20 +196,22 @@ impl Operator {
         let actual = match (self, actual) {
             (Operator::IsSet, _) => return actual.is_some(),
             (Operator::IsNotSet, _) => return actual.is_none(),
-            (_, None | Some(Value::Null)) => return self.matches_absent(),
+            (Operator::Never, _) => return false,
+            (_, None) => return self.matches_absent(),
             (_, Some(value)) => value,
         };
         match self {
-            Operator::Exact(candidates) => is_any_of(candidates, actual),
-            Operator::IsNot(candidates) => !is_any_of(candidates, actual),
-            Operator::Contains { needle, negate } => {
-                with_lowered(actual, |s| s.contains(needle.as_str())) != *negate
+            Operator::Exact(equals) => equals.matches(actual),
+            Operator::IsNot(equals) => !equals.matches(actual),
+            Operator::Contains { needles, negate } => {
+                with_ascii_lowered(actual, |s| needles.iter().any(|n| s.contains(n.as_str())))
+                    != *negate
             }
             Operator::StartsWith { prefix, negate } => {
-                with_lowered(actual, |s| s.starts_with(prefix.as_str())) != *negate
+                with_ascii_lowered(actual, |s| s.starts_with(prefix.as_str())) != *negate
             }
             Operator::EndsWith { suffix, negate } => {
-                with_lowered(actual, |s| s.ends_with(suffix.as_str())) != *negate
+                with_ascii_lowered(actual, |s| s.ends_with(suffix.as_str())) != *negate
             }
             Operator::Regex { pattern, negate } => match pattern {
                 Some(re) => re.is_match(&text(actual)) != *negate,
@@ -159,9 +226,13 @@ impl Operator {
                 },
                 _ => false,
             },
+            Operator::Between { range, negate } => match (number(actual), range) {
+                (Some(n), Some((low, high))) => (*low <= n && n <= *high) != *negate,
+                _ => false,
+            },
             Operator::Date { cmp, target } => date_matches(*cmp, target.as_ref(), actual, now),
             Operator::Semver(test) => test.matches(actual),
-            Operator::IsSet | Operator::IsNotSet => false,
+            Operator::IsSet | Operator::IsNotSet | Operator::Never => false,
         }
     }
 
@@ -172,10 +243,51 @@ impl Operator {
             Operator::IsNot(_) | Operator::IsNotSet => true,
             Operator::Contains { negate, .. }
             | Operator::StartsWith { negate, .. }
-            | Operator::EndsWith { negate, .. } => *negate,
-            Operator::Regex { pattern, negate } => pattern.is_some() && *negate,
+            | Operator::EndsWith { negate, .. }
+            | Operator::Regex { negate, .. } => *negate,
             _ => false,
         }
+    }
+}
+
+impl Equals {
+    fn compile(value: &Value, matching: Matching) -> Equals {
+        if matching.legacy_booleans && is_boolean_like(value) {
+            return Equals::Truthy(is_truthy(value));
+        }
+        match value {
+            Value::Array(items) => Equals::AnyOf(items.iter().map(lowered).collect()),
+            scalar => Equals::AnyOf(vec![lowered(scalar)]),
+        }
+    }
+
+    fn matches(&self, actual: &Value) -> bool {
+        match self {
+            Equals::Truthy(want) => is_truthy(actual) == *want,
+            Equals::AnyOf(candidates) => {
+                with_lowered(actual, |actual| candidates.iter().any(|c| c == actual))
+            }
+        }
+    }
+}
+
+/// A boolean, "true"/"false" in any case, or a list of only those (an empty list too).
+fn is_boolean_like(value: &Value) -> bool {
+    match value {
+        Value::Bool(_) => true,
+        Value::String(s) => s.eq_ignore_ascii_case("true") || s.eq_ignore_ascii_case("false"),
+        Value::Array(items) => items.iter().all(is_boolean_like),
+        _ => false,
+    }
+}
+
+/// `true`, "true" in any case, or a list of only those; everything else is false.
+fn is_truthy(value: &Value) -> bool {
+    match value {
+        Value::Bool(b) => *b,
+        Value::String(s) => s.eq_ignore_ascii_case("true"),
+        Value::Array(items) => items.iter().all(is_truthy),
+        _ => false,
     }
 }
 
@@ -191,12 +303,16 @@ fn lowered(value: &Value) -> String {
     text(value).to_lowercase()
 }
 
+fn ascii_lowered(value: &Value) -> String {
+    text(value).to_ascii_lowercase()
+}
+
 /// Strings up to this long are lowercased on the stack when they are ASCII.
 const STACK_LOWERCASE_BYTES: usize = 256;
 
-/// `f` of `lowered(value)`. Property values are mostly short ASCII strings, whose
-/// lowercase form (the same as `to_lowercase` gives for ASCII) needs no allocation.
-fn with_lowered<R>(value: &Value, f: impl FnOnce(&str) -> R) -> R {
+/// `f` of the ASCII lowercase form of a short ASCII string, without allocating; `f` back
+/// when the value is not one.
+fn on_stack<R, F: FnOnce(&str) -> R>(value: &Value, f: F) -> Result<R, F> {
     if let Value::String(s) = value {
         if s.len() <= STACK_LOWERCASE_BYTES && s.is_ascii() {
             let mut buffer = [0u8; STACK_LOWERCASE_BYTES];
@@ -204,32 +320,40 @@ fn with_lowered<R>(value: &Value, f: impl FnOnce(&str) -> R) -> R {
             lower.copy_from_slice(s.as_bytes());
             lower.make_ascii_lowercase();
             if let Ok(lower) = std::str::from_utf8(lower) {
-                return f(lower);
+                return Ok(f(lower));
             }
         }
     }
-    f(&lowered(value))
+    Err(f)
 }
 
-fn candidates(value: &Value) -> Vec<String> {
+/// `f` of `lowered(value)` (full Unicode folding, as `exact` does). Property values are
+/// mostly short ASCII strings, whose lowercase form needs no allocation.
+fn with_lowered<R>(value: &Value, f: impl FnOnce(&str) -> R) -> R {
+    on_stack(value, f).unwrap_or_else(|f| f(&lowered(value)))
+}
+
+/// `f` of the ASCII-only lowercase text, as the substring operators fold case.
+fn with_ascii_lowered<R>(value: &Value, f: impl FnOnce(&str) -> R) -> R {
+    on_stack(value, f).unwrap_or_else(|f| f(&ascii_lowered(value)))
+}
+
+/// A number, or text that parses as one exactly as written (no trimming: `"30 "` is not
+/// a number to PostHog's flags service); booleans and null are not numbers.
+fn number(value: &Value) -> Option<f64> {
     match value {
-        Value::Array(items) => items.iter().map(lowered).collect(),
-        scalar => vec![lowered(scalar)],
+        Value::Number(n) => n.as_f64(),
+        Value::String(s) => s.parse::<f64>().ok(),
+        _ => None,
     }
 }
 
-fn is_any_of(candidates: &[String], actual: &Value) -> bool {
-    with_lowered(actual, |actual| candidates.iter().any(|c| c == actual))
-}
-
-/// A number, or a string that parses as a finite one; booleans are not numbers.
-fn number(value: &Value) -> Option<f64> {
-    let n = match value {
-        Value::Number(n) => n.as_f64()?,
-        Value::String(s) => s.trim().parse::<f64>().ok()?,
-        _ => return None,
-    };
-    n.is_finite().then_some(n)
+/// `[low, high]` of a `between` filter.
+fn range(value: &Value) -> Option<(f64, f64)> {
+    match value.as_array()?.as_slice() {
+        [low, high] => Some((number(low)?, number(high)?)),
+        _ => None,
+    }
 }
 
 fn compile_regex(value: &Value) -> Option<Regex> {
@@ -250,14 +374,16 @@ fn date_matches(
     actual: &Value,
     now: OffsetDateTime,
 ) -> bool {
-    let (Some(actual), Some(target)) = (parse_instant(actual), target.and_then(|t| t.resolve(now)))
-    else {
+    let (Some(actual), Some(target)) = (
+        parse_property_instant(actual, now),
+        target.and_then(|t| t.resolve(now)),
+    ) else {
         return false;
     };
     match cmp {
-        DateCmp::Before => actual.at() < target.at(),
-        DateCmp::After => actual.at() > target.at(),
-        DateCmp::Exact => actual.same_as(&target),
+        DateCmp::Before => actual < target,
+        DateCmp::After => actual > target,
+        DateCmp::Exact => actual == target,
     }
 }
 

@@ -155,8 +155,11 @@ pub enum FailureCause {
     PersonProperties,
     /// The lookup of this group type's properties failed and the flag reads them.
     GroupProperties(String),
-    /// A flag or cohort it depends on is missing or cyclic (reason `missing_dependency`).
+    /// A flag it depends on is missing or cyclic (reason `missing_dependency`).
     MissingDependency,
+    /// It uses something that cannot be evaluated: an operator or filter type PostHog's
+    /// flags service does not evaluate, or a cohort that is missing or unusable.
+    Unsupported,
 }
 
 impl fmt::Display for FailureCause {
@@ -167,6 +170,7 @@ impl fmt::Display for FailureCause {
                 write!(f, "properties of group type {group_type:?} unavailable")
             }
             FailureCause::MissingDependency => f.write_str(ReasonCode::MissingDependency.as_str()),
+            FailureCause::Unsupported => f.write_str("uses a filter that cannot be evaluated"),
         }
     }
 }

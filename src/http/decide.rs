@@ -255,7 +255,7 @@ fn evaluate(
         person_properties: person_properties.as_ref(),
         groups: &req.groups,
         group_properties: &group_properties,
-        now: time::OffsetDateTime::now_utc(),
+        now: crate::flags::now(),
     };
     let outcomes = rules.outcomes(&ctx);
     if outcomes.errors() {

@@ -341,12 +341,18 @@ fn reload_under_load_is_atomic_and_bad_files_keep_old_rules() {
     )
     .json();
     let bad = json!({"flags": [{"id": 1, "key": "broken", "active": true,
-                                "filters": {"groups": [{"properties": [{"key": "a", "value": 1, "operator": "sounds_like"}]}]}}]});
+                                "filters": {"groups": [{"rollout_percentage": "most"}]}}]});
     write_atomically(&path, bad.to_string());
     wait_for("the failure to be logged", || {
         server.log().contains("flag \"broken\"").then_some(())
     });
-    assert!(server.log().contains("sounds_like"), "{}", server.log());
+    assert!(
+        server
+            .log()
+            .contains("rollout_percentage: expected a number"),
+        "{}",
+        server.log()
+    );
     let after = decide(
         &server,
         "/decide/?v=3",
@@ -384,12 +390,17 @@ fn definitions_feed_for_local_evaluation() {
     }
 }
 
+/// A flag PostHog could not evaluate either (here an `event` filter) is left out alone,
+/// with a warning naming it; a flag depending on a missing flag is off with
+/// `missing_dependency`, as PostHog answers it.
 #[test]
 fn a_flag_that_cannot_be_computed_is_left_out_and_flagged() {
     let server = Server::start();
     let rules = json!({"flags": [
         {"id": 1, "key": "fine", "active": true, "filters": {"groups": [{"rollout_percentage": 100}]}},
-        {"id": 2, "key": "needs-missing", "active": true, "filters": {"groups": [{"properties": [
+        {"id": 2, "key": "needs-event", "active": true, "filters": {"groups": [{"properties": [
+            {"key": "$pageview", "type": "event", "value": 1}], "rollout_percentage": 100}]}},
+        {"id": 3, "key": "needs-missing", "active": true, "filters": {"groups": [{"properties": [
             {"key": "404", "type": "flag", "value": true, "operator": "flag_evaluates_to"}], "rollout_percentage": 100}]}}
     ]});
     std::fs::write(server.data().join("flags/1.json"), rules.to_string()).unwrap();
@@ -400,12 +411,27 @@ fn a_flag_that_cannot_be_computed_is_left_out_and_flagged() {
         (v["featureFlags"].get("fine").is_some()).then_some(v)
     });
     // Left out, not reported as false: clients keep their cached value for it.
-    assert_eq!(v3["featureFlags"], json!({"fine": true}));
+    assert_eq!(
+        v3["featureFlags"],
+        json!({"fine": true, "needs-missing": false})
+    );
     assert_eq!(v3["errorsWhileComputingFlags"], true);
     let v4 = decide(&server, "/flags/?v=2", body).json();
-    assert!(v4["flags"].get("needs-missing").is_none());
+    assert!(v4["flags"].get("needs-event").is_none());
     assert_eq!(v4["errorsWhileComputingFlags"], true);
     assert_eq!(v4["flags"]["fine"]["enabled"], true);
+    assert_eq!(
+        v4["flags"]["needs-missing"]["reason"],
+        json!({"code": "missing_dependency", "condition_index": null,
+               "description": "Flag dependency is missing or cyclic"})
+    );
+    assert!(
+        server.log().contains(
+            r#"flag "needs-event": filters.groups[0].properties[0].type: unknown filter type "event""#
+        ),
+        "{}",
+        server.log()
+    );
     let metrics = server.get("/metrics").text();
     assert!(
         metrics.contains("flagpost_decide_partial_total 2"),

@@ -101,8 +101,8 @@ fn broken_cohorts_fail_their_flags_closed() {
     assert_eq!(
         failed(&eval),
         vec![
-            ("cyclic-cohort", &FailureCause::MissingDependency),
-            ("missing-cohort", &FailureCause::MissingDependency)
+            ("cyclic-cohort", &FailureCause::Unsupported),
+            ("missing-cohort", &FailureCause::Unsupported)
         ]
     );
     let warnings: Vec<String> = rules.warnings().iter().map(ToString::to_string).collect();

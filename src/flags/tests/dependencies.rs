@@ -71,7 +71,14 @@ fn dependencies_see_their_targets_value() {
             ("variant-dep", true),
             ("exp", true),
             ("on-inactive", true),
-            ("chain", true)
+            ("missing-dep", false),
+            ("cycle-a", false),
+            ("cycle-b", false),
+            ("behind-cycle", false),
+            ("behind-missing", false),
+            ("self", false),
+            ("chain", true),
+            ("on-deleted", false)
         ]
     );
     assert_eq!(
@@ -90,7 +97,14 @@ fn dependencies_see_their_targets_value() {
             ("variant-dep", false),
             ("exp", true),
             ("on-inactive", true),
-            ("chain", false)
+            ("missing-dep", false),
+            ("cycle-a", false),
+            ("cycle-b", false),
+            ("behind-cycle", false),
+            ("behind-missing", false),
+            ("self", false),
+            ("chain", false),
+            ("on-deleted", false)
         ]
     );
     assert_eq!(
@@ -99,25 +113,30 @@ fn dependencies_see_their_targets_value() {
     );
 }
 
+/// As PostHog answers them: off, reason `missing_dependency`, no condition; not an
+/// error, so clients replace their cached value.
 #[test]
-fn missing_and_cyclic_dependencies_fail_closed() {
+fn missing_and_cyclic_dependencies_are_off_with_missing_dependency() {
     let eval = Request::new("user-3")
         .person(json!({"plan": "pro"}))
         .evaluate(&rules());
-    assert!(eval.errors);
-    let missing = FailureCause::MissingDependency;
-    assert_eq!(
-        failed(&eval),
-        vec![
-            ("missing-dep", &missing),
-            ("cycle-a", &missing),
-            ("cycle-b", &missing),
-            ("behind-cycle", &missing),
-            ("behind-missing", &missing),
-            ("self", &missing),
-            ("on-deleted", &missing)
-        ]
-    );
+    assert!(!eval.errors);
+    assert!(failed(&eval).is_empty());
+    for key in [
+        "missing-dep",
+        "cycle-a",
+        "cycle-b",
+        "behind-cycle",
+        "behind-missing",
+        "self",
+        "on-deleted",
+    ] {
+        assert_eq!(
+            outcome(&eval, key),
+            (false, None, MissingDependency, None),
+            "{key}"
+        );
+    }
 }
 
 #[test]
@@ -144,7 +163,18 @@ fn a_failed_lookup_propagates_to_dependents() {
         .evaluate(&rules());
     assert_eq!(
         enabled(&eval),
-        vec![("variant-dep", true), ("exp", true), ("on-inactive", true)]
+        vec![
+            ("variant-dep", true),
+            ("exp", true),
+            ("on-inactive", true),
+            ("missing-dep", false),
+            ("cycle-a", false),
+            ("cycle-b", false),
+            ("behind-cycle", false),
+            ("behind-missing", false),
+            ("self", false),
+            ("on-deleted", false)
+        ]
     );
     let person = FailureCause::PersonProperties;
     let failures = failed(&eval);

@@ -191,7 +191,8 @@ fn rollout_miss_continues_and_outranks_a_filter_miss() {
 }
 
 #[test]
-fn no_condition_match_reports_the_first_condition() {
+/// PostHog ranks the misses and, among equals, reports the last condition.
+fn no_condition_match_reports_the_last_condition() {
     let rules = single(flag(
         1,
         "pros",
@@ -203,17 +204,15 @@ fn no_condition_match_reports_the_first_condition() {
     let eval = Request::new("u").evaluate(&rules);
     assert_eq!(
         outcome(&eval, "pros"),
-        (false, None, NoConditionMatch, Some(0))
+        (false, None, NoConditionMatch, Some(1))
     );
     assert_eq!(
         find(&eval, "pros").reason.description,
         "No matching condition set"
     );
+    // No condition at all: PostHog's floor reason, with no condition.
     let eval = Request::new("u").evaluate(&single(flag(1, "empty", json!({}))));
-    assert_eq!(
-        outcome(&eval, "empty"),
-        (false, None, NoConditionMatch, None)
-    );
+    assert_eq!(outcome(&eval, "empty"), (false, None, NoGroupType, None));
 }
 
 #[test]

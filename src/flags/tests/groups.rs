@@ -56,7 +56,7 @@ fn a_missing_group_is_no_group_type() {
             .evaluate(&rules);
         assert_eq!(
             outcome(&eval, "org-rollout"),
-            (false, None, NoGroupType, None),
+            (false, None, NoGroupType, Some(0)),
             "{groups}"
         );
         assert_eq!(
@@ -67,7 +67,10 @@ fn a_missing_group_is_no_group_type() {
     let eval = Request::new("u")
         .groups(json!({"organization": "acme"}))
         .evaluate(&rules);
-    assert_eq!(outcome(&eval, "unmapped"), (false, None, NoGroupType, None));
+    assert_eq!(
+        outcome(&eval, "unmapped"),
+        (false, None, NoGroupType, Some(0))
+    );
 }
 
 #[test]
@@ -121,7 +124,7 @@ fn failed_group_lookup_leaves_out_flags_reading_it() {
     assert!(!eval.errors);
     assert_eq!(
         outcome(&eval, "enterprise"),
-        (false, None, NoGroupType, None)
+        (false, None, NoGroupType, Some(0))
     );
 }
 

@@ -9,6 +9,7 @@ mod evaluation;
 mod gates;
 mod groups;
 mod operators;
+mod parity;
 mod reload;
 mod responses;
 

@@ -123,7 +123,8 @@ fn invalid_regex_makes_both_forms_false() {
             !is("not_regex", pattern.clone(), json!("anything")),
             "{pattern}"
         );
-        assert!(!check("not_regex", pattern, None));
+        // PostHog decides an absent property before it looks at the pattern.
+        assert!(check("not_regex", pattern, None));
     }
 }
 
@@ -145,7 +146,9 @@ fn numeric_comparisons_parse_numeric_strings() {
     assert!(!is("gt", json!(10), json!(10)));
     assert!(is("gte", json!(10), json!(10)));
     assert!(is("lt", json!("10"), json!("9.5")));
-    assert!(is("lte", json!(" 10 "), json!(10.0)));
+    // Text is read as written: PostHog's flags service does not trim.
+    assert!(!is("lte", json!(" 10 "), json!(10.0)));
+    assert!(!is("lte", json!(10), json!("10 ")));
     assert!(is("gt", json!("1e3"), json!(1001)));
     assert!(
         !is("gt", json!(10), json!("eleven")),
@@ -155,7 +158,8 @@ fn numeric_comparisons_parse_numeric_strings() {
     assert!(!is("gt", json!("ten"), json!(11)));
     assert!(!is("gt", json!(0), json!(true)), "booleans are not numbers");
     assert!(!is("gt", json!(0), json!("NaN")));
-    assert!(!is("lt", json!(0), json!("-inf")));
+    // Rust's float syntax, as PostHog's flags service reads numbers.
+    assert!(is("lt", json!(0), json!("-inf")));
     assert!(!check("gt", json!(0), None));
     assert!(!check("lt", json!(0), Some(Value::Null)));
 }
@@ -196,9 +200,15 @@ fn absolute_dates() {
         json!("2024-01-01"),
         json!(1_704_067_201)
     ));
-    assert!(is(
+    // A filter date must be text; epoch digits are read by their length.
+    assert!(!is(
         "is_date_before",
         json!(1_704_067_200_000_i64),
+        json!("2023-06-01")
+    ));
+    assert!(is(
+        "is_date_before",
+        json!("1704067200000"),
         json!("2023-06-01")
     ));
     assert!(is(
@@ -206,10 +216,16 @@ fn absolute_dates() {
         json!("2024-01-01T02:00:00+02:00"),
         json!("2024-01-01T01:00:00Z")
     ));
-    assert!(is(
+    // Exact means the same instant, as in PostHog: a bare date is its midnight.
+    assert!(!is(
         "is_date_exact",
         json!("2024-01-01"),
         json!("2024-01-01T18:30:00Z")
+    ));
+    assert!(is(
+        "is_date_exact",
+        json!("2024-01-01"),
+        json!("2024-01-01 00:00:00")
     ));
     assert!(!is(
         "is_date_exact",

@@ -13,6 +13,7 @@
 //! they fail and say what is missing; they never pass by skipping.
 
 mod browser;
+mod differential;
 mod node_flags;
 mod server_side;
 
