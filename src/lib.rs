@@ -28,6 +28,7 @@ pub mod metrics;
 pub mod notify;
 pub mod persons;
 pub mod projects;
+pub mod sink;
 pub mod store;
 pub mod sync;
 
