@@ -11,4 +11,5 @@ mod hostile;
 mod ops;
 mod read_api;
 mod sdk;
+mod sink;
 mod util;
