@@ -6,6 +6,7 @@
 mod collapse;
 mod server;
 mod tables;
+mod throughput;
 
 use flagpost::sink::{Destination, Settings};
 
