@@ -13,8 +13,10 @@
 //! [`client`] speaks HTTP to the server; [`destination`] ties them into "a server
 //! ready to take batches".
 
+pub mod batch;
 pub mod client;
 pub mod destination;
+pub mod outbox;
 pub mod rowbinary;
 pub mod rows;
 pub mod schema;

@@ -1,0 +1,285 @@
+//! The outbox: what each compactor chunk committed that ClickHouse has not yet
+//! acknowledged, in its own sled tree, written inside the chunk's own transaction so
+//! a chunk and its outbox entry exist together or not at all. The worker reads it in
+//! order and removes entries only once every table took them.
+//!
+//! An entry names what changed, not the data: the event blocks written, the persons
+//! written or merged away, the distinct ids linked and the groups written. The worker
+//! reads their current state when it sends, which is at least as new as the entry;
+//! the entry's place in the outbox (`seq`) becomes the rows' version, so the newest
+//! state always carries the highest version.
+//!
+//! Keys: `e` + seq (u64 BE) -> entry; `n` -> the next seq; `c` -> the last seq sent
+//! (the checkpoint); `f` -> the batch in flight (first and last seq), fixed before it
+//! is sent so a re-send after a crash is the same batch with the same tokens; `i` ->
+//! this database's id (16 bytes), which keeps tokens of different nodes apart.
+
+use serde::{Deserialize, Serialize};
+use sled::transaction::{
+    ConflictableTransactionError, TransactionalTree, UnabortableTransactionError,
+};
+use uuid::Uuid;
+
+/// The tree's name, part of the on-disk format.
+pub const TREE: &str = "sink_outbox";
+const ENTRY: u8 = b'e';
+const NEXT: &[u8] = b"n";
+const CHECKPOINT: &[u8] = b"c";
+const IN_FLIGHT: &[u8] = b"f";
+const NODE: &[u8] = b"i";
+/// The entries' encoding, ahead of its JSON.
+const FORMAT: u8 = 1;
+
+/// What one compactor chunk committed, as the sink needs it: the narrow interface
+/// between the compactor and the sink.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Committed {
+    /// Unix milliseconds of the commit.
+    pub at: i64,
+    /// Keys in the `events` tree of the blocks the chunk wrote.
+    pub blocks: Vec<Vec<u8>>,
+    /// How many events those blocks hold.
+    pub events: u64,
+    /// (project, person id) written or deleted (merged away).
+    pub persons: Vec<(u64, Uuid)>,
+    /// (project, distinct id) linked to a person, merges' moves included.
+    pub linked: Vec<(u64, String)>,
+    /// (project, group type index, group key) written.
+    pub groups: Vec<(u64, u8, String)>,
+}
+
+impl Committed {
+    pub fn is_empty(&self) -> bool {
+        self.blocks.is_empty()
+            && self.persons.is_empty()
+            && self.linked.is_empty()
+            && self.groups.is_empty()
+    }
+
+    /// Rows this entry sends at most (fewer once a batch drops repeats).
+    pub fn rows(&self) -> u64 {
+        self.events + (self.persons.len() + self.linked.len() + self.groups.len()) as u64
+    }
+
+    fn encode(&self) -> Vec<u8> {
+        let mut out = vec![FORMAT];
+        // Plain data of known types: serialising cannot fail.
+        out.extend(serde_json::to_vec(self).unwrap_or_default());
+        out
+    }
+
+    fn decode(bytes: &[u8]) -> Option<Committed> {
+        match bytes.split_first()? {
+            (&FORMAT, json) => serde_json::from_slice(json).ok(),
+            _ => None,
+        }
+    }
+}
+
+/// Record `committed` in the outbox inside the compactor's transaction; returns its
+/// seq, or None if the chunk changed nothing the sink sends.
+pub fn record(
+    outbox: &TransactionalTree,
+    committed: &Committed,
+) -> Result<Option<u64>, UnabortableTransactionError> {
+    if committed.is_empty() {
+        return Ok(None);
+    }
+    let seq = outbox.get(NEXT)?.and_then(|v| be64(&v)).unwrap_or(1);
+    outbox.insert(&entry_key(seq)[..], committed.encode())?;
+    outbox.insert(NEXT, &(seq + 1).to_be_bytes()[..])?;
+    Ok(Some(seq))
+}
+
+/// One outbox entry, read back.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Entry {
+    pub seq: u64,
+    pub committed: Committed,
+}
+
+/// The sink's side of the outbox tree.
+#[derive(Clone)]
+pub struct Outbox {
+    tree: sled::Tree,
+}
+
+impl Outbox {
+    pub fn open(db: &sled::Db) -> sled::Result<Outbox> {
+        Ok(Outbox {
+            tree: db.open_tree(TREE)?,
+        })
+    }
+
+    pub fn tree(&self) -> &sled::Tree {
+        &self.tree
+    }
+
+    /// This database's id, made once: part of every deduplication token.
+    pub fn node(&self) -> sled::Result<Uuid> {
+        if let Some(v) = self.tree.get(NODE)? {
+            if let Ok(id) = Uuid::from_slice(&v) {
+                return Ok(id);
+            }
+        }
+        let id = Uuid::new_v4();
+        // Two callers racing keep whichever id landed first.
+        let _ =
+            self.tree
+                .compare_and_swap(NODE, None as Option<&[u8]>, Some(&id.as_bytes()[..]))?;
+        let v = self
+            .tree
+            .get(NODE)?
+            .unwrap_or_else(|| id.as_bytes()[..].into());
+        Ok(Uuid::from_slice(&v).unwrap_or(id))
+    }
+
+    /// The last seq ClickHouse acknowledged, 0 before the first.
+    pub fn checkpoint(&self) -> sled::Result<u64> {
+        Ok(self
+            .tree
+            .get(CHECKPOINT)?
+            .and_then(|v| be64(&v))
+            .unwrap_or(0))
+    }
+
+    /// The oldest unsent entry's commit time, if any.
+    pub fn oldest(&self) -> sled::Result<Option<i64>> {
+        Ok(self
+            .entries(None)?
+            .next()
+            .transpose()?
+            .map(|e| e.committed.at))
+    }
+
+    /// Entries in order, from `from` (inclusive) or the first. Undecodable entries
+    /// read as empty ones so they are passed over, not stuck on.
+    pub fn entries(
+        &self,
+        from: Option<u64>,
+    ) -> sled::Result<impl Iterator<Item = sled::Result<Entry>>> {
+        let start = entry_key(from.unwrap_or(0)).to_vec();
+        let end = vec![ENTRY + 1];
+        Ok(self.tree.range(start..end).map(|kv| {
+            let (k, v) = kv?;
+            let seq = be64(&k[1..]).unwrap_or(0);
+            let committed = Committed::decode(&v).unwrap_or_else(|| {
+                tracing::error!(seq, "sink: an outbox entry does not decode; skipped");
+                Committed::default()
+            });
+            Ok(Entry { seq, committed })
+        }))
+    }
+
+    /// The batch fixed for sending, if one is in flight.
+    pub fn in_flight(&self) -> sled::Result<Option<(u64, u64)>> {
+        Ok(self.tree.get(IN_FLIGHT)?.and_then(|v| {
+            let first = be64(v.get(..8)?)?;
+            let last = be64(v.get(8..16)?)?;
+            Some((first, last))
+        }))
+    }
+
+    /// Fix `first..=last` as the batch to send, durably, before sending it.
+    pub fn fix(&self, first: u64, last: u64) -> sled::Result<()> {
+        let mut v = first.to_be_bytes().to_vec();
+        v.extend_from_slice(&last.to_be_bytes());
+        self.tree.insert(IN_FLIGHT, v)?;
+        self.tree.flush()?;
+        Ok(())
+    }
+
+    /// ClickHouse took `first..=last` in every table: remove those entries, clear
+    /// the batch in flight and move the checkpoint, in one transaction.
+    pub fn acknowledge(&self, first: u64, last: u64) -> sled::Result<()> {
+        let seqs: Vec<u64> = self
+            .entries(Some(first))?
+            .map(|e| e.map(|e| e.seq))
+            .take_while(|s| s.as_ref().map_or(true, |s| *s <= last))
+            .collect::<sled::Result<_>>()?;
+        self.tree
+            .transaction(|tx| {
+                for seq in &seqs {
+                    tx.remove(&entry_key(*seq)[..])?;
+                }
+                tx.remove(IN_FLIGHT)?;
+                tx.insert(CHECKPOINT, &last.to_be_bytes()[..])?;
+                Ok::<_, ConflictableTransactionError<()>>(())
+            })
+            .map_err(|e| match e {
+                sled::transaction::TransactionError::Storage(e) => e,
+                sled::transaction::TransactionError::Abort(()) => {
+                    sled::Error::ReportableBug("outbox acknowledge aborted".into())
+                }
+            })
+    }
+}
+
+fn entry_key(seq: u64) -> [u8; 9] {
+    let mut k = [ENTRY; 9];
+    k[1..].copy_from_slice(&seq.to_be_bytes());
+    k
+}
+
+fn be64(bytes: &[u8]) -> Option<u64> {
+    Some(u64::from_be_bytes(bytes.try_into().ok()?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn committed(at: i64, events: u64) -> Committed {
+        Committed {
+            at,
+            blocks: vec![vec![1, 2, 3]],
+            events,
+            persons: vec![(1, Uuid::from_u128(5))],
+            linked: vec![(1, "d".into())],
+            groups: vec![(1, 0, "acme".into())],
+        }
+    }
+
+    fn write(outbox: &Outbox, c: &Committed) -> Option<u64> {
+        outbox
+            .tree()
+            .transaction(|tx| Ok::<_, ConflictableTransactionError<()>>(record(tx, c)?))
+            .unwrap()
+    }
+
+    #[test]
+    fn entries_in_order_until_acknowledged() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = sled::open(dir.path()).unwrap();
+        let outbox = Outbox::open(&db).unwrap();
+        assert_eq!(
+            write(&outbox, &Committed::default()),
+            None,
+            "nothing to send"
+        );
+        for i in 1..=3 {
+            assert_eq!(write(&outbox, &committed(i * 10, i as u64)), Some(i as u64));
+        }
+        let all: Vec<Entry> = outbox.entries(None).unwrap().map(Result::unwrap).collect();
+        assert_eq!(all.iter().map(|e| e.seq).collect::<Vec<_>>(), [1, 2, 3]);
+        assert_eq!(all[1].committed, committed(20, 2));
+        assert_eq!(all[1].committed.rows(), 5);
+        assert_eq!(outbox.oldest().unwrap(), Some(10));
+
+        outbox.fix(1, 2).unwrap();
+        assert_eq!(outbox.in_flight().unwrap(), Some((1, 2)));
+        outbox.acknowledge(1, 2).unwrap();
+        assert_eq!(outbox.in_flight().unwrap(), None);
+        assert_eq!(outbox.checkpoint().unwrap(), 2);
+        let left: Vec<u64> = outbox
+            .entries(None)
+            .unwrap()
+            .map(|e| e.unwrap().seq)
+            .collect();
+        assert_eq!(left, [3]);
+        // Seqs are never reused, even after entries are removed.
+        assert_eq!(write(&outbox, &committed(40, 1)), Some(4));
+        let node = outbox.node().unwrap();
+        assert_eq!(outbox.node().unwrap(), node);
+    }
+}
