@@ -11,7 +11,9 @@
 //! [`version`] picks the table [`version::Shape`] the server supports, [`schema`]
 //! creates the tables, [`rows`] encodes each table's rows with [`rowbinary`], and
 //! [`client`] speaks HTTP to the server; [`destination`] ties them into "a server
-//! ready to take batches".
+//! ready to take batches". [`outbox`] is what the compactor committed and the sink has
+//! not yet sent, [`batch`] turns a run of it into rows, and [`worker`] sends batches
+//! in order, retrying, with [`stats`] for `/metrics`.
 
 pub mod batch;
 pub mod client;
@@ -20,12 +22,17 @@ pub mod outbox;
 pub mod rowbinary;
 pub mod rows;
 pub mod schema;
+pub mod stats;
 pub mod version;
+pub mod worker;
 
 pub use client::Client;
 pub use destination::Destination;
+pub use outbox::{Committed, Outbox};
 pub use schema::Table;
+pub use stats::Stats;
 pub use version::{Shape, Version};
+pub use worker::Worker;
 
 use std::path::Path;
 
@@ -137,6 +144,8 @@ pub enum Error {
     },
     /// The server's answer made no sense.
     Answer(String),
+    /// Reading or writing the outbox or the stored data failed.
+    Store(sled::Error),
 }
 
 impl std::fmt::Display for Error {
@@ -150,6 +159,7 @@ impl std::fmt::Display for Error {
                 write!(f, "ClickHouse answered {status}: {message}")
             }
             Error::Answer(e) => write!(f, "unexpected answer from ClickHouse: {e}"),
+            Error::Store(e) => write!(f, "sink storage: {e}"),
         }
     }
 }

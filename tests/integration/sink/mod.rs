@@ -7,6 +7,7 @@ mod collapse;
 mod server;
 mod tables;
 mod throughput;
+mod worker;
 
 use flagpost::sink::{Destination, Settings};
 
