@@ -20,6 +20,8 @@ use sled::transaction::{
 };
 use uuid::Uuid;
 
+use crate::store::person_cache::Changes;
+
 /// The tree's name, part of the on-disk format.
 pub const TREE: &str = "sink_outbox";
 const ENTRY: u8 = b'e';
@@ -49,6 +51,19 @@ pub struct Committed {
 }
 
 impl Committed {
+    /// What a chunk committed at `at`: the keys of the blocks it wrote holding
+    /// `events` events, and the persons, links and groups it changed.
+    pub fn of(at: i64, blocks: &[[u8; 24]], events: u64, changes: &Changes) -> Committed {
+        Committed {
+            at,
+            blocks: blocks.iter().map(|k| k.to_vec()).collect(),
+            events,
+            persons: changes.persons.clone(),
+            linked: changes.linked.clone(),
+            groups: changes.groups.clone(),
+        }
+    }
+
     pub fn is_empty(&self) -> bool {
         self.blocks.is_empty()
             && self.persons.is_empty()

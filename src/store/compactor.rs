@@ -33,6 +33,7 @@ use super::person_cache::{self, PersonCache};
 use super::record::decode_frame;
 use super::{block, keys, Record, Trees};
 use crate::projects::Projects;
+use crate::sink;
 
 /// Log records per realtime step: large enough to amortise a transaction, small
 /// enough that one step stays in the low milliseconds.
@@ -68,6 +69,8 @@ pub struct Settings {
     /// The compactor thread's nice value (0 to 19): above 0, request handling comes
     /// first when the cores are busy, and the compactor catches up when they are not.
     pub nice: i32,
+    /// Record each chunk's changes in the ClickHouse sink's outbox (`--clickhouse-url`).
+    pub sink: bool,
 }
 
 impl Default for Settings {
@@ -79,6 +82,7 @@ impl Default for Settings {
             dedup_max_age_ms: dedup::DEFAULT_MAX_AGE_MS,
             dedup_max_ids: dedup::DEFAULT_MAX_IDS,
             nice: DEFAULT_NICE,
+            sink: false,
         }
     }
 }
@@ -424,7 +428,9 @@ impl Compactor {
             &t.group_types,
             &t.meta,
             &t.quarantine,
+            &t.outbox,
         );
+        let to_outbox = self.settings.sink;
         let outcome = trees.transaction(
             |(
                 wal,
@@ -438,6 +444,7 @@ impl Compactor {
                 group_types,
                 meta,
                 quarantine,
+                outbox,
             )| {
                 let tx = Tx {
                     persons,
@@ -494,11 +501,19 @@ impl Compactor {
                 cache.write(&tx)?;
                 (counts.persons, counts.learned) = cache.into_reports();
                 let mut next_block = first_block;
+                let mut written = Vec::new();
                 for (project, list) in entries {
                     for (newest, value) in block::build(list) {
-                        events.insert(&keys::block(project, newest, next_block)[..], value)?;
+                        let key = keys::block(project, newest, next_block);
+                        events.insert(&key[..], value)?;
+                        written.push(key);
                         next_block += 1;
                     }
+                }
+                // The ClickHouse sink: what this chunk changed, in this transaction.
+                if to_outbox {
+                    let done = sink::Committed::of(now, &written, counts.applied, &counts.persons);
+                    sink::outbox::record(outbox, &done)?;
                 }
                 if next_block != first_block {
                     meta.insert(NEXT_BLOCK_KEY, &next_block.to_be_bytes()[..])?;
