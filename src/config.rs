@@ -49,6 +49,8 @@ pub struct Config {
     pub cache_bytes: u64,
     /// The size of the write-ahead log's segment files.
     pub log_segment_bytes: u64,
+    /// The ClickHouse sink, off when `None`; `compactor.sink` must be on with it.
+    pub sink: Option<crate::sink::Settings>,
 }
 
 /// Request limits; see the constants for why each default is what it is.
@@ -89,6 +91,7 @@ impl Config {
             min_free_disk_bytes: crate::store::space::DEFAULT_RESERVE_BYTES,
             cache_bytes: DEFAULT_CACHE_BYTES,
             log_segment_bytes: crate::store::log::SEGMENT_BYTES,
+            sink: None,
         }
     }
 

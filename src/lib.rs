@@ -88,6 +88,7 @@ pub async fn serve(
     let projects = Arc::new(arc_swap::ArcSwap::from_pointee(projects));
     let geoip = Arc::new(open_geoip(&config).await?);
     let metrics = metrics::Metrics::new();
+    let sink_stats = metrics.sink.clone();
     let flushes = metrics.wal_flush_seconds.clone();
     let on_flush: store::wal::FlushObserver = Box::new(move |d| flushes.observe(d.as_secs_f64()));
     let (db_dir, cache, segment, shared, settings, enrich) = (
@@ -104,6 +105,14 @@ pub async fn serve(
     .await
     .map_err(|e| Error::Io(std::io::Error::other(e)))?
     .map_err(Error::Store)?;
+    // The ClickHouse sink, when configured (src/sink).
+    let sink = match config.sink.clone() {
+        Some(s) => Some(
+            sink::worker::spawn(s, &store.db, &store.trees, sink_stats)
+                .map_err(|e| Error::Io(std::io::Error::other(e.to_string())))?,
+        ),
+        None => None,
+    };
     let flags_dir = config.flags_dir();
     // The rules module logs what it loaded and every file it could not.
     let (rules, _report) = tokio::task::spawn_blocking(move || flags::Rules::load(&flags_dir))
@@ -133,6 +142,9 @@ pub async fn serve(
     reloader.abort();
     watcher.abort();
     space.abort();
+    if let Some(sink) = sink {
+        sink.stop().await;
+    }
     drop(app);
     tokio::task::spawn_blocking(move || store.close())
         .await

@@ -77,6 +77,12 @@ impl Worker {
         self.stats.clone()
     }
 
+    /// Report into `stats` (the ones `/metrics` registered) instead of its own.
+    pub fn with_stats(mut self, stats: Stats) -> Worker {
+        self.stats = stats;
+        self
+    }
+
     /// One pass: send the next batch if there is one.
     pub async fn step(&mut self) -> Result<Pass, Error> {
         let result = self.try_step().await;
@@ -208,4 +214,40 @@ async fn blocking<T: Send + 'static>(
         .await
         .map_err(|e| Error::Store(sled::Error::ReportableBug(format!("sink task: {e}"))))?
         .map_err(Error::Store)
+}
+
+/// A running worker, stopped with [`Handle::stop`].
+pub struct Handle {
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Handle {
+    /// Stop after the current step's insert or wait, and wait for it.
+    pub async fn stop(self) {
+        let _ = self.stop.send(());
+        let _ = self.task.await;
+    }
+}
+
+/// Start the worker over `db`'s outbox and `trees`, reporting into `stats`. Call
+/// inside the runtime, after the store is open.
+pub fn spawn(
+    settings: Settings,
+    db: &sled::Db,
+    trees: &crate::store::Trees,
+    stats: Stats,
+) -> Result<Handle, Error> {
+    let outbox = Outbox::open(db).map_err(Error::Store)?;
+    let worker = Worker::new(settings, outbox, Sources::of(trees))?.with_stats(stats);
+    tracing::info!(
+        url = %worker.settings.url,
+        database = %worker.settings.database,
+        "sink: sending to ClickHouse"
+    );
+    let (stop, stopped) = tokio::sync::oneshot::channel();
+    let task = tokio::spawn(worker.run(async {
+        let _ = stopped.await;
+    }));
+    Ok(Handle { stop, task })
 }

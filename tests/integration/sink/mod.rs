@@ -4,6 +4,7 @@
 //! living through a server restart.
 
 mod collapse;
+mod end_to_end;
 mod server;
 mod tables;
 mod throughput;
