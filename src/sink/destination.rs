@@ -1,6 +1,8 @@
 //! A ClickHouse server made ready for the sink: its version read, the configured
 //! database and the four tables created if missing in the shape that version takes,
-//! and an insert of one table's encoded rows.
+//! and an insert of one table's encoded rows. Tables that already exist keep their
+//! shape: a server upgraded past [`super::version::CURRENT`] goes on receiving the
+//! narrow rows its tables were created for.
 
 use super::client::Client;
 use super::schema::Table;
@@ -19,14 +21,24 @@ impl Destination {
     pub async fn open(settings: Settings) -> Result<Destination, Error> {
         let mut client = Client::new(settings)?;
         let version = client.version().await?;
-        let shape = version.shape();
         let create = format!(
             "CREATE DATABASE IF NOT EXISTS {}",
             client.settings().database
         );
         client.query_server(&create).await?;
+        let shape = existing_shape(&mut client)
+            .await?
+            .unwrap_or(version.shape());
+        // Only missing tables: 18.16 checks a CREATE's types even when the table
+        // exists, so an IF NOT EXISTS alone would still fail there.
+        let existing = client
+            .query("SELECT name FROM system.tables WHERE database = currentDatabase()")
+            .await?;
+        let existing: Vec<&[u8]> = existing.split(|b| *b == b'\n').collect();
         for table in Table::ALL {
-            client.query(&table.create_sql(shape)).await?;
+            if !existing.contains(&table.name().as_bytes()) {
+                client.query(&table.create_sql(shape)).await?;
+            }
         }
         Ok(Destination {
             client,
@@ -59,4 +71,20 @@ impl Destination {
             .insert(&table.insert_sql(self.shape), rows, token)
             .await
     }
+}
+
+/// The shape of an `events` table already there, told by the narrow shape's own
+/// column; None if there is no such table yet.
+async fn existing_shape(client: &mut Client) -> Result<Option<Shape>, Error> {
+    let columns = client
+        .query(
+            "SELECT name FROM system.columns WHERE database = currentDatabase() \
+             AND table = 'events' AND name IN ('uuid', 'timestamp_ms') ORDER BY name",
+        )
+        .await?;
+    Ok(match &columns[..] {
+        b"" => None,
+        b"timestamp_ms\nuuid\n" => Some(Shape::Narrow),
+        _ => Some(Shape::Current),
+    })
 }
