@@ -33,6 +33,8 @@ pub struct Sources {
     pub persons: sled::Tree,
     pub distinct_ids: sled::Tree,
     pub groups: sled::Tree,
+    /// The compactor's next block id, where blocks not yet written begin.
+    pub meta: sled::Tree,
 }
 
 impl Sources {
@@ -42,7 +44,14 @@ impl Sources {
             persons: trees.persons.clone(),
             distinct_ids: trees.distinct_ids.clone(),
             groups: trees.groups.clone(),
+            meta: trees.meta.clone(),
         }
+    }
+
+    /// The id the compactor gives its next event block.
+    pub fn next_block_id(&self) -> sled::Result<Option<u64>> {
+        let stored = self.meta.get(crate::store::compactor::NEXT_BLOCK_KEY)?;
+        Ok(stored.and_then(|v| Some(u64::from_be_bytes(v.as_ref().try_into().ok()?))))
     }
 }
 
@@ -245,28 +254,39 @@ fn event_rows(
                 missing += 1;
                 continue;
             };
-            for h in block.heads() {
-                let properties = block.properties(h);
-                let attached = Attached::of(properties);
-                EventRow {
-                    uuid: h.uuid,
-                    event: block.event(h),
-                    properties,
-                    timestamp: h.timestamp,
-                    team_id: project as i64,
-                    distinct_id: block.distinct_id(h),
-                    elements_chain: &attached.elements_chain,
-                    created_at: h.created_at,
-                    person_id: h.person_id.unwrap_or_default(),
-                    groups: attached.groups.each_ref().map(String::as_str),
-                    origin,
-                }
-                .encode(shape, &mut out);
-                n += 1;
-            }
+            n += block_rows(&block, project, origin, shape, &mut out);
         }
     }
     Ok((out.into_bytes(), n, missing))
+}
+
+/// Encode every event of `block` (of `project`) as an events row; returns how many.
+pub fn block_rows(
+    block: &Block,
+    project: u64,
+    origin: Origin,
+    shape: Shape,
+    out: &mut RowBinary,
+) -> u64 {
+    for h in block.heads() {
+        let properties = block.properties(h);
+        let attached = Attached::of(properties);
+        EventRow {
+            uuid: h.uuid,
+            event: block.event(h),
+            properties,
+            timestamp: h.timestamp,
+            team_id: project as i64,
+            distinct_id: block.distinct_id(h),
+            elements_chain: &attached.elements_chain,
+            created_at: h.created_at,
+            person_id: h.person_id.unwrap_or_default(),
+            groups: attached.groups.each_ref().map(String::as_str),
+            origin,
+        }
+        .encode(shape, out);
+    }
+    block.heads().len() as u64
 }
 
 /// The property values PostHog keeps in columns of their own: the `$group_0..4` keys

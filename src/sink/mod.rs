@@ -15,6 +15,7 @@
 //! not yet sent, [`batch`] turns a run of it into rows, and [`worker`] sends batches
 //! in order, retrying, with [`stats`] for `/metrics`.
 
+pub mod backfill;
 pub mod batch;
 pub mod client;
 pub mod destination;

@@ -12,7 +12,8 @@
 //! Keys: `e` + seq (u64 BE) -> entry; `n` -> the next seq; `c` -> the last seq sent
 //! (the checkpoint); `f` -> the batch in flight (first and last seq), fixed before it
 //! is sent so a re-send after a crash is the same batch with the same tokens; `i` ->
-//! this database's id (16 bytes), which keeps tokens of different nodes apart.
+//! this database's id (16 bytes), which keeps tokens of different nodes apart; `b` ->
+//! the backfill's progress ([`super::backfill`]).
 
 use serde::{Deserialize, Serialize};
 use sled::transaction::{
@@ -29,6 +30,7 @@ const NEXT: &[u8] = b"n";
 const CHECKPOINT: &[u8] = b"c";
 const IN_FLIGHT: &[u8] = b"f";
 const NODE: &[u8] = b"i";
+const BACKFILL: &[u8] = b"b";
 /// The entries' encoding, ahead of its JSON.
 const FORMAT: u8 = 1;
 
@@ -184,6 +186,31 @@ impl Outbox {
             });
             Ok(Entry { seq, committed })
         }))
+    }
+
+    /// The backfill's progress as last acknowledged, if it ever started.
+    pub fn backfill(&self) -> sled::Result<Option<sled::IVec>> {
+        self.tree.get(BACKFILL)
+    }
+
+    /// Record the backfill's progress once ClickHouse took a batch of it.
+    pub fn set_backfill(&self, state: &[u8]) -> sled::Result<()> {
+        self.tree.insert(BACKFILL, state)?;
+        Ok(())
+    }
+
+    /// The lowest event block id any entry names: blocks from there on reach
+    /// ClickHouse through the outbox. None if no entry names a block.
+    pub fn first_block_id(&self) -> sled::Result<Option<u64>> {
+        let mut lowest = None;
+        for entry in self.entries(None)? {
+            for key in &entry?.committed.blocks {
+                if let Some(id) = key.get(16..24).and_then(be64) {
+                    lowest = Some(lowest.map_or(id, |l: u64| l.min(id)));
+                }
+            }
+        }
+        Ok(lowest)
     }
 
     /// The batch fixed for sending, if one is in flight.

@@ -10,10 +10,11 @@
 //! that serves capture and decide.
 
 use std::future::Future;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use uuid::Uuid;
 
+use super::backfill::{self, Progress};
 use super::batch::{self, Batch, Sources};
 use super::destination::Destination;
 use super::outbox::Outbox;
@@ -26,6 +27,8 @@ const POLL: Duration = Duration::from_millis(200);
 const MIN_BACKOFF: Duration = Duration::from_millis(250);
 /// ...and retries slow down to this, so a long outage costs little.
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// The backfill says how far it got at most this often.
+const PROGRESS_EVERY: Duration = Duration::from_secs(10);
 
 /// What a pass did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,6 +57,12 @@ pub struct Worker {
     destination: Option<Destination>,
     stats: Stats,
     health: Health,
+    /// The backfill's progress; None once it is done.
+    backfill: Option<Progress>,
+    /// Outbox and backfill batches take turns, so neither starves the other.
+    backfill_next: bool,
+    /// When the backfill last logged its progress.
+    reported: Instant,
 }
 
 impl Worker {
@@ -62,6 +71,12 @@ impl Worker {
         // Bad settings are refused now rather than retried forever.
         settings.authority()?;
         let node = outbox.node().map_err(Error::Store)?;
+        let backfill = Progress::load(&outbox, &sources).map_err(Error::Store)?;
+        // Saved at once: where the outbox's blocks begin is known only now.
+        backfill.save(&outbox).map_err(Error::Store)?;
+        if !backfill.is_done() {
+            tracing::info!(phase = ?backfill.phase, "sink: backfilling what was stored before");
+        }
         Ok(Worker {
             settings,
             outbox,
@@ -70,6 +85,9 @@ impl Worker {
             destination: None,
             stats: Stats::default(),
             health: Health::Starting,
+            backfill: (!backfill.is_done()).then_some(backfill),
+            backfill_next: false,
+            reported: Instant::now(),
         })
     }
 
@@ -105,16 +123,63 @@ impl Worker {
             );
             self.destination = Some(dest);
         }
+        self.backfill_next = !self.backfill_next && self.backfill.is_some();
+        let sent = match self.backfill_next {
+            true => self.backfill_step().await?,
+            false => self.outbox_step().await?,
+        };
+        let sent = match sent {
+            Some(pass) => Some(pass),
+            None if self.backfill_next => self.outbox_step().await?,
+            None => self.backfill_step().await?,
+        };
+        Ok(sent.unwrap_or(Pass::Idle))
+    }
+
+    fn shape(&self) -> Result<super::Shape, Error> {
+        let shape = self.destination.as_ref().map(Destination::shape);
+        shape.ok_or_else(|| Error::Answer("no destination".into()))
+    }
+
+    /// Send the outbox's next batch, if it has one ready.
+    async fn outbox_step(&mut self) -> Result<Option<Pass>, Error> {
         let outbox = self.outbox.clone();
         let now = crate::http::capture::now_ms();
         let Some(entries) = blocking(move || batch::choose(&outbox, now)).await? else {
-            return Ok(Pass::Idle);
+            return Ok(None);
         };
-        let shape = self.destination.as_ref().map(Destination::shape);
-        let shape = shape.ok_or_else(|| Error::Answer("no destination".into()))?;
-        let sources = self.sources.clone();
+        let (sources, shape) = (self.sources.clone(), self.shape()?);
         let batch = blocking(move || batch::build(&sources, &entries, shape)).await?;
-        self.send(batch).await
+        self.send(batch).await.map(Some)
+    }
+
+    /// Send the backfill's next run, if it is not done.
+    async fn backfill_step(&mut self) -> Result<Option<Pass>, Error> {
+        let Some(from) = self.backfill.clone() else {
+            return Ok(None);
+        };
+        let (sources, shape, start) = (self.sources.clone(), self.shape()?, from.clone());
+        let step = blocking(move || backfill::next(&sources, &start, shape)).await?;
+        let token = step.token(self.node, &from);
+        if step.count > 0 {
+            let dest = self
+                .destination
+                .as_mut()
+                .ok_or_else(|| Error::Answer("no destination".into()))?;
+            dest.insert(step.table, step.rows, &token).await?;
+            self.stats.sent(step.table, step.count);
+        }
+        let (outbox, then) = (self.outbox.clone(), step.then.clone());
+        blocking(move || then.save(&outbox)).await?;
+        let then = step.then;
+        if then.is_done() {
+            tracing::info!(rows = then.rows, "sink: backfill done");
+        } else if then.phase != from.phase || self.reported.elapsed() >= PROGRESS_EVERY {
+            self.reported = Instant::now();
+            tracing::info!(phase = ?then.phase, rows = then.rows, "sink: backfilling");
+        }
+        self.backfill = (!then.is_done()).then_some(then);
+        Ok(Some(Pass::Sent { rows: step.count }))
     }
 
     /// Insert every table of `batch`, then acknowledge it. A failure part-way leaves
