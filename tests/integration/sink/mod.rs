@@ -5,6 +5,7 @@
 
 mod collapse;
 mod end_to_end;
+mod queries;
 mod server;
 mod tables;
 mod throughput;
