@@ -1,5 +1,5 @@
-//! The README's PostHog-style queries ("When one VM is not enough"), run against the
-//! real server over rows in the sink's tables: daily active users, top events, a
+//! The README's PostHog-style queries ("When one VM is not enough"), read from the
+//! README itself and run against the real server over rows in the sink's tables: daily active users, top events, a
 //! three-step funnel by person, and flag exposures per variant. They are written for
 //! both table shapes: persons come from `person_distinct_id2` (the latest version of
 //! each link, as PostHog reads it), JSON through the `visitParam*` functions every
@@ -13,40 +13,30 @@ use uuid::Uuid;
 
 use super::*;
 
-/// The persons of project 1: each distinct id's person at its latest version.
-const PERSONS: &str = "SELECT distinct_id, argMax(person_id, version) AS person \
-     FROM person_distinct_id2 WHERE team_id = 1 GROUP BY distinct_id \
-     HAVING argMax(is_deleted, version) = 0";
-
-pub fn daily_active_users() -> String {
-    format!(
-        "SELECT toDate(timestamp) AS day, uniqExact(person) AS users \
-         FROM events ALL INNER JOIN ({PERSONS}) USING distinct_id \
-         WHERE team_id = 1 AND event = '$pageview' \
-         GROUP BY day ORDER BY day"
-    )
+/// The SQL block of the README's "When one VM is not enough", one query per
+/// statement, in order: the README's text is what runs.
+fn readme_queries() -> Vec<String> {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
+        .expect("README.md");
+    let section = readme
+        .split("## When one VM is not enough")
+        .nth(1)
+        .expect("the README's ClickHouse section");
+    let sql = section
+        .split("```sql\n")
+        .nth(1)
+        .and_then(|s| s.split("```").next())
+        .expect("its SQL block");
+    sql.split(';')
+        .map(|q| {
+            q.lines()
+                .filter(|l| !l.trim_start().starts_with("--"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+        .filter(|q| !q.trim().is_empty())
+        .collect()
 }
-
-pub const TOP_EVENTS: &str = "SELECT event, count() AS n FROM events WHERE team_id = 1 \
-     GROUP BY event ORDER BY n DESC, event LIMIT 10";
-
-pub fn funnel() -> String {
-    format!(
-        "SELECT countIf(level >= 1) AS viewed, countIf(level >= 2) AS added, \
-         countIf(level >= 3) AS paid FROM ( \
-           SELECT person, windowFunnel(86400)(toDateTime(timestamp), \
-             event = 'viewed product', event = 'added to cart', event = 'paid') AS level \
-           FROM events ALL INNER JOIN ({PERSONS}) USING distinct_id \
-           WHERE team_id = 1 GROUP BY person)"
-    )
-}
-
-pub const FLAG_EXPOSURES: &str =
-    "SELECT visitParamExtractString(properties, '$feature_flag') AS flag, \
-     replaceAll(visitParamExtractRaw(properties, '$feature_flag_response'), '\"', '') AS variant, \
-     count() AS exposures, uniqExact(distinct_id) AS users \
-     FROM events WHERE team_id = 1 AND event = '$feature_flag_called' \
-     GROUP BY flag, variant ORDER BY flag, variant";
 
 /// Day one 2024-05-01 10:00 UTC, in Unix milliseconds.
 const DAY_ONE: i64 = 1_714_557_600_000;
@@ -148,18 +138,18 @@ fn the_readme_queries_answer_exactly() {
         return;
     };
     load(&ch);
+    let queries = readme_queries();
+    assert_eq!(queries.len(), 4, "{queries:?}");
+    // Daily active users: a and b on the first day, a on the second.
+    assert_eq!(ch.query(&queries[0]), "2024-05-01\t2\n2024-05-02\t1\n");
     assert_eq!(
-        ch.query(&daily_active_users()),
-        "2024-05-01\t2\n2024-05-02\t1\n"
-    );
-    assert_eq!(
-        ch.query(TOP_EVENTS),
+        ch.query(&queries[1]),
         "$feature_flag_called\t4\n$pageview\t3\nviewed product\t3\nadded to cart\t2\npaid\t1\n"
     );
     // a (two distinct ids, one person) goes all the way; b adds to cart; c only views.
-    assert_eq!(ch.query(&funnel()), "3\t2\t1\n");
+    assert_eq!(ch.query(&queries[2]), "3\t2\t1\n");
     assert_eq!(
-        ch.query(FLAG_EXPOSURES),
+        ch.query(&queries[3]),
         "beta\ttrue\t1\t1\ncheckout\tcontrol\t1\t1\ncheckout\ttest\t2\t2\n"
     );
 }
