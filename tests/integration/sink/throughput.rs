@@ -162,3 +162,72 @@ fn row_binary_against_json_each_row() {
         js.as_secs_f64() / rb.as_secs_f64()
     );
 }
+
+/// Chunks of [`CHUNK_EVENTS`] in the worker's measurement, as the compactor writes
+/// them (its realtime chunk is 1,024 log records).
+const WORKER_CHUNKS: usize = 200;
+const CHUNK_EVENTS: usize = 1_000;
+
+/// The whole sink path on the sending side: outbox entries, blocks read from sled and
+/// decoded, rows encoded, inserted and acknowledged, for 200k pageviews.
+#[test]
+#[ignore = "a measurement, not a check: run by hand with --ignored --nocapture"]
+fn worker_events_per_second() {
+    use flagpost::sink::batch::Sources;
+    use flagpost::sink::outbox::{record, Committed, Outbox};
+    use flagpost::sink::Worker;
+    use flagpost::store::{block, keys, Trees};
+    use sled::transaction::ConflictableTransactionError;
+
+    let Some(ch) = ClickHouse::start("sink_worker_throughput") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let db = sled::open(dir.path()).unwrap();
+    let trees = Trees::open(&db).unwrap();
+    let outbox = Outbox::open(&db).unwrap();
+    let all = events(WORKER_CHUNKS * CHUNK_EVENTS);
+    let mut id = 0;
+    for (c, chunk) in all.chunks(CHUNK_EVENTS).enumerate() {
+        let entries = chunk.iter().map(|e| block::Entry {
+            timestamp: e.timestamp,
+            created_at: e.timestamp + 5,
+            uuid: e.uuid,
+            person_id: Some(e.uuid),
+            event: "$pageview".into(),
+            distinct_id: e.distinct_id.clone(),
+            properties: e.properties.clone(),
+        });
+        let mut committed = Committed {
+            at: 1_700_000_000_000 + c as i64,
+            events: chunk.len() as u64,
+            ..Committed::default()
+        };
+        for (newest, value) in block::build(entries.collect()) {
+            let key = keys::block(1, newest, id);
+            id += 1;
+            trees.events.insert(key, value).unwrap();
+            committed.blocks.push(key.to_vec());
+        }
+        outbox
+            .tree()
+            .transaction(|tx| Ok::<_, ConflictableTransactionError<()>>(record(tx, &committed)?))
+            .unwrap();
+    }
+    drop(all);
+    let mut worker = Worker::new(settings(&ch), outbox.clone(), Sources::of(&trees)).unwrap();
+    let started = Instant::now();
+    let mut rows = 0;
+    block_on(async {
+        while let flagpost::sink::worker::Pass::Sent { rows: n } = worker.step().await.unwrap() {
+            rows += n;
+        }
+    });
+    let took = started.elapsed();
+    assert_eq!(rows, (WORKER_CHUNKS * CHUNK_EVENTS) as u64);
+    assert_eq!(outbox.entries(None).unwrap().count(), 0);
+    eprintln!(
+        "worker: {rows} events in {took:?}, {:.0} events/s",
+        rows as f64 / took.as_secs_f64()
+    );
+}
