@@ -20,6 +20,7 @@ pub mod batch;
 pub mod client;
 pub mod destination;
 pub mod outbox;
+pub mod retention;
 pub mod rowbinary;
 pub mod rows;
 pub mod schema;

@@ -128,6 +128,11 @@ impl Outbox {
         })
     }
 
+    /// The outbox in an already open tree (the store's `outbox`).
+    pub fn from_tree(tree: sled::Tree) -> Outbox {
+        Outbox { tree }
+    }
+
     pub fn tree(&self) -> &sled::Tree {
         &self.tree
     }
