@@ -26,6 +26,9 @@ const CANDIDATES: &[(&str, &[&str])] = &[
 const START_TIMEOUT: Duration = Duration::from_secs(30);
 /// How often `/ping` is tried while the server starts.
 const PING_EVERY: Duration = Duration::from_millis(10);
+/// Starts tried on fresh ports: a port found free may be taken by a parallel test
+/// before the server binds it.
+const START_ATTEMPTS: usize = 3;
 /// The user the sink logs in as, with a password, so authentication is exercised.
 pub const USER: &str = "sink";
 pub const PASSWORD: &str = "sink-secret";
@@ -77,16 +80,22 @@ impl ClickHouse {
             return None;
         }
         let dir = tempfile::tempdir().expect("tempdir");
-        let addr = free_port();
-        write_config(dir.path(), addr);
         let mut ch = ClickHouse {
             child: None,
-            addr,
+            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
             database: database.to_string(),
             started_in: Duration::ZERO,
             dir,
         };
-        ch.spawn();
+        for attempt in 1..=START_ATTEMPTS {
+            ch.addr = free_port();
+            write_config(ch.dir.path(), ch.addr);
+            match ch.spawn() {
+                Ok(()) => break,
+                Err(e) if attempt < START_ATTEMPTS => eprintln!("retrying: {e}"),
+                Err(e) => panic!("{e}"),
+            }
+        }
         ch.admin(&format!("DROP DATABASE IF EXISTS {database}"));
         ch.admin(&format!("CREATE DATABASE {database}"));
         Some(ch)
@@ -108,7 +117,8 @@ impl ClickHouse {
         line.split_whitespace().nth(1)?.parse().ok()
     }
 
-    fn spawn(&mut self) {
+    /// Start the server and wait for `/ping`; an error if it exited first.
+    fn spawn(&mut self) -> Result<(), String> {
         let (bin, args) = binary().expect("installed");
         let config = self.dir.path().join("config.xml");
         let started = Instant::now();
@@ -128,7 +138,11 @@ impl ClickHouse {
                 .as_mut()
                 .and_then(|c| c.try_wait().ok().flatten())
             {
-                panic!("clickhouse-server exited with {status}: {}", self.log());
+                self.child = None;
+                return Err(format!(
+                    "clickhouse-server exited with {status}: {}",
+                    self.log()
+                ));
             }
             assert!(
                 started.elapsed() < START_TIMEOUT,
@@ -138,12 +152,15 @@ impl ClickHouse {
             std::thread::sleep(PING_EVERY);
         }
         self.started_in = started.elapsed();
+        Ok(())
     }
 
     /// Kill the server (as a crash would) and start it again on the same port and data.
     pub fn restart(&mut self) {
         self.stop();
-        self.spawn();
+        if let Err(e) = self.spawn() {
+            panic!("{e}");
+        }
     }
 
     /// Kill the server by pid (SIGKILL) and wait for it; its data stays for a restart.
