@@ -105,3 +105,46 @@ fn captured_events_persons_and_groups_arrive_once() {
         "5\t5\n"
     );
 }
+
+/// Events captured in requests of this many.
+const REQUEST_EVENTS: usize = 500;
+/// Enough events for several batches, so the kill lands while the sink is sending.
+const CRASH_EVENTS: usize = 40_000;
+
+#[test]
+fn a_kill_while_sending_loses_nothing_and_duplicates_nothing() {
+    let Some(ch) = ClickHouse::start("sink_crash") else {
+        return;
+    };
+    let secret = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(secret.path(), server::PASSWORD).unwrap();
+    let server = start(&ch, secret.path());
+    for r in 0..CRASH_EVENTS / REQUEST_EVENTS {
+        let batch: Vec<Value> = (0..REQUEST_EVENTS)
+            .map(|i| {
+                let n = r * REQUEST_EVENTS + i;
+                json!({"event": "$pageview", "uuid": uuid::Uuid::from_u128(0x5eed_0000 + n as u128),
+                       "properties": {"distinct_id": format!("user-{}", n % 100), "n": n}})
+            })
+            .collect();
+        capture(&server, Value::Array(batch));
+    }
+    // Kill as soon as ClickHouse has some but not all of them.
+    wait_for("the sink to start sending", || {
+        let resp = ch.try_query("SELECT count() FROM events");
+        (resp.status == 200 && resp.text() != "0\n").then_some(())
+    });
+    let sent_before = ch.query("SELECT count() FROM events");
+    let server = server.restart_hard();
+    eprintln!("killed with {} rows in ClickHouse", sent_before.trim());
+    wait_for_events(&ch, CRASH_EVENTS);
+    ch.query("OPTIMIZE TABLE events FINAL");
+    assert_eq!(
+        ch.query(
+            "SELECT count(), uniqExact(uuid), min(visitParamExtractUInt(properties, 'n')), \
+                  max(visitParamExtractUInt(properties, 'n')) FROM events"
+        ),
+        format!("{CRASH_EVENTS}\t{CRASH_EVENTS}\t0\t{}\n", CRASH_EVENTS - 1)
+    );
+    drop(server);
+}
