@@ -64,7 +64,12 @@ pub fn choose(outbox: &Outbox, now_ms: i64) -> sled::Result<Option<Vec<Entry>>> 
             .entries(Some(first))?
             .take_while(|e| e.as_ref().map_or(true, |e| e.seq <= last))
             .collect::<sled::Result<_>>()?;
-        return Ok(Some(entries).filter(|e| !e.is_empty()));
+        if !entries.is_empty() {
+            return Ok(Some(entries));
+        }
+        // A batch in flight whose entries are all gone has nothing left to send;
+        // waiting on it would stop the sink for good.
+        outbox.acknowledge(first, last)?;
     }
     let mut entries = Vec::new();
     let mut rows = 0;
@@ -355,6 +360,51 @@ impl Attached {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sink::outbox::{record, Committed};
+    use sled::transaction::ConflictableTransactionError;
+
+    fn write(outbox: &Outbox, at: i64, events: u64) {
+        let c = Committed {
+            at,
+            blocks: vec![vec![0; 24]],
+            events,
+            ..Committed::default()
+        };
+        outbox
+            .tree()
+            .transaction(|tx| Ok::<_, ConflictableTransactionError<()>>(record(tx, &c)?))
+            .unwrap();
+    }
+
+    fn seqs(entries: Option<Vec<Entry>>) -> Option<Vec<u64>> {
+        entries.map(|e| e.iter().map(|e| e.seq).collect())
+    }
+
+    #[test]
+    fn batches_are_chosen_once_and_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = sled::open(dir.path()).unwrap();
+        let outbox = Outbox::open(&db).unwrap();
+        assert_eq!(seqs(choose(&outbox, 0).unwrap()), None, "empty");
+        write(&outbox, 1_000, 10);
+        // Young and small: it waits for company, then goes alone.
+        assert_eq!(seqs(choose(&outbox, 1_500).unwrap()), None);
+        assert_eq!(seqs(choose(&outbox, 2_000).unwrap()), Some(vec![1]));
+        // Fixed: more entries do not change the batch in flight.
+        write(&outbox, 2_000, 6_000);
+        write(&outbox, 2_000, 6_000);
+        write(&outbox, 2_000, 6_000);
+        assert_eq!(seqs(choose(&outbox, 9_000).unwrap()), Some(vec![1]));
+        outbox.acknowledge(1, 1).unwrap();
+        // At least MIN_ROWS, whole entries, however young.
+        assert_eq!(seqs(choose(&outbox, 2_000).unwrap()), Some(vec![2, 3]));
+        // A batch in flight with no entries left is cleared rather than waited on.
+        outbox.acknowledge(2, 3).unwrap();
+        outbox.fix(2, 3).unwrap();
+        assert_eq!(seqs(choose(&outbox, 2_000).unwrap()), None);
+        assert_eq!(outbox.in_flight().unwrap(), None);
+        assert_eq!(seqs(choose(&outbox, 3_000).unwrap()), Some(vec![4]));
+    }
 
     #[test]
     fn attached_columns() {

@@ -250,7 +250,9 @@ impl Outbox {
                     tx.remove(&entry_key(*seq)[..])?;
                 }
                 tx.remove(IN_FLIGHT)?;
-                tx.insert(CHECKPOINT, &last.to_be_bytes()[..])?;
+                // Only forward: clearing a stale batch in flight must not move it back.
+                let current = tx.get(CHECKPOINT)?.and_then(|v| be64(&v)).unwrap_or(0);
+                tx.insert(CHECKPOINT, &current.max(last).to_be_bytes()[..])?;
                 Ok::<_, ConflictableTransactionError<()>>(())
             })
             .map_err(|e| match e {
