@@ -5,6 +5,11 @@
 //! phase and the last key sent) is kept in the outbox tree and moved only after
 //! ClickHouse took a batch, so a restart resumes where it was.
 //!
+//! A backfill also runs when the sink was switched off for a while and on again: the
+//! outbox notes the block ids written meanwhile (a gap in the ids it records), and
+//! persons, distinct ids and groups are sent whole again with the events of those
+//! blocks.
+//!
 //! Rows it sends carry version 0 and offset 0, below every outbox entry's, so a
 //! change made meanwhile is never overwritten by the backfill's older view. Event
 //! blocks the outbox already names (the sink was on when they were written) are
@@ -64,6 +69,10 @@ pub struct Progress {
     pub after: Option<Vec<u8>>,
     /// Event blocks with this id or above reach ClickHouse through the outbox.
     pub below_block: u64,
+    /// Event blocks below this id were sent before (a backfill after the sink was
+    /// off sends only the blocks written meanwhile).
+    #[serde(default)]
+    pub from_block: u64,
     /// Rows sent so far, for the log.
     pub rows: u64,
 }
@@ -86,8 +95,35 @@ impl Progress {
             phase: Phase::Persons,
             after: None,
             below_block: in_outbox.min(unwritten),
+            from_block: 0,
             rows: 0,
         })
+    }
+
+    /// The backfill to run now: the stored or a new one ([`Progress::load`]), saved;
+    /// or, once that is done, one for blocks written while the sink was off.
+    pub fn resume(outbox: &Outbox, sources: &Sources) -> sled::Result<Progress> {
+        let progress = Progress::load(outbox, sources)?;
+        if !progress.is_done() {
+            progress.save(outbox)?;
+            return Ok(progress);
+        }
+        let Some((first, end)) = outbox.gap()? else {
+            return Ok(progress);
+        };
+        tracing::warn!(
+            blocks = end - first,
+            "sink: it was off for a while; sending again what changed meanwhile"
+        );
+        let gap = Progress {
+            phase: Phase::Persons,
+            after: None,
+            below_block: end,
+            from_block: first,
+            rows: 0,
+        };
+        outbox.take_gap(&serde_json::to_vec(&gap).unwrap_or_default())?;
+        Ok(gap)
     }
 
     pub fn is_done(&self) -> bool {
@@ -153,6 +189,7 @@ pub fn next(sources: &Sources, from: &Progress, shape: Shape) -> sled::Result<St
         },
         after: if exhausted { None } else { last },
         below_block: from.below_block,
+        from_block: from.from_block,
         rows: from.rows + count,
     };
     Ok(Step {
@@ -237,7 +274,7 @@ fn encode(from: &Progress, key: &[u8], value: &[u8], shape: Shape, out: &mut Row
                 .get(16..24)
                 .and_then(|b| b.try_into().ok())
                 .map(u64::from_be_bytes);
-            if id.is_none_or(|id| id >= from.below_block) {
+            if id.is_none_or(|id| id < from.from_block || id >= from.below_block) {
                 return 0;
             }
             let Some(block) = Block::decode(value) else {

@@ -13,7 +13,9 @@
 //! (the checkpoint); `f` -> the batch in flight (first and last seq), fixed before it
 //! is sent so a re-send after a crash is the same batch with the same tokens; `i` ->
 //! this database's id (16 bytes), which keeps tokens of different nodes apart; `b` ->
-//! the backfill's progress ([`super::backfill`]).
+//! the backfill's progress ([`super::backfill`]); `h` -> the highest event block id
+//! recorded; `g` -> block ids written while the sink was off (first, end), found when
+//! an entry's blocks do not follow on from `h`, for the backfill to send.
 
 use serde::{Deserialize, Serialize};
 use sled::transaction::{
@@ -31,6 +33,8 @@ const CHECKPOINT: &[u8] = b"c";
 const IN_FLIGHT: &[u8] = b"f";
 const NODE: &[u8] = b"i";
 const BACKFILL: &[u8] = b"b";
+const HIGHEST: &[u8] = b"h";
+const GAP: &[u8] = b"g";
 /// The entries' encoding, ahead of its JSON.
 const FORMAT: u8 = 1;
 
@@ -103,9 +107,46 @@ pub fn record(
         return Ok(None);
     }
     let seq = outbox.get(NEXT)?.and_then(|v| be64(&v)).unwrap_or(1);
+    note_blocks(outbox, committed)?;
     outbox.insert(&entry_key(seq)[..], committed.encode())?;
     outbox.insert(NEXT, &(seq + 1).to_be_bytes()[..])?;
     Ok(Some(seq))
+}
+
+/// Block ids come from one counter, so with the sink on every entry's blocks follow
+/// on from the last; a jump means blocks were written while it was off.
+fn note_blocks(
+    outbox: &TransactionalTree,
+    committed: &Committed,
+) -> Result<(), UnabortableTransactionError> {
+    let ids = committed
+        .blocks
+        .iter()
+        .filter_map(|k| k.get(16..24).and_then(be64));
+    let (Some(low), Some(high)) = (ids.clone().min(), ids.max()) else {
+        return Ok(());
+    };
+    let highest = outbox.get(HIGHEST)?.and_then(|v| be64(&v));
+    if let Some(h) = highest.filter(|h| low > h + 1) {
+        let (mut first, mut end) = (h + 1, low);
+        if let Some((f, e)) = outbox.get(GAP)?.and_then(|v| pair(&v)) {
+            (first, end) = (first.min(f), end.max(e));
+        }
+        outbox.insert(GAP, pair_bytes(first, end))?;
+    }
+    let high = highest.map_or(high, |h| h.max(high));
+    outbox.insert(HIGHEST, &high.to_be_bytes()[..])?;
+    Ok(())
+}
+
+fn pair(v: &[u8]) -> Option<(u64, u64)> {
+    Some((be64(v.get(..8)?)?, be64(v.get(8..16)?)?))
+}
+
+fn pair_bytes(a: u64, b: u64) -> Vec<u8> {
+    let mut v = a.to_be_bytes().to_vec();
+    v.extend_from_slice(&b.to_be_bytes());
+    v
 }
 
 /// One outbox entry, read back.
@@ -204,6 +245,28 @@ impl Outbox {
         Ok(())
     }
 
+    /// Block ids written while the sink was off (first, end exclusive), if any.
+    pub fn gap(&self) -> sled::Result<Option<(u64, u64)>> {
+        Ok(self.tree.get(GAP)?.and_then(|v| pair(&v)))
+    }
+
+    /// Hand the gap over to a backfill that will send it: store `progress` and
+    /// forget the gap in one transaction.
+    pub fn take_gap(&self, progress: &[u8]) -> sled::Result<()> {
+        self.tree
+            .transaction(|tx| {
+                tx.insert(BACKFILL, progress)?;
+                tx.remove(GAP)?;
+                Ok::<_, ConflictableTransactionError<()>>(())
+            })
+            .map_err(|e| match e {
+                sled::transaction::TransactionError::Storage(e) => e,
+                sled::transaction::TransactionError::Abort(()) => {
+                    sled::Error::ReportableBug("outbox gap aborted".into())
+                }
+            })
+    }
+
     /// The lowest event block id any entry names: blocks from there on reach
     /// ClickHouse through the outbox. None if no entry names a block.
     pub fn first_block_id(&self) -> sled::Result<Option<u64>> {
@@ -220,18 +283,12 @@ impl Outbox {
 
     /// The batch fixed for sending, if one is in flight.
     pub fn in_flight(&self) -> sled::Result<Option<(u64, u64)>> {
-        Ok(self.tree.get(IN_FLIGHT)?.and_then(|v| {
-            let first = be64(v.get(..8)?)?;
-            let last = be64(v.get(8..16)?)?;
-            Some((first, last))
-        }))
+        Ok(self.tree.get(IN_FLIGHT)?.and_then(|v| pair(&v)))
     }
 
     /// Fix `first..=last` as the batch to send, durably, before sending it.
     pub fn fix(&self, first: u64, last: u64) -> sled::Result<()> {
-        let mut v = first.to_be_bytes().to_vec();
-        v.extend_from_slice(&last.to_be_bytes());
-        self.tree.insert(IN_FLIGHT, v)?;
+        self.tree.insert(IN_FLIGHT, pair_bytes(first, last))?;
         self.tree.flush()?;
         Ok(())
     }
@@ -330,5 +387,32 @@ mod tests {
         assert_eq!(write(&outbox, &committed(40, 1)), Some(4));
         let node = outbox.node().unwrap();
         assert_eq!(outbox.node().unwrap(), node);
+    }
+
+    #[test]
+    fn blocks_written_while_off_are_noted_as_a_gap() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = sled::open(dir.path()).unwrap();
+        let outbox = Outbox::open(&db).unwrap();
+        let blocks = |ids: &[u64]| Committed {
+            at: 1,
+            blocks: ids
+                .iter()
+                .map(|id| crate::store::keys::block(1, 0, *id).to_vec())
+                .collect(),
+            events: 1,
+            ..Committed::default()
+        };
+        write(&outbox, &blocks(&[4, 5]));
+        write(&outbox, &blocks(&[6]));
+        write(&outbox, &committed(1, 0));
+        assert_eq!(outbox.gap().unwrap(), None, "contiguous");
+        write(&outbox, &blocks(&[10, 11]));
+        assert_eq!(outbox.gap().unwrap(), Some((7, 10)));
+        write(&outbox, &blocks(&[15]));
+        assert_eq!(outbox.gap().unwrap(), Some((7, 15)), "widened");
+        outbox.take_gap(b"progress").unwrap();
+        assert_eq!(outbox.gap().unwrap(), None);
+        assert_eq!(outbox.backfill().unwrap().unwrap().as_ref(), b"progress");
     }
 }

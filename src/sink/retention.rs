@@ -76,6 +76,7 @@ mod tests {
             phase: Phase::Done,
             after: None,
             below_block: 0,
+            from_block: 0,
             rows: 0,
         };
         done.save(&outbox).unwrap();

@@ -71,9 +71,8 @@ impl Worker {
         // Bad settings are refused now rather than retried forever.
         settings.authority()?;
         let node = outbox.node().map_err(Error::Store)?;
-        let backfill = Progress::load(&outbox, &sources).map_err(Error::Store)?;
         // Saved at once: where the outbox's blocks begin is known only now.
-        backfill.save(&outbox).map_err(Error::Store)?;
+        let backfill = Progress::resume(&outbox, &sources).map_err(Error::Store)?;
         if !backfill.is_done() {
             tracing::info!(phase = ?backfill.phase, "sink: backfilling what was stored before");
         }
@@ -171,9 +170,12 @@ impl Worker {
         }
         let (outbox, then) = (self.outbox.clone(), step.then.clone());
         blocking(move || then.save(&outbox)).await?;
-        let then = step.then;
+        let mut then = step.then;
         if then.is_done() {
             tracing::info!(rows = then.rows, "sink: backfill done");
+            // Blocks written while the sink was off, noted meanwhile, come next.
+            let (outbox, sources) = (self.outbox.clone(), self.sources.clone());
+            then = blocking(move || Progress::resume(&outbox, &sources)).await?;
         } else if then.phase != from.phase || self.reported.elapsed() >= PROGRESS_EVERY {
             self.reported = Instant::now();
             tracing::info!(phase = ?then.phase, rows = then.rows, "sink: backfilling");

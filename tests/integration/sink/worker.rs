@@ -299,3 +299,71 @@ fn switched_on_later_the_sink_backfills_what_was_stored_before() {
     let mut again = worker(&ch, &s);
     assert_eq!(drain(&mut again), Vec::<u64>::new());
 }
+
+/// Chunks of events written after [`store`]'s, from event number `first`; recorded
+/// in the outbox only if the sink is `on`, as the compactor does.
+fn append(s: &Store, first: u64, chunks: u64, on: bool) {
+    let key = flagpost::store::compactor::NEXT_BLOCK_KEY;
+    let next = s.trees.meta.get(key).unwrap().unwrap();
+    let mut block_id = u64::from_be_bytes(next.as_ref().try_into().unwrap());
+    for chunk in 0..chunks {
+        let entries: Vec<block::Entry> = (0..EVENTS_PER_CHUNK)
+            .map(|i| {
+                let n = first + chunk * EVENTS_PER_CHUNK + i;
+                block::Entry {
+                    timestamp: 1_699_000_000_000 + n as i64,
+                    created_at: 1_699_000_000_500 + n as i64,
+                    uuid: Uuid::from_u128(0x0180_0000_0000_7000_8000_0000_0000_0000 | n as u128),
+                    person_id: Some(person_id(1)),
+                    event: "later".into(),
+                    distinct_id: "u1".into(),
+                    properties: format!(r#"{{"n":{n}}}"#).into_bytes(),
+                }
+            })
+            .collect();
+        let mut committed = Committed {
+            at: COMMITTED_AT + 100,
+            events: EVENTS_PER_CHUNK,
+            ..Committed::default()
+        };
+        for (newest, value) in block::build(entries) {
+            let key = keys::block(PROJECT, newest, block_id);
+            block_id += 1;
+            s.trees.events.insert(key, value).unwrap();
+            committed.blocks.push(key.to_vec());
+        }
+        if on {
+            s.outbox
+                .tree()
+                .transaction(|tx| {
+                    Ok::<_, ConflictableTransactionError<()>>(record(tx, &committed)?)
+                })
+                .unwrap();
+        }
+    }
+    s.trees
+        .meta
+        .insert(key, &block_id.to_be_bytes()[..])
+        .unwrap();
+}
+
+#[test]
+fn switched_off_and_on_again_the_sink_sends_what_was_written_meanwhile() {
+    let Some(ch) = ClickHouse::start("sink_off_and_on") else {
+        return;
+    };
+    let s = store();
+    drain(&mut worker(&ch, &s));
+    let before = CHUNKS * EVENTS_PER_CHUNK;
+    // Two chunks while the sink was off, one after it came back.
+    append(&s, before, 2, false);
+    append(&s, before + 2 * EVENTS_PER_CHUNK, 1, true);
+    drain(&mut worker(&ch, &s));
+    let total = before + 3 * EVENTS_PER_CHUNK;
+    // Each exactly once: the gap's blocks and no others were backfilled.
+    assert_eq!(
+        ch.query("SELECT count(), uniqExact(uuid), countIf(event = 'later') FROM events"),
+        format!("{total}\t{total}\t{}\n", 3 * EVENTS_PER_CHUNK)
+    );
+    assert_eq!(s.outbox.gap().unwrap(), None);
+}
