@@ -6,6 +6,12 @@
 //! and its rows collapse. Failures are retried with a doubling backoff, and the log
 //! says when ClickHouse stops or starts taking rows, once each, not per retry.
 //!
+//! Only what is durable is sent: sled makes a committed transaction durable at its
+//! next flush, and a `kill -9` before it rolls the chunk back, to be applied again
+//! from the log, with new person ids. Rows read from such a chunk and sent would stay
+//! in ClickHouse as persons that never were, so after reading a batch the worker
+//! flushes (one fsync per batch of 10k rows) and only then sends it.
+//!
 //! Storage calls run on the blocking pool, so a slow disk never stalls the reactor
 //! that serves capture and decide.
 
@@ -148,7 +154,12 @@ impl Worker {
             return Ok(None);
         };
         let (sources, shape) = (self.sources.clone(), self.shape()?);
-        let batch = blocking(move || batch::build(&sources, &entries, shape)).await?;
+        let batch = blocking(move || {
+            let batch = batch::build(&sources, &entries, shape)?;
+            durable(&sources)?;
+            Ok(batch)
+        })
+        .await?;
         self.send(batch).await.map(Some)
     }
 
@@ -158,7 +169,12 @@ impl Worker {
             return Ok(None);
         };
         let (sources, shape, start) = (self.sources.clone(), self.shape()?, from.clone());
-        let step = blocking(move || backfill::next(&sources, &start, shape)).await?;
+        let step = blocking(move || {
+            let step = backfill::next(&sources, &start, shape)?;
+            durable(&sources)?;
+            Ok(step)
+        })
+        .await?;
         let token = step.token(self.node, &from);
         if step.count > 0 {
             let dest = self
@@ -271,6 +287,12 @@ impl Worker {
         }
         self.health = now;
     }
+}
+
+/// Make everything read so far durable: a flush of any tree is one of the whole
+/// database. Blocking.
+fn durable(sources: &Sources) -> sled::Result<()> {
+    sources.events.flush().map(drop)
 }
 
 /// Run a storage call on the blocking pool.

@@ -30,7 +30,7 @@ fn a_resent_batch_collapses() {
     }
     for table in Table::ALL {
         assert_eq!(count_final(&ch, table), "1\n", "{}", table.name());
-        ch.query(&format!("OPTIMIZE TABLE {} FINAL", table.name()));
+        ch.merge(table.name());
         assert_eq!(
             ch.query(&format!("SELECT count() FROM {}", table.name())),
             "1\n",

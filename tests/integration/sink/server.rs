@@ -183,6 +183,18 @@ impl ClickHouse {
         resp.text()
     }
 
+    /// Merge `table` until no row is left for `FINAL` to collapse. An `OPTIMIZE
+    /// ... FINAL` does nothing, silently, while a background merge holds the parts,
+    /// so it is repeated until the plain count is the collapsed one.
+    pub fn merge(&self, table: &str) {
+        let collapsed = self.query(&format!("SELECT count() FROM {table} FINAL"));
+        crate::util::wait_for(&format!("{table} merged"), || {
+            self.query(&format!("OPTIMIZE TABLE {table} FINAL"));
+            let plain = self.query(&format!("SELECT count() FROM {table}"));
+            (plain == collapsed).then_some(())
+        });
+    }
+
     /// Run `sql` as the sink's user; the raw answer, errors included.
     pub fn try_query(&self, sql: &str) -> Resp {
         self.post(&format!("/?database={}", self.database), sql, true)
