@@ -111,6 +111,18 @@ struct Serve {
     /// posthog-js's dist/ files, served at /static/ [env FLAGPOST_STATIC_DIR, default <data dir>/static if present]
     #[argh(option)]
     static_dir: Option<PathBuf>,
+    /// copy events, persons and groups into ClickHouse at this http://HOST:PORT; off by default [env FLAGPOST_CLICKHOUSE_URL]
+    #[argh(option)]
+    clickhouse_url: Option<String>,
+    /// the ClickHouse database, created if missing [env FLAGPOST_CLICKHOUSE_DATABASE, default default]
+    #[argh(option)]
+    clickhouse_database: Option<String>,
+    /// the ClickHouse user [env FLAGPOST_CLICKHOUSE_USER, default default]
+    #[argh(option)]
+    clickhouse_user: Option<String>,
+    /// file holding the ClickHouse password [env FLAGPOST_CLICKHOUSE_PASSWORD_FILE]; the password itself may be in env FLAGPOST_CLICKHOUSE_PASSWORD, never a flag
+    #[argh(option)]
+    clickhouse_password_file: Option<PathBuf>,
 }
 
 impl Cli {
@@ -169,6 +181,7 @@ pub fn run(cli: Cli) -> Result<(), String> {
 }
 
 fn serve_config(args: Serve) -> Result<Config, String> {
+    let sink = sink_settings(&args)?;
     let data_dir = or_env(args.data_dir, "FLAGPOST_DATA_DIR")?.unwrap_or_else(|| "data".into());
     let db = or_env(args.db, "FLAGPOST_DB")?.unwrap_or_else(|| "var/db".into());
     let mut config = Config::new(data_dir, db);
@@ -221,7 +234,35 @@ fn serve_config(args: Serve) -> Result<Config, String> {
         config.trusted_proxies =
             flagpost::geoip::TrustedProxies::parse(&list).map_err(|e| e.to_string())?;
     }
+    config.compactor.sink = sink.is_some();
+    config.sink = sink;
     Ok(config)
+}
+
+/// The ClickHouse sink's settings if a URL is given; the password comes from the
+/// environment or a file only.
+fn sink_settings(args: &Serve) -> Result<Option<flagpost::sink::Settings>, String> {
+    let Some(url) = or_env(args.clickhouse_url.clone(), "FLAGPOST_CLICKHOUSE_URL")? else {
+        return Ok(None);
+    };
+    let mut settings = flagpost::sink::Settings::new(&url);
+    if let Some(db) = or_env(
+        args.clickhouse_database.clone(),
+        "FLAGPOST_CLICKHOUSE_DATABASE",
+    )? {
+        settings.database = db;
+    }
+    if let Some(user) = or_env(args.clickhouse_user.clone(), "FLAGPOST_CLICKHOUSE_USER")? {
+        settings.user = user;
+    }
+    let file = or_env(
+        args.clickhouse_password_file.clone(),
+        "FLAGPOST_CLICKHOUSE_PASSWORD_FILE",
+    )?;
+    settings.password = flagpost::sink::read_password(file.as_deref())
+        .map_err(|e| format!("--clickhouse-password-file: {e}"))?;
+    flagpost::sink::Connect::authority(&settings).map_err(|e| e.to_string())?;
+    Ok(Some(settings))
 }
 
 fn check(args: Check) -> Result<(), String> {

@@ -72,6 +72,8 @@ pub struct Config {
     /// posthog-js's `dist/` files served at `/static/`; `None` means
     /// `<data dir>/static` if it exists.
     pub static_dir: Option<PathBuf>,
+    /// The ClickHouse sink, off when `None`; `compactor.sink` must be on with it.
+    pub sink: Option<Sink>,
 }
 
 /// Request limits; see the constants for why each default is what it is.
@@ -101,6 +103,8 @@ pub struct Compaction {
     /// The compactor thread's nice value (0 to 19): above 0, request handling comes
     /// first when the cores are busy, and the compactor catches up when they are not.
     pub nice: i32,
+    /// Record each chunk's changes in the ClickHouse sink's outbox (`--clickhouse-url`).
+    pub sink: bool,
 }
 
 impl Default for Compaction {
@@ -112,6 +116,7 @@ impl Default for Compaction {
             dedup_max_age_ms: DEFAULT_DEDUP_MAX_AGE_MS,
             dedup_max_ids: DEFAULT_DEDUP_MAX_IDS,
             nice: DEFAULT_COMPACTOR_NICE,
+            sink: false,
         }
     }
 }
@@ -144,6 +149,7 @@ impl Config {
             cache_bytes: DEFAULT_CACHE_BYTES,
             log_segment_bytes: DEFAULT_LOG_SEGMENT_BYTES,
             static_dir: None,
+            sink: None,
         }
     }
 
@@ -178,5 +184,43 @@ impl Config {
 
     pub fn early_access_dir(&self) -> PathBuf {
         self.data_dir.join("early_access")
+    }
+}
+
+/// Where the ClickHouse sink writes and as whom (`--clickhouse-url` and its options).
+#[derive(Clone, PartialEq, Eq)]
+pub struct Sink {
+    /// `http://HOST[:PORT]`; no TLS (put a local proxy in front for that).
+    pub url: String,
+    pub database: String,
+    pub user: String,
+    /// Never from the command line: see `sink::read_password`.
+    pub password: String,
+}
+
+/// The database the sink writes when none is configured (PostHog's default).
+pub const DEFAULT_SINK_DATABASE: &str = "default";
+/// The ClickHouse user when none is configured (ClickHouse's own default).
+pub const DEFAULT_SINK_USER: &str = "default";
+
+impl std::fmt::Debug for Sink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sink")
+            .field("url", &self.url)
+            .field("database", &self.database)
+            .field("user", &self.user)
+            .field("password", &"<hidden>")
+            .finish()
+    }
+}
+
+impl Sink {
+    pub fn new(url: &str) -> Sink {
+        Sink {
+            url: url.to_string(),
+            database: DEFAULT_SINK_DATABASE.to_string(),
+            user: DEFAULT_SINK_USER.to_string(),
+            password: String::new(),
+        }
     }
 }

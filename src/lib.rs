@@ -92,6 +92,7 @@ pub mod notify;
 pub mod persons;
 pub mod pipeline;
 pub mod projects;
+pub mod sink;
 pub mod store;
 pub mod surveys;
 pub mod sync;
@@ -153,6 +154,7 @@ pub async fn serve(
     let geoip = Arc::new(open_geoip(&config).await?);
     check_static_dir(&config)?;
     let metrics = metrics::Metrics::new();
+    let sink_stats = metrics.sink.clone();
     let flushes = metrics.wal_flush_seconds.clone();
     let on_flush: log::writer::FlushObserver = Box::new(move |d| flushes.observe(d.as_secs_f64()));
     let (db_dir, cache, segment, shared, settings, enrich) = (
@@ -169,6 +171,14 @@ pub async fn serve(
     .await
     .map_err(|e| Error::Io(std::io::Error::other(e)))?
     .map_err(Error::Store)?;
+    // The ClickHouse sink, when configured (src/sink).
+    let sink = match config.sink.clone() {
+        Some(s) => Some(
+            sink::worker::spawn(s, &pipeline.db, &pipeline.trees, sink_stats)
+                .map_err(|e| Error::Io(std::io::Error::other(e.to_string())))?,
+        ),
+        None => None,
+    };
     let flags_dir = config.flags_dir();
     // The rules module logs what it loaded and every file it could not.
     let (rules, _report) = tokio::task::spawn_blocking(move || flags::Rules::load(&flags_dir))
@@ -207,6 +217,9 @@ pub async fn serve(
     reloader.abort();
     watcher.abort();
     space.abort();
+    if let Some(sink) = sink {
+        sink.stop().await;
+    }
     drop(app);
     tokio::task::spawn_blocking(move || pipeline.close())
         .await

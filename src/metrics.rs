@@ -64,6 +64,8 @@ pub struct Metrics {
     pub disk_free_bytes: Gauge,
     pub geoip_lookups: Counter,
     pub geoip_hits: Counter,
+    /// The ClickHouse sink's, registered whether or not it is on.
+    pub sink: crate::sink::Stats,
     /// Serialises scrapes, so counters mirrored from other atomics advance once.
     scrape: std::sync::Mutex<()>,
 }
@@ -115,6 +117,7 @@ impl Metrics {
             disk_free_bytes: Gauge::default(),
             geoip_lookups: Counter::default(),
             geoip_hits: Counter::default(),
+            sink: Default::default(),
             scrape: std::sync::Mutex::new(()),
             registry: Registry::default(),
         };
@@ -271,6 +274,7 @@ impl Metrics {
             "GeoIP lookups that found the address",
             m.geoip_hits.clone(),
         );
+        m.sink.register(&mut registry);
         for lane in ["historical", "overflow"] {
             m.compactor_routed
                 .get_or_create(&LaneLabels { lane })

@@ -6,6 +6,7 @@ use std::sync::atomic::Ordering;
 use sled::IVec;
 
 use super::Compactor;
+use crate::sink;
 use crate::store::{block, keys};
 
 /// Blocks deleted per retention batch, so the pass never holds much in memory.
@@ -20,6 +21,11 @@ impl Compactor {
             return Ok(0);
         }
         let cutoff = now - i64::from(self.settings.retention_days) * DAY_MS;
+        // The ClickHouse sink: blocks it has not sent yet are kept (src/sink/retention.rs).
+        let keep_from = match self.settings.sink {
+            true => sink::retention::keep_from(&self.trees.outbox)?,
+            false => None,
+        };
         let mut deleted = 0u64;
         let mut next_project = Some(0u64);
         while let Some(start) = next_project {
@@ -30,20 +36,25 @@ impl Compactor {
             let Some((project, _)) = keys::split_block(&key) else {
                 break;
             };
-            let lo = keys::event_bound(project, i64::MIN);
-            let hi = keys::event_bound(project, cutoff);
+            let mut lo = keys::event_bound(project, i64::MIN).to_vec();
+            let hi = keys::event_bound(project, cutoff).to_vec();
             loop {
                 let batch: Vec<(IVec, IVec)> = self
                     .trees
                     .events
-                    .range(lo..hi)
+                    .range(lo.clone()..hi.clone())
                     .take(RETENTION_BATCH)
                     .collect::<Result<_, _>>()?;
-                if batch.is_empty() {
+                let Some((last, _)) = batch.last() else {
                     break;
-                }
+                };
+                // Past the batch's last key: kept blocks are not met again.
+                lo = [last.as_ref(), &[0]].concat();
                 let mut blocks = sled::Batch::default();
                 for (k, v) in &batch {
+                    if sink::retention::held(k, keep_from) {
+                        continue;
+                    }
                     deleted += u64::from(block::count(v).unwrap_or(0));
                     blocks.remove(k);
                 }

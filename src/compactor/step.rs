@@ -13,6 +13,7 @@ use super::chunk::{io, read_lane, Action, Chunk, Item, Source};
 use super::enrich::{Geo, ProjectSettings};
 use super::{apply, memo, Compactor, StepReport};
 use crate::log::{record::decode_frame, Record};
+use crate::sink;
 use crate::store::dedup::{self, IdSet};
 use crate::store::keys::{CHECKPOINT_KEY, NEXT_BLOCK_KEY};
 use crate::store::{block, keys, person_cache};
@@ -138,7 +139,9 @@ impl Compactor {
             &t.group_types,
             &t.meta,
             &t.quarantine,
+            &t.outbox,
         );
+        let to_outbox = self.settings.sink;
         let outcome = trees.transaction(
             |(
                 wal,
@@ -152,6 +155,7 @@ impl Compactor {
                 group_types,
                 meta,
                 quarantine,
+                outbox,
             )| {
                 let tx = Tx {
                     persons,
@@ -208,11 +212,19 @@ impl Compactor {
                 cache.write(&tx)?;
                 (counts.persons, counts.learned) = cache.into_reports();
                 let mut next_block = first_block;
+                let mut written = Vec::new();
                 for (project, list) in entries {
                     for (newest, value) in block::build(list) {
-                        events.insert(&keys::block(project, newest, next_block)[..], value)?;
+                        let key = keys::block(project, newest, next_block);
+                        events.insert(&key[..], value)?;
+                        written.push(key);
                         next_block += 1;
                     }
+                }
+                // The ClickHouse sink: what this chunk changed, in this transaction.
+                if to_outbox {
+                    let done = sink::Committed::of(now, &written, counts.applied, &counts.persons);
+                    sink::outbox::record(outbox, &done)?;
                 }
                 if next_block != first_block {
                     meta.insert(NEXT_BLOCK_KEY, &next_block.to_be_bytes()[..])?;

@@ -217,6 +217,11 @@ impl Block {
         self.text(h.distinct_id)
     }
 
+    /// The properties as stored: compact JSON text (the ClickHouse sink sends it as is).
+    pub fn properties(&self, h: &Head) -> &[u8] {
+        &self.body[range(h.properties)]
+    }
+
     fn text(&self, r: (u32, u32)) -> &str {
         std::str::from_utf8(&self.body[range(r)]).unwrap_or_default()
     }

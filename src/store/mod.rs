@@ -77,6 +77,9 @@ pub struct Trees {
     pub meta: sled::Tree,
     /// Log records that did not decode, kept for an operator to inspect.
     pub quarantine: sled::Tree,
+    /// What the compactor committed and the ClickHouse sink has not yet sent
+    /// ([`crate::sink::outbox`]); written only while the sink is on.
+    pub outbox: sled::Tree,
 }
 
 impl Trees {
@@ -101,6 +104,7 @@ impl Trees {
             group_types: db.open_tree("group_types")?,
             meta: db.open_tree("meta")?,
             quarantine: db.open_tree("quarantine")?,
+            outbox: db.open_tree(crate::sink::outbox::TREE)?,
         })
     }
 }

@@ -15,5 +15,6 @@ mod nodes;
 mod ops;
 mod read_api;
 mod sdk;
+mod sink;
 mod surveys;
 mod util;

@@ -1,0 +1,90 @@
+//! A ClickHouse server made ready for the sink: its version read, the configured
+//! database and the four tables created if missing in the shape that version takes,
+//! and an insert of one table's encoded rows. Tables that already exist keep their
+//! shape: a server upgraded past [`super::version::CURRENT`] goes on receiving the
+//! narrow rows its tables were created for.
+
+use super::client::Client;
+use super::schema::Table;
+use super::version::{Shape, Version};
+use super::{Error, Settings};
+
+#[derive(Debug)]
+pub struct Destination {
+    client: Client,
+    version: Version,
+    shape: Shape,
+}
+
+impl Destination {
+    /// Ask the server its version, then create the database and tables if missing.
+    pub async fn open(settings: Settings) -> Result<Destination, Error> {
+        let mut client = Client::new(settings)?;
+        let version = client.version().await?;
+        let create = format!(
+            "CREATE DATABASE IF NOT EXISTS {}",
+            client.settings().database
+        );
+        client.query_server(&create).await?;
+        let shape = existing_shape(&mut client)
+            .await?
+            .unwrap_or(version.shape());
+        // Only missing tables: 18.16 checks a CREATE's types even when the table
+        // exists, so an IF NOT EXISTS alone would still fail there.
+        let existing = client
+            .query("SELECT name FROM system.tables WHERE database = currentDatabase()")
+            .await?;
+        let existing: Vec<&[u8]> = existing.split(|b| *b == b'\n').collect();
+        for table in Table::ALL {
+            if !existing.contains(&table.name().as_bytes()) {
+                client.query(&table.create_sql(shape)).await?;
+            }
+        }
+        Ok(Destination {
+            client,
+            version,
+            shape,
+        })
+    }
+
+    pub fn version(&self) -> Version {
+        self.version
+    }
+
+    pub fn shape(&self) -> Shape {
+        self.shape
+    }
+
+    pub fn client(&mut self) -> &mut Client {
+        &mut self.client
+    }
+
+    /// Insert `rows` (RowBinary, encoded for [`Self::shape`]) into `table`. `token`
+    /// names this batch's rows for this table; it must be the same each time the
+    /// batch is re-sent, and is used where the server supports it.
+    pub async fn insert(&mut self, table: Table, rows: Vec<u8>, token: &str) -> Result<(), Error> {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let token = self.shape.dedup_token().then_some(token);
+        self.client
+            .insert(&table.insert_sql(self.shape), rows, token)
+            .await
+    }
+}
+
+/// The shape of an `events` table already there, told by the narrow shape's own
+/// column; None if there is no such table yet.
+async fn existing_shape(client: &mut Client) -> Result<Option<Shape>, Error> {
+    let columns = client
+        .query(
+            "SELECT name FROM system.columns WHERE database = currentDatabase() \
+             AND table = 'events' AND name IN ('uuid', 'timestamp_ms') ORDER BY name",
+        )
+        .await?;
+    Ok(match &columns[..] {
+        b"" => None,
+        b"timestamp_ms\nuuid\n" => Some(Shape::Narrow),
+        _ => Some(Shape::Current),
+    })
+}

@@ -1,0 +1,418 @@
+//! The outbox: what each compactor chunk committed that ClickHouse has not yet
+//! acknowledged, in its own sled tree, written inside the chunk's own transaction so
+//! a chunk and its outbox entry exist together or not at all. The worker reads it in
+//! order and removes entries only once every table took them.
+//!
+//! An entry names what changed, not the data: the event blocks written, the persons
+//! written or merged away, the distinct ids linked and the groups written. The worker
+//! reads their current state when it sends, which is at least as new as the entry;
+//! the entry's place in the outbox (`seq`) becomes the rows' version, so the newest
+//! state always carries the highest version.
+//!
+//! Keys: `e` + seq (u64 BE) -> entry; `n` -> the next seq; `c` -> the last seq sent
+//! (the checkpoint); `f` -> the batch in flight (first and last seq), fixed before it
+//! is sent so a re-send after a crash is the same batch with the same tokens; `i` ->
+//! this database's id (16 bytes), which keeps tokens of different nodes apart; `b` ->
+//! the backfill's progress ([`super::backfill`]); `h` -> the highest event block id
+//! recorded; `g` -> block ids written while the sink was off (first, end), found when
+//! an entry's blocks do not follow on from `h`, for the backfill to send.
+
+use serde::{Deserialize, Serialize};
+use sled::transaction::{
+    ConflictableTransactionError, TransactionalTree, UnabortableTransactionError,
+};
+use uuid::Uuid;
+
+use crate::store::person_cache::Changes;
+
+/// The tree's name, part of the on-disk format.
+pub const TREE: &str = "sink_outbox";
+const ENTRY: u8 = b'e';
+const NEXT: &[u8] = b"n";
+const CHECKPOINT: &[u8] = b"c";
+const IN_FLIGHT: &[u8] = b"f";
+const NODE: &[u8] = b"i";
+const BACKFILL: &[u8] = b"b";
+const HIGHEST: &[u8] = b"h";
+const GAP: &[u8] = b"g";
+/// The entries' encoding, ahead of its JSON.
+const FORMAT: u8 = 1;
+
+/// What one compactor chunk committed, as the sink needs it: the narrow interface
+/// between the compactor and the sink.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Committed {
+    /// Unix milliseconds of the commit.
+    pub at: i64,
+    /// Keys in the `events` tree of the blocks the chunk wrote.
+    pub blocks: Vec<Vec<u8>>,
+    /// How many events those blocks hold.
+    pub events: u64,
+    /// (project, person id) written or deleted (merged away).
+    pub persons: Vec<(u64, Uuid)>,
+    /// (project, distinct id) linked to a person, merges' moves included.
+    pub linked: Vec<(u64, String)>,
+    /// (project, group type index, group key) written.
+    pub groups: Vec<(u64, u8, String)>,
+}
+
+impl Committed {
+    /// What a chunk committed at `at`: the keys of the blocks it wrote holding
+    /// `events` events, and the persons, links and groups it changed.
+    pub fn of(at: i64, blocks: &[[u8; 24]], events: u64, changes: &Changes) -> Committed {
+        Committed {
+            at,
+            blocks: blocks.iter().map(|k| k.to_vec()).collect(),
+            events,
+            persons: changes.persons.clone(),
+            linked: changes.linked.clone(),
+            groups: changes.groups.clone(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.blocks.is_empty()
+            && self.persons.is_empty()
+            && self.linked.is_empty()
+            && self.groups.is_empty()
+    }
+
+    /// Rows this entry sends at most (fewer once a batch drops repeats).
+    pub fn rows(&self) -> u64 {
+        self.events + (self.persons.len() + self.linked.len() + self.groups.len()) as u64
+    }
+
+    fn encode(&self) -> Vec<u8> {
+        let mut out = vec![FORMAT];
+        // Plain data of known types: serialising cannot fail.
+        out.extend(serde_json::to_vec(self).unwrap_or_default());
+        out
+    }
+
+    fn decode(bytes: &[u8]) -> Option<Committed> {
+        match bytes.split_first()? {
+            (&FORMAT, json) => serde_json::from_slice(json).ok(),
+            _ => None,
+        }
+    }
+}
+
+/// Record `committed` in the outbox inside the compactor's transaction; returns its
+/// seq, or None if the chunk changed nothing the sink sends.
+pub fn record(
+    outbox: &TransactionalTree,
+    committed: &Committed,
+) -> Result<Option<u64>, UnabortableTransactionError> {
+    if committed.is_empty() {
+        return Ok(None);
+    }
+    let seq = outbox.get(NEXT)?.and_then(|v| be64(&v)).unwrap_or(1);
+    note_blocks(outbox, committed)?;
+    outbox.insert(&entry_key(seq)[..], committed.encode())?;
+    outbox.insert(NEXT, &(seq + 1).to_be_bytes()[..])?;
+    Ok(Some(seq))
+}
+
+/// Block ids come from one counter, so with the sink on every entry's blocks follow
+/// on from the last; a jump means blocks were written while it was off.
+fn note_blocks(
+    outbox: &TransactionalTree,
+    committed: &Committed,
+) -> Result<(), UnabortableTransactionError> {
+    let ids = committed
+        .blocks
+        .iter()
+        .filter_map(|k| k.get(16..24).and_then(be64));
+    let (Some(low), Some(high)) = (ids.clone().min(), ids.max()) else {
+        return Ok(());
+    };
+    let highest = outbox.get(HIGHEST)?.and_then(|v| be64(&v));
+    if let Some(h) = highest.filter(|h| low > h + 1) {
+        let (mut first, mut end) = (h + 1, low);
+        if let Some((f, e)) = outbox.get(GAP)?.and_then(|v| pair(&v)) {
+            (first, end) = (first.min(f), end.max(e));
+        }
+        outbox.insert(GAP, pair_bytes(first, end))?;
+    }
+    let high = highest.map_or(high, |h| h.max(high));
+    outbox.insert(HIGHEST, &high.to_be_bytes()[..])?;
+    Ok(())
+}
+
+fn pair(v: &[u8]) -> Option<(u64, u64)> {
+    Some((be64(v.get(..8)?)?, be64(v.get(8..16)?)?))
+}
+
+fn pair_bytes(a: u64, b: u64) -> Vec<u8> {
+    let mut v = a.to_be_bytes().to_vec();
+    v.extend_from_slice(&b.to_be_bytes());
+    v
+}
+
+/// One outbox entry, read back.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Entry {
+    pub seq: u64,
+    pub committed: Committed,
+}
+
+/// The sink's side of the outbox tree.
+#[derive(Clone)]
+pub struct Outbox {
+    tree: sled::Tree,
+}
+
+impl Outbox {
+    pub fn open(db: &sled::Db) -> sled::Result<Outbox> {
+        Ok(Outbox {
+            tree: db.open_tree(TREE)?,
+        })
+    }
+
+    /// The outbox in an already open tree (the store's `outbox`).
+    pub fn from_tree(tree: sled::Tree) -> Outbox {
+        Outbox { tree }
+    }
+
+    pub fn tree(&self) -> &sled::Tree {
+        &self.tree
+    }
+
+    /// This database's id, made once: part of every deduplication token.
+    pub fn node(&self) -> sled::Result<Uuid> {
+        if let Some(v) = self.tree.get(NODE)? {
+            if let Ok(id) = Uuid::from_slice(&v) {
+                return Ok(id);
+            }
+        }
+        let id = Uuid::new_v4();
+        // Two callers racing keep whichever id landed first.
+        let _ =
+            self.tree
+                .compare_and_swap(NODE, None as Option<&[u8]>, Some(&id.as_bytes()[..]))?;
+        let v = self
+            .tree
+            .get(NODE)?
+            .unwrap_or_else(|| id.as_bytes()[..].into());
+        Ok(Uuid::from_slice(&v).unwrap_or(id))
+    }
+
+    /// The last seq ClickHouse acknowledged, 0 before the first.
+    pub fn checkpoint(&self) -> sled::Result<u64> {
+        Ok(self
+            .tree
+            .get(CHECKPOINT)?
+            .and_then(|v| be64(&v))
+            .unwrap_or(0))
+    }
+
+    /// The oldest unsent entry's commit time, if any.
+    pub fn oldest(&self) -> sled::Result<Option<i64>> {
+        Ok(self
+            .entries(None)?
+            .next()
+            .transpose()?
+            .map(|e| e.committed.at))
+    }
+
+    /// Entries in order, from `from` (inclusive) or the first. Undecodable entries
+    /// read as empty ones so they are passed over, not stuck on.
+    pub fn entries(
+        &self,
+        from: Option<u64>,
+    ) -> sled::Result<impl Iterator<Item = sled::Result<Entry>>> {
+        let start = entry_key(from.unwrap_or(0)).to_vec();
+        let end = vec![ENTRY + 1];
+        Ok(self.tree.range(start..end).map(|kv| {
+            let (k, v) = kv?;
+            let seq = be64(&k[1..]).unwrap_or(0);
+            let committed = Committed::decode(&v).unwrap_or_else(|| {
+                tracing::error!(seq, "sink: an outbox entry does not decode; skipped");
+                Committed::default()
+            });
+            Ok(Entry { seq, committed })
+        }))
+    }
+
+    /// The backfill's progress as last acknowledged, if it ever started.
+    pub fn backfill(&self) -> sled::Result<Option<sled::IVec>> {
+        self.tree.get(BACKFILL)
+    }
+
+    /// Record the backfill's progress once ClickHouse took a batch of it.
+    pub fn set_backfill(&self, state: &[u8]) -> sled::Result<()> {
+        self.tree.insert(BACKFILL, state)?;
+        Ok(())
+    }
+
+    /// Block ids written while the sink was off (first, end exclusive), if any.
+    pub fn gap(&self) -> sled::Result<Option<(u64, u64)>> {
+        Ok(self.tree.get(GAP)?.and_then(|v| pair(&v)))
+    }
+
+    /// Hand the gap over to a backfill that will send it: store `progress` and
+    /// forget the gap in one transaction.
+    pub fn take_gap(&self, progress: &[u8]) -> sled::Result<()> {
+        self.tree
+            .transaction(|tx| {
+                tx.insert(BACKFILL, progress)?;
+                tx.remove(GAP)?;
+                Ok::<_, ConflictableTransactionError<()>>(())
+            })
+            .map_err(|e| match e {
+                sled::transaction::TransactionError::Storage(e) => e,
+                sled::transaction::TransactionError::Abort(()) => {
+                    sled::Error::ReportableBug("outbox gap aborted".into())
+                }
+            })
+    }
+
+    /// The lowest event block id any entry names: blocks from there on reach
+    /// ClickHouse through the outbox. None if no entry names a block.
+    pub fn first_block_id(&self) -> sled::Result<Option<u64>> {
+        let mut lowest = None;
+        for entry in self.entries(None)? {
+            for key in &entry?.committed.blocks {
+                if let Some(id) = key.get(16..24).and_then(be64) {
+                    lowest = Some(lowest.map_or(id, |l: u64| l.min(id)));
+                }
+            }
+        }
+        Ok(lowest)
+    }
+
+    /// The batch fixed for sending, if one is in flight.
+    pub fn in_flight(&self) -> sled::Result<Option<(u64, u64)>> {
+        Ok(self.tree.get(IN_FLIGHT)?.and_then(|v| pair(&v)))
+    }
+
+    /// Fix `first..=last` as the batch to send, durably, before sending it.
+    pub fn fix(&self, first: u64, last: u64) -> sled::Result<()> {
+        self.tree.insert(IN_FLIGHT, pair_bytes(first, last))?;
+        self.tree.flush()?;
+        Ok(())
+    }
+
+    /// ClickHouse took `first..=last` in every table: remove those entries, clear
+    /// the batch in flight and move the checkpoint, in one transaction.
+    pub fn acknowledge(&self, first: u64, last: u64) -> sled::Result<()> {
+        let seqs: Vec<u64> = self
+            .entries(Some(first))?
+            .map(|e| e.map(|e| e.seq))
+            .take_while(|s| s.as_ref().map_or(true, |s| *s <= last))
+            .collect::<sled::Result<_>>()?;
+        self.tree
+            .transaction(|tx| {
+                for seq in &seqs {
+                    tx.remove(&entry_key(*seq)[..])?;
+                }
+                tx.remove(IN_FLIGHT)?;
+                // Only forward: clearing a stale batch in flight must not move it back.
+                let current = tx.get(CHECKPOINT)?.and_then(|v| be64(&v)).unwrap_or(0);
+                tx.insert(CHECKPOINT, &current.max(last).to_be_bytes()[..])?;
+                Ok::<_, ConflictableTransactionError<()>>(())
+            })
+            .map_err(|e| match e {
+                sled::transaction::TransactionError::Storage(e) => e,
+                sled::transaction::TransactionError::Abort(()) => {
+                    sled::Error::ReportableBug("outbox acknowledge aborted".into())
+                }
+            })
+    }
+}
+
+fn entry_key(seq: u64) -> [u8; 9] {
+    let mut k = [ENTRY; 9];
+    k[1..].copy_from_slice(&seq.to_be_bytes());
+    k
+}
+
+fn be64(bytes: &[u8]) -> Option<u64> {
+    Some(u64::from_be_bytes(bytes.try_into().ok()?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn committed(at: i64, events: u64) -> Committed {
+        Committed {
+            at,
+            blocks: vec![vec![1, 2, 3]],
+            events,
+            persons: vec![(1, Uuid::from_u128(5))],
+            linked: vec![(1, "d".into())],
+            groups: vec![(1, 0, "acme".into())],
+        }
+    }
+
+    fn write(outbox: &Outbox, c: &Committed) -> Option<u64> {
+        outbox
+            .tree()
+            .transaction(|tx| Ok::<_, ConflictableTransactionError<()>>(record(tx, c)?))
+            .unwrap()
+    }
+
+    #[test]
+    fn entries_in_order_until_acknowledged() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = sled::open(dir.path()).unwrap();
+        let outbox = Outbox::open(&db).unwrap();
+        assert_eq!(
+            write(&outbox, &Committed::default()),
+            None,
+            "nothing to send"
+        );
+        for i in 1..=3 {
+            assert_eq!(write(&outbox, &committed(i * 10, i as u64)), Some(i as u64));
+        }
+        let all: Vec<Entry> = outbox.entries(None).unwrap().map(Result::unwrap).collect();
+        assert_eq!(all.iter().map(|e| e.seq).collect::<Vec<_>>(), [1, 2, 3]);
+        assert_eq!(all[1].committed, committed(20, 2));
+        assert_eq!(all[1].committed.rows(), 5);
+        assert_eq!(outbox.oldest().unwrap(), Some(10));
+
+        outbox.fix(1, 2).unwrap();
+        assert_eq!(outbox.in_flight().unwrap(), Some((1, 2)));
+        outbox.acknowledge(1, 2).unwrap();
+        assert_eq!(outbox.in_flight().unwrap(), None);
+        assert_eq!(outbox.checkpoint().unwrap(), 2);
+        let left: Vec<u64> = outbox
+            .entries(None)
+            .unwrap()
+            .map(|e| e.unwrap().seq)
+            .collect();
+        assert_eq!(left, [3]);
+        // Seqs are never reused, even after entries are removed.
+        assert_eq!(write(&outbox, &committed(40, 1)), Some(4));
+        let node = outbox.node().unwrap();
+        assert_eq!(outbox.node().unwrap(), node);
+    }
+
+    #[test]
+    fn blocks_written_while_off_are_noted_as_a_gap() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = sled::open(dir.path()).unwrap();
+        let outbox = Outbox::open(&db).unwrap();
+        let blocks = |ids: &[u64]| Committed {
+            at: 1,
+            blocks: ids
+                .iter()
+                .map(|id| crate::store::keys::block(1, 0, *id).to_vec())
+                .collect(),
+            events: 1,
+            ..Committed::default()
+        };
+        write(&outbox, &blocks(&[4, 5]));
+        write(&outbox, &blocks(&[6]));
+        write(&outbox, &committed(1, 0));
+        assert_eq!(outbox.gap().unwrap(), None, "contiguous");
+        write(&outbox, &blocks(&[10, 11]));
+        assert_eq!(outbox.gap().unwrap(), Some((7, 10)));
+        write(&outbox, &blocks(&[15]));
+        assert_eq!(outbox.gap().unwrap(), Some((7, 15)), "widened");
+        outbox.take_gap(b"progress").unwrap();
+        assert_eq!(outbox.gap().unwrap(), None);
+        assert_eq!(outbox.backfill().unwrap().unwrap().as_ref(), b"progress");
+    }
+}

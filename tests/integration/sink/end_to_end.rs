@@ -1,0 +1,157 @@
+//! The real binary with `--clickhouse-url` against the real server: events captured
+//! over HTTP arrive in ClickHouse with the persons, links and groups they imply, the
+//! same person ids as the read API, and still exactly once after flagpost is killed
+//! with SIGKILL and started again.
+
+use serde_json::{json, Value};
+
+use super::*;
+use crate::util::*;
+
+fn capture(server: &Server, batch: Value) {
+    let r = server.post(
+        "/batch/",
+        json!({"api_key": KEY_ONE, "batch": batch}).to_string(),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+}
+
+fn start(ch: &ClickHouse, password: &std::path::Path) -> Server {
+    Server::start_with(&[
+        "--clickhouse-url",
+        &ch.url(),
+        "--clickhouse-database",
+        &ch.database,
+        "--clickhouse-user",
+        server::USER,
+        "--clickhouse-password-file",
+        password.to_str().unwrap(),
+    ])
+}
+
+fn wait_for_events(ch: &ClickHouse, n: usize) {
+    let want = format!("{n}\n");
+    wait_for(&format!("{n} events in ClickHouse"), || {
+        let resp = ch.try_query("SELECT count() FROM events FINAL");
+        (resp.status == 200 && resp.text() == want).then_some(())
+    });
+}
+
+#[test]
+#[ignore = "needs clickhouse-server: run by .ci/run, cargo test -- --include-ignored"]
+fn captured_events_persons_and_groups_arrive_once() {
+    let Some(ch) = ClickHouse::start("sink_end_to_end") else {
+        return;
+    };
+    let secret = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(secret.path(), format!("{}\n", server::PASSWORD)).unwrap();
+    let server = start(&ch, secret.path());
+    capture(
+        &server,
+        json!([
+            {"event": "$pageview", "properties": {"distinct_id": "anon-7", "$current_url": "https://shop/"}},
+            {"event": "$identify", "properties": {"distinct_id": "ada@example.com", "$anon_distinct_id": "anon-7", "$set": {"email": "ada@example.com"}}},
+            {"event": "$groupidentify", "properties": {"distinct_id": "ada@example.com", "$group_type": "company", "$group_key": "acme", "$group_set": {"seats": 12}}},
+            {"event": "order placed", "properties": {"distinct_id": "anon-7", "$groups": {"company": "acme"}, "amount": 30}}
+        ]),
+    );
+    wait_for_events(&ch, 4);
+    let stored = server.wait_for_events(1, 4);
+    let person = stored[0]["person_id"].as_str().unwrap().to_string();
+    assert_eq!(
+        ch.query(
+            "SELECT event, distinct_id, toString(person_id), team_id, `$group_0` FROM events \
+             FINAL ORDER BY event"
+        ),
+        format!(
+            "$groupidentify\tada@example.com\t{person}\t1\t\n$identify\tada@example.com\t{person}\t1\t\n\
+             $pageview\tanon-7\t{person}\t1\t\norder placed\tanon-7\t{person}\t1\tacme\n"
+        )
+    );
+    assert_eq!(
+        ch.query(
+            "SELECT toString(id), visitParamExtractString(properties, 'email'), is_deleted \
+             FROM person FINAL"
+        ),
+        format!("{person}\tada@example.com\t0\n")
+    );
+    assert_eq!(
+        ch.query(
+            "SELECT distinct_id, toString(person_id), is_deleted FROM person_distinct_id2 FINAL \
+             ORDER BY distinct_id"
+        ),
+        format!("ada@example.com\t{person}\t0\nanon-7\t{person}\t0\n")
+    );
+    assert_eq!(
+        ch.query("SELECT team_id, group_type_index, group_key, group_properties FROM groups FINAL"),
+        "1\t0\tacme\t{\"seats\":12}\n"
+    );
+    let metrics = server.get("/metrics").text();
+    assert!(
+        metrics.contains("flagpost_sink_rows_total{table=\"events\"} 4"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("flagpost_sink_lag_seconds 0"), "{metrics}");
+
+    // Killed with everything sent, started again, one more event: nothing twice.
+    let server = server.restart_hard();
+    capture(
+        &server,
+        json!([{"event": "$pageview", "properties": {"distinct_id": "ada@example.com"}}]),
+    );
+    wait_for_events(&ch, 5);
+    ch.merge("events");
+    assert_eq!(
+        ch.query("SELECT count(), uniqExact(uuid) FROM events"),
+        "5\t5\n"
+    );
+}
+
+/// Events captured in requests of this many.
+const REQUEST_EVENTS: usize = 500;
+/// Enough events for several batches, so the kill lands while the sink is sending.
+const CRASH_EVENTS: usize = 40_000;
+
+#[test]
+#[ignore = "needs clickhouse-server: run by .ci/run, cargo test -- --include-ignored"]
+fn a_kill_while_sending_loses_nothing_and_duplicates_nothing() {
+    let Some(ch) = ClickHouse::start("sink_crash") else {
+        return;
+    };
+    let secret = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(secret.path(), server::PASSWORD).unwrap();
+    let server = start(&ch, secret.path());
+    for r in 0..CRASH_EVENTS / REQUEST_EVENTS {
+        let batch: Vec<Value> = (0..REQUEST_EVENTS)
+            .map(|i| {
+                let n = r * REQUEST_EVENTS + i;
+                json!({"event": "$pageview", "uuid": uuid::Uuid::from_u128(0x5eed_0000 + n as u128),
+                       "properties": {"distinct_id": format!("user-{}", n % 100), "n": n}})
+            })
+            .collect();
+        capture(&server, Value::Array(batch));
+    }
+    // Kill as soon as ClickHouse has some but not all of them.
+    wait_for("the sink to start sending", || {
+        let resp = ch.try_query("SELECT count() FROM events");
+        (resp.status == 200 && resp.text() != "0\n").then_some(())
+    });
+    let sent_before = ch.query("SELECT count() FROM events");
+    let server = server.restart_hard();
+    eprintln!("killed with {} rows in ClickHouse", sent_before.trim());
+    wait_for_events(&ch, CRASH_EVENTS);
+    // Rows sent twice (the batch in flight at the kill) are there until a merge.
+    eprintln!(
+        "rows before merging: {}",
+        ch.query("SELECT count() FROM events").trim()
+    );
+    ch.merge("events");
+    assert_eq!(
+        ch.query(
+            "SELECT count(), uniqExact(uuid), min(visitParamExtractUInt(properties, 'n')), \
+                  max(visitParamExtractUInt(properties, 'n')) FROM events"
+        ),
+        format!("{CRASH_EVENTS}\t{CRASH_EVENTS}\t0\t{}\n", CRASH_EVENTS - 1)
+    );
+    drop(server);
+}

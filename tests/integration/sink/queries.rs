@@ -1,0 +1,156 @@
+//! The README's PostHog-style queries ("When one VM is not enough"), read from the
+//! README itself and run against the real server over rows in the sink's tables: daily active users, top events, a
+//! three-step funnel by person, and flag exposures per variant. They are written for
+//! both table shapes: persons come from `person_distinct_id2` (the latest version of
+//! each link, as PostHog reads it), JSON through the `visitParam*` functions every
+//! version has (the sink sends compact JSON, which they need), and `ALL INNER JOIN`,
+//! the spelling old servers require.
+
+use flagpost::sink::rowbinary::RowBinary;
+use flagpost::sink::rows::{DistinctIdRow, EventRow, Origin};
+use flagpost::sink::Table;
+use uuid::Uuid;
+
+use super::*;
+
+/// The SQL block of the README's "When one VM is not enough", one query per
+/// statement, in order: the README's text is what runs.
+fn readme_queries() -> Vec<String> {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
+        .expect("README.md");
+    let section = readme
+        .split("## When one VM is not enough")
+        .nth(1)
+        .expect("the README's ClickHouse section");
+    let sql = section
+        .split("```sql\n")
+        .nth(1)
+        .and_then(|s| s.split("```").next())
+        .expect("its SQL block");
+    sql.split(';')
+        .map(|q| {
+            q.lines()
+                .filter(|l| !l.trim_start().starts_with("--"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+        .filter(|q| !q.trim().is_empty())
+        .collect()
+}
+
+/// Day one 2024-05-01 10:00 UTC, in Unix milliseconds.
+const DAY_ONE: i64 = 1_714_557_600_000;
+const DAY: i64 = 86_400_000;
+
+/// (distinct id, event, properties, milliseconds after day one's start)
+fn events() -> Vec<(&'static str, &'static str, &'static str, i64)> {
+    vec![
+        ("a-anon", "$pageview", "{}", 0),
+        ("a-anon", "viewed product", "{}", 1_000),
+        ("a@x", "added to cart", "{}", 2_000),
+        ("a@x", "paid", "{}", 3_000),
+        ("b", "$pageview", "{}", 0),
+        ("b", "viewed product", "{}", 5_000),
+        ("b", "added to cart", "{}", 6_000),
+        ("c", "viewed product", "{}", 7_000),
+        ("a@x", "$pageview", "{}", DAY),
+        (
+            "a@x",
+            "$feature_flag_called",
+            r#"{"$feature_flag":"checkout","$feature_flag_response":"test"}"#,
+            DAY,
+        ),
+        (
+            "b",
+            "$feature_flag_called",
+            r#"{"$feature_flag":"checkout","$feature_flag_response":"control"}"#,
+            DAY,
+        ),
+        (
+            "c",
+            "$feature_flag_called",
+            r#"{"$feature_flag":"checkout","$feature_flag_response":"test"}"#,
+            DAY,
+        ),
+        (
+            "b",
+            "$feature_flag_called",
+            r#"{"$feature_flag":"beta","$feature_flag_response":true}"#,
+            DAY,
+        ),
+    ]
+}
+
+fn load(ch: &ClickHouse) {
+    let mut dest = destination(ch);
+    let shape = dest.shape();
+    let person = |id: &str| match id {
+        "a-anon" | "a@x" => Uuid::from_u128(0xa),
+        "b" => Uuid::from_u128(0xb),
+        _ => Uuid::from_u128(0xc),
+    };
+    let origin = Origin {
+        committed_ms: DAY_ONE,
+        offset: 1,
+    };
+    let mut rows = RowBinary::default();
+    for (i, (distinct_id, event, properties, at)) in events().into_iter().enumerate() {
+        EventRow {
+            uuid: Uuid::from_u128(0x1000 + i as u128),
+            event,
+            properties: properties.as_bytes(),
+            timestamp: DAY_ONE + at,
+            team_id: 1,
+            distinct_id,
+            elements_chain: "",
+            created_at: DAY_ONE + at,
+            person_id: person(distinct_id),
+            groups: [""; 5],
+            origin,
+        }
+        .encode(shape, &mut rows);
+    }
+    let mut links = RowBinary::default();
+    for distinct_id in ["a-anon", "a@x", "b", "c"] {
+        DistinctIdRow {
+            team_id: 1,
+            distinct_id,
+            person_id: person(distinct_id),
+            is_deleted: false,
+            version: 1,
+            origin,
+        }
+        .encode(shape, &mut links);
+    }
+    block_on(async {
+        dest.insert(Table::Event, rows.into_bytes(), "events")
+            .await
+            .expect("events");
+        dest.insert(Table::DistinctId, links.into_bytes(), "links")
+            .await
+            .expect("links");
+    });
+}
+
+#[test]
+#[ignore = "needs clickhouse-server: run by .ci/run, cargo test -- --include-ignored"]
+fn the_readme_queries_answer_exactly() {
+    let Some(ch) = ClickHouse::start("sink_queries") else {
+        return;
+    };
+    load(&ch);
+    let queries = readme_queries();
+    assert_eq!(queries.len(), 4, "{queries:?}");
+    // Daily active users: a and b on the first day, a on the second.
+    assert_eq!(ch.query(&queries[0]), "2024-05-01\t2\n2024-05-02\t1\n");
+    assert_eq!(
+        ch.query(&queries[1]),
+        "$feature_flag_called\t4\n$pageview\t3\nviewed product\t3\nadded to cart\t2\npaid\t1\n"
+    );
+    // a (two distinct ids, one person) goes all the way; b adds to cart; c only views.
+    assert_eq!(ch.query(&queries[2]), "3\t2\t1\n");
+    assert_eq!(
+        ch.query(&queries[3]),
+        "beta\ttrue\t1\t1\ncheckout\tcontrol\t1\t1\ncheckout\ttest\t2\t2\n"
+    );
+}
