@@ -141,7 +141,9 @@ impl ProjectRules {
         self.needs_continuity
     }
 
-    /// Flags disabled at compile time (missing or cyclic dependencies), worth logging.
+    /// Flags disabled at compile time, worth logging: missing or cyclic dependencies
+    /// (those flags answer off, `missing_dependency`), and filters or cohorts that
+    /// cannot be evaluated (those flags are left out).
     pub fn warnings(&self) -> &[CompileError] {
         &self.warnings
     }

@@ -219,10 +219,11 @@ fn parse_zone(s: &str) -> Option<UtcOffset> {
         _ => return None,
     };
     let body = &s[1..];
+    // `get`, not indexing: the text is a client's and may hold any character.
     let (hours, minutes) = match body.len() {
         2 => (body, "00"),
-        4 => body.split_at(2),
-        5 if body.as_bytes()[2] == b':' => (&body[..2], &body[3..]),
+        4 => (body.get(..2)?, body.get(2..)?),
+        5 if body.as_bytes()[2] == b':' => (body.get(..2)?, body.get(3..)?),
         _ => return None,
     };
     let hours = i8::try_from(digits(hours)?).ok()?;
@@ -319,11 +320,53 @@ mod tests {
             json!("2024-13-01"),
             json!("2024-03-05T25:00:00"),
             json!("2024-03-05 12:00:00 +1"),
+            json!("2024-03-05 12:00:00 +aé1"),
+            json!("2024-03-05 12:00:00 +é"),
+            json!("2024-03-05é12:00"),
+            json!("2024-03-05T12:0é"),
+            json!("2024-03-05T12:00:0é"),
+            json!("2024-03-05T12:00:00.é"),
+            json!("20é4-03-05"),
             json!(true),
             json!(null),
             json!(""),
         ] {
             assert_eq!(parse_property_instant(&value, NOW), None, "{value}");
+        }
+    }
+
+    /// Every cut of a date with multi-byte characters spliced in parses or not, never
+    /// panics: values come from clients.
+    #[test]
+    fn any_text_is_safe() {
+        let pieces = [
+            "2024-03-05",
+            "T",
+            " ",
+            "12:00",
+            ":00",
+            ".5",
+            "Z",
+            "+01",
+            ":00",
+            "é",
+            "€",
+            "00",
+        ];
+        for a in pieces {
+            for b in pieces {
+                for c in pieces {
+                    for d in pieces {
+                        let text = format!("{a}{b}{c}{d}");
+                        for end in 0..=text.len() {
+                            if let Some(cut) = text.get(..end) {
+                                let _ = parse_property_instant(&json!(cut), NOW);
+                                let _ = DateTarget::parse(&json!(cut));
+                            }
+                        }
+                    }
+                }
+            }
         }
     }
 

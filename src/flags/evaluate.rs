@@ -44,6 +44,7 @@ impl<'c> Props<'_, 'c> {
     }
 
     /// [`Props::get`] for a filter's key, whose number among the file's keys is `slot`.
+    #[inline]
     fn lookup(&self, key: &str, slot: usize) -> Result<Option<&'c Value>, FailureCause> {
         let Props::Person(map, lookups, distinct) = self else {
             return self.get(key);
@@ -60,6 +61,7 @@ impl<'c> Props<'_, 'c> {
     }
 }
 
+#[inline]
 fn person_get<'c>(
     map: &'c Map<String, Value>,
     key: &str,
@@ -152,6 +154,7 @@ impl Miss {
 impl<'r, 'c> Env<'r, 'c> {
     fn flag(&self, flag: &Flag, logic: &Logic) -> Result<Decision, FailureCause> {
         let key = flag.header.key.as_str();
+        let early_access = logic.enrollment.is_some() || logic.super_condition.is_some();
         let person_bucket = self.person_bucket(logic);
         // The flag's own bucketing id: the person's, or its group's key (`None` when the
         // request lacks that group; then every condition on it reads `no_group_type`).
@@ -162,8 +165,10 @@ impl<'r, 'c> Env<'r, 'c> {
         let Some(bucket) = bucket else {
             return self.conditions(key, logic, None);
         };
-        if let Some(decision) = self.early_access(key, logic, person_bucket)? {
-            return Ok(decision);
+        if early_access {
+            if let Some(decision) = self.early_access(key, logic, person_bucket)? {
+                return Ok(decision);
+            }
         }
         if let Some(holdout) = &logic.holdout {
             if in_rollout(holdout.percentage, || holdout_hash(&bucket)) {
@@ -398,6 +403,7 @@ impl<'r, 'c> Env<'r, 'c> {
         }
     }
 
+    #[inline]
     fn person(&self) -> Props<'r, 'c> {
         match self.ctx.person_properties {
             Some(map) => Props::Person(map, self.lookups, self.distinct),

@@ -1,7 +1,8 @@
 //! Orders flags so every dependency is evaluated before the flags that read it, and fails
 //! closed on what cannot be ordered: flags on or behind a dependency cycle, and flags whose
 //! dependency is itself broken, are marked broken with a warning rather than rejecting the
-//! whole file (one bad edit must not take every other flag of the project down).
+//! whole file (one bad edit must not take every other flag of the project down). A broken
+//! flag answers off with reason `missing_dependency`, as PostHog's flags service answers.
 
 use std::collections::VecDeque;
 

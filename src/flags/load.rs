@@ -59,7 +59,8 @@ pub struct ReloadReport {
     pub loaded: Vec<i64>,
     /// Files that could not be used; each project concerned kept its previous rules.
     pub errors: Vec<CompileError>,
-    /// Flags disabled in files that did load (missing or cyclic dependencies).
+    /// Flags disabled in files that did load (missing or cyclic dependencies, filters or
+    /// cohorts that cannot be evaluated).
     pub warnings: Vec<CompileError>,
 }
 

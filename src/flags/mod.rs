@@ -9,7 +9,9 @@
 //!   into an immutable, index-resolved form.
 //! - `evaluate` ([`ProjectRules::evaluate`], [`ProjectRules::outcomes`]), with `hash`,
 //!   `property`, `date` and `semver`: computes every flag for one [`Context`] into
-//!   `outcome`'s [`Outcomes`].
+//!   `outcome`'s [`Outcomes`], the way PostHog's flags service does (its Rust
+//!   `feature-flags`; `tests/sdk/differential` checks it against PostHog's SDKs).
+//!   `clock` ([`now`]) is the instant relative dates count back from.
 //! - `response` ([`response`], [`Tail`]): the response body for each protocol
 //!   version.
 

@@ -22,10 +22,10 @@ use time::OffsetDateTime;
 use super::{installed, run, sdk_dir};
 use crate::util::*;
 
-/// Flags per generated file and requests per round: with the rounds below, some 8,000
+/// Flags per generated file and requests per round: with the rounds below, some 11,000
 /// evaluations per SDK, in well under a minute.
 const FLAGS: usize = 50;
-const CASES: usize = 40;
+const CASES: usize = 60;
 
 /// (seed, the instant every clock is pinned to). Month ends and a leap day, where
 /// calendar arithmetic on relative dates differs most between implementations.

@@ -8,7 +8,7 @@ inconclusive there and skipped. Every other flag must have the same value (varia
 boolean) and payload in flagpost, except where flagpost follows PostHog's flags service
 against the SDKs by a documented choice (see `documented_choice`). Prints each
 disagreement with a minimal reproducer (the flag, what it depends on, the case, the
-clock), then a JSON summary as the last line.
+clock), shaped as an entry of regressions.json, then a JSON summary as the last line.
 """
 
 import json
@@ -179,11 +179,13 @@ def main():
                     counts["documented_choices"] += 1
                     continue
                 counts["disagreements"] += 1
+                # Shaped as an entry of regressions.json, to keep once the cause is fixed.
                 disagreements.append({
-                    "sdk": sdk, "case": index, "flag": key, "sdk_value": expected,
-                    "sdk_payload": theirs["payloads"].get(key), "flagpost": detail,
+                    "name": f"{sdk}, case {index}, {key}", "cause": "to name",
                     "now": now, "definitions": closure.reproducer(definitions),
-                    "request": case,
+                    "request": case, "flag": key, "value": expected,
+                    "source": f"posthog-{sdk} local evaluation",
+                    "sdk_payload": theirs["payloads"].get(key), "flagpost": detail,
                 })
         summary[sdk] = counts
     for d in disagreements[:20]:
