@@ -1,6 +1,9 @@
 //! posthog-js from its npm package in Debian's Chromium, headless, driven by
 //! playwright-core: pageview, capture, identify, group, flags, and both of its
-//! compressed encodings (gzip-js and, for beacons, base64).
+//! compressed encodings (gzip-js and, for beacons, base64). `site` loads it the ways
+//! sites do, with the optional features on.
+
+mod site;
 
 use std::collections::BTreeSet;
 use std::path::Path;

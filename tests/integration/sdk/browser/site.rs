@@ -1,0 +1,362 @@
+//! posthog-js as sites load it, in Chromium, from a flagpost that serves everything the
+//! library asks for: the official HTML snippet (its `array.js` from flagpost's
+//! `/static/`, filled from the pinned npm package), the npm package's module build
+//! (extensions lazy-loaded from `/static/`), and `array.full.js` with external
+//! dependency loading left on. The optional features (heatmaps, web vitals, dead clicks,
+//! exception autocapture, surveys) are switched on in the project's settings on the
+//! server, none in the pages: each test makes one of them happen and checks the event
+//! the server stored. A plain load of each way makes no failed request and logs no
+//! console error. `tests/sdk/browser/site.mjs` drives the browser.
+
+use std::path::Path;
+
+use serde_json::{json, Value};
+
+use super::super::*;
+use crate::util::*;
+
+/// The survey of `surveys/1.json`, in PostHog's public shape.
+const SURVEY_ID: &str = "01937bd2-7e3a-0000-b5d0-0c2a8f9d1e11";
+const QUESTION_ID: &str = "01937bd2-7e3a-0001-9a4c-5b7e2d3f4a22";
+/// The early access feature of `early_access/1.json` and its flag.
+const FEATURE_ID: &str = "01937bd2-7e3a-0002-8c1d-6e9f0a1b2c33";
+const FEATURE_FLAG: &str = "new-dashboard";
+/// What the test answers in the survey's text box.
+const ANSWER: &str = "flagpost answer";
+
+fn posthog_js_dist() -> std::path::PathBuf {
+    sdk_dir().join("node/node_modules/posthog-js/dist")
+}
+
+fn survey() -> Value {
+    json!({"surveys": [{
+        "id": SURVEY_ID,
+        "name": "What next",
+        "description": "",
+        "type": "popover",
+        "questions": [{"id": QUESTION_ID, "type": "open", "question": "What should we build next?",
+                       "description": "", "originalQuestionIndex": 0}],
+        "appearance": {"position": "right", "displayThankYouMessage": false,
+                       "surveyPopupDelaySeconds": 0},
+        "conditions": null,
+        "start_date": "2026-01-01T00:00:00Z",
+        "end_date": null,
+        "current_iteration": null,
+        "current_iteration_start_date": null,
+        "linked_flag_key": null,
+        "targeting_flag_key": null,
+        "schedule": "once",
+        "enable_partial_responses": false
+    }]})
+}
+
+fn early_access() -> Value {
+    json!({"earlyAccessFeatures": [{
+        "id": FEATURE_ID,
+        "name": "New dashboard",
+        "description": "The dashboard, rebuilt",
+        "stage": "beta",
+        "documentationUrl": "https://example.com/docs/new-dashboard",
+        "flagKey": FEATURE_FLAG,
+        "payload": {}
+    }]})
+}
+
+/// The early access feature's flag: off for everyone, on for a person enrolled in it.
+fn flags() -> Value {
+    json!({
+        "flags": [{"id": 1, "key": FEATURE_FLAG, "active": true,
+                   "filters": {"groups": [{"properties": [], "rollout_percentage": 0}],
+                               "feature_enrollment": true}}],
+        "group_type_mapping": {},
+        "cohorts": {}
+    })
+}
+
+/// Project one with every optional browser feature switched on.
+fn projects() -> Value {
+    json!({"projects": [{
+        "id": 1, "name": "one", "api_key": KEY_ONE, "personal_api_keys": [PERSONAL_ONE],
+        "heatmaps": true,
+        "exception_autocapture": true,
+        "web_vitals": true,
+        "dead_clicks": true,
+        "surveys": true
+    }]})
+}
+
+/// A flagpost whose project one has the features on, the survey and the early access
+/// feature, and posthog-js's `dist/` in its static directory; None (after saying why)
+/// when Chromium or the npm packages are not installed.
+fn start_site() -> Option<Server> {
+    let modules = sdk_dir().join("node/node_modules");
+    let deps = [
+        Path::new("/usr/bin/chromium"),
+        &modules.join("playwright-core"),
+        &modules.join("posthog-js"),
+    ];
+    if !installed("posthog-js site", &deps) {
+        return None;
+    }
+    let server = Server::start();
+    let data = server.data();
+    // What an operator does: copy the package's scripts into the static directory.
+    let static_dir = data.join("static");
+    std::fs::create_dir_all(&static_dir).unwrap();
+    for entry in std::fs::read_dir(posthog_js_dist()).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "js") {
+            std::fs::copy(&path, static_dir.join(path.file_name().unwrap())).unwrap();
+        }
+    }
+    for dir in ["surveys", "early_access"] {
+        std::fs::create_dir_all(data.join(dir)).unwrap();
+    }
+    write_atomically(&data.join("surveys/1.json"), survey().to_string());
+    write_atomically(
+        &data.join("early_access/1.json"),
+        early_access().to_string(),
+    );
+    write_atomically(&data.join("flags/1.json"), flags().to_string());
+    write_atomically(&data.join("projects.json"), projects().to_string());
+    server.sighup();
+    wait_for("the project's features and flags", || {
+        let config = server.get(&format!("/array/{KEY_ONE}/config")).json();
+        let on = config["heatmaps"] == true && config["surveys"] == true;
+        let body = json!({"token": KEY_ONE, "distinct_id": "x"}).to_string();
+        let flags = server.post("/flags/?v=2", body).json();
+        (on && flags["flags"].get(FEATURE_FLAG).is_some()).then_some(())
+    });
+    Some(server)
+}
+
+/// Runs a scenario of `site.mjs`; returns its result.
+fn visit(server: &Server, scenario: &str) -> Value {
+    let host = format!("http://{}", server.addr);
+    let summary = run(
+        Path::new("node"),
+        &["browser/site.mjs", &host, KEY_ONE, scenario],
+    );
+    assert_eq!(summary["sdk"], "posthog-js");
+    eprintln!(
+        "posthog-js {} in Chromium {}: {scenario}",
+        summary["version"], summary["chromium"]
+    );
+    summary["result"].clone()
+}
+
+/// Nothing failed, nothing was logged as an error, nothing was thrown.
+fn clean(what: &str, visit: &Value) {
+    assert_eq!(visit["failures"], json!([]), "{what}: failed requests");
+    assert_eq!(visit["console_errors"], json!([]), "{what}: console errors");
+    assert_eq!(
+        visit["page_errors"],
+        json!([]),
+        "{what}: uncaught exceptions"
+    );
+}
+
+/// "METHOD /path" of each request to the flagpost server, query left out (it carries
+/// timestamps), each once, sorted.
+fn asked(server: &Server, visit: &Value) -> Vec<String> {
+    let base = format!("http://{}", server.addr);
+    let mut out: Vec<String> = array(&visit["requests"])
+        .iter()
+        .filter(|r| r["url"].as_str().unwrap().starts_with(&base))
+        .map(|r| {
+            format!(
+                "{} {}",
+                r["method"].as_str().unwrap(),
+                r["path"].as_str().unwrap()
+            )
+        })
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// The stored event with the id posthog-js gave it.
+fn stored(server: &Server, sent: &Value) -> Value {
+    let id = sent["uuid"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no uuid: {sent}"));
+    let events = server.settle(1);
+    event(&events, &json!(id)).clone()
+}
+
+#[test]
+fn plain_loads_make_no_failed_request_and_no_console_error() {
+    let Some(server) = start_site() else { return };
+    let result = visit(&server, "plain");
+    let version = "1.449.2";
+    let config = format!("GET /array/{KEY_ONE}/config.js");
+    // Each way's extensions, as posthog-js 1.449.2 asks for them: the versioned path.
+    let lazy = |names: &[&str]| -> Vec<String> {
+        names
+            .iter()
+            .map(|n| format!("GET /static/{version}/{n}.js"))
+            .collect()
+    };
+    let extensions = [
+        "dead-clicks-autocapture",
+        "exception-autocapture",
+        "surveys",
+        "web-vitals-with-attribution",
+    ];
+    let mut snippet = vec!["GET /static/array.js".to_string()];
+    snippet.extend(lazy(&extensions));
+    let npm = lazy(&extensions);
+    let common = [
+        config.clone(),
+        "GET /api/surveys/".into(),
+        "POST /e/".into(),
+        "POST /flags/".into(),
+    ];
+    for (way, mut want) in [("snippet", snippet), ("npm", npm), ("full", vec![])] {
+        let visit = &result[way];
+        clean(way, visit);
+        want.extend(common.iter().cloned());
+        want.sort();
+        assert_eq!(
+            asked(&server, visit),
+            want,
+            "{way}: what it asked flagpost for"
+        );
+        let pageview = stored(&server, &visit["pageview"]);
+        assert_eq!(pageview["event"], "$pageview");
+        assert_eq!(
+            pageview["properties"]["$current_url"], visit["url"],
+            "{way}"
+        );
+    }
+}
+
+#[test]
+fn heatmaps_dead_clicks_and_web_vitals_arrive_as_events() {
+    let Some(server) = start_site() else { return };
+    let result = visit(&server, "autocapture");
+    clean("autocapture", &result);
+    let url = result["url"].as_str().unwrap();
+    let (x, y) = (&result["button"]["x"], &result["button"]["y"]);
+    let events = &result["events"];
+
+    let click = stored(&server, &events["$autocapture"]);
+    assert_eq!(click["properties"]["$event_type"], "click", "{click}");
+    assert_eq!(click["properties"]["$el_text"], "Does nothing", "{click}");
+
+    let dead = stored(&server, &events["$dead_click"]);
+    assert_eq!(dead["properties"]["$current_url"], url, "{dead}");
+    assert_eq!(dead["properties"]["$el_text"], "Does nothing", "{dead}");
+
+    // Heatmaps send their points, by page, every few seconds: the click is among them
+    // where the mouse clicked.
+    let heatmap = stored(&server, &events["$$heatmap"]);
+    let points = array(&heatmap["properties"]["$heatmap_data"][url]);
+    let at = json!({"x": x, "y": y, "target_fixed": false, "type": "click"});
+    assert!(points.contains(&at), "no {at} in {heatmap}");
+
+    let vitals = stored(&server, &events["$web_vitals"]);
+    let props = &vitals["properties"];
+    assert_eq!(props["$current_url"], url, "{vitals}");
+    assert_eq!(props["$web_vitals_FCP_event"]["name"], "FCP", "{vitals}");
+    let fcp = props["$web_vitals_FCP_value"].as_f64().unwrap();
+    assert!(fcp > 0.0 && fcp < 20_000.0, "{vitals}");
+}
+
+#[test]
+fn an_uncaught_error_arrives_as_an_exception_event() {
+    let Some(server) = start_site() else { return };
+    let result = visit(&server, "exception");
+    let message = "flagpost test: nobody catches this";
+    assert_eq!(result["failures"], json!([]));
+    assert_eq!(result["console_errors"], json!([]));
+    assert_eq!(result["page_errors"], json!([format!("Error: {message}")]));
+    let exception = stored(&server, &result["exception"]);
+    assert_eq!(exception["event"], "$exception");
+    let first = &exception["properties"]["$exception_list"][0];
+    assert_eq!(
+        (
+            &first["type"],
+            &first["value"],
+            &first["mechanism"]["handled"]
+        ),
+        (&json!("Error"), &json!(message), &json!(false)),
+        "{exception}"
+    );
+}
+
+#[test]
+fn the_survey_popover_is_answered_and_not_shown_again() {
+    let Some(server) = start_site() else { return };
+    let result = visit(&server, "survey");
+    clean("survey", &result);
+    clean("survey after reload", &result["reload"]);
+    let survey = &result["survey"];
+    assert_eq!(
+        (&survey["id"], &survey["type"]),
+        (&json!(SURVEY_ID), &json!("popover"))
+    );
+    let flag = survey["internal_targeting_flag_key"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no internal targeting flag: {survey}"));
+    assert_eq!(result["before"], json!({"visible": true}));
+
+    let shown = stored(&server, &result["shown"]);
+    assert_eq!(shown["event"], "survey shown");
+    assert_eq!(shown["properties"]["$survey_id"], SURVEY_ID);
+    let sent = stored(&server, &result["sent"]);
+    let props = &sent["properties"];
+    assert_eq!(sent["event"], "survey sent");
+    assert_eq!(props["$survey_id"], SURVEY_ID, "{sent}");
+    assert_eq!(
+        props[format!("$survey_response_{QUESTION_ID}")],
+        ANSWER,
+        "{sent}"
+    );
+    assert_eq!(props["$survey_completed"], true, "{sent}");
+    assert_eq!(
+        props["$set"][format!("$survey_responded/{SURVEY_ID}")],
+        true,
+        "{sent}"
+    );
+
+    // After the reload posthog-js no longer remembers showing it: the server's flag,
+    // evaluated with the person properties posthog-js sends, holds it back.
+    assert_eq!(result["flag_after_reload"], false);
+    assert_eq!(result["reload"]["flags"]["flags"][flag]["enabled"], false);
+    assert_eq!(result["rendered_after_reload"], 0);
+    assert_eq!(
+        result["after"],
+        json!({"visible": false, "disabledReason": "Survey internal targeting flag is not enabled and survey cannot activate repeatedly and survey is not in progress"})
+    );
+}
+
+#[test]
+fn early_access_features_are_listed_and_enrollment_flips_the_flag() {
+    let Some(server) = start_site() else { return };
+    let result = visit(&server, "early-access");
+    clean("early access", &result);
+    assert_eq!(result["features"], early_access()["earlyAccessFeatures"]);
+    assert_eq!(result["before"], false);
+    assert_eq!(result["flags_requests"], 1);
+    let after = &result["after"];
+    assert_eq!(
+        (&after["enabled"], &after["reason"]["code"]),
+        (&json!(true), &json!("super_condition_value")),
+        "{after}"
+    );
+    let enrollment = stored(&server, &result["enrollment"]);
+    assert_eq!(enrollment["event"], "$feature_enrollment_update");
+    let props = &enrollment["properties"];
+    assert_eq!(
+        (&props["$feature_flag"], &props["$feature_enrollment"]),
+        (&json!(FEATURE_FLAG), &json!(true)),
+        "{enrollment}"
+    );
+    assert_eq!(
+        props["$set"][format!("$feature_enrollment/{FEATURE_FLAG}")],
+        true,
+        "{enrollment}"
+    );
+}
