@@ -73,15 +73,17 @@ fn flags() -> Value {
     })
 }
 
-/// Project one with every optional browser feature switched on.
+/// Project one with every optional browser feature switched on, as PostHog's project
+/// settings would; surveys are on because the project has one.
 fn projects() -> Value {
     json!({"projects": [{
         "id": 1, "name": "one", "api_key": KEY_ONE, "personal_api_keys": [PERSONAL_ONE],
-        "heatmaps": true,
-        "exception_autocapture": true,
-        "web_vitals": true,
-        "dead_clicks": true,
-        "surveys": true
+        "remote_config": {
+            "heatmaps": true,
+            "autocapture_exceptions": true,
+            "web_vitals": true,
+            "capture_dead_clicks": true
+        }
     }]})
 }
 
