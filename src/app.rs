@@ -37,6 +37,8 @@ pub struct App {
     pub geoip: Arc<crate::geoip::Database>,
     pub budget: Budget,
     pub heavy_decodes: Arc<Semaphore>,
+    /// The definitions feed's bodies, rebuilt when a project's rules change.
+    pub feed: crate::http::definitions::Cache,
     /// Set at shutdown: readiness turns 503 so load balancers stop sending.
     draining: AtomicBool,
 }
@@ -66,6 +68,7 @@ impl App {
             geoip,
             budget,
             heavy_decodes: Arc::new(Semaphore::new(HEAVY_DECODES)),
+            feed: Default::default(),
             draining: AtomicBool::new(false),
         }
     }

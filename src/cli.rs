@@ -108,6 +108,9 @@ struct Serve {
     /// size of the write-ahead log's segment files in MiB [env FLAGPOST_LOG_SEGMENT_MB, default 16]
     #[argh(option)]
     log_segment_mb: Option<u64>,
+    /// posthog-js's dist/ files, served at /static/ [env FLAGPOST_STATIC_DIR, default <data dir>/static if present]
+    #[argh(option)]
+    static_dir: Option<PathBuf>,
 }
 
 impl Cli {
@@ -204,6 +207,7 @@ fn serve_config(args: Serve) -> Result<Config, String> {
         compactor.nice = nice.clamp(0, 19);
     }
     config.geoip = or_env(args.geoip, "FLAGPOST_GEOIP")?;
+    config.static_dir = or_env(args.static_dir, "FLAGPOST_STATIC_DIR")?;
     if let Some(mb) = or_env(args.min_free_disk_mb, "FLAGPOST_MIN_FREE_DISK_MB")? {
         config.min_free_disk_bytes = mb.saturating_mul(1024 * 1024);
     }

@@ -49,6 +49,9 @@ pub struct Config {
     pub cache_bytes: u64,
     /// The size of the write-ahead log's segment files.
     pub log_segment_bytes: u64,
+    /// posthog-js's `dist/` files served at `/static/`; `None` means
+    /// `<data dir>/static` if it exists.
+    pub static_dir: Option<PathBuf>,
 }
 
 /// Request limits; see the constants for why each default is what it is.
@@ -89,6 +92,7 @@ impl Config {
             min_free_disk_bytes: crate::store::space::DEFAULT_RESERVE_BYTES,
             cache_bytes: DEFAULT_CACHE_BYTES,
             log_segment_bytes: crate::store::log::SEGMENT_BYTES,
+            static_dir: None,
         }
     }
 
@@ -101,6 +105,15 @@ impl Config {
         match &self.geoip {
             Some(path) => (path.clone(), true),
             None => (self.data_dir.join("GeoLite2-City.mmdb"), false),
+        }
+    }
+
+    /// The static assets directory and whether the operator named it (then it must
+    /// exist at start).
+    pub fn static_dir(&self) -> (PathBuf, bool) {
+        match &self.static_dir {
+            Some(path) => (path.clone(), true),
+            None => (self.data_dir.join("static"), false),
         }
     }
 

@@ -19,6 +19,7 @@
 pub mod admin;
 pub mod app;
 pub mod capture;
+pub mod client_config;
 pub mod config;
 pub mod flags;
 pub mod geoip;
@@ -86,6 +87,7 @@ pub async fn serve(
     let projects = projects::Projects::load(&config.projects_file()).map_err(Error::Projects)?;
     let projects = Arc::new(arc_swap::ArcSwap::from_pointee(projects));
     let geoip = Arc::new(open_geoip(&config).await?);
+    check_static_dir(&config)?;
     let metrics = metrics::Metrics::new();
     let flushes = metrics.wal_flush_seconds.clone();
     let on_flush: store::wal::FlushObserver = Box::new(move |d| flushes.observe(d.as_secs_f64()));
@@ -183,6 +185,21 @@ async fn open_geoip(config: &Config) -> Result<geoip::Database, Error> {
         .map_err(Error::GeoIp)?;
     tracing::info!(file = ?db.path(), "GeoIP is on");
     Ok(db)
+}
+
+/// A static directory the operator named must exist; the default one is optional
+/// (without it `/static/` answers 404 and the first such request logs a hint).
+fn check_static_dir(config: &Config) -> Result<(), Error> {
+    let (dir, named) = config.static_dir();
+    if dir.is_dir() {
+        tracing::info!(dir = %dir.display(), "serving posthog-js's files at /static/");
+    } else if named {
+        return Err(Error::Io(std::io::Error::other(format!(
+            "--static-dir {} is not a directory",
+            dir.display()
+        ))));
+    }
+    Ok(())
 }
 
 /// How often free disk space is measured.

@@ -25,6 +25,10 @@ pub struct Project {
     /// Drop `$ip` from stored events once it has been used for enrichment.
     #[serde(default)]
     pub anonymize_ips: bool,
+    /// What the project's browser clients are told to turn on (heatmaps, exception
+    /// autocapture, web vitals, ...); everything off by default.
+    #[serde(default)]
+    pub remote_config: crate::client_config::Switches,
 }
 
 #[derive(Deserialize)]

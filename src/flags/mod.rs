@@ -10,8 +10,8 @@
 //! - `evaluate` ([`ProjectRules::evaluate`], [`ProjectRules::outcomes`]), with `hash`,
 //!   `property`, `date` and `semver`: computes every flag for one [`Context`] into
 //!   `outcome`'s [`Outcomes`].
-//! - `response` ([`response`], [`remote_config`]): the response body for each protocol
-//!   version, and the remote config posthog-js reads at start.
+//! - `response` ([`response`], [`Tail`]): the response body for each protocol
+//!   version.
 
 mod cohort;
 mod compile;
@@ -37,5 +37,7 @@ pub use compile::ProjectRules;
 pub use error::{CompileError, ErrorKind};
 pub use load::{ReloadReport, Rules, Snapshot};
 pub use outcome::Outcomes;
-pub use response::{remote_config, response, response_bytes};
+pub use response::{
+    response, response_bytes, response_bytes_with, response_with, Tail, COMMON_FIELDS,
+};
 pub use result::{Context, Evaluation, FailureCause, FlagFailure, FlagResult, Reason, ReasonCode};

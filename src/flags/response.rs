@@ -1,6 +1,6 @@
 //! The `/decide` (v1 to v4) and `/flags` response bodies. Each client version parses its own
-//! shape, so the flags part differs per version while the common fields (remote config the
-//! clients expect to find, all switched off) are the same everywhere.
+//! shape, so the flags part differs per version while the common fields (the project's
+//! client config, handed in by the caller in a [`Tail`]) are the same everywhere.
 
 use serde::Serialize;
 use serde_json::{json, Map, Value};
@@ -11,14 +11,39 @@ use super::result::{
     matched_condition_set, Evaluation, FlagResult, ReasonCode, MATCHED_CONDITION_PREFIX,
 };
 
-/// Compression schemes the capture endpoints accept, advertised so clients compress.
-const SUPPORTED_COMPRESSION: [&str; 3] = ["gzip", "gzip-js", "lz64"];
-
 /// The response body for `/decide?v=<version>`; `/flags` uses version 4. Version 0 (no
 /// `v`) reads as 1 and versions above 4 as 4, the newest shape.
 ///
-/// `quotaLimited` is not written: add it to the returned object when a quota applies.
+/// The tail is the default one: no `evaluatedAt`, no `quotaLimited`, every client
+/// feature off; the server passes its own to [`response_bytes_with`].
 pub fn response(version: u8, eval: &Evaluation, request_id: Uuid) -> Value {
+    response_with(version, eval, request_id, &Tail::default())
+}
+
+/// What a body carries besides its flags, decided by the caller: when it was
+/// evaluated, whether `/flags` says `quotaLimited`, and the client config members.
+#[derive(Debug, Clone, Copy)]
+pub struct Tail<'a> {
+    /// `evaluatedAt`, milliseconds since the epoch; `None` leaves it out.
+    pub evaluated_at: Option<i64>,
+    /// Write `quotaLimited: []` into v4 bodies (nothing here is ever quota limited).
+    pub quota_limited: bool,
+    /// The members every version ends with, as JSON text without the braces.
+    pub common: &'a str,
+}
+
+impl Default for Tail<'_> {
+    fn default() -> Self {
+        Tail {
+            evaluated_at: None,
+            quota_limited: false,
+            common: COMMON_FIELDS,
+        }
+    }
+}
+
+/// [`response`] with the caller's [`Tail`].
+pub fn response_with(version: u8, eval: &Evaluation, request_id: Uuid, tail: &Tail) -> Value {
     let mut body = Map::new();
     match version {
         0 | 1 => {
@@ -53,7 +78,15 @@ pub fn response(version: u8, eval: &Evaluation, request_id: Uuid) -> Value {
             body.insert("requestId".into(), Value::String(request_id.to_string()));
         }
     }
-    insert_common(&mut body);
+    if let Some(at) = tail.evaluated_at {
+        body.insert("evaluatedAt".into(), Value::from(at));
+    }
+    if tail.quota_limited && version >= 4 {
+        body.insert("quotaLimited".into(), Value::Array(Vec::new()));
+    }
+    if let Ok(Value::Object(common)) = serde_json::from_str(&format!("{{{}}}", tail.common)) {
+        body.extend(common);
+    }
     Value::Object(body)
 }
 
@@ -86,58 +119,32 @@ fn details(eval: &Evaluation) -> Map<String, Value> {
         .collect()
 }
 
-fn insert_common(body: &mut Map<String, Value>) {
-    let decide_only = json!({
-        "config": {"enable_collect_everything": true},
-        "toolbarParams": {},
-        "isAuthenticated": false,
-    });
-    if let Value::Object(fields) = decide_only {
-        body.extend(fields);
-    }
-    body.extend(client_config());
-}
-
-/// What `/decide` and remote config both tell a client: how to compress, and that
-/// every optional feature (recording, surveys, heatmaps, site apps) is off.
-fn client_config() -> Map<String, Value> {
-    let config = json!({
-        "supportedCompression": SUPPORTED_COMPRESSION,
-        "sessionRecording": false,
-        "capturePerformance": false,
-        "autocapture_opt_out": false,
-        "surveys": false,
-        "heatmaps": false,
-        "siteApps": [],
-    });
-    match config {
-        Value::Object(fields) => fields,
-        _ => Map::new(),
-    }
-}
-
-/// posthog-js's remote config (`/array/<token>/config`) for a project. posthog-js
-/// (1.449 checked) takes its compression from here, not from `/flags`, and sends
-/// everything uncompressed when this fails.
-pub fn remote_config(token: &str) -> Value {
-    let mut body = client_config();
-    body.insert("token".into(), Value::String(token.into()));
-    // Rules reload at any time without the client knowing: always let it ask /flags.
-    body.insert("hasFeatureFlags".into(), Value::Bool(true));
-    Value::Object(body)
-}
-
 /// The same body as [`response`], written straight to JSON bytes without building a
 /// value tree first: on the decide hot path that tree cost as much as evaluation.
 pub fn response_bytes(version: u8, eval: &Evaluation, request_id: Uuid) -> Vec<u8> {
-    write(version, eval.flags.iter(), eval.errors, request_id)
+    response_bytes_with(version, eval, request_id, &Tail::default())
+}
+
+/// [`response_bytes`] with the caller's [`Tail`].
+pub fn response_bytes_with(
+    version: u8,
+    eval: &Evaluation,
+    request_id: Uuid,
+    tail: &Tail,
+) -> Vec<u8> {
+    write(version, eval.flags.iter(), eval.errors, request_id, tail)
 }
 
 impl Outcomes<'_> {
     /// The body of [`response_bytes`] for these outcomes, copying the keys, variants and
     /// payloads as JSON text prepared when the rules were compiled.
     pub fn response_bytes(&self, version: u8, request_id: Uuid) -> Vec<u8> {
-        write(version, self.computed(), self.errors(), request_id)
+        self.response_bytes_with(version, request_id, &Tail::default())
+    }
+
+    /// [`Outcomes::response_bytes`] with the caller's [`Tail`].
+    pub fn response_bytes_with(&self, version: u8, request_id: Uuid, tail: &Tail) -> Vec<u8> {
+        write(version, self.computed(), self.errors(), request_id, tail)
     }
 }
 
@@ -147,9 +154,9 @@ const FIXED_BYTES: usize = 320;
 const BYTES_PER_FLAG: usize = 48;
 const BYTES_PER_FLAG_V4: usize = 320;
 
-/// What every version ends with: remote config the clients expect, all switched off.
-/// The same fields, in the same order, as `insert_common` gives the value tree.
-const COMMON_FIELDS: &str = concat!(
+/// What every version ends with unless the caller's [`Tail`] says otherwise: remote
+/// config the clients expect, all switched off.
+pub const COMMON_FIELDS: &str = concat!(
     r#""config":{"enable_collect_everything":true},"toolbarParams":{},"#,
     r#""isAuthenticated":false,"supportedCompression":["gzip","gzip-js","lz64"],"#,
     r#""sessionRecording":false,"capturePerformance":false,"autocapture_opt_out":false,"#,
@@ -271,13 +278,15 @@ fn write<F: Written>(
     flags: impl Iterator<Item = F> + Clone,
     errors: bool,
     request_id: Uuid,
+    tail: &Tail,
 ) -> Vec<u8> {
     let per_flag = if version >= 4 {
         BYTES_PER_FLAG_V4
     } else {
         BYTES_PER_FLAG
     };
-    let mut out = Vec::with_capacity(FIXED_BYTES + per_flag * flags.clone().count());
+    let mut out =
+        Vec::with_capacity(FIXED_BYTES + tail.common.len() + per_flag * flags.clone().count());
     out.push(b'{');
     let enabled = flags.clone().filter(Written::enabled);
     match version {
@@ -314,8 +323,15 @@ fn write<F: Written>(
             out.push(b'"');
         }
     }
+    if let Some(at) = tail.evaluated_at {
+        out.extend_from_slice(br#","evaluatedAt":"#);
+        json(&mut out, &at);
+    }
+    if tail.quota_limited && version >= 4 {
+        out.extend_from_slice(br#","quotaLimited":[]"#);
+    }
     out.push(b',');
-    out.extend_from_slice(COMMON_FIELDS.as_bytes());
+    out.extend_from_slice(tail.common.as_bytes());
     out.push(b'}');
     out
 }

@@ -1,7 +1,7 @@
 //! Feature flags for clients: `/decide` (versions 1-4) and `/flags` (the v4 shape),
 //! evaluated from the published rules snapshot with the person's and groups' stored
-//! properties, plus the definitions feed for SDKs that evaluate locally and the
-//! remote config posthog-js reads at start.
+//! properties. Every answer ends with the project's client config
+//! (`remote_config::decide_tail`).
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -177,7 +177,7 @@ pub async fn handle(
     ))
 }
 
-fn project_of(app: &App, key: &str) -> Result<Arc<Project>, ApiError> {
+pub fn project_of(app: &App, key: &str) -> Result<Arc<Project>, ApiError> {
     if !key_shape_is_valid(key) {
         return Err(Error::InvalidKey.into());
     }
@@ -221,8 +221,15 @@ fn evaluate(
     } else {
         uuid::Uuid::nil()
     };
+    let common = super::remote_config::decide_tail(app, project);
+    let tail = flags::Tail {
+        evaluated_at: Some(now_ms()),
+        quota_limited: true,
+        common: &common,
+    };
     let Some(rules) = rules.filter(|_| !req.disable_flags) else {
-        return flags::response_bytes(version, &flags::Evaluation::default(), request_id);
+        let none = flags::Evaluation::default();
+        return flags::response_bytes_with(version, &none, request_id, &tail);
     };
     // One lookup serves both the stored properties and the continuity hash key.
     let needs_person = rules.needs_person_properties();
@@ -272,7 +279,14 @@ fn evaluate(
     if outcomes.errors() {
         app.metrics.decide_errors.inc();
     }
-    outcomes.response_bytes(version, request_id)
+    outcomes.response_bytes_with(version, request_id, &tail)
+}
+
+/// `evaluatedAt`: milliseconds since the epoch, as PostHog's flags service writes it.
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 /// The layers merged key by key, later ones winning. The first non-empty layer is
@@ -322,69 +336,6 @@ fn group_properties(
         out.insert(kind.clone(), Some(layered([stored, overrides])));
     }
     out
-}
-
-/// `/api/feature_flag/local_evaluation/` and `/flags/definitions`: the project's
-/// definitions for SDKs evaluating locally. The project key names the project; a
-/// personal key of that same project authorises the read.
-pub fn definitions(
-    app: &App,
-    headers: &HeaderMap,
-    query: Option<&str>,
-) -> Result<Response<Body>, ApiError> {
-    let mut token = None;
-    let mut send_cohorts = false;
-    for (k, v) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
-        match &*k {
-            "token" | "api_key" => token = Some(v.into_owned()),
-            "send_cohorts" => send_cohorts = v != "false" && v != "0",
-            _ => {}
-        }
-    }
-    let personal = super::api::personal_key(headers)?;
-    let projects = app.projects.load();
-    let owner = projects
-        .by_personal_key(personal)
-        .ok_or(ApiError::NotAuthenticated)?;
-    let project = match token {
-        Some(t) => projects.by_api_key(&t).ok_or(Error::InvalidKey)?.clone(),
-        // Older SDKs send only the personal key; it names one project.
-        None => owner.clone(),
-    };
-    if project.id != owner.id {
-        return Err(ApiError::Forbidden);
-    }
-    let snapshot = app.rules.current();
-    let mut body = match i64::try_from(project.id)
-        .ok()
-        .and_then(|id| snapshot.project(id))
-    {
-        Some(rules) => rules.definitions_json().clone(),
-        None => serde_json::json!({"flags": [], "group_type_mapping": {}, "cohorts": {}}),
-    };
-    if !send_cohorts {
-        if let Some(obj) = body.as_object_mut() {
-            obj.insert("cohorts".into(), Value::Object(Map::new()));
-        }
-    }
-    Ok(response::json(StatusCode::OK, &body))
-}
-
-/// The project key of a remote config path, `/array/<key>/config`.
-pub fn remote_config_token(path: &str) -> Option<&str> {
-    let token = path.strip_prefix("/array/")?.strip_suffix("/config")?;
-    (!token.is_empty() && !token.contains('/')).then_some(token)
-}
-
-/// `/array/<project key>/config`: what posthog-js reads before anything else (which
-/// compression to use, which features are on). Public, like the key in it.
-pub fn remote_config(app: &App, path: &str) -> Result<Response<Body>, ApiError> {
-    let token = remote_config_token(path).ok_or(ApiError::NotFound)?;
-    let project = project_of(app, token)?;
-    Ok(response::json(
-        StatusCode::OK,
-        &flags::remote_config(&project.api_key),
-    ))
 }
 
 #[cfg(test)]

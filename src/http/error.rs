@@ -37,6 +37,10 @@ pub enum ApiError {
     Storage,
     /// A request's work failed unexpectedly (a background task did not finish).
     Internal,
+    /// A PostHog feature whose data flagpost does not keep (`http::not_kept`).
+    NotKept(&'static str),
+    /// A flag asked for as remote config that is not marked `is_remote_configuration`.
+    NotRemoteConfig,
 }
 
 impl From<capture::Error> for ApiError {
@@ -185,6 +189,22 @@ impl ApiError {
                 SERVER,
                 "internal_error",
                 "the request could not be processed; try again".into(),
+            ),
+            ApiError::NotKept(feature) => (
+                StatusCode::NOT_FOUND,
+                VALIDATION,
+                "not_kept",
+                format!(
+                    "flagpost does not keep {feature}; its remote config tells clients it is off"
+                ),
+            ),
+            ApiError::NotRemoteConfig => (
+                StatusCode::NOT_FOUND,
+                VALIDATION,
+                "not_found",
+                "this flag is not a remote config flag: set \"is_remote_configuration\": true \
+                 on it to serve its payload here"
+                    .into(),
             ),
             ApiError::NotFound => (
                 StatusCode::NOT_FOUND,

@@ -2,12 +2,17 @@
 //! the one mapping from errors to statuses (`error`).
 
 pub mod api;
+pub mod assets;
 pub mod body;
 pub mod capture;
 pub mod decide;
 pub mod decode;
+pub mod definitions;
+pub mod dependency_chain;
 pub mod error;
 pub mod lz64;
+pub mod not_kept;
+pub mod remote_config;
 pub mod response;
 pub mod router;
 pub mod server;

@@ -24,8 +24,14 @@ pub enum Route {
     },
     /// `/api/feature_flag/local_evaluation/` and `/flags/definitions`.
     Definitions,
-    /// `/array/<project key>/config`: posthog-js's remote config.
+    /// `/array/<project key>/config`, `config.js`, `array.js`: posthog-js's start-up.
     RemoteConfig,
+    /// `/static/...`: posthog-js's own files.
+    Static,
+    /// `/api/projects/<project>/feature_flags/<key>/remote_config`.
+    FlagPayload,
+    /// Paths of features flagpost does not keep, each with a deliberate answer.
+    NotKept(super::not_kept::Path),
     Liveness,
     Readiness,
     Metrics,
@@ -37,7 +43,10 @@ impl Route {
     pub fn of(path: &str) -> Route {
         let trimmed = path.strip_suffix('/').unwrap_or(path);
         match trimmed {
-            "/e" | "/i/v0/e" | "/capture" | "/track" | "/batch" => Route::Capture { engage: false },
+            // posthog-node sends `$ai_*` events to their own path, in the `/batch/` shape.
+            "/e" | "/i/v0/e" | "/capture" | "/track" | "/batch" | "/i/v0/ai/batch" => {
+                Route::Capture { engage: false }
+            }
             "/engage" => Route::Capture { engage: true },
             "/decide" => Route::Decide { flags: false },
             "/flags" => Route::Decide { flags: true },
@@ -45,10 +54,13 @@ impl Route {
             "/_liveness" => Route::Liveness,
             "/_readiness" => Route::Readiness,
             "/metrics" => Route::Metrics,
-            _ if super::decide::remote_config_token(path).is_some() => Route::RemoteConfig,
-            _ => match super::api::parse_path(path) {
-                Some((project, resource)) => Route::Api(project, resource),
-                None => Route::NotFound,
+            _ if path.starts_with("/static/") => Route::Static,
+            _ if super::remote_config::parse_path(path).is_some() => Route::RemoteConfig,
+            _ if super::definitions::payload_path(path).is_some() => Route::FlagPayload,
+            _ => match (super::api::parse_path(path), super::not_kept::of(path)) {
+                (Some((project, resource)), _) => Route::Api(project, resource),
+                (None, Some(p)) => Route::NotKept(p),
+                (None, None) => Route::NotFound,
             },
         }
     }
@@ -62,6 +74,9 @@ impl Route {
             Route::Decide { flags: true } => "flags",
             Route::Definitions => "flag_definitions",
             Route::RemoteConfig => "remote_config",
+            Route::Static => "static",
+            Route::FlagPayload => "flag_payload",
+            Route::NotKept(p) => p.label(),
             Route::Liveness => "liveness",
             Route::Readiness => "readiness",
             Route::Metrics => "metrics",
@@ -72,11 +87,18 @@ impl Route {
         }
     }
 
-    /// Browsers call these from other origins.
+    /// Browsers call these from other origins, so every answer on them, errors
+    /// included, carries CORS headers (else a browser sees status 0). Unknown paths
+    /// too, so a page can read the 404. Not the endpoints of personal keys.
     fn is_cors(self) -> bool {
         matches!(
             self,
-            Route::Capture { .. } | Route::Decide { .. } | Route::RemoteConfig
+            Route::Capture { .. }
+                | Route::Decide { .. }
+                | Route::RemoteConfig
+                | Route::Static
+                | Route::NotKept(_)
+                | Route::NotFound
         )
     }
 }
@@ -128,14 +150,30 @@ async fn dispatch(
             if method != Method::GET {
                 return Err(ApiError::MethodNotAllowed);
             }
-            super::decide::definitions(app, req.headers(), req.uri().query())
+            super::definitions::feed(app, req.headers(), req.uri().query())
         }
-        Route::RemoteConfig => {
+        Route::FlagPayload => {
             if method != Method::GET {
                 return Err(ApiError::MethodNotAllowed);
             }
-            super::decide::remote_config(app, req.uri().path())
+            let uri = req.uri();
+            super::definitions::payload(app, req.headers(), uri.path(), uri.query())
         }
+        Route::RemoteConfig => {
+            if method != Method::GET && method != Method::HEAD {
+                return Err(ApiError::MethodNotAllowed);
+            }
+            super::remote_config::handle(app, req.uri().path()).await
+        }
+        Route::Static => {
+            if method != Method::GET && method != Method::HEAD {
+                return Err(ApiError::MethodNotAllowed);
+            }
+            let (dir, named) = app.config.static_dir();
+            let rest = req.uri().path().trim_start_matches("/static/");
+            super::assets::serve(&dir, named, rest, req.headers()).await
+        }
+        Route::NotKept(p) => super::not_kept::handle(app, p, req.uri().query()),
         Route::Liveness => Ok(response::text(StatusCode::OK, "ok")),
         Route::Readiness => {
             // After a failed write, the probe that asks is what finds the disk working
@@ -204,7 +242,18 @@ mod tests {
             Route::Definitions
         );
         assert_eq!(Route::of("/array/phc_key/config"), Route::RemoteConfig);
-        assert_eq!(Route::of("/array/phc_key/config.js"), Route::NotFound);
+        assert_eq!(Route::of("/array/phc_key/config.js"), Route::RemoteConfig);
+        assert_eq!(Route::of("/array/phc_key/array.js"), Route::RemoteConfig);
+        assert_eq!(Route::of("/array/phc_key/other.js"), Route::NotFound);
+        assert_eq!(Route::of("/static/array.js"), Route::Static);
+        assert_eq!(
+            Route::of("/i/v0/ai/batch/"),
+            Route::Capture { engage: false }
+        );
+        assert_eq!(
+            Route::of("/api/projects/@current/feature_flags/k/remote_config"),
+            Route::FlagPayload
+        );
         assert_eq!(Route::of("/array//config"), Route::NotFound);
         assert_eq!(Route::of("/array/a/b/config"), Route::NotFound);
     }

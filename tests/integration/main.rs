@@ -7,6 +7,7 @@ mod crash;
 mod decide;
 mod fuzz_regressions;
 mod geoip;
+mod host;
 mod hostile;
 mod ops;
 mod read_api;

@@ -463,3 +463,11 @@ impl Server {
             .collect()
     }
 }
+
+impl Server {
+    /// Keep a data dir alive as long as the server (for servers started with `spawn`
+    /// on a dir the test prepared).
+    pub fn keep(&mut self, tmp: tempfile::TempDir) {
+        self._tmp = Some(tmp);
+    }
+}

@@ -1,0 +1,225 @@
+//! The flag endpoints for server-side SDKs, read with a personal API key of the
+//! project: the definitions feed they evaluate locally from
+//! (`/api/feature_flag/local_evaluation/`, `/flags/definitions`) and a remote config
+//! flag's payload (`/api/projects/@current/feature_flags/<key>/remote_config`).
+//!
+//! The feed is served as PostHog serves it: flag filters that name another flag get
+//! that flag's key and a `dependency_chain` (see [`super::dependency_chain`]), remote
+//! config flags are left out, and an ETag lets a poller's `If-None-Match` get a 304
+//! instead of the whole feed again. Each project's body is built once per published
+//! rules and kept until the rules change.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use hyper::header::{HeaderValue, ETAG};
+use hyper::{HeaderMap, Response, StatusCode};
+use serde_json::{Map, Value};
+use sha1::{Digest, Sha1};
+
+use super::decide::Error as DecideError;
+use super::error::ApiError;
+use super::response::{self, Body};
+use crate::app::App;
+use crate::flags::ProjectRules;
+use crate::projects::Project;
+
+/// Feed bodies by project and `send_cohorts`, with the rules they were built from.
+#[derive(Default)]
+pub struct Cache(Mutex<HashMap<(u64, bool), Built>>);
+
+#[derive(Clone)]
+struct Built {
+    rules: Option<Arc<ProjectRules>>,
+    body: bytes::Bytes,
+    etag: Arc<str>,
+}
+
+/// The project a personal key may read flags of: its own, which `token` (the project
+/// key, when sent) must name too.
+fn project(app: &App, headers: &HeaderMap, token: Option<&str>) -> Result<Arc<Project>, ApiError> {
+    let personal = super::api::personal_key(headers)?;
+    let projects = app.projects.load();
+    let owner = projects
+        .by_personal_key(personal)
+        .ok_or(ApiError::NotAuthenticated)?;
+    if let Some(t) = token {
+        let named = projects.by_api_key(t).ok_or(DecideError::InvalidKey)?;
+        if named.id != owner.id {
+            return Err(ApiError::Forbidden);
+        }
+    }
+    Ok(owner.clone())
+}
+
+fn query_pairs(query: Option<&str>) -> (Option<String>, bool) {
+    let mut token = None;
+    let mut send_cohorts = false;
+    for (k, v) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
+        match &*k {
+            "token" | "api_key" => token = Some(v.into_owned()),
+            "send_cohorts" => send_cohorts = v != "false" && v != "0",
+            _ => {}
+        }
+    }
+    (token, send_cohorts)
+}
+
+fn rules_of(app: &App, project: &Project) -> Option<Arc<ProjectRules>> {
+    let snapshot = app.rules.current();
+    i64::try_from(project.id)
+        .ok()
+        .and_then(|id| snapshot.project(id).cloned())
+}
+
+/// `/api/feature_flag/local_evaluation/` and `/flags/definitions`.
+pub fn feed(
+    app: &App,
+    headers: &HeaderMap,
+    query: Option<&str>,
+) -> Result<Response<Body>, ApiError> {
+    let (token, send_cohorts) = query_pairs(query);
+    let project = project(app, headers, token.as_deref())?;
+    let rules = rules_of(app, &project);
+    let key = (project.id, send_cohorts);
+    let cached = app.feed.0.lock().ok().and_then(|c| c.get(&key).cloned());
+    let built = match cached {
+        Some(b) if same(&b.rules, &rules) => b,
+        _ => {
+            let b = build(rules, send_cohorts);
+            if let Ok(mut c) = app.feed.0.lock() {
+                c.insert(key, b.clone());
+            }
+            b
+        }
+    };
+    let mut r = if super::assets::none_match(headers, &built.etag) == Some(true) {
+        response::empty(StatusCode::NOT_MODIFIED)
+    } else {
+        response::with_type(StatusCode::OK, "application/json", built.body.clone())
+    };
+    if let Ok(v) = HeaderValue::from_str(&built.etag) {
+        r.headers_mut().insert(ETAG, v);
+    }
+    Ok(r)
+}
+
+fn same(a: &Option<Arc<ProjectRules>>, b: &Option<Arc<ProjectRules>>) -> bool {
+    match (a, b) {
+        (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+        (None, None) => true,
+        _ => false,
+    }
+}
+
+fn build(rules: Option<Arc<ProjectRules>>, send_cohorts: bool) -> Built {
+    let mut body = match &rules {
+        Some(r) => r.definitions_json().clone(),
+        None => serde_json::json!({"flags": [], "group_type_mapping": {}, "cohorts": {}}),
+    };
+    if let Some(obj) = body.as_object_mut() {
+        if let Some(Value::Array(flags)) = obj.get_mut("flags") {
+            flags.retain(|f| f.get("is_remote_configuration") != Some(&Value::Bool(true)));
+            super::dependency_chain::add(flags);
+        }
+        if !send_cohorts {
+            obj.insert("cohorts".into(), Value::Object(Map::new()));
+        }
+    }
+    let body = serde_json::to_vec(&body).unwrap_or_default();
+    let digest = Sha1::digest(&body);
+    let hex: String = digest[..10].iter().map(|b| format!("{b:02x}")).collect();
+    Built {
+        rules,
+        body: body.into(),
+        etag: format!("\"{hex}\"").into(),
+    }
+}
+
+/// `/api/projects/<@current | id>/feature_flags/<key or id>/remote_config`: the flag
+/// key or id, and the project in the path (`None` for `@current`).
+pub fn payload_path(path: &str) -> Option<(Option<u64>, &str)> {
+    let rest = path.strip_prefix("/api/projects/")?;
+    let rest = rest.strip_suffix('/').unwrap_or(rest);
+    let (project, rest) = rest.split_once('/')?;
+    let flag = rest
+        .strip_prefix("feature_flags/")?
+        .strip_suffix("/remote_config")?;
+    if flag.is_empty() || flag.contains('/') {
+        return None;
+    }
+    let project = match project {
+        "@current" => None,
+        id => Some(id.parse().ok()?),
+    };
+    Some((project, flag))
+}
+
+/// A remote config flag's payload, as PostHog answers it: the JSON of
+/// `payloads["true"]`, or `null` when it has none.
+pub fn payload(
+    app: &App,
+    headers: &HeaderMap,
+    path: &str,
+    query: Option<&str>,
+) -> Result<Response<Body>, ApiError> {
+    let (in_path, flag) = payload_path(path).ok_or(ApiError::NotFound)?;
+    let (token, _) = query_pairs(query);
+    let project = project(app, headers, token.as_deref())?;
+    if in_path.is_some_and(|id| id != project.id) {
+        return Err(ApiError::Forbidden);
+    }
+    let rules = rules_of(app, &project).ok_or(ApiError::Missing("feature flag"))?;
+    let flags = rules.definitions_json()["flags"].as_array();
+    // PostHog reads a number as the flag's id, anything else as its key.
+    let by_id = flag.parse::<i64>().ok();
+    let found = flags
+        .into_iter()
+        .flatten()
+        .find(|f| match by_id {
+            Some(id) => f["id"].as_i64() == Some(id),
+            None => f["key"].as_str() == Some(flag),
+        })
+        .filter(|f| f["deleted"] != Value::Bool(true))
+        .ok_or(ApiError::Missing("feature flag"))?;
+    if found["is_remote_configuration"] != Value::Bool(true) {
+        return Err(ApiError::NotRemoteConfig);
+    }
+    let value = match &found["filters"]["payloads"]["true"] {
+        Value::Null => Value::Null,
+        // PostHog answers `payloads.get("true") or None`: an empty payload is null.
+        Value::String(s) if s.is_empty() => Value::Null,
+        v => v.clone(),
+    };
+    Ok(response::json(StatusCode::OK, &value))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn payload_paths() {
+        assert_eq!(
+            payload_path("/api/projects/@current/feature_flags/my-flag/remote_config"),
+            Some((None, "my-flag"))
+        );
+        assert_eq!(
+            payload_path("/api/projects/7/feature_flags/12/remote_config/"),
+            Some((Some(7), "12"))
+        );
+        assert_eq!(
+            payload_path("/api/projects/x/feature_flags/a/remote_config"),
+            None
+        );
+        assert_eq!(
+            payload_path("/api/projects/@current/feature_flags//remote_config"),
+            None
+        );
+        assert_eq!(
+            payload_path("/api/projects/@current/feature_flags/a/b/remote_config"),
+            None
+        );
+        assert_eq!(payload_path("/api/projects/1/events/"), None);
+    }
+}

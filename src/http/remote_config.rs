@@ -1,0 +1,118 @@
+//! posthog-js's start-up files under `/array/<project key>/`: `config` (JSON),
+//! `config.js` (the script PostHog answers, which the library loads first) and
+//! `array.js` (the snippet's library with that script appended, PostHog's per-token
+//! bundle). Public, like the key in the path. The fields come from
+//! [`crate::client_config`]; what the server knows about a project besides its
+//! switches is gathered in [`facts`], the one place to feed new facts from.
+
+use hyper::header::{HeaderValue, CACHE_CONTROL};
+use hyper::{HeaderMap, Response, StatusCode};
+
+use super::error::ApiError;
+use super::response::{self, Body};
+use crate::app::App;
+use crate::client_config::{self, Facts};
+use crate::projects::Project;
+
+/// Switches change on SIGHUP: browsers pick a change up within a minute, while a
+/// page's repeated loads within it come from their cache.
+const CACHE_CONTROL_CONFIG: &str = "public, max-age=60";
+const JAVASCRIPT: &str = "application/javascript; charset=utf-8";
+
+/// Which file under `/array/<key>/`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum File {
+    Config,
+    ConfigJs,
+    ArrayJs,
+}
+
+/// The project key and file of an `/array/<key>/<file>` path.
+pub fn parse_path(path: &str) -> Option<(&str, File)> {
+    let rest = path.strip_prefix("/array/")?;
+    let (token, name) = rest.split_once('/')?;
+    let file = match name {
+        "config" => File::Config,
+        "config.js" => File::ConfigJs,
+        "array.js" => File::ArrayJs,
+        _ => return None,
+    };
+    (!token.is_empty()).then_some((token, file))
+}
+
+/// Everything the server knows about a project that its client config reflects,
+/// besides the switches of `projects.json`.
+pub fn facts(_app: &App, _project: &Project) -> Facts {
+    // Surveys are served by their own module; until it says a project has an active
+    // survey, clients are told there is none.
+    Facts { surveys: false }
+}
+
+/// The `/decide` and `/flags` members for a project: its client config.
+pub fn decide_tail(app: &App, project: &Project) -> String {
+    client_config::decide_tail(&project.remote_config, facts(app, project))
+}
+
+pub async fn handle(app: &App, path: &str) -> Result<Response<Body>, ApiError> {
+    let (token, file) = parse_path(path).ok_or(ApiError::NotFound)?;
+    let project = super::decide::project_of(app, token)?;
+    let (switches, facts) = (&project.remote_config, facts(app, &project));
+    let mut r = match file {
+        File::Config => response::with_type(
+            StatusCode::OK,
+            "application/json",
+            client_config::remote_config(&project.api_key, switches, facts),
+        ),
+        File::ConfigJs => response::with_type(
+            StatusCode::OK,
+            JAVASCRIPT,
+            client_config::remote_config_js(&project.api_key, switches, facts),
+        ),
+        File::ArrayJs => {
+            let (dir, named) = app.config.static_dir();
+            let library = super::assets::serve(&dir, named, "array.js", &HeaderMap::new()).await?;
+            let mut body = http_body_util::BodyExt::collect(library.into_body())
+                .await
+                .map_err(|_| ApiError::Internal)?
+                .to_bytes()
+                .to_vec();
+            body.extend_from_slice(b"\n\n");
+            body.extend_from_slice(&client_config::remote_config_js(
+                &project.api_key,
+                switches,
+                facts,
+            ));
+            response::with_type(StatusCode::OK, JAVASCRIPT, body)
+        }
+    };
+    r.headers_mut().insert(
+        CACHE_CONTROL,
+        HeaderValue::from_static(CACHE_CONTROL_CONFIG),
+    );
+    Ok(r)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths() {
+        assert_eq!(
+            parse_path("/array/phc_k/config"),
+            Some(("phc_k", File::Config))
+        );
+        assert_eq!(
+            parse_path("/array/phc_k/config.js"),
+            Some(("phc_k", File::ConfigJs))
+        );
+        assert_eq!(
+            parse_path("/array/phc_k/array.js"),
+            Some(("phc_k", File::ArrayJs))
+        );
+        assert_eq!(parse_path("/array//config"), None);
+        assert_eq!(parse_path("/array/a/b/config"), None);
+        assert_eq!(parse_path("/array/phc_k/config/"), None);
+        assert_eq!(parse_path("/array/phc_k"), None);
+    }
+}
