@@ -107,6 +107,19 @@ export async function until(what, fn, ms = WAIT_MS) {
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms))
 
 /**
+ * `promise`, or an error naming `what` after `ms`: posthog-js never calls some callbacks
+ * when a request fails (getEarlyAccessFeatures, for one), and a wait on those must end
+ * with a reason, not at the watchdog.
+ */
+export function within(what, promise, ms = WAIT_MS) {
+  let timer
+  const timeout = new Promise((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`timed out waiting for ${what}`)), ms)
+  })
+  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer))
+}
+
+/**
  * Record what a browser context does: every request it makes (to any host), the
  * answer or failure of each, and the pages' console errors and uncaught exceptions.
  * Requests off loopback are aborted, and so show up as failed.

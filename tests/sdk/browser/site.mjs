@@ -31,6 +31,7 @@ import {
   sleep,
   until,
   watchdog,
+  within,
 } from './chromium.mjs'
 
 const [apiHost, token, scenario, ...only] = process.argv.slice(2)
@@ -63,13 +64,9 @@ const pages = await servePages({
 /** Wait until posthog-js is initialised and has its flags. */
 async function loaded(tab) {
   await until('posthog-js to load', () => tab.evaluate(() => !!window.posthog?.__loaded))
-  await tab.evaluate(
-    (ms) =>
-      new Promise((resolve, reject) => {
-        setTimeout(() => reject(new Error('no flags')), ms)
-        posthog.onFeatureFlags(() => resolve())
-      }),
-    WAIT_MS
+  await within(
+    'the flags',
+    tab.evaluate(() => new Promise((resolve) => posthog.onFeatureFlags(() => resolve())))
   )
 }
 
@@ -93,10 +90,14 @@ async function sent(log, name) {
   return log.sent().find((e) => e.event === name)
 }
 
+/** The log of the last context opened: printed if the scenario fails. */
+let current = null
+
 async function open(browser, way) {
   const context = await browser.newContext({ viewport: { width: 800, height: 600 } })
   context.setDefaultTimeout(WAIT_MS)
   const log = await record(context, apiHost)
+  current = log
   const tab = await context.newPage()
   await tab.goto(`${pages.origin}/${way}.html`)
   return { context, log, tab, url: tab.url() }
@@ -199,14 +200,18 @@ const scenarios = {
     run.step = 'survey load'
     const { context, log, tab, url } = await open(browser, 'npm')
     await loaded(tab)
-    const surveys = await tab.evaluate(
-      () => new Promise((resolve) => posthog.getSurveys((s) => resolve(s), true))
+    const surveys = await within(
+      'the surveys',
+      tab.evaluate(() => new Promise((resolve) => posthog.getSurveys((s) => resolve(s), true)))
     )
+    if (surveys.length !== 1) throw new Error(`one survey expected: ${JSON.stringify(surveys)}`)
     const survey = surveys[0]
     const selector = `.PostHogSurvey-${survey.id}`
     run.step = 'survey shown'
     await tab.locator(`${selector} textarea`).waitFor()
-    const before = await tab.evaluate((id) => posthog.canRenderSurveyAsync(id, true), survey.id)
+    const renderable = () =>
+      within('the survey check', tab.evaluate((id) => posthog.canRenderSurveyAsync(id, true), survey.id))
+    const before = await renderable()
     await tab.locator(`${selector} textarea`).fill('flagpost answer')
     await tab.locator(`${selector} .form-submit`).click()
     run.step = 'survey sent'
@@ -229,7 +234,7 @@ const scenarios = {
     await tab.reload()
     await loaded(tab)
     await quiet(log)
-    const after = await tab.evaluate((id) => posthog.canRenderSurveyAsync(id, true), survey.id)
+    const after = await renderable()
     const rendered = await tab.locator(selector).count()
     const out = {
       url,
@@ -253,9 +258,11 @@ const scenarios = {
     run.step = 'early access load'
     const { context, log, tab, url } = await open(browser, 'snippet')
     await loaded(tab)
-    const features = await tab.evaluate(
-      () => new Promise((resolve) => posthog.getEarlyAccessFeatures((f) => resolve(f), true))
+    const features = await within(
+      'the early access features',
+      tab.evaluate(() => new Promise((resolve) => posthog.getEarlyAccessFeatures((f) => resolve(f), true)))
     )
+    if (features?.length !== 1) throw new Error(`one feature expected: ${JSON.stringify(features)}`)
     const flag = features[0].flagKey
     const before = await tab.evaluate((key) => posthog.getFeatureFlag(key, { send_event: false }), flag)
     // The load's own flags requests are over before enrolling, so the one after it is
@@ -294,6 +301,15 @@ const browser = await launch()
 const summary = { sdk: 'posthog-js', version: POSTHOG_JS_VERSION, chromium: browser.version(), scenario }
 try {
   summary.result = await scenarios[scenario](browser)
+} catch (e) {
+  // Say what the page saw on the way to the failure: it usually names the cause.
+  if (current) {
+    const seen = current.requests.map((r) => `${r.method} ${r.url} ${r.failure ?? r.status}`)
+    console.error(`requests:\n  ${seen.join('\n  ')}`)
+    console.error(`console errors: ${JSON.stringify(current.console_errors)}`)
+    console.error(`uncaught: ${JSON.stringify(current.page_errors)}`)
+  }
+  throw e
 } finally {
   await browser.close()
   pages.close()
