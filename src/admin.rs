@@ -2,16 +2,20 @@
 //! validates a data dir before it is deployed, `export` writes every stored event of a
 //! stopped server's database as NDJSON.
 
+use std::collections::HashSet;
 use std::io::Write;
 use std::path::Path;
 
 use serde_json::Value;
 
+use crate::catalog::Catalog;
+use crate::early_access::ProjectFeatures;
 use crate::flags::Rules;
 use crate::geoip;
 use crate::projects::Projects;
 use crate::store::query::{self, EventFilter};
 use crate::store::{block, keys, Trees};
+use crate::surveys::ProjectSurveys;
 
 /// What `check` found: problems that must be fixed, and notes worth reading.
 #[derive(Debug, Default)]
@@ -21,7 +25,8 @@ pub struct CheckReport {
 }
 
 /// Validate a data dir: `projects.json`, every `flags/*.json` (naming the flag and
-/// field at fault), and the GeoIP database if there is one.
+/// field at fault), `surveys/*.json` and `early_access/*.json` (naming the survey or
+/// feature and the field), and the GeoIP database if there is one.
 pub fn check(data_dir: &Path, geoip_file: Option<&Path>) -> CheckReport {
     let mut report = CheckReport::default();
     let projects_file = data_dir.join("projects.json");
@@ -38,8 +43,11 @@ pub fn check(data_dir: &Path, geoip_file: Option<&Path>) -> CheckReport {
         }
     };
 
+    let (surveys, features) = check_surveys_and_features(data_dir, &mut report);
     let flags_dir = data_dir.join("flags");
-    let (rules, loaded) = Rules::load(&flags_dir);
+    let rules = Rules::new();
+    rules.set_generated(crate::surveys::generated(&surveys));
+    let loaded = rules.reload(&flags_dir);
     report
         .errors
         .extend(loaded.errors.iter().map(|e| e.to_string()));
@@ -61,13 +69,24 @@ pub fn check(data_dir: &Path, geoip_file: Option<&Path>) -> CheckReport {
             ));
         }
         if let Some(r) = snapshot.project(id) {
+            // The feed is the file as written; the rest were made for surveys.
+            let file = r.definitions_json()["flags"].as_array();
+            let written = file.map_or(0, |f| f.iter().filter(|f| f["deleted"] != true).count());
+            let made = r.flag_count().saturating_sub(written);
+            let made = if made > 0 {
+                format!(" ({made} of them made for surveys)")
+            } else {
+                String::new()
+            };
             report.notes.push(format!(
-                "{}/{id}.json: {} flags",
+                "{}/{id}.json: {} flags{made}",
                 flags_dir.display(),
                 r.flag_count()
             ));
         }
     }
+
+    check_flag_references(data_dir, &surveys, &features, &rules, &mut report);
 
     let default_geoip = data_dir.join("GeoLite2-City.mmdb");
     let geoip_file = geoip_file.unwrap_or(&default_geoip);
@@ -85,6 +104,101 @@ pub fn check(data_dir: &Path, geoip_file: Option<&Path>) -> CheckReport {
         ));
     }
     report
+}
+
+/// Load `surveys/*.json` and `early_access/*.json` as the server would, reporting every
+/// file it would refuse (naming the survey or feature and the field).
+fn check_surveys_and_features(
+    data_dir: &Path,
+    report: &mut CheckReport,
+) -> (Catalog<ProjectSurveys>, Catalog<ProjectFeatures>) {
+    let surveys_dir = data_dir.join("surveys");
+    let (surveys, loaded) = Catalog::<ProjectSurveys>::load(&surveys_dir);
+    report
+        .errors
+        .extend(loaded.errors.iter().map(|e| e.to_string()));
+    for id in loaded.loaded {
+        if let Some(p) = surveys.project(id) {
+            let running = p.surveys().iter().filter(|s| s.active).count();
+            let file = surveys_dir.join(format!("{id}.json"));
+            let total = p.surveys().len();
+            report.notes.push(format!(
+                "{}: {total} surveys, {running} running",
+                file.display()
+            ));
+        }
+    }
+    let features_dir = data_dir.join("early_access");
+    let (features, loaded) = Catalog::<ProjectFeatures>::load(&features_dir);
+    report
+        .errors
+        .extend(loaded.errors.iter().map(|e| e.to_string()));
+    for id in loaded.loaded {
+        let file = features_dir.join(format!("{id}.json"));
+        let count = features.project(id).map_or(0, |f| f.len());
+        report
+            .notes
+            .push(format!("{}: {count} early access features", file.display()));
+    }
+    (surveys, features)
+}
+
+/// Flags that surveys and early access features name must exist in the project's flag
+/// file (or be generated from the survey): a survey whose flag is missing never shows.
+fn check_flag_references(
+    data_dir: &Path,
+    surveys: &Catalog<ProjectSurveys>,
+    features: &Catalog<ProjectFeatures>,
+    rules: &Rules,
+    report: &mut CheckReport,
+) {
+    let snapshot = rules.current();
+    let keys = |id: i64| -> HashSet<String> {
+        let mut keys = HashSet::new();
+        let file = snapshot.project(id).map(|r| r.definitions_json());
+        let file = file
+            .and_then(|d| d["flags"].as_array())
+            .into_iter()
+            .flatten();
+        let survey_flags = surveys.project(id);
+        let generated = survey_flags.iter().flat_map(|p| p.flags());
+        for flag in file.chain(generated) {
+            if let Some(key) = flag.get("key").and_then(|k| k.as_str()) {
+                keys.insert(key.to_owned());
+            }
+        }
+        keys
+    };
+    let missing = |dir: &str, id: i64, what: String, field: &str, key: &str| {
+        let file = data_dir.join(dir).join(format!("{id}.json"));
+        let flags = data_dir.join("flags").join(format!("{id}.json"));
+        let (file, flags) = (file.display(), flags.display());
+        format!("{file}: {what}: {field}: no flag {key:?} in {flags}")
+    };
+    for (&id, project) in surveys.all().iter() {
+        let known = keys(id);
+        for s in project.surveys().iter().filter(|s| !s.archived) {
+            let mut named = vec![("linked_flag_key", s.linked_flag_key.as_deref())];
+            if !s.generates_targeting_flag {
+                named.push(("targeting_flag_key", s.targeting_flag_key.as_deref()));
+            }
+            for (field, key) in named {
+                if let Some(key) = key.filter(|k| !known.contains(*k)) {
+                    let what = format!("survey {:?}", s.id);
+                    report.errors.push(missing("surveys", id, what, field, key));
+                }
+            }
+        }
+    }
+    for (&id, project) in features.all().iter() {
+        let known = keys(id);
+        for (feature, key) in project.flag_keys().filter(|(_, k)| !known.contains(*k)) {
+            let what = format!("feature {feature:?}");
+            report
+                .errors
+                .push(missing("early_access", id, what, "flagKey", key));
+        }
+    }
 }
 
 /// Why an export could not run or finish.

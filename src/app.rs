@@ -6,11 +6,14 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use tokio::sync::Semaphore;
 
+use crate::catalog::Catalog;
 use crate::config::Config;
+use crate::early_access::ProjectFeatures;
 use crate::http::body::Budget;
 use crate::metrics::Metrics;
 use crate::projects::Projects;
 use crate::store::{compactor, Trees, Wal};
+use crate::surveys::ProjectSurveys;
 
 /// Large or compressed payloads are decoded and parsed on the blocking pool, at most
 /// this many at once (one per core of the small VMs this runs on): each can hold up
@@ -35,6 +38,9 @@ pub struct App {
     pub rules: crate::flags::Rules,
     /// Shared with the compactor; swaps its reader internally on reload.
     pub geoip: Arc<crate::geoip::Database>,
+    /// Surveys and early access features by project; each swapped whole on reload.
+    pub surveys: Catalog<ProjectSurveys>,
+    pub early_access: Catalog<ProjectFeatures>,
     pub budget: Budget,
     pub heavy_decodes: Arc<Semaphore>,
     /// The definitions feed's bodies, rebuilt when a project's rules change.
@@ -66,6 +72,8 @@ impl App {
             metrics,
             rules,
             geoip,
+            surveys: Catalog::default(),
+            early_access: Catalog::default(),
             budget,
             heavy_decodes: Arc::new(Semaphore::new(HEAVY_DECODES)),
             feed: Default::default(),
@@ -93,6 +101,29 @@ impl App {
     /// Ready to take traffic: not draining and accepting writes.
     pub fn is_ready(&self) -> bool {
         !self.is_draining() && self.accepts_writes()
+    }
+
+    /// Re-read the surveys and early access files, always or only what changed, and
+    /// hand the surveys' targeting flags to the flag rules. True when those flags
+    /// changed: the rules then need a reload (`reload_if_changed` does it by itself).
+    /// Blocks on file reads. Each catalog logs its own failures.
+    pub fn reload_surveys_and_features(&self, always: bool) -> bool {
+        let (surveys, features) = (self.config.surveys_dir(), self.config.early_access_dir());
+        if always {
+            self.early_access.reload(&features);
+        } else {
+            self.early_access.reload_if_changed(&features);
+        }
+        let changed = if always {
+            self.surveys.reload(&surveys);
+            true
+        } else {
+            self.surveys.reload_if_changed(&surveys).is_some()
+        };
+        changed
+            && self
+                .rules
+                .set_generated(crate::surveys::generated(&self.surveys))
     }
 
     /// Re-read `projects.json`; a bad file keeps the current projects.

@@ -120,4 +120,12 @@ impl Config {
     pub fn flags_dir(&self) -> PathBuf {
         self.data_dir.join("flags")
     }
+
+    pub fn surveys_dir(&self) -> PathBuf {
+        self.data_dir.join("surveys")
+    }
+
+    pub fn early_access_dir(&self) -> PathBuf {
+        self.data_dir.join("early_access")
+    }
 }

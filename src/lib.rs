@@ -19,8 +19,10 @@
 pub mod admin;
 pub mod app;
 pub mod capture;
+pub mod catalog;
 pub mod client_config;
 pub mod config;
+pub mod early_access;
 pub mod flags;
 pub mod geoip;
 pub mod http;
@@ -30,6 +32,7 @@ pub mod notify;
 pub mod persons;
 pub mod projects;
 pub mod store;
+pub mod surveys;
 pub mod sync;
 
 use std::future::Future;
@@ -113,6 +116,15 @@ pub async fn serve(
     let app = Arc::new(app::App::new(
         config, projects, rules, geoip, metrics, &store,
     ));
+    // Surveys and early access features, then the flags the surveys add to the rules.
+    let loader = app.clone();
+    tokio::task::spawn_blocking(move || {
+        if loader.reload_surveys_and_features(true) {
+            loader.rules.reload(&loader.config.flags_dir());
+        }
+    })
+    .await
+    .map_err(|e| Error::Io(std::io::Error::other(e)))?;
     let hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
     let reloader = tokio::spawn(reload_on_sighup(app.clone(), hangup));
     let watcher = tokio::spawn(watch_flags(app.clone()));
@@ -216,8 +228,8 @@ async fn watch_space(app: Arc<app::App>) {
 /// How often the flag files are checked for changes: well within the promised second.
 const FLAGS_POLL: std::time::Duration = std::time::Duration::from_millis(250);
 
-/// Reload the flag rules whenever a file in the flags directory changes, and the GeoIP
-/// database when its file does.
+/// Reload the flag rules whenever a file in the flags directory changes, the surveys
+/// and early access features when theirs do, and the GeoIP database when its file does.
 async fn watch_flags(app: Arc<app::App>) {
     loop {
         tokio::time::sleep(FLAGS_POLL).await;
@@ -225,8 +237,9 @@ async fn watch_flags(app: Arc<app::App>) {
     }
 }
 
-/// Reload the flag rules and the GeoIP database, always or only what changed, on the
-/// blocking pool (both read files). Each logs its own failures and keeps the previous
+/// Reload the flag rules (after the surveys and early access files, whose surveys add
+/// flags) and the GeoIP database, always or only what changed, on the blocking pool
+/// (all read files). Each logs its own failures and keeps the previous
 /// version.
 async fn reload_files(app: &Arc<app::App>, always: bool) {
     let (app, dir) = (app.clone(), app.config.flags_dir());
@@ -239,6 +252,7 @@ async fn reload_files(app: &Arc<app::App>, always: bool) {
         if let Err(e) = geoip {
             tracing::warn!("GeoIP database not reloaded, previous one kept: {e}");
         }
+        app.reload_surveys_and_features(always);
         if always {
             app.rules.reload(&dir);
         } else {

@@ -97,6 +97,13 @@ impl ProjectRules {
         })
     }
 
+    /// The same rules with `definitions` as the local-evaluation feed: the file as
+    /// written, without the flags generated from surveys.
+    pub(super) fn with_feed(mut self, definitions: Value) -> ProjectRules {
+        self.definitions = definitions;
+        self
+    }
+
     /// Group type index to name, from the file's `group_type_mapping`.
     pub fn group_type_mapping(&self) -> &BTreeMap<i64, String> {
         &self.group_types

@@ -74,7 +74,7 @@ pub struct Rules {
 
 /// One directory entry as the cheap change check sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Stamp {
+pub(crate) struct Stamp {
     name: OsString,
     modified: Option<SystemTime>,
     len: u64,
@@ -86,7 +86,13 @@ struct Seen {
     stamps: Option<Vec<Stamp>>,
     digests: HashMap<OsString, [u8; 20]>,
     settled: bool,
+    /// Flag definitions made from other files (surveys' targeting flags), per project.
+    generated: Arc<Generated>,
 }
+
+/// Flag definitions, in the file format, generated for each project from other files and
+/// appended to its own (see `flags::generated`).
+pub type Generated = HashMap<i64, Vec<serde_json::Value>>;
 
 impl std::fmt::Debug for Rules {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -161,6 +167,19 @@ impl Rules {
         None
     }
 
+    /// Replaces the generated flags appended to each project's file; true when they
+    /// changed. A change makes the next `reload_if_changed` recompile every project, as
+    /// a changed file would.
+    pub fn set_generated(&self, generated: Generated) -> bool {
+        let mut seen = self.lock();
+        if *seen.generated == generated {
+            return false;
+        }
+        seen.generated = Arc::new(generated);
+        seen.stamps = None;
+        true
+    }
+
     fn lock(&self) -> MutexGuard<'_, Seen> {
         // A panic mid-reload leaves at worst stale stamps, which only cause a reload.
         crate::sync::lock(&self.loader)
@@ -194,6 +213,7 @@ impl Rules {
         // Stamp before reading: a file changed after this point then differs next poll.
         let current = stamps(&entries);
         seen.digests.clear();
+        let generated = Arc::clone(&seen.generated);
         for path in &entries {
             let bytes = fs::read(path);
             if let (Ok(bytes), Some(name)) = (&bytes, path.file_name()) {
@@ -205,9 +225,10 @@ impl Rules {
                 report.errors.push(error);
                 continue;
             };
+            let extra = generated.get(&id).map_or(&[][..], Vec::as_slice);
             let compiled = bytes
                 .map_err(|e| CompileError::in_file(path, ErrorKind::Io(e.to_string())))
-                .and_then(|bytes| compile_file(path, &bytes));
+                .and_then(|bytes| compile_file(path, &bytes, extra));
             match compiled {
                 Ok(rules) => {
                     let warnings = rules.warnings().iter().map(|w| w.clone().with_file(path));
@@ -220,6 +241,24 @@ impl Rules {
                     report.errors.push(error);
                     if let Some(kept) = previous.project(id) {
                         projects.insert(id, Arc::clone(kept));
+                    }
+                }
+            }
+        }
+        // Projects with generated flags but no file of their own.
+        for (&id, extra) in generated.iter() {
+            let has_file = entries.iter().any(|path| project_id(path) == Some(id));
+            if !has_file {
+                match super::generated::compile(None, extra) {
+                    Ok(rules) => {
+                        projects.insert(id, Arc::new(rules));
+                    }
+                    Err(error) => {
+                        self.record_failure(&error);
+                        report.errors.push(error);
+                        if let Some(kept) = previous.project(id) {
+                            projects.insert(id, Arc::clone(kept));
+                        }
                     }
                 }
             }
@@ -247,8 +286,17 @@ impl Rules {
     }
 }
 
-fn compile_file(path: &Path, bytes: &[u8]) -> Result<ProjectRules, CompileError> {
-    let rules = ProjectRules::compile(bytes).map_err(|e| e.with_file(path))?;
+fn compile_file(
+    path: &Path,
+    bytes: &[u8],
+    generated: &[serde_json::Value],
+) -> Result<ProjectRules, CompileError> {
+    let rules = if generated.is_empty() {
+        ProjectRules::compile(bytes)
+    } else {
+        super::generated::compile(Some(bytes), generated)
+    }
+    .map_err(|e| e.with_file(path))?;
     for warning in rules.warnings() {
         tracing::warn!(file = %path.display(), %warning, "flag disabled until fixed");
     }
@@ -256,7 +304,7 @@ fn compile_file(path: &Path, bytes: &[u8]) -> Result<ProjectRules, CompileError>
 }
 
 /// The `*.json` files of the directory, sorted by name for deterministic reports.
-fn list(flags_dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+pub(crate) fn list(flags_dir: &Path) -> std::io::Result<Vec<PathBuf>> {
     let mut out = Vec::new();
     for entry in fs::read_dir(flags_dir)? {
         let path = entry?.path();
@@ -271,7 +319,7 @@ fn list(flags_dir: &Path) -> std::io::Result<Vec<PathBuf>> {
     Ok(out)
 }
 
-fn stamps(entries: &[PathBuf]) -> Vec<Stamp> {
+pub(crate) fn stamps(entries: &[PathBuf]) -> Vec<Stamp> {
     entries
         .iter()
         .map(|path| {
@@ -286,7 +334,7 @@ fn stamps(entries: &[PathBuf]) -> Vec<Stamp> {
 }
 
 /// True when every file is older than `SETTLE_TIME`.
-fn settled(stamps: &[Stamp]) -> bool {
+pub(crate) fn settled(stamps: &[Stamp]) -> bool {
     let now = SystemTime::now();
     stamps.iter().all(|stamp| {
         stamp
@@ -296,13 +344,13 @@ fn settled(stamps: &[Stamp]) -> bool {
     })
 }
 
-fn digest(bytes: &[u8]) -> [u8; 20] {
+pub(crate) fn digest(bytes: &[u8]) -> [u8; 20] {
     Sha1::digest(bytes).into()
 }
 
 /// `<id>.json` with `id` written canonically, so `01.json` and `1.json` cannot both claim
 /// project 1.
-fn project_id(path: &Path) -> Option<i64> {
+pub(crate) fn project_id(path: &Path) -> Option<i64> {
     let stem = path.file_stem()?.to_str()?;
     let id: i64 = stem.parse().ok()?;
     (id.to_string() == stem).then_some(id)

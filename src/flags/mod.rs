@@ -21,6 +21,7 @@ mod error;
 mod evaluate;
 mod filter;
 mod flag;
+mod generated;
 mod graph;
 mod hash;
 mod load;
@@ -35,9 +36,11 @@ mod tests;
 
 pub use compile::ProjectRules;
 pub use error::{CompileError, ErrorKind};
-pub use load::{ReloadReport, Rules, Snapshot};
+pub(crate) use load::{digest, list, project_id, settled, stamps, Stamp};
+pub use load::{Generated, ReloadReport, Rules, Snapshot};
 pub use outcome::Outcomes;
 pub use response::{
-    response, response_bytes, response_bytes_with, response_with, Tail, COMMON_FIELDS,
+    response, response_bytes, response_bytes_with, response_with, turn_surveys_on, Tail,
+    COMMON_FIELDS,
 };
 pub use result::{Context, Evaluation, FailureCause, FlagFailure, FlagResult, Reason, ReasonCode};

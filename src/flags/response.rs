@@ -163,6 +163,18 @@ pub const COMMON_FIELDS: &str = concat!(
     r#""surveys":false,"heatmaps":false,"siteApps":[]"#,
 );
 
+/// Turns `surveys` on in a body written by [`response_bytes`] (or
+/// [`Outcomes::response_bytes`]), for a project with a running survey. The common fields
+/// end every body, so the last `"surveys":false` is theirs, whatever flag keys or
+/// payloads come before it.
+pub fn turn_surveys_on(body: &mut Vec<u8>) {
+    const OFF: &[u8] = br#""surveys":false"#;
+    const ON: &[u8] = br#""surveys":true"#;
+    if let Some(at) = body.windows(OFF.len()).rposition(|w| w == OFF) {
+        body.splice(at..at + OFF.len(), ON.iter().copied());
+    }
+}
+
 /// One computed flag as the writer reads it: an owned result, or an outcome pointing
 /// into the compiled rules.
 trait Written {

@@ -166,6 +166,8 @@ pub async fn handle(
     let request = DecideRequest::parse(&mut bytes)?;
     let project = project_of(app, &request.key)?;
     let geo = location(app, peer, &parts.headers);
+    // The tail of the body says `surveys: true` for a project with a running survey
+    // (`remote_config::facts`).
     let body = evaluate(app, &project, request, geo, version);
     app.metrics
         .decide_seconds

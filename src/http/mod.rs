@@ -16,6 +16,7 @@ pub mod remote_config;
 pub mod response;
 pub mod router;
 pub mod server;
+pub mod surveys;
 
 use std::net::{IpAddr, SocketAddr};
 

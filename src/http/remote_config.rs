@@ -42,10 +42,10 @@ pub fn parse_path(path: &str) -> Option<(&str, File)> {
 
 /// Everything the server knows about a project that its client config reflects,
 /// besides the switches of `projects.json`.
-pub fn facts(_app: &App, _project: &Project) -> Facts {
-    // Surveys are served by their own module; until it says a project has an active
-    // survey, clients are told there is none.
-    Facts { surveys: false }
+pub fn facts(app: &App, project: &Project) -> Facts {
+    Facts {
+        surveys: super::surveys::has_active_survey(app, project),
+    }
 }
 
 /// The `/decide` and `/flags` members for a project: its client config.

@@ -32,6 +32,10 @@ pub enum Route {
     FlagPayload,
     /// Paths of features flagpost does not keep, each with a deliberate answer.
     NotKept(super::not_kept::Path),
+    /// `/api/surveys/?token=`.
+    Surveys,
+    /// `/api/early_access_features/?token=`.
+    EarlyAccess,
     Liveness,
     Readiness,
     Metrics,
@@ -51,6 +55,8 @@ impl Route {
             "/decide" => Route::Decide { flags: false },
             "/flags" => Route::Decide { flags: true },
             "/api/feature_flag/local_evaluation" | "/flags/definitions" => Route::Definitions,
+            "/api/surveys" => Route::Surveys,
+            "/api/early_access_features" => Route::EarlyAccess,
             "/_liveness" => Route::Liveness,
             "/_readiness" => Route::Readiness,
             "/metrics" => Route::Metrics,
@@ -77,6 +83,8 @@ impl Route {
             Route::Static => "static",
             Route::FlagPayload => "flag_payload",
             Route::NotKept(p) => p.label(),
+            Route::Surveys => "surveys",
+            Route::EarlyAccess => "early_access_features",
             Route::Liveness => "liveness",
             Route::Readiness => "readiness",
             Route::Metrics => "metrics",
@@ -99,6 +107,8 @@ impl Route {
                 | Route::Static
                 | Route::NotKept(_)
                 | Route::NotFound
+                | Route::Surveys
+                | Route::EarlyAccess
         )
     }
 }
@@ -174,6 +184,17 @@ async fn dispatch(
             super::assets::serve(&dir, named, rest, req.headers()).await
         }
         Route::NotKept(p) => super::not_kept::handle(app, p, req.uri().query()),
+        Route::Surveys | Route::EarlyAccess => {
+            if method != Method::GET {
+                return Err(ApiError::MethodNotAllowed);
+            }
+            let query = req.uri().query();
+            if route == Route::Surveys {
+                super::surveys::surveys(app, query)
+            } else {
+                super::surveys::early_access_features(app, query)
+            }
+        }
         Route::Liveness => Ok(response::text(StatusCode::OK, "ok")),
         Route::Readiness => {
             // After a failed write, the probe that asks is what finds the disk working
@@ -254,6 +275,10 @@ mod tests {
             Route::of("/api/projects/@current/feature_flags/k/remote_config"),
             Route::FlagPayload
         );
+        assert_eq!(Route::of("/api/surveys/"), Route::Surveys);
+        assert_eq!(Route::of("/api/surveys"), Route::Surveys);
+        assert_eq!(Route::of("/api/early_access_features/"), Route::EarlyAccess);
+        assert!(Route::Surveys.is_cors() && Route::EarlyAccess.is_cors());
         assert_eq!(Route::of("/array//config"), Route::NotFound);
         assert_eq!(Route::of("/array/a/b/config"), Route::NotFound);
     }

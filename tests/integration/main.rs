@@ -12,4 +12,5 @@ mod hostile;
 mod ops;
 mod read_api;
 mod sdk;
+mod surveys;
 mod util;

@@ -244,3 +244,29 @@ fn outcomes_write_the_same_bodies_as_their_evaluation() {
         }
     }
 }
+
+/// A running survey turns the common `surveys` on, never a flag of that name.
+#[test]
+fn surveys_turn_on_in_the_common_fields_only() {
+    let eval = Evaluation {
+        flags: vec![result(
+            "surveys",
+            9,
+            false,
+            None,
+            Reason::new(ReasonCode::NoConditionMatch, None),
+            None,
+        )],
+        errors: false,
+        failed: vec![],
+    };
+    for version in 1..=4 {
+        let id = Uuid::parse_str(REQUEST_ID).unwrap();
+        let mut bytes = crate::flags::response_bytes(version, &eval, id);
+        crate::flags::turn_surveys_on(&mut bytes);
+        let body: Value = serde_json::from_slice(&bytes).unwrap();
+        let mut expected = response(version, &eval, id);
+        expected["surveys"] = json!(true);
+        assert_eq!(body, expected, "v{version}");
+    }
+}

@@ -1,0 +1,330 @@
+//! Per-project JSON files beside the flag files, one directory per kind:
+//! `DIR/surveys/<project id>.json` and `DIR/early_access/<project id>.json`. A
+//! [`Catalog`] parses each file once into a [`Document`] and publishes all projects in one
+//! atomic swap, as `flags::Rules` does for flag files, with the same change detection
+//! (file names, sizes, mtimes, then content while a file is fresh) driven by the same
+//! poller and SIGHUP. A file that fails to parse keeps that project's previous version and
+//! is logged with the file, the item and the field at fault.
+
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::fmt;
+use std::fs;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use arc_swap::ArcSwap;
+
+use crate::flags::{digest, list, project_id, settled, stamps, Stamp};
+
+/// Larger files are refused unread: these are hand-written lists of a few dozen items,
+/// and each is parsed and held in memory whole.
+pub const MAX_FILE_BYTES: u64 = 4 * 1024 * 1024;
+
+/// What one file of a catalog parses into.
+pub trait Document: Sized + Send + Sync + 'static {
+    /// The directory's kind, for logs ("surveys").
+    const KIND: &'static str;
+    /// Parses and validates one file's bytes. Errors name the item and field.
+    fn parse(bytes: &[u8]) -> Result<Self, FileError>;
+}
+
+/// Why a file was not used: the file, the item in it (`survey "abc"`), the field path
+/// within the item, and what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileError {
+    pub file: Option<PathBuf>,
+    pub item: Option<String>,
+    pub field: String,
+    pub message: String,
+}
+
+impl FileError {
+    /// An error about the whole file, or about `field` of it.
+    pub fn new(field: impl Into<String>, message: impl Into<String>) -> FileError {
+        FileError {
+            file: None,
+            item: None,
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+
+    /// An error about `field` of one item, e.g. `survey "abc"`.
+    pub fn in_item(item: String, field: impl Into<String>, message: impl Into<String>) -> Self {
+        FileError {
+            item: Some(item),
+            ..FileError::new(field, message)
+        }
+    }
+
+    fn with_file(mut self, path: &Path) -> FileError {
+        self.file = Some(path.to_owned());
+        self
+    }
+}
+
+impl fmt::Display for FileError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(file) = &self.file {
+            write!(f, "{}: ", file.display())?;
+        }
+        if let Some(item) = &self.item {
+            write!(f, "{item}: ")?;
+        }
+        if !self.field.is_empty() {
+            write!(f, "{}: ", self.field)?;
+        }
+        f.write_str(&self.message)
+    }
+}
+
+/// The outcome of one reload.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Report {
+    /// Projects parsed from their file in this reload, sorted.
+    pub loaded: Vec<i64>,
+    /// Files that could not be used; each project concerned kept its previous version.
+    pub errors: Vec<FileError>,
+}
+
+/// Every project's document of one kind, reloadable.
+pub struct Catalog<T> {
+    /// Swapped whole, so readers never take a lock and never see a partial reload.
+    current: ArcSwap<HashMap<i64, Arc<T>>>,
+    /// Serialises reloads (SIGHUP and the poller may race) and remembers what was seen.
+    seen: Mutex<Seen>,
+    failures: AtomicU64,
+}
+
+#[derive(Debug, Default)]
+struct Seen {
+    /// `None` before the first reload or when the directory could not be listed.
+    stamps: Option<Vec<Stamp>>,
+    digests: HashMap<OsString, [u8; 20]>,
+    settled: bool,
+}
+
+impl<T: Document> Default for Catalog<T> {
+    fn default() -> Self {
+        Catalog {
+            current: ArcSwap::from_pointee(HashMap::new()),
+            seen: Mutex::new(Seen::default()),
+            failures: AtomicU64::new(0),
+        }
+    }
+}
+
+impl<T: Document> Catalog<T> {
+    /// Loads every file of `dir`. Blocks on file reads, like every reload.
+    pub fn load(dir: &Path) -> (Catalog<T>, Report) {
+        let catalog = Catalog::default();
+        let report = catalog.reload(dir);
+        (catalog, report)
+    }
+
+    /// The project's document, if it has a usable file.
+    pub fn project(&self, id: i64) -> Option<Arc<T>> {
+        self.current.load().get(&id).cloned()
+    }
+
+    /// Every project's document at one moment.
+    pub fn all(&self) -> Arc<HashMap<i64, Arc<T>>> {
+        self.current.load_full()
+    }
+
+    /// Files rejected since start, for metrics.
+    pub fn reload_failures(&self) -> u64 {
+        self.failures.load(Ordering::Relaxed)
+    }
+
+    /// Parses every file and publishes the result in one swap.
+    pub fn reload(&self, dir: &Path) -> Report {
+        let mut seen = self.lock();
+        self.reload_locked(dir, &mut seen)
+    }
+
+    /// Reloads only when something in `dir` changed; `None` when nothing did.
+    pub fn reload_if_changed(&self, dir: &Path) -> Option<Report> {
+        let mut seen = self.lock();
+        let entries = entries(dir).ok();
+        if entries.as_deref().map(stamps) != seen.stamps {
+            return Some(self.reload_locked(dir, &mut seen));
+        }
+        if seen.settled {
+            return None;
+        }
+        for path in entries.unwrap_or_default() {
+            let digest = fs::read(&path).ok().map(|bytes| digest(&bytes));
+            let name = path.file_name().map(OsString::from).unwrap_or_default();
+            if digest.as_ref() != seen.digests.get(&name) {
+                return Some(self.reload_locked(dir, &mut seen));
+            }
+        }
+        seen.settled = settled(seen.stamps.as_deref().unwrap_or_default());
+        None
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Seen> {
+        // A panic mid-reload leaves at worst stale stamps, which only cause a reload.
+        crate::sync::lock(&self.seen)
+    }
+
+    fn reload_locked(&self, dir: &Path, seen: &mut Seen) -> Report {
+        let previous = self.current.load_full();
+        let mut report = Report::default();
+        let entries = match entries(dir) {
+            Ok(entries) => entries,
+            Err(e) => {
+                let error = FileError::new("", format!("cannot list: {e}")).with_file(dir);
+                self.record_failure(&error);
+                seen.stamps = None;
+                seen.settled = true;
+                report.errors.push(error);
+                return report;
+            }
+        };
+        let current = stamps(&entries);
+        seen.digests.clear();
+        let mut projects = HashMap::new();
+        for path in &entries {
+            let parsed = read(path).and_then(|bytes| {
+                if let Some(name) = path.file_name() {
+                    seen.digests.insert(name.to_owned(), digest(&bytes));
+                }
+                let id = project_id(path)
+                    .ok_or_else(|| FileError::new("", "file name is not <project id>.json"))?;
+                T::parse(&bytes).map(|doc| (id, doc))
+            });
+            match parsed {
+                Ok((id, doc)) => {
+                    projects.insert(id, Arc::new(doc));
+                    report.loaded.push(id);
+                }
+                Err(error) => {
+                    let error = error.with_file(path);
+                    self.record_failure(&error);
+                    report.errors.push(error);
+                    if let Some((id, kept)) =
+                        project_id(path).and_then(|id| Some((id, previous.get(&id)?)))
+                    {
+                        projects.insert(id, Arc::clone(kept));
+                    }
+                }
+            }
+        }
+        report.loaded.sort_unstable();
+        let count = projects.len();
+        self.current.store(Arc::new(projects));
+        seen.settled = settled(&current);
+        seen.stamps = Some(current);
+        tracing::info!(kind = T::KIND, projects = count, "published");
+        report
+    }
+
+    fn record_failure(&self, error: &FileError) {
+        self.failures.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(kind = T::KIND, %error, "file not loaded; previous version kept");
+    }
+}
+
+/// The directory's `*.json` files; a directory that does not exist holds none (each kind
+/// is optional).
+fn entries(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    match list(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+        other => other,
+    }
+}
+
+/// The file's bytes, refusing one over [`MAX_FILE_BYTES`] without reading it all.
+fn read(path: &Path) -> Result<Vec<u8>, FileError> {
+    let io = |e: std::io::Error| FileError::new("", format!("cannot read: {e}"));
+    let file = fs::File::open(path).map_err(io)?;
+    let mut bytes = Vec::new();
+    file.take(MAX_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(io)?;
+    if bytes.len() as u64 > MAX_FILE_BYTES {
+        let limit = MAX_FILE_BYTES / 1024 / 1024;
+        return Err(FileError::new("", format!("larger than {limit} MiB")));
+    }
+    Ok(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A document that is the file's text, refusing "bad".
+    struct Text(String);
+
+    impl Document for Text {
+        const KIND: &'static str = "test";
+        fn parse(bytes: &[u8]) -> Result<Self, FileError> {
+            let text = String::from_utf8_lossy(bytes).into_owned();
+            if text == "bad" {
+                return Err(FileError::in_item("item \"x\"".into(), "a.b", "is bad"));
+            }
+            Ok(Text(text))
+        }
+    }
+
+    fn text(catalog: &Catalog<Text>, id: i64) -> Option<String> {
+        catalog.project(id).map(|t| t.0.clone())
+    }
+
+    #[test]
+    fn a_broken_file_keeps_the_previous_version_and_names_the_place() {
+        let dir = tempfile::tempdir().unwrap();
+        let (catalog, report) = Catalog::<Text>::load(&dir.path().join("absent"));
+        assert_eq!(report, Report::default(), "a missing directory is empty");
+        fs::write(dir.path().join("1.json"), "one").unwrap();
+        fs::write(dir.path().join("x.json"), "two").unwrap();
+        let report = catalog.reload(dir.path());
+        assert_eq!(report.loaded, [1]);
+        assert_eq!(text(&catalog, 1).as_deref(), Some("one"));
+        assert!(report.errors[0]
+            .to_string()
+            .ends_with("x.json: file name is not <project id>.json"));
+        fs::write(dir.path().join("1.json"), "bad").unwrap();
+        let report = catalog.reload(dir.path());
+        let file = dir.path().join("1.json");
+        assert_eq!(
+            report.errors[0].to_string(),
+            format!("{}: item \"x\": a.b: is bad", file.display())
+        );
+        assert_eq!(text(&catalog, 1).as_deref(), Some("one"));
+        assert_eq!(catalog.reload_failures(), 3);
+    }
+
+    #[test]
+    fn changes_are_seen_and_unchanged_files_are_not_reread() {
+        let dir = tempfile::tempdir().unwrap();
+        let (catalog, _) = Catalog::<Text>::load(dir.path());
+        assert!(catalog.reload_if_changed(dir.path()).is_none());
+        fs::write(dir.path().join("2.json"), "a").unwrap();
+        assert!(catalog.reload_if_changed(dir.path()).is_some());
+        assert_eq!(text(&catalog, 2).as_deref(), Some("a"));
+        // Same size, same mtime tick: the content check of a fresh file finds it.
+        fs::write(dir.path().join("2.json"), "b").unwrap();
+        assert!(catalog.reload_if_changed(dir.path()).is_some());
+        assert_eq!(text(&catalog, 2).as_deref(), Some("b"));
+        assert!(catalog.reload_if_changed(dir.path()).is_none());
+        fs::remove_file(dir.path().join("2.json")).unwrap();
+        assert!(catalog.reload_if_changed(dir.path()).is_some());
+        assert_eq!(text(&catalog, 2), None);
+    }
+
+    #[test]
+    fn oversized_files_are_refused_unread() {
+        let dir = tempfile::tempdir().unwrap();
+        let big = vec![b' '; MAX_FILE_BYTES as usize + 1];
+        fs::write(dir.path().join("3.json"), big).unwrap();
+        let (catalog, report) = Catalog::<Text>::load(dir.path());
+        assert!(report.errors[0].message.contains("larger than 4 MiB"));
+        assert_eq!(text(&catalog, 3), None);
+    }
+}
