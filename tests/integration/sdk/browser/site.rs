@@ -57,6 +57,7 @@ fn early_access() -> Value {
         "description": "The dashboard, rebuilt",
         "stage": "beta",
         "documentationUrl": "https://example.com/docs/new-dashboard",
+        "imageUrl": "",
         "flagKey": FEATURE_FLAG,
         "payload": {}
     }]})
