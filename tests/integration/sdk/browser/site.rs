@@ -194,9 +194,12 @@ fn stored(server: &Server, sent: &Value) -> Value {
 fn plain_loads_make_no_failed_request_and_no_console_error() {
     let Some(server) = start_site() else { return };
     let result = visit(&server, "plain");
-    let version = "1.449.2";
+    let package = std::fs::read(posthog_js_dist().join("../package.json")).unwrap();
+    let version = serde_json::from_slice::<Value>(&package).unwrap()["version"].clone();
+    let version = version.as_str().unwrap();
     let config = format!("GET /array/{KEY_ONE}/config.js");
-    // Each way's extensions, as posthog-js 1.449.2 asks for them: the versioned path.
+    // Each way's extensions, as posthog-js (1.449.2 checked) asks for them first: the
+    // path with its own version, which flagpost serves from the same files.
     let lazy = |names: &[&str]| -> Vec<String> {
         names
             .iter()
@@ -234,6 +237,17 @@ fn plain_loads_make_no_failed_request_and_no_console_error() {
             pageview["properties"]["$current_url"], visit["url"],
             "{way}"
         );
+    }
+    // Every event a load sent is stored, once.
+    let stored = server.settle(1);
+    for way in ["snippet", "npm", "full"] {
+        for sent in array(&result[way]["requests"])
+            .iter()
+            .flat_map(|r| array(&r["events"]))
+        {
+            let n = stored.iter().filter(|e| e["id"] == sent["uuid"]).count();
+            assert_eq!(n, 1, "{way}: {sent} stored {n} times");
+        }
     }
 }
 
