@@ -156,6 +156,10 @@ const scenarios = {
     await until('the dead clicks extension', () =>
       tab.evaluate(() => !!window.__PosthogExtensions__?.initDeadClicksAutocapture)
     )
+    // And for the load to be over: the project's survey pops up once the surveys and
+    // flags have arrived, and a page that changes within a few seconds of a click
+    // makes it a live click, not a dead one.
+    await quiet(log)
     run.step = 'autocapture click'
     await tab.mouse.click(BUTTON.x, BUTTON.y)
     const events = {}
