@@ -12,9 +12,10 @@ use serde::Deserialize;
 
 /// Compression schemes the capture endpoints accept, advertised so clients compress.
 pub const SUPPORTED_COMPRESSION: &str = r#"["gzip","gzip-js","lz64"]"#;
-/// Where posthog-js sends events, as PostHog's remote config says; flagpost serves it
-/// with every other intake path.
-pub const ANALYTICS_ENDPOINT: &str = "/i/v0/e/";
+/// Where posthog-js sends events: the intake it uses before the config arrives, so a
+/// page load's events all take one path. (PostHog's config names `/i/v0/e/`, which
+/// flagpost serves too.)
+pub const ANALYTICS_ENDPOINT: &str = "/e/";
 /// Where exceptions go when autocaptured: the ordinary intake.
 pub const EXCEPTIONS_ENDPOINT: &str = "/e/";
 /// What `/decide` always said before remote config existed, and still says.
@@ -188,7 +189,7 @@ mod tests {
                 "capturePerformance": false,
                 "autocapture_opt_out": false,
                 "autocaptureExceptions": false,
-                "analytics": {"endpoint": "/i/v0/e/"},
+                "analytics": {"endpoint": "/e/"},
                 "elementsChainAsString": true,
                 "errorTracking": {"autocaptureExceptions": false, "suppressionRules": []},
                 "logs": {"captureConsoleLogs": false},
@@ -255,6 +256,38 @@ mod tests {
         .unwrap();
         assert!(js.starts_with("(function() {\n  window._POSTHOG_REMOTE_CONFIG = window._POSTHOG_REMOTE_CONFIG || {};\n  window._POSTHOG_REMOTE_CONFIG[\"phc_k\"] = {\n    config: {\"token\":\"phc_k\","), "{js}");
         assert!(js.ends_with("},\n    siteApps: []\n  }\n})();"), "{js}");
+    }
+
+    /// The value tree and the direct writer agree byte for byte with a project's tail,
+    /// and only v4 says `quotaLimited`.
+    #[test]
+    fn both_response_writers_end_with_the_tail() {
+        use crate::flags::{response_bytes_with, response_with, Evaluation, Tail};
+        let switches = Switches {
+            heatmaps: true,
+            ..Switches::default()
+        };
+        let common = decide_tail(&switches, Facts::default());
+        let tail = Tail {
+            evaluated_at: Some(1_700_000_000_123),
+            quota_limited: true,
+            common: &common,
+        };
+        let id = uuid::Uuid::nil();
+        for version in 0..=5 {
+            let eval = Evaluation::default();
+            let tree = serde_json::to_string(&response_with(version, &eval, id, &tail)).unwrap();
+            let direct = String::from_utf8(response_bytes_with(version, &eval, id, &tail)).unwrap();
+            assert_eq!(tree, direct, "version {version}");
+            let body = parse(direct.as_bytes());
+            assert_eq!(body["evaluatedAt"], 1_700_000_000_123_i64);
+            assert_eq!(body["heatmaps"], true);
+            assert_eq!(
+                body.get("quotaLimited").is_some(),
+                version >= 4,
+                "{version}"
+            );
+        }
     }
 
     #[test]

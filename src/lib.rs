@@ -9,6 +9,7 @@
 //!   │     ─> http::decode (data=, form, gzip | lz64 | base64) ─> capture::parse (simd-json)
 //!   │     ─> key check (projects) ─> capture::normalise ─> store::wal (group commit into
 //!   │        store::log, one fdatasync per group) ─> 200
+//!   ├─ /array/<key>/config(.js), /static/ ─> http::remote_config (client_config), http::assets
 //!   └─ /_liveness, /_readiness, /metrics (metrics)
 //! ```
 //!

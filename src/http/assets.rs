@@ -152,40 +152,26 @@ pub fn none_match(headers: &HeaderMap, etag: &str) -> Option<bool> {
     )
 }
 
-pub async fn serve(
-    dir: &Path,
-    named: bool,
-    rest: &str,
-    headers: &HeaderMap,
-) -> Result<Response<Body>, ApiError> {
-    let parts = segments(rest).ok_or(ApiError::Missing("static file"))?;
-    let root = dir.to_path_buf();
-    let owned: Vec<String> = parts.iter().map(|s| s.to_string()).collect();
-    let found = tokio::task::spawn_blocking(move || {
-        let parts: Vec<&str> = owned.iter().map(String::as_str).collect();
-        let found = locate(&root, &parts);
-        let root_exists = root.is_dir();
-        found
-            .map(|(path, meta, cache)| {
-                let bytes = std::fs::read(&path);
-                (path, meta, cache, bytes)
-            })
-            .ok_or(root_exists)
-    })
-    .await
-    .map_err(|_| ApiError::Internal)?;
-    let (path, meta, cache, bytes) = match found {
-        Ok(found) => found,
-        Err(root_exists) => {
-            if !root_exists && !named && !HINTED.swap(true, Ordering::Relaxed) {
-                tracing::warn!(
-                    "a client asked for /static/{rest}, but there is no {}: copy posthog-js's \
-                     dist/ there to serve the snippet and its extensions (see the README)",
-                    dir.display()
-                );
-            }
-            return Err(ApiError::Missing("static file"));
-        }
+/// What the blocking pool found for a request.
+enum Found {
+    /// The file, its validators and cache policy, and its bytes unless the client's
+    /// copy is current (then `None`: a 304 needs no read).
+    File {
+        path: PathBuf,
+        tag: String,
+        modified: Option<String>,
+        cache: &'static str,
+        bytes: Option<std::io::Result<Vec<u8>>>,
+    },
+    /// No such file; whether the directory itself exists.
+    Missing { root_exists: bool },
+}
+
+fn find(root: &Path, parts: &[&str], headers: &HeaderMap) -> Found {
+    let Some((path, meta, cache)) = locate(root, parts) else {
+        return Found::Missing {
+            root_exists: root.is_dir(),
+        };
     };
     let tag = etag(&meta);
     let modified = meta.modified().ok().map(httpdate);
@@ -196,14 +182,60 @@ pub async fn serve(
             _ => false,
         },
     };
-    let mut r = if fresh {
-        response::empty(StatusCode::NOT_MODIFIED)
-    } else {
-        let bytes = bytes.map_err(|e| {
+    let bytes = (!fresh).then(|| std::fs::read(&path));
+    Found::File {
+        path,
+        tag,
+        modified,
+        cache,
+        bytes,
+    }
+}
+
+pub async fn serve(
+    dir: &Path,
+    named: bool,
+    rest: &str,
+    headers: &HeaderMap,
+) -> Result<Response<Body>, ApiError> {
+    let parts: Vec<String> = segments(rest)
+        .ok_or(ApiError::Missing("static file"))?
+        .into_iter()
+        .map(str::to_owned)
+        .collect();
+    let (root, conditions) = (dir.to_path_buf(), headers.clone());
+    let found = tokio::task::spawn_blocking(move || {
+        let parts: Vec<&str> = parts.iter().map(String::as_str).collect();
+        find(&root, &parts, &conditions)
+    })
+    .await
+    .map_err(|_| ApiError::Internal)?;
+    let (path, tag, modified, cache, bytes) = match found {
+        Found::File {
+            path,
+            tag,
+            modified,
+            cache,
+            bytes,
+        } => (path, tag, modified, cache, bytes),
+        Found::Missing { root_exists } => {
+            if !root_exists && !named && !HINTED.swap(true, Ordering::Relaxed) {
+                tracing::warn!(
+                    "a client asked for /static/{rest}, but there is no {}: copy posthog-js's \
+                     dist/ there to serve the snippet and its extensions (see the README)",
+                    dir.display()
+                );
+            }
+            return Err(ApiError::Missing("static file"));
+        }
+    };
+    let mut r = match bytes {
+        None => response::empty(StatusCode::NOT_MODIFIED),
+        Some(Ok(bytes)) => response::with_type(StatusCode::OK, content_type(&path), bytes),
+        Some(Err(e)) => {
             tracing::warn!(file = %path.display(), error = %e, "static file not readable");
-            ApiError::Missing("static file")
-        })?;
-        response::with_type(StatusCode::OK, content_type(&path), bytes)
+            return Err(ApiError::Missing("static file"));
+        }
     };
     let h = r.headers_mut();
     h.insert(CACHE_CONTROL, HeaderValue::from_static(cache));

@@ -10,6 +10,11 @@ use std::collections::{HashMap, HashSet};
 
 use serde_json::Value;
 
+/// Chains longer than this are given up (an empty chain: the SDK asks the server), so
+/// a hand-written file cannot make the walk deep or slow; real chains are a handful
+/// of flags long.
+const MAX_CHAIN: usize = 100;
+
 /// Rewrite the flag filters of `flags` (the feed's `flags` array) in place.
 pub fn add(flags: &mut [Value]) {
     let id_to_key: HashMap<String, String> = flags
@@ -72,8 +77,8 @@ fn chain(graph: &HashMap<String, Vec<String>>, target: &str) -> Vec<String> {
         if done.contains(key) {
             return true;
         }
-        if !open.insert(key.to_owned()) {
-            return false; // a cycle
+        if open.len() >= MAX_CHAIN || !open.insert(key.to_owned()) {
+            return false; // too deep, or a cycle
         }
         let Some(deps) = graph.get(key) else {
             return false; // a missing flag
@@ -195,6 +200,23 @@ mod tests {
         assert_eq!(chains(&flags, "self"), vec![json!(["self", []])]);
         assert_eq!(chains(&flags, "orphan"), vec![json!(["gone", []])]);
         assert_eq!(chains(&flags, "on-cycle"), vec![json!(["a", []])]);
+    }
+
+    #[test]
+    fn very_long_chains_are_given_up() {
+        let mut flags: Vec<Value> = (0..=MAX_CHAIN as i64)
+            .map(|i| flag(i, &format!("f{i}"), &[json!(format!("f{}", i + 1))]))
+            .collect();
+        flags.push(flag(
+            MAX_CHAIN as i64 + 1,
+            &format!("f{}", MAX_CHAIN + 1),
+            &[],
+        ));
+        add(&mut flags);
+        assert_eq!(chains(&flags, "f0"), vec![json!(["f1", []])]);
+        let last = format!("f{}", MAX_CHAIN);
+        let end = format!("f{}", MAX_CHAIN + 1);
+        assert_eq!(chains(&flags, &last), vec![json!([end, [end]])]);
     }
 
     #[test]

@@ -193,7 +193,7 @@ fn remote_config_carries_every_field_posthog_js_reads() {
             "capturePerformance": false,
             "autocapture_opt_out": false,
             "autocaptureExceptions": false,
-            "analytics": {"endpoint": "/i/v0/e/"},
+            "analytics": {"endpoint": "/e/"},
             "elementsChainAsString": true,
             "errorTracking": {"autocaptureExceptions": false, "suppressionRules": []},
             "logs": {"captureConsoleLogs": false},
@@ -284,4 +284,94 @@ fn now_ms() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_millis() as i64
+}
+
+#[test]
+fn every_browser_facing_answer_carries_cors_errors_included() {
+    let server = Server::start();
+    let cases: Vec<(Req, u16)> = vec![
+        (Req::post("/e/", "not json"), 400),
+        (Req::post("/e/", r#"{"event":"x","distinct_id":"d"}"#), 401),
+        (
+            Req::post(
+                "/e/",
+                r#"{"api_key":"phc_nope","event":"x","distinct_id":"d"}"#,
+            ),
+            401,
+        ),
+        (Req::get("/e/").method("PUT"), 405),
+        (Req::post("/flags/?v=2", r#"{"distinct_id":"d"}"#), 401),
+        (
+            Req::post("/flags/?v=2", format!(r#"{{"token":"{KEY_ONE}"}}"#)),
+            400,
+        ),
+        (Req::get("/decide/").method("DELETE"), 405),
+        (Req::get("/array/phc_nope/config"), 401),
+        (Req::post(&format!("/array/{KEY_ONE}/config.js"), ""), 405),
+        (Req::get("/static/array.js"), 404),
+        (Req::get("/no/such/path"), 404),
+        (Req::post("/s/", "{}"), 404),
+        (Req::get("/api/web_experiments/?token=phc_nope"), 401),
+    ];
+    for (req, status) in cases {
+        let what = format!("{} {}", req.method, req.path);
+        let r = server.request(req.header("Origin", ORIGIN));
+        assert_eq!(r.status, status, "{what}: {}", r.text());
+        assert_cors(&r, &what);
+        assert!(r.json()["code"].is_string(), "{what}: a JSON error");
+    }
+    // A preflight to any of them is answered, so the browser sends the request.
+    let preflight = server.request(
+        Req::get("/s/")
+            .method("OPTIONS")
+            .header("Origin", ORIGIN)
+            .header("Access-Control-Request-Headers", "content-type"),
+    );
+    assert_eq!(preflight.status, 200);
+    assert_cors(&preflight, "preflight");
+    // Personal-key endpoints are not for browsers.
+    let api = server.request(Req::get("/api/projects/1/events/").header("Origin", ORIGIN));
+    assert_eq!(api.status, 401);
+    assert_eq!(api.header("access-control-allow-origin"), None);
+}
+
+#[test]
+fn features_not_kept_get_deliberate_answers() {
+    let server = Server::start();
+    for (path, feature) in [
+        ("/s/?compression=gzip-js", "session replay"),
+        ("/i/v1/logs", "logs"),
+        ("/i/v1/metrics", "SDK metrics"),
+        ("/api/conversations/v1/widget/message", "conversations"),
+    ] {
+        let r = server.post(path, "{}");
+        assert_eq!(r.status, 404, "{path}");
+        assert_eq!(
+            r.json(),
+            json!({"type": "validation_error", "code": "not_kept", "attr": null,
+                   "detail": format!("flagpost does not keep {feature}; its remote config tells clients it is off")}),
+            "{path}"
+        );
+    }
+    let experiments = server.get(&format!("/api/web_experiments/?token={KEY_ONE}"));
+    assert_eq!(
+        (experiments.status, experiments.json()),
+        (200, json!({"experiments": []}))
+    );
+    let tours = server.get(&format!("/api/product_tours/?token={KEY_ONE}"));
+    assert_eq!(
+        (tours.status, tours.json()),
+        (200, json!({"product_tours": []}))
+    );
+    assert_eq!(server.get("/api/product_tours/").status, 401);
+
+    // posthog-node's LLM analytics batches are ordinary events.
+    let batch = json!({"api_key": KEY_ONE, "batch": [
+        {"event": "$ai_generation", "distinct_id": "llm", "properties": {"$ai_model": "m"}}]});
+    assert_eq!(
+        server.post("/i/v0/ai/batch/", batch.to_string()).status,
+        200
+    );
+    let stored = server.wait_for_events(1, 1);
+    assert_eq!(stored[0]["event"], "$ai_generation");
 }

@@ -5,6 +5,7 @@ mod admin;
 mod capture;
 mod crash;
 mod decide;
+mod feed;
 mod fuzz_regressions;
 mod geoip;
 mod host;

@@ -347,18 +347,31 @@ fn nginx_limits_agree_with_flagpost_and_port_80_redirects() {
     };
     let limit = 20 * 1024 * 1024;
 
-    // One byte over: nginx refuses by Content-Length, with flagpost's own answer.
-    let over = |addr| {
-        let req = Req::post("/batch/", "x").header("Content-Length", &(limit + 1).to_string());
-        send(addr, req)
-    };
-    let (direct, proxied) = (over(server.addr), over(nginx.addr));
-    assert_eq!((direct.status, proxied.status), (413, 413));
-    assert_eq!(proxied.json(), direct.json());
-    assert_eq!(
-        proxied.header("content-type"),
-        direct.header("content-type")
-    );
+    // One byte over: nginx refuses by Content-Length, with flagpost's own answer and
+    // its CORS headers, with and without an Origin.
+    for origin in [Some("https://shop.example"), None] {
+        let over = |addr| {
+            let req = Req::post("/batch/", "x").header("Content-Length", &(limit + 1).to_string());
+            send(
+                addr,
+                origin.map_or(req.clone(), |o| req.header("Origin", o)),
+            )
+        };
+        let (direct, proxied) = (over(server.addr), over(nginx.addr));
+        assert_eq!((direct.status, proxied.status), (413, 413));
+        assert_eq!(proxied.json(), direct.json());
+        for header in [
+            "content-type",
+            "access-control-allow-origin",
+            "access-control-allow-credentials",
+        ] {
+            assert_eq!(
+                proxied.header(header),
+                direct.header(header),
+                "{header} with {origin:?}"
+            );
+        }
+    }
 
     // Exactly the limit: nginx streams it to flagpost, which finds no JSON in it.
     let r = nginx.request(Req::post("/batch/", vec![b'x'; limit]));

@@ -11,6 +11,7 @@
 //! then they fail.
 
 mod browser;
+mod node_flags;
 mod server_side;
 
 use std::io::Read;

@@ -1,0 +1,136 @@
+//! posthog-node 4.x and 5.x through the flag endpoints beyond evaluation
+//! (`tests/sdk/node/host.mjs`): `getRemoteConfigPayload`, local evaluation of a flag
+//! that depends on another, and the definitions feed polled twice with its ETag.
+
+use std::path::Path;
+
+use serde_json::{json, Value};
+
+use super::*;
+use crate::util::*;
+
+/// `needs-base` and `needs-off` depend on other flags by id, as PostHog's editor
+/// writes them; `settings` is a remote config flag with a payload.
+fn rules() -> Value {
+    let depends_on = |id: &str| {
+        json!({"groups": [{"properties": [
+            {"key": id, "type": "flag", "value": true, "operator": "flag_evaluates_to"}],
+            "rollout_percentage": 100}]})
+    };
+    json!({
+        "flags": [
+            {"id": 1, "key": "base", "active": true,
+             "filters": {"groups": [{"properties": [], "rollout_percentage": 100}]}},
+            {"id": 2, "key": "needs-base", "active": true, "filters": depends_on("1")},
+            {"id": 3, "key": "off", "active": true,
+             "filters": {"groups": [{"properties": [], "rollout_percentage": 0}]}},
+            {"id": 4, "key": "needs-off", "active": true, "filters": depends_on("3")},
+            {"id": 5, "key": "settings", "active": true, "is_remote_configuration": true,
+             "filters": {"groups": [{"properties": [], "rollout_percentage": 100}],
+                         "payloads": {"true": "{\"theme\": \"dark\"}"}}}
+        ],
+        "group_type_mapping": {},
+        "cohorts": {}
+    })
+}
+
+fn run_host(package: &str) -> Option<Value> {
+    let dir = sdk_dir().join("node/node_modules").join(package);
+    if !installed(package, &[&dir]) {
+        return None;
+    }
+    let server = Server::start();
+    write_atomically(&server.data().join("flags/1.json"), rules().to_string());
+    server.sighup();
+    wait_for("the flags to load", || {
+        let body = json!({"token": KEY_ONE, "distinct_id": "x"}).to_string();
+        let r = server.post("/decide/?v=3", body);
+        r.json()["featureFlags"].get("needs-base").map(|_| ())
+    });
+    let host = format!("http://{}", server.addr);
+    let summary = run(
+        Path::new("node"),
+        &["node/host.mjs", package, &host, KEY_ONE, PERSONAL_ONE],
+    );
+    eprintln!("{package} {}", summary["version"]);
+    Some(summary)
+}
+
+/// What a missing remote config flag hands the app: posthog-node does not look at
+/// the status, so it is the error body.
+fn missing_payload() -> Value {
+    json!({"type": "validation_error", "code": "not_found",
+           "detail": "no such feature flag", "attr": null})
+}
+
+#[test]
+fn posthog_node_4_remote_config_payload_and_feed() {
+    let Some(s) = run_host("posthog-node-v4") else {
+        return;
+    };
+    // 4.x asks for the payload without the project key and hands over the JSON
+    // answer as it is: the payload's text.
+    assert_eq!(s["payload"], "{\"theme\": \"dark\"}");
+    assert_eq!(s["payload_missing"], missing_payload());
+    let paths: Vec<&Value> = array(&s["payload_requests"])
+        .iter()
+        .map(|r| &r["path"])
+        .collect();
+    assert_eq!(
+        paths,
+        [
+            "/api/projects/@current/feature_flags/settings/remote_config/",
+            "/api/projects/@current/feature_flags/no-such-flag/remote_config/"
+        ]
+    );
+    // 4.x knows no flag dependencies: it cannot evaluate one locally and asks /decide.
+    assert_eq!(s["dependency_local"], Value::Null);
+    assert_eq!(s["dependency"], true);
+    assert_eq!(s["dependency_paths"], json!(["/decide/"]));
+    // Nor ETags: it downloads the feed on every poll (one at start, then the two the
+    // script asks for), and gets it whole.
+    let feed = array(&s["feed"]);
+    assert_eq!(feed.len(), 3, "{feed:?}");
+    for poll in feed {
+        assert_eq!(poll["path"], "/api/feature_flag/local_evaluation");
+        assert_eq!(
+            (&poll["if_none_match"], &poll["status"]),
+            (&Value::Null, &json!(200))
+        );
+    }
+}
+
+#[test]
+fn posthog_node_5_remote_config_payload_dependency_and_etag() {
+    let Some(s) = run_host("posthog-node") else {
+        return;
+    };
+    // 5.x sends the project key and parses the payload's text.
+    assert_eq!(s["payload"], json!({"theme": "dark"}));
+    assert_eq!(s["payload_missing"], missing_payload());
+    let requests = array(&s["payload_requests"]);
+    assert_eq!(
+        requests[0],
+        json!({"method": "GET", "path": "/api/projects/@current/feature_flags/settings/remote_config",
+               "query": format!("token={KEY_ONE}"), "status": 200})
+    );
+    assert_eq!(requests[1]["status"], 404);
+    // The feed's dependency chains let it evaluate dependent flags itself.
+    assert_eq!(s["dependency_local"], true);
+    assert_eq!(s["dependency_local_off"], false);
+    assert_eq!(s["dependency_local_paths"], json!([]));
+    assert_eq!(s["dependency"], true);
+    assert_eq!(s["dependency_paths"], json!([]), "no server round trip");
+    // The second poll sends the ETag and gets 304.
+    let feed = array(&s["feed"]);
+    assert_eq!(feed.len(), 2, "{feed:?}");
+    let etag = feed[0]["etag"].as_str().expect("an ETag");
+    assert_eq!(
+        (&feed[0]["if_none_match"], &feed[0]["status"]),
+        (&Value::Null, &json!(200))
+    );
+    assert_eq!(
+        feed[1],
+        json!({"path": "/flags/definitions", "if_none_match": etag, "status": 304, "etag": etag})
+    );
+}

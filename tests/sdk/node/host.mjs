@@ -1,0 +1,93 @@
+// Drive posthog-node (4.x or 5.x) through the flag endpoints beyond evaluation:
+// a remote config flag's payload, local evaluation of a flag that depends on another,
+// and the definitions feed polled twice. Prints a JSON summary on stdout.
+//
+//     node host.mjs PACKAGE HOST PROJECT_KEY PERSONAL_KEY
+//
+// Every HTTP request goes through the `fetch` option and is recorded with its
+// If-None-Match header and the status it got.
+
+import { readFileSync } from 'node:fs'
+
+const [pkg, host, key, personal] = process.argv.slice(2)
+const { PostHog } = await import(pkg)
+const version = JSON.parse(
+  readFileSync(new URL(`./node_modules/${pkg}/package.json`, import.meta.url))
+).version
+
+const watchdog = setTimeout(() => {
+  console.error(`timed out; last step: ${step}`)
+  process.exit(2)
+}, 60_000)
+let step = 'start'
+
+const requests = []
+
+async function recordingFetch(url, options) {
+  const headers = Object.fromEntries(
+    Object.entries(options.headers ?? {}).map(([k, v]) => [k.toLowerCase(), v])
+  )
+  const u = new URL(url)
+  const entry = {
+    method: options.method ?? 'GET',
+    path: u.pathname,
+    query: u.search.slice(1),
+    if_none_match: headers['if-none-match'] ?? null,
+    status: null,
+    etag: null,
+  }
+  requests.push(entry)
+  const response = await fetch(url, options)
+  entry.status = response.status
+  entry.etag = response.headers.get('etag')
+  return response
+}
+
+const client = new PostHog(key, {
+  host,
+  personalApiKey: personal,
+  fetch: recordingFetch,
+  flushAt: 100,
+  flushInterval: 60_000,
+  requestTimeout: 5_000,
+  fetchRetryCount: 0,
+  // Polls only when told to, so the test decides when the second poll happens.
+  featureFlagsPollingInterval: 600_000,
+})
+const summary = { sdk: 'posthog-node', version }
+const quiet = { sendFeatureFlagEvents: false }
+
+step = 'feed'
+await client.reloadFeatureFlags()
+await client.reloadFeatureFlags()
+summary.feed = requests
+  .filter((r) => r.path.includes('local_evaluation') || r.path.includes('definitions'))
+  .map(({ path, if_none_match, status, etag }) => ({ path, if_none_match, status, etag }))
+
+step = 'dependency'
+let mark = requests.length
+summary.dependency_local = await client.getFeatureFlag('needs-base', 'user-1', {
+  ...quiet,
+  onlyEvaluateLocally: true,
+})
+summary.dependency_local_off = await client.getFeatureFlag('needs-off', 'user-1', {
+  ...quiet,
+  onlyEvaluateLocally: true,
+})
+summary.dependency_local_paths = requests.slice(mark).map((r) => r.path)
+mark = requests.length
+summary.dependency = await client.getFeatureFlag('needs-base', 'user-1', quiet)
+summary.dependency_paths = requests.slice(mark).map((r) => r.path)
+
+step = 'remote config payload'
+mark = requests.length
+summary.payload = await client.getRemoteConfigPayload('settings')
+summary.payload_missing = await client.getRemoteConfigPayload('no-such-flag')
+summary.payload_requests = requests
+  .slice(mark)
+  .map(({ method, path, query, status }) => ({ method, path, query, status }))
+
+step = 'shutdown'
+await client.shutdown(5_000)
+clearTimeout(watchdog)
+console.log(JSON.stringify(summary))
