@@ -111,19 +111,15 @@ impl App {
         let (surveys, features) = (self.config.surveys_dir(), self.config.early_access_dir());
         if always {
             self.early_access.reload(&features);
+            self.surveys.reload(&surveys);
         } else {
             self.early_access.reload_if_changed(&features);
+            self.surveys.reload_if_changed(&surveys);
         }
-        let changed = if always {
-            self.surveys.reload(&surveys);
-            true
-        } else {
-            self.surveys.reload_if_changed(&surveys).is_some()
-        };
-        changed
-            && self
-                .rules
-                .set_generated(crate::surveys::generated(&self.surveys))
+        // Handed over on every pass, not only after a change: of two reloads racing
+        // (SIGHUP and the poller), the later hand-over is then always of the newest file.
+        self.rules
+            .set_generated(crate::surveys::generated(&self.surveys))
     }
 
     /// Re-read `projects.json`; a bad file keeps the current projects.

@@ -13,6 +13,10 @@
 //!   └─ /_liveness, /_readiness, /metrics (metrics)
 //! ```
 //!
+//! Beside the flag files, `catalog` loads per-project surveys (`surveys`) and early
+//! access features (`early_access`), which `http::surveys` serves; a survey's
+//! targeting flags join its project's flag rules.
+//!
 //! `app::App` is the state they share; `config::Config` is everything the binary's
 //! flags decide; `notify` tells systemd when serving starts, reloads and stops. The
 //! binary (`main.rs`) only parses flags and calls [`run`].

@@ -59,6 +59,8 @@ pub struct Metrics {
     pub decide_errors: Counter,
     pub flags_snapshot_version: Gauge,
     pub flags_reload_failures: Counter,
+    pub surveys_reload_failures: Counter,
+    pub early_access_reload_failures: Counter,
     pub disk_free_bytes: Gauge,
     pub geoip_lookups: Counter,
     pub geoip_hits: Counter,
@@ -108,6 +110,8 @@ impl Metrics {
             decide_errors: Counter::default(),
             flags_snapshot_version: Gauge::default(),
             flags_reload_failures: Counter::default(),
+            surveys_reload_failures: Counter::default(),
+            early_access_reload_failures: Counter::default(),
             disk_free_bytes: Gauge::default(),
             geoip_lookups: Counter::default(),
             geoip_hits: Counter::default(),
@@ -241,6 +245,16 @@ impl Metrics {
             "flags_reload_failures",
             "Flag files that failed to load (the previous rules stayed)",
             m.flags_reload_failures.clone(),
+        );
+        registry.register(
+            "surveys_reload_failures",
+            "Surveys files that failed to load (the previous surveys stayed)",
+            m.surveys_reload_failures.clone(),
+        );
+        registry.register(
+            "early_access_reload_failures",
+            "Early access files that failed to load (the previous features stayed)",
+            m.early_access_reload_failures.clone(),
         );
         registry.register(
             "disk_free_bytes",

@@ -83,6 +83,9 @@ pub fn metrics_text(app: &App) -> String {
     let snapshot = app.rules.current();
     m.flags_snapshot_version.set(snapshot.version() as i64);
     mirror(&m.flags_reload_failures, app.rules.reload_failures());
+    mirror(&m.surveys_reload_failures, app.surveys.reload_failures());
+    let early_access = app.early_access.reload_failures();
+    mirror(&m.early_access_reload_failures, early_access);
     let wal = app.wal.stats();
     m.wal_records.set(wal.appended_records.load(Relaxed) as i64);
     m.wal_flushes.set(wal.groups.load(Relaxed) as i64);

@@ -174,15 +174,17 @@ impl Survey {
         let end = f.date("end_date")?;
         f.date("current_iteration_start_date")?;
         let questions = questions(&f, &id)?;
-        let linked_flag_key = f.string("linked_flag_key")?.map(str::to_owned);
-        let targeting_filters = f.object("targeting_flag_filters")?;
         let active = !archived && start.is_some() && end.is_none();
         let iteration = iteration(&f)?;
-
-        let internal_targeting_flag_key = match f.string("internal_targeting_flag_key")? {
-            Some(key) => key.to_owned(),
-            None => targeting::internal_key(&id),
+        let key = |field: &str| -> Result<Option<String>, FileError> {
+            // An empty key names no flag, as posthog-js reads it.
+            Ok(f.string(field)?
+                .filter(|k| !k.is_empty())
+                .map(str::to_owned))
         };
+        let linked_flag_key = key("linked_flag_key")?;
+        let internal_targeting_flag_key =
+            key("internal_targeting_flag_key")?.unwrap_or_else(|| targeting::internal_key(&id));
         let mut flags = vec![targeting::internal_flag(
             &internal_targeting_flag_key,
             name,
@@ -190,9 +192,10 @@ impl Survey {
             iteration,
             active,
         )];
-        let targeting_flag_key = match (f.string("targeting_flag_key")?, targeting_filters) {
+        let targeting_filters = f.object("targeting_flag_filters")?;
+        let targeting_flag_key = match (key("targeting_flag_key")?, targeting_filters) {
             (key, Some(filters)) => {
-                let key = key.map_or_else(|| targeting::targeting_key(&id), str::to_owned);
+                let key = key.unwrap_or_else(|| targeting::targeting_key(&id));
                 let flag = targeting::targeting_flag(&key, name, filters, active);
                 targeting::check(&flag).map_err(|(field, msg)| {
                     f.error(&format!("targeting_flag_filters{field}"), msg)
@@ -200,28 +203,14 @@ impl Survey {
                 flags.push(flag);
                 Some(key)
             }
-            (key, None) => key.map(str::to_owned),
+            (key, None) => key,
         };
-
-        let mut served = Map::new();
-        for field in PUBLIC {
-            served.insert(
-                field.to_owned(),
-                obj.get(field).cloned().unwrap_or(Value::Null),
-            );
-        }
-        for (field, value) in obj {
-            if !served.contains_key(field) && !PRIVATE.contains(&field.as_str()) {
-                served.insert(field.clone(), value.clone());
-            }
-        }
+        let mut served = served(obj);
         served.insert("questions".into(), Value::Array(questions));
         served.insert("linked_flag_key".into(), json_opt(&linked_flag_key));
         served.insert("targeting_flag_key".into(), json_opt(&targeting_flag_key));
-        served.insert(
-            "internal_targeting_flag_key".into(),
-            Value::String(internal_targeting_flag_key.clone()),
-        );
+        let internal = Value::String(internal_targeting_flag_key.clone());
+        served.insert("internal_targeting_flag_key".into(), internal);
         if let Some(n) = iteration {
             // PostHog starts counting at 1 once a survey repeats; posthog-js keys its
             // "responded" property by this number, so it must be the one flags use.
@@ -239,6 +228,22 @@ impl Survey {
             flags,
         })
     }
+}
+
+/// The file's survey as served: PostHog's public fields in its order (null when absent),
+/// then the file's other fields except the private ones.
+fn served(obj: &Map<String, Value>) -> Map<String, Value> {
+    let mut served = Map::new();
+    for field in PUBLIC {
+        let value = obj.get(field).cloned().unwrap_or(Value::Null);
+        served.insert(field.to_owned(), value);
+    }
+    for (field, value) in obj {
+        if !served.contains_key(field) && !PRIVATE.contains(&field.as_str()) {
+            served.insert(field.clone(), value.clone());
+        }
+    }
+    served
 }
 
 fn json_opt(s: &Option<String>) -> Value {

@@ -202,3 +202,18 @@ fn every_projects_generated_flags_reach_the_rules() {
     let snapshot = rules.current();
     assert_eq!(snapshot.project(4).map(|r| r.flag_count()), Some(1));
 }
+
+#[test]
+fn an_empty_flag_key_names_no_flag() {
+    let mut s = nps("s1");
+    s["linked_flag_key"] = json!("");
+    s["internal_targeting_flag_key"] = json!("");
+    let p = parse(json!({"surveys": [s]})).unwrap();
+    let survey = &p.surveys()[0];
+    assert_eq!(survey.linked_flag_key, None);
+    assert_eq!(
+        survey.internal_targeting_flag_key,
+        targeting::internal_key("s1")
+    );
+    assert_eq!(served(&p)["surveys"][0]["linked_flag_key"], Value::Null);
+}

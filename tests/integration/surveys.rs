@@ -141,9 +141,13 @@ fn a_running_survey_turns_surveys_on_everywhere() {
 /// What posthog-js sends when a person answers or dismisses a survey: the event, with
 /// `$set` of the interaction property its internal targeting flag reads.
 fn interact(server: &Server, event: &str, property: &str, distinct_id: &str) {
+    // posthog-js marks events of anonymous users (with `person_profiles:
+    // 'identified_only'`) as not processing persons.
+    let anonymous = distinct_id.starts_with("anon");
     let body = json!({"api_key": KEY_ONE, "batch": [{
         "event": event, "distinct_id": distinct_id,
         "properties": {"$survey_id": SURVEY, "$survey_name": "NPS", "$survey_response_q1": "Fast",
+                       "$process_person_profile": !anonymous,
                        "$set": {property: true}}}]});
     assert_eq!(server.post("/batch/", body.to_string()).status, 200);
 }
@@ -151,7 +155,7 @@ fn interact(server: &Server, event: &str, property: &str, distinct_id: &str) {
 #[test]
 fn answering_or_dismissing_hides_the_survey_from_that_person() {
     let (_tmp, server) = start();
-    for person in ["ada", "bob", "cy"] {
+    for person in ["ada", "bob", "cy", "anon-1"] {
         assert_eq!(enabled(&server, INTERNAL, person), Some(true), "{person}");
     }
     let shown = json!({"api_key": KEY_ONE, "event": "survey shown", "distinct_id": "cy",
