@@ -39,8 +39,8 @@ fn posthog_js_in_chromium() {
     // posthog-js takes gzip-js from the remote config and sends it as raw gzip with no
     // `compression` parameter, flags included; with `disable_compression` it sends
     // JSON, and base64 only where a beacon needs a CORS-simple body. Events go to `/e/`
-    // until the remote config names `/i/v0/e/`: which a request used depends on when
-    // the config arrived, so both read `<intake>`.
+    // until the remote config arrives, then to its `analytics.endpoint` (PostHog names
+    // `/i/v0/e/`): both read `<intake>`.
     let visits = [
         (
             "gzip",

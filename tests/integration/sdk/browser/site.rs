@@ -161,8 +161,9 @@ fn clean(what: &str, visit: &Value) {
 }
 
 /// "METHOD /path" of each request to the flagpost server, query left out (it carries
-/// timestamps), each once, sorted. Events go to `/e/` until the remote config names
-/// `/i/v0/e/`, so which of the two a load used depends on timing: both read "intake".
+/// timestamps), each once, sorted. posthog-js sends events to `/e/` until the remote
+/// config arrives, then to its `analytics.endpoint` (PostHog names `/i/v0/e/`): both
+/// read "intake".
 fn asked(server: &Server, visit: &Value) -> Vec<String> {
     let base = format!("http://{}", server.addr);
     let mut out: Vec<String> = array(&visit["requests"])
