@@ -123,10 +123,11 @@ fn start_site() -> Option<Server> {
     write_atomically(&data.join("flags/1.json"), flags().to_string());
     write_atomically(&data.join("projects.json"), projects().to_string());
     server.sighup();
-    // Surveys are not waited for: the tests that need them say so when they are off.
-    wait_for("the project's switches and flags", || {
+    // Every file is read before a browser asks: the config says heatmaps (projects.json)
+    // and surveys (surveys/1.json) are on, and the flags include the feature's.
+    wait_for("the project's switches, survey and flags", || {
         let config = server.get(&format!("/array/{KEY_ONE}/config")).json();
-        let on = config["heatmaps"] == true;
+        let on = config["heatmaps"] == true && config["surveys"] == true;
         let body = json!({"token": KEY_ONE, "distinct_id": "x"}).to_string();
         let flags = server.post("/flags/?v=2", body).json();
         (on && flags["flags"].get(FEATURE_FLAG).is_some()).then_some(())
