@@ -10,9 +10,9 @@
 //   full     array.full.js served by the site, external dependency loading left on
 // Scenarios, each in fresh browser contexts:
 //   plain         each way (or those named) loads and settles; nothing else happens
-//   autocapture   a click on a button that does nothing, then wait for the heatmap,
-//                 dead click and web vitals events
-//   exception     an uncaught error thrown by the page
+//   autocapture   on each way: a click on a button that does nothing, then wait for
+//                 the heatmap, dead click and web vitals events
+//   exception     on each way: an uncaught error thrown by the page
 //   survey        the popover survey shows; answer it; reload and it is not shown again
 //   early-access  list the early access features, enroll; posthog-js reloads the flags
 // Every request of every context is recorded with its answer, and every console error
@@ -90,14 +90,20 @@ async function sent(log, name) {
   return log.sent().find((e) => e.event === name)
 }
 
-/** The log of the last context opened: printed if the scenario fails. */
-let current = null
+/** The log of each context opened, by page: printed if the scenario fails. */
+const opened = []
+
+/** `fn(way)` for every way at once, each in its own context; results by way. */
+async function eachWay(fn) {
+  run.step = `${scenario} on ${WAYS.join(', ')}`
+  return Object.fromEntries(await Promise.all(WAYS.map(async (way) => [way, await fn(way)])))
+}
 
 async function open(browser, way) {
   const context = await browser.newContext({ viewport: { width: 800, height: 600 } })
   context.setDefaultTimeout(WAIT_MS)
   const log = await record(context, apiHost)
-  current = log
+  opened.push({ way, log })
   const tab = await context.newPage()
   await tab.goto(`${pages.origin}/${way}.html`)
   return { context, log, tab, url: tab.url() }
@@ -144,56 +150,55 @@ const scenarios = {
     return out
   },
 
-  // A click on a button that does nothing: autocapture, a heatmap click and, once
-  // nothing changed for the dead-click wait, a dead click. Web vitals go out a few
-  // seconds after the first paint.
+  // On each way at once: a click on a button that does nothing, which makes an
+  // autocapture event, a heatmap click and, once nothing changed for the dead-click
+  // wait, a dead click. Web vitals go out a few seconds after the first paint.
   async autocapture(browser) {
-    run.step = 'autocapture load'
-    const { context, log, tab, url } = await open(browser, 'snippet')
-    await loaded(tab)
-    await sent(log, '$pageview')
-    // The extensions are lazy: wait for dead clicks to be watching before clicking.
-    await until('the dead clicks extension', () =>
-      tab.evaluate(() => !!window.__PosthogExtensions__?.initDeadClicksAutocapture)
-    )
-    // And for the load to be over: the project's survey pops up once the surveys and
-    // flags have arrived, and a page that changes within a few seconds of a click
-    // makes it a live click, not a dead one.
-    await quiet(log)
-    run.step = 'autocapture click'
-    await tab.mouse.click(BUTTON.x, BUTTON.y)
-    const events = {}
-    for (const name of ['$autocapture', '$dead_click', '$$heatmap', '$web_vitals']) {
-      run.step = `autocapture ${name}`
-      events[name] = await sent(log, name)
-    }
-    await quiet(log)
-    const out = { url, button: BUTTON, events, ...report(log) }
-    await context.close()
-    return out
+    return eachWay(async (way) => {
+      const { context, log, tab, url } = await open(browser, way)
+      await loaded(tab)
+      await sent(log, '$pageview')
+      // The extensions may be lazy: wait for dead clicks to be watching.
+      await until(`the dead clicks extension (${way})`, () =>
+        tab.evaluate(() => !!window.__PosthogExtensions__?.initDeadClicksAutocapture)
+      )
+      // And for the load to be over: the project's survey pops up once the surveys and
+      // flags have arrived, and a page that changes within a few seconds of a click
+      // makes it a live click, not a dead one.
+      await quiet(log)
+      await tab.mouse.click(BUTTON.x, BUTTON.y)
+      const events = {}
+      for (const name of ['$autocapture', '$dead_click', '$$heatmap', '$web_vitals']) {
+        events[name] = await sent(log, name)
+      }
+      await quiet(log)
+      const out = { url, button: BUTTON, events, ...report(log) }
+      await context.close()
+      return out
+    })
   },
 
-  // An error nobody catches, once exception autocapture is on.
+  // On each way at once: an error nobody catches, once exception autocapture is on.
   async exception(browser) {
-    run.step = 'exception load'
-    const { context, log, tab, url } = await open(browser, 'snippet')
-    await loaded(tab)
-    await until('exception autocapture', () =>
-      tab.evaluate(() => !!window.__PosthogExtensions__?.errorWrappingFunctions)
-    )
-    // The extension wraps window.onerror once its script has run; give it that turn.
-    await sleep(200)
-    run.step = 'exception throw'
-    await tab.evaluate(() => {
-      setTimeout(() => {
-        throw new Error('flagpost test: nobody catches this')
+    return eachWay(async (way) => {
+      const { context, log, tab, url } = await open(browser, way)
+      await loaded(tab)
+      await until(`exception autocapture (${way})`, () =>
+        tab.evaluate(() => !!window.__PosthogExtensions__?.errorWrappingFunctions)
+      )
+      // The extension wraps window.onerror once its script has run; give it that turn.
+      await sleep(200)
+      await tab.evaluate(() => {
+        setTimeout(() => {
+          throw new Error('flagpost test: nobody catches this')
+        })
       })
+      const exception = await sent(log, '$exception')
+      await quiet(log)
+      const out = { url, exception, ...report(log) }
+      await context.close()
+      return out
     })
-    const exception = await sent(log, '$exception')
-    await quiet(log)
-    const out = { url, exception, ...report(log) }
-    await context.close()
-    return out
   },
 
   // The popover shows by itself; answer and submit it. Then forget that this browser
@@ -307,11 +312,11 @@ try {
   summary.result = await scenarios[scenario](browser)
 } catch (e) {
   // Say what the page saw on the way to the failure: it usually names the cause.
-  if (current) {
-    const seen = current.requests.map((r) => `${r.method} ${r.url} ${r.failure ?? r.status}`)
-    console.error(`requests:\n  ${seen.join('\n  ')}`)
-    console.error(`console errors: ${JSON.stringify(current.console_errors)}`)
-    console.error(`uncaught: ${JSON.stringify(current.page_errors)}`)
+  for (const { way, log } of opened) {
+    const seen = log.requests.map((r) => `${r.method} ${r.url} ${r.failure ?? r.status}`)
+    console.error(`${way} requests:\n  ${seen.join('\n  ')}`)
+    console.error(`${way} console errors: ${JSON.stringify(log.console_errors)}`)
+    console.error(`${way} uncaught: ${JSON.stringify(log.page_errors)}`)
   }
   throw e
 } finally {

@@ -4,8 +4,8 @@
 //! (extensions lazy-loaded from `/static/`), and `array.full.js` with external
 //! dependency loading left on. The optional features (heatmaps, web vitals, dead clicks,
 //! exception autocapture, surveys) are switched on in the project's settings on the
-//! server, none in the pages: each test makes one of them happen and checks the event
-//! the server stored. A plain load of each way makes no failed request and logs no
+//! server, none in the pages: each test makes one of them happen (the autocaptured
+//! ones on each way) and checks the event the server stored. A plain load of each way makes no failed request and logs no
 //! console error. `tests/sdk/browser/site.mjs` drives the browser.
 
 use std::path::Path;
@@ -14,6 +14,9 @@ use serde_json::{json, Value};
 
 use super::super::*;
 use crate::util::*;
+
+/// The ways `site.mjs` loads posthog-js, as its results name them.
+const WAYS: [&str; 3] = ["snippet", "npm", "full"];
 
 /// The survey of `surveys/1.json`, in PostHog's public shape.
 const SURVEY_ID: &str = "01937bd2-7e3a-0000-b5d0-0c2a8f9d1e11";
@@ -223,7 +226,7 @@ fn plain_loads_make_no_failed_request_and_no_console_error() {
         "POST /flags/".into(),
         "POST intake".into(),
     ];
-    for (way, mut want) in [("snippet", snippet), ("npm", npm), ("full", vec![])] {
+    for (way, mut want) in WAYS.into_iter().zip([snippet, npm, vec![]]) {
         let visit = &result[way];
         clean(way, visit);
         want.extend(common.iter().cloned());
@@ -242,7 +245,7 @@ fn plain_loads_make_no_failed_request_and_no_console_error() {
     }
     // Every event a load sent is stored, once.
     let stored = server.settle(1);
-    for way in ["snippet", "npm", "full"] {
+    for way in WAYS {
         for sent in array(&result[way]["requests"])
             .iter()
             .flat_map(|r| array(&r["events"]))
@@ -257,32 +260,46 @@ fn plain_loads_make_no_failed_request_and_no_console_error() {
 fn heatmaps_dead_clicks_and_web_vitals_arrive_as_events() {
     let Some(server) = start_site() else { return };
     let result = visit(&server, "autocapture");
-    clean("autocapture", &result);
-    let url = result["url"].as_str().unwrap();
-    let (x, y) = (&result["button"]["x"], &result["button"]["y"]);
-    let events = &result["events"];
+    for way in WAYS {
+        let visit = &result[way];
+        clean(way, visit);
+        let url = visit["url"].as_str().unwrap();
+        let (x, y) = (&visit["button"]["x"], &visit["button"]["y"]);
+        let events = &visit["events"];
 
-    let click = stored(&server, &events["$autocapture"]);
-    assert_eq!(click["properties"]["$event_type"], "click", "{click}");
-    assert_eq!(click["properties"]["$el_text"], "Does nothing", "{click}");
+        let click = stored(&server, &events["$autocapture"]);
+        let props = &click["properties"];
+        assert_eq!(
+            (&props["$event_type"], &props["$el_text"]),
+            (&json!("click"), &json!("Does nothing")),
+            "{way}: {click}"
+        );
 
-    let dead = stored(&server, &events["$dead_click"]);
-    assert_eq!(dead["properties"]["$current_url"], url, "{dead}");
-    assert_eq!(dead["properties"]["$el_text"], "Does nothing", "{dead}");
+        let dead = stored(&server, &events["$dead_click"]);
+        let props = &dead["properties"];
+        assert_eq!(
+            (&props["$current_url"], &props["$el_text"]),
+            (&json!(url), &json!("Does nothing")),
+            "{way}: {dead}"
+        );
 
-    // Heatmaps send their points, by page, every few seconds: the click is among them
-    // where the mouse clicked.
-    let heatmap = stored(&server, &events["$$heatmap"]);
-    let points = array(&heatmap["properties"]["$heatmap_data"][url]);
-    let at = json!({"x": x, "y": y, "target_fixed": false, "type": "click"});
-    assert!(points.contains(&at), "no {at} in {heatmap}");
+        // Heatmaps send their points, by page, every few seconds: the click is among
+        // them where the mouse clicked.
+        let heatmap = stored(&server, &events["$$heatmap"]);
+        let points = array(&heatmap["properties"]["$heatmap_data"][url]);
+        let at = json!({"x": x, "y": y, "target_fixed": false, "type": "click"});
+        assert!(points.contains(&at), "{way}: no {at} in {heatmap}");
 
-    let vitals = stored(&server, &events["$web_vitals"]);
-    let props = &vitals["properties"];
-    assert_eq!(props["$current_url"], url, "{vitals}");
-    assert_eq!(props["$web_vitals_FCP_event"]["name"], "FCP", "{vitals}");
-    let fcp = props["$web_vitals_FCP_value"].as_f64().unwrap();
-    assert!(fcp > 0.0 && fcp < 20_000.0, "{vitals}");
+        let vitals = stored(&server, &events["$web_vitals"]);
+        let props = &vitals["properties"];
+        assert_eq!(props["$current_url"], url, "{way}: {vitals}");
+        assert_eq!(
+            props["$web_vitals_FCP_event"]["name"], "FCP",
+            "{way}: {vitals}"
+        );
+        let fcp = props["$web_vitals_FCP_value"].as_f64().unwrap();
+        assert!(fcp > 0.0 && fcp < 20_000.0, "{way}: {vitals}");
+    }
 }
 
 #[test]
@@ -290,21 +307,29 @@ fn an_uncaught_error_arrives_as_an_exception_event() {
     let Some(server) = start_site() else { return };
     let result = visit(&server, "exception");
     let message = "flagpost test: nobody catches this";
-    assert_eq!(result["failures"], json!([]));
-    assert_eq!(result["console_errors"], json!([]));
-    assert_eq!(result["page_errors"], json!([format!("Error: {message}")]));
-    let exception = stored(&server, &result["exception"]);
-    assert_eq!(exception["event"], "$exception");
-    let first = &exception["properties"]["$exception_list"][0];
-    assert_eq!(
-        (
-            &first["type"],
-            &first["value"],
-            &first["mechanism"]["handled"]
-        ),
-        (&json!("Error"), &json!(message), &json!(false)),
-        "{exception}"
-    );
+    for way in WAYS {
+        let visit = &result[way];
+        // The thrown error is the page's only error, and reported as uncaught.
+        assert_eq!(visit["failures"], json!([]), "{way}");
+        assert_eq!(visit["console_errors"], json!([]), "{way}");
+        assert_eq!(
+            visit["page_errors"],
+            json!([format!("Error: {message}")]),
+            "{way}"
+        );
+        let exception = stored(&server, &visit["exception"]);
+        assert_eq!(exception["event"], "$exception");
+        let first = &exception["properties"]["$exception_list"][0];
+        assert_eq!(
+            (
+                &first["type"],
+                &first["value"],
+                &first["mechanism"]["handled"]
+            ),
+            (&json!("Error"), &json!(message), &json!(false)),
+            "{way}: {exception}"
+        );
+    }
 }
 
 #[test]
