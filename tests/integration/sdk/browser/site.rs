@@ -5,8 +5,9 @@
 //! dependency loading left on. The optional features (heatmaps, web vitals, dead clicks,
 //! exception autocapture, surveys) are switched on in the project's settings on the
 //! server, none in the pages: each test makes one of them happen (the autocaptured
-//! ones on each way) and checks the event the server stored. A plain load of each way makes no failed request and logs no
-//! console error. `tests/sdk/browser/site.mjs` drives the browser.
+//! ones on each way) and checks the event the server stored. A plain load of each way
+//! makes no failed request and logs no console error. `tests/sdk/browser/site.mjs`
+//! drives the browser.
 
 use std::path::Path;
 
