@@ -34,7 +34,30 @@ fn rules() -> Value {
     })
 }
 
-fn run_host(package: &str) -> Option<Value> {
+/// The `$feature_flag_evaluated_at` of the stored `$feature_flag_called` event of the
+/// remote evaluation, and the `evaluatedAt` the server answered it with.
+fn evaluated_at(server: &Server, summary: &Value) -> (Value, Value) {
+    let events = wait_for("the $feature_flag_called event", || {
+        let events = server.stored_events(1);
+        events
+            .iter()
+            .any(|e| e["distinct_id"] == "remote-user")
+            .then_some(events)
+    });
+    assert_eq!(summary["remote_base"], true);
+    let called = events
+        .iter()
+        .find(|e| e["distinct_id"] == "remote-user" && e["event"] == "$feature_flag_called")
+        .expect("a $feature_flag_called event");
+    let answered = array(&summary["remote_evaluated_at"]);
+    assert_eq!(answered.len(), 1, "one remote evaluation: {answered:?}");
+    (
+        called["properties"]["$feature_flag_evaluated_at"].clone(),
+        answered[0].clone(),
+    )
+}
+
+fn run_host(package: &str) -> Option<(Server, Value)> {
     let dir = sdk_dir().join("node/node_modules").join(package);
     if !installed(package, &[&dir]) {
         return None;
@@ -53,7 +76,7 @@ fn run_host(package: &str) -> Option<Value> {
         &["node/host.mjs", package, &host, KEY_ONE, PERSONAL_ONE],
     );
     eprintln!("{package} {}", summary["version"]);
-    Some(summary)
+    Some((server, summary))
 }
 
 /// What a missing remote config flag hands the app: posthog-node does not look at
@@ -65,9 +88,13 @@ fn missing_payload() -> Value {
 
 #[test]
 fn posthog_node_4_remote_config_payload_and_feed() {
-    let Some(s) = run_host("posthog-node-v4") else {
+    let Some((server, s)) = run_host("posthog-node-v4") else {
         return;
     };
+    // 4.x asks /decide?v=3, which says evaluatedAt too, but predates the property.
+    let (property, answered) = evaluated_at(&server, &s);
+    assert!(answered.is_i64(), "{answered}");
+    assert_eq!(property, Value::Null);
     // 4.x asks for the payload without the project key and hands over the JSON
     // answer as it is: the payload's text.
     assert_eq!(s["payload"], "{\"theme\": \"dark\"}");
@@ -102,9 +129,15 @@ fn posthog_node_4_remote_config_payload_and_feed() {
 
 #[test]
 fn posthog_node_5_remote_config_payload_dependency_and_etag() {
-    let Some(s) = run_host("posthog-node") else {
+    let Some((server, s)) = run_host("posthog-node") else {
         return;
     };
+    let (property, answered) = evaluated_at(&server, &s);
+    assert!(answered.is_i64(), "{answered}");
+    assert_eq!(
+        property, answered,
+        "$feature_flag_evaluated_at is the server's"
+    );
     // 5.x sends the project key and parses the payload's text.
     assert_eq!(s["payload"], json!({"theme": "dark"}));
     assert_eq!(s["payload_missing"], missing_payload());

@@ -40,6 +40,9 @@ async function recordingFetch(url, options) {
   const response = await fetch(url, options)
   entry.status = response.status
   entry.etag = response.headers.get('etag')
+  if (/^\/(flags|decide)\/?$/.test(u.pathname)) {
+    entry.evaluated_at = (await response.clone().json()).evaluatedAt ?? null
+  }
   return response
 }
 
@@ -86,6 +89,25 @@ summary.payload_missing = await client.getRemoteConfigPayload('no-such-flag')
 summary.payload_requests = requests
   .slice(mark)
   .map(({ method, path, query, status }) => ({ method, path, query, status }))
+
+// Remote evaluation reports when the server evaluated: the $feature_flag_called
+// event carries it as $feature_flag_evaluated_at (5.x).
+step = 'evaluated at'
+const remote = new PostHog(key, {
+  host,
+  fetch: recordingFetch,
+  flushAt: 100,
+  flushInterval: 60_000,
+  requestTimeout: 5_000,
+  fetchRetryCount: 0,
+})
+mark = requests.length
+summary.remote_base = await remote.getFeatureFlag('base', 'remote-user')
+await remote.shutdown(5_000)
+summary.remote_evaluated_at = requests
+  .slice(mark)
+  .filter((r) => 'evaluated_at' in r)
+  .map((r) => r.evaluated_at)
 
 step = 'shutdown'
 await client.shutdown(5_000)
