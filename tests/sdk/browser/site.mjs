@@ -9,12 +9,13 @@
 //   npm      the npm package's ES module build, extensions lazy-loaded from <api_host>
 //   full     array.full.js served by the site, external dependency loading left on
 // Scenarios, each in fresh browser contexts:
-//   plain         each way (or those named) loads and settles; nothing else happens
+//   plain         each way loads and settles; nothing else happens
 //   autocapture   on each way: a click on a button that does nothing, then wait for
 //                 the heatmap, dead click and web vitals events
 //   exception     on each way: an uncaught error thrown by the page
 //   survey        the popover survey shows; answer it; reload and it is not shown again
 //   early-access  list the early access features, enroll; posthog-js reloads the flags
+// Naming ways limits plain, autocapture and exception to them (for a look at one).
 // Every request of every context is recorded with its answer, and every console error
 // and uncaught exception, so the test can say none failed.
 
