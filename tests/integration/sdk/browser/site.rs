@@ -245,15 +245,27 @@ fn plain_loads_make_no_failed_request_and_no_console_error() {
         );
     }
     // Every event a load sent is stored, once.
-    let stored = server.settle(1);
+    let events = server.settle(1);
     for way in WAYS {
         for sent in array(&result[way]["requests"])
             .iter()
             .flat_map(|r| array(&r["events"]))
         {
-            let n = stored.iter().filter(|e| e["id"] == sent["uuid"]).count();
+            let n = events.iter().filter(|e| e["id"] == sent["uuid"]).count();
             assert_eq!(n, 1, "{way}: {sent} stored {n} times");
         }
+        // Leaving the page sent the page leave by beacon (which Playwright cannot see).
+        let visit = &result[way];
+        let leaves: Vec<&Value> = events
+            .iter()
+            .filter(|e| e["event"] == "$pageleave")
+            .filter(|e| e["properties"]["$current_url"] == visit["url"])
+            .collect();
+        assert_eq!(leaves.len(), 1, "{way}: page leaves {leaves:?}");
+        assert_eq!(
+            leaves[0]["distinct_id"], visit["pageview"]["distinct_id"],
+            "{way}"
+        );
     }
 }
 
