@@ -42,7 +42,9 @@ fn survey() -> Value {
                        "description": "", "originalQuestionIndex": 0}],
         "appearance": {"position": "right", "displayThankYouMessage": false,
                        "surveyPopupDelaySeconds": 0},
-        "conditions": null,
+        // Only on the survey test's page: elsewhere a popover appearing would make the
+        // dead click a live one and add its events to every load.
+        "conditions": {"url": "?with-survey", "urlMatchType": "icontains"},
         "start_date": "2026-01-01T00:00:00Z",
         "end_date": null,
         "current_iteration": null,
