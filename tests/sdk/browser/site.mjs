@@ -232,7 +232,8 @@ const scenarios = {
     run.step = 'survey sent'
     const sentEvent = await sent(log, 'survey sent')
     const flag = survey.internal_targeting_flag_key
-    // The flags reload that posthog-js starts after a response has landed.
+    // posthog-js reloads the flags once the answer is sent, with the `$survey_responded`
+    // person property: flagpost must then answer the internal targeting flag off.
     await until('the internal targeting flag to turn off', () =>
       tab.evaluate((key) => posthog.getFeatureFlag(key, { send_event: false }) === false, flag)
     )
