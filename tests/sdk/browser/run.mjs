@@ -11,88 +11,20 @@
 // loopback is aborted and reported.
 
 import { readFileSync } from 'node:fs'
-import http from 'node:http'
-import { createRequire } from 'node:module'
-import { gunzipSync } from 'node:zlib'
 
-const deps = new URL('../node/', import.meta.url)
-const { chromium } = createRequire(new URL('package.json', deps))('playwright-core')
-const POSTHOG_JS = new URL('node_modules/posthog-js/dist/array.full.js', deps)
-const version = JSON.parse(readFileSync(new URL('node_modules/posthog-js/package.json', deps))).version
+import { POSTHOG_JS, POSTHOG_JS_VERSION, WAIT_MS, decode, eventsOf, isIntake, isLoopback, launch, servePages, until, watchdog } from './chromium.mjs'
+
 const PAGE = new URL('page.html', import.meta.url)
 
 const [apiHost, token, prefix] = process.argv.slice(2)
-// Headless, and nothing in the background: without --disable-background-networking
-// and the rest, Chromium tries to reach Google. Even with them it still looks up
-// update.googleapis.com and accounts.google.com, so no name resolves at all: the test
-// uses 127.0.0.1 only. Playwright adds a fresh --user-data-dir on every launch.
-const CHROMIUM_ARGS = [
-  '--headless',
-  '--no-sandbox',
-  '--disable-gpu',
-  '--disable-quic',
-  '--no-first-run',
-  '--disable-background-networking',
-  '--disable-component-update',
-  '--disable-sync',
-  '--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1',
-]
-const WAIT_MS = 20_000
 
-// Bound the whole run: the test harness kills us too, but this says where we were.
-let step = 'start'
-const watchdog = setTimeout(() => {
-  console.error(`timed out; last step: ${step}`)
-  process.exit(2)
-}, 100_000)
+const run = watchdog(100_000)
 
-const pages = http.createServer((req, res) => {
-  const path = new URL(req.url, 'http://x').pathname
-  const [file, type] =
-    path === '/posthog.js'
-      ? [POSTHOG_JS, 'text/javascript']
-      : path === '/'
-        ? [PAGE, 'text/html']
-        : [null, null]
-  if (!file) return res.writeHead(404).end()
-  res.writeHead(200, { 'Content-Type': type }).end(readFileSync(file))
+const pages = await servePages({
+  '/': () => ['text/html', readFileSync(PAGE)],
+  '/posthog.js': () => ['text/javascript', readFileSync(new URL('dist/array.full.js', POSTHOG_JS))],
 })
-await new Promise((resolve) => pages.listen(0, '127.0.0.1', resolve))
-const pageOrigin = `http://127.0.0.1:${pages.address().port}`
-
-const isLoopback = (url) => ['127.0.0.1', 'localhost', '[::1]'].includes(new URL(url).hostname)
-
-// A body as the server must read it: gzip by its magic bytes, base64 in a form's
-// `data`, else JSON.
-function decode(body, contentType) {
-  if (!body?.length) return { kind: 'empty', json: null }
-  if (body[0] === 0x1f && body[1] === 0x8b) {
-    return { kind: 'gzip', json: JSON.parse(gunzipSync(body).toString()) }
-  }
-  if ((contentType ?? '').startsWith('application/x-www-form-urlencoded')) {
-    const data = new URLSearchParams(body.toString()).get('data')
-    return { kind: 'base64', json: JSON.parse(Buffer.from(data, 'base64').toString()) }
-  }
-  return { kind: 'json', json: JSON.parse(body.toString()) }
-}
-
-// The events of an intake payload: an array of events or a batch object.
-function eventsOf(payload) {
-  const batch = Array.isArray(payload) ? payload : (payload.batch ?? [payload])
-  return batch.map((e) => ({
-    uuid: e.uuid ?? null,
-    event: e.event,
-    distinct_id: e.properties?.distinct_id ?? e.distinct_id ?? null,
-  }))
-}
-
-async function until(what, fn) {
-  const deadline = Date.now() + WAIT_MS
-  while (!fn()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`)
-    await new Promise((r) => setTimeout(r, 50))
-  }
-}
+const pageOrigin = pages.origin
 
 // Runs in the page: what a visitor does. Playwright sends it over as source, so
 // everything it uses is inside it.
@@ -133,7 +65,7 @@ async function actions({ user, company }) {
 }
 
 async function visit(browser, mode) {
-  step = `visit ${mode}`
+  run.step = `visit ${mode}`
   const context = await browser.newContext()
   context.setDefaultTimeout(WAIT_MS)
   const requests = []
@@ -149,7 +81,6 @@ async function visit(browser, mode) {
   context.on('request', (req) => {
     if (!req.url().startsWith(apiHost)) return
     const url = new URL(req.url())
-    const intake = /^\/(e|i\/v0\/e|batch|capture)\/?$/.test(url.pathname)
     const body = decode(req.postDataBuffer(), req.headers()['content-type'])
     const entry = {
       method: req.method(),
@@ -159,7 +90,7 @@ async function visit(browser, mode) {
       content_type: req.headers()['content-type'] ?? null,
       body: body.kind,
       status: null,
-      events: intake ? eventsOf(body.json) : [],
+      events: isIntake(url.pathname) ? eventsOf(body.json) : [],
     }
     seen.set(req, entry)
     requests.push(entry)
@@ -182,7 +113,7 @@ async function visit(browser, mode) {
     compression: mode === 'base64' ? 'off' : 'on',
   })
   await page.goto(`${pageOrigin}/?${query}`)
-  step = `flags ${mode}`
+  run.step = `flags ${mode}`
   await page.evaluate(
     (ms) =>
       Promise.race([
@@ -191,12 +122,12 @@ async function visit(browser, mode) {
       ]),
     WAIT_MS
   )
-  step = `actions ${mode}`
+  run.step = `actions ${mode}`
   const user = `${prefix}-${mode}-user`
   const company = `${prefix}-${mode}-acme`
   const result = await page.evaluate(actions, { user, company })
   // Every queued event is out once the last one is, and nothing is in flight.
-  step = `flush ${mode}`
+  run.step = `flush ${mode}`
   const sent = () => requests.flatMap((r) => r.events.map((e) => e.uuid))
   await until('the last event to be sent', () => sent().includes(result.ids.done))
   await until('every request to finish', () => requests.every((r) => r.status !== null))
@@ -204,18 +135,13 @@ async function visit(browser, mode) {
   return { ...result, user, company, requests, blocked }
 }
 
-const browser = await chromium.launch({
-  executablePath: '/usr/bin/chromium',
-  headless: true,
-  args: CHROMIUM_ARGS,
-  timeout: WAIT_MS,
-})
-const summary = { sdk: 'posthog-js', version, chromium: browser.version(), visits: {} }
+const browser = await launch()
+const summary = { sdk: 'posthog-js', version: POSTHOG_JS_VERSION, chromium: browser.version(), visits: {} }
 try {
   for (const mode of ['gzip', 'base64']) summary.visits[mode] = await visit(browser, mode)
 } finally {
   await browser.close()
   pages.close()
 }
-clearTimeout(watchdog)
+run.done()
 console.log(JSON.stringify(summary))

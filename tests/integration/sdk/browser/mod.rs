@@ -1,6 +1,9 @@
 //! posthog-js from its npm package in Debian's Chromium, headless, driven by
 //! playwright-core: pageview, capture, identify, group, flags, and both of its
-//! compressed encodings (gzip-js and, for beacons, base64).
+//! compressed encodings (gzip-js and, for beacons, base64). `site` loads it the ways
+//! sites do, with the optional features on.
+
+mod site;
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -36,18 +39,24 @@ fn posthog_js_in_chromium() {
     let config = format!("GET /array/{KEY_ONE}/config empty");
     // posthog-js takes gzip-js from the remote config and sends it as raw gzip with no
     // `compression` parameter, flags included; with `disable_compression` it sends
-    // JSON, and base64 only where a beacon needs a CORS-simple body.
+    // JSON, and base64 only where a beacon needs a CORS-simple body. Events go to `/e/`
+    // until the remote config arrives, then to its `analytics.endpoint` (PostHog names
+    // `/i/v0/e/`): both read `<intake>`.
     let visits = [
         (
             "gzip",
-            vec![config.as_str(), "POST /e/ gzip", "POST /flags/?v=2 gzip"],
+            vec![
+                config.as_str(),
+                "POST <intake> gzip",
+                "POST /flags/?v=2 gzip",
+            ],
         ),
         (
             "base64",
             vec![
                 config.as_str(),
-                "POST /e/ json",
-                "POST /e/?compression=base64 base64",
+                "POST <intake> json",
+                "POST <intake>?compression=base64 base64",
                 "POST /flags/?v=2 json",
             ],
         ),
@@ -60,7 +69,14 @@ fn posthog_js_in_chromium() {
         let made: BTreeSet<String> = requests_made(&server, requests)
             .into_iter()
             .zip(requests)
-            .map(|(made, r)| format!("{made} {}", r["body"].as_str().unwrap()))
+            .map(|(made, r)| {
+                let made = made.replacen("POST /i/v0/e/", "POST <intake>", 1).replacen(
+                    "POST /e/",
+                    "POST <intake>",
+                    1,
+                );
+                format!("{made} {}", r["body"].as_str().unwrap())
+            })
             .collect();
         assert_eq!(
             made,
