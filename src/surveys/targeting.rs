@@ -114,13 +114,20 @@ pub fn check(flag: &Value) -> Result<(), (String, String)> {
     let mut flag = flag.clone();
     // Compile as active even for a stopped survey: the filters must be valid either way.
     flag["active"] = Value::Bool(true);
-    match crate::flags::ProjectRules::from_value(json!({"flags": [flag]})) {
-        Ok(_) => Ok(()),
-        Err(e) => {
-            let field = e.field().strip_prefix("filters").unwrap_or(e.field());
-            Err((field.to_owned(), e.kind().to_string()))
-        }
-    }
+    // A filter the evaluator cannot read disables only its flag (a warning, not an
+    // error, for a flags file); a survey's own filters must all be readable.
+    let error = match crate::flags::ProjectRules::from_value(json!({"flags": [flag]})) {
+        Ok(rules) => match rules.warnings().first() {
+            Some(w) => w.clone(),
+            None => return Ok(()),
+        },
+        Err(e) => e,
+    };
+    let field = error
+        .field()
+        .strip_prefix("filters")
+        .unwrap_or(error.field());
+    Err((field.to_owned(), error.kind().to_string()))
 }
 
 #[cfg(test)]
