@@ -26,7 +26,7 @@ use uuid::Uuid;
 use crate::store::person_cache::Changes;
 
 /// The tree's name, part of the on-disk format.
-pub const TREE: &str = "sink_outbox";
+pub const TREE: &str = crate::store::OUTBOX_TREE;
 const ENTRY: u8 = b'e';
 const NEXT: &[u8] = b"n";
 const CHECKPOINT: &[u8] = b"c";

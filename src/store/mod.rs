@@ -52,6 +52,10 @@ impl From<sled::Error> for Error {
     }
 }
 
+/// The sled tree of the ClickHouse sink's outbox: the store opens it with the others so
+/// the compactor's chunk transaction can write it.
+pub const OUTBOX_TREE: &str = "sink_outbox";
+
 /// Every tree of the database.
 #[derive(Clone)]
 pub struct Trees {
@@ -78,7 +82,7 @@ pub struct Trees {
     /// Log records that did not decode, kept for an operator to inspect.
     pub quarantine: sled::Tree,
     /// What the compactor committed and the ClickHouse sink has not yet sent
-    /// ([`crate::sink::outbox`]); written only while the sink is on.
+    /// (the sink's outbox, `sink::outbox`); written only while the sink is on.
     pub outbox: sled::Tree,
 }
 
@@ -104,7 +108,7 @@ impl Trees {
             group_types: db.open_tree("group_types")?,
             meta: db.open_tree("meta")?,
             quarantine: db.open_tree("quarantine")?,
-            outbox: db.open_tree(crate::sink::outbox::TREE)?,
+            outbox: db.open_tree(OUTBOX_TREE)?,
         })
     }
 }
