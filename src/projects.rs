@@ -29,6 +29,18 @@ pub struct Project {
     /// autocapture, web vitals, ...); everything off by default.
     #[serde(default)]
     pub remote_config: crate::client_config::Switches,
+    /// The members every `/decide` and `/flags` answer ends with, written once from the
+    /// switches: without and with an active survey (`client_config::decide_tail`).
+    #[serde(skip)]
+    decide_tails: [String; 2],
+}
+
+impl Project {
+    /// The client config members a decide answer ends with, by whether the project has
+    /// an active survey.
+    pub fn decide_tail(&self, surveys: bool) -> &str {
+        &self.decide_tails[usize::from(surveys)]
+    }
 }
 
 #[derive(Deserialize)]
@@ -92,6 +104,13 @@ impl Projects {
                     "{at}: personal_api_keys entry starting {shown:?} must look like phx_..."
                 )));
             }
+            let mut p = p;
+            p.decide_tails = [false, true].map(|surveys| {
+                crate::client_config::decide_tail(
+                    &p.remote_config,
+                    crate::client_config::Facts { surveys },
+                )
+            });
             let p = Arc::new(p);
             if projects.by_id.insert(p.id, p.clone()).is_some() {
                 return Err(Error(format!("{at}: duplicate project id")));

@@ -207,7 +207,7 @@ fn evaluate(
     let tail = flags::Tail {
         evaluated_at: Some(now_ms()),
         quota_limited: true,
-        common: &common,
+        common,
     };
     let Some(rules) = rules.filter(|_| !req.disable_flags) else {
         let none = flags::Evaluation::default();

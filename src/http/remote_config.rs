@@ -48,9 +48,10 @@ pub fn facts(app: &App, project: &Project) -> Facts {
     }
 }
 
-/// The `/decide` and `/flags` members for a project: its client config.
-pub fn decide_tail(app: &App, project: &Project) -> String {
-    client_config::decide_tail(&project.remote_config, facts(app, project))
+/// The `/decide` and `/flags` members for a project: its client config, written when
+/// the projects file was read.
+pub fn decide_tail<'a>(app: &App, project: &'a Project) -> &'a str {
+    project.decide_tail(facts(app, project).surveys)
 }
 
 pub async fn handle(app: &App, path: &str) -> Result<Response<Body>, ApiError> {
