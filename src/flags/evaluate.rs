@@ -36,11 +36,25 @@ enum Props<'c> {
 impl<'c> Props<'c> {
     fn get(&self, key: &str) -> Result<Option<&'c Value>, FailureCause> {
         match self {
-            Props::Known(map) => Ok(map.and_then(|m| m.get(key))),
+            Props::Known(map) => Ok(map.and_then(|m| find(m, key))),
             Props::Person(map, distinct) => Ok(person_get(map, key, *distinct)),
             Props::Failed(cause) => Err(cause.clone()),
         }
     }
+}
+
+/// Maps up to this many entries are searched by comparing keys: cheaper than hashing
+/// the key (SipHash) for the few properties or groups a request usually carries.
+const SCAN_ENTRIES: usize = 16;
+
+/// `map.get(key)`, by a scan of the entries when the map is small. Keys are unique, so
+/// both find the same entry.
+#[inline]
+fn find<'m>(map: &'m Map<String, Value>, key: &str) -> Option<&'m Value> {
+    if map.len() > SCAN_ENTRIES {
+        return map.get(key);
+    }
+    map.iter().find(|(k, _)| k.as_str() == key).map(|(_, v)| v)
 }
 
 #[inline]
@@ -49,7 +63,7 @@ fn person_get<'c>(
     key: &str,
     distinct: Option<&'c Value>,
 ) -> Option<&'c Value> {
-    match map.get(key) {
+    match find(map, key) {
         None if key == DISTINCT_ID => distinct,
         found => found,
     }
@@ -473,7 +487,7 @@ impl<'r, 'c> Env<'r, 'c> {
     /// the request has no such group.
     fn group_key(&self, aggregation: &Aggregation) -> Option<Cow<'c, str>> {
         let name = aggregation.name.as_deref()?;
-        group_key(self.ctx.groups.get(name)?)
+        group_key(find(self.ctx.groups, name)?)
     }
 
     /// The id a person flag buckets by: with experience continuity, the id the person had
@@ -518,5 +532,25 @@ fn variant(logic: &Logic, hashes: &mut FlagHashes<'_>) -> Pick {
     match logic.variants.iter().position(|v| v.boundary > hash) {
         Some(i) => Pick::Variant(i),
         None => Pick::None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn find_agrees_with_get_on_either_side_of_the_scan_limit() {
+        for size in [0, 1, SCAN_ENTRIES - 1, SCAN_ENTRIES, SCAN_ENTRIES + 1, 40] {
+            let map: Map<String, Value> = (0..size)
+                .map(|i| (format!("key{i}"), Value::from(i)))
+                .collect();
+            for i in 0..size + 2 {
+                for key in [format!("key{i}"), format!("Key{i}"), format!("key{i} ")] {
+                    assert_eq!(find(&map, &key), map.get(&key), "{size} {key}");
+                }
+            }
+            assert_eq!(find(&map, ""), None);
+        }
     }
 }
