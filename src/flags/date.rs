@@ -116,6 +116,9 @@ fn years_back(now: OffsetDateTime, years: u32) -> Option<OffsetDateTime> {
 pub(super) fn parse_property_instant(value: &Value, now: OffsetDateTime) -> Option<OffsetDateTime> {
     match value {
         Value::Number(n) => from_epoch_seconds(n.as_f64()?),
+        // A date's dashes at 4 and 7 cannot be a number's (it has at most one sign past
+        // its first byte), so ISO dates skip the float parse.
+        Value::String(s) if is_dated(s) => parse_text(s),
         Value::String(s) => match s.parse::<f64>() {
             Ok(seconds) => from_epoch_seconds(seconds),
             Err(_) => match parse_relative(s) {
@@ -125,6 +128,12 @@ pub(super) fn parse_property_instant(value: &Value, now: OffsetDateTime) -> Opti
         },
         _ => None,
     }
+}
+
+/// Whether `s` starts like `YYYY-MM-DD`: dashes at bytes 4 and 7.
+fn is_dated(s: &str) -> bool {
+    let b = s.as_bytes();
+    b.len() >= 10 && b[4] == b'-' && b[7] == b'-'
 }
 
 /// Epoch seconds, fractions kept to the nanosecond. Instants past what the time crate
@@ -405,5 +414,26 @@ mod tests {
         let back = |s: &str| DateTarget::parse(&json!(s)).unwrap().resolve(now).unwrap();
         assert_eq!(back("-1y"), datetime!(2023-02-28 00:00:00 UTC));
         assert_eq!(back("-4y"), datetime!(2020-02-28 00:00:00 UTC));
+    }
+
+    #[test]
+    fn dated_text_is_never_a_number() {
+        // What the shortcut skips could never parse as a float: the same answer either way.
+        for s in [
+            "2024-03-01",
+            "2024-03-01T10:00:00Z",
+            "2024-03-01 10:00:00+01:00",
+            "1e-5-55-55",
+            "0000-00-00",
+            "+1.0-e5-00",
+            "inf--na-n--",
+        ] {
+            assert!(is_dated(s), "{s}");
+            assert!(s.parse::<f64>().is_err(), "{s}");
+            assert!(parse_relative(s).is_none(), "{s}");
+            assert_eq!(parse_property_instant(&json!(s), NOW), parse_text(s), "{s}");
+        }
+        assert!(!is_dated("1.0e-5"));
+        assert!(!is_dated(" 2024-03-01"));
     }
 }

@@ -155,6 +155,9 @@ pub(super) struct Logic {
     pub(super) super_condition: Option<SuperCondition>,
     pub(super) holdout: Option<Holdout>,
     pub(super) conditions: Vec<Condition>,
+    /// Whether some condition aggregates by other than the flag's own aggregation, so
+    /// buckets by its own id; when none does, every condition shares the flag's hashes.
+    pub(super) own_buckets: bool,
     pub(super) early_exit: bool,
     pub(super) variants: Vec<Variant>,
     /// `payloads["true"]`: the payload of an enabled flag without a variant.
@@ -219,6 +222,10 @@ impl Logic {
         for variant in &mut variants {
             variant.payload = Payload::of(payloads, &variant.key);
         }
+        let flag_index = aggregation.as_ref().map(|a| a.index);
+        let own_buckets = conditions
+            .iter()
+            .any(|c| c.aggregation.as_ref().map(|a| a.index) != flag_index);
         Ok(Logic {
             aggregation,
             continuity: flag.get("ensure_experience_continuity").bool_or(false)?,
@@ -226,6 +233,7 @@ impl Logic {
             super_condition,
             holdout: holdout(&filters, payloads)?,
             conditions,
+            own_buckets,
             early_exit: filters.get("early_exit").bool_or(false)?,
             variants,
             boolean_payload: Payload::of(payloads, BOOLEAN_PAYLOAD_KEY),
