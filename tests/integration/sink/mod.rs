@@ -5,6 +5,7 @@
 
 mod collapse;
 mod end_to_end;
+mod outage;
 mod queries;
 mod server;
 mod tables;
