@@ -5,6 +5,7 @@
 
 mod collapse;
 mod end_to_end;
+mod merges;
 mod outage;
 mod queries;
 mod server;
