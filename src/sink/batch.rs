@@ -137,10 +137,10 @@ pub fn build(sources: &Sources, entries: &[Entry], shape: Shape) -> sled::Result
             offset: e.seq,
         };
         for p in &e.committed.persons {
-            persons.insert(*p, origin);
+            persons.insert(*p, (origin, e.version));
         }
         for l in &e.committed.linked {
-            links.insert(l.clone(), origin);
+            links.insert(l.clone(), (origin, e.version));
         }
         for g in &e.committed.groups {
             groups.insert(g.clone(), origin);
@@ -157,11 +157,11 @@ pub fn build(sources: &Sources, entries: &[Entry], shape: Shape) -> sled::Result
 
 fn person_rows(
     sources: &Sources,
-    persons: &BTreeMap<(u64, Uuid), Origin>,
+    persons: &BTreeMap<(u64, Uuid), (Origin, u64)>,
     shape: Shape,
 ) -> sled::Result<(Table, Vec<u8>, u64)> {
     let mut out = RowBinary::default();
-    for (&(project, id), &origin) in persons {
+    for (&(project, id), &(origin, version)) in persons {
         let stored = sources.persons.get(keys::with_uuid(project, id))?;
         let person: Option<Person> = stored.and_then(|v| serde_json::from_slice(&v).ok());
         // A person no longer stored was merged into another: sent deleted, at a
@@ -177,7 +177,7 @@ fn person_rows(
             properties: &properties,
             is_identified: person.as_ref().is_some_and(|p| p.is_identified),
             is_deleted: person.is_none(),
-            version: origin.offset,
+            version,
             origin,
         }
         .encode(shape, &mut out);
@@ -187,11 +187,11 @@ fn person_rows(
 
 fn link_rows(
     sources: &Sources,
-    links: &BTreeMap<(u64, String), Origin>,
+    links: &BTreeMap<(u64, String), (Origin, u64)>,
     shape: Shape,
 ) -> sled::Result<(Table, Vec<u8>, u64)> {
     let mut out = RowBinary::default();
-    for ((project, distinct_id), &origin) in links {
+    for ((project, distinct_id), &(origin, version)) in links {
         let stored = sources
             .distinct_ids
             .get(keys::with_str(*project, distinct_id))?;
@@ -201,7 +201,7 @@ fn link_rows(
             distinct_id,
             person_id: person.unwrap_or_default(),
             is_deleted: person.is_none(),
-            version: origin.offset,
+            version,
             origin,
         }
         .encode(shape, &mut out);
