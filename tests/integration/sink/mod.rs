@@ -6,6 +6,7 @@
 mod collapse;
 mod end_to_end;
 mod merges;
+mod nodes;
 mod outage;
 mod queries;
 mod server;
