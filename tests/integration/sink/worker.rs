@@ -16,8 +16,10 @@ use uuid::Uuid;
 use super::*;
 
 /// Chunks of events, each one outbox entry; the worker sends them in batches of
-/// about 10k rows.
+/// about [`BATCH_ROWS`].
 const CHUNKS: u64 = 5;
+/// Batches smaller than the sink's, so these few events make several.
+const BATCH_ROWS: u64 = 10_000;
 const EVENTS_PER_CHUNK: u64 = 4_000;
 const PROJECT: u64 = 3;
 /// Long enough ago that no batch waits for company.
@@ -143,7 +145,9 @@ fn store_with(sink_from: u64) -> Store {
 }
 
 fn worker(ch: &ClickHouse, s: &Store) -> Worker {
-    Worker::new(settings(ch), s.outbox.clone(), Sources::of(&s.trees)).expect("worker")
+    Worker::new(settings(ch), s.outbox.clone(), Sources::of(&s.trees))
+        .expect("worker")
+        .with_batch_rows(BATCH_ROWS)
 }
 
 /// Step until the outbox is empty; returns the rows sent per pass.
@@ -231,7 +235,9 @@ fn a_batch_acknowledged_by_clickhouse_but_not_the_outbox_is_resent_and_collapses
     block_on(async {
         let mut dest = Destination::open(settings(&ch)).await.expect("open");
         let now = COMMITTED_AT + 60_000;
-        let entries = batch::choose(&s.outbox, now).unwrap().expect("a batch");
+        let entries = batch::choose(&s.outbox, now, BATCH_ROWS)
+            .unwrap()
+            .expect("a batch");
         let sources = Sources::of(&s.trees);
         let built = batch::build(&sources, &entries, dest.shape()).unwrap();
         let node = s.outbox.node().unwrap();
