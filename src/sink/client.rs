@@ -21,7 +21,7 @@ use super::{Connect, Error, Settings};
 
 /// A connection attempt longer than this counts as the server being down.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-/// A statement or a batch of some 10k rows takes well under a second; this much
+/// A statement or a batch of 50k rows takes under a second here; this much
 /// allows for a busy server merging parts, and bounds a hung one.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
 /// Answers the sink reads are a version string or a few rows; more is refused

@@ -5,11 +5,16 @@
 //!
 //! An entry names what changed, not the data: the event blocks written, the persons
 //! written or merged away, the distinct ids linked and the groups written. The worker
-//! reads their current state when it sends, which is at least as new as the entry;
-//! the entry's place in the outbox (`seq`) becomes the rows' version, so the newest
-//! state always carries the highest version.
+//! reads their current state when it sends, which is at least as new as the entry.
 //!
-//! Keys: `e` + seq (u64 BE) -> entry; `n` -> the next seq; `c` -> the last seq sent
+//! Each entry gets a version for the persons' and links' rows, from the commit's
+//! clock: `at` (ms) × [`VERSION_STEP`] plus a number from the node's id, and always
+//! above the previous entry's. So on one node the newest state carries the highest
+//! version, and when several nodes write the same derived person id into one
+//! ClickHouse, the change committed last (by the nodes' clocks) wins everywhere,
+//! rather than whichever node happened to have written more chunks.
+//!
+//! Keys: `e` + seq (u64 BE) -> entry; `n` -> the next seq; `v` -> the last version; `c` -> the last seq sent
 //! (the checkpoint); `f` -> the batch in flight (first and last seq), fixed before it
 //! is sent so a re-send after a crash is the same batch with the same tokens; `i` ->
 //! this database's id (16 bytes), which keeps tokens of different nodes apart; `b` ->
@@ -35,8 +40,15 @@ const NODE: &[u8] = b"i";
 const BACKFILL: &[u8] = b"b";
 const HIGHEST: &[u8] = b"h";
 const GAP: &[u8] = b"g";
-/// The entries' encoding, ahead of its JSON.
-const FORMAT: u8 = 1;
+const VERSION: &[u8] = b"v";
+/// The entries' encoding: JSON, its version being its seq.
+const FORMAT_1: u8 = 1;
+/// The entries' encoding: the version (u64 BE), then JSON.
+const FORMAT: u8 = 2;
+/// Versions per millisecond: room for [`tiebreak`]'s number below the clock, so two
+/// nodes committing in the same millisecond still differ, and for up to 1,024
+/// commits a millisecond on one node before its versions run ahead of its clock.
+pub const VERSION_STEP: u64 = 1024;
 
 /// What one compactor chunk committed, as the sink needs it: the narrow interface
 /// between the compactor and the sink.
@@ -82,19 +94,47 @@ impl Committed {
         self.events + (self.persons.len() + self.linked.len() + self.groups.len()) as u64
     }
 
-    fn encode(&self) -> Vec<u8> {
+    fn encode(&self, version: u64) -> Vec<u8> {
         let mut out = vec![FORMAT];
+        out.extend_from_slice(&version.to_be_bytes());
         // Plain data of known types: serialising cannot fail.
         out.extend(serde_json::to_vec(self).unwrap_or_default());
         out
     }
 
-    fn decode(bytes: &[u8]) -> Option<Committed> {
+    /// The entry and its version; entries written before versions came from the
+    /// clock have their seq, below every clock-made version.
+    fn decode(bytes: &[u8], seq: u64) -> Option<(Committed, u64)> {
         match bytes.split_first()? {
-            (&FORMAT, json) => serde_json::from_slice(json).ok(),
+            (&FORMAT_1, json) => Some((serde_json::from_slice(json).ok()?, seq)),
+            (&FORMAT, rest) => {
+                let version = be64(rest.get(..8)?)?;
+                Some((serde_json::from_slice(&rest[8..]).ok()?, version))
+            }
             _ => None,
         }
     }
+}
+
+/// The version of an entry committed at `at_ms` on node `node`, after `last`: the
+/// clock's, unless the clock went back or the millisecond is full, then just above
+/// `last`.
+pub fn version(at_ms: i64, node: Option<Uuid>, last: Option<u64>) -> u64 {
+    let clock = (at_ms.max(0) as u64)
+        .saturating_mul(VERSION_STEP)
+        .saturating_add(node.map_or(0, tiebreak));
+    match last {
+        Some(last) if last.saturating_add(VERSION_STEP) > clock => {
+            last.saturating_add(VERSION_STEP)
+        }
+        _ => clock,
+    }
+}
+
+/// A number below [`VERSION_STEP`] from a node's id: two nodes committing the same
+/// person in the same millisecond differ by it, the same way on every query.
+fn tiebreak(node: Uuid) -> u64 {
+    (node.as_u128() % VERSION_STEP as u128) as u64
 }
 
 /// Record `committed` in the outbox inside the compactor's transaction; returns its
@@ -107,9 +147,13 @@ pub fn record(
         return Ok(None);
     }
     let seq = outbox.get(NEXT)?.and_then(|v| be64(&v)).unwrap_or(1);
+    let node = outbox.get(NODE)?.and_then(|v| Uuid::from_slice(&v).ok());
+    let last = outbox.get(VERSION)?.and_then(|v| be64(&v));
+    let version = version(committed.at, node, last);
     note_blocks(outbox, committed)?;
-    outbox.insert(&entry_key(seq)[..], committed.encode())?;
+    outbox.insert(&entry_key(seq)[..], committed.encode(version))?;
     outbox.insert(NEXT, &(seq + 1).to_be_bytes()[..])?;
+    outbox.insert(VERSION, &version.to_be_bytes()[..])?;
     Ok(Some(seq))
 }
 
@@ -153,6 +197,8 @@ fn pair_bytes(a: u64, b: u64) -> Vec<u8> {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Entry {
     pub seq: u64,
+    /// The version its persons' and links' rows carry.
+    pub version: u64,
     pub committed: Committed,
 }
 
@@ -178,7 +224,8 @@ impl Outbox {
         &self.tree
     }
 
-    /// This database's id, made once: part of every deduplication token.
+    /// This database's id, made once: part of every deduplication token and of
+    /// every version.
     pub fn node(&self) -> sled::Result<Uuid> {
         if let Some(v) = self.tree.get(NODE)? {
             if let Ok(id) = Uuid::from_slice(&v) {
@@ -226,11 +273,15 @@ impl Outbox {
         Ok(self.tree.range(start..end).map(|kv| {
             let (k, v) = kv?;
             let seq = be64(&k[1..]).unwrap_or(0);
-            let committed = Committed::decode(&v).unwrap_or_else(|| {
+            let (committed, version) = Committed::decode(&v, seq).unwrap_or_else(|| {
                 tracing::error!(seq, "sink: an outbox entry does not decode; skipped");
-                Committed::default()
+                (Committed::default(), seq)
             });
-            Ok(Entry { seq, committed })
+            Ok(Entry {
+                seq,
+                version,
+                committed,
+            })
         }))
     }
 
@@ -414,5 +465,49 @@ mod tests {
         outbox.take_gap(b"progress").unwrap();
         assert_eq!(outbox.gap().unwrap(), None);
         assert_eq!(outbox.backfill().unwrap().unwrap().as_ref(), b"progress");
+    }
+
+    #[test]
+    fn versions_follow_the_clock_and_only_go_up() {
+        let node = Uuid::from_u128(0xabc_0000 + 517);
+        let v = version(1_700_000_000_000, Some(node), None);
+        assert_eq!(v, 1_700_000_000_000 * VERSION_STEP + 517);
+        // The same millisecond again, or a clock gone back: just above the last.
+        assert_eq!(
+            version(1_700_000_000_000, Some(node), Some(v)),
+            v + VERSION_STEP
+        );
+        assert_eq!(
+            version(1_600_000_000_000, Some(node), Some(v)),
+            v + VERSION_STEP
+        );
+        // A later commit on another node wins over an earlier one here, whatever
+        // either node's count of entries.
+        let other = Uuid::from_u128(3);
+        assert!(version(1_700_000_000_001, Some(other), None) > v);
+        assert!(version(1_700_000_000_000, Some(other), None) < v);
+    }
+
+    #[test]
+    fn entries_carry_their_version_and_old_ones_their_seq() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = sled::open(dir.path()).unwrap();
+        let outbox = Outbox::open(&db).unwrap();
+        // An entry of the first format, written before versions came from the clock.
+        let old = committed(5, 1);
+        let mut bytes = vec![FORMAT_1];
+        bytes.extend(serde_json::to_vec(&old).unwrap());
+        outbox.tree().insert(entry_key(1), bytes).unwrap();
+        outbox.tree().insert(NEXT, &2u64.to_be_bytes()[..]).unwrap();
+        let node = outbox.node().unwrap();
+        write(&outbox, &committed(1_000, 1));
+        write(&outbox, &committed(1_000, 1));
+        let all: Vec<Entry> = outbox.entries(None).unwrap().map(Result::unwrap).collect();
+        let first = 1_000 * VERSION_STEP + tiebreak(node);
+        assert_eq!(
+            all.iter().map(|e| (e.seq, e.version)).collect::<Vec<_>>(),
+            [(1, 1), (2, first), (3, first + VERSION_STEP)]
+        );
+        assert_eq!(all[0].committed, old);
     }
 }

@@ -10,7 +10,7 @@
 //! next flush, and a `kill -9` before it rolls the chunk back, to be applied again
 //! from the log, with new person ids. Rows read from such a chunk and sent would stay
 //! in ClickHouse as persons that never were, so after reading a batch the worker
-//! flushes (one fsync per batch of 10k rows) and only then sends it.
+//! flushes (one fsync per batch of 50k rows) and only then sends it.
 //!
 //! Storage calls run on the blocking pool, so a slow disk never stalls the reactor
 //! that serves capture and decide.
@@ -69,6 +69,8 @@ pub struct Worker {
     backfill_next: bool,
     /// When the backfill last logged its progress.
     reported: Instant,
+    /// Rows a batch from the outbox waits for ([`batch::MIN_ROWS`]).
+    batch_rows: u64,
 }
 
 impl Worker {
@@ -93,6 +95,7 @@ impl Worker {
             backfill: (!backfill.is_done()).then_some(backfill),
             backfill_next: false,
             reported: Instant::now(),
+            batch_rows: batch::MIN_ROWS,
         })
     }
 
@@ -103,6 +106,13 @@ impl Worker {
     /// Report into `stats` (the ones `/metrics` registered) instead of its own.
     pub fn with_stats(mut self, stats: Stats) -> Worker {
         self.stats = stats;
+        self
+    }
+
+    /// Batches of at least `rows` rows from the outbox, when it has them, instead of
+    /// [`batch::MIN_ROWS`] (for tests and measuring).
+    pub fn with_batch_rows(mut self, rows: u64) -> Worker {
+        self.batch_rows = rows;
         self
     }
 
@@ -149,8 +159,8 @@ impl Worker {
     /// Send the outbox's next batch, if it has one ready.
     async fn outbox_step(&mut self) -> Result<Option<Pass>, Error> {
         let outbox = self.outbox.clone();
-        let now = crate::clock::now_ms();
-        let Some(entries) = blocking(move || batch::choose(&outbox, now)).await? else {
+        let (now, min_rows) = (crate::clock::now_ms(), self.batch_rows);
+        let Some(entries) = blocking(move || batch::choose(&outbox, now, min_rows)).await? else {
             return Ok(None);
         };
         let (sources, shape) = (self.sources.clone(), self.shape()?);

@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 use super::*;
 use crate::util::*;
 
-fn capture(server: &Server, batch: Value) {
+pub(super) fn capture(server: &Server, batch: Value) {
     let r = server.post(
         "/batch/",
         json!({"api_key": KEY_ONE, "batch": batch}).to_string(),
@@ -16,7 +16,7 @@ fn capture(server: &Server, batch: Value) {
     assert_eq!(r.status, 200, "{}", r.text());
 }
 
-fn start(ch: &ClickHouse, password: &std::path::Path) -> Server {
+pub(super) fn start(ch: &ClickHouse, password: &std::path::Path) -> Server {
     Server::start_with(&[
         "--clickhouse-url",
         &ch.url(),
@@ -29,7 +29,7 @@ fn start(ch: &ClickHouse, password: &std::path::Path) -> Server {
     ])
 }
 
-fn wait_for_events(ch: &ClickHouse, n: usize) {
+pub(super) fn wait_for_events(ch: &ClickHouse, n: usize) {
     let want = format!("{n}\n");
     wait_for(&format!("{n} events in ClickHouse"), || {
         let resp = ch.try_query("SELECT count() FROM events FINAL");

@@ -5,6 +5,9 @@
 
 mod collapse;
 mod end_to_end;
+mod merges;
+mod nodes;
+mod outage;
 mod queries;
 mod server;
 mod tables;

@@ -162,6 +162,14 @@ impl ClickHouse {
         }
     }
 
+    /// Start a stopped server again on the same port and data.
+    pub fn resume(&mut self) {
+        assert!(self.child.is_none(), "clickhouse-server is running");
+        if let Err(e) = self.spawn() {
+            panic!("{e}");
+        }
+    }
+
     /// Kill the server by pid (SIGKILL) and wait for it; its data stays for a restart.
     pub fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {

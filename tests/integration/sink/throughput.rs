@@ -168,25 +168,26 @@ fn row_binary_against_json_each_row() {
 const WORKER_CHUNKS: usize = 200;
 const CHUNK_EVENTS: usize = 1_000;
 
-/// The whole sink path on the sending side: outbox entries, blocks read from sled and
-/// decoded, rows encoded, inserted and acknowledged, for 200k pageviews.
-#[test]
-#[ignore = "a measurement, not a check: run by hand with --ignored --nocapture"]
-fn worker_events_per_second() {
-    use flagpost::sink::batch::Sources;
+/// Batch sizes the worker is measured with, alternating: the sink's and a larger one.
+const WORKER_BATCHES: [u64; 4] = [10_000, 50_000, 10_000, 50_000];
+
+/// A store as the compactor leaves it: `all` in blocks of [`CHUNK_EVENTS`], one
+/// outbox entry per chunk.
+fn worker_store(
+    all: &[Event],
+) -> (
+    tempfile::TempDir,
+    flagpost::store::Trees,
+    flagpost::sink::Outbox,
+) {
     use flagpost::sink::outbox::{record, Committed, Outbox};
-    use flagpost::sink::Worker;
     use flagpost::store::{block, keys, Trees};
     use sled::transaction::ConflictableTransactionError;
 
-    let Some(ch) = ClickHouse::start("sink_worker_throughput") else {
-        return;
-    };
     let dir = tempfile::tempdir().unwrap();
     let db = sled::open(dir.path()).unwrap();
     let trees = Trees::open(&db).unwrap();
     let outbox = Outbox::open(&db).unwrap();
-    let all = events(WORKER_CHUNKS * CHUNK_EVENTS);
     let mut id = 0;
     for (c, chunk) in all.chunks(CHUNK_EVENTS).enumerate() {
         let entries = chunk.iter().map(|e| block::Entry {
@@ -214,27 +215,160 @@ fn worker_events_per_second() {
             .transaction(|tx| Ok::<_, ConflictableTransactionError<()>>(record(tx, &committed)?))
             .unwrap();
     }
-    drop(all);
-    // Reading and encoding alone, without ClickHouse: the sink's own share.
-    let entries: Vec<_> = outbox.entries(None).unwrap().map(Result::unwrap).collect();
-    let started = Instant::now();
-    let built = flagpost::sink::batch::build(&Sources::of(&trees), &entries, Shape::Narrow);
-    let build = started.elapsed();
-    assert_eq!(built.unwrap().rows(), (WORKER_CHUNKS * CHUNK_EVENTS) as u64);
-    let mut worker = Worker::new(settings(&ch), outbox.clone(), Sources::of(&trees)).unwrap();
-    let started = Instant::now();
-    let mut rows = 0;
-    block_on(async {
-        while let flagpost::sink::worker::Pass::Sent { rows: n } = worker.step().await.unwrap() {
-            rows += n;
+    (dir, trees, outbox)
+}
+
+/// The whole sink path on the sending side: outbox entries, blocks read from sled and
+/// decoded, rows encoded, inserted and acknowledged, for 200k pageviews, in batches
+/// of the sink's size and larger, taking turns.
+#[test]
+#[ignore = "a measurement, not a check: run by hand with --ignored --nocapture"]
+fn worker_events_per_second() {
+    use flagpost::sink::batch::Sources;
+    use flagpost::sink::Worker;
+
+    let Some(ch) = ClickHouse::start("sink_worker_throughput") else {
+        return;
+    };
+    let all = events(WORKER_CHUNKS * CHUNK_EVENTS);
+    let total = (WORKER_CHUNKS * CHUNK_EVENTS) as u64;
+    for batch_rows in WORKER_BATCHES {
+        let (_dir, trees, outbox) = worker_store(&all);
+        // Reading and encoding alone, without ClickHouse: the sink's own share.
+        let entries: Vec<_> = outbox.entries(None).unwrap().map(Result::unwrap).collect();
+        let started = Instant::now();
+        let built = flagpost::sink::batch::build(&Sources::of(&trees), &entries, Shape::Narrow);
+        let build = started.elapsed();
+        assert_eq!(built.unwrap().rows(), total);
+        let mut worker = Worker::new(settings(&ch), outbox.clone(), Sources::of(&trees))
+            .unwrap()
+            .with_batch_rows(batch_rows);
+        let started = Instant::now();
+        let mut rows = 0;
+        block_on(async {
+            while let flagpost::sink::worker::Pass::Sent { rows: n } = worker.step().await.unwrap()
+            {
+                rows += n;
+            }
+        });
+        let took = started.elapsed();
+        assert_eq!(rows, total);
+        assert_eq!(outbox.entries(None).unwrap().count(), 0);
+        eprintln!(
+            "worker, batches of {batch_rows}: {rows} events in {took:?}, {:.0} events/s; \
+             reading and encoding alone {:.0} events/s",
+            rows as f64 / took.as_secs_f64(),
+            rows as f64 / build.as_secs_f64()
+        );
+    }
+}
+
+/// Events per variant and round in [`insert_options`].
+const OPTIONS_EVENTS: usize = 100_000;
+
+/// Ways of sending the same events, measured side by side in one run: the sink's
+/// earlier way (batches of 10k, encoded then inserted), larger batches, encoding the next
+/// batch while the previous insert is in flight, and the body gzipped or not over a
+/// plain connection of its own.
+#[derive(Debug, Clone, Copy)]
+enum Variant {
+    Serial(usize),
+    Pipelined(usize),
+    Plain,
+    Gzip,
+}
+
+#[test]
+#[ignore = "a measurement, not a check: run by hand with --ignored --nocapture"]
+fn insert_options() {
+    use std::sync::Arc;
+    let Some(ch) = ClickHouse::start("sink_insert_options") else {
+        return;
+    };
+    let mut dest = destination(&ch);
+    let shape = dest.shape();
+    let sql = Table::Event.insert_sql(shape);
+    let all = Arc::new(events(OPTIONS_EVENTS));
+    let variants = [
+        Variant::Serial(BATCH),
+        Variant::Serial(5 * BATCH),
+        Variant::Pipelined(BATCH),
+        Variant::Pipelined(5 * BATCH),
+        Variant::Plain,
+        Variant::Gzip,
+    ];
+    let mut took = vec![Duration::ZERO; variants.len()];
+    for round in 0..ROUNDS {
+        for (v, variant) in variants.iter().enumerate() {
+            let salt = (round * variants.len() + v + 1) as u128;
+            let started = Instant::now();
+            match *variant {
+                Variant::Serial(size) => block_on(async {
+                    for batch in all.chunks(size) {
+                        let rows = row_binary(shape, batch, salt);
+                        dest.client().insert(&sql, rows, None).await.unwrap();
+                    }
+                }),
+                Variant::Pipelined(size) => block_on(async {
+                    let encode = |i: usize| {
+                        let all = all.clone();
+                        tokio::task::spawn_blocking(move || {
+                            let end = (i + size).min(all.len());
+                            row_binary(shape, &all[i..end], salt)
+                        })
+                    };
+                    let mut next = Some(encode(0));
+                    for i in (0..all.len()).step_by(size) {
+                        let rows = next.take().unwrap().await.unwrap();
+                        if i + size < all.len() {
+                            next = Some(encode(i + size));
+                        }
+                        dest.client().insert(&sql, rows, None).await.unwrap();
+                    }
+                }),
+                Variant::Plain | Variant::Gzip => {
+                    let path = format!(
+                        "/?database={}&query={}",
+                        ch.database,
+                        crate::util::urlencode(&sql)
+                    );
+                    for batch in all.chunks(BATCH) {
+                        let rows = row_binary(shape, batch, salt);
+                        let gzip = matches!(variant, Variant::Gzip);
+                        let body = if gzip { gzip_fast(&rows) } else { rows };
+                        let mut req = crate::util::Req::post(&path, body);
+                        if gzip {
+                            req = req.header("Content-Encoding", "gzip");
+                        }
+                        let basic = crate::util::base64(
+                            format!("{}:{}", server::USER, server::PASSWORD).as_bytes(),
+                        );
+                        req = req.header("Authorization", &format!("Basic {basic}"));
+                        let resp = crate::util::send(ch.addr, req);
+                        assert_eq!(resp.status, 200, "{}", resp.text());
+                    }
+                }
+            }
+            took[v] += started.elapsed();
         }
-    });
-    let took = started.elapsed();
-    assert_eq!(rows, (WORKER_CHUNKS * CHUNK_EVENTS) as u64);
-    assert_eq!(outbox.entries(None).unwrap().count(), 0);
-    eprintln!(
-        "worker: {rows} events in {took:?}, {:.0} events/s; reading and encoding alone {:.0} events/s",
-        rows as f64 / took.as_secs_f64(),
-        rows as f64 / build.as_secs_f64()
+    }
+    let per_variant = (ROUNDS * OPTIONS_EVENTS) as u64;
+    assert_eq!(
+        ch.query("SELECT count() FROM events"),
+        format!("{}\n", per_variant * variants.len() as u64)
     );
+    for (variant, took) in variants.iter().zip(took) {
+        eprintln!(
+            "{variant:?}: {:.0} events/s",
+            per_variant as f64 / took.as_secs_f64()
+        );
+    }
+}
+
+/// The fastest gzip level: anything slower costs more than the loopback saves.
+fn gzip_fast(data: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    e.write_all(data).unwrap();
+    e.finish().unwrap()
 }

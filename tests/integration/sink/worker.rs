@@ -16,8 +16,10 @@ use uuid::Uuid;
 use super::*;
 
 /// Chunks of events, each one outbox entry; the worker sends them in batches of
-/// about 10k rows.
+/// about [`BATCH_ROWS`].
 const CHUNKS: u64 = 5;
+/// Batches smaller than the sink's, so these few events make several.
+const BATCH_ROWS: u64 = 10_000;
 const EVENTS_PER_CHUNK: u64 = 4_000;
 const PROJECT: u64 = 3;
 /// Long enough ago that no batch waits for company.
@@ -27,6 +29,12 @@ struct Store {
     _dir: tempfile::TempDir,
     trees: Trees,
     outbox: Outbox,
+}
+
+/// The version of chunk `chunk`'s rows: its commit time's (no node id yet when the
+/// store is written).
+fn version(chunk: u64) -> u64 {
+    (COMMITTED_AT as u64 + chunk) * flagpost::sink::outbox::VERSION_STEP
 }
 
 fn person_id(n: u128) -> Uuid {
@@ -137,7 +145,9 @@ fn store_with(sink_from: u64) -> Store {
 }
 
 fn worker(ch: &ClickHouse, s: &Store) -> Worker {
-    Worker::new(settings(ch), s.outbox.clone(), Sources::of(&s.trees)).expect("worker")
+    Worker::new(settings(ch), s.outbox.clone(), Sources::of(&s.trees))
+        .expect("worker")
+        .with_batch_rows(BATCH_ROWS)
 }
 
 /// Step until the outbox is empty; returns the rows sent per pass.
@@ -163,14 +173,15 @@ fn assert_all_there(ch: &ClickHouse, s: &Store) {
         )),
         format!("{total}\n")
     );
-    // Person 2 merged away: deleted at the merge's version (entry 5), above its
-    // first row (entry 1); person 1 written at both.
+    // Person 2 merged away: deleted at the merge's version (the last entry's), above
+    // its first row (the first entry's); person 1 written at both.
+    let (first, merge) = (version(0), version(CHUNKS - 1));
     assert_eq!(
         ch.query(
             "SELECT toString(id), is_deleted, version, properties FROM person FINAL ORDER BY id"
         ),
         format!(
-            "{}\t0\t{CHUNKS}\t{{\"plan\":\"pro\"}}\n{}\t1\t{CHUNKS}\t{{}}\n",
+            "{}\t0\t{merge}\t{{\"plan\":\"pro\"}}\n{}\t1\t{merge}\t{{}}\n",
             person_id(1),
             person_id(2)
         )
@@ -181,7 +192,7 @@ fn assert_all_there(ch: &ClickHouse, s: &Store) {
              ORDER BY distinct_id"
         ),
         format!(
-            "u1\t{p}\t1\nu2\t{p}\t{CHUNKS}\nu3\t{p}\t{CHUNKS}\n",
+            "u1\t{p}\t{first}\nu2\t{p}\t{merge}\nu3\t{p}\t{merge}\n",
             p = person_id(1)
         )
     );
@@ -224,7 +235,9 @@ fn a_batch_acknowledged_by_clickhouse_but_not_the_outbox_is_resent_and_collapses
     block_on(async {
         let mut dest = Destination::open(settings(&ch)).await.expect("open");
         let now = COMMITTED_AT + 60_000;
-        let entries = batch::choose(&s.outbox, now).unwrap().expect("a batch");
+        let entries = batch::choose(&s.outbox, now, BATCH_ROWS)
+            .unwrap()
+            .expect("a batch");
         let sources = Sources::of(&s.trees);
         let built = batch::build(&sources, &entries, dest.shape()).unwrap();
         let node = s.outbox.node().unwrap();
@@ -282,17 +295,25 @@ fn switched_on_later_the_sink_backfills_what_was_stored_before() {
         ch.query("SELECT count(), uniqExact(uuid) FROM events"),
         format!("{total}\t{total}\n")
     );
-    // The backfill's rows carry version 0; the outbox's one entry (seq 1) wins.
+    // The backfill's rows carry version 0; the outbox's one entry (the merge) wins.
+    let merge = version(CHUNKS - 1);
     assert_eq!(
         ch.query("SELECT toString(id), is_deleted, version FROM person FINAL ORDER BY id"),
-        format!("{}\t0\t1\n{}\t1\t1\n", person_id(1), person_id(2))
+        format!(
+            "{}\t0\t{merge}\n{}\t1\t{merge}\n",
+            person_id(1),
+            person_id(2)
+        )
     );
     assert_eq!(
         ch.query(
             "SELECT distinct_id, toString(person_id), version FROM person_distinct_id2 FINAL \
              ORDER BY distinct_id"
         ),
-        format!("u1\t{p}\t0\nu2\t{p}\t1\nu3\t{p}\t1\n", p = person_id(1))
+        format!(
+            "u1\t{p}\t0\nu2\t{p}\t{merge}\nu3\t{p}\t{merge}\n",
+            p = person_id(1)
+        )
     );
     assert_eq!(
         ch.query("SELECT group_key, group_properties FROM groups FINAL"),
