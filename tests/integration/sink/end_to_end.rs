@@ -17,7 +17,13 @@ pub(super) fn capture(server: &Server, batch: Value) {
 }
 
 pub(super) fn start(ch: &ClickHouse, password: &std::path::Path) -> Server {
-    Server::start_with(&[
+    let args = sink_args(ch, password);
+    Server::start_with(&args.iter().map(String::as_str).collect::<Vec<_>>())
+}
+
+/// The options that point a flagpost binary at `ch`'s database as the test user.
+pub(super) fn sink_args(ch: &ClickHouse, password: &std::path::Path) -> Vec<String> {
+    [
         "--clickhouse-url",
         &ch.url(),
         "--clickhouse-database",
@@ -26,7 +32,9 @@ pub(super) fn start(ch: &ClickHouse, password: &std::path::Path) -> Server {
         server::USER,
         "--clickhouse-password-file",
         password.to_str().unwrap(),
-    ])
+    ]
+    .map(String::from)
+    .to_vec()
 }
 
 pub(super) fn wait_for_events(ch: &ClickHouse, n: usize) {

@@ -17,18 +17,10 @@ const ROUNDS_ON_A: usize = 6;
 fn node(shared: &std::path::Path, ch: &ClickHouse, password: &std::path::Path) -> Server {
     let own = tempfile::tempdir().unwrap();
     std::os::unix::fs::symlink(shared.join("data"), own.path().join("data")).unwrap();
+    let args = super::end_to_end::sink_args(ch, password);
     let mut server = Server::spawn(
         own.path(),
-        &[
-            "--clickhouse-url",
-            &ch.url(),
-            "--clickhouse-database",
-            &ch.database,
-            "--clickhouse-user",
-            server::USER,
-            "--clickhouse-password-file",
-            password.to_str().unwrap(),
-        ],
+        &args.iter().map(String::as_str).collect::<Vec<_>>(),
     );
     server.keep(own);
     server
