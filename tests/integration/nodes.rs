@@ -3,9 +3,7 @@
 //! from the project and the distinct id; a merge only one node saw is where they part.
 //! The README's nginx configuration keeps each device on one node.
 
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::net::SocketAddr;
 
 use serde_json::{json, Value};
 
@@ -167,23 +165,14 @@ fn two_nodes_agree_on_unmerged_persons_and_part_on_a_merge_one_saw() {
 /// nginx in front of two nodes as the README configures it for routing by device: the
 /// `$device_id` from posthog-js's cookie, hashed, flagpost under `/ingest/`.
 struct Balancer {
-    child: Child,
-    addr: SocketAddr,
-    dir: tempfile::TempDir,
+    process: crate::ops::NginxProcess,
 }
 
 impl Balancer {
     fn start(nodes: [SocketAddr; 2]) -> Balancer {
-        let bin = crate::ops::tool("nginx");
-        // A port picked now may be taken before nginx binds it: then try another.
-        for _ in 0..5 {
-            let dir = tempfile::tempdir().unwrap();
-            let addr = TcpListener::bind("127.0.0.1:0")
-                .unwrap()
-                .local_addr()
-                .unwrap();
-            let tmp = dir.path().display();
-            let config = format!(
+        let process = crate::ops::NginxProcess::start(1, |addrs, dir| {
+            let (addr, tmp) = (addrs[0], dir.display());
+            format!(
                 r#"master_process off;
 events {{ worker_connections 256; }}
 http {{
@@ -215,50 +204,9 @@ http {{
 "#,
                 a = nodes[0],
                 b = nodes[1],
-            );
-            std::fs::write(dir.path().join("nginx.conf"), config).unwrap();
-            let stderr = std::fs::File::create(dir.path().join("stderr.log")).unwrap();
-            let child = Command::new(&bin)
-                .arg("-p")
-                .arg(dir.path())
-                .arg("-c")
-                .arg(dir.path().join("nginx.conf"))
-                .args(["-e", "stderr", "-g"])
-                .arg(format!(
-                    "daemon off; pid {tmp}/nginx.pid; error_log stderr warn;"
-                ))
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(stderr)
-                .spawn()
-                .expect("spawn nginx");
-            let mut balancer = Balancer { child, addr, dir };
-            if balancer.wait_until_listening() {
-                return balancer;
-            }
-            assert!(
-                balancer.log().contains("Address already in use"),
-                "{}",
-                balancer.log()
-            );
-        }
-        panic!("nginx found no free port in five tries");
-    }
-
-    fn wait_until_listening(&mut self) -> bool {
-        let deadline = Instant::now() + WAIT;
-        while self.child.try_wait().unwrap().is_none() {
-            if TcpStream::connect(self.addr).is_ok() {
-                return true;
-            }
-            assert!(Instant::now() < deadline, "nginx:\n{}", self.log());
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        false
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("stderr.log")).unwrap_or_default()
+            )
+        });
+        Balancer { process }
     }
 
     /// Capture `event` as posthog-js in a browser sends it, with its cookie.
@@ -270,15 +218,8 @@ http {{
             "Cookie",
             &format!("other=1; {name}={}", urlencode(&cookie.to_string())),
         );
-        let r = send(self.addr, req);
+        let r = send(self.process.addrs[0], req);
         assert_eq!(r.status, 200, "{}", r.text());
-    }
-}
-
-impl Drop for Balancer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

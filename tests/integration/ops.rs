@@ -80,27 +80,26 @@ fn systemd_hears_ready_reloading_and_stopping() {
     assert_eq!(next(), "STOPPING=1");
 }
 
-/// nginx with the shipped site in front of a flagpost, on free loopback ports. One
-/// process (`master_process off`), killed on drop, so nothing outlives the test.
-struct Nginx {
+/// An nginx process listening on free loopback ports, with a config written for those
+/// ports. One process (`master_process off` in every test config), killed on drop, so
+/// nothing outlives the test.
+pub(crate) struct NginxProcess {
     child: Child,
-    /// The site's TLS server, plain HTTP here: a test has no certificate.
-    addr: SocketAddr,
-    /// The site's port-80 server, which redirects.
-    redirect: SocketAddr,
+    /// The ports the config was written for, in the order it was given them.
+    pub(crate) addrs: Vec<SocketAddr>,
     dir: tempfile::TempDir,
 }
 
-impl Nginx {
-    fn start(upstream: SocketAddr) -> Nginx {
+impl NginxProcess {
+    /// Start nginx on `ports` free loopback ports with `config(addrs, dir)` as its
+    /// configuration, `dir` being its own temporary directory.
+    pub(crate) fn start(ports: usize, config: impl Fn(&[SocketAddr], &Path) -> String) -> Self {
         let bin = tool("nginx");
-        let site = std::fs::read_to_string(format!("{REPO}/systemd/nginx.conf")).unwrap();
         // Ports picked now may be taken before nginx binds them: then try new ones.
         for _ in 0..5 {
             let dir = tempfile::tempdir().unwrap();
-            let (addr, redirect) = free_addrs();
-            let config = test_config(&site, upstream, addr, redirect, dir.path());
-            std::fs::write(dir.path().join("nginx.conf"), config).unwrap();
+            let addrs = free_addrs(ports);
+            std::fs::write(dir.path().join("nginx.conf"), config(&addrs, dir.path())).unwrap();
             let stderr = std::fs::File::create(dir.path().join("stderr.log")).unwrap();
             let child = Command::new(&bin)
                 .arg("-p")
@@ -117,12 +116,7 @@ impl Nginx {
                 .stderr(stderr)
                 .spawn()
                 .expect("spawn nginx");
-            let mut nginx = Nginx {
-                child,
-                addr,
-                redirect,
-                dir,
-            };
+            let mut nginx = NginxProcess { child, addrs, dir };
             if nginx.wait_until_listening() {
                 return nginx;
             }
@@ -135,14 +129,14 @@ impl Nginx {
         panic!("nginx found no free ports in five tries");
     }
 
-    /// Whether both servers accept connections; false if nginx exited instead.
+    /// Whether every port accepts connections; false if nginx exited instead.
     fn wait_until_listening(&mut self) -> bool {
         let deadline = Instant::now() + WAIT;
         loop {
             if self.child.try_wait().unwrap().is_some() {
                 return false;
             }
-            if TcpStream::connect(self.addr).is_ok() && TcpStream::connect(self.redirect).is_ok() {
+            if self.addrs.iter().all(|a| TcpStream::connect(a).is_ok()) {
                 return true;
             }
             assert!(Instant::now() < deadline, "nginx:\n{}", self.log());
@@ -150,8 +144,43 @@ impl Nginx {
         }
     }
 
-    fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("stderr.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for NginxProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// nginx with the shipped site in front of a flagpost.
+struct Nginx {
+    process: NginxProcess,
+    /// The site's TLS server, plain HTTP here: a test has no certificate.
+    addr: SocketAddr,
+    /// The site's port-80 server, which redirects.
+    redirect: SocketAddr,
+}
+
+impl Nginx {
+    fn start(upstream: SocketAddr) -> Nginx {
+        let site = std::fs::read_to_string(format!("{REPO}/systemd/nginx.conf")).unwrap();
+        let process = NginxProcess::start(2, |addrs, dir| {
+            test_config(&site, upstream, addrs[0], addrs[1], dir)
+        });
+        let (addr, redirect) = (process.addrs[0], process.addrs[1]);
+        Nginx {
+            process,
+            addr,
+            redirect,
+        }
+    }
+
+    fn log(&self) -> String {
+        self.process.log()
     }
 
     fn request(&self, req: Req) -> Resp {
@@ -159,18 +188,12 @@ impl Nginx {
     }
 }
 
-impl Drop for Nginx {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Two distinct free loopback addresses: both listeners are held until both are known.
-fn free_addrs() -> (SocketAddr, SocketAddr) {
-    let a = TcpListener::bind("127.0.0.1:0").unwrap();
-    let b = TcpListener::bind("127.0.0.1:0").unwrap();
-    (a.local_addr().unwrap(), b.local_addr().unwrap())
+/// `n` distinct free loopback addresses: every listener is held until all are known.
+fn free_addrs(n: usize) -> Vec<SocketAddr> {
+    let held: Vec<TcpListener> = (0..n)
+        .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
+        .collect();
+    held.iter().map(|l| l.local_addr().unwrap()).collect()
 }
 
 /// The shipped site with its listen addresses and upstream replaced, inside the `http`
