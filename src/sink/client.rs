@@ -86,23 +86,27 @@ impl Client {
     }
 
     /// Insert `rows`, encoded as `insert` (an `INSERT ... FORMAT ...` statement)
-    /// expects. With a `token`, a server that supports it drops a repeat of this
-    /// insert whole.
+    /// expects, with `settings` for this insert only ([`super::Shape::insert_settings`]:
+    /// with a deduplication token, a server drops a repeat of this insert whole).
     pub async fn insert(
         &mut self,
         insert: &str,
         rows: Vec<u8>,
-        token: Option<&str>,
+        settings: &[(&str, &str)],
     ) -> Result<(), Error> {
+        let path = self.insert_path(insert, settings);
+        self.post(path, Bytes::from(rows)).await.map(drop)
+    }
+
+    /// The request path of an insert: the database, the statement, then the settings,
+    /// which the server reads from any other URL parameter.
+    fn insert_path(&self, insert: &str, settings: &[(&str, &str)]) -> String {
         let mut params = vec![
             ("database", self.settings.database.as_str()),
             ("query", insert),
         ];
-        if let Some(token) = token {
-            params.push(("insert_deduplication_token", token));
-        }
-        let path = self.path(&params);
-        self.post(path, Bytes::from(rows)).await.map(drop)
+        params.extend_from_slice(settings);
+        self.path(&params)
     }
 
     fn path(&self, params: &[(&str, &str)]) -> String {
@@ -177,5 +181,34 @@ impl Client {
         self.conn
             .as_mut()
             .ok_or_else(|| Error::Answer("no connection".into()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn insert_settings_follow_the_statement_in_the_url() {
+        let settings = Settings {
+            url: "http://127.0.0.1:8123".into(),
+            database: "posthog".into(),
+            user: "default".into(),
+            password: String::new(),
+        };
+        let client = Client::new(settings).expect("valid settings");
+        let sql = "INSERT INTO events (uuid) FORMAT RowBinary";
+        assert_eq!(
+            client.insert_path(
+                sql,
+                &super::super::Shape::Current.insert_settings("n-1-2-events")
+            ),
+            "/?database=posthog&query=INSERT+INTO+events+%28uuid%29+FORMAT+RowBinary\
+             &insert_deduplication_token=n-1-2-events&async_insert=0"
+        );
+        assert_eq!(
+            client.insert_path(sql, &[]),
+            "/?database=posthog&query=INSERT+INTO+events+%28uuid%29+FORMAT+RowBinary"
+        );
     }
 }

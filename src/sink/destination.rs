@@ -21,19 +21,14 @@ impl Destination {
     pub async fn open(settings: Settings) -> Result<Destination, Error> {
         let mut client = Client::new(settings)?;
         let version = client.version().await?;
-        let create = format!(
-            "CREATE DATABASE IF NOT EXISTS {}",
-            client.settings().database
-        );
+        let create = create_database_sql(&client.settings().database);
         client.query_server(&create).await?;
         let shape = existing_shape(&mut client)
             .await?
             .unwrap_or(version.shape());
         // Only missing tables: 18.16 checks a CREATE's types even when the table
         // exists, so an IF NOT EXISTS alone would still fail there.
-        let existing = client
-            .query("SELECT name FROM system.tables WHERE database = currentDatabase()")
-            .await?;
+        let existing = client.query(TABLES_SQL).await?;
         let existing: Vec<&[u8]> = existing.split(|b| *b == b'\n').collect();
         for table in Table::ALL {
             if !existing.contains(&table.name().as_bytes()) {
@@ -66,25 +61,36 @@ impl Destination {
         if rows.is_empty() {
             return Ok(());
         }
-        let token = self.shape.dedup_token().then_some(token);
+        let settings = self.shape.insert_settings(token);
         self.client
-            .insert(&table.insert_sql(self.shape), rows, token)
+            .insert(&table.insert_sql(self.shape), rows, &settings)
             .await
     }
 }
 
+/// Run outside any database, before anything else.
+pub fn create_database_sql(database: &str) -> String {
+    format!("CREATE DATABASE IF NOT EXISTS {database}")
+}
+
+/// The tables already in the database, one name a line.
+pub const TABLES_SQL: &str = "SELECT name FROM system.tables WHERE database = currentDatabase()";
+
+/// Which of the two columns that tell the shapes apart an `events` table has; its
+/// answer (TabSeparated) is read by [`shape_of`].
+pub const SHAPE_SQL: &str = "SELECT name FROM system.columns WHERE database = currentDatabase() \
+     AND table = 'events' AND name IN ('uuid', 'timestamp_ms') ORDER BY name";
+
 /// The shape of an `events` table already there, told by the narrow shape's own
-/// column; None if there is no such table yet.
-async fn existing_shape(client: &mut Client) -> Result<Option<Shape>, Error> {
-    let columns = client
-        .query(
-            "SELECT name FROM system.columns WHERE database = currentDatabase() \
-             AND table = 'events' AND name IN ('uuid', 'timestamp_ms') ORDER BY name",
-        )
-        .await?;
-    Ok(match &columns[..] {
+/// column in the answer to [`SHAPE_SQL`]; None if there is no such table yet.
+pub fn shape_of(columns: &[u8]) -> Option<Shape> {
+    match columns {
         b"" => None,
         b"timestamp_ms\nuuid\n" => Some(Shape::Narrow),
         _ => Some(Shape::Current),
-    })
+    }
+}
+
+async fn existing_shape(client: &mut Client) -> Result<Option<Shape>, Error> {
+    Ok(shape_of(&client.query(SHAPE_SQL).await?))
 }

@@ -62,6 +62,22 @@ impl Shape {
     pub fn dedup_token(self) -> bool {
         self == Shape::Current
     }
+
+    /// The settings an insert of this shape carries beside its statement (URL
+    /// parameters over HTTP): on current servers, the batch's deduplication `token`,
+    /// and `async_insert = 0`. Servers from 26.2 queue inline inserts for batching by
+    /// default (older ones where a profile says so); the sink's batches are large
+    /// already, the queue would only delay the acknowledgement, and before 26.2 a
+    /// queued insert was deduplicated only under `async_insert_deduplicate`, which
+    /// ClickHouse documents for replicated tables. A synchronous insert is dropped by
+    /// its token on every current version (tests/integration/sink/current.rs checks
+    /// 26.9).
+    pub fn insert_settings(self, token: &str) -> Vec<(&'static str, &str)> {
+        match self {
+            Shape::Current => vec![("insert_deduplication_token", token), ("async_insert", "0")],
+            Shape::Narrow => Vec::new(),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -84,5 +100,18 @@ mod tests {
         assert_eq!(Version::parse("24.8.4.13").unwrap().shape(), Shape::Current);
         assert_eq!(Version::parse("x.1"), None);
         assert_eq!(Version::parse("23"), None);
+    }
+
+    #[test]
+    fn only_current_inserts_carry_settings() {
+        assert_eq!(
+            Shape::Current.insert_settings("node-1-2-events"),
+            [
+                ("insert_deduplication_token", "node-1-2-events"),
+                ("async_insert", "0")
+            ]
+        );
+        // 18.16 refuses a setting it does not know.
+        assert!(Shape::Narrow.insert_settings("node-1-2-events").is_empty());
     }
 }

@@ -131,7 +131,7 @@ fn row_binary_against_json_each_row() {
                 let rows = row_binary(shape, batch, 2 * round + 1);
                 rb_bytes += rows.len();
                 dest.client()
-                    .insert(&binary, rows, None)
+                    .insert(&binary, rows, &[])
                     .await
                     .expect("RowBinary");
             }
@@ -141,7 +141,7 @@ fn row_binary_against_json_each_row() {
                 let rows = json_each_row(batch, 2 * round + 2);
                 js_bytes += rows.len();
                 dest.client()
-                    .insert(&json, rows, None)
+                    .insert(&json, rows, &[])
                     .await
                     .expect("JSONEachRow");
             }
@@ -306,7 +306,7 @@ fn insert_options() {
                 Variant::Serial(size) => block_on(async {
                     for batch in all.chunks(size) {
                         let rows = row_binary(shape, batch, salt);
-                        dest.client().insert(&sql, rows, None).await.unwrap();
+                        dest.client().insert(&sql, rows, &[]).await.unwrap();
                     }
                 }),
                 Variant::Pipelined(size) => block_on(async {
@@ -323,7 +323,7 @@ fn insert_options() {
                         if i + size < all.len() {
                             next = Some(encode(i + size));
                         }
-                        dest.client().insert(&sql, rows, None).await.unwrap();
+                        dest.client().insert(&sql, rows, &[]).await.unwrap();
                     }
                 }),
                 Variant::Plain | Variant::Gzip => {
