@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Install what the SDK tests (tests/integration/sdk/) run: Debian's Chromium, one
 # Python venv per posthog-python line, and the pinned npm packages (posthog-node 4.x
-# and 5.x, posthog-js, playwright-core). Idempotent and cheap when nothing changed:
-# a venv or node_modules is rebuilt only when its pinned list changed.
+# and 5.x, posthog-js, playwright-core); and a venv with chdb-core, current ClickHouse
+# in-process, for the sink's current-shape test (tests/integration/sink/current.rs).
+# Idempotent and cheap when nothing changed: a venv or node_modules is rebuilt only
+# when its pinned list changed.
 #
 # Caches to keep between CI runs: tests/sdk/.deps/ and tests/sdk/node/node_modules/.
 set -euo pipefail
@@ -35,9 +37,9 @@ if [ ${#missing[@]} -gt 0 ]; then
     as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
-for line in 3 7; do
-    venv="$deps/py$line"
-    req="python/requirements-$line.txt"
+# A venv in $deps/$1 with exactly the pinned packages of requirements file $2.
+venv() {
+    local venv="$deps/$1" req="$2" want
     want="$(stamp_of "$req")"
     if [ "$(cat "$venv/.stamp" 2>/dev/null)" != "$want" ]; then
         echo "sdk: building $venv from $req"
@@ -46,7 +48,11 @@ for line in 3 7; do
         "$venv/bin/pip" install -q --disable-pip-version-check --no-deps -r "$req"
         echo "$want" >"$venv/.stamp"
     fi
-done
+}
+venv py3 python/requirements-3.txt
+venv py7 python/requirements-7.txt
+# A 181 MB wheel, fetched once while its pin stays.
+venv chdb ../sink/requirements.txt
 
 want="$(stamp_of node/package.json node/package-lock.json)"
 if [ "$(cat node/node_modules/.stamp 2>/dev/null)" != "$want" ]; then
@@ -63,4 +69,5 @@ echo "sdk: $(/usr/bin/chromium --version 2>/dev/null | head -1);" \
     "posthog-node $(node -p 'require("./node/node_modules/posthog-node-v4/package.json").version')" \
     "and $(node -p 'require("./node/node_modules/posthog-node/package.json").version');" \
     "posthog-js $(node -p 'require("./node/node_modules/posthog-js/package.json").version');" \
-    "playwright-core $(node -p 'require("./node/node_modules/playwright-core/package.json").version')"
+    "playwright-core $(node -p 'require("./node/node_modules/playwright-core/package.json").version');" \
+    "chdb-core $("$deps/chdb/bin/python" -c 'import chdb; print(chdb.__version__, "(ClickHouse", chdb.engine_version + ")")')"

@@ -3,19 +3,21 @@
 //! three-step funnel by person, and flag exposures per variant. They are written for
 //! both table shapes: persons come from `person_distinct_id2` (the latest version of
 //! each link, as PostHog reads it), JSON through the `visitParam*` functions every
-//! version has (the sink sends compact JSON, which they need), and `ALL INNER JOIN`,
-//! the spelling old servers require.
+//! version has (the sink sends compact JSON, which they need), `ALL INNER JOIN`, the
+//! spelling old servers require, and an alias on the joined subquery, which current
+//! servers require. [`super::current`] runs them on ClickHouse 26.9 over the same rows
+//! ([`rows`]) in the current shape.
 
 use flagpost::sink::rowbinary::RowBinary;
 use flagpost::sink::rows::{DistinctIdRow, EventRow, Origin};
-use flagpost::sink::Table;
+use flagpost::sink::{Shape, Table};
 use uuid::Uuid;
 
 use super::*;
 
 /// The SQL block of the README's "When one VM is not enough", one query per
 /// statement, in order: the README's text is what runs.
-fn readme_queries() -> Vec<String> {
+pub fn readme_queries() -> Vec<String> {
     let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
         .expect("README.md");
     let section = readme
@@ -81,9 +83,31 @@ fn events() -> Vec<(&'static str, &'static str, &'static str, i64)> {
     ]
 }
 
+/// What each README query answers over [`rows`] (TabSeparated), in order.
+pub const ANSWERS: [&str; 4] = [
+    // Daily active users: a and b on the first day, a on the second.
+    "2024-05-01\t2\n2024-05-02\t1\n",
+    "$feature_flag_called\t4\n$pageview\t3\nviewed product\t3\nadded to cart\t2\npaid\t1\n",
+    // a (two distinct ids, one person) goes all the way; b adds to cart; c only views.
+    "3\t2\t1\n",
+    "beta\ttrue\t1\t1\ncheckout\tcontrol\t1\t1\ncheckout\ttest\t2\t2\n",
+];
+
 fn load(ch: &ClickHouse) {
     let mut dest = destination(ch);
-    let shape = dest.shape();
+    let tables = rows(dest.shape());
+    block_on(async {
+        for (table, encoded) in tables {
+            dest.insert(table, encoded, table.name())
+                .await
+                .expect("insert");
+        }
+    });
+}
+
+/// The queries' events and the links of their distinct ids to persons, encoded for
+/// `shape`: events first.
+pub fn rows(shape: Shape) -> Vec<(Table, Vec<u8>)> {
     let person = |id: &str| match id {
         "a-anon" | "a@x" => Uuid::from_u128(0xa),
         "b" => Uuid::from_u128(0xb),
@@ -122,14 +146,10 @@ fn load(ch: &ClickHouse) {
         }
         .encode(shape, &mut links);
     }
-    block_on(async {
-        dest.insert(Table::Event, rows.into_bytes(), "events")
-            .await
-            .expect("events");
-        dest.insert(Table::DistinctId, links.into_bytes(), "links")
-            .await
-            .expect("links");
-    });
+    vec![
+        (Table::Event, rows.into_bytes()),
+        (Table::DistinctId, links.into_bytes()),
+    ]
 }
 
 #[test]
@@ -140,17 +160,8 @@ fn the_readme_queries_answer_exactly() {
     };
     load(&ch);
     let queries = readme_queries();
-    assert_eq!(queries.len(), 4, "{queries:?}");
-    // Daily active users: a and b on the first day, a on the second.
-    assert_eq!(ch.query(&queries[0]), "2024-05-01\t2\n2024-05-02\t1\n");
-    assert_eq!(
-        ch.query(&queries[1]),
-        "$feature_flag_called\t4\n$pageview\t3\nviewed product\t3\nadded to cart\t2\npaid\t1\n"
-    );
-    // a (two distinct ids, one person) goes all the way; b adds to cart; c only views.
-    assert_eq!(ch.query(&queries[2]), "3\t2\t1\n");
-    assert_eq!(
-        ch.query(&queries[3]),
-        "beta\ttrue\t1\t1\ncheckout\tcontrol\t1\t1\ncheckout\ttest\t2\t2\n"
-    );
+    assert_eq!(queries.len(), ANSWERS.len(), "{queries:?}");
+    for (query, answer) in queries.iter().zip(ANSWERS) {
+        assert_eq!(ch.query(query), answer, "{query}");
+    }
 }

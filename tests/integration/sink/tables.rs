@@ -61,12 +61,12 @@ fn dest_shape(ch: &ClickHouse) -> Shape {
 
 /// A name longer than 127 bytes needs a two-byte length; non-ASCII text and JSON
 /// escapes must come back byte for byte.
-fn long_name() -> String {
+pub fn long_name() -> String {
     format!("checkout é \"quoted\" {}", "x".repeat(150))
 }
 
-const EVENT_ID: &str = "61f0c404-5cb3-11e7-907b-a6006ad3dba0";
-const PERSON_ID: &str = "0190a8e2-7c3d-7b1e-8f00-123456789abc";
+pub const EVENT_ID: &str = "61f0c404-5cb3-11e7-907b-a6006ad3dba0";
+pub const PERSON_ID: &str = "0190a8e2-7c3d-7b1e-8f00-123456789abc";
 
 pub fn origin(offset: u64) -> Origin {
     Origin {
@@ -92,7 +92,7 @@ pub fn sample(shape: Shape, name: &str) -> Vec<(Table, Vec<u8>)> {
         elements_chain: "a:href=\"/x\"",
         created_at: 1_700_000_000_456,
         person_id: person,
-        groups: ["acme", "", "", "", "g4"],
+        groups: ["acme", "", "équipe", "", "g4"],
         origin: origin(3),
     }
     .encode(shape, &mut events);
