@@ -8,9 +8,10 @@
 //!   `flag`, `filter`, `cohort` and `graph` (dependency order and cycles): turns a file
 //!   into an immutable, index-resolved form.
 //! - `evaluate` ([`ProjectRules::evaluate`], [`ProjectRules::outcomes`]), with `hash`,
-//!   `property`, `date` and `semver`: computes every flag for one [`Context`] into
-//!   `outcome`'s [`Outcomes`], the way PostHog's flags service does (its Rust
-//!   `feature-flags`; `tests/sdk/differential` checks it against PostHog's SDKs).
+//!   `props` (where a filter reads), `property`, `date` and `semver`: computes every
+//!   flag for one [`Context`] into `outcome`'s [`Outcomes`], the way PostHog's flags
+//!   service does (its Rust `feature-flags`; `tests/sdk/differential` checks it against
+//!   PostHog's SDKs).
 //!   `clock` ([`now`]) is the instant relative dates count back from.
 //! - `response` ([`response`], [`Tail`]): the response body for each protocol
 //!   version.
@@ -32,6 +33,7 @@ mod hash;
 mod load;
 mod outcome;
 mod property;
+mod props;
 mod response;
 mod result;
 mod semver;

@@ -12,8 +12,9 @@
 //! creates the tables, [`rows`] encodes each table's rows with [`rowbinary`], and
 //! [`client`] speaks HTTP to the server; [`destination`] ties them into "a server
 //! ready to take batches". [`outbox`] is what the compactor committed and the sink has
-//! not yet sent, [`batch`] turns a run of it into rows, and [`worker`] sends batches
-//! in order, retrying, with [`stats`] for `/metrics`.
+//! not yet sent (its entries' row versions from [`row_version`]), [`batch`] turns a run
+//! of it into rows, and [`worker`] sends batches in order, retrying, with [`stats`] for
+//! `/metrics`.
 
 pub mod backfill;
 pub mod batch;
@@ -21,6 +22,7 @@ pub mod client;
 pub mod destination;
 pub mod outbox;
 pub mod retention;
+pub mod row_version;
 pub mod rowbinary;
 pub mod rows;
 pub mod schema;

@@ -30,6 +30,8 @@ use uuid::Uuid;
 
 use crate::store::person_cache::Changes;
 
+pub use super::row_version::{version, VERSION_STEP};
+
 /// The tree's name, part of the on-disk format.
 pub const TREE: &str = crate::store::OUTBOX_TREE;
 const ENTRY: u8 = b'e';
@@ -45,10 +47,6 @@ const VERSION: &[u8] = b"v";
 const FORMAT_1: u8 = 1;
 /// The entries' encoding: the version (u64 BE), then JSON.
 const FORMAT: u8 = 2;
-/// Versions per millisecond: room for [`tiebreak`]'s number below the clock, so two
-/// nodes committing in the same millisecond still differ, and for up to 1,024
-/// commits a millisecond on one node before its versions run ahead of its clock.
-pub const VERSION_STEP: u64 = 1024;
 
 /// What one compactor chunk committed, as the sink needs it: the narrow interface
 /// between the compactor and the sink.
@@ -114,27 +112,6 @@ impl Committed {
             _ => None,
         }
     }
-}
-
-/// The version of an entry committed at `at_ms` on node `node`, after `last`: the
-/// clock's, unless the clock went back or the millisecond is full, then just above
-/// `last`.
-pub fn version(at_ms: i64, node: Option<Uuid>, last: Option<u64>) -> u64 {
-    let clock = (at_ms.max(0) as u64)
-        .saturating_mul(VERSION_STEP)
-        .saturating_add(node.map_or(0, tiebreak));
-    match last {
-        Some(last) if last.saturating_add(VERSION_STEP) > clock => {
-            last.saturating_add(VERSION_STEP)
-        }
-        _ => clock,
-    }
-}
-
-/// A number below [`VERSION_STEP`] from a node's id: two nodes committing the same
-/// person in the same millisecond differ by it, the same way on every query.
-fn tiebreak(node: Uuid) -> u64 {
-    (node.as_u128() % VERSION_STEP as u128) as u64
 }
 
 /// Record `committed` in the outbox inside the compactor's transaction; returns its
@@ -384,6 +361,7 @@ fn be64(bytes: &[u8]) -> Option<u64> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::row_version::tiebreak;
     use super::*;
 
     fn committed(at: i64, events: u64) -> Committed {
@@ -465,27 +443,6 @@ mod tests {
         outbox.take_gap(b"progress").unwrap();
         assert_eq!(outbox.gap().unwrap(), None);
         assert_eq!(outbox.backfill().unwrap().unwrap().as_ref(), b"progress");
-    }
-
-    #[test]
-    fn versions_follow_the_clock_and_only_go_up() {
-        let node = Uuid::from_u128(0xabc_0000 + 517);
-        let v = version(1_700_000_000_000, Some(node), None);
-        assert_eq!(v, 1_700_000_000_000 * VERSION_STEP + 517);
-        // The same millisecond again, or a clock gone back: just above the last.
-        assert_eq!(
-            version(1_700_000_000_000, Some(node), Some(v)),
-            v + VERSION_STEP
-        );
-        assert_eq!(
-            version(1_600_000_000_000, Some(node), Some(v)),
-            v + VERSION_STEP
-        );
-        // A later commit on another node wins over an earlier one here, whatever
-        // either node's count of entries.
-        let other = Uuid::from_u128(3);
-        assert!(version(1_700_000_000_001, Some(other), None) > v);
-        assert!(version(1_700_000_000_000, Some(other), None) < v);
     }
 
     #[test]
