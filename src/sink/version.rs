@@ -65,13 +65,12 @@ impl Shape {
 
     /// The settings an insert of this shape carries beside its statement (URL
     /// parameters over HTTP): on current servers, the batch's deduplication `token`,
-    /// and `async_insert = 0`. Servers from 26.2 queue inline inserts for batching by
-    /// default (older ones where a profile says so); the sink's batches are large
-    /// already, the queue would only delay the acknowledgement, and before 26.2 a
-    /// queued insert was deduplicated only under `async_insert_deduplicate`, which
-    /// ClickHouse documents for replicated tables. A synchronous insert is dropped by
-    /// its token on every current version (tests/integration/sink/current.rs checks
-    /// 26.9).
+    /// and `async_insert = 0`. A server whose defaults or user profile turn
+    /// asynchronous inserts on (the 26.9 engine the tests run reports them on) would
+    /// queue the insert for batching: the sink's batches are large already, the queue
+    /// would only delay the acknowledgement, and a queued insert's deduplication
+    /// follows other settings (`async_insert_deduplicate`). A synchronous insert is
+    /// dropped by its token (tests/integration/sink/current.rs checks it on 26.9).
     pub fn insert_settings(self, token: &str) -> Vec<(&'static str, &str)> {
         match self {
             Shape::Current => vec![("insert_deduplication_token", token), ("async_insert", "0")],
