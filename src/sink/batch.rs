@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 
 use uuid::Uuid;
 
+use super::attached::Attached;
 use super::outbox::{Entry, Outbox};
 use super::rowbinary::RowBinary;
 use super::rows::{DistinctIdRow, EventRow, GroupRow, Origin, PersonRow};
@@ -277,12 +278,12 @@ pub fn block_rows(
     out: &mut RowBinary,
 ) -> u64 {
     for h in block.heads() {
-        let properties = block.properties(h);
-        let attached = Attached::of(properties);
+        let stored = block.properties(h);
+        let attached = Attached::of(stored);
         EventRow {
             uuid: h.uuid,
             event: block.event(h),
-            properties,
+            properties: attached.properties.as_deref().unwrap_or(stored),
             timestamp: h.timestamp,
             team_id: project as i64,
             distinct_id: block.distinct_id(h),
@@ -295,69 +296,6 @@ pub fn block_rows(
         .encode(shape, out);
     }
     block.heads().len() as u64
-}
-
-/// The property values PostHog keeps in columns of their own: the `$group_0..4` keys
-/// the compactor attached and posthog-js's `$elements_chain`.
-#[derive(Debug, Default, PartialEq)]
-struct Attached {
-    groups: [String; 5],
-    elements_chain: String,
-}
-
-/// Only the top-level keys the columns need; serde skips the rest without building
-/// values, several times faster than parsing the whole object.
-#[derive(serde::Deserialize)]
-struct Columns<'a> {
-    #[serde(rename = "$group_0", borrow)]
-    group_0: Option<std::borrow::Cow<'a, str>>,
-    #[serde(rename = "$group_1", borrow)]
-    group_1: Option<std::borrow::Cow<'a, str>>,
-    #[serde(rename = "$group_2", borrow)]
-    group_2: Option<std::borrow::Cow<'a, str>>,
-    #[serde(rename = "$group_3", borrow)]
-    group_3: Option<std::borrow::Cow<'a, str>>,
-    #[serde(rename = "$group_4", borrow)]
-    group_4: Option<std::borrow::Cow<'a, str>>,
-    #[serde(rename = "$elements_chain", borrow)]
-    elements_chain: Option<std::borrow::Cow<'a, str>>,
-}
-
-impl Attached {
-    /// Most events have neither, and only those that mention them are parsed.
-    fn of(properties: &[u8]) -> Attached {
-        let mentions = |needle: &[u8]| memchr::memmem::find(properties, needle).is_some();
-        if !mentions(b"\"$group_") && !mentions(b"\"$elements_chain\"") {
-            return Attached::default();
-        }
-        match serde_json::from_slice::<Columns>(properties) {
-            Ok(c) => {
-                let text = |v: Option<std::borrow::Cow<str>>| v.map(|s| s.into_owned());
-                Attached {
-                    groups: [c.group_0, c.group_1, c.group_2, c.group_3, c.group_4]
-                        .map(|v| text(v).unwrap_or_default()),
-                    elements_chain: text(c.elements_chain).unwrap_or_default(),
-                }
-            }
-            // A value of another type (a number sent as a group key): the slow way.
-            Err(_) => Attached::parsed(properties),
-        }
-    }
-
-    fn parsed(properties: &[u8]) -> Attached {
-        let Ok(serde_json::Value::Object(map)) = serde_json::from_slice(properties) else {
-            return Attached::default();
-        };
-        let text = |k: &str| match map.get(k) {
-            Some(serde_json::Value::String(s)) => s.clone(),
-            Some(serde_json::Value::Number(n)) => n.to_string(),
-            _ => String::new(),
-        };
-        Attached {
-            groups: std::array::from_fn(|i| text(&format!("$group_{i}"))),
-            elements_chain: text("$elements_chain"),
-        }
-    }
 }
 
 #[cfg(test)]
@@ -413,17 +351,5 @@ mod tests {
         assert_eq!(seqs(choose(&outbox, 2_000, ROWS).unwrap()), None);
         assert_eq!(outbox.in_flight().unwrap(), None);
         assert_eq!(seqs(choose(&outbox, 3_000, ROWS).unwrap()), Some(vec![4]));
-    }
-
-    #[test]
-    fn attached_columns() {
-        assert_eq!(Attached::of(br#"{"a":1}"#), Attached::default());
-        let a = Attached::of(br#"{"$group_0":"acme","$group_3":42,"$elements_chain":"a:b"}"#);
-        assert_eq!(a.groups, ["acme", "", "", "42", ""].map(String::from));
-        assert_eq!(a.elements_chain, "a:b");
-        let nested = br#"{"$set":{"$group_1":"no"},"$group_2":"y\"es","n":[1,{"a":null}]}"#;
-        let a = Attached::of(nested);
-        assert_eq!(a.groups, ["", "", "y\"es", "", ""].map(String::from));
-        assert_eq!(Attached::of(b"{not json \"$group_0\""), Attached::default());
     }
 }

@@ -13,13 +13,16 @@
 //! [`client`] speaks HTTP to the server; [`destination`] ties them into "a server
 //! ready to take batches". [`outbox`] is what the compactor committed and the sink has
 //! not yet sent (its entries' row versions from [`row_version`]), [`batch`] turns a run
-//! of it into rows, and [`worker`] sends batches in order, retrying, with [`stats`] for
-//! `/metrics`.
+//! of it into rows (with [`attached`]: the columns PostHog fills from properties, the
+//! elements chain built by [`elements`]), and [`worker`] sends batches in order,
+//! retrying, with [`stats`] for `/metrics`.
 
+pub mod attached;
 pub mod backfill;
 pub mod batch;
 pub mod client;
 pub mod destination;
+pub mod elements;
 pub mod outbox;
 pub mod retention;
 pub mod row_version;

@@ -1,7 +1,7 @@
 //! The real binary with `--clickhouse-url` against the real server: events captured
 //! over HTTP arrive in ClickHouse with the persons, links and groups they imply, the
-//! same person ids as the read API, and still exactly once after flagpost is killed
-//! with SIGKILL and started again.
+//! same person ids as the read API, the elements chain PostHog would build, and still
+//! exactly once after flagpost is killed with SIGKILL and started again.
 
 use serde_json::{json, Value};
 
@@ -60,11 +60,15 @@ fn captured_events_persons_and_groups_arrive_once() {
             {"event": "$pageview", "properties": {"distinct_id": "anon-7", "$current_url": "https://shop/"}},
             {"event": "$identify", "properties": {"distinct_id": "ada@example.com", "$anon_distinct_id": "anon-7", "$set": {"email": "ada@example.com"}}},
             {"event": "$groupidentify", "properties": {"distinct_id": "ada@example.com", "$group_type": "company", "$group_key": "acme", "$group_set": {"seats": 12}}},
-            {"event": "order placed", "properties": {"distinct_id": "anon-7", "$groups": {"company": "acme"}, "amount": 30}}
+            {"event": "order placed", "properties": {"distinct_id": "anon-7", "$groups": {"company": "acme"}, "amount": 30}},
+            {"event": "$autocapture", "properties": {"distinct_id": "anon-7", "$event_type": "click", "$elements": [
+                {"tag_name": "a", "$el_text": "Pricing", "attr__class": "btn btn-sm", "attr__href": "/pricing", "nth_child": 1, "nth_of_type": 2},
+                {"tag_name": "div", "nth_child": 1, "nth_of_type": 1}
+            ]}}
         ]),
     );
-    wait_for_events(&ch, 4);
-    let stored = server.wait_for_events(1, 4);
+    wait_for_events(&ch, 5);
+    let stored = server.wait_for_events(1, 5);
     let person = stored[0]["person_id"].as_str().unwrap().to_string();
     assert_eq!(
         ch.query(
@@ -72,9 +76,28 @@ fn captured_events_persons_and_groups_arrive_once() {
              FINAL ORDER BY event"
         ),
         format!(
-            "$groupidentify\tada@example.com\t{person}\t1\t\n$identify\tada@example.com\t{person}\t1\t\n\
+            "$autocapture\tanon-7\t{person}\t1\t\n\
+             $groupidentify\tada@example.com\t{person}\t1\t\n$identify\tada@example.com\t{person}\t1\t\n\
              $pageview\tanon-7\t{person}\t1\t\norder placed\tanon-7\t{person}\t1\tacme\n"
         )
+    );
+    // `$elements` becomes the chain PostHog's ingestion builds, and leaves the
+    // properties as it does there; the read API still has it as sent.
+    assert_eq!(
+        ch.query(
+            "SELECT elements_chain, visitParamExtractString(properties, '$event_type'), \
+             position(properties, '$elements') FROM events FINAL WHERE event = '$autocapture'"
+        ),
+        "a.btn.btn-sm:attr__class=\"btn btn-sm\"attr__href=\"/pricing\"href=\"/pricing\"\
+         nth-child=\"1\"nth-of-type=\"2\"text=\"Pricing\";div:nth-child=\"1\"nth-of-type=\"1\"\tclick\t0\n"
+    );
+    let autocapture = stored
+        .iter()
+        .find(|e| e["event"] == "$autocapture")
+        .unwrap();
+    assert_eq!(
+        autocapture["properties"]["$elements"][0]["$el_text"],
+        "Pricing"
     );
     assert_eq!(
         ch.query(
@@ -96,7 +119,7 @@ fn captured_events_persons_and_groups_arrive_once() {
     );
     let metrics = server.get("/metrics").text();
     assert!(
-        metrics.contains("flagpost_sink_rows_total{table=\"events\"} 4"),
+        metrics.contains("flagpost_sink_rows_total{table=\"events\"} 5"),
         "{metrics}"
     );
     assert!(metrics.contains("flagpost_sink_lag_seconds 0"), "{metrics}");
@@ -107,11 +130,11 @@ fn captured_events_persons_and_groups_arrive_once() {
         &server,
         json!([{"event": "$pageview", "properties": {"distinct_id": "ada@example.com"}}]),
     );
-    wait_for_events(&ch, 5);
+    wait_for_events(&ch, 6);
     ch.merge("events");
     assert_eq!(
         ch.query("SELECT count(), uniqExact(uuid) FROM events"),
-        "5\t5\n"
+        "6\t6\n"
     );
 }
 
