@@ -11,6 +11,9 @@
 //! (`client`) and prints one table (`report`). Process handling lives in `target`, the
 //! 50-flag definitions file written for `/decide` in `flags`.
 
+#[allow(dead_code)]
+#[path = "../../tests/integration/sink/server.rs"]
+mod clickhouse;
 mod client;
 #[path = "../common/mod.rs"]
 mod common;
@@ -20,7 +23,12 @@ mod memory;
 mod payloads;
 mod reference;
 mod report;
+mod sink;
 mod target;
+/// The tests' HTTP helpers, which the ClickHouse starter uses.
+#[allow(dead_code)]
+#[path = "../../tests/integration/util.rs"]
+mod util;
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -51,9 +59,10 @@ struct Args {
     /// milliseconds of unmeasured load before each measurement [default 1000]
     #[argh(option, default = "DEFAULT_WARMUP_MS")]
     warmup_ms: u64,
-    /// scenario to run: capture, batch, decide, compactor, compactor-anon, or memory
-    /// (not part of the default: an ingest of --memory-events, then a soak); repeat for
-    /// several [default all but memory]
+    /// scenario to run: capture, batch, decide, compactor, compactor-anon, memory (an
+    /// ingest of --memory-events, then a soak) or sink (the ClickHouse sink at --rate,
+    /// default 100000 events/s; needs clickhouse-server); repeat for several
+    /// [default all but memory and sink]
     #[argh(option)]
     scenario: Vec<String>,
     /// memory scenario: events to ingest from 100,000 persons before reading the
@@ -72,6 +81,15 @@ struct Args {
     /// this one, on its own database
     #[argh(option)]
     baseline: Option<std::path::PathBuf>,
+    /// measure flagpost with its ClickHouse sink on, into a clickhouse-server the
+    /// harness starts; without --baseline, the same build without the sink is the
+    /// baseline
+    #[argh(switch)]
+    with_sink: bool,
+    /// measure the baseline before flagpost in each scenario (the default is after),
+    /// to see what the order does to a comparison
+    #[argh(switch)]
+    baseline_first: bool,
     /// internal: serve as the reference server (the harness starts it itself)
     #[argh(switch)]
     reference_server: bool,
@@ -89,8 +107,13 @@ struct Config {
     connections: usize,
     scenarios: Vec<Scenario>,
     baseline: Option<std::path::PathBuf>,
+    /// flagpost sinks into ClickHouse (`--with-sink`).
+    with_sink: bool,
+    baseline_first: bool,
     /// The memory scenario's settings, when it was asked for.
     memory: Option<memory::Settings>,
+    /// The sink scenario's settings, when it was asked for.
+    sink: Option<sink::Settings>,
 }
 
 fn main() -> ExitCode {
@@ -118,12 +141,13 @@ fn config(args: Args) -> Result<Config, String> {
         return Err("--seconds and --connections must be at least 1".into());
     }
     let with_memory = args.scenario.iter().any(|name| name == memory::NAME);
+    let with_sink_scenario = args.scenario.iter().any(|name| name == sink::NAME);
     let scenarios = if args.scenario.is_empty() {
         Scenario::ALL.to_vec()
     } else {
         args.scenario
             .iter()
-            .filter(|name| *name != memory::NAME)
+            .filter(|name| *name != memory::NAME && *name != sink::NAME)
             .map(|name| Scenario::parse(name))
             .collect::<Result<_, _>>()?
     };
@@ -133,6 +157,15 @@ fn config(args: Args) -> Result<Config, String> {
         soak: Duration::from_secs(args.soak_seconds),
         soak_rate: args.rate.filter(|r| *r > 0.0).unwrap_or(2000.0),
     });
+    let sink = with_sink_scenario.then(|| sink::Settings {
+        rate: args.rate.filter(|r| *r > 0.0).unwrap_or(sink::DEFAULT_RATE),
+        connections: args.connections,
+        warmup: Duration::from_millis(args.warmup_ms),
+        measure: Duration::from_secs(args.seconds),
+    });
+    if args.baseline_first && args.baseline.is_none() && !args.with_sink {
+        return Err("--baseline-first needs a baseline: --baseline or --with-sink".into());
+    }
     Ok(Config {
         measure: Duration::from_secs(args.seconds),
         warmup: Duration::from_millis(args.warmup_ms),
@@ -140,7 +173,10 @@ fn config(args: Args) -> Result<Config, String> {
         connections: args.connections,
         scenarios,
         baseline: args.baseline,
+        with_sink: args.with_sink,
+        baseline_first: args.baseline_first,
         memory,
+        sink,
     })
 }
 
@@ -179,6 +215,10 @@ fn run(config: Config) -> Result<(), String> {
         report::memory_scenario(&report);
         flagpost.stop()?;
     }
+    if let Some(settings) = &config.sink {
+        let report = sink::run(&runtime, settings, &data_dir, &dir.path().join("sink"))?;
+        report::sink_scenario(&report);
+    }
     Ok(())
 }
 
@@ -189,9 +229,22 @@ fn compare(
     data_dir: &std::path::Path,
     dir: &std::path::Path,
 ) -> Result<(), String> {
-    let db_dir = dir.join("db");
-    let mut flagpost = Target::flagpost(data_dir, &db_dir)?;
-    let mut baseline = match &config.baseline {
+    let this_build = std::path::Path::new(env!("CARGO_BIN_EXE_flagpost"));
+    // With the sink, ClickHouse runs (idle, or taking what flagpost sends) through
+    // every measurement, as it would beside a production flagpost.
+    let clickhouse = match config.with_sink {
+        true => Some(sink::start_clickhouse("flagpost_load")?),
+        false => None,
+    };
+    let options = clickhouse.as_ref().map(sink::options).unwrap_or_default();
+    let mut flagpost =
+        Target::flagpost_with("flagpost", this_build, data_dir, &dir.join("db"), &options)?;
+    let baseline_binary = match (&config.baseline, config.with_sink) {
+        (Some(binary), _) => Some(binary.as_path()),
+        (None, true) => Some(this_build),
+        (None, false) => None,
+    };
+    let mut baseline = match baseline_binary {
         Some(binary) => Some(Target::flagpost_at(
             "baseline",
             binary,
@@ -201,6 +254,7 @@ fn compare(
         None => None,
     };
     let mut reference = Target::reference()?;
+    let sinking = config.with_sink;
 
     let mut rows = Vec::new();
     for scenario in &config.scenarios {
@@ -228,15 +282,33 @@ fn compare(
             // One target at a time, so each has the cores to itself (the other idles).
             // Each flagpost's compactor finishes its backlog before the next target
             // is measured, so it does not take the next one's share of the cores.
-            let ours = load.run(flagpost.addr).await;
-            client::settle(flagpost.addr).await;
-            let before = match &baseline {
-                Some(b) => {
-                    let m = load.run(b.addr).await;
-                    client::settle(b.addr).await;
-                    Some(m)
+            // With the sink, flagpost also waits for it to send what the load left.
+            let run_ours = || async {
+                let m = load.run(flagpost.addr).await;
+                client::settle(flagpost.addr).await;
+                if sinking {
+                    if let Err(e) = sink::drain(flagpost.addr).await {
+                        eprintln!("load: the sink did not catch up before the next run: {e}");
+                    }
                 }
-                None => None,
+                m
+            };
+            let run_baseline = || async {
+                match &baseline {
+                    Some(b) => {
+                        let m = load.run(b.addr).await;
+                        client::settle(b.addr).await;
+                        Some(m)
+                    }
+                    None => None,
+                }
+            };
+            let (ours, before) = if config.baseline_first {
+                let before = run_baseline().await;
+                (run_ours().await, before)
+            } else {
+                let ours = run_ours().await;
+                (ours, run_baseline().await)
             };
             let theirs = load.run(reference.addr).await;
             Ok(Row::Measured(*scenario, ours, before, theirs))

@@ -24,6 +24,15 @@ pub fn preamble(config: &Config) {
         .iter()
         .map(|s| format!(" --scenario {}", s.name()))
         .collect();
+    if config.sink.is_some() {
+        scenarios += &format!(" --scenario {}", crate::sink::NAME);
+    }
+    if config.with_sink {
+        scenarios += " --with-sink";
+    }
+    if config.baseline_first {
+        scenarios += " --baseline-first";
+    }
     if let Some(m) = &config.memory {
         scenarios += &format!(
             " --scenario {} --memory-events {} --soak-seconds {}",
@@ -54,6 +63,21 @@ pub fn preamble(config: &Config) {
         config.warmup.as_millis(),
         config.rate.map_or_else(String::new, |r| format!(" --rate {r:.0}"))
     );
+    if config.with_sink {
+        println!(
+            "sink: flagpost sends to ClickHouse; baseline is {} without the sink, measured {} it",
+            if config.baseline.is_some() {
+                "--baseline"
+            } else {
+                "this build"
+            },
+            if config.baseline_first {
+                "before"
+            } else {
+                "after"
+            }
+        );
+    }
     println!(
         "note: flagpost fsyncs before every 2xx (group commit); the reference stores nothing, \
          so ingest ratios include the disk's flush latency"
@@ -77,6 +101,7 @@ pub fn table(rows: &[Row]) {
                 ratio(*scenario, "ratio", ours, theirs);
                 if let Some(before) = before {
                     ratio(*scenario, "base ratio", before, theirs);
+                    ratio(*scenario, "vs base", ours, before);
                 }
             }
             Row::Compactor(scenario, report) => {
@@ -106,6 +131,12 @@ pub fn table(rows: &[Row]) {
         }
     }
     println!("ratio = flagpost / reference: below 1 is slower for req/s, above 1 for latency");
+    if rows
+        .iter()
+        .any(|r| matches!(r, Row::Measured(_, _, Some(_), _)))
+    {
+        println!("vs base = flagpost / baseline, read the same way");
+    }
 }
 
 fn measured(scenario: Scenario, target: &str, m: &Measurement) {
@@ -185,6 +216,71 @@ pub fn memory_scenario(report: &crate::memory::Report) {
             mib(low),
             mib(high),
             report.soak_errors
+        );
+    }
+}
+
+/// The sink scenario: flagpost without and with the sink at the same offered rate.
+pub fn sink_scenario(report: &crate::sink::Report) {
+    let machine = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+    let share = |cores: f64| {
+        format!(
+            "{cores:.2} cores ({:.0}% of the machine)",
+            100.0 * cores / machine
+        )
+    };
+    println!();
+    println!(
+        "sink: {:.0} events/s offered in batches of 100 with persons, ClickHouse {} on the same machine",
+        report.rate, report.clickhouse_version
+    );
+    for (label, run) in [("sink off", &report.without), ("sink on", &report.with)] {
+        println!(
+            "sink: {label:<8} accepted {:.0} events/s ({} failed requests), applied {:.0} events/s, \
+             flagpost {}, load client {:.2} cores, machine busy {}",
+            run.ingest.rate() * crate::payloads::BATCH_EVENTS as f64,
+            run.ingest.errors,
+            run.applied,
+            share(run.flagpost_cores),
+            run.client_cores,
+            share(run.machine_cores)
+        );
+    }
+    let with = &report.with;
+    println!(
+        "sink: into ClickHouse {} events/s under load, largest lag {} s, clickhouse-server {}",
+        number(with.sent, 0),
+        number(with.max_lag_seconds, 2),
+        with.clickhouse_cores.map_or_else(|| "-".into(), share)
+    );
+    println!(
+        "sink: flagpost's CPU with the sink / without: {:.2}",
+        with.flagpost_cores / report.without.flagpost_cores
+    );
+    match &report.drained {
+        Ok(d) => println!(
+            "sink: {:.0} events still to send when the load stopped, all sent {:.1} s later \
+             ({:.0} events/s, the compactor finishing its own backlog meanwhile)",
+            d.backlog,
+            d.seconds,
+            d.backlog / d.seconds.max(0.001)
+        ),
+        Err(e) => println!("sink: NOT caught up: {e}"),
+    }
+    let verdict =
+        if report.in_clickhouse == report.accepted && report.distinct_uuids == report.accepted {
+            "exactly once"
+        } else {
+            "MISMATCH"
+        };
+    println!(
+        "sink: flagpost acknowledged {} events; ClickHouse holds {} (FINAL), {} distinct uuids: {verdict}",
+        report.accepted, report.in_clickhouse, report.distinct_uuids
+    );
+    if let Some(kib) = report.clickhouse_peak_kib {
+        println!(
+            "sink: clickhouse-server peak RSS {:.1} MiB",
+            kib as f64 / 1024.0
         );
     }
 }

@@ -17,6 +17,13 @@ const STOP_POLL: Duration = Duration::from_millis(20);
 /// The line both servers print once they accept connections.
 const LISTENING: &str = "listening on ";
 
+/// Command-line options and environment added to a flagpost's `serve`.
+#[derive(Default, Clone)]
+pub struct Options {
+    pub args: Vec<String>,
+    pub env: Vec<(String, String)>,
+}
+
 /// A running server process, killed on drop if it was not stopped.
 pub struct Target {
     name: &'static str,
@@ -42,6 +49,17 @@ impl Target {
         data_dir: &Path,
         db_dir: &Path,
     ) -> Result<Target, String> {
+        Target::flagpost_with(name, binary, data_dir, db_dir, &Options::default())
+    }
+
+    /// A flagpost build with further options and environment (the sink's, say).
+    pub fn flagpost_with(
+        name: &'static str,
+        binary: &Path,
+        data_dir: &Path,
+        db_dir: &Path,
+        options: &Options,
+    ) -> Result<Target, String> {
         let mut command = Command::new(binary);
         command
             .arg("serve")
@@ -52,7 +70,9 @@ impl Target {
             .arg(db_dir)
             .env("FLAGPOST_LOG", "info")
             // The address is parsed from the log line; colour codes would only get in the way.
-            .env("NO_COLOR", "1");
+            .env("NO_COLOR", "1")
+            .args(&options.args)
+            .envs(options.env.iter().map(|(k, v)| (k, v)));
         Target::spawn(name, command)
     }
 
