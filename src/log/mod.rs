@@ -156,10 +156,11 @@ pub fn open(
     }
     let next = end.map_or(floor, |(_, next)| next);
     let next_seq = next.max(floor);
-    // Where the compactor resumes; if the log holds nothing from there on, at the
+    // Where the compactor resumes; if the log holds nothing from there on (or
+    // nothing at all, as in a new database, which has no checkpoint yet), at the
     // first entry still to be written.
     let read_from = checkpoint.map_or(0, |c| c.saturating_add(1));
-    let (read_from, durable) = if read_from >= next {
+    let (read_from, durable) = if read_from >= next || end.is_none() {
         (next_seq, next_seq)
     } else {
         (read_from, next)

@@ -44,6 +44,20 @@ fn segment_names_are_twenty_digits() {
 }
 
 #[test]
+fn a_new_log_has_nothing_to_read() {
+    let dir = tempfile::tempdir().unwrap();
+    // A new database: no checkpoint, the floor above zero.
+    let (mut log, mut reader) = open_at(dir.path(), 1, None);
+    assert_eq!(reader.shared().depth(), 0);
+    assert!(read_intact(&mut reader).is_empty());
+    assert_eq!(log.push(b"a").unwrap(), 1);
+    log.commit().unwrap();
+    assert_eq!(reader.shared().depth(), 1);
+    assert_eq!(read_intact(&mut reader), vec![(1, b"a".to_vec())]);
+    assert_eq!(reader.shared().depth(), 0);
+}
+
+#[test]
 fn entries_become_readable_only_once_committed() {
     let dir = tempfile::tempdir().unwrap();
     let (mut log, mut reader) = open_at(dir.path(), 10, None);
