@@ -242,6 +242,41 @@ pub async fn get_text(addr: SocketAddr, path: &str) -> Result<String, String> {
         .map_err(|e| format!("GET {path} from {addr} failed: {e}"))
 }
 
+/// Drive `addr` with `load` while `sample` reads the server every `every`: the
+/// measurement, and the readings taken inside its window (`at` tells a reading's time).
+pub async fn run_sampled<S, F, Fut>(
+    load: &Load,
+    addr: SocketAddr,
+    every: Duration,
+    sample: F,
+    at: impl Fn(&S) -> Instant,
+) -> Result<(Measurement, Vec<S>), String>
+where
+    S: Send + 'static,
+    F: Fn() -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = Result<S, String>> + Send,
+{
+    let started = Instant::now();
+    let window = (started + load.warmup, started + load.warmup + load.measure);
+    let sampler = tokio::spawn(async move {
+        let mut samples = Vec::new();
+        while Instant::now() < window.1 + every {
+            if let Ok(s) = sample().await {
+                samples.push(s);
+            }
+            tokio::time::sleep(every).await;
+        }
+        samples
+    });
+    let measurement = load.run(addr).await;
+    let samples = sampler.await.map_err(|e| format!("sampler failed: {e}"))?;
+    let inside = samples
+        .into_iter()
+        .filter(|s| (window.0..=window.1).contains(&at(s)))
+        .collect();
+    Ok((measurement, inside))
+}
+
 /// The value of an unlabelled metric in Prometheus text.
 pub fn metric_in(text: &str, name: &str) -> Option<f64> {
     text.lines()

@@ -56,24 +56,8 @@ async fn sample(addr: SocketAddr) -> Result<Sample, String> {
 }
 
 pub async fn measure(addr: SocketAddr, load: &Load) -> Result<Report, String> {
-    let started = Instant::now();
-    let window = (started + load.warmup, started + load.warmup + load.measure);
-    let sampler = tokio::spawn(async move {
-        let mut samples = Vec::new();
-        while Instant::now() < window.1 + SAMPLE_EVERY {
-            if let Ok(s) = sample(addr).await {
-                samples.push(s);
-            }
-            tokio::time::sleep(SAMPLE_EVERY).await;
-        }
-        samples
-    });
-    let ingest = load.run(addr).await;
-    let samples = sampler.await.map_err(|e| format!("sampler failed: {e}"))?;
-    let inside: Vec<&Sample> = samples
-        .iter()
-        .filter(|s| s.at >= window.0 && s.at <= window.1)
-        .collect();
+    let (ingest, inside) =
+        client::run_sampled(load, addr, SAMPLE_EVERY, move || sample(addr), |s| s.at).await?;
     let (applied_under_load, max_lag_seconds) = match (inside.first(), inside.last()) {
         (Some(a), Some(b)) if b.at > a.at => (
             (b.applied - a.applied) / (b.at - a.at).as_secs_f64(),

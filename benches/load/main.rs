@@ -86,6 +86,14 @@ struct Args {
     /// baseline
     #[argh(switch)]
     with_sink: bool,
+    /// measure each scenario this many times, the baseline going first in every
+    /// other round, and print the geometric mean of flagpost / baseline [default 1]
+    #[argh(option, default = "1")]
+    rounds: usize,
+    /// the nice value of the clickhouse-server the harness starts (for --with-sink and
+    /// the sink scenario) [default 0]
+    #[argh(option, default = "0")]
+    clickhouse_nice: i32,
     /// measure the baseline before flagpost in each scenario (the default is after),
     /// to see what the order does to a comparison
     #[argh(switch)]
@@ -110,6 +118,8 @@ struct Config {
     /// flagpost sinks into ClickHouse (`--with-sink`).
     with_sink: bool,
     baseline_first: bool,
+    rounds: usize,
+    clickhouse_nice: i32,
     /// The memory scenario's settings, when it was asked for.
     memory: Option<memory::Settings>,
     /// The sink scenario's settings, when it was asked for.
@@ -162,6 +172,7 @@ fn config(args: Args) -> Result<Config, String> {
         connections: args.connections,
         warmup: Duration::from_millis(args.warmup_ms),
         measure: Duration::from_secs(args.seconds),
+        clickhouse_nice: args.clickhouse_nice.clamp(-20, 19),
     });
     if args.baseline_first && args.baseline.is_none() && !args.with_sink {
         return Err("--baseline-first needs a baseline: --baseline or --with-sink".into());
@@ -175,6 +186,8 @@ fn config(args: Args) -> Result<Config, String> {
         baseline: args.baseline,
         with_sink: args.with_sink,
         baseline_first: args.baseline_first,
+        rounds: args.rounds.max(1),
+        clickhouse_nice: args.clickhouse_nice.clamp(-20, 19),
         memory,
         sink,
     })
@@ -233,7 +246,10 @@ fn compare(
     // With the sink, ClickHouse runs (idle, or taking what flagpost sends) through
     // every measurement, as it would beside a production flagpost.
     let clickhouse = match config.with_sink {
-        true => Some(sink::start_clickhouse("flagpost_load")?),
+        true => Some(sink::start_clickhouse(
+            "flagpost_load",
+            config.clickhouse_nice,
+        )?),
         false => None,
     };
     let options = clickhouse.as_ref().map(sink::options).unwrap_or_default();
@@ -270,14 +286,14 @@ fn compare(
                 Duration::from_secs_f64(config.connections as f64 * per_request / rate)
             }),
         };
-        let row = runtime.block_on(async {
+        let measured = runtime.block_on(async {
             let status = client::probe(flagpost.addr, &load).await?;
             if status == hyper::StatusCode::NOT_FOUND {
-                return Ok::<_, String>(Row::Skipped(*scenario, status));
+                return Ok::<_, String>(vec![Row::Skipped(*scenario, status)]);
             }
             if scenario.is_compactor() {
                 let report = compactor::measure(flagpost.addr, &load).await?;
-                return Ok(Row::Compactor(*scenario, report));
+                return Ok(vec![Row::Compactor(*scenario, report)]);
             }
             // One target at a time, so each has the cores to itself (the other idles).
             // Each flagpost's compactor finishes its backlog before the next target
@@ -303,17 +319,22 @@ fn compare(
                     None => None,
                 }
             };
-            let (ours, before) = if config.baseline_first {
-                let before = run_baseline().await;
-                (run_ours().await, before)
-            } else {
-                let ours = run_ours().await;
-                (ours, run_baseline().await)
-            };
-            let theirs = load.run(reference.addr).await;
-            Ok(Row::Measured(*scenario, ours, before, theirs))
+            // Rounds take turns at going first, so the order's advantage cancels out.
+            let mut rounds = Vec::new();
+            for round in 0..config.rounds {
+                let (ours, before) = if config.baseline_first != (round % 2 == 1) {
+                    let before = run_baseline().await;
+                    (run_ours().await, before)
+                } else {
+                    let ours = run_ours().await;
+                    (ours, run_baseline().await)
+                };
+                let theirs = load.run(reference.addr).await;
+                rounds.push(Row::Measured(*scenario, ours, before, theirs));
+            }
+            Ok(rounds)
         })?;
-        rows.push(row);
+        rows.extend(measured);
     }
 
     report::table(&rows);

@@ -33,6 +33,12 @@ pub fn preamble(config: &Config) {
     if config.baseline_first {
         scenarios += " --baseline-first";
     }
+    if config.rounds > 1 {
+        scenarios += &format!(" --rounds {}", config.rounds);
+    }
+    if config.clickhouse_nice != 0 {
+        scenarios += &format!(" --clickhouse-nice {}", config.clickhouse_nice);
+    }
     if let Some(m) = &config.memory {
         scenarios += &format!(
             " --scenario {} --memory-events {} --soak-seconds {}",
@@ -65,16 +71,16 @@ pub fn preamble(config: &Config) {
     );
     if config.with_sink {
         println!(
-            "sink: flagpost sends to ClickHouse; baseline is {} without the sink, measured {} it",
+            "sink: flagpost sends to ClickHouse; baseline is {} without the sink, measured {}",
             if config.baseline.is_some() {
                 "--baseline"
             } else {
                 "this build"
             },
-            if config.baseline_first {
-                "before"
-            } else {
-                "after"
+            match (config.rounds > 1, config.baseline_first) {
+                (true, _) => "before and after it by turns",
+                (false, true) => "before it",
+                (false, false) => "after it",
             }
         );
     }
@@ -136,6 +142,42 @@ pub fn table(rows: &[Row]) {
         .any(|r| matches!(r, Row::Measured(_, _, Some(_), _)))
     {
         println!("vs base = flagpost / baseline, read the same way");
+        rounds(rows);
+    }
+}
+
+/// Where a scenario was measured more than once: the geometric mean of flagpost /
+/// baseline in req/s over its rounds, and each round's figure.
+fn rounds(rows: &[Row]) {
+    let mut seen: Vec<Scenario> = Vec::new();
+    for row in rows {
+        let Row::Measured(scenario, ..) = row else {
+            continue;
+        };
+        if seen.contains(scenario) {
+            continue;
+        }
+        seen.push(*scenario);
+        let ratios: Vec<f64> = rows
+            .iter()
+            .filter_map(|r| match r {
+                Row::Measured(s, ours, Some(before), _) if s == scenario && before.rate() > 0.0 => {
+                    Some(ours.rate() / before.rate())
+                }
+                _ => None,
+            })
+            .collect();
+        if ratios.len() < 2 {
+            continue;
+        }
+        let mean = (ratios.iter().map(|r| r.ln()).sum::<f64>() / ratios.len() as f64).exp();
+        let each: Vec<String> = ratios.iter().map(|r| format!("{r:.3}")).collect();
+        println!(
+            "{:<10} vs base over {} rounds (taking turns at going first): {mean:.3} ({})",
+            scenario.name(),
+            ratios.len(),
+            each.join(", ")
+        );
     }
 }
 
@@ -244,6 +286,18 @@ pub fn sink_scenario(report: &crate::sink::Report) {
             share(run.flagpost_cores),
             run.client_cores,
             share(run.machine_cores)
+        );
+    }
+    for (label, run) in [("sink off", &report.without), ("sink on", &report.with)] {
+        let busiest: Vec<String> = run
+            .threads
+            .iter()
+            .filter(|(_, cores)| *cores >= 0.01)
+            .map(|(name, cores)| format!("{name} {cores:.2}"))
+            .collect();
+        println!(
+            "sink: {label:<8} flagpost's threads, cores: {}",
+            busiest.join(", ")
         );
     }
     let with = &report.with;

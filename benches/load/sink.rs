@@ -8,6 +8,7 @@
 //! used. Then how long the sink took to send what was left, and ClickHouse's own
 //! count of the events checked against flagpost's count of those it acknowledged.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -33,10 +34,11 @@ pub struct Settings {
     pub connections: usize,
     pub warmup: Duration,
     pub measure: Duration,
+    pub clickhouse_nice: i32,
 }
 
 /// One reading of the counters.
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 struct Sample {
     at: Instant,
     applied: f64,
@@ -45,6 +47,8 @@ struct Sample {
     lag_seconds: Option<f64>,
     /// CPU seconds used so far by flagpost and by clickhouse-server.
     flagpost_cpu: f64,
+    /// flagpost's CPU seconds by thread name (`compactor`, `tokio-rt-worker`, ...).
+    threads: BTreeMap<String, f64>,
     clickhouse_cpu: Option<f64>,
     /// The harness itself: the load client's share of the same cores.
     client_cpu: f64,
@@ -59,6 +63,8 @@ pub struct Run {
     pub applied: f64,
     /// Cores flagpost kept busy on average inside the window (1.0 is one core).
     pub flagpost_cores: f64,
+    /// The same by thread name, busiest first.
+    pub threads: Vec<(String, f64)>,
     /// Cores the load client (this harness) kept busy.
     pub client_cores: f64,
     /// Cores the whole machine kept busy: what is left after flagpost, ClickHouse
@@ -94,7 +100,7 @@ pub fn run(
     data_dir: &Path,
     dir: &Path,
 ) -> Result<Report, String> {
-    let ch = start_clickhouse(DATABASE)?;
+    let ch = start_clickhouse(DATABASE, settings.clickhouse_nice)?;
     let load = Load {
         scenario: Scenario::Compactor,
         bodies: Scenario::Compactor.bodies().into(),
@@ -143,9 +149,9 @@ pub fn run(
     })
 }
 
-/// A clickhouse-server of the harness's own with `database` created; an error saying
-/// how to install it if it is not there.
-pub fn start_clickhouse(database: &str) -> Result<ClickHouse, String> {
+/// A clickhouse-server of the harness's own with `database` created, at nice value
+/// `nice`; an error saying how to install it if it is not there.
+pub fn start_clickhouse(database: &str, nice: i32) -> Result<ClickHouse, String> {
     if clickhouse::binary().is_none() {
         return Err(
             "this needs clickhouse-server: apt-get install clickhouse-server \
@@ -153,9 +159,9 @@ pub fn start_clickhouse(database: &str) -> Result<ClickHouse, String> {
                 .into(),
         );
     }
-    let ch = ClickHouse::start(database).ok_or("clickhouse-server did not start")?;
+    let ch = ClickHouse::start_niced(database, nice).ok_or("clickhouse-server did not start")?;
     println!(
-        "clickhouse-server: {} on {}, started in {:.2} s",
+        "clickhouse-server: {} on {} at nice {nice}, started in {:.2} s",
         ch.query("SELECT version()").trim(),
         ch.addr,
         ch.started_in.as_secs_f64()
@@ -188,24 +194,14 @@ pub fn options(ch: &ClickHouse) -> Options {
 /// the target sinks into it.
 async fn measure(target: &Target, clickhouse: Option<u32>, load: &Load) -> Result<Run, String> {
     let (addr, pid) = (target.addr, target.pid());
-    let started = Instant::now();
-    let window = (started + load.warmup, started + load.warmup + load.measure);
-    let sampler = tokio::spawn(async move {
-        let mut samples = Vec::new();
-        while Instant::now() < window.1 + SAMPLE_EVERY {
-            if let Ok(s) = sample(addr, pid, clickhouse).await {
-                samples.push(s);
-            }
-            tokio::time::sleep(SAMPLE_EVERY).await;
-        }
-        samples
-    });
-    let ingest = load.run(addr).await;
-    let samples = sampler.await.map_err(|e| format!("sampler failed: {e}"))?;
-    let inside: Vec<&Sample> = samples
-        .iter()
-        .filter(|s| s.at >= window.0 && s.at <= window.1)
-        .collect();
+    let (ingest, inside) = client::run_sampled(
+        load,
+        addr,
+        SAMPLE_EVERY,
+        move || sample(addr, pid, clickhouse),
+        |s| s.at,
+    )
+    .await?;
     let (Some(a), Some(b)) = (inside.first(), inside.last()) else {
         return Err("too few samples inside the window".into());
     };
@@ -218,6 +214,7 @@ async fn measure(target: &Target, clickhouse: Option<u32>, load: &Load) -> Resul
         ingest,
         applied: (b.applied - a.applied) / seconds,
         flagpost_cores: (b.flagpost_cpu - a.flagpost_cpu) / seconds,
+        threads: by_thread(&a.threads, &b.threads, seconds),
         client_cores: (b.client_cpu - a.client_cpu) / seconds,
         machine_cores: (b.machine_cpu - a.machine_cpu) / seconds,
         sent: per_second(a.sent, b.sent),
@@ -234,6 +231,7 @@ async fn sample(addr: SocketAddr, pid: u32, clickhouse: Option<u32>) -> Result<S
         sent: c.sent.filter(|_| clickhouse.is_some()),
         lag_seconds: c.lag_seconds.filter(|_| clickhouse.is_some()),
         flagpost_cpu: cpu_seconds(pid)?,
+        threads: thread_seconds(pid),
         clickhouse_cpu: clickhouse.map(cpu_seconds).transpose()?,
         client_cpu: cpu_seconds(std::process::id())?,
         machine_cpu: machine_busy_seconds()?,
@@ -296,19 +294,59 @@ pub async fn drain(addr: SocketAddr) -> Result<Drained, String> {
 /// CPU seconds a process has used so far, user and system, all its threads: fields
 /// 14 and 15 of `/proc/<pid>/stat`, in clock ticks of 1/100 s (Linux's `USER_HZ`).
 fn cpu_seconds(pid: u32) -> Result<f64, String> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map_err(|e| format!("cannot read /proc/{pid}/stat: {e}"))?;
+    cpu_seconds_of(&format!("/proc/{pid}/stat"))
+}
+
+/// The same from a `stat` file of a process or of one of its threads.
+fn cpu_seconds_of(path: &str) -> Result<f64, String> {
+    let stat = std::fs::read_to_string(path).map_err(|e| format!("cannot read {path}: {e}"))?;
     // The command name (field 2) may hold spaces; the fields after it are plain.
     let after_name = stat
         .rsplit_once(')')
         .map(|(_, rest)| rest)
-        .ok_or_else(|| format!("/proc/{pid}/stat does not parse"))?;
+        .ok_or_else(|| format!("{path} does not parse"))?;
     let mut fields = after_name.split_whitespace().skip(11);
     let ticks = |f: Option<&str>| f.and_then(|t| t.parse::<u64>().ok());
     match (ticks(fields.next()), ticks(fields.next())) {
         (Some(user), Some(system)) => Ok((user + system) as f64 / USER_HZ),
-        _ => Err(format!("/proc/{pid}/stat does not parse")),
+        _ => Err(format!("{path} does not parse")),
     }
+}
+
+/// CPU seconds of each of a process's threads so far, summed by thread name (threads
+/// that ended are missing, so a name's figure is a lower bound).
+fn thread_seconds(pid: u32) -> BTreeMap<String, f64> {
+    let mut by_name = BTreeMap::new();
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return by_name;
+    };
+    for task in tasks.flatten() {
+        let Ok(tid) = task.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        if let Ok(seconds) = cpu_seconds_of(&format!("/proc/{pid}/task/{tid}/stat")) {
+            *by_name.entry(comm.trim().to_string()).or_insert(0.0) += seconds;
+        }
+    }
+    by_name
+}
+
+/// Cores per thread name between two readings, busiest first.
+fn by_thread(
+    a: &BTreeMap<String, f64>,
+    b: &BTreeMap<String, f64>,
+    seconds: f64,
+) -> Vec<(String, f64)> {
+    let mut cores: Vec<(String, f64)> = b
+        .iter()
+        .map(|(name, end)| {
+            let start = a.get(name).copied().unwrap_or(0.0);
+            (name.clone(), (end - start).max(0.0) / seconds)
+        })
+        .collect();
+    cores.sort_by(|x, y| y.1.total_cmp(&x.1));
+    cores
 }
 
 /// CPU seconds all cores have spent busy since boot: user, nice, system, irq and
