@@ -86,12 +86,13 @@ struct Args {
     /// baseline
     #[argh(switch)]
     with_sink: bool,
-    /// measure each scenario this many times, the baseline going first in every
-    /// other round, and print the geometric mean of flagpost / baseline [default 1]
+    /// measure each scenario this many times (the compactor ones once), the baseline
+    /// going first in every other round, and print the geometric mean of flagpost /
+    /// baseline [default 1]
     #[argh(option, default = "1")]
     rounds: usize,
-    /// the nice value of the clickhouse-server the harness starts (for --with-sink and
-    /// the sink scenario) [default 0]
+    /// the nice value, 0 to 19, of the clickhouse-server the harness starts (for
+    /// --with-sink and the sink scenario) [default 0]
     #[argh(option, default = "0")]
     clickhouse_nice: i32,
     /// measure the baseline before flagpost in each scenario (the default is after),
@@ -172,7 +173,7 @@ fn config(args: Args) -> Result<Config, String> {
         connections: args.connections,
         warmup: Duration::from_millis(args.warmup_ms),
         measure: Duration::from_secs(args.seconds),
-        clickhouse_nice: args.clickhouse_nice.clamp(-20, 19),
+        clickhouse_nice: args.clickhouse_nice.clamp(0, 19),
     });
     if args.baseline_first && args.baseline.is_none() && !args.with_sink {
         return Err("--baseline-first needs a baseline: --baseline or --with-sink".into());
@@ -187,7 +188,7 @@ fn config(args: Args) -> Result<Config, String> {
         with_sink: args.with_sink,
         baseline_first: args.baseline_first,
         rounds: args.rounds.max(1),
-        clickhouse_nice: args.clickhouse_nice.clamp(-20, 19),
+        clickhouse_nice: args.clickhouse_nice.clamp(0, 19),
         memory,
         sink,
     })
@@ -293,6 +294,11 @@ fn compare(
             }
             if scenario.is_compactor() {
                 let report = compactor::measure(flagpost.addr, &load).await?;
+                if sinking {
+                    if let Err(e) = sink::drain(flagpost.addr).await {
+                        eprintln!("load: the sink did not catch up before the next run: {e}");
+                    }
+                }
                 return Ok(vec![Row::Compactor(*scenario, report)]);
             }
             // One target at a time, so each has the cores to itself (the other idles).

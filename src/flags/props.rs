@@ -8,7 +8,8 @@ use super::compile::DISTINCT_ID;
 use super::result::FailureCause;
 
 /// Where early access and group filters read from; `Failed` when the lookup did not
-/// succeed. Person filters go through [`Env::person_value`], which remembers each key.
+/// succeed. Person filters go through `Env::person_value` (in `evaluate`), which remembers
+/// each key.
 pub(super) enum Props<'c> {
     Known(Option<&'c Map<String, Value>>),
     /// The person's properties and the request's distinct id, which PostHog adds as the

@@ -197,6 +197,11 @@ fn join(items: &[Value], out: &mut String, depth: usize) {
         return;
     }
     for (i, v) in items.iter().enumerate() {
+        // Past the cap the element is left out of the chain whole, so its text need
+        // not grow further (each `{}` would add 15 bytes of "[object Object]").
+        if out.len() > MAX_CHAIN_BYTES {
+            return;
+        }
         if i > 0 {
             out.push(',');
         }

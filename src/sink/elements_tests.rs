@@ -198,6 +198,13 @@ fn hostile_input_is_bounded() {
     // One element past the limit on its own: nothing fits.
     let huge = "x".repeat(MAX_CHAIN_BYTES);
     assert_eq!(of(json!([{"attr__data": huge}, {"tag_name": "a"}])), "");
+    // Objects written out as "[object Object]" (15 bytes for 2 of input): the text
+    // stops growing at the cap, and the element is left out.
+    let objects = Value::Array(vec![json!({}); 200_000]);
+    assert_eq!(
+        of(json!([{"attr__data": objects.clone(), "attr__href": objects}, {"tag_name": "a"}])),
+        ""
+    );
     // Spaces split into more classes than fit: not listed one by one.
     let spaces = " ".repeat(MAX_CHAIN_BYTES);
     assert_eq!(

@@ -130,9 +130,17 @@ impl ClickHouse {
         let (bin, args) = binary().expect("installed");
         let config = self.dir.path().join("config.xml");
         let started = Instant::now();
-        let child = Command::new("nice")
-            .arg(format!("--adjustment={}", self.nice))
-            .arg(&bin)
+        // At another priority through coreutils' `nice`, which execs the server (so
+        // the pid stays the server's); only when asked, so the tests need no `nice`.
+        let mut command = match self.nice {
+            0 => Command::new(&bin),
+            n => {
+                let mut c = Command::new("nice");
+                c.arg(format!("--adjustment={n}")).arg(&bin);
+                c
+            }
+        };
+        let child = command
             .args(&args)
             .arg(format!("--config-file={}", config.display()))
             .current_dir(self.dir.path())
