@@ -66,9 +66,10 @@ impl Client {
         &self.settings
     }
 
-    /// `SELECT version()`.
+    /// The server's version (`SELECT version()`), asked outside any database: the configured one may not
+    /// exist yet (the sink creates it next).
     pub async fn version(&mut self) -> Result<Version, Error> {
-        let text = self.query("SELECT version()").await?;
+        let text = self.query_server("SELECT version()").await?;
         let text = String::from_utf8_lossy(&text);
         Version::parse(&text).ok_or_else(|| Error::Answer(format!("version {text:?}")))
     }

@@ -53,6 +53,25 @@ fn tables_are_created_in_the_shape_of_the_server() {
     assert_eq!(again.shape(), dest_shape(&ch));
 }
 
+#[test]
+#[ignore = "needs clickhouse-server: run by .ci/run, cargo test -- --include-ignored"]
+fn a_database_not_there_yet_is_created() {
+    let Some(ch) = ClickHouse::start("sink_present") else {
+        return;
+    };
+    let missing = "sink_created_by_flagpost";
+    let mut settings = settings(&ch);
+    settings.database = missing.to_string();
+    let dest = block_on(Destination::open(settings)).expect("opens a database not there yet");
+    assert_eq!(dest.shape(), dest_shape(&ch));
+    assert_eq!(
+        ch.query(&format!(
+            "SELECT count() FROM system.tables WHERE database = '{missing}'"
+        )),
+        "4\n"
+    );
+}
+
 fn dest_shape(ch: &ClickHouse) -> Shape {
     flagpost::sink::Version::parse(&ch.query("SELECT version()"))
         .expect("a version")
