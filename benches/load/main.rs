@@ -295,9 +295,7 @@ fn compare(
             if scenario.is_compactor() {
                 let report = compactor::measure(flagpost.addr, &load).await?;
                 if sinking {
-                    if let Err(e) = sink::drain(flagpost.addr).await {
-                        eprintln!("load: the sink did not catch up before the next run: {e}");
-                    }
+                    sink::settle(flagpost.addr).await;
                 }
                 return Ok(vec![Row::Compactor(*scenario, report)]);
             }
@@ -309,9 +307,7 @@ fn compare(
                 let m = load.run(flagpost.addr).await;
                 client::settle(flagpost.addr).await;
                 if sinking {
-                    if let Err(e) = sink::drain(flagpost.addr).await {
-                        eprintln!("load: the sink did not catch up before the next run: {e}");
-                    }
+                    sink::settle(flagpost.addr).await;
                 }
                 m
             };

@@ -259,6 +259,14 @@ async fn counters(addr: SocketAddr) -> Result<Counters, String> {
     })
 }
 
+/// Wait for the sink to send what a measurement left, so it does not run during the
+/// next one; one that does not catch up in time is reported and the run goes on.
+pub async fn settle(addr: SocketAddr) {
+    if let Err(e) = drain(addr).await {
+        eprintln!("load: the sink did not catch up before the next run: {e}");
+    }
+}
+
 pub struct Drained {
     pub backlog: f64,
     pub seconds: f64,
