@@ -1,7 +1,8 @@
 //! The real binary with `--clickhouse-url` against the real server: events captured
 //! over HTTP arrive in ClickHouse with the persons, links and groups they imply, the
 //! same person ids as the read API, the elements chain PostHog would build, and still
-//! exactly once after flagpost is killed with SIGKILL and started again.
+//! exactly once after flagpost is killed with SIGKILL and started again, five times
+//! over, with small log segments.
 
 use serde_json::{json, Value};
 
@@ -140,49 +141,84 @@ fn captured_events_persons_and_groups_arrive_once() {
 
 /// Events captured in requests of this many.
 const REQUEST_EVENTS: usize = 500;
-/// Enough events for several batches, so the kill lands while the sink is sending.
-const CRASH_EVENTS: usize = 40_000;
+/// Events captured between two kills; each kill lands once ClickHouse has taken some
+/// of them, while the sink is sending or has just sent.
+const ROUND_EVENTS: usize = 8_000;
+/// How many times flagpost is killed with SIGKILL.
+const KILLS: usize = 5;
 
 #[test]
 #[ignore = "needs clickhouse-server: run by .ci/run, cargo test -- --include-ignored"]
-fn a_kill_while_sending_loses_nothing_and_duplicates_nothing() {
+fn kills_while_sending_lose_nothing_and_duplicate_nothing() {
     let Some(ch) = ClickHouse::start("sink_crash") else {
         return;
     };
     let secret = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(secret.path(), server::PASSWORD).unwrap();
-    let server = start(&ch, secret.path());
-    for r in 0..CRASH_EVENTS / REQUEST_EVENTS {
-        let batch: Vec<Value> = (0..REQUEST_EVENTS)
-            .map(|i| {
-                let n = r * REQUEST_EVENTS + i;
-                json!({"event": "$pageview", "uuid": uuid::Uuid::from_u128(0x5eed_0000 + n as u128),
-                       "properties": {"distinct_id": format!("user-{}", n % 100), "n": n}})
-            })
-            .collect();
-        capture(&server, Value::Array(batch));
+    // Small log segments, so segments are released and recycled between the kills.
+    let mut args = sink_args(&ch, secret.path());
+    args.extend(["--log-segment-mb".to_string(), "1".to_string()]);
+    let mut server = Server::start_with(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    let mut acknowledged = 0;
+    for kill in 0..KILLS {
+        // Before the sink's first start has created the table, nothing is there.
+        let before = ch.try_query("SELECT count() FROM events");
+        let before = if before.status == 200 {
+            before.text()
+        } else {
+            "0\n".to_string()
+        };
+        for r in 0..ROUND_EVENTS / REQUEST_EVENTS {
+            let batch: Vec<Value> = (0..REQUEST_EVENTS)
+                .map(|i| {
+                    let n = acknowledged + r * REQUEST_EVENTS + i;
+                    json!({"event": "$pageview", "uuid": uuid::Uuid::from_u128(0x5eed_0000 + n as u128),
+                           "properties": {"distinct_id": format!("user-{}", n % 100), "n": n}})
+                })
+                .collect();
+            // Asserts the 200: every event counted here was acknowledged.
+            capture(&server, Value::Array(batch));
+        }
+        acknowledged += ROUND_EVENTS;
+        wait_for("the sink to send some of this round", || {
+            let resp = ch.try_query("SELECT count() FROM events");
+            (resp.status == 200 && resp.text() != before).then_some(())
+        });
+        eprintln!(
+            "kill {}: {} rows in ClickHouse, {acknowledged} events acknowledged",
+            kill + 1,
+            ch.query("SELECT count() FROM events").trim()
+        );
+        server = server.restart_hard();
     }
-    // Kill as soon as ClickHouse has some but not all of them.
-    wait_for("the sink to start sending", || {
-        let resp = ch.try_query("SELECT count() FROM events");
-        (resp.status == 200 && resp.text() != "0\n").then_some(())
-    });
-    let sent_before = ch.query("SELECT count() FROM events");
-    let server = server.restart_hard();
-    eprintln!("killed with {} rows in ClickHouse", sent_before.trim());
-    wait_for_events(&ch, CRASH_EVENTS);
-    // Rows sent twice (the batch in flight at the kill) are there until a merge.
+    wait_for_events(&ch, acknowledged);
+    // Rows sent twice (a batch in flight at a kill) are there until a merge; FINAL
+    // collapses them, and so does the merge.
+    let want = format!(
+        "{acknowledged}\t{acknowledged}\t0\t{}\t{}\n",
+        acknowledged - 1,
+        acknowledged * (acknowledged - 1) / 2
+    );
+    let counts = "SELECT count(), uniqExact(uuid), min(visitParamExtractUInt(properties, 'n')), \
+                  max(visitParamExtractUInt(properties, 'n')), \
+                  sum(visitParamExtractUInt(properties, 'n')) FROM events";
+    assert_eq!(
+        ch.query(&counts.replace("FROM events", "FROM events FINAL")),
+        want
+    );
     eprintln!(
         "rows before merging: {}",
         ch.query("SELECT count() FROM events").trim()
     );
     ch.merge("events");
+    assert_eq!(ch.query(counts), want);
+    // Each uuid is the one its event was sent with.
     assert_eq!(
         ch.query(
-            "SELECT count(), uniqExact(uuid), min(visitParamExtractUInt(properties, 'n')), \
-                  max(visitParamExtractUInt(properties, 'n')) FROM events"
+            "SELECT count() FROM events WHERE toString(uuid) != concat('00000000-0000-0000-0000-0000', \
+             lower(hex(toUInt32(1592590336 + visitParamExtractUInt(properties, 'n')))))"
         ),
-        format!("{CRASH_EVENTS}\t{CRASH_EVENTS}\t0\t{}\n", CRASH_EVENTS - 1)
+        "0\n"
     );
     drop(server);
 }
