@@ -168,12 +168,15 @@ fn config(args: Args) -> Result<Config, String> {
         soak: Duration::from_secs(args.soak_seconds),
         soak_rate: args.rate.filter(|r| *r > 0.0).unwrap_or(2000.0),
     });
+    if !(0..=19).contains(&args.clickhouse_nice) {
+        return Err("--clickhouse-nice must be 0 to 19".into());
+    }
     let sink = with_sink_scenario.then(|| sink::Settings {
         rate: args.rate.filter(|r| *r > 0.0).unwrap_or(sink::DEFAULT_RATE),
         connections: args.connections,
         warmup: Duration::from_millis(args.warmup_ms),
         measure: Duration::from_secs(args.seconds),
-        clickhouse_nice: args.clickhouse_nice.clamp(0, 19),
+        clickhouse_nice: args.clickhouse_nice,
     });
     if args.baseline_first && args.baseline.is_none() && !args.with_sink {
         return Err("--baseline-first needs a baseline: --baseline or --with-sink".into());
@@ -188,7 +191,7 @@ fn config(args: Args) -> Result<Config, String> {
         with_sink: args.with_sink,
         baseline_first: args.baseline_first,
         rounds: args.rounds.max(1),
-        clickhouse_nice: args.clickhouse_nice.clamp(0, 19),
+        clickhouse_nice: args.clickhouse_nice,
         memory,
         sink,
     })
