@@ -258,8 +258,9 @@ mod tests {
         assert!(js.ends_with("},\n    siteApps: []\n  }\n})();"), "{js}");
     }
 
-    /// The value tree and the direct writer agree byte for byte with a project's tail,
-    /// and only v4 says `quotaLimited`.
+    /// The value tree and the direct writer agree byte for byte with a project's tail;
+    /// no version says `quotaLimited` (PostHog writes it only when a quota was hit) and
+    /// every version carries its `requestId`.
     #[test]
     fn both_response_writers_end_with_the_tail() {
         use crate::flags::{response_bytes_with, response_with, Evaluation, Tail};
@@ -270,7 +271,6 @@ mod tests {
         let common = decide_tail(&switches, Facts::default());
         let tail = Tail {
             evaluated_at: Some(1_700_000_000_123),
-            quota_limited: true,
             common: &common,
         };
         let id = uuid::Uuid::nil();
@@ -282,11 +282,8 @@ mod tests {
             let body = parse(direct.as_bytes());
             assert_eq!(body["evaluatedAt"], 1_700_000_000_123_i64);
             assert_eq!(body["heatmaps"], true);
-            assert_eq!(
-                body.get("quotaLimited").is_some(),
-                version >= 4,
-                "{version}"
-            );
+            assert!(body.get("quotaLimited").is_none(), "{version}");
+            assert_eq!(body["requestId"], id.to_string(), "{version}");
         }
     }
 

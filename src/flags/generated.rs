@@ -13,7 +13,7 @@ use super::error::{CompileError, ErrorKind};
 /// Compiles `file` (a flag file's bytes; `None` for a project without one) with the
 /// `generated` definitions appended. A generated flag whose key the file already defines
 /// is dropped: the operator's definition wins. A generated id that the file uses is moved
-/// to the next free one, so ids stay unique.
+/// to the next free one, so ids stay unique, wrapping within PostHog's 32-bit range.
 pub(super) fn compile(
     file: Option<&[u8]>,
     generated: &[Value],
@@ -38,7 +38,7 @@ pub(super) fn compile(
         let mut flag = flag.clone();
         if let Some(mut id) = flag.get("id").and_then(Value::as_i64) {
             while !ids.insert(id) {
-                id = id.wrapping_add(1);
+                id = if id >= i64::from(i32::MAX) { 1 } else { id + 1 };
             }
             flag["id"] = Value::from(id);
         }
@@ -69,6 +69,14 @@ mod tests {
         key: &str,
         person: &serde_json::Map<String, Value>,
     ) -> Option<bool> {
+        result(rules, key, person).map(|f| f.enabled)
+    }
+
+    fn result(
+        rules: &ProjectRules,
+        key: &str,
+        person: &serde_json::Map<String, Value>,
+    ) -> Option<crate::flags::FlagResult> {
         let groups = serde_json::Map::new();
         let group_properties = Default::default();
         let ctx = Context {
@@ -81,7 +89,7 @@ mod tests {
             now: time::OffsetDateTime::now_utc(),
         };
         let eval = rules.evaluate(&ctx);
-        eval.flags.iter().find(|f| f.key == key).map(|f| f.enabled)
+        eval.flags.into_iter().find(|f| f.key == key)
     }
 
     #[test]
@@ -116,5 +124,23 @@ mod tests {
         assert_eq!(rules.flag_count(), 2);
         let alone = compile(None, &[survey_flag("survey-targeting-c", 3)]).unwrap();
         assert_eq!(alone.flag_count(), 1);
+    }
+
+    /// A moved id wraps within PostHog's 32-bit range rather than leaving it.
+    #[test]
+    fn a_moved_id_stays_a_32_bit_id() {
+        let top = i64::from(i32::MAX);
+        let file = format!(
+            r#"{{"flags": [{{"id": {top}, "key": "top", "active": true, "filters": {{"groups": []}}}},
+                          {{"id": 1, "key": "one", "active": true, "filters": {{"groups": []}}}}]}}"#
+        );
+        let rules = compile(
+            Some(file.as_bytes()),
+            &[survey_flag("survey-targeting-d", top)],
+        )
+        .unwrap();
+        let none = serde_json::Map::new();
+        let moved = result(&rules, "survey-targeting-d", &none).unwrap();
+        assert_eq!(moved.id, 2);
     }
 }

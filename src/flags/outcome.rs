@@ -105,6 +105,17 @@ impl<'r> Outcome<'r> {
 }
 
 impl<'r> Outcomes<'r> {
+    /// Keep only the flags with these keys, as PostHog answers a request that names
+    /// the flags it wants: every flag was evaluated (a kept flag may depend on any
+    /// other), but the others are neither answered nor counted as errors.
+    pub fn retain_keys(&mut self, keys: &[String]) {
+        for (flag, slot) in self.rules.flags.iter().zip(self.slots.iter_mut()) {
+            if !keys.contains(&flag.header.key) {
+                *slot = Slot::Skipped;
+            }
+        }
+    }
+
     /// Some flag could not be computed; clients then merge instead of replacing.
     pub fn errors(&self) -> bool {
         self.slots.iter().any(|s| matches!(s, Slot::Failed(_)))

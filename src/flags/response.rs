@@ -14,20 +14,20 @@ use super::result::{
 /// The response body for `/decide?v=<version>`; `/flags` uses version 4. Version 0 (no
 /// `v`) reads as 1 and versions above 4 as 4, the newest shape.
 ///
-/// The tail is the default one: no `evaluatedAt`, no `quotaLimited`, every client
-/// feature off; the server passes its own to [`response_bytes_with`].
+/// The tail is the default one: no `evaluatedAt`, every client feature off; the server
+/// passes its own to [`response_bytes_with`]. `quotaLimited` is never written: PostHog
+/// leaves it out unless a quota was hit, which never happens here, and some SDKs
+/// (posthog-rs) cannot parse the list PostHog sends when one is.
 pub fn response(version: u8, eval: &Evaluation, request_id: Uuid) -> Value {
     response_with(version, eval, request_id, &Tail::default())
 }
 
 /// What a body carries besides its flags, decided by the caller: when it was
-/// evaluated, whether `/flags` says `quotaLimited`, and the client config members.
+/// evaluated and the client config members.
 #[derive(Debug, Clone, Copy)]
 pub struct Tail<'a> {
     /// `evaluatedAt`, milliseconds since the epoch; `None` leaves it out.
     pub evaluated_at: Option<i64>,
-    /// Write `quotaLimited: []` into v4 bodies (nothing here is ever quota limited).
-    pub quota_limited: bool,
     /// The members every version ends with, as JSON text without the braces.
     pub common: &'a str,
 }
@@ -36,7 +36,6 @@ impl Default for Tail<'_> {
     fn default() -> Self {
         Tail {
             evaluated_at: None,
-            quota_limited: false,
             common: COMMON_FIELDS,
         }
     }
@@ -75,14 +74,11 @@ pub fn response_with(version: u8, eval: &Evaluation, request_id: Uuid, tail: &Ta
         _ => {
             body.insert("flags".into(), Value::Object(details(eval)));
             body.insert("errorsWhileComputingFlags".into(), Value::Bool(eval.errors));
-            body.insert("requestId".into(), Value::String(request_id.to_string()));
         }
     }
+    body.insert("requestId".into(), Value::String(request_id.to_string()));
     if let Some(at) = tail.evaluated_at {
         body.insert("evaluatedAt".into(), Value::from(at));
-    }
-    if tail.quota_limited && version >= 4 {
-        body.insert("quotaLimited".into(), Value::Array(Vec::new()));
     }
     if let Ok(Value::Object(common)) = serde_json::from_str(&format!("{{{}}}", tail.common)) {
         body.extend(common);
@@ -110,7 +106,8 @@ fn details(eval: &Evaluation) -> Map<String, Value> {
                 },
                 "metadata": {
                     "id": f.id,
-                    "version": f.version,
+                    "version": f.version.unwrap_or(0),
+                    "description": null,
                     "payload": f.payload,
                 },
             });
@@ -317,18 +314,15 @@ fn write<F: Written>(
             each(&mut out, flags, detail);
             out.extend_from_slice(br#"},"errorsWhileComputingFlags":"#);
             boolean(&mut out, errors);
-            out.extend_from_slice(br#","requestId":""#);
-            let mut id = Uuid::encode_buffer();
-            out.extend_from_slice(request_id.hyphenated().encode_lower(&mut id).as_bytes());
-            out.push(b'"');
         }
     }
+    out.extend_from_slice(br#","requestId":""#);
+    let mut id = Uuid::encode_buffer();
+    out.extend_from_slice(request_id.hyphenated().encode_lower(&mut id).as_bytes());
+    out.push(b'"');
     if let Some(at) = tail.evaluated_at {
         out.extend_from_slice(br#","evaluatedAt":"#);
         json(&mut out, &at);
-    }
-    if tail.quota_limited && version >= 4 {
-        out.extend_from_slice(br#","quotaLimited":[]"#);
     }
     out.push(b',');
     out.extend_from_slice(tail.common.as_bytes());
@@ -370,9 +364,10 @@ fn detail<F: Written>(out: &mut Vec<u8>, f: &F) {
     f.description(out);
     out.extend_from_slice(br#"},"metadata":{"id":"#);
     json(out, &f.id());
+    // PostHog writes 0 for a flag without a version; SDKs read it as a number.
     out.extend_from_slice(br#","version":"#);
-    json(out, &f.version());
-    out.extend_from_slice(br#","payload":"#);
+    json(out, &f.version().unwrap_or(0));
+    out.extend_from_slice(br#","description":null,"payload":"#);
     f.payload(out);
     out.extend_from_slice(b"}}");
 }

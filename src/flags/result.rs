@@ -130,7 +130,9 @@ impl ReasonCode {
             ReasonCode::OutOfRolloutBound => Some("Out of rollout bound"),
             ReasonCode::NoConditionMatch => Some("No matching condition set"),
             ReasonCode::NoGroupType => Some("No group type"),
-            ReasonCode::MissingDependency => Some("Flag dependency is missing or cyclic"),
+            ReasonCode::MissingDependency => {
+                Some("Flag cannot be evaluated due to missing dependency")
+            }
         }
     }
 }

@@ -40,6 +40,9 @@ pub struct DecideRequest {
     pub person_properties: Map<String, Value>,
     pub group_properties: Map<String, Value>,
     pub disable_flags: bool,
+    /// `flag_keys_to_evaluate` (server SDKs) or `flag_keys` (posthog-js): answer only
+    /// these flags, as PostHog does. `None` answers every flag.
+    pub flag_keys: Option<Vec<String>>,
 }
 
 impl DecideRequest {
@@ -86,6 +89,19 @@ impl DecideRequest {
                 _ => Err(ApiError::from(Error::InvalidBody(what))),
             },
         };
+        // PostHog reads `flag_keys`, with `flag_keys_to_evaluate` as its other name.
+        let flag_keys = match member("flag_keys").or_else(|| member("flag_keys_to_evaluate")) {
+            None => None,
+            Some(v) => match v.as_array() {
+                Some(keys) => Some(
+                    keys.iter()
+                        .map(|k| k.as_str().map(str::to_owned))
+                        .collect::<Option<Vec<String>>>()
+                        .ok_or(Error::InvalidBody("flag keys must be strings"))?,
+                ),
+                None => return Err(Error::InvalidBody("flag keys must be a list").into()),
+            },
+        };
         let anon_distinct_id = member("$anon_distinct_id").and_then(|v| match v.as_str() {
             Some(s) if !s.is_empty() => Some(clean_distinct_id(s)),
             Some(_) => None,
@@ -99,20 +115,43 @@ impl DecideRequest {
             person_properties: object("person_properties", "person_properties must be an object")?,
             group_properties: object("group_properties", "group_properties must be an object")?,
             disable_flags: obj.get("disable_flags").and_then(|v| v.as_bool()) == Some(true),
+            flag_keys,
         })
     }
 }
 
-/// `/decide?v=N` answers in version N's shape (1 when absent); `/flags` always in v4's.
+/// The shape to answer in, as PostHog's flags service picks it: `/decide?v=N` in
+/// version N's shape (1 when absent or unknown, 4 above 4); `/flags?v=2` and above in
+/// the detailed v4 shape, `/flags` without a version in the v3 one.
 pub fn version(query: Option<&str>, flags_path: bool) -> u8 {
-    if flags_path {
-        return 4;
-    }
-    form_urlencoded::parse(query.unwrap_or("").as_bytes())
+    let asked = form_urlencoded::parse(query.unwrap_or("").as_bytes())
         .find(|(k, _)| k == "v")
-        .and_then(|(_, v)| v.parse::<u8>().ok())
-        .unwrap_or(1)
-        .clamp(1, 4)
+        .and_then(|(_, v)| v.trim().parse::<u32>().ok());
+    match (flags_path, asked) {
+        (true, Some(v)) if v >= 2 => 4,
+        (true, _) => 3,
+        (false, Some(v)) if v >= 4 => 4,
+        (false, Some(v @ 2..=3)) => v as u8,
+        (false, _) => 1,
+    }
+}
+
+/// A fresh `requestId` (a UUIDv7, as PostHog's): the clock's milliseconds, and for
+/// the random bits a random value drawn once per process, stepped by a counter and
+/// mixed, so minting one costs no system call on the decide path.
+fn request_id() -> uuid::Uuid {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::OnceLock;
+    static SEED: OnceLock<u128> = OnceLock::new();
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let seed = *SEED.get_or_init(|| uuid::Uuid::new_v4().as_u128());
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    // An odd multiplier is a bijection, so distinct counters give distinct bits.
+    let bits = seed ^ u128::from(n).wrapping_mul(0x9e37_79b9_7f4a_7c15_f39c_c060_5ced_c835);
+    let mut random = [0u8; 10];
+    random.copy_from_slice(&bits.to_le_bytes()[..10]);
+    let ms = u64::try_from(now_ms()).unwrap_or(0);
+    uuid::Builder::from_unix_timestamp_millis(ms, &random).into_uuid()
 }
 
 pub async fn handle(
@@ -197,16 +236,10 @@ fn evaluate(
     let rules = i64::try_from(project.id)
         .ok()
         .and_then(|id| snapshot.project(id).cloned());
-    // Only v4 bodies carry it; making one reads the clock and the kernel's random pool.
-    let request_id = if version >= 4 {
-        uuid::Uuid::now_v7()
-    } else {
-        uuid::Uuid::nil()
-    };
+    let request_id = request_id();
     let common = super::remote_config::decide_tail(app, project);
     let tail = flags::Tail {
         evaluated_at: Some(now_ms()),
-        quota_limited: true,
         common,
     };
     let Some(rules) = rules.filter(|_| !req.disable_flags) else {
@@ -257,7 +290,10 @@ fn evaluate(
         group_properties: &group_properties,
         now: crate::flags::now(),
     };
-    let outcomes = rules.outcomes(&ctx);
+    let mut outcomes = rules.outcomes(&ctx);
+    if let Some(keys) = &req.flag_keys {
+        outcomes.retain_keys(keys);
+    }
     if outcomes.errors() {
         app.metrics.decide_errors.inc();
     }
@@ -333,8 +369,38 @@ mod tests {
         assert_eq!(version(Some("v=3"), false), 3);
         assert_eq!(version(None, false), 1);
         assert_eq!(version(Some("v=9"), false), 4);
+        assert_eq!(version(Some("v=0"), false), 1);
         assert_eq!(version(Some("v=2"), true), 4);
+        assert_eq!(version(Some("v=3&config=true"), true), 4);
+        assert_eq!(version(None, true), 3);
+        assert_eq!(version(Some("v=1"), true), 3);
         assert_eq!(version(Some("v=x&ip=1"), false), 1);
+    }
+
+    #[test]
+    fn request_ids_are_distinct_v7() {
+        let ids: std::collections::HashSet<uuid::Uuid> = (0..1000).map(|_| request_id()).collect();
+        assert_eq!(ids.len(), 1000);
+        assert!(ids.iter().all(|id| id.get_version_num() == 7));
+    }
+
+    #[test]
+    fn flag_keys_under_either_name() {
+        let r =
+            parse(r#"{"token":"k","distinct_id":"d","flag_keys_to_evaluate":["a","b"]}"#).unwrap();
+        assert_eq!(r.flag_keys, Some(vec!["a".to_owned(), "b".to_owned()]));
+        let r = parse(r#"{"token":"k","distinct_id":"d","flag_keys":[]}"#).unwrap();
+        assert_eq!(r.flag_keys, Some(vec![]));
+        let r = parse(r#"{"token":"k","distinct_id":"d","flag_keys":null}"#).unwrap();
+        assert_eq!(r.flag_keys, None);
+        assert!(matches!(
+            parse(r#"{"token":"k","distinct_id":"d","flag_keys":"a"}"#),
+            Err(ApiError::Decide(Error::InvalidBody(_)))
+        ));
+        assert!(matches!(
+            parse(r#"{"token":"k","distinct_id":"d","flag_keys_to_evaluate":[1]}"#),
+            Err(ApiError::Decide(Error::InvalidBody(_)))
+        ));
     }
 
     #[test]

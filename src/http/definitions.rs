@@ -112,7 +112,7 @@ pub fn payload(
     if in_path.is_some_and(|id| id != project.id) {
         return Err(ApiError::Forbidden);
     }
-    let rules = rules_of(app, &project).ok_or(ApiError::Missing("feature flag"))?;
+    let rules = rules_of(app, &project).ok_or(ApiError::NoRemoteConfig)?;
     let flags = rules.definitions_json()["flags"].as_array();
     // PostHog reads a number as the flag's id, anything else as its key.
     let by_id = flag.parse::<i64>().ok();
@@ -124,9 +124,19 @@ pub fn payload(
             None => f["key"].as_str() == Some(flag),
         })
         .filter(|f| f["deleted"] != Value::Bool(true))
-        .ok_or(ApiError::Missing("feature flag"))?;
+        .ok_or_else(|| {
+            tracing::debug!(
+                flag,
+                "remote config asked for a flag the project does not have"
+            );
+            ApiError::NoRemoteConfig
+        })?;
     if found["is_remote_configuration"] != Value::Bool(true) {
-        return Err(ApiError::NotRemoteConfig);
+        tracing::debug!(
+            flag,
+            "remote config asked for a flag without \"is_remote_configuration\": true"
+        );
+        return Err(ApiError::NoRemoteConfig);
     }
     let value = match &found["filters"]["payloads"]["true"] {
         Value::Null => Value::Null,

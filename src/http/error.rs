@@ -39,8 +39,10 @@ pub enum ApiError {
     Internal,
     /// A PostHog feature whose data flagpost does not keep (`http::not_kept`).
     NotKept(&'static str),
-    /// A flag asked for as remote config that is not marked `is_remote_configuration`.
-    NotRemoteConfig,
+    /// A flag asked for as remote config that does not exist or is not marked
+    /// `is_remote_configuration`: an empty 404, as PostHog answers, so SDKs throw
+    /// rather than hand an error body to the application as its configuration.
+    NoRemoteConfig,
 }
 
 /// Why a decide request is refused.
@@ -219,13 +221,11 @@ impl ApiError {
                     "flagpost does not keep {feature}; its remote config tells clients it is off"
                 ),
             ),
-            ApiError::NotRemoteConfig => (
+            ApiError::NoRemoteConfig => (
                 StatusCode::NOT_FOUND,
                 VALIDATION,
                 "not_found",
-                "this flag is not a remote config flag: set \"is_remote_configuration\": true \
-                 on it to serve its payload here"
-                    .into(),
+                "no remote config flag by that key or id".into(),
             ),
             ApiError::NotFound => (
                 StatusCode::NOT_FOUND,
@@ -243,6 +243,9 @@ impl ApiError {
     }
 
     pub fn into_response(self) -> Response<Body> {
+        if matches!(self, ApiError::NoRemoteConfig) {
+            return response::empty(StatusCode::NOT_FOUND);
+        }
         let (status, kind, code, detail) = self.parts();
         let mut r = response::json(
             status,

@@ -16,9 +16,10 @@ use sha1::{Digest, Sha1};
 /// PostHog's prefix for flags it creates for surveys; posthog-js recognises it.
 const PREFIX: &str = "survey-targeting-";
 
-/// Generated flag ids start here, far above the ids of hand-written or exported flags,
-/// and stay below 2^53 so JavaScript reads them exactly.
-const ID_BASE: i64 = 1 << 50;
+/// Generated flag ids lie in the upper half of PostHog's 32-bit id range, from 2^30 to
+/// 2^31 - 1: above the ids of hand-written or exported flags, and still ids that SDKs
+/// reading PostHog's `i32` (posthog-rs, the mobile SDKs) can parse.
+const ID_BASE: i64 = 1 << 30;
 
 fn sha1(input: &str) -> [u8; 20] {
     Sha1::digest(input.as_bytes()).into()
@@ -46,7 +47,7 @@ pub fn targeting_key(survey: &str) -> String {
 fn flag_id(key: &str) -> i64 {
     let d = sha1(key);
     let n = u64::from_be_bytes([0, 0, d[0], d[1], d[2], d[3], d[4], d[5]]);
-    ID_BASE + (n as i64 & ((1 << 40) - 1))
+    ID_BASE + (n as i64 & (ID_BASE - 1))
 }
 
 /// A stable question id (a name-based UUID) for a question the file gives none.
@@ -141,7 +142,7 @@ mod tests {
         assert!(key.starts_with("survey-targeting-") && key.ends_with("-custom"));
         assert_eq!(key.len(), "survey-targeting-".len() + 10 + "-custom".len());
         let id = flag_id(&key);
-        assert!((ID_BASE..(1 << 53)).contains(&id));
+        assert!((ID_BASE..=i64::from(i32::MAX)).contains(&id));
         let q = question_id("s", 0);
         assert_eq!(q, question_id("s", 0));
         assert_ne!(q, question_id("s", 1));

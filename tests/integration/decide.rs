@@ -101,7 +101,7 @@ fn every_version_has_its_shape() {
         assert_eq!(beta["reason"]["condition_index"], 0);
         assert_eq!(
             beta["metadata"],
-            json!({"id": 1, "version": 2, "payload": "{\"tier\":1}"})
+            json!({"id": 1, "version": 2, "description": null, "payload": "{\"tier\":1}"})
         );
         assert_eq!(v4["flags"]["checkout"]["variant"], "test");
         assert_eq!(v4["flags"]["big-orgs"]["reason"]["code"], "no_group_type");
@@ -111,6 +111,45 @@ fn every_version_has_its_shape() {
         );
         assert!(v4["requestId"].is_string());
     }
+}
+
+/// `flag_keys_to_evaluate` (server SDKs) and `flag_keys` (posthog-js) name the flags a
+/// request wants: every version answers those and no others, as PostHog does.
+#[test]
+fn named_flags_are_the_only_ones_answered() {
+    let server = start();
+    for field in ["flag_keys_to_evaluate", "flag_keys"] {
+        let body = json!({"token": KEY_ONE, "distinct_id": "user-17",
+                          field: ["checkout", "pro-only", "no-such-flag"]});
+        let v1 = decide(&server, "/decide/?v=1", body.clone()).json();
+        assert_eq!(v1["featureFlags"], json!(["checkout"]), "{field}");
+        let v2 = decide(&server, "/decide/?v=2", body.clone()).json();
+        assert_eq!(v2["featureFlags"], json!({"checkout": "test"}), "{field}");
+        let v3 = decide(&server, "/decide/?v=3", body.clone()).json();
+        assert_eq!(
+            v3["featureFlags"],
+            json!({"checkout": "test", "pro-only": false}),
+            "{field}"
+        );
+        assert_eq!(
+            v3["featureFlagPayloads"],
+            json!({"checkout": "{\"color\":\"green\"}"})
+        );
+        for path in ["/flags/?v=2", "/decide/?v=4"] {
+            let v4 = decide(&server, path, body.clone()).json();
+            let mut keys: Vec<&String> = v4["flags"].as_object().unwrap().keys().collect();
+            keys.sort();
+            assert_eq!(keys, ["checkout", "pro-only"], "{field} {path}");
+        }
+    }
+    let none = json!({"token": KEY_ONE, "distinct_id": "u", "flag_keys_to_evaluate": []});
+    assert_eq!(
+        decide(&server, "/flags/?v=2", none).json()["flags"],
+        json!({})
+    );
+    let bad = json!({"token": KEY_ONE, "distinct_id": "u", "flag_keys_to_evaluate": "checkout"});
+    let refused = decide(&server, "/flags/?v=2", bad);
+    assert_eq!(refused.status, 400, "{}", refused.text());
 }
 
 #[test]
@@ -423,7 +462,7 @@ fn a_flag_that_cannot_be_computed_is_left_out_and_flagged() {
     assert_eq!(
         v4["flags"]["needs-missing"]["reason"],
         json!({"code": "missing_dependency", "condition_index": null,
-               "description": "Flag dependency is missing or cyclic"})
+               "description": "Flag cannot be evaluated due to missing dependency"})
     );
     // The loader warns before it publishes, but the log reaches the test through the
     // server's stderr, which may trail the first answer that uses the rules.

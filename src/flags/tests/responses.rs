@@ -27,7 +27,7 @@ fn result(
     }
 }
 
-/// Three computed flags and one that failed.
+/// Three computed flags (the last without a version) and one that failed.
 fn evaluation() -> Evaluation {
     Evaluation {
         flags: vec![
@@ -47,14 +47,17 @@ fn evaluation() -> Evaluation {
                 Reason::new(ReasonCode::ConditionMatch, Some(0)),
                 None,
             ),
-            result(
-                "off",
-                3,
-                false,
-                None,
-                Reason::new(ReasonCode::OutOfRolloutBound, Some(0)),
-                None,
-            ),
+            FlagResult {
+                version: None,
+                ..result(
+                    "off",
+                    3,
+                    false,
+                    None,
+                    Reason::new(ReasonCode::OutOfRolloutBound, Some(0)),
+                    None,
+                )
+            },
         ],
         errors: true,
         failed: vec![FlagFailure {
@@ -96,7 +99,7 @@ fn body(version: u8) -> Value {
 fn v1_lists_enabled_keys() {
     assert_eq!(
         body(1),
-        with_common(json!({"featureFlags": ["beta", "exp"]}))
+        with_common(json!({"featureFlags": ["beta", "exp"], "requestId": REQUEST_ID}))
     );
     assert_eq!(body(0), body(1));
 }
@@ -105,7 +108,9 @@ fn v1_lists_enabled_keys() {
 fn v2_maps_enabled_flags_to_values() {
     assert_eq!(
         body(2),
-        with_common(json!({"featureFlags": {"beta": true, "exp": "test-a"}}))
+        with_common(
+            json!({"featureFlags": {"beta": true, "exp": "test-a"}, "requestId": REQUEST_ID})
+        )
     );
 }
 
@@ -116,24 +121,27 @@ fn v3_has_every_computed_flag_payloads_and_errors() {
         with_common(json!({
             "featureFlags": {"beta": true, "exp": "test-a", "off": false},
             "featureFlagPayloads": {"beta": "{\"a\":1}"},
-            "errorsWhileComputingFlags": true
+            "errorsWhileComputingFlags": true,
+            "requestId": REQUEST_ID
         }))
     );
 }
 
 #[test]
 fn v4_has_details_reasons_and_metadata() {
+    // As PostHog writes them: a flag without a version says 0, never null, and no
+    // `quotaLimited` unless a quota was hit.
     let expected = with_common(json!({
         "flags": {
             "beta": {"key": "beta", "enabled": true, "variant": null,
                      "reason": {"code": "condition_match", "condition_index": 1, "description": "Matched condition set 2"},
-                     "metadata": {"id": 1, "version": 3, "payload": "{\"a\":1}"}},
+                     "metadata": {"id": 1, "version": 3, "description": null, "payload": "{\"a\":1}"}},
             "exp": {"key": "exp", "enabled": true, "variant": "test-a",
                     "reason": {"code": "condition_match", "condition_index": 0, "description": "Matched condition set 1"},
-                    "metadata": {"id": 2, "version": 3, "payload": null}},
+                    "metadata": {"id": 2, "version": 3, "description": null, "payload": null}},
             "off": {"key": "off", "enabled": false, "variant": null,
                     "reason": {"code": "out_of_rollout_bound", "condition_index": 0, "description": "Out of rollout bound"},
-                    "metadata": {"id": 3, "version": 3, "payload": null}}
+                    "metadata": {"id": 3, "version": 0, "description": null, "payload": null}}
         },
         "errorsWhileComputingFlags": true,
         "requestId": REQUEST_ID
@@ -243,4 +251,38 @@ fn outcomes_write_the_same_bodies_as_their_evaluation() {
             }
         }
     }
+}
+
+/// A request that names its flags (`flag_keys_to_evaluate`) gets only those, each as it
+/// would be among all of them: a named flag may depend on an unnamed one, and an
+/// unnamed flag that fails is no error of this answer.
+#[test]
+fn named_flags_only() {
+    use super::{compile, flag, Request};
+    let rules = compile(json!({
+        "flags": [
+            flag(1, "base", json!({"groups": [{"properties": [], "rollout_percentage": 100}]})),
+            flag(2, "needs-base", json!({
+                "groups": [{"properties": [{"key": "1", "type": "flag", "value": true,
+                                            "operator": "flag_evaluates_to"}],
+                            "rollout_percentage": 100}]})),
+            flag(3, "person-flag", json!({
+                "groups": [{"properties": [{"key": "plan", "value": "pro"}]}]})),
+        ]
+    }));
+    let ctx = Request::new("u").person_unavailable();
+    let ctx = ctx.context();
+    let all = rules.outcomes(&ctx);
+    assert!(all.errors(), "the person flag cannot be computed");
+    let mut named = rules.outcomes(&ctx);
+    named.retain_keys(&["needs-base".to_owned(), "no-such-flag".to_owned()]);
+    assert!(!named.errors());
+    let body: Value = serde_json::from_slice(&named.response_bytes(4, Uuid::nil())).unwrap();
+    let keys: Vec<&String> = body["flags"].as_object().unwrap().keys().collect();
+    assert_eq!(keys, ["needs-base"]);
+    assert_eq!(body["flags"]["needs-base"]["enabled"], true);
+    let mut none = rules.outcomes(&ctx);
+    none.retain_keys(&[]);
+    let body: Value = serde_json::from_slice(&none.response_bytes(3, Uuid::nil())).unwrap();
+    assert_eq!(body["featureFlags"], json!({}));
 }

@@ -79,11 +79,17 @@ fn run_host(package: &str) -> Option<(Server, Value)> {
     Some((server, summary))
 }
 
-/// What a missing remote config flag hands the app: posthog-node does not look at
-/// the status, so it is the error body.
-fn missing_payload() -> Value {
-    json!({"type": "validation_error", "code": "not_found",
-           "detail": "no such feature flag", "attr": null})
+/// A flag that is missing or not a remote config flag gets PostHog's empty 404, so
+/// `getRemoteConfigPayload` throws rather than handing the app a body as the
+/// configuration.
+fn assert_refused(summary: &Value) {
+    for name in ["payload_missing", "payload_plain"] {
+        let outcome = &summary[name];
+        assert!(
+            outcome["threw"].is_string() && outcome.get("returned").is_none(),
+            "{name}: {outcome}"
+        );
+    }
 }
 
 #[test]
@@ -99,7 +105,7 @@ fn posthog_node_4_remote_config_payload_and_feed() {
     // 4.x asks for the payload without the project key and hands over the JSON
     // answer as it is: the payload's text.
     assert_eq!(s["payload"], "{\"theme\": \"dark\"}");
-    assert_eq!(s["payload_missing"], missing_payload());
+    assert_refused(&s);
     let paths: Vec<&Value> = array(&s["payload_requests"])
         .iter()
         .map(|r| &r["path"])
@@ -108,7 +114,8 @@ fn posthog_node_4_remote_config_payload_and_feed() {
         paths,
         [
             "/api/projects/@current/feature_flags/settings/remote_config/",
-            "/api/projects/@current/feature_flags/no-such-flag/remote_config/"
+            "/api/projects/@current/feature_flags/no-such-flag/remote_config/",
+            "/api/projects/@current/feature_flags/base/remote_config/"
         ]
     );
     // 4.x knows no flag dependencies: it cannot evaluate one locally and asks /decide.
@@ -142,14 +149,18 @@ fn posthog_node_5_remote_config_payload_dependency_and_etag() {
     );
     // 5.x sends the project key and parses the payload's text.
     assert_eq!(s["payload"], json!({"theme": "dark"}));
-    assert_eq!(s["payload_missing"], missing_payload());
+    assert_refused(&s);
     let requests = array(&s["payload_requests"]);
     assert_eq!(
         requests[0],
         json!({"method": "GET", "path": "/api/projects/@current/feature_flags/settings/remote_config",
                "query": format!("token={KEY_ONE}"), "status": 200})
     );
-    assert_eq!(requests[1]["status"], 404);
+    assert_eq!(requests.len(), 3, "{requests:?}");
+    assert_eq!(
+        (&requests[1]["status"], &requests[2]["status"]),
+        (&json!(404), &json!(404))
+    );
     // The feed's dependency chains let it evaluate dependent flags itself.
     assert_eq!(s["dependency_local"], true);
     assert_eq!(s["dependency_local_off"], false);

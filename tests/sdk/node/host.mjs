@@ -23,6 +23,15 @@ let step = 'start'
 
 const requests = []
 
+/** What an SDK call gave the app: the value it returned, or the error it threw. */
+async function outcome(call) {
+  try {
+    return { returned: (await call()) ?? null }
+  } catch (e) {
+    return { threw: String(e?.message ?? e) }
+  }
+}
+
 async function recordingFetch(url, options) {
   const headers = Object.fromEntries(
     Object.entries(options.headers ?? {}).map(([k, v]) => [k.toLowerCase(), v])
@@ -85,7 +94,10 @@ summary.dependency_paths = requests.slice(mark).map((r) => r.path)
 step = 'remote config payload'
 mark = requests.length
 summary.payload = await client.getRemoteConfigPayload('settings')
-summary.payload_missing = await client.getRemoteConfigPayload('no-such-flag')
+// PostHog answers an unknown or plain flag with an empty 404; what the SDK makes of
+// it (a throw, or a value handed to the app) is what the test checks.
+summary.payload_missing = await outcome(() => client.getRemoteConfigPayload('no-such-flag'))
+summary.payload_plain = await outcome(() => client.getRemoteConfigPayload('base'))
 summary.payload_requests = requests
   .slice(mark)
   .map(({ method, path, query, status }) => ({ method, path, query, status }))
