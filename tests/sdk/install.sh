@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install what the SDK tests (tests/integration/sdk/) run: Debian's Chromium, one
 # Python venv per posthog-python line, and the pinned npm packages (posthog-node 4.x
-# and 5.x, posthog-js, playwright-core); and a venv with chdb-core, current ClickHouse
+# and 5.x, posthog-js, posthog-js-lite, playwright-core); and a venv with chdb-core, current ClickHouse
 # in-process, for the sink's current-shape test (tests/integration/sink/current.rs).
 # Idempotent and cheap when nothing changed: a venv or node_modules is rebuilt only
 # when its pinned list changed.
@@ -69,5 +69,7 @@ echo "sdk: $(/usr/bin/chromium --version 2>/dev/null | head -1);" \
     "posthog-node $(node -p 'require("./node/node_modules/posthog-node-v4/package.json").version')" \
     "and $(node -p 'require("./node/node_modules/posthog-node/package.json").version');" \
     "posthog-js $(node -p 'require("./node/node_modules/posthog-js/package.json").version');" \
+    "posthog-js-lite $(node -p 'require("./node/node_modules/posthog-js-lite/package.json").version')" \
+    "(@posthog/core $(node -p 'require("./node/node_modules/@posthog/core/package.json").version'));" \
     "playwright-core $(node -p 'require("./node/node_modules/playwright-core/package.json").version');" \
     "chdb-core $("$deps/chdb/bin/python" -c 'import chdb; print(chdb.__version__, "(ClickHouse", chdb.engine_version + ")")')"

@@ -122,9 +122,11 @@ export function within(what, promise, ms = WAIT_MS) {
 /**
  * Record what a browser context does: every request it makes (to any host), the
  * answer or failure of each, and the pages' console errors and uncaught exceptions.
- * Requests off loopback are aborted, and so show up as failed.
+ * Requests off loopback are aborted, and so show up as failed. With `bodies`, each
+ * request to the API host keeps its decoded body as `payload` and its
+ * `content_encoding`.
  */
-export async function record(context, apiHost) {
+export async function record(context, apiHost, { bodies = false } = {}) {
   const log = { requests: [], console_errors: [], page_errors: [] }
   await context.route(
     (url) => !isLoopback(url.href),
@@ -146,6 +148,10 @@ export async function record(context, apiHost) {
       const body = decode(req.postDataBuffer(), req.headers()['content-type'])
       entry.content_type = req.headers()['content-type'] ?? null
       entry.body = body.kind
+      if (bodies) {
+        entry.payload = body.json
+        entry.content_encoding = req.headers()['content-encoding'] ?? null
+      }
       if (isIntake(url.pathname)) entry.events = eventsOf(body.json)
     }
     seen.set(req, entry)
@@ -163,12 +169,14 @@ export async function record(context, apiHost) {
     }
     entry.status = response?.status() ?? 0
   })
-  context.on('requestfailed', (req) => {
+  context.on('requestfailed', async (req) => {
     const entry = seen.get(req)
-    if (entry) {
-      entry.status = 0
-      entry.failure = req.failure()?.errorText ?? 'failed'
-    }
+    if (!entry) return
+    entry.failure = req.failure()?.errorText ?? 'failed'
+    // A request also fails when the page drops the body of an answer it got: keep
+    // what the server said. The status is set last, as for a finished request.
+    entry.answered = (await req.response().catch(() => null))?.status() ?? null
+    entry.status = 0
   })
   context.on('console', (m) => {
     if (m.type() === 'error') log.console_errors.push(m.text())
