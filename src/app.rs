@@ -47,6 +47,10 @@ pub struct App {
     pub heavy_decodes: Arc<Semaphore>,
     /// The definitions feed's bodies, rebuilt when a project's rules change.
     pub feed: crate::flags::feed::Cache,
+    /// Flags and cohorts changed through the management API.
+    pub manage: crate::manage::Store,
+    /// Failed authentications on the management API, by client address.
+    pub failed_auth: crate::manage::FailedAuth,
     /// Set at shutdown: readiness turns 503 so load balancers stop sending.
     draining: AtomicBool,
 }
@@ -62,6 +66,7 @@ impl App {
     ) -> App {
         let budget = Budget::new(config.limits.max_inflight_body_bytes);
         let space = crate::log::space::Space::new(config.min_free_disk_bytes);
+        let manage = crate::manage::Store::new(config.flags_dir(), &config.db_dir);
         App {
             config,
             projects,
@@ -79,6 +84,8 @@ impl App {
             budget,
             heavy_decodes: Arc::new(Semaphore::new(HEAVY_DECODES)),
             feed: Default::default(),
+            manage,
+            failed_auth: Default::default(),
             draining: AtomicBool::new(false),
         }
     }

@@ -14,6 +14,8 @@
 //!   │                                   ─> store (sled: event blocks, persons, groups)
 //!   ├─ /decide, /flags ─> http::decide ─> flags (snapshot, evaluate) + store::person_cache
 //!   ├─ /api/... ─> http::api ─> store::query
+//!   ├─ /api/projects/<id>/feature_flags/, cohorts/ ─> http::flags_api ─> manage (the
+//!   │     flag file, rewritten atomically, then published by the flag reloader)
 //!   ├─ /api/surveys/, /api/early_access_features/ ─> http::surveys ─> surveys, early_access
 //!   ├─ /array/<key>/config(.js), /static/ ─> http::remote_config (client_config), http::assets
 //!   └─ /_liveness, /_readiness, /metrics (metrics)
@@ -35,6 +37,8 @@
 //! surveys/ early_access  catalog     per-project surveys and early access features, and
 //!             the loader both share (`catalog`); a survey's targeting flags join its
 //!             project's flag rules
+//! manage      flags and cohorts changed through PostHog's REST API: the file rewrite,
+//!             PostHog's validation, the activity log, the failed-authentication limit
 //! client_config  what a project tells posthog-js at start (its `remote_config` switches)
 //! app  config  metrics  admin        shared state, settings, Prometheus, offline commands
 //! clock  memory  lz64  sync  idle  notify    small helpers every layer may use
@@ -45,10 +49,10 @@
 //! by `tests/integration/layers.rs`:
 //!
 //! ```text
-//! http      -> app capture client_config clock compactor early_access flags geoip log lz64 memory
-//!              metrics persons projects store surveys
-//! app       -> catalog compactor config early_access flags geoip log memory metrics pipeline
-//!              projects store surveys
+//! http      -> app capture client_config clock compactor early_access flags geoip log lz64
+//!              manage memory metrics persons projects store surveys
+//! app       -> catalog compactor config early_access flags geoip log manage memory metrics
+//!              pipeline projects store surveys
 //! pipeline  -> compactor config geoip log projects store
 //! admin     -> catalog early_access flags geoip projects store surveys
 //! compactor -> clock config geoip idle log persons projects store
@@ -61,6 +65,7 @@
 //! surveys   -> catalog flags
 //! early_access -> catalog
 //! catalog   -> flags sync
+//! manage    -> flags sync
 //! flags     -> sync
 //! geoip     -> sync
 //! projects  -> client_config
@@ -89,6 +94,7 @@ pub mod http;
 pub mod idle;
 pub mod log;
 pub mod lz64;
+pub mod manage;
 pub mod memory;
 pub mod metrics;
 pub mod notify;

@@ -1,5 +1,8 @@
 //! The projects a server hosts, read from `projects.json`: which project API key
 //! (`phc_...`) ingests into which project, and which personal keys (`phx_...`) may read it.
+//! A personal key is listed either as itself or, so it need not sit on disk in plain
+//! text, as `{"sha256": "<hex>", "label": "ci"}`: the SHA-256 of the key, unsalted, as
+//! PostHog stores its personal keys (`sha256$<hex>`, which is accepted too).
 
 use std::collections::HashMap;
 use std::fmt;
@@ -7,6 +10,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use serde::Deserialize;
+use sha2::{Digest, Sha256};
 
 /// The longest project key the reference service accepts.
 const MAX_KEY_LEN: usize = 64;
@@ -21,7 +25,7 @@ pub struct Project {
     pub name: String,
     pub api_key: String,
     #[serde(default)]
-    pub personal_api_keys: Vec<String>,
+    pub personal_api_keys: Vec<PersonalKey>,
     /// Drop `$ip` from stored events once it has been used for enrichment.
     #[serde(default)]
     pub anonymize_ips: bool,
@@ -43,6 +47,61 @@ impl Project {
     }
 }
 
+/// One entry of `personal_api_keys`: the key itself, or its hash with a label.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum PersonalKey {
+    Plain(String),
+    Hashed(HashedKey),
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HashedKey {
+    /// Lowercase hex of SHA-256 over the key's UTF-8 bytes, optionally `sha256$`-prefixed.
+    pub sha256: String,
+    #[serde(default)]
+    pub label: Option<String>,
+}
+
+/// Who a personal key says the caller is, for logs and the activity log: the label of
+/// a hashed key, or a masked form of a plain one (`phx_...abcd`, as PostHog shows
+/// keys). Never the key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caller {
+    pub project: u64,
+    pub label: String,
+}
+
+/// SHA-256 of a key as lowercase hex, the form `projects.json` stores.
+pub fn hash_key(key: &str) -> String {
+    hex(&Sha256::digest(key.as_bytes()))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// `phx_...abcd`: enough to tell keys apart in a log, not enough to use one.
+pub fn mask_key(key: &str) -> String {
+    let tail: String = key
+        .chars()
+        .rev()
+        .take(4)
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .collect();
+    format!("{PERSONAL_KEY_PREFIX}...{tail}")
+}
+
+/// The 64 hex digits of a stored hash, lowercased, without PostHog's `sha256$` prefix.
+fn normalise_hash(stored: &str) -> Option<String> {
+    let hex = stored.strip_prefix("sha256$").unwrap_or(stored);
+    (hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()))
+        .then(|| hex.to_ascii_lowercase())
+}
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct File {
@@ -55,6 +114,8 @@ pub struct Projects {
     by_key: HashMap<String, Arc<Project>>,
     by_id: HashMap<u64, Arc<Project>>,
     by_personal_key: HashMap<String, Arc<Project>>,
+    /// Hashed personal keys by their hex digest, with their labels.
+    by_key_hash: HashMap<String, (Arc<Project>, String)>,
 }
 
 #[derive(Debug)]
@@ -94,15 +155,23 @@ impl Projects {
                     "{at}: api_key must be 1-{MAX_KEY_LEN} ASCII characters and not a personal key"
                 )));
             }
-            if let Some(k) = p
-                .personal_api_keys
-                .iter()
-                .find(|k| !k.starts_with(PERSONAL_KEY_PREFIX) || k.len() <= 4)
-            {
-                let shown: String = k.chars().take(4).collect();
-                return Err(Error(format!(
-                    "{at}: personal_api_keys entry starting {shown:?} must look like phx_..."
-                )));
+            for k in &p.personal_api_keys {
+                match k {
+                    PersonalKey::Plain(k)
+                        if !k.starts_with(PERSONAL_KEY_PREFIX) || k.len() <= 4 =>
+                    {
+                        let shown: String = k.chars().take(4).collect();
+                        return Err(Error(format!(
+                            "{at}: personal_api_keys entry starting {shown:?} must look like phx_..."
+                        )));
+                    }
+                    PersonalKey::Hashed(h) if normalise_hash(&h.sha256).is_none() => {
+                        return Err(Error(format!(
+                            "{at}: personal_api_keys sha256 must be 64 hex digits (optionally sha256$...)"
+                        )));
+                    }
+                    _ => {}
+                }
             }
             let mut p = p;
             p.decide_tails = [false, true].map(|surveys| {
@@ -123,11 +192,23 @@ impl Projects {
                 return Err(Error(format!("{at}: api_key used by another project")));
             }
             for k in &p.personal_api_keys {
-                if projects
-                    .by_personal_key
-                    .insert(k.clone(), p.clone())
-                    .is_some()
-                {
+                let fresh = match k {
+                    PersonalKey::Plain(k) => projects
+                        .by_personal_key
+                        .insert(k.clone(), p.clone())
+                        .is_none(),
+                    PersonalKey::Hashed(h) => {
+                        let hash = normalise_hash(&h.sha256).unwrap_or_default();
+                        let label = h.label.clone().unwrap_or_else(|| {
+                            format!("key sha256:{}", hash.get(..8).unwrap_or_default())
+                        });
+                        projects
+                            .by_key_hash
+                            .insert(hash, (p.clone(), label))
+                            .is_none()
+                    }
+                };
+                if !fresh {
                     return Err(Error(format!("{at}: personal key listed twice")));
                 }
             }
@@ -143,9 +224,32 @@ impl Projects {
         self.by_id.get(&id)
     }
 
-    /// The project a personal API key belongs to.
+    /// The project a personal API key belongs to, whether listed plain or hashed.
     pub fn by_personal_key(&self, key: &str) -> Option<&Arc<Project>> {
-        self.by_personal_key.get(key)
+        self.personal_key(key).map(|(p, _)| p)
+    }
+
+    /// The project a personal API key belongs to and who it says the caller is.
+    pub fn personal_key(&self, key: &str) -> Option<(&Arc<Project>, Caller)> {
+        if let Some(p) = self.by_personal_key.get(key) {
+            let label = mask_key(key);
+            return Some((
+                p,
+                Caller {
+                    project: p.id,
+                    label,
+                },
+            ));
+        }
+        if self.by_key_hash.is_empty() {
+            return None;
+        }
+        let (p, label) = self.by_key_hash.get(&hash_key(key))?;
+        let caller = Caller {
+            project: p.id,
+            label: label.clone(),
+        };
+        Some((p, caller))
     }
 
     pub fn iter(&self) -> impl Iterator<Item = &Arc<Project>> {
@@ -203,6 +307,44 @@ mod tests {
         ] {
             let err = Projects::parse(bad.as_bytes()).unwrap_err().to_string();
             assert!(err.contains(why), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn hashed_keys_authenticate_with_their_label() {
+        let hash = hash_key("phx_secret");
+        // Python's hashlib.sha256(b"phx_secret").hexdigest(), what PostHog's
+        // `hash_key_value` writes after `sha256$`.
+        assert_eq!(
+            hash,
+            "30e09a05dca2e5dca49128b7f09bba629763a8f4f386abb74d71d12a87209d3b"
+        );
+        let file = format!(
+            r#"{{"projects":[{{"id":1,"api_key":"phc_a","personal_api_keys":["phx_plain",
+                {{"sha256":"{hash}","label":"ci"}}]}},
+                {{"id":2,"api_key":"phc_b","personal_api_keys":[{{"sha256":"sha256${}"}}]}}]}}"#,
+            hash_key("phx_other").to_uppercase()
+        );
+        let p = Projects::parse(file.as_bytes()).unwrap();
+        let (project, caller) = p.personal_key("phx_secret").unwrap();
+        assert_eq!((project.id, caller.label.as_str()), (1, "ci"));
+        let (_, caller) = p.personal_key("phx_plain").unwrap();
+        assert_eq!(caller.label, "phx_...lain");
+        let (project, caller) = p.personal_key("phx_other").unwrap();
+        assert_eq!(project.id, 2);
+        assert_eq!(
+            caller.label,
+            format!("key sha256:{}", &hash_key("phx_other")[..8])
+        );
+        assert!(p.personal_key("phx_secreT").is_none());
+        assert_eq!(p.by_personal_key("phx_secret").unwrap().id, 1);
+        for bad in [
+            r#"{"sha256":"abc"}"#,
+            r#"{"sha256":"x","label":"l","more":1}"#,
+        ] {
+            let file =
+                format!(r#"{{"projects":[{{"id":1,"api_key":"a","personal_api_keys":[{bad}]}}]}}"#);
+            assert!(Projects::parse(file.as_bytes()).is_err(), "{bad}");
         }
     }
 

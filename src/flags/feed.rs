@@ -58,7 +58,12 @@ fn build(rules: Option<Arc<ProjectRules>>, send_cohorts: bool) -> Built {
     };
     if let Some(obj) = body.as_object_mut() {
         if let Some(Value::Array(flags)) = obj.get_mut("flags") {
-            flags.retain(|f| f.get("is_remote_configuration") != Some(&Value::Bool(true)));
+            // Deleted flags stay in a file the management API writes; PostHog's feed
+            // leaves them out, as it does remote config flags.
+            flags.retain(|f| {
+                f.get("is_remote_configuration") != Some(&Value::Bool(true))
+                    && f.get("deleted") != Some(&Value::Bool(true))
+            });
             super::dependency_chain::add(flags);
         }
         if !send_cohorts {

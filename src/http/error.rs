@@ -43,6 +43,12 @@ pub enum ApiError {
     /// `is_remote_configuration`: an empty 404, as PostHog answers, so SDKs throw
     /// rather than hand an error body to the application as its configuration.
     NoRemoteConfig,
+    /// A management API change refused or failed (`crate::manage`).
+    Manage(crate::manage::Error),
+    /// Too many failed authentications from this address; retry after the seconds.
+    Throttled(u64),
+    /// A management API body that is not JSON.
+    ParseJson(String),
 }
 
 /// Why a decide request is refused.
@@ -99,6 +105,7 @@ impl From<wal::Error> for ApiError {
 const VALIDATION: &str = "validation_error";
 const AUTHENTICATION: &str = "authentication_error";
 const SERVER: &str = "server_error";
+const INVALID_REQUEST: &str = "invalid_request";
 
 impl ApiError {
     /// Status, error type, code and detail.
@@ -239,21 +246,118 @@ impl ApiError {
                 "method_not_allowed",
                 "method not allowed on this endpoint".into(),
             ),
+            ApiError::Manage(_) | ApiError::Throttled(_) | ApiError::ParseJson(_) => {
+                let (status, kind, code, detail, _) = self.manage_parts().unwrap_or((
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    SERVER,
+                    "internal_error",
+                    String::new(),
+                    None,
+                ));
+                (status, kind, code, detail)
+            }
         }
+    }
+
+    /// The management API's errors, as PostHog's API (drf-exceptions-hog) writes them,
+    /// with the field at fault in `attr`.
+    fn manage_parts(
+        &self,
+    ) -> Option<(
+        StatusCode,
+        &'static str,
+        &'static str,
+        String,
+        Option<&'static str>,
+    )> {
+        use crate::manage::Error as M;
+        Some(match self {
+            ApiError::Manage(M::Invalid { code, detail, attr }) => (
+                StatusCode::BAD_REQUEST,
+                VALIDATION,
+                *code,
+                detail.clone(),
+                *attr,
+            ),
+            // PostHog's `Conflict` has no type of its own, which its handler writes as
+            // `server_error`.
+            ApiError::Manage(M::Conflict(detail)) => (
+                StatusCode::CONFLICT,
+                SERVER,
+                "conflict",
+                detail.clone(),
+                None,
+            ),
+            ApiError::Manage(M::NotFound) => (
+                StatusCode::NOT_FOUND,
+                INVALID_REQUEST,
+                "not_found",
+                "Not found.".into(),
+                None,
+            ),
+            ApiError::Manage(M::TooMany(n)) => (
+                StatusCode::BAD_REQUEST,
+                VALIDATION,
+                "max_flags",
+                format!(
+                    "This project has {n} feature flags, the most it may have. Delete some first."
+                ),
+                None,
+            ),
+            ApiError::Manage(M::Io(e)) => {
+                tracing::error!(error = %e, "management API: flags file unusable");
+                (
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    SERVER,
+                    "flags_file_unusable",
+                    "the project's flags file could not be read or written; the server log says why".into(),
+                    None,
+                )
+            }
+            ApiError::Throttled(seconds) => (
+                StatusCode::TOO_MANY_REQUESTS,
+                "throttled_error",
+                "throttled",
+                format!(
+                    "Request was throttled. Expected available in {seconds} second{}.",
+                    if *seconds == 1 { "" } else { "s" }
+                ),
+                None,
+            ),
+            ApiError::ParseJson(e) => (
+                StatusCode::BAD_REQUEST,
+                INVALID_REQUEST,
+                "parse_error",
+                format!("JSON parse error - {e}"),
+                None,
+            ),
+            _ => return None,
+        })
     }
 
     pub fn into_response(self) -> Response<Body> {
         if matches!(self, ApiError::NoRemoteConfig) {
             return response::empty(StatusCode::NOT_FOUND);
         }
-        let (status, kind, code, detail) = self.parts();
+        let (status, kind, code, detail, attr) = match self.manage_parts() {
+            Some(parts) => parts,
+            None => {
+                let (status, kind, code, detail) = self.parts();
+                (status, kind, code, detail, None)
+            }
+        };
         let mut r = response::json(
             status,
-            &json!({"type": kind, "code": code, "detail": detail, "attr": null}),
+            &json!({"type": kind, "code": code, "detail": detail, "attr": attr}),
         );
         if status == StatusCode::SERVICE_UNAVAILABLE {
             r.headers_mut()
                 .insert(RETRY_AFTER, HeaderValue::from_static(RETRY_AFTER_SECONDS));
+        }
+        if let ApiError::Throttled(seconds) = self {
+            if let Ok(v) = HeaderValue::from_str(&seconds.to_string()) {
+                r.headers_mut().insert(RETRY_AFTER, v);
+            }
         }
         r
     }

@@ -40,6 +40,8 @@ pub enum Route {
     Readiness,
     Metrics,
     Api(u64, super::api::Resource),
+    /// Flags and cohorts through PostHog's REST API; `None` is `@current`.
+    Manage(Option<u64>, super::flags_api::Path),
     NotFound,
 }
 
@@ -63,11 +65,17 @@ impl Route {
             _ if path.starts_with("/static/") => Route::Static,
             _ if super::remote_config::parse_path(path).is_some() => Route::RemoteConfig,
             _ if super::definitions::payload_path(path).is_some() => Route::FlagPayload,
-            _ => match (super::api::parse_path(path), super::not_kept::of(path)) {
-                (Some((project, resource)), _) => Route::Api(project, resource),
-                (None, Some(p)) => Route::NotKept(p),
-                (None, None) => Route::NotFound,
-            },
+            _ => {
+                if let Some((project, resource)) = super::api::parse_path(path) {
+                    Route::Api(project, resource)
+                } else if let Some((project, p)) = super::flags_api::parse_path(path) {
+                    Route::Manage(project, p)
+                } else if let Some(p) = super::not_kept::of(path) {
+                    Route::NotKept(p)
+                } else {
+                    Route::NotFound
+                }
+            }
         }
     }
 
@@ -91,6 +99,7 @@ impl Route {
             Route::Api(_, super::api::Resource::Events) => "api_events",
             Route::Api(_, super::api::Resource::Persons) => "api_persons",
             Route::Api(_, super::api::Resource::Groups) => "api_groups",
+            Route::Manage(_, p) => p.label(),
             Route::NotFound => "not_found",
         }
     }
@@ -225,6 +234,9 @@ async fn dispatch(
                 parts.uri.query(),
             )
             .await
+        }
+        Route::Manage(project, path) => {
+            super::flags_api::handle(app, project, path, req, peer).await
         }
         Route::NotFound => Err(ApiError::NotFound),
     }

@@ -10,7 +10,7 @@ use std::path::Path;
 const LAYERS: &[&[&str]] = &[
     &["sync", "idle", "notify", "clock", "lz64", "memory"],
     &["geoip", "flags"],
-    &["client_config", "catalog"],
+    &["client_config", "catalog", "manage"],
     &["projects", "surveys", "early_access", "config", "log"],
     &["capture"],
     &["persons"],

@@ -11,6 +11,7 @@ mod geoip;
 mod host;
 mod hostile;
 mod layers;
+mod manage;
 mod nodes;
 mod ops;
 mod read_api;

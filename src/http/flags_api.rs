@@ -1,0 +1,398 @@
+//! PostHog's feature flag and cohort REST API over the management store
+//! (`crate::manage`), for holders of a personal API key of the project:
+//! `/api/projects/{id}/feature_flags/` (list, create), `.../feature_flags/{id}/` (get,
+//! update, `{"deleted": true}` to delete), `.../feature_flags/{id}/activity/` and
+//! `.../feature_flags/activity/`, and `/api/projects/{id}/cohorts/[{id}/]`. `{id}` may be
+//! `@current`, the key's own project, as PostHog's clients send it. A write is
+//! published through the flag reloader before it is answered, so `/decide` already
+//! serves it.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use hyper::body::Incoming;
+use hyper::header::HOST;
+use hyper::{HeaderMap, Method, Request, Response, StatusCode};
+use serde_json::{json, Value};
+
+use super::body;
+use super::error::ApiError;
+use super::response::{self, Body};
+use crate::app::App;
+use crate::manage::{ActivityQuery, ListQuery, Store};
+use crate::memory::Reservation;
+use crate::projects::Caller;
+
+/// Largest body taken, refused from its Content-Length before a byte is read (PostHog's
+/// own limit for API bodies).
+pub const MAX_BODY_BYTES: usize = 20 * 1024 * 1024;
+/// PostHog's page size for flags and cohorts, and the most one page may hold.
+const PAGE: usize = 100;
+const MAX_PAGE: usize = 1000;
+/// PostHog's page size for activity.
+const ACTIVITY_PAGE: usize = 10;
+
+/// What a management path names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Path {
+    Flags,
+    Flag(i64),
+    FlagActivity(Option<i64>),
+    Cohorts,
+    Cohort(i64),
+}
+
+impl Path {
+    pub fn label(self) -> &'static str {
+        match self {
+            Path::Flags | Path::Flag(_) => "api_feature_flags",
+            Path::FlagActivity(_) => "api_feature_flag_activity",
+            Path::Cohorts | Path::Cohort(_) => "api_cohorts",
+        }
+    }
+}
+
+/// `/api/projects/{id|@current}/...`, trailing slash optional; `None` for `@current`.
+pub fn parse_path(path: &str) -> Option<(Option<u64>, Path)> {
+    let rest = path.strip_prefix("/api/projects/")?;
+    let rest = rest.strip_suffix('/').unwrap_or(rest);
+    let mut parts = rest.split('/');
+    let project = match parts.next()? {
+        "@current" => None,
+        id => Some(id.parse().ok()?),
+    };
+    let id = |s: &str| s.parse::<i64>().ok();
+    let what = match (parts.next()?, parts.next(), parts.next(), parts.next()) {
+        ("feature_flags", None, None, None) => Path::Flags,
+        ("feature_flags", Some("activity"), None, None) => Path::FlagActivity(None),
+        ("feature_flags", Some(n), None, None) => Path::Flag(id(n)?),
+        ("feature_flags", Some(n), Some("activity"), None) => Path::FlagActivity(Some(id(n)?)),
+        ("cohorts", None, None, None) => Path::Cohorts,
+        ("cohorts", Some(n), None, None) => Path::Cohort(id(n)?),
+        _ => return None,
+    };
+    Some((project, what))
+}
+
+pub async fn handle(
+    app: &Arc<App>,
+    project: Option<u64>,
+    path: Path,
+    req: Request<Incoming>,
+    peer: SocketAddr,
+) -> Result<Response<Body>, ApiError> {
+    let (parts, incoming) = req.into_parts();
+    let method = parts.method.clone();
+    let allowed = match path {
+        Path::Flags | Path::Cohorts => method == Method::GET || method == Method::POST,
+        Path::Flag(_) | Path::Cohort(_) => method == Method::GET || method == Method::PATCH,
+        Path::FlagActivity(_) => method == Method::GET,
+    };
+    if !allowed {
+        return Err(ApiError::MethodNotAllowed);
+    }
+    let caller = authenticate(app, &parts.headers, peer, project)?;
+    let project = caller.project;
+    if method == Method::GET {
+        let query = parts.uri.query();
+        let page = |count: usize, results: Vec<Value>, limit: usize, offset: usize| {
+            let link = |o| page_url(&parts.headers, parts.uri.path(), query, limit, o);
+            let next = (offset + limit < count).then(|| link(Some(offset + limit)));
+            let previous = (offset > 0).then(|| link(offset.checked_sub(limit).filter(|o| *o > 0)));
+            json!({"count": count, "next": next, "previous": previous, "results": results})
+        };
+        let q = Params::parse(query);
+        let value = match path {
+            Path::Flags => {
+                let list = ListQuery {
+                    limit: q.limit(PAGE)?,
+                    offset: q.number("offset", 0)?,
+                    search: q.get("search").map(str::to_owned),
+                    active: match q.get("active") {
+                        Some("true") => Some(true),
+                        Some("false") => Some(false),
+                        _ => None,
+                    },
+                };
+                let (limit, offset) = (list.limit, list.offset);
+                let got = blocking(app, move |s| s.list(project, &list)).await?;
+                page(got.count, got.results, limit, offset)
+            }
+            Path::Cohorts => {
+                let (limit, offset) = (q.limit(PAGE)?, q.number("offset", 0)?);
+                let got = blocking(app, move |s| s.list_cohorts(project, limit, offset)).await?;
+                page(got.count, got.results, limit, offset)
+            }
+            Path::Flag(id) => blocking(app, move |s| s.get(project, id)).await?,
+            Path::Cohort(id) => blocking(app, move |s| s.get_cohort(project, id)).await?,
+            Path::FlagActivity(item_id) => {
+                let (limit, page_no) = (q.limit(ACTIVITY_PAGE)?, q.number("page", 1)?.max(1));
+                let aq = ActivityQuery {
+                    scope: "FeatureFlag",
+                    item_id,
+                    limit,
+                    page: page_no,
+                };
+                let (total, results) = blocking(app, move |s| s.activity(project, &aq)).await?;
+                let link = |p: usize| {
+                    let mut url = base_url(&parts.headers, parts.uri.path());
+                    url.push_str(&with_params(
+                        query,
+                        &[("limit", Some(limit)), ("page", Some(p))],
+                    ));
+                    url
+                };
+                json!({
+                    "results": results,
+                    "next": (page_no * limit < total).then(|| link(page_no + 1)),
+                    "previous": (page_no > 1).then(|| link(page_no - 1)),
+                    "total_count": total,
+                })
+            }
+        };
+        return Ok(response::json(StatusCode::OK, &value));
+    }
+    let mut held = Reservation::default();
+    let raw = body::read(
+        incoming,
+        super::content_length(&parts.headers),
+        MAX_BODY_BYTES,
+        app.config.limits.body_read_timeout,
+        &app.budget,
+        &mut held,
+    )
+    .await?;
+    let body: Value = if raw.is_empty() {
+        json!({})
+    } else {
+        serde_json::from_slice(&raw).map_err(|e| ApiError::ParseJson(e.to_string()))?
+    };
+    drop(raw);
+    let who = caller.label.clone();
+    let now = crate::clock::format_ms(crate::clock::now_ms());
+    let (status, value) = match path {
+        Path::Flags => (
+            StatusCode::CREATED,
+            write(app, move |s| s.create(project, &body, &who, &now)).await?,
+        ),
+        Path::Flag(id) => (
+            StatusCode::OK,
+            write(app, move |s| s.update(project, id, &body, &who, &now)).await?,
+        ),
+        Path::Cohorts => (
+            StatusCode::CREATED,
+            write(app, move |s| s.create_cohort(project, &body, &who, &now)).await?,
+        ),
+        Path::Cohort(id) => (
+            StatusCode::OK,
+            write(app, move |s| {
+                s.update_cohort(project, id, &body, &who, &now)
+            })
+            .await?,
+        ),
+        Path::FlagActivity(_) => return Err(ApiError::MethodNotAllowed),
+    };
+    Ok(response::json(status, &value))
+}
+
+/// The caller, whose key must belong to `project` (any project for `@current`). An
+/// address with too many failed attempts is refused before its key is looked at.
+fn authenticate(
+    app: &App,
+    headers: &HeaderMap,
+    peer: SocketAddr,
+    project: Option<u64>,
+) -> Result<Caller, ApiError> {
+    let ip = super::client_ip(app, peer, headers);
+    app.failed_auth.check(ip).map_err(ApiError::Throttled)?;
+    let caller = super::api::personal_key(headers).and_then(|key| {
+        let projects = app.projects.load();
+        let (_, caller) = projects
+            .personal_key(key)
+            .ok_or(ApiError::NotAuthenticated)?;
+        Ok(caller)
+    });
+    match caller {
+        Err(e) => {
+            app.failed_auth.fail(ip);
+            Err(e)
+        }
+        // Whether `project` exists or not, the answer is the same.
+        Ok(c) if project.is_some_and(|p| p != c.project) => Err(ApiError::Forbidden),
+        Ok(c) => Ok(c),
+    }
+}
+
+/// A read on the blocking pool.
+async fn blocking<T: Send + 'static>(
+    app: &Arc<App>,
+    f: impl FnOnce(&Store) -> Result<T, crate::manage::Error> + Send + 'static,
+) -> Result<T, ApiError> {
+    let app = app.clone();
+    tokio::task::spawn_blocking(move || f(&app.manage))
+        .await
+        .map_err(|_| ApiError::Internal)?
+        .map_err(ApiError::Manage)
+}
+
+/// A write on the blocking pool, published through the flag reloader before it is
+/// answered (the same path a hand edit takes, only sooner than the next poll).
+async fn write(
+    app: &Arc<App>,
+    f: impl FnOnce(&Store) -> Result<Value, crate::manage::Error> + Send + 'static,
+) -> Result<Value, ApiError> {
+    let app = app.clone();
+    tokio::task::spawn_blocking(move || {
+        let value = f(&app.manage)?;
+        app.rules.reload_if_changed(&app.config.flags_dir());
+        Ok(value)
+    })
+    .await
+    .map_err(|_| ApiError::Internal)?
+    .map_err(ApiError::Manage)
+}
+
+/// `scheme://host/path` of this request, the scheme from X-Forwarded-Proto.
+fn base_url(headers: &HeaderMap, path: &str) -> String {
+    let host = headers
+        .get(HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("");
+    let scheme = headers
+        .get("x-forwarded-proto")
+        .and_then(|h| h.to_str().ok())
+        .filter(|s| *s == "https")
+        .unwrap_or("http");
+    if host.is_empty() {
+        path.to_owned()
+    } else {
+        format!("{scheme}://{host}{path}")
+    }
+}
+
+/// The same request with `limit` and `offset` set, or `offset` dropped (DRF's
+/// `LimitOffsetPagination` links).
+fn page_url(
+    headers: &HeaderMap,
+    path: &str,
+    query: Option<&str>,
+    limit: usize,
+    offset: Option<usize>,
+) -> String {
+    let mut url = base_url(headers, path);
+    url.push_str(&with_params(
+        query,
+        &[("limit", Some(limit)), ("offset", offset)],
+    ));
+    url
+}
+
+/// `?query` with each named parameter replaced (or removed when `None`).
+fn with_params(query: Option<&str>, set: &[(&str, Option<usize>)]) -> String {
+    let mut q = form_urlencoded::Serializer::new(String::new());
+    for (k, v) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
+        if !set.iter().any(|(name, _)| *name == k) {
+            q.append_pair(&k, &v);
+        }
+    }
+    for (k, v) in set {
+        if let Some(v) = v {
+            q.append_pair(k, &v.to_string());
+        }
+    }
+    format!("?{}", q.finish())
+}
+
+struct Params(Vec<(String, String)>);
+
+impl Params {
+    fn parse(query: Option<&str>) -> Params {
+        Params(
+            form_urlencoded::parse(query.unwrap_or("").as_bytes())
+                .map(|(k, v)| (k.into_owned(), v.into_owned()))
+                .collect(),
+        )
+    }
+
+    fn get(&self, key: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|(k, v)| k == key && !v.is_empty())
+            .map(|(_, v)| v.as_str())
+    }
+
+    fn number(&self, key: &'static str, default: usize) -> Result<usize, ApiError> {
+        match self.get(key) {
+            None => Ok(default),
+            Some(v) => v
+                .parse()
+                .map_err(|_| ApiError::BadQuery(format!("{key} must be a whole number"))),
+        }
+    }
+
+    fn limit(&self, default: usize) -> Result<usize, ApiError> {
+        match self.number("limit", default)? {
+            0 => Err(ApiError::BadQuery(
+                "limit must be a positive integer".into(),
+            )),
+            n => Ok(n.min(MAX_PAGE)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths() {
+        let p = |s| parse_path(s);
+        assert_eq!(
+            p("/api/projects/1/feature_flags/"),
+            Some((Some(1), Path::Flags))
+        );
+        assert_eq!(
+            p("/api/projects/@current/feature_flags"),
+            Some((None, Path::Flags))
+        );
+        assert_eq!(
+            p("/api/projects/2/feature_flags/7/"),
+            Some((Some(2), Path::Flag(7)))
+        );
+        assert_eq!(
+            p("/api/projects/2/feature_flags/7/activity/"),
+            Some((Some(2), Path::FlagActivity(Some(7))))
+        );
+        assert_eq!(
+            p("/api/projects/2/feature_flags/activity"),
+            Some((Some(2), Path::FlagActivity(None)))
+        );
+        assert_eq!(
+            p("/api/projects/3/cohorts/"),
+            Some((Some(3), Path::Cohorts))
+        );
+        assert_eq!(
+            p("/api/projects/3/cohorts/4"),
+            Some((Some(3), Path::Cohort(4)))
+        );
+        assert_eq!(p("/api/projects/3/feature_flags/x/"), None);
+        assert_eq!(p("/api/projects/x/feature_flags/"), None);
+        assert_eq!(p("/api/projects/1/feature_flags/1/other/"), None);
+        assert_eq!(p("/api/projects/1/events/"), None);
+    }
+
+    #[test]
+    fn page_links_replace_limit_and_offset() {
+        assert_eq!(
+            with_params(
+                Some("search=a%20b&offset=5&limit=2"),
+                &[("limit", Some(2)), ("offset", Some(7))]
+            ),
+            "?search=a+b&limit=2&offset=7"
+        );
+        assert_eq!(
+            with_params(Some("offset=2"), &[("limit", Some(2)), ("offset", None)]),
+            "?limit=2"
+        );
+    }
+}
