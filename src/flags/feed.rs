@@ -51,12 +51,22 @@ fn same(a: &Option<Arc<ProjectRules>>, b: &Option<Arc<ProjectRules>>) -> bool {
     }
 }
 
+/// The members of PostHog's local-evaluation feed.
+const FEED_MEMBERS: [&str; 3] = ["flags", "group_type_mapping", "cohorts"];
+
+/// What the management API records on a flag for people (who changed it, when), which
+/// PostHog's feed does not carry.
+const BOOKKEEPING: [&str; 4] = ["created_at", "created_by", "updated_at", "last_modified_by"];
+
 fn build(rules: Option<Arc<ProjectRules>>, send_cohorts: bool) -> Built {
     let mut body = match &rules {
         Some(r) => r.definitions_json().clone(),
         None => serde_json::json!({"flags": [], "group_type_mapping": {}, "cohorts": {}}),
     };
     if let Some(obj) = body.as_object_mut() {
+        // PostHog's feed has these three members; the file may hold more (the
+        // management API's `cohort_details`), which are no SDK's business.
+        obj.retain(|k, _| FEED_MEMBERS.contains(&k.as_str()));
         if let Some(Value::Array(flags)) = obj.get_mut("flags") {
             // Deleted flags stay in a file the management API writes; PostHog's feed
             // leaves them out, as it does remote config flags.
@@ -64,6 +74,9 @@ fn build(rules: Option<Arc<ProjectRules>>, send_cohorts: bool) -> Built {
                 f.get("is_remote_configuration") != Some(&Value::Bool(true))
                     && f.get("deleted") != Some(&Value::Bool(true))
             });
+            for flag in flags.iter_mut().filter_map(Value::as_object_mut) {
+                flag.retain(|k, _| !BOOKKEEPING.contains(&k.as_str()));
+            }
             super::dependency_chain::add(flags);
         }
         if !send_cohorts {

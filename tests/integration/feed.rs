@@ -158,3 +158,33 @@ fn remote_config_payloads() {
     );
     assert_eq!(other_project.status, 403);
 }
+
+/// What the management API records in the file for people (who changed a flag and
+/// when, cohort names) stays out of the feed, which has PostHog's three members only.
+#[test]
+fn the_feed_leaves_out_what_the_file_keeps_for_people() {
+    let server = Server::start();
+    let mut file = rules();
+    file["cohort_details"] = json!({"7": {"name": "Pro users"}});
+    file["flags"][0]["created_by"] = json!("ci");
+    file["flags"][0]["created_at"] = json!("2026-11-26T05:00:00Z");
+    file["flags"][0]["updated_at"] = json!("2026-11-26T05:00:00Z");
+    file["flags"][0]["last_modified_by"] = json!("ci");
+    file["flags"][0]["name"] = json!("Base");
+    write_atomically(&server.data().join("flags/1.json"), file.to_string());
+    server.sighup();
+    let body = wait_for("the rules", || {
+        let feed = feed(&server, None);
+        (feed.status == 200 && feed.json()["flags"].as_array()?.len() == 3).then(|| feed.json())
+    });
+    let members: Vec<&String> = body.as_object().unwrap().keys().collect();
+    assert_eq!(members, ["flags", "group_type_mapping", "cohorts"]);
+    let base = &body["flags"][0];
+    assert_eq!(
+        (&base["key"], &base["name"]),
+        (&json!("base"), &json!("Base"))
+    );
+    for field in ["created_by", "created_at", "updated_at", "last_modified_by"] {
+        assert!(base.get(field).is_none(), "{field}: {base}");
+    }
+}
