@@ -9,6 +9,7 @@ pub mod decide;
 pub mod decode;
 pub mod definitions;
 pub mod error;
+pub mod inflate;
 pub mod not_kept;
 pub mod remote_config;
 pub mod response;

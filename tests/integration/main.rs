@@ -8,6 +8,7 @@ mod decide;
 mod feed;
 mod fuzz_regressions;
 mod geoip;
+mod hints;
 mod host;
 mod hostile;
 mod layers;
