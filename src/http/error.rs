@@ -41,6 +41,8 @@ pub enum ApiError {
     NotKept(&'static str),
     /// A flag asked for as remote config that is not marked `is_remote_configuration`.
     NotRemoteConfig,
+    /// The v1 capture path answers its errors in PostHog's v1 shape.
+    CaptureV1(super::capture_v1::Error),
 }
 
 /// Why a decide request is refused.
@@ -85,6 +87,12 @@ impl From<decode::Error> for ApiError {
 impl From<body::Error> for ApiError {
     fn from(e: body::Error) -> Self {
         ApiError::Body(e)
+    }
+}
+
+impl From<super::capture_v1::Error> for ApiError {
+    fn from(e: super::capture_v1::Error) -> Self {
+        ApiError::CaptureV1(e)
     }
 }
 
@@ -227,6 +235,7 @@ impl ApiError {
                  on it to serve its payload here"
                     .into(),
             ),
+            ApiError::CaptureV1(e) => (e.status(), VALIDATION, e.tag(), e.description()),
             ApiError::NotFound => (
                 StatusCode::NOT_FOUND,
                 VALIDATION,
@@ -243,7 +252,10 @@ impl ApiError {
     }
 
     pub fn into_response(self) -> Response<Body> {
-        let (status, kind, code, detail) = self.parts();
+        let (status, kind, code, detail) = match self {
+            ApiError::CaptureV1(e) => return e.into_response(),
+            other => other.parts(),
+        };
         let mut r = response::json(
             status,
             &json!({"type": kind, "code": code, "detail": detail, "attr": null}),

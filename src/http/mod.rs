@@ -5,6 +5,7 @@ pub mod api;
 pub mod assets;
 pub mod body;
 pub mod capture;
+pub mod capture_v1;
 pub mod decide;
 pub mod decode;
 pub mod definitions;

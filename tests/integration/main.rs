@@ -3,6 +3,7 @@
 
 mod admin;
 mod capture;
+mod capture_v1;
 mod crash;
 mod decide;
 mod feed;
