@@ -13,6 +13,7 @@ mod normalise;
 mod parse;
 pub(crate) mod tape;
 pub mod timestamp;
+pub mod v1;
 mod write;
 
 pub use normalise::{

@@ -31,6 +31,13 @@ pub fn parse_ms(s: &str) -> Option<i64> {
     i64::try_from(t.unix_timestamp_nanos() / 1_000_000).ok()
 }
 
+/// Parse a strict RFC 3339 time (what PostHog's v1 capture requires) into unix
+/// milliseconds.
+pub fn parse_rfc3339_ms(s: &str) -> Option<i64> {
+    let t = OffsetDateTime::parse(s, &Rfc3339).ok()?;
+    i64::try_from(t.unix_timestamp_nanos() / 1_000_000).ok()
+}
+
 /// What the client told us about time for one event.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Claims {

@@ -25,7 +25,7 @@ use crate::projects::{key_shape_is_valid, Projects};
 /// of 100 events is ~60 KiB once inflated). Larger ones, and any that gzip or lz64
 /// expand past it, move to the blocking pool so they never stall other requests; an
 /// expanding one is inflated at most this far on the reactor first.
-const INLINE_DECODE_BYTES: usize = 64 * 1024;
+pub(super) const INLINE_DECODE_BYTES: usize = 64 * 1024;
 /// The body of every accepted capture, as PostHog answers it.
 const ACCEPTED: &[u8] = br#"{"status":1}"#;
 

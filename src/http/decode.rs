@@ -3,13 +3,12 @@
 //! (by hint or magic bytes), LZ-String "lz64", and base64 (by hint or by sniffing).
 //! Every decompressor is capped so a small bomb cannot exhaust memory.
 
-use std::io::Read;
-
 use base64::engine::general_purpose::{GeneralPurpose, GeneralPurposeConfig};
 use base64::engine::DecodePaddingMode;
 use base64::Engine;
 use bytes::Bytes;
 
+use super::inflate;
 use crate::lz64;
 
 /// Standard base64, whether or not the client kept the `=` padding.
@@ -209,30 +208,69 @@ fn is_form(content_type: &str) -> bool {
         .starts_with("application/x-www-form-urlencoded")
 }
 
-/// Apply the compression the hint or the bytes themselves call for.
-/// The result is a fresh buffer either way: the JSON parser works in place.
+/// Apply the compression the bytes themselves or the hint call for. The bytes are
+/// looked at first, as PostHog's capture looks at gzip's magic bytes before any
+/// hint: a gzip stream is inflated and a JSON text is taken as it is whatever the
+/// hint says, so a hint that contradicts the body is no error when the body is what
+/// it is. Only then does the hint decide:
+/// - gzip: a base64 body (a form's `data=`, say) is decoded, then inflated if it is
+///   gzip or kept if it is JSON; anything else is not valid gzip.
+/// - lz64: a base64 body that decodes to JSON is plain base64 (a form sent with the
+///   wrong hint); anything else is LZ-String.
+/// - base64: decoded, or refused.
+/// - none: base64 by sniffing, else the raw bytes.
+///
+/// Every choice depends on the bytes alone, never on `max`, so a cap changes only
+/// whether the one answer fits. The result is a fresh buffer either way: the JSON
+/// parser works in place.
 pub fn decompress(raw: &[u8], hint: Compression, max: usize) -> Result<Vec<u8>, Error> {
-    let out = if hint == Compression::Gzip || raw.starts_with(&GZIP_MAGIC) {
+    let out = if raw.starts_with(&GZIP_MAGIC) {
         gunzip(raw, max)?
-    } else if hint == Compression::Lz64 {
-        lz64::decompress_from_base64(raw, max)
-            .map_err(|e| match e {
-                // Over the cap is the same answer (413) whatever the compression.
-                lz64::Error::TooLarge => Error::TooLarge,
-                e => Error::Lz64(e),
-            })?
-            .into_bytes()
-    } else if hint == Compression::Base64 {
-        BASE64.decode(raw).map_err(|_| Error::Base64)?
-    } else if looks_like_base64(raw) {
-        BASE64.decode(raw).unwrap_or_else(|_| raw.to_vec())
-    } else {
+    } else if starts_as_json(raw) {
         raw.to_vec()
+    } else {
+        match hint {
+            Compression::Gzip => {
+                let decoded = looks_like_base64(raw)
+                    .then(|| BASE64.decode(raw).ok())
+                    .flatten()
+                    .ok_or(Error::Gzip)?;
+                if decoded.starts_with(&GZIP_MAGIC) {
+                    gunzip(&decoded, max)?
+                } else if is_json_text(&decoded) {
+                    decoded
+                } else {
+                    return Err(Error::Gzip);
+                }
+            }
+            Compression::Lz64 => match BASE64.decode(raw) {
+                Ok(decoded) if is_json_text(&decoded) => decoded,
+                _ => lz64::decompress_from_base64(raw, max)
+                    .map_err(|e| match e {
+                        // Over the cap is the same answer (413) whatever the compression.
+                        lz64::Error::TooLarge => Error::TooLarge,
+                        e => Error::Lz64(e),
+                    })?
+                    .into_bytes(),
+            },
+            Compression::Base64 => BASE64.decode(raw).map_err(|_| Error::Base64)?,
+            Compression::None if looks_like_base64(raw) => {
+                BASE64.decode(raw).unwrap_or_else(|_| raw.to_vec())
+            }
+            Compression::None => raw.to_vec(),
+        }
     };
     if out.len() > max {
         return Err(Error::TooLarge);
     }
     Ok(out)
+}
+
+fn gunzip(raw: &[u8], max: usize) -> Result<Vec<u8>, Error> {
+    inflate::gunzip(raw, max).map_err(|e| match e {
+        inflate::Error::Corrupt => Error::Gzip,
+        inflate::Error::TooLarge => Error::TooLarge,
+    })
 }
 
 fn looks_like_base64(raw: &[u8]) -> bool {
@@ -243,251 +281,24 @@ fn looks_like_base64(raw: &[u8]) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'='))
 }
 
-/// Inflated output is gathered in pieces of at most this size, so growing it never
-/// copies a large buffer (which would briefly hold it twice).
-const GUNZIP_PIECE: usize = 1024 * 1024;
+/// Whether the bytes open and close like a JSON object or array: no base64, lz64 or
+/// gzip body does (none of their alphabets has a brace or a bracket), so such a body
+/// is JSON whatever its hint says. The parser finds out whether it really is.
+fn starts_as_json(bytes: &[u8]) -> bool {
+    let t = bytes.trim_ascii();
+    matches!(
+        (t.first(), t.last()),
+        (Some(b'{'), Some(b'}')) | (Some(b'['), Some(b']'))
+    )
+}
 
-/// Gunzip (concatenated members too, as gzip allows), failing once the output would
-/// pass `max` bytes: at most `max + 1` bytes are ever inflated. The first piece grows
-/// from an estimate, so output under a piece, the common case, is one buffer that is
-/// neither copied into place nor given a piece's worth of memory it does not use;
-/// later pieces are allocated at their full size.
-fn gunzip(raw: &[u8], max: usize) -> Result<Vec<u8>, Error> {
-    let mut decoder = flate2::read::MultiGzDecoder::new(raw);
-    let mut pieces: Vec<Vec<u8>> = Vec::new();
-    let mut total = 0usize;
-    loop {
-        let want = GUNZIP_PIECE.min(max.saturating_sub(total).saturating_add(1));
-        let mut piece = if pieces.is_empty() {
-            Vec::with_capacity((raw.len() * 8).clamp(1024, GUNZIP_PIECE).min(want))
-        } else {
-            Vec::with_capacity(want)
-        };
-        let n = (&mut decoder)
-            .take(want as u64)
-            .read_to_end(&mut piece)
-            .map_err(|_| Error::Gzip)?;
-        total += n;
-        if total > max {
-            return Err(Error::TooLarge);
-        }
-        if n > 0 {
-            pieces.push(piece);
-        }
-        // Short of what was asked for: the stream has ended.
-        if n < want {
-            break;
-        }
-    }
-    if pieces.len() <= 1 {
-        return Ok(pieces.pop().unwrap_or_default());
-    }
-    let mut out = Vec::with_capacity(total);
-    for piece in pieces.drain(..) {
-        out.extend_from_slice(&piece);
-    }
-    Ok(out)
+/// [`starts_as_json`] and UTF-8 throughout: what bytes decoded from base64 must be
+/// to be taken as the payload. Random bytes (LZ-String's output read as base64) are
+/// almost never valid UTF-8 for more than a few bytes.
+fn is_json_text(bytes: &[u8]) -> bool {
+    starts_as_json(bytes) && std::str::from_utf8(bytes).is_ok()
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use flate2::write::GzEncoder;
-    use std::io::Write;
-
-    const MAX: usize = 1 << 20;
-
-    fn gzip(data: &[u8]) -> Vec<u8> {
-        let mut e = GzEncoder::new(Vec::new(), flate2::Compression::best());
-        e.write_all(data).unwrap();
-        e.finish().unwrap()
-    }
-
-    fn decode(
-        query: &str,
-        ct: Option<&str>,
-        ce: Option<&str>,
-        body: &[u8],
-    ) -> Result<Vec<u8>, Error> {
-        payload(&Query::parse(Some(query)), ct, ce, body, MAX)
-    }
-
-    // Its base64 form contains "+", which form encoding would turn into a space.
-    const JSON: &[u8] = br#"{"event":"~~>?"}"#;
-
-    #[test]
-    fn plain_and_gzip() {
-        assert_eq!(decode("", None, None, JSON).unwrap(), JSON);
-        // By magic bytes, whatever the hint says.
-        assert_eq!(decode("", None, None, &gzip(JSON)).unwrap(), JSON);
-        assert_eq!(
-            decode("compression=base64", None, None, &gzip(JSON)).unwrap(),
-            JSON
-        );
-        assert_eq!(
-            decode("compression=gzip-js", Some("text/plain"), None, &gzip(JSON)).unwrap(),
-            JSON
-        );
-        assert_eq!(decode("", None, Some("gzip"), &gzip(JSON)).unwrap(), JSON);
-        // Hinted gzip that is not gzip.
-        assert_eq!(
-            decode("compression=gzip", None, None, JSON),
-            Err(Error::Gzip)
-        );
-    }
-
-    #[test]
-    fn base64_forms() {
-        let b64 = BASE64.encode(JSON);
-        assert!(b64.contains('+') || b64.contains('/'));
-        let form = format!("data={}&compression=base64", b64.replace('+', "%2B"));
-        let ct = Some("application/x-www-form-urlencoded");
-        assert_eq!(decode("", ct, None, form.as_bytes()).unwrap(), JSON);
-        // A '+' that form encoding turned into a space still decodes.
-        let spaced = format!("data={}", b64.replace('+', " "));
-        assert_eq!(decode("", ct, None, spaced.as_bytes()).unwrap(), JSON);
-        // Sniffed without a hint.
-        assert_eq!(decode("", None, None, b64.as_bytes()).unwrap(), JSON);
-        // GET with data= in the query string.
-        let q = format!("data={}", b64.replace('+', "%2B").replace('/', "%2F"));
-        assert_eq!(decode(&q, None, None, b"").unwrap(), JSON);
-        // Hinted base64 that is not.
-        assert_eq!(
-            decode("compression=b64", None, None, b"!!!!"),
-            Err(Error::Base64)
-        );
-        // Looks like base64 but is not: the raw bytes are kept.
-        assert_eq!(decode("", None, None, b"abc=abcd").unwrap(), b"abc=abcd");
-    }
-
-    #[test]
-    fn hints_in_order() {
-        assert_eq!(Compression::from_hint("GZIP"), Compression::Gzip);
-        assert_eq!(Compression::from_hint("lz-string"), Compression::Lz64);
-        assert_eq!(Compression::from_hint("zstd"), Compression::None);
-        // The query's hint wins over the header's.
-        let b64 = BASE64.encode(JSON);
-        assert_eq!(
-            decode("compression=base64", None, Some("gzip"), b64.as_bytes()).unwrap(),
-            JSON
-        );
-        // An unknown hint is no compression.
-        assert_eq!(
-            decode("compression=brotli", None, None, JSON).unwrap(),
-            JSON
-        );
-    }
-
-    #[test]
-    fn caps_and_empties() {
-        let bomb = gzip(&vec![b'a'; MAX + 1]);
-        assert!(bomb.len() < 4096);
-        assert_eq!(decode("", None, None, &bomb), Err(Error::TooLarge));
-        assert_eq!(
-            decode("", None, None, &gzip(&vec![b' '; MAX])).map(|v| v.len()),
-            Ok(MAX)
-        );
-        assert_eq!(decode("", None, None, b"  \n"), Err(Error::Empty));
-        assert_eq!(decode("data=", None, None, b""), Err(Error::Empty));
-        // Truncated gzip.
-        let g = gzip(JSON);
-        assert_eq!(decode("", None, None, &g[..g.len() - 6]), Err(Error::Gzip));
-    }
-
-    #[test]
-    fn gunzip_sizes() {
-        // Around the first piece's estimate, one piece, several pieces, the cap.
-        let text = |n: usize| (0..n).map(|i| (i * 7 % 251) as u8).collect::<Vec<u8>>();
-        for n in [
-            0,
-            1,
-            1023,
-            1024,
-            5000,
-            GUNZIP_PIECE - 1,
-            GUNZIP_PIECE,
-            GUNZIP_PIECE + 1,
-            2 * GUNZIP_PIECE + 3,
-        ] {
-            let data = text(n);
-            let g = gzip(&data);
-            assert_eq!(gunzip(&g, usize::MAX).as_deref(), Ok(&data[..]), "{n}");
-            assert_eq!(gunzip(&g, n).as_deref(), Ok(&data[..]), "{n}");
-            if n > 0 {
-                assert_eq!(gunzip(&g, n - 1), Err(Error::TooLarge), "{n}");
-            }
-        }
-        // Two members, as one stream.
-        let two = [gzip(b"ab"), gzip(b"cd")].concat();
-        assert_eq!(gunzip(&two, 4).as_deref(), Ok(&b"abcd"[..]));
-        assert_eq!(gunzip(&two, 3), Err(Error::TooLarge));
-    }
-
-    #[test]
-    fn small_decodes_as_the_full_one() {
-        let big = vec![b'x'; 10_000];
-        for (query, body) in [
-            ("", gzip(JSON)),
-            ("", gzip(&big)),
-            ("", JSON.to_vec()),
-            ("compression=gzip", JSON.to_vec()),
-            ("compression=lz64", b"IZA=".to_vec()),
-            ("compression=lz64", b"!!".to_vec()),
-            ("", b"   ".to_vec()),
-        ] {
-            let body = Bytes::from(body);
-            let located = Located::find(&Query::parse(Some(query)), None, None, &body);
-            for max in [0, 1, 100, MAX] {
-                let full = located.decode(max);
-                assert_eq!(located.decode_small(MAX, max), full.clone().map(Some));
-                match located.decode_small(64, max) {
-                    // Left to a full decode, which gives `full` (an error past 64
-                    // bytes of output is found there).
-                    Ok(None) => assert!(max > 64 && !full.is_ok_and(|v| v.len() <= 64)),
-                    small => assert_eq!(small, full.map(Some), "{query} {max}"),
-                }
-            }
-        }
-    }
-
-    /// Found by the `decode_body` fuzzer: an lz64 payload over the cap was reported as
-    /// invalid lz64 (400) instead of too large (413) like gzip.
-    #[test]
-    fn lz64_over_the_cap_is_too_large() {
-        // lz-string's "a".
-        assert_eq!(decompress(b"IZA=", Compression::Lz64, 1), Ok(b"a".to_vec()));
-        assert_eq!(
-            decompress(b"IZA=", Compression::Lz64, 0),
-            Err(Error::TooLarge)
-        );
-    }
-
-    #[test]
-    fn what_may_expand() {
-        let expands = |query: &str, ct: Option<&str>, ce: Option<&str>, body: &[u8]| {
-            may_expand(&Query::parse(Some(query)), ct, ce, body)
-        };
-        let form = Some("application/x-www-form-urlencoded");
-        assert!(expands("compression=lz64", None, None, b"IZA="));
-        assert!(expands(
-            "",
-            form,
-            None,
-            b"data=IZA%3D&compression=lz-string"
-        ));
-        assert!(expands("", None, Some("gzip"), JSON));
-        assert!(expands("", None, None, &gzip(JSON)));
-        assert!(!expands("", None, None, JSON));
-        assert!(!expands("compression=base64", form, None, b"data=e30%3D"));
-        assert!(!expands("data=e30%3D", None, None, b""));
-    }
-
-    #[test]
-    fn query_fields() {
-        let q = Query::parse(Some("_=1700000000123&beacon=1&ver=1.2&compression=lz64"));
-        assert_eq!(q.sent_at_ms, Some(1_700_000_000_123));
-        assert!(q.beacon);
-        assert_eq!(q.compression.as_deref(), Some("lz64"));
-        assert!(q.data.is_none());
-    }
-}
+#[path = "decode_tests.rs"]
+mod tests;

@@ -49,6 +49,8 @@ pub enum ApiError {
     Throttled(u64),
     /// A management API body that is not JSON.
     ParseJson(String),
+    /// The v1 capture path answers its errors in PostHog's v1 shape.
+    CaptureV1(super::capture_v1::Error),
 }
 
 /// Why a decide request is refused.
@@ -93,6 +95,12 @@ impl From<decode::Error> for ApiError {
 impl From<body::Error> for ApiError {
     fn from(e: body::Error) -> Self {
         ApiError::Body(e)
+    }
+}
+
+impl From<super::capture_v1::Error> for ApiError {
+    fn from(e: super::capture_v1::Error) -> Self {
+        ApiError::CaptureV1(e)
     }
 }
 
@@ -234,6 +242,7 @@ impl ApiError {
                 "not_found",
                 "no remote config flag by that key or id".into(),
             ),
+            ApiError::CaptureV1(e) => (e.status(), VALIDATION, e.tag(), e.description()),
             ApiError::NotFound => (
                 StatusCode::NOT_FOUND,
                 VALIDATION,
@@ -336,8 +345,10 @@ impl ApiError {
     }
 
     pub fn into_response(self) -> Response<Body> {
-        if matches!(self, ApiError::NoRemoteConfig) {
-            return response::empty(StatusCode::NOT_FOUND);
+        match self {
+            ApiError::NoRemoteConfig => return response::empty(StatusCode::NOT_FOUND),
+            ApiError::CaptureV1(e) => return e.into_response(),
+            _ => {}
         }
         let (status, kind, code, detail, attr) = match self.manage_parts() {
             Some(parts) => parts,

@@ -2,7 +2,7 @@
 //! for, each with a documented answer instead of a bare 404: an empty list where the
 //! feature costs nothing to answer (web experiments, product tours: there are none),
 //! else a JSON error naming the feature (session replay, console logs, SDK metrics,
-//! conversations, messaging, the v1 capture format). The client config turns these
+//! conversations, messaging). The client config turns these
 //! features off, so the official clients do not send to them; the answers are for
 //! clients configured by hand. LLM analytics batches (`/i/v0/ai/batch/`) are ordinary
 //! events and go to the intake with the rest.
@@ -40,10 +40,6 @@ const NOT_KEPT: &[(&str, &str)] = &[
     ("/s", "session replay"),
     ("/i/v1/logs", "logs"),
     ("/i/v1/metrics", "SDK metrics"),
-    (
-        "/i/v1/analytics/events",
-        "the v1 capture format (use the default capture mode)",
-    ),
     ("/api/conversations", "conversations"),
     ("/api/projects/@current/messaging", "messaging"),
 ];
@@ -95,5 +91,8 @@ mod tests {
         assert_eq!(of("/static/x.js"), None);
         assert_eq!(of("/search"), None);
         assert_eq!(of("/i/v1/logsx"), None);
+        // The v1 capture format is kept: an intake path of its own.
+        assert_eq!(of("/i/v1/analytics/events"), None);
+        assert_eq!(of("/i/v1/analytics/events/"), None);
     }
 }

@@ -18,6 +18,8 @@ pub enum Route {
     Capture {
         engage: bool,
     },
+    /// `/i/v1/analytics/events`: PostHog's v1 capture format.
+    CaptureV1,
     /// `/decide` or, with `flags: true`, `/flags`.
     Decide {
         flags: bool,
@@ -54,6 +56,7 @@ impl Route {
                 Route::Capture { engage: false }
             }
             "/engage" => Route::Capture { engage: true },
+            "/i/v1/analytics/events" => Route::CaptureV1,
             "/decide" => Route::Decide { flags: false },
             "/flags" => Route::Decide { flags: true },
             "/api/feature_flag/local_evaluation" | "/flags/definitions" => Route::Definitions,
@@ -84,6 +87,7 @@ impl Route {
         match self {
             Route::Capture { engage: false } => "capture",
             Route::Capture { engage: true } => "engage",
+            Route::CaptureV1 => "capture_v1",
             Route::Decide { flags: false } => "decide",
             Route::Decide { flags: true } => "flags",
             Route::Definitions => "flag_definitions",
@@ -111,6 +115,7 @@ impl Route {
         matches!(
             self,
             Route::Capture { .. }
+                | Route::CaptureV1
                 | Route::Decide { .. }
                 | Route::RemoteConfig
                 | Route::Static
@@ -158,6 +163,12 @@ async fn dispatch(
                 return Err(ApiError::MethodNotAllowed);
             }
             capture::handle(app, req, peer, engage).await
+        }
+        Route::CaptureV1 => {
+            if method != Method::POST {
+                return Err(ApiError::MethodNotAllowed);
+            }
+            super::capture_v1::handle(app, req, peer).await
         }
         Route::Decide { flags } => {
             if method != Method::GET && method != Method::POST {
@@ -265,6 +276,12 @@ mod tests {
         assert_eq!(Route::of("/engage/"), Route::Capture { engage: true });
         assert_eq!(Route::of("/engage"), Route::Capture { engage: true });
         assert_eq!(Route::of("/captures"), Route::NotFound);
+        assert_eq!(Route::of("/i/v1/analytics/events"), Route::CaptureV1);
+        assert_eq!(Route::of("/i/v1/analytics/events/"), Route::CaptureV1);
+        assert_eq!(Route::of("/i/v1/analytics/events//"), Route::NotFound);
+        assert_eq!(Route::of("/i/v1/analytics/eventsx"), Route::NotFound);
+        assert_eq!(Route::CaptureV1.label(), "capture_v1");
+        assert!(Route::CaptureV1.is_cors());
         assert_eq!(Route::of("/e//"), Route::NotFound);
         assert_eq!(Route::of("/_readiness"), Route::Readiness);
         assert_eq!(Route::of("/decide/"), Route::Decide { flags: false });

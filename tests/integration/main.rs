@@ -3,11 +3,13 @@
 
 mod admin;
 mod capture;
+mod capture_v1;
 mod crash;
 mod decide;
 mod feed;
 mod fuzz_regressions;
 mod geoip;
+mod hints;
 mod host;
 mod hostile;
 mod layers;
