@@ -4,6 +4,7 @@
 mod admin;
 mod capture;
 mod crash;
+mod damage;
 mod decide;
 mod feed;
 mod fuzz_regressions;
