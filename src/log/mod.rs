@@ -47,6 +47,7 @@
 //!   never acknowledged only when a clean stop recorded the log's end below it.
 
 mod appender;
+pub mod check;
 mod marks;
 mod reader;
 pub mod record;

@@ -226,3 +226,54 @@ fn a_deleted_segment_is_logged_and_counted_with_its_numbers() {
         );
     }
 }
+
+fn check_db(db: &Path) -> (Option<i32>, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_flagpost"))
+        .args(["check", "--db"])
+        .arg(db)
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+/// `flagpost check --db` on a stopped server: clean, then with an entry damaged and a
+/// segment deleted, each named with its numbers, exit 1.
+#[test]
+fn check_db_names_damaged_and_missing_log_entries() {
+    let (tmp, _written) = stopped_with_backlog();
+    let db = tmp.path().join("db");
+    let (code, out) = check_db(&db);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("ok: tree event_blocks: "), "{out}");
+    assert!(!out.contains("error:"), "{out}");
+    let segs = segments(&db);
+    let firsts: Vec<u64> = segs.keys().copied().collect();
+    let newest = *firsts.last().unwrap();
+    let (seq, offset) = frames(&segs[&newest], newest)[3];
+    let file = OpenOptions::new().write(true).open(&segs[&newest]).unwrap();
+    file.write_all_at(&[0xAA; 8], offset + 16 + 100).unwrap();
+    drop(file);
+    let gone = firsts[firsts.len() - 2];
+    std::fs::remove_file(&segs[&gone]).unwrap();
+    let (code, out) = check_db(&db);
+    assert_eq!(code, Some(1), "{out}");
+    let errors: Vec<&str> = out.lines().filter(|l| l.starts_with("error:")).collect();
+    assert_eq!(
+        errors,
+        [
+            format!(
+                "error: log entries {gone} to {} ({} entries): missing between segment {} and segment {newest}",
+                newest - 1,
+                newest - gone,
+                firsts[firsts.len() - 3]
+            ),
+            format!(
+                "error: log entries {seq} to {seq} (1 entries): damaged (segment {newest}); the compactor quarantines them"
+            ),
+        ],
+        "{out}"
+    );
+}
