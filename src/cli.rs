@@ -39,6 +39,9 @@ struct Check {
     /// the GeoIP database to check [env FLAGPOST_GEOIP, default <data dir>/GeoLite2-City.mmdb if present]
     #[argh(option)]
     geoip: Option<PathBuf>,
+    /// a stopped server's database to check instead (trees, event blocks, the write-ahead log)
+    #[argh(option)]
+    db: Option<PathBuf>,
 }
 
 #[derive(FromArgs)]
@@ -266,6 +269,9 @@ fn sink_settings(args: &Serve) -> Result<Option<flagpost::sink::Settings>, Strin
 }
 
 fn check(args: Check) -> Result<(), String> {
+    if let Some(db) = &args.db {
+        return flagpost::store::check::run(db);
+    }
     let data_dir = or_env(args.data_dir, "FLAGPOST_DATA_DIR")?.unwrap_or_else(|| "data".into());
     let geoip = or_env(args.geoip, "FLAGPOST_GEOIP")?;
     let report = flagpost::admin::check(&data_dir, geoip.as_deref());

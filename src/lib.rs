@@ -174,6 +174,7 @@ pub async fn serve(
         config.compactor.clone(),
         geoip.clone(),
     );
+    store::check::report_sled_panics(&config.db_dir);
     let pipeline = tokio::task::spawn_blocking(move || {
         pipeline::Pipeline::open(&db_dir, cache, segment, shared, settings, enrich, on_flush)
     })

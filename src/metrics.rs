@@ -46,6 +46,10 @@ pub struct Metrics {
     pub wal_flush_seconds: Histogram,
     pub log_depth: Gauge,
     pub log_segments: Gauge,
+    pub log_torn: Counter,
+    pub log_skipped: Counter,
+    pub log_quarantined: Counter,
+    pub log_missing: Counter,
     pub decide_cached_persons: Gauge,
     pub compactor_applied: Counter,
     pub compactor_steps: Counter,
@@ -99,6 +103,10 @@ impl Metrics {
             wal_flush_seconds: Histogram::new(LATENCY_BUCKETS.iter().copied()),
             log_depth: Gauge::default(),
             log_segments: Gauge::default(),
+            log_torn: Counter::default(),
+            log_skipped: Counter::default(),
+            log_quarantined: Counter::default(),
+            log_missing: Counter::default(),
             decide_cached_persons: Gauge::default(),
             compactor_applied: Counter::default(),
             compactor_steps: Counter::default(),
@@ -183,6 +191,26 @@ impl Metrics {
             "log_segments",
             "Write-ahead log segment files in use (each --log-segment-mb), not counting the spare",
             m.log_segments.clone(),
+        );
+        registry.register(
+            "log_entries_torn",
+            "Write-ahead log entries found cut short at the end of the newest segment at a start (a write in progress at a crash)",
+            m.log_torn.clone(),
+        );
+        registry.register(
+            "log_entries_skipped",
+            "Write-ahead log numbers given up after a failed write (never acknowledged)",
+            m.log_skipped.clone(),
+        );
+        registry.register(
+            "log_entries_quarantined",
+            "Damaged write-ahead log entries moved to the quarantine, intact entries after them read on",
+            m.log_quarantined.clone(),
+        );
+        registry.register(
+            "log_entries_missing",
+            "Write-ahead log entries missing with no recorded skip to explain them (deleted or cut-off segments): lost",
+            m.log_missing.clone(),
         );
         registry.register(
             "decide_cached_persons",

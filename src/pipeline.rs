@@ -4,6 +4,7 @@
 //! flushes. It sits above [`crate::log`], [`crate::compactor`] and [`crate::store`]
 //! because it is the one place that needs all three.
 
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -12,6 +13,7 @@ use arc_swap::ArcSwap;
 use crate::compactor;
 use crate::log::{self, writer as wal, Wal};
 use crate::projects::Projects;
+use crate::store::check as store_check;
 use crate::store::{keys, person_cache, Error, Trees};
 
 /// The open database, its log writer and its compactor.
@@ -41,17 +43,26 @@ impl Pipeline {
         geoip: Arc<crate::geoip::Database>,
         on_flush: wal::FlushObserver,
     ) -> Result<Pipeline, Error> {
-        let db = sled::Config::new()
-            .path(dir)
-            .cache_capacity(cache_bytes)
-            .open()?;
-        let trees = Trees::open(&db)?;
+        let db = store_check::open(dir, cache_bytes).map_err(Error::Damaged)?;
+        // A damaged database can make sled panic rather than fail: turned into an
+        // error that names the database.
+        let read = catch_unwind(AssertUnwindSafe(|| -> Result<_, Error> {
+            let trees = Trees::open(&db)?;
+            let checkpoint = trees
+                .meta
+                .get(keys::CHECKPOINT_KEY)?
+                .and_then(|v| keys::seq(&v));
+            let floor = first_seq(&db, &trees.wal, checkpoint)?;
+            Ok((trees, checkpoint, floor))
+        }));
+        let (trees, checkpoint, floor) = match read {
+            Ok(read) => read?,
+            Err(panic) => {
+                let why = store_check::panic_text(&*panic);
+                return Err(Error::Damaged(store_check::damaged(dir, &why)));
+            }
+        };
         let io = |e| Error::from(sled::Error::Io(e));
-        let checkpoint = trees
-            .meta
-            .get(keys::CHECKPOINT_KEY)?
-            .and_then(|v| keys::seq(&v));
-        let floor = first_seq(&db, &trees.wal, checkpoint)?;
         let (appender, reader, preparer) = log::open(
             &dir.join(log::DIR_NAME),
             floor,

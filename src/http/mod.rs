@@ -76,6 +76,11 @@ pub fn metrics_text(app: &App) -> String {
     m.log_depth
         .set(crate::compactor::log_depth(&app.trees, &app.log) as i64);
     m.log_segments.set(app.log.segments() as i64);
+    let losses = &app.log.losses;
+    mirror(&m.log_torn, losses.torn.load(Relaxed));
+    mirror(&m.log_skipped, losses.skipped.load(Relaxed));
+    mirror(&m.log_quarantined, losses.quarantined.load(Relaxed));
+    mirror(&m.log_missing, losses.missing.load(Relaxed));
     m.decide_cached_persons.set(app.persons.len().1 as i64);
     m.disk_free_bytes
         .set(i64::try_from(app.space.free_bytes()).unwrap_or(i64::MAX));

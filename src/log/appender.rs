@@ -29,6 +29,14 @@ pub struct Appender {
     pub(super) must_roll: bool,
     /// Frames framed but not yet written to `file`.
     pub(super) buf: Vec<u8>,
+    /// The number after the last entry known written and synced (None in a log that
+    /// has held nothing): a new segment named above it records the numbers between
+    /// as skipped.
+    pub(super) written_end: Option<u64>,
+    /// A clean stop's record of the log's end is on disk: it holds until a segment
+    /// after that end is made, and is removed then, so a later crash is not taken
+    /// for a clean stop.
+    pub(super) clean_mark: bool,
 }
 
 impl Appender {
@@ -73,6 +81,7 @@ impl Appender {
             file.sync_data()?;
         }
         self.shared.durable.store(self.next_seq, Ordering::Release);
+        self.written_end = Some(self.next_seq);
         // A large group's buffer is not kept for the small ones that follow.
         if self.buf.capacity() > BUFFER_KEPT {
             self.buf = Vec::new();
@@ -88,6 +97,7 @@ impl Appender {
         let Some(first) = self.first else {
             return;
         };
+        // Its numbers and the failed group's are recorded as skipped at the next roll.
         if self.file.is_some() && first >= self.shared.durable.load(Ordering::Acquire) {
             // Nothing in this segment was ever durable: it holds the failed group and
             // nothing else, and the reader never opens it. Retire it now, so a disk that
@@ -95,23 +105,23 @@ impl Appender {
             // Its number stays used: the next segment is named above it.
             self.file = None;
             match self.shared.retire(&segment_path(&self.shared.dir, first)) {
-                Ok(()) => {
-                    lock(&self.shared.segments).retain(|&f| f != first);
-                    return;
-                }
+                Ok(()) => lock(&self.shared.segments).retain(|&f| f != first),
                 Err(e) => {
                     tracing::warn!(error = %e, segment = first, "cannot retire a log segment left by a failed write");
                 }
             }
         }
-        // A segment already retired (a roll after it failed too) is not in use.
-        if !lock(&self.shared.segments).contains(&first) {
-            return;
+    }
+
+    /// At a clean stop, after the last commit: record where the log ends, so that a
+    /// start can tell a segment cut short or deleted later from a write a crash cut
+    /// short.
+    pub fn mark_clean(&mut self) -> io::Result<()> {
+        if let Some(end) = self.written_end {
+            super::marks::write_clean(&self.shared.dir, end)?;
+            self.clean_mark = true;
         }
-        let mut interrupted = lock(&self.shared.interrupted);
-        if !interrupted.contains(&first) {
-            interrupted.push(first);
-        }
+        Ok(())
     }
 
     /// Whether the disk takes writes again after a failure, without writing an entry:
@@ -134,6 +144,30 @@ impl Appender {
             shared.failing_commits.store(failing - 1, Ordering::SeqCst);
             return Err(io::Error::other("injected failure"));
         }
+        Ok(())
+    }
+
+    /// Numbers between the last written entry and `first` will never be used:
+    /// recorded before the segment named `first` takes an entry, so a reader tells
+    /// the gap from a loss.
+    fn record_skip(&mut self, first: u64) -> io::Result<()> {
+        use super::marks::{add, append_skipped, uncovered};
+        let Some(end) = self.written_end.filter(|&end| end < first) else {
+            return Ok(());
+        };
+        let mut skipped = lock(&self.shared.skipped);
+        if uncovered(&skipped, end, first).is_empty() {
+            return Ok(());
+        }
+        append_skipped(&self.shared.dir, end, first)?;
+        if self.must_roll {
+            // A failed write's numbers, never acknowledged (not a start's jump).
+            let failed = uncovered(&skipped, end, self.next_seq.min(first));
+            let count: u64 = failed.iter().map(|(a, b)| b - a).sum();
+            let losses = &self.shared.losses;
+            losses.skipped.fetch_add(count, Ordering::Relaxed);
+        }
+        add(&mut skipped, end, first);
         Ok(())
     }
 
@@ -161,9 +195,17 @@ impl Appender {
         }
         // Entries synced above are durable even if what follows fails.
         let durable = self.next_seq;
+        if !self.must_roll && self.file.is_some() {
+            self.written_end = Some(durable);
+        }
         // Names only go up, even past a segment that got no entry.
         let first = self.next_seq.max(self.first.map_or(0, |f| f + 1));
+        self.record_skip(first)?;
         let dir = &self.shared.dir;
+        if self.clean_mark {
+            super::marks::remove_clean(dir)?;
+            self.clean_mark = false;
+        }
         let path = segment_path(dir, first);
         if frame_len > self.shared.segment_bytes {
             // One outsized entry: a segment of its own size.

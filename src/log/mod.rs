@@ -39,9 +39,16 @@
 //! - A segment is recycled only once the compactor's checkpoint past its last entry is
 //!   itself durable in sled (see [`Reader::release`]).
 //! - After a failed write the writer continues in a new segment: numbers are skipped,
-//!   never reused, and the failed entries, never acknowledged, may or may not be read.
+//!   never reused, and recorded as skipped ([`marks`]) before the new segment is used.
+//! - A gap in the numbers that no record of a skip explains is a loss, logged at ERROR
+//!   and counted; a damaged entry with intact ones after it is damage: it is returned
+//!   marked for the quarantine and reading goes on. Only a bad entry with nothing
+//!   intact after it at the end of the newest segment is a torn write, and it is called
+//!   never acknowledged only when a clean stop recorded the log's end below it.
 
 mod appender;
+pub mod check;
+mod marks;
 mod reader;
 pub mod record;
 mod segment;
@@ -69,6 +76,20 @@ use spares::Spares;
 /// The log's directory inside the database directory.
 pub const DIR_NAME: &str = "wal";
 
+/// Entries the log could not return whole, for metrics.
+#[derive(Debug, Default)]
+pub struct Losses {
+    /// A bad entry at the end of the newest segment at a start: a write cut short.
+    pub torn: AtomicU64,
+    /// Numbers given up after a failed write (never acknowledged).
+    pub skipped: AtomicU64,
+    /// Damaged entries returned to the compactor for the quarantine.
+    pub quarantined: AtomicU64,
+    /// Numbers missing with no skip to explain them: deleted or cut-off segments,
+    /// entries lost to damage without bytes to quarantine.
+    pub missing: AtomicU64,
+}
+
 /// What the writer, the compactor's reader and the spare maker share. Its mutexes
 /// guard lists that are consistent at every point a panic could interrupt them, so a
 /// poisoned one is used as it is ([`lock`]).
@@ -81,9 +102,10 @@ pub struct Shared {
     read: AtomicU64,
     /// First sequence numbers of the segments in use, oldest first.
     segments: Mutex<VecDeque<u64>>,
-    /// Segments whose writing stopped short (the last one at a start, one abandoned
-    /// after a failed write): a damaged frame at their end is that write, not damage.
-    interrupted: Mutex<Vec<u64>>,
+    /// Numbers no acknowledged entry has (merged ranges): skipped after a failed write
+    /// or by a start. A gap or a bad entry under them is not a loss.
+    skipped: Mutex<Vec<(u64, u64)>>,
+    pub losses: Losses,
     spares: Mutex<Spares>,
     spare_wanted: Condvar,
     /// Test hook: how many of the next commits (and probes) fail, and how many were
@@ -136,25 +158,44 @@ pub fn open(
         }
     }
     let firsts = scan_dir(dir)?;
+    let losses = Losses::default();
+    let mut skipped = marks::load_skipped(dir)?;
+    let clean = marks::read_clean(dir)?;
     // The end of the log: where the last segment holding an entry ends. Segments
     // after it hold none (a crash between making one and writing to it); they stay
     // until released, and new ones are named above them.
     let mut end = None;
     for &first in firsts.iter().rev() {
-        let (next, torn) = segment_end(&segment_path(dir, first), first)?;
-        if next == first && !torn {
+        let found = segment_end(&segment_path(dir, first), first)?;
+        if found.next == first && found.bad_tail.is_none() {
             continue;
         }
-        if torn {
-            tracing::warn!(
-                entry = next,
-                "the write-ahead log ends in a partly written entry (a stop during a write); it was never acknowledged"
-            );
+        if let Some(bad) = found.bad_tail {
+            report_tail(first, bad, clean, &losses);
         }
-        end = Some((first, next));
+        end = Some(found.next);
         break;
     }
-    let next = end.map_or(floor, |(_, next)| next);
+    if let Some(clean_end) = clean {
+        let found = end.unwrap_or(0);
+        let applied = checkpoint.map_or(0, |c| c.saturating_add(1));
+        if found < clean_end && applied < clean_end {
+            tracing::error!(
+                from = found.max(applied),
+                to = clean_end - 1,
+                "the write-ahead log stopped cleanly after entry {}, but its segments end before entry {}: entries are damaged or missing (a segment deleted or cut short); the compactor reports each as it reaches it",
+                clean_end - 1,
+                found.max(applied)
+            );
+        }
+        // Every number below the clean end was written: reading goes up to it, so
+        // whatever is missing there is found and reported rather than passed over.
+        end = Some(found.max(clean_end));
+    }
+    // Where writing goes on: numbers from the log's end to the next segment are
+    // skipped, and recorded so at the next roll.
+    let written_end = end.or(checkpoint.map(|c| c.saturating_add(1)));
+    let next = end.unwrap_or(floor);
     let next_seq = next.max(floor);
     // Where the compactor resumes; if the log holds nothing from there on (or
     // nothing at all, as in a new database, which has no checkpoint yet), at the
@@ -165,13 +206,21 @@ pub fn open(
     } else {
         (read_from, next)
     };
+    // Numbers below the oldest segment that the checkpoint does not cover: a start
+    // with no checkpoint reads from the oldest segment, and there is no gap to see.
+    if checkpoint.is_none() {
+        if let Some(&oldest) = firsts.first() {
+            marks::add(&mut skipped, 0, oldest);
+        }
+    }
     let shared = Arc::new(Shared {
         dir: dir.to_path_buf(),
         segment_bytes,
         durable: AtomicU64::new(durable),
         read: AtomicU64::new(read_from),
         segments: Mutex::new(firsts.iter().copied().collect()),
-        interrupted: Mutex::new(end.map(|(first, _)| first).into_iter().collect()),
+        skipped: Mutex::new(skipped),
+        losses,
         spares: Mutex::new(Spares::default()),
         #[cfg(test)]
         failing_commits: AtomicU64::new(0),
@@ -189,10 +238,38 @@ pub fn open(
         next_seq,
         must_roll: false,
         buf: Vec::new(),
+        written_end,
+        clean_mark: clean.is_some(),
     };
     let reader = Reader::new(shared.clone(), read_from)?;
     let preparer = Preparer::start(shared)?;
     Ok((appender, reader, preparer))
+}
+
+/// A bad entry with nothing intact after it at the end of the newest segment: the write
+/// a stop cut short. Never acknowledged only if a clean stop recorded the end below it;
+/// after a crash the disk cannot tell whether its sync had completed.
+fn report_tail(segment: u64, entry: u64, clean: Option<u64>, losses: &Losses) {
+    match clean {
+        Some(clean_end) if entry >= clean_end => {
+            losses.torn.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(
+                entry,
+                segment,
+                "the write-ahead log ends in a partly written entry after the end a clean stop recorded; it was never acknowledged"
+            );
+        }
+        // Below a clean end: damage, reported by the reader when it gets there.
+        Some(_) => {}
+        None => {
+            losses.torn.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(
+                entry,
+                segment,
+                "the write-ahead log ends in an entry that does not check out, with nothing intact after it: the write in progress when the server stopped without a clean shutdown; it was acknowledged only if its sync had completed, which the disk cannot tell. Its bytes stay in the segment until it is released"
+            );
+        }
+    }
 }
 
 /// A log opened without its spare maker, so a test controls what is on disk: spares
@@ -221,3 +298,6 @@ pub(crate) fn read_intact(reader: &mut Reader) -> Vec<(u64, Vec<u8>)> {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod loss_tests;

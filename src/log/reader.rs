@@ -1,13 +1,17 @@
 //! The reading end of the log, owned by the compactor: entries in order up to the
-//! durable end, across segments, with damaged entries reported rather than skipped
-//! silently; and releasing the segments the compactor has finished with.
+//! durable end, across segments; damaged entries returned marked for the quarantine
+//! and reading going on after them; gaps in the numbers that no recorded skip explains
+//! logged at ERROR and counted; and releasing the segments the compactor has finished
+//! with.
 
 use std::fs::File;
 use std::io;
+use std::os::unix::fs::FileExt;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use super::segment::{read_frame, segment_path, Frame, HEADER};
+use super::marks::{covering, uncovered};
+use super::segment::{next_intact, read_frame, segment_path, Frame, HEADER};
 use super::Shared;
 use crate::sync::lock;
 
@@ -31,6 +35,11 @@ pub struct Reader {
     next: u64,
     /// A seek that failed, tried again before anything more is read.
     pending_seek: Option<u64>,
+    /// The current segment holds nothing more to read (its end was found damaged).
+    exhausted: bool,
+    /// Numbers below this were already reported lost: a chunk read again after a
+    /// seek back does not report or count them twice.
+    reported: u64,
 }
 
 impl Reader {
@@ -41,6 +50,8 @@ impl Reader {
             offset: 0,
             next,
             pending_seek: None,
+            exhausted: false,
+            reported: 0,
         };
         reader.seek(next)?;
         Ok(reader)
@@ -81,6 +92,11 @@ impl Reader {
         let Some(first) = first else {
             return Ok(());
         };
+        if first > seq {
+            // The oldest segment starts above where reading should: deleted.
+            self.report_gap(seq, first, None);
+        }
+        let reported = std::mem::replace(&mut self.reported, u64::MAX);
         self.open_segment(first)?;
         self.next = first;
         while self.next < seq {
@@ -88,6 +104,7 @@ impl Reader {
                 break;
             }
         }
+        self.reported = reported;
         self.next = self.next.max(seq);
         self.publish();
         Ok(())
@@ -98,6 +115,7 @@ impl Reader {
         let len = file.metadata()?.len();
         self.file = Some((file, first, len));
         self.offset = 0;
+        self.exhausted = false;
         Ok(())
     }
 
@@ -117,68 +135,139 @@ impl Reader {
     /// The next entry of the current segment, if it holds it.
     fn read_one(&mut self) -> io::Result<Option<Entry>> {
         let following = self.following_segment();
-        let Some((file, first, len)) = &self.file else {
+        let Some((file, _, len)) = &self.file else {
             return Ok(None);
         };
         // A segment never holds a number its successor starts at or below: whole
         // frames of a write a crash cut short can follow the torn one.
-        if following.is_some_and(|f| f <= self.next) {
+        if self.exhausted || following.is_some_and(|f| f <= self.next) {
             return Ok(None);
         }
-        let seq = self.next;
-        let bytes = match read_frame(file, self.offset, *len, seq)? {
+        let bytes = match read_frame(file, self.offset, *len, self.next)? {
             Frame::Entry(bytes) => bytes,
-            Frame::End => return Ok(None),
-            Frame::Damaged(bytes) => {
-                if lock(&self.shared.interrupted).contains(first) {
-                    // The write that was cut short (never acknowledged).
-                    return Ok(None);
-                }
-                // Synced entries do not tear: this is damage on the disk. Skip just
-                // this entry when what follows it is where the next one should be.
-                let after = bytes
-                    .as_ref()
-                    .map(|b| self.offset + (HEADER + b.len()) as u64);
-                let skippable = match after {
-                    Some(after) => {
-                        following == Some(seq + 1)
-                            || matches!(read_frame(file, after, *len, seq + 1)?, Frame::Entry(_))
-                    }
-                    None => false,
-                };
-                match (bytes, after) {
-                    (Some(bytes), Some(after)) if skippable => {
-                        tracing::error!(
-                            entry = seq,
-                            segment = first,
-                            "damaged write-ahead log entry (checksum mismatch): skipped, its bytes moved to the quarantine"
-                        );
-                        self.offset = after;
-                        self.next += 1;
-                        return Ok(Some(Entry {
-                            seq,
-                            bytes,
-                            intact: false,
-                        }));
-                    }
-                    _ => {
-                        tracing::error!(
-                            entry = seq,
-                            segment = first,
-                            "damaged write-ahead log entry (checksum mismatch): the rest of its segment is skipped"
-                        );
-                        return Ok(None);
-                    }
-                }
-            }
+            Frame::End => return self.bad_frame(None, following),
+            Frame::Damaged(bytes) => return self.bad_frame(Some(bytes), following),
         };
         self.offset += (HEADER + bytes.len()) as u64;
         self.next += 1;
         Ok(Some(Entry {
-            seq,
+            seq: self.next - 1,
             bytes,
             intact: true,
         }))
+    }
+
+    /// The frame where entry `next` should be is not it: `damaged` holds what a frame
+    /// with its number but a wrong checksum claims (None for no such frame).
+    fn bad_frame(
+        &mut self,
+        damaged: Option<Option<Vec<u8>>>,
+        following: Option<u64>,
+    ) -> io::Result<Option<Entry>> {
+        let seq = self.next;
+        if let Some(end) = covering(&lock(&self.shared.skipped), seq) {
+            // A write that failed or was cut short: never acknowledged, and what
+            // follows it in this segment was never written.
+            self.next = end.min(following.unwrap_or(end)).max(seq);
+            self.exhausted = true;
+            return Ok(None);
+        }
+        let durable = self.shared.durable.load(Ordering::Acquire);
+        let limit = following.unwrap_or(u64::MAX).min(durable);
+        let Some((file, first, len)) = &self.file else {
+            return Ok(None);
+        };
+        let (first, len) = (*first, *len);
+        let after = next_intact(file, self.offset + 1, len, seq + 1, limit)?;
+        let claimed = damaged.flatten();
+        let Some((at, found)) = after else {
+            // Nothing intact after it in this segment: what is left up to the next
+            // segment (or the durable end) is lost; a damaged entry's bytes still go
+            // to the quarantine.
+            self.exhausted = true;
+            let end = following.unwrap_or(durable);
+            if let Some(bytes) = claimed {
+                self.next += 1;
+                self.report_damage(first, seq, seq + 1, &bytes);
+                if following.is_none() {
+                    self.report_gap(seq + 1, end, Some(first));
+                    self.next = end.max(self.next);
+                }
+                return Ok(Some(Entry {
+                    seq,
+                    bytes,
+                    intact: false,
+                }));
+            }
+            if following.is_none() && seq < end {
+                self.report_gap(seq, end, Some(first));
+                self.next = end;
+            }
+            return Ok(None);
+        };
+        // Damage with intact entries after it: quarantine what lies between (the
+        // damaged entry's own bytes when its length holds) and read on.
+        let bytes = match claimed {
+            Some(bytes) if self.offset + (HEADER + bytes.len()) as u64 <= at => bytes,
+            _ => {
+                let mut raw = vec![0u8; (at - self.offset) as usize];
+                file.read_exact_at(&mut raw, self.offset)?;
+                raw
+            }
+        };
+        self.report_damage(first, seq, found, &bytes);
+        self.offset = at;
+        self.next = found;
+        Ok(Some(Entry {
+            seq,
+            bytes,
+            intact: false,
+        }))
+    }
+
+    /// Entries `from..to` of `segment` are damaged; their bytes, returned as entry
+    /// `from`, go to the quarantine.
+    fn report_damage(&mut self, segment: u64, from: u64, to: u64, bytes: &[u8]) {
+        if to <= self.reported {
+            return;
+        }
+        self.reported = to;
+        let events = super::record::frame_len(bytes);
+        self.shared
+            .losses
+            .quarantined
+            .fetch_add(to - from, Ordering::Relaxed);
+        tracing::error!(
+            segment,
+            from,
+            to = to - 1,
+            events = ?events,
+            "damaged write-ahead log entries (checksum mismatch) with intact entries after them: their bytes are moved to the quarantine and reading goes on"
+        );
+    }
+
+    /// Numbers `from..to` are not in the log: lost unless a recorded skip explains
+    /// them.
+    fn report_gap(&mut self, from: u64, to: u64, segment: Option<u64>) {
+        let from = from.max(self.reported);
+        if from >= to {
+            return;
+        }
+        self.reported = to;
+        let missing = uncovered(&lock(&self.shared.skipped), from, to);
+        for (a, b) in missing {
+            self.shared
+                .losses
+                .missing
+                .fetch_add(b - a, Ordering::Relaxed);
+            tracing::error!(
+                from = a,
+                to = b - 1,
+                entries = b - a,
+                after_segment = ?segment,
+                "write-ahead log entries missing: a segment was deleted or cut short; the events they held (number unknown) are lost"
+            );
+        }
     }
 
     /// Durable entries in order, from the reader's position, until `enough` says the
@@ -230,9 +319,11 @@ impl Reader {
         let Some(first) = self.following_segment() else {
             return Ok(false);
         };
+        let current = self.file.as_ref().map(|(_, f, _)| *f);
         if first > self.next {
-            // Numbers a failed write abandoned, or skipped at a restart.
-            tracing::debug!(from = self.next, to = first - 1, "log numbers skipped");
+            // Numbers a failed write abandoned or a start skipped are recorded;
+            // any others are lost.
+            self.report_gap(self.next, first, current);
         }
         self.open_segment(first)?;
         self.next = self.next.max(first);
@@ -252,7 +343,6 @@ impl Reader {
             }
         }
         let count = released.len();
-        lock(&self.shared.interrupted).retain(|f| !released.contains(f));
         for first in released {
             self.shared.retire(&segment_path(&self.shared.dir, first))?;
         }

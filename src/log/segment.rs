@@ -121,20 +121,76 @@ pub(super) fn scan_dir(dir: &Path) -> io::Result<Vec<u64>> {
     Ok(firsts)
 }
 
-/// The number the entry after a segment's last would have, and whether the segment
-/// ends in a partly written entry.
-pub(super) fn segment_end(path: &Path, first: u64) -> io::Result<(u64, bool)> {
+/// Where a segment's entries end, read over damage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct SegmentEnd {
+    /// The number after the segment's last intact entry.
+    pub next: u64,
+    /// An entry that does not check out with nothing intact after it: the number it
+    /// claims (a write cut short, or damage; the caller tells which).
+    pub bad_tail: Option<u64>,
+}
+
+/// Where a segment's entries end: a damaged entry followed by intact ones is passed
+/// over (damage, for the reader to quarantine), so only the last intact entry counts.
+pub(super) fn segment_end(path: &Path, first: u64) -> io::Result<SegmentEnd> {
     let file = File::open(path)?;
     let len = file.metadata()?.len();
     let (mut offset, mut seq) = (0u64, first);
     loop {
-        match read_frame(&file, offset, len, seq)? {
+        let damaged = match read_frame(&file, offset, len, seq)? {
             Frame::Entry(payload) => {
                 offset += (HEADER + payload.len()) as u64;
                 seq += 1;
+                continue;
             }
-            Frame::End => return Ok((seq, false)),
-            Frame::Damaged(_) => return Ok((seq, true)),
+            Frame::End => false,
+            Frame::Damaged(_) => true,
+        };
+        match next_intact(&file, offset + 1, len, seq, u64::MAX)? {
+            Some((at, found)) => (offset, seq) = (at, found),
+            None => {
+                return Ok(SegmentEnd {
+                    next: seq,
+                    bad_tail: damaged.then_some(seq),
+                })
+            }
         }
     }
+}
+
+/// The first intact frame at or after `offset` whose number is in `from..limit`: its
+/// offset and number. Reads the rest of the segment at once, so it is called only at
+/// damage or where a segment's entries seem to end; a segment never holds an intact
+/// frame numbered above its own entries except after damage (numbers only go up, and
+/// recycled segments hold lower ones).
+pub(super) fn next_intact(
+    file: &File,
+    offset: u64,
+    len: u64,
+    from: u64,
+    limit: u64,
+) -> io::Result<Option<(u64, u64)>> {
+    if offset >= len || from >= limit {
+        return Ok(None);
+    }
+    let mut rest = vec![0u8; (len - offset) as usize];
+    file.read_exact_at(&mut rest, offset)?;
+    let word = |at: usize| u32::from_le_bytes([rest[at], rest[at + 1], rest[at + 2], rest[at + 3]]);
+    let mut at = 0usize;
+    while at + HEADER <= rest.len() {
+        let seq = u64::from_le_bytes(rest[at + 8..at + 16].try_into().unwrap_or([0; 8]));
+        if (from..limit).contains(&seq) {
+            let frame_len = word(at) as usize;
+            let end = at + HEADER + frame_len;
+            if frame_len > 0
+                && end <= rest.len()
+                && checksum(seq, &rest[at + HEADER..end]) == word(at + 4)
+            {
+                return Ok(Some((offset + at as u64, seq)));
+            }
+        }
+        at += 1;
+    }
+    Ok(None)
 }

@@ -237,6 +237,11 @@ fn run(mut log: Appender, mut rx: mpsc::Receiver<Job>, stats: &Stats, on_flush: 
             crate::idle::idle();
         }
     }
+    if stopping {
+        if let Err(e) = log.mark_clean() {
+            tracing::warn!(error = %e, "cannot record the write-ahead log's clean stop; the next start cannot tell a segment cut short from a torn write");
+        }
+    }
 }
 
 fn write_group(

@@ -35,7 +35,7 @@ pub fn run(db: &sled::Db, trees: &Trees) -> Result<(), Error> {
             .map(u64::from_be_bytes)
             .unwrap_or(u64::MAX);
         if found > FORMAT {
-            return Err(Error(sled::Error::Unsupported(format!(
+            return Err(Error::Sled(sled::Error::Unsupported(format!(
                 "the database has format {found}, newer than this build's {FORMAT}: \
                  run a newer flagpost on it"
             ))));
@@ -127,9 +127,9 @@ fn migrate_events(old: &sled::Tree, trees: &Trees, now: i64) -> Result<u64, Erro
         );
         match result {
             Ok(()) => {}
-            Err(TransactionError::Storage(e)) => return Err(Error(e)),
+            Err(TransactionError::Storage(e)) => return Err(Error::Sled(e)),
             Err(TransactionError::Abort(())) => {
-                return Err(Error(sled::Error::ReportableBug(
+                return Err(Error::Sled(sled::Error::ReportableBug(
                     "migration aborted".into(),
                 )))
             }

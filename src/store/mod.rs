@@ -6,6 +6,7 @@
 //! trees open. Nothing here starts a thread: `pipeline` does.
 
 pub mod block;
+pub mod check;
 pub mod dedup;
 pub mod event;
 pub mod keys;
@@ -36,11 +37,18 @@ pub struct Group {
 }
 
 #[derive(Debug)]
-pub struct Error(sled::Error);
+pub enum Error {
+    Sled(sled::Error),
+    /// sled panicked reading the database: the message names it and what to do.
+    Damaged(String),
+}
 
 impl std::fmt::Display for Error {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "storage: {}", self.0)
+        match self {
+            Error::Sled(e) => write!(f, "storage: {e}"),
+            Error::Damaged(message) => f.write_str(message),
+        }
     }
 }
 
@@ -48,7 +56,7 @@ impl std::error::Error for Error {}
 
 impl From<sled::Error> for Error {
     fn from(e: sled::Error) -> Self {
-        Error(e)
+        Error::Sled(e)
     }
 }
 

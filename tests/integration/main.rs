@@ -5,6 +5,7 @@ mod admin;
 mod capture;
 mod capture_v1;
 mod crash;
+mod damage;
 mod decide;
 mod feed;
 mod fuzz_regressions;

@@ -1,0 +1,189 @@
+//! `flagpost check --db DIR`: inspect a stopped database and say what is damaged.
+//! sled is opened with its panics caught (a damaged file can make it panic rather
+//! than fail), every tree is read through, every event block decoded, and the
+//! write-ahead log's files checked for damage and gaps ([`crate::log::check`]).
+//! Opening runs sled's recovery, as a start would; nothing else is written.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::Path;
+
+use super::{block, keys, Trees};
+
+pub use crate::log::check::Report;
+
+/// Open the sled database at `dir`, turning a panic inside sled into an error that
+/// names the database and what to do.
+pub fn open(dir: &Path, cache_bytes: u64) -> Result<sled::Db, String> {
+    let opened = catch_unwind(AssertUnwindSafe(|| {
+        sled::Config::new()
+            .path(dir)
+            .cache_capacity(cache_bytes)
+            .open()
+    }));
+    match opened {
+        Ok(Ok(db)) => Ok(db),
+        Ok(Err(e)) => Err(format!(
+            "cannot open the database at {}: {e} (is a server still running on it?)",
+            dir.display()
+        )),
+        Err(panic) => Err(damaged(dir, &panic_text(&*panic))),
+    }
+}
+
+/// The message for a database sled could not read.
+pub fn damaged(dir: &Path, why: &str) -> String {
+    format!(
+        "the database at {} is damaged: sled failed reading it ({why}). Stop the service, run `flagpost check --db {}` to see what is damaged, then restore the directory from a backup or move it aside to start empty",
+        dir.display(),
+        dir.display()
+    )
+}
+
+pub fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic".to_string())
+}
+
+/// Check the stopped database at `dir`.
+pub fn check(dir: &Path) -> Report {
+    let mut report = Report::default();
+    if !dir.join("conf").exists() {
+        report.problems.push(format!(
+            "{} is not a flagpost database (no conf file)",
+            dir.display()
+        ));
+        return report;
+    }
+    let db = match open(dir, 64 * 1024 * 1024) {
+        Ok(db) => db,
+        Err(e) => {
+            report.problems.push(e);
+            return report;
+        }
+    };
+    let read = catch_unwind(AssertUnwindSafe(|| read_trees(&db, &mut report)));
+    if let Err(panic) = read {
+        report.problems.push(damaged(dir, &panic_text(&*panic)));
+        return report;
+    }
+    let checkpoint = Trees::open(&db)
+        .ok()
+        .and_then(|t| t.meta.get(keys::CHECKPOINT_KEY).ok().flatten())
+        .and_then(|v| keys::seq(&v));
+    let wal = dir.join(crate::log::DIR_NAME);
+    if wal.exists() {
+        match crate::log::check::check(&wal, checkpoint) {
+            Ok(log) => {
+                report.notes.extend(log.notes);
+                report.problems.extend(log.problems);
+            }
+            Err(e) => report
+                .problems
+                .push(format!("cannot read the log in {}: {e}", wal.display())),
+        }
+    }
+    report
+}
+
+/// Read every tree through; decode every event block.
+fn read_trees(db: &sled::Db, report: &mut Report) {
+    for name in db.tree_names() {
+        let label = String::from_utf8_lossy(&name).into_owned();
+        let tree = match db.open_tree(&name) {
+            Ok(tree) => tree,
+            Err(e) => {
+                report
+                    .problems
+                    .push(format!("tree {label}: cannot open: {e}"));
+                continue;
+            }
+        };
+        let is_events = name == super::EVENTS_TREE.as_bytes();
+        let (mut keys_read, mut events, mut bad_blocks) = (0u64, 0u64, 0u64);
+        for item in tree.iter() {
+            match item {
+                Ok((key, value)) => {
+                    keys_read += 1;
+                    if is_events {
+                        match block::Block::decode(&value) {
+                            Some(b) => events += b.heads().len() as u64,
+                            None => {
+                                bad_blocks += 1;
+                                report.problems.push(format!(
+                                    "tree {label}: the event block at key {} does not decode",
+                                    hex(&key)
+                                ));
+                            }
+                        }
+                    }
+                }
+                Err(e) => {
+                    report.problems.push(format!(
+                        "tree {label}: read failed after {keys_read} keys: {e}"
+                    ));
+                    break;
+                }
+            }
+        }
+        match is_events {
+            true => report.notes.push(format!(
+                "tree {label}: {keys_read} blocks, {events} events, {bad_blocks} damaged"
+            )),
+            false => report.notes.push(format!("tree {label}: {keys_read} keys")),
+        }
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// While serving: a panic inside sled names the database and what to do. On sled's
+/// own threads (which catch it and leave the database refusing every later write)
+/// the process exits with status 70, so the service manager restarts it and the
+/// message is the last thing logged; on a thread that opens or reads the database the
+/// caller's `catch_unwind` turns it into an error.
+pub fn report_sled_panics(dir: &Path) {
+    let dir = dir.to_path_buf();
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let in_sled = info.location().is_some_and(|l| l.file().contains("/sled-"));
+        if !in_sled {
+            return previous(info);
+        }
+        let why = format!("{} at {}", panic_text(info.payload()), location(info));
+        tracing::error!("{}", damaged(&dir, &why));
+        let thread = std::thread::current();
+        if thread.name().is_some_and(|n| n.starts_with("sled-")) {
+            eprintln!("flagpost: {}", damaged(&dir, &why));
+            std::process::exit(70);
+        }
+    }));
+}
+
+fn location(info: &std::panic::PanicHookInfo<'_>) -> String {
+    info.location()
+        .map_or_else(String::new, |l| format!("{}:{}", l.file(), l.line()))
+}
+
+/// `flagpost check --db DIR`: print what the check found; an error if anything is
+/// damaged.
+pub fn run(dir: &Path) -> Result<(), String> {
+    let report = check(dir);
+    for note in &report.notes {
+        println!("ok: {note}");
+    }
+    for problem in &report.problems {
+        println!("error: {problem}");
+    }
+    match report.problems.len() {
+        0 => Ok(()),
+        n => Err(format!(
+            "the database at {} has {n} problem(s)",
+            dir.display()
+        )),
+    }
+}
