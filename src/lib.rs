@@ -37,7 +37,8 @@
 //!             project's flag rules
 //! client_config  what a project tells posthog-js at start (its `remote_config` switches)
 //! app  config  metrics  admin        shared state, settings, Prometheus, offline commands
-//! clock  memory  lz64  sync  idle  notify    small helpers every layer may use
+//! clock  memory  lz64  sync  idle  notify  watch    small helpers every layer may use
+//!             (`watch`: which of the files the server reloads by itself changed)
 //! ```
 //!
 //! Dependencies run one way, down this list (each module uses only modules below it;
@@ -48,7 +49,7 @@
 //! http      -> app capture client_config clock compactor early_access flags geoip log lz64 memory
 //!              metrics persons projects store surveys
 //! app       -> catalog compactor config early_access flags geoip log memory metrics pipeline
-//!              projects store surveys
+//!              projects store surveys sync watch
 //! pipeline  -> compactor config geoip log projects store
 //! admin     -> catalog early_access flags geoip projects store surveys
 //! compactor -> clock config geoip idle log persons projects store
@@ -60,11 +61,11 @@
 //! config    -> geoip
 //! surveys   -> catalog flags
 //! early_access -> catalog
-//! catalog   -> flags sync
-//! flags     -> sync
+//! catalog   -> flags sync watch
+//! flags     -> sync watch
 //! geoip     -> sync
 //! projects  -> client_config
-//! client_config, clock, memory, lz64, sync, idle, notify -> nothing of the crate
+//! client_config, clock, memory, lz64, sync, idle, notify, watch -> nothing of the crate
 //! ```
 //!
 //! The same test keeps every source file to 500 lines or fewer: a longer one is split
@@ -99,6 +100,7 @@ pub mod sink;
 pub mod store;
 pub mod surveys;
 pub mod sync;
+mod watch;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -152,7 +154,9 @@ pub async fn serve(
     listener: TcpListener,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), Error> {
-    let projects = projects::Projects::load(&config.projects_file()).map_err(Error::Projects)?;
+    let mut projects_seen = app::Seen::default();
+    let projects =
+        app::read_projects(&config.projects_file(), &mut projects_seen).map_err(Error::Projects)?;
     let projects = Arc::new(arc_swap::ArcSwap::from_pointee(projects));
     let geoip = Arc::new(open_geoip(&config).await?);
     check_static_dir(&config)?;
@@ -187,9 +191,8 @@ pub async fn serve(
     let (rules, _report) = tokio::task::spawn_blocking(move || flags::Rules::load(&flags_dir))
         .await
         .map_err(|e| Error::Io(std::io::Error::other(e)))?;
-    let app = Arc::new(app::App::new(
-        config, projects, rules, geoip, metrics, &pipeline,
-    ));
+    let app = app::App::new(config, projects, rules, geoip, metrics, &pipeline);
+    let app = Arc::new(app.with_projects_seen(projects_seen));
     // Surveys and early access features, then the flags the surveys add to the rules.
     let loader = app.clone();
     tokio::task::spawn_blocking(move || {
@@ -249,9 +252,6 @@ async fn reload_on_sighup(app: Arc<app::App>, mut hup: tokio::signal::unix::Sign
     while hup.recv().await.is_some() {
         tracing::info!("SIGHUP received: reloading");
         notify::reloading();
-        if let Err(e) = app.reload_projects() {
-            tracing::warn!(error = %e, "projects not reloaded; keeping the previous ones");
-        }
         reload_files(&app, true).await;
         notify::ready();
     }
@@ -305,8 +305,9 @@ async fn watch_space(app: Arc<app::App>) {
 /// How often the flag files are checked for changes: well within the promised second.
 const FLAGS_POLL: std::time::Duration = std::time::Duration::from_millis(250);
 
-/// Reload the flag rules whenever a file in the flags directory changes, the surveys
-/// and early access features when theirs do, and the GeoIP database when its file does.
+/// Reload the projects when `projects.json` changes, the flag rules whenever a file in
+/// the flags directory does, the surveys and early access features when theirs do,
+/// and the GeoIP database when its file does.
 async fn watch_flags(app: Arc<app::App>) {
     loop {
         tokio::time::sleep(FLAGS_POLL).await;
@@ -314,13 +315,19 @@ async fn watch_flags(app: Arc<app::App>) {
     }
 }
 
-/// Reload the flag rules (after the surveys and early access files, whose surveys add
-/// flags) and the GeoIP database, always or only what changed, on the blocking pool
-/// (all read files). Each logs its own failures and keeps the previous
-/// version.
+/// Reload `projects.json`, the flag rules (after the surveys and early access files,
+/// whose surveys add flags) and the GeoIP database, always or only what changed, on the
+/// blocking pool (all read files). Each keeps its previous version when its file is bad.
 async fn reload_files(app: &Arc<app::App>, always: bool) {
     let (app, dir) = (app.clone(), app.config.flags_dir());
     let _ = tokio::task::spawn_blocking(move || {
+        let projects = match always {
+            true => Some(app.reload_projects()),
+            false => app.reload_projects_if_changed(),
+        };
+        if let Some(Err(e)) = projects {
+            tracing::warn!(error = %e, "projects not reloaded; keeping the previous ones");
+        }
         let geoip = if always {
             app.geoip.reload()
         } else {

@@ -79,9 +79,17 @@ pub fn key_shape_is_valid(key: &str) -> bool {
 
 impl Projects {
     pub fn load(path: &Path) -> Result<Projects, Error> {
-        let bytes = std::fs::read(path)
-            .map_err(|e| Error(format!("{}: cannot read: {e}", path.display())))?;
-        Projects::parse(&bytes).map_err(|e| Error(format!("{}: {}", path.display(), e.0)))
+        Projects::parse_file(path, &Projects::load_bytes(path)?)
+    }
+
+    /// The file's bytes, or an error naming it.
+    pub fn load_bytes(path: &Path) -> Result<Vec<u8>, Error> {
+        std::fs::read(path).map_err(|e| Error(format!("{}: cannot read: {e}", path.display())))
+    }
+
+    /// [`Projects::parse`] with errors naming the file.
+    pub fn parse_file(path: &Path, bytes: &[u8]) -> Result<Projects, Error> {
+        Projects::parse(bytes).map_err(|e| Error(format!("{}: {}", path.display(), e.0)))
     }
 
     pub fn parse(bytes: &[u8]) -> Result<Projects, Error> {

@@ -44,7 +44,7 @@ mod tests;
 pub use clock::now;
 pub use compile::ProjectRules;
 pub use error::{CompileError, ErrorKind};
-pub(crate) use load::{digest, list, project_id, settled, stamps, Stamp};
+pub(crate) use load::{list, project_id};
 pub use load::{Generated, ReloadReport, Rules, Snapshot};
 pub use outcome::Outcomes;
 pub use response::{

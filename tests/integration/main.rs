@@ -16,5 +16,6 @@ mod ops;
 mod read_api;
 mod sdk;
 mod sink;
+mod startup;
 mod surveys;
 mod util;
