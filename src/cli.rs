@@ -30,7 +30,9 @@ enum Command {
 }
 
 #[derive(FromArgs)]
-/// Validate a data dir (projects, every flag file, the GeoIP database); exits 1 on errors.
+/// Validate a data dir (projects, every flag file, the GeoIP database); exits 1 on errors,
+/// among them unknown fields in a flag's filters, conditions, property filters and
+/// variants, and any flag the server would switch off.
 #[argh(subcommand, name = "check")]
 struct Check {
     /// directory to check [env FLAGPOST_DATA_DIR, default ./data]

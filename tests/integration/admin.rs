@@ -48,10 +48,10 @@ fn check_names_what_is_wrong() {
     let out = flagpost(&["check", "--data-dir", dir]);
     assert_eq!(out.status.code(), Some(1));
     let stdout = text(&out.stdout);
-    // An operator PostHog does not evaluate disables that flag, not the file.
+    // An operator PostHog does not evaluate disables that flag when served: an error.
     assert!(
-        stdout.contains(r#"flags/1.json: flag "beta": filters.groups[0].properties[0].operator: unknown operator "sounds_like""#)
-            && stdout.contains("flag disabled: "),
+        stdout.contains(r#"error: "#)
+            && stdout.contains(r#"flags/1.json: flag "beta": filters.groups[0].properties[0].operator: unknown operator "sounds_like" (the server turns this flag off until it is fixed)"#),
         "{stdout}"
     );
     assert!(
@@ -60,7 +60,7 @@ fn check_names_what_is_wrong() {
     );
     assert!(stdout.contains("no project 7 in projects.json"), "{stdout}");
     assert!(
-        text(&out.stderr).contains("has 1 error(s)"),
+        text(&out.stderr).contains("has 2 error(s)"),
         "{}",
         text(&out.stderr)
     );
@@ -69,6 +69,61 @@ fn check_names_what_is_wrong() {
     let out = flagpost(&["check", "--data-dir", dir]);
     assert_eq!(out.status.code(), Some(1));
     assert!(text(&out.stdout).contains("projects.json"));
+}
+
+/// The mistakes that serving would let through or answer with the flag off: each is an
+/// error of `check` naming the file, the flag and the field.
+#[test]
+fn check_refuses_typos_and_flags_the_server_would_switch_off() {
+    let tmp = data_dir();
+    let data = tmp.path().join("data");
+    let dir = data.to_str().unwrap();
+    let file = data.join("flags/1.json");
+    let cases = [
+        (
+            json!({"id": 1, "key": "rollout", "filters": {"groups": [{"properties": [], "rollout_percentge": 30}]}}),
+            r#"flag "rollout": filters.groups[0].rollout_percentge: unknown field (did you mean "rollout_percentage"?)"#,
+        ),
+        (
+            json!({"id": 1, "key": "ops", "filters": {"groups": [{"properties": [{"key": "email", "value": "@x.com", "operator": "ends_wth"}]}]}}),
+            r#"flag "ops": filters.groups[0].properties[0].operator: unknown operator "ends_wth" (the server turns this flag off until it is fixed)"#,
+        ),
+        (
+            json!({"id": 1, "key": "types", "filters": {"groups": [{"properties": [{"key": "email", "value": "a", "type": "persn"}]}]}}),
+            r#"flag "types": filters.groups[0].properties[0].type: unknown filter type "persn" (the server turns this flag off until it is fixed)"#,
+        ),
+        (
+            json!({"id": 1, "key": "dependent", "filters": {"groups": [{"properties": [{"key": "404", "type": "flag", "value": true, "operator": "flag_evaluates_to"}]}]}}),
+            r#"flag "dependent": filters.groups[0].properties[0]: depends on flag "404", which does not exist (the server turns this flag off until it is fixed)"#,
+        ),
+        (
+            json!({"id": 1, "key": "variants", "filters": {"groups": [{"properties": []}],
+                "multivariate": {"variants": [{"key": "a", "rollout_percentage": 100, "rollout": 5}]}}}),
+            r#"flag "variants": filters.multivariate.variants[0].rollout: unknown field"#,
+        ),
+    ];
+    for (flag, message) in cases {
+        let written = json!({"flags": [flag]}).to_string();
+        std::fs::write(&file, written).unwrap();
+        let out = flagpost(&["check", "--data-dir", dir]);
+        let stdout = text(&out.stdout);
+        assert_eq!(out.status.code(), Some(1), "{stdout}");
+        let expected = format!("error: {}: {message}\n", file.display());
+        assert!(stdout.contains(&expected), "{expected}\n{stdout}");
+        assert_eq!(stdout.matches("error: ").count(), 1, "{stdout}");
+        assert!(text(&out.stderr).contains("has 1 error(s)"));
+    }
+
+    // PostHog's own fields that flagpost does not read are accepted.
+    let posthog = json!({"flags": [{"id": 1, "key": "full", "name": "n", "team_id": 9,
+        "filters": {"groups": [{"properties": [{"key": "email", "value": "a", "type": "person",
+            "operator": "exact", "label": "Email"}], "rollout_percentage": 50, "variant": null,
+            "description": "rollout to enterprise", "sort_key": "abc-123"}],
+        "multivariate": {"variants": [{"key": "c", "name": "Control", "rollout_percentage": 100}]},
+        "payloads": {}, "aggregation_group_type_index": null}}]});
+    std::fs::write(&file, posthog.to_string()).unwrap();
+    let out = flagpost(&["check", "--data-dir", dir]);
+    assert!(out.status.success(), "{}", text(&out.stdout));
 }
 
 #[test]
