@@ -8,6 +8,8 @@ use std::time::Duration;
 use argh::FromArgs;
 use flagpost::config::{self, Config};
 
+mod tools;
+
 #[derive(FromArgs)]
 /// A single-binary edge server for product analytics, compatible with PostHog's clients.
 pub struct Cli {
@@ -26,7 +28,9 @@ pub struct Cli {
 enum Command {
     Serve(Serve),
     Check(Check),
+    Eval(tools::Eval),
     Export(Export),
+    Key(tools::Key),
 }
 
 #[derive(FromArgs)]
@@ -168,7 +172,9 @@ pub fn run(cli: Cli) -> Result<(), String> {
     match cli.command {
         None => Err("no command given; try `flagpost serve` or `flagpost --help`".into()),
         Some(Command::Check(args)) => check(args),
+        Some(Command::Eval(args)) => tools::eval(args),
         Some(Command::Export(args)) => export(args),
+        Some(Command::Key(args)) => tools::key(args),
         Some(Command::Serve(args)) => {
             let config = serve_config(args)?;
             tokio::runtime::Builder::new_multi_thread()

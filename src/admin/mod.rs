@@ -1,6 +1,9 @@
 //! Operator commands that work on files rather than a running server: `check`
-//! validates a data dir before it is deployed, `export` writes every stored event of a
-//! stopped server's database as NDJSON.
+//! validates a data dir before it is deployed, `eval` (in `eval.rs`) shows what one
+//! user gets from each flag and why, `export` writes every stored event of a stopped
+//! server's database as NDJSON.
+
+mod eval;
 
 use std::collections::HashSet;
 use std::io::Write;
@@ -16,6 +19,8 @@ use crate::projects::Projects;
 use crate::store::query::{self, EventFilter};
 use crate::store::{block, keys, Trees};
 use crate::surveys::ProjectSurveys;
+
+pub use eval::{eval, render, EvalError, Request};
 
 /// What `check` found: problems that must be fixed, and notes worth reading.
 #[derive(Debug, Default)]
