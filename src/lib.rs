@@ -103,6 +103,7 @@ pub mod sync;
 mod watch;
 
 use std::future::Future;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use tokio::net::TcpListener;
@@ -116,6 +117,14 @@ pub enum Error {
     GeoIp(geoip::Error),
     Store(store::Error),
     Io(std::io::Error),
+    /// The listen address could not be bound.
+    Listen(std::net::SocketAddr, std::io::Error),
+    /// The database directory could not be created, written or locked.
+    Database {
+        dir: PathBuf,
+        problem: String,
+        advice: &'static str,
+    },
 }
 
 impl std::fmt::Display for Error {
@@ -125,6 +134,26 @@ impl std::fmt::Display for Error {
             Error::GeoIp(e) => write!(f, "{e}"),
             Error::Store(e) => write!(f, "{e}"),
             Error::Io(e) => write!(f, "{e}"),
+            Error::Listen(addr, e) => {
+                let advice = match e.kind() {
+                    std::io::ErrorKind::AddrInUse => {
+                        "another process (another flagpost?) is listening there: stop it, or choose another address with --listen"
+                    }
+                    std::io::ErrorKind::PermissionDenied => {
+                        "ports below 1024 need privileges: listen on a higher port behind nginx"
+                    }
+                    std::io::ErrorKind::AddrNotAvailable => {
+                        "this machine has no such address: choose one of its own with --listen"
+                    }
+                    _ => "choose another address with --listen",
+                };
+                write!(f, "cannot listen on {addr}: {e}; {advice}")
+            }
+            Error::Database {
+                dir,
+                problem,
+                advice,
+            } => write!(f, "database {}: {problem}; {advice}", dir.display()),
         }
     }
 }
@@ -143,7 +172,9 @@ pub async fn run(config: Config) -> Result<(), Error> {
     // Handlers are installed before anything is announced, so a signal sent as soon
     // as the server says it is listening is never met by the default action.
     let shutdown = shutdown_signal()?;
-    let listener = TcpListener::bind(config.listen).await?;
+    let listener = TcpListener::bind(config.listen)
+        .await
+        .map_err(|e| Error::Listen(config.listen, e))?;
     serve(config, listener, shutdown).await
 }
 
@@ -173,11 +204,12 @@ pub async fn serve(
         geoip.clone(),
     );
     let pipeline = tokio::task::spawn_blocking(move || {
+        prepare_db_dir(&db_dir)?;
         pipeline::Pipeline::open(&db_dir, cache, segment, shared, settings, enrich, on_flush)
+            .map_err(|e| database_error(&db_dir, e))
     })
     .await
-    .map_err(|e| Error::Io(std::io::Error::other(e)))?
-    .map_err(Error::Store)?;
+    .map_err(|e| Error::Io(std::io::Error::other(e)))??;
     // The ClickHouse sink, when configured (src/sink).
     let sink = match config.sink.clone() {
         Some(s) => Some(
@@ -233,6 +265,42 @@ pub async fn serve(
         .map_err(Error::Store)?;
     tracing::info!("stopped cleanly");
     Ok(())
+}
+
+/// What to do when the database directory cannot be created or written.
+const DB_DIR_ADVICE: &str =
+    "the server's user must be able to create and write it: fix its permissions, or choose another --db";
+
+/// Create the database directory if needed and make sure it can be written, so that a
+/// failure names the directory rather than surfacing from inside the store.
+fn prepare_db_dir(dir: &Path) -> Result<(), Error> {
+    let problem = |what: &str, e: std::io::Error| Error::Database {
+        dir: dir.to_owned(),
+        problem: format!("{what}: {e}"),
+        advice: DB_DIR_ADVICE,
+    };
+    std::fs::create_dir_all(dir).map_err(|e| problem("cannot create it", e))?;
+    let probe = dir.join(".flagpost-write-test");
+    std::fs::write(&probe, b"")
+        .and_then(|()| std::fs::remove_file(&probe))
+        .map_err(|e| problem("cannot write in it", e))
+}
+
+/// A store that would not open, with the directory and what to do.
+fn database_error(dir: &Path, e: store::Error) -> Error {
+    if e.is_locked() {
+        return Error::Database {
+            dir: dir.to_owned(),
+            problem: "already in use by another flagpost".into(),
+            advice: "stop that server first, or give this one its own --db",
+        };
+    }
+    Error::Database {
+        dir: dir.to_owned(),
+        problem: e.to_string(),
+        advice:
+            "it must be a flagpost database the server's user can write (or an empty directory)",
+    }
 }
 
 /// Install the SIGTERM and SIGINT handlers now; the future resolves on either.

@@ -98,8 +98,8 @@ pub(super) fn eval(args: Eval) -> Result<(), String> {
     }
     let evaluation =
         flagpost::admin::eval(&data_dir, args.db.as_deref(), &req).map_err(|e| e.to_string())?;
-    print!("{}", flagpost::admin::render(&evaluation));
-    Ok(())
+    let rendered = flagpost::admin::render(&evaluation);
+    super::Stdout::default().write(format_args!("{rendered}"))
 }
 
 /// `KEY=VALUE` split at its first `=`; the key must not be empty.
@@ -130,7 +130,7 @@ pub(super) fn key(args: Key) -> Result<(), String> {
     let KeyCommand::New(args) = args.command;
     let key = flagpost::projects::new_key(args.personal)
         .map_err(|e| format!("the system's random number generator failed: {e}"))?;
-    println!("{key}");
+    super::Stdout::default().line(format_args!("{key}"))?;
     let hint = match (args.personal, args.project) {
         (true, Some(id)) => {
             format!("add it to \"personal_api_keys\" of project {id} in projects.json")

@@ -1,6 +1,9 @@
-//! Starting and keeping a server current as an operator meets it: `projects.json` is
-//! picked up on change like the flag files, without a signal.
+//! Starting and keeping a server current as an operator meets it: start-up errors
+//! name the address or path and say what to do, a closed pipe ends a command quietly,
+//! and `projects.json` is picked up on change like the flag files, without a signal.
 
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
@@ -50,4 +53,125 @@ fn a_key_added_to_projects_json_works_without_a_signal() {
     wait_for("the removed key to be refused", || {
         (capture("phc_added_later") == 401).then_some(())
     });
+}
+
+/// `flagpost serve` on `data` with these flags; it is expected to fail at start.
+fn serve_failing(data: &Path, db: &Path, listen: &str) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_flagpost"))
+        .args(["serve", "--listen", listen, "--data-dir"])
+        .arg(data)
+        .arg("--db")
+        .arg(db)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn flagpost");
+    let deadline = Instant::now() + WAIT;
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("flagpost serve did not stop at start");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn a_port_in_use_is_named() {
+    let tmp = data_dir();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap();
+    let db = tmp.path().join("db");
+    let out = serve_failing(&tmp.path().join("data"), &db, &addr.to_string());
+    assert_eq!(out.status.code(), Some(1));
+    let expected = format!(
+        "flagpost: cannot listen on {addr}: Address already in use (os error 98); another \
+         process (another flagpost?) is listening there: stop it, or choose another address \
+         with --listen\n"
+    );
+    assert!(stderr(&out).ends_with(&expected), "{}", stderr(&out));
+}
+
+#[test]
+fn a_database_directory_that_cannot_be_made_is_named() {
+    let tmp = data_dir();
+    // Under a regular file: no user, root included, can create it.
+    let file = tmp.path().join("not-a-dir");
+    std::fs::write(&file, "").unwrap();
+    let db = file.join("db");
+    let out = serve_failing(&tmp.path().join("data"), &db, "127.0.0.1:0");
+    assert_eq!(out.status.code(), Some(1));
+    let expected = format!(
+        "flagpost: database {}: cannot create it: Not a directory (os error 20); the \
+         server's user must be able to create and write it: fix its permissions, or choose \
+         another --db\n",
+        db.display()
+    );
+    assert!(stderr(&out).ends_with(&expected), "{}", stderr(&out));
+}
+
+#[test]
+fn a_database_in_use_by_another_server_is_named() {
+    let server = Server::start();
+    let db = server.dir.join("db");
+    let out = serve_failing(&server.data(), &db, "127.0.0.1:0");
+    assert_eq!(out.status.code(), Some(1));
+    let expected = format!(
+        "flagpost: database {}: already in use by another flagpost; stop that server first, \
+         or give this one its own --db\n",
+        db.display()
+    );
+    assert!(stderr(&out).ends_with(&expected), "{}", stderr(&out));
+    assert!(!stderr(&out).contains("WouldBlock"));
+    // The running server is untouched.
+    let event = json!({"event": "e", "distinct_id": "d", "api_key": KEY_ONE});
+    assert_eq!(server.post("/capture/", event.to_string()).status, 200);
+}
+
+/// A command whose standard output is a pipe nobody reads, as in `flagpost check | head`
+/// once head has exited.
+fn with_closed_stdout(args: &[&str]) -> Output {
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    Command::new(env!("CARGO_BIN_EXE_flagpost"))
+        .args(args)
+        .stdout(writer)
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn a_closed_pipe_ends_a_command_quietly() {
+    let tmp = data_dir();
+    let data = tmp.path().join("data");
+    let dir = data.to_str().unwrap();
+    let out = with_closed_stdout(&["check", "--data-dir", dir]);
+    assert_eq!((out.status.code(), stderr(&out)), (Some(0), String::new()));
+    let args = [
+        "eval",
+        "--data-dir",
+        dir,
+        "--project",
+        "1",
+        "--distinct-id",
+        "u",
+    ];
+    let out = with_closed_stdout(&args);
+    assert_eq!((out.status.code(), stderr(&out)), (Some(0), String::new()));
+    let out = with_closed_stdout(&["key", "new"]);
+    assert_eq!(
+        (out.status.code(), stderr(&out).contains("panicked")),
+        (Some(0), false)
+    );
+    // check still fails on errors, without a word about the pipe.
+    std::fs::write(data.join("flags/1.json"), "{").unwrap();
+    let out = with_closed_stdout(&["check", "--data-dir", dir]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(stderr(&out), format!("flagpost: {dir} has 1 error(s)\n"));
 }
