@@ -1,7 +1,8 @@
 //! The state every request handler and background task shares.
 
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
 use tokio::sync::Semaphore;
@@ -16,6 +17,7 @@ use crate::metrics::Metrics;
 use crate::projects::Projects;
 use crate::store::Trees;
 use crate::surveys::ProjectSurveys;
+pub(crate) use crate::watch::Seen;
 
 /// Large or compressed payloads are decoded and parsed on the blocking pool, at most
 /// this many at once (one per core of the small VMs this runs on): each can hold up
@@ -24,8 +26,11 @@ const HEAVY_DECODES: usize = 2;
 
 pub struct App {
     pub config: Config,
-    /// Replaced whole on SIGHUP; readers take a cheap snapshot per request.
+    /// Replaced whole when `projects.json` changes (or on SIGHUP); readers take a
+    /// cheap snapshot per request.
     pub projects: Arc<ArcSwap<Projects>>,
+    /// What the last read of `projects.json` saw; also serialises its reloads.
+    projects_seen: Mutex<Seen>,
     pub wal: Wal,
     /// The log's positions, for its depth.
     pub log: Arc<crate::log::Shared>,
@@ -70,6 +75,7 @@ impl App {
         App {
             config,
             projects,
+            projects_seen: Mutex::new(Seen::default()),
             wal: pipeline.wal.clone(),
             log: pipeline.log.clone(),
             persons: pipeline.persons.clone(),
@@ -133,11 +139,50 @@ impl App {
 
     /// Re-read `projects.json`; a bad file keeps the current projects.
     pub fn reload_projects(&self) -> Result<(), crate::projects::Error> {
-        let projects = Projects::load(&self.config.projects_file())?;
+        let mut seen = crate::sync::lock(&self.projects_seen);
+        self.reload_projects_locked(&mut seen)
+    }
+
+    /// Re-read `projects.json` if it changed since the last read (as the flag files
+    /// are); `None` when it did not. Blocks on file reads.
+    pub fn reload_projects_if_changed(&self) -> Option<Result<(), crate::projects::Error>> {
+        let mut seen = crate::sync::lock(&self.projects_seen);
+        let file = [self.config.projects_file()];
+        seen.changed(Some(&file))
+            .then(|| self.reload_projects_locked(&mut seen))
+    }
+
+    fn reload_projects_locked(&self, seen: &mut Seen) -> Result<(), crate::projects::Error> {
+        let projects = read_projects(&self.config.projects_file(), seen)?;
         tracing::info!(projects = projects.len(), "projects reloaded");
         self.projects.store(Arc::new(projects));
         Ok(())
     }
+
+    /// The same state with `seen` as what the first read of `projects.json` saw (see
+    /// [`read_projects`]), so the poller does not read an unchanged file again.
+    pub(crate) fn with_projects_seen(self, seen: Seen) -> App {
+        App {
+            projects_seen: Mutex::new(seen),
+            ..self
+        }
+    }
+}
+
+/// Read `projects.json`, recording what was read in `seen`, even when the file is bad:
+/// it is not read again until it changes.
+pub(crate) fn read_projects(
+    path: &Path,
+    seen: &mut Seen,
+) -> Result<Projects, crate::projects::Error> {
+    let file = [path.to_path_buf()];
+    let stamps = seen.begin(&file);
+    let read = Projects::load_bytes(path);
+    if let Ok(bytes) = &read {
+        seen.read(path, bytes);
+    }
+    seen.finish(stamps);
+    Projects::parse_file(path, &read?)
 }
 
 #[cfg(test)]

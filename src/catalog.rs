@@ -7,7 +7,6 @@
 //! is logged with the file, the item and the field at fault.
 
 use std::collections::HashMap;
-use std::ffi::OsString;
 use std::fmt;
 use std::fs;
 use std::io::Read;
@@ -17,7 +16,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use arc_swap::ArcSwap;
 
-use crate::flags::{digest, list, project_id, settled, stamps, Stamp};
+use crate::flags::{list, project_id};
+use crate::watch::Seen;
 
 /// Larger files are refused unread: these are hand-written lists of a few dozen items,
 /// and each is parsed and held in memory whole.
@@ -99,14 +99,6 @@ pub struct Catalog<T> {
     failures: AtomicU64,
 }
 
-#[derive(Debug, Default)]
-struct Seen {
-    /// `None` before the first reload or when the directory could not be listed.
-    stamps: Option<Vec<Stamp>>,
-    digests: HashMap<OsString, [u8; 20]>,
-    settled: bool,
-}
-
 impl<T: Document> Default for Catalog<T> {
     fn default() -> Self {
         Catalog {
@@ -150,20 +142,9 @@ impl<T: Document> Catalog<T> {
     pub fn reload_if_changed(&self, dir: &Path) -> Option<Report> {
         let mut seen = self.lock();
         let entries = entries(dir).ok();
-        if entries.as_deref().map(stamps) != seen.stamps {
+        if seen.changed(entries.as_deref()) {
             return Some(self.reload_locked(dir, &mut seen));
         }
-        if seen.settled {
-            return None;
-        }
-        for path in entries.unwrap_or_default() {
-            let digest = fs::read(&path).ok().map(|bytes| digest(&bytes));
-            let name = path.file_name().map(OsString::from).unwrap_or_default();
-            if digest.as_ref() != seen.digests.get(&name) {
-                return Some(self.reload_locked(dir, &mut seen));
-            }
-        }
-        seen.settled = settled(seen.stamps.as_deref().unwrap_or_default());
         None
     }
 
@@ -180,20 +161,16 @@ impl<T: Document> Catalog<T> {
             Err(e) => {
                 let error = FileError::new("", format!("cannot list: {e}")).with_file(dir);
                 self.record_failure(&error);
-                seen.stamps = None;
-                seen.settled = true;
+                seen.unlistable();
                 report.errors.push(error);
                 return report;
             }
         };
-        let current = stamps(&entries);
-        seen.digests.clear();
+        let current = seen.begin(&entries);
         let mut projects = HashMap::new();
         for path in &entries {
             let parsed = read(path).and_then(|bytes| {
-                if let Some(name) = path.file_name() {
-                    seen.digests.insert(name.to_owned(), digest(&bytes));
-                }
+                seen.read(path, &bytes);
                 let id = project_id(path)
                     .ok_or_else(|| FileError::new("", "file name is not <project id>.json"))?;
                 T::parse(&bytes).map(|doc| (id, doc))
@@ -218,8 +195,7 @@ impl<T: Document> Catalog<T> {
         report.loaded.sort_unstable();
         let count = projects.len();
         self.current.store(Arc::new(projects));
-        seen.settled = settled(&current);
-        seen.stamps = Some(current);
+        seen.finish(current);
         tracing::info!(kind = T::KIND, projects = count, "published");
         report
     }

@@ -41,7 +41,8 @@
 //!             PostHog's validation, the activity log, the failed-authentication limit
 //! client_config  what a project tells posthog-js at start (its `remote_config` switches)
 //! app  config  metrics  admin        shared state, settings, Prometheus, offline commands
-//! clock  memory  lz64  sync  idle  notify    small helpers every layer may use
+//! clock  memory  lz64  sync  idle  notify  watch    small helpers every layer may use
+//!             (`watch`: which of the files the server reloads by itself changed)
 //! ```
 //!
 //! Dependencies run one way, down this list (each module uses only modules below it;
@@ -52,7 +53,7 @@
 //! http      -> app capture client_config clock compactor early_access flags geoip log lz64
 //!              manage memory metrics persons projects store surveys
 //! app       -> catalog compactor config early_access flags geoip log manage memory metrics
-//!              pipeline projects store surveys
+//!              pipeline projects store surveys sync watch
 //! pipeline  -> compactor config geoip log projects store
 //! admin     -> catalog early_access flags geoip projects store surveys
 //! compactor -> clock config geoip idle log persons projects store
@@ -64,12 +65,12 @@
 //! config    -> geoip
 //! surveys   -> catalog flags
 //! early_access -> catalog
-//! catalog   -> flags sync
-//! manage    -> flags sync
-//! flags     -> sync
+//! catalog   -> flags sync watch
+//! manage    -> flags sync watch
+//! flags     -> sync watch
 //! geoip     -> sync
 //! projects  -> client_config
-//! client_config, clock, memory, lz64, sync, idle, notify -> nothing of the crate
+//! client_config, clock, memory, lz64, sync, idle, notify, watch -> nothing of the crate
 //! ```
 //!
 //! The same test keeps every source file to 500 lines or fewer: a longer one is split
@@ -105,8 +106,10 @@ pub mod sink;
 pub mod store;
 pub mod surveys;
 pub mod sync;
+mod watch;
 
 use std::future::Future;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use tokio::net::TcpListener;
@@ -120,6 +123,14 @@ pub enum Error {
     GeoIp(geoip::Error),
     Store(store::Error),
     Io(std::io::Error),
+    /// The listen address could not be bound.
+    Listen(std::net::SocketAddr, std::io::Error),
+    /// The database directory could not be created, written or locked.
+    Database {
+        dir: PathBuf,
+        problem: String,
+        advice: &'static str,
+    },
 }
 
 impl std::fmt::Display for Error {
@@ -129,6 +140,26 @@ impl std::fmt::Display for Error {
             Error::GeoIp(e) => write!(f, "{e}"),
             Error::Store(e) => write!(f, "{e}"),
             Error::Io(e) => write!(f, "{e}"),
+            Error::Listen(addr, e) => {
+                let advice = match e.kind() {
+                    std::io::ErrorKind::AddrInUse => {
+                        "another process (another flagpost?) is listening there: stop it, or choose another address with --listen"
+                    }
+                    std::io::ErrorKind::PermissionDenied => {
+                        "ports below 1024 need privileges: listen on a higher port behind nginx"
+                    }
+                    std::io::ErrorKind::AddrNotAvailable => {
+                        "this machine has no such address: choose one of its own with --listen"
+                    }
+                    _ => "choose another address with --listen",
+                };
+                write!(f, "cannot listen on {addr}: {e}; {advice}")
+            }
+            Error::Database {
+                dir,
+                problem,
+                advice,
+            } => write!(f, "database {}: {problem}; {advice}", dir.display()),
         }
     }
 }
@@ -147,7 +178,9 @@ pub async fn run(config: Config) -> Result<(), Error> {
     // Handlers are installed before anything is announced, so a signal sent as soon
     // as the server says it is listening is never met by the default action.
     let shutdown = shutdown_signal()?;
-    let listener = TcpListener::bind(config.listen).await?;
+    let listener = TcpListener::bind(config.listen)
+        .await
+        .map_err(|e| Error::Listen(config.listen, e))?;
     serve(config, listener, shutdown).await
 }
 
@@ -158,7 +191,9 @@ pub async fn serve(
     listener: TcpListener,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), Error> {
-    let projects = projects::Projects::load(&config.projects_file()).map_err(Error::Projects)?;
+    let mut projects_seen = app::Seen::default();
+    let projects =
+        app::read_projects(&config.projects_file(), &mut projects_seen).map_err(Error::Projects)?;
     let projects = Arc::new(arc_swap::ArcSwap::from_pointee(projects));
     let geoip = Arc::new(open_geoip(&config).await?);
     check_static_dir(&config)?;
@@ -176,11 +211,12 @@ pub async fn serve(
     );
     store::check::report_sled_panics(&config.db_dir);
     let pipeline = tokio::task::spawn_blocking(move || {
+        prepare_db_dir(&db_dir)?;
         pipeline::Pipeline::open(&db_dir, cache, segment, shared, settings, enrich, on_flush)
+            .map_err(|e| database_error(&db_dir, e))
     })
     .await
-    .map_err(|e| Error::Io(std::io::Error::other(e)))?
-    .map_err(Error::Store)?;
+    .map_err(|e| Error::Io(std::io::Error::other(e)))??;
     // The ClickHouse sink, when configured (src/sink).
     let sink = match config.sink.clone() {
         Some(s) => Some(
@@ -194,9 +230,8 @@ pub async fn serve(
     let (rules, _report) = tokio::task::spawn_blocking(move || flags::Rules::load(&flags_dir))
         .await
         .map_err(|e| Error::Io(std::io::Error::other(e)))?;
-    let app = Arc::new(app::App::new(
-        config, projects, rules, geoip, metrics, &pipeline,
-    ));
+    let app = app::App::new(config, projects, rules, geoip, metrics, &pipeline);
+    let app = Arc::new(app.with_projects_seen(projects_seen));
     // Surveys and early access features, then the flags the surveys add to the rules.
     let loader = app.clone();
     tokio::task::spawn_blocking(move || {
@@ -239,6 +274,42 @@ pub async fn serve(
     Ok(())
 }
 
+/// What to do when the database directory cannot be created or written.
+const DB_DIR_ADVICE: &str =
+    "the server's user must be able to create and write it: fix its permissions, or choose another --db";
+
+/// Create the database directory if needed and make sure it can be written, so that a
+/// failure names the directory rather than surfacing from inside the store.
+fn prepare_db_dir(dir: &Path) -> Result<(), Error> {
+    let problem = |what: &str, e: std::io::Error| Error::Database {
+        dir: dir.to_owned(),
+        problem: format!("{what}: {e}"),
+        advice: DB_DIR_ADVICE,
+    };
+    std::fs::create_dir_all(dir).map_err(|e| problem("cannot create it", e))?;
+    let probe = dir.join(".flagpost-write-test");
+    std::fs::write(&probe, b"")
+        .and_then(|()| std::fs::remove_file(&probe))
+        .map_err(|e| problem("cannot write in it", e))
+}
+
+/// A store that would not open, with the directory and what to do.
+fn database_error(dir: &Path, e: store::Error) -> Error {
+    if e.is_locked() {
+        return Error::Database {
+            dir: dir.to_owned(),
+            problem: "already in use by another flagpost".into(),
+            advice: "stop that server first, or give this one its own --db",
+        };
+    }
+    Error::Database {
+        dir: dir.to_owned(),
+        problem: e.to_string(),
+        advice:
+            "it must be a flagpost database the server's user can write (or an empty directory)",
+    }
+}
+
 /// Install the SIGTERM and SIGINT handlers now; the future resolves on either.
 pub fn shutdown_signal() -> std::io::Result<impl Future<Output = ()>> {
     use tokio::signal::unix::{signal, SignalKind};
@@ -256,9 +327,6 @@ async fn reload_on_sighup(app: Arc<app::App>, mut hup: tokio::signal::unix::Sign
     while hup.recv().await.is_some() {
         tracing::info!("SIGHUP received: reloading");
         notify::reloading();
-        if let Err(e) = app.reload_projects() {
-            tracing::warn!(error = %e, "projects not reloaded; keeping the previous ones");
-        }
         reload_files(&app, true).await;
         notify::ready();
     }
@@ -312,8 +380,9 @@ async fn watch_space(app: Arc<app::App>) {
 /// How often the flag files are checked for changes: well within the promised second.
 const FLAGS_POLL: std::time::Duration = std::time::Duration::from_millis(250);
 
-/// Reload the flag rules whenever a file in the flags directory changes, the surveys
-/// and early access features when theirs do, and the GeoIP database when its file does.
+/// Reload the projects when `projects.json` changes, the flag rules whenever a file in
+/// the flags directory does, the surveys and early access features when theirs do,
+/// and the GeoIP database when its file does.
 async fn watch_flags(app: Arc<app::App>) {
     loop {
         tokio::time::sleep(FLAGS_POLL).await;
@@ -321,13 +390,19 @@ async fn watch_flags(app: Arc<app::App>) {
     }
 }
 
-/// Reload the flag rules (after the surveys and early access files, whose surveys add
-/// flags) and the GeoIP database, always or only what changed, on the blocking pool
-/// (all read files). Each logs its own failures and keeps the previous
-/// version.
+/// Reload `projects.json`, the flag rules (after the surveys and early access files,
+/// whose surveys add flags) and the GeoIP database, always or only what changed, on the
+/// blocking pool (all read files). Each keeps its previous version when its file is bad.
 async fn reload_files(app: &Arc<app::App>, always: bool) {
     let (app, dir) = (app.clone(), app.config.flags_dir());
     let _ = tokio::task::spawn_blocking(move || {
+        let projects = match always {
+            true => Some(app.reload_projects()),
+            false => app.reload_projects_if_changed(),
+        };
+        if let Some(Err(e)) = projects {
+            tracing::warn!(error = %e, "projects not reloaded; keeping the previous ones");
+        }
         let geoip = if always {
             app.geoip.reload()
         } else {

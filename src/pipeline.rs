@@ -43,7 +43,7 @@ impl Pipeline {
         geoip: Arc<crate::geoip::Database>,
         on_flush: wal::FlushObserver,
     ) -> Result<Pipeline, Error> {
-        let db = store_check::open(dir, cache_bytes).map_err(Error::Damaged)?;
+        let db = store_check::open(dir, cache_bytes)?;
         // A damaged database can make sled panic rather than fail: turned into an
         // error that names the database.
         let read = catch_unwind(AssertUnwindSafe(|| -> Result<_, Error> {

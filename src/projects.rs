@@ -138,11 +138,55 @@ pub fn key_shape_is_valid(key: &str) -> bool {
         && !key.starts_with(PERSONAL_KEY_PREFIX)
 }
 
+/// Project API keys carry this prefix, as PostHog's do.
+pub const PROJECT_KEY_PREFIX: &str = "phc_";
+
+/// The characters of a new key after its prefix: PostHog's base62 alphabet.
+const KEY_ALPHABET: &[u8] = b"0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
+
+/// Characters after the prefix: 43 base62 characters carry 256 bits, the 32 random
+/// bytes of PostHog's project keys; personal keys get 48 (285 bits, above its 35 bytes).
+const PROJECT_KEY_CHARS: usize = 43;
+const PERSONAL_KEY_CHARS: usize = 48;
+
+/// A new random key from the operating system's CSPRNG: a project API key
+/// (`phc_` and 43 characters) or a personal API key (`phx_` and 48).
+pub fn new_key(personal: bool) -> Result<String, getrandom::Error> {
+    let (prefix, chars) = match personal {
+        true => (PERSONAL_KEY_PREFIX, PERSONAL_KEY_CHARS),
+        false => (PROJECT_KEY_PREFIX, PROJECT_KEY_CHARS),
+    };
+    let mut key = String::from(prefix);
+    let mut bytes = [0u8; 64];
+    while key.len() < prefix.len() + chars {
+        getrandom::fill(&mut bytes)?;
+        // Bytes of 248 and above are dropped, so each of the 62 characters is
+        // equally likely (248 = 4 * 62).
+        let usable = bytes
+            .iter()
+            .filter(|&&b| usize::from(b) < 4 * KEY_ALPHABET.len());
+        for &b in usable.take(prefix.len() + chars - key.len()) {
+            key.push(char::from(
+                KEY_ALPHABET[usize::from(b) % KEY_ALPHABET.len()],
+            ));
+        }
+    }
+    Ok(key)
+}
+
 impl Projects {
     pub fn load(path: &Path) -> Result<Projects, Error> {
-        let bytes = std::fs::read(path)
-            .map_err(|e| Error(format!("{}: cannot read: {e}", path.display())))?;
-        Projects::parse(&bytes).map_err(|e| Error(format!("{}: {}", path.display(), e.0)))
+        Projects::parse_file(path, &Projects::load_bytes(path)?)
+    }
+
+    /// The file's bytes, or an error naming it.
+    pub fn load_bytes(path: &Path) -> Result<Vec<u8>, Error> {
+        std::fs::read(path).map_err(|e| Error(format!("{}: cannot read: {e}", path.display())))
+    }
+
+    /// [`Projects::parse`] with errors naming the file.
+    pub fn parse_file(path: &Path, bytes: &[u8]) -> Result<Projects, Error> {
+        Projects::parse(bytes).map_err(|e| Error(format!("{}: {}", path.display(), e.0)))
     }
 
     pub fn parse(bytes: &[u8]) -> Result<Projects, Error> {
@@ -346,6 +390,41 @@ mod tests {
                 format!(r#"{{"projects":[{{"id":1,"api_key":"a","personal_api_keys":[{bad}]}}]}}"#);
             assert!(Projects::parse(file.as_bytes()).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn new_keys_are_well_formed_and_accepted() {
+        let project = new_key(false).unwrap();
+        assert!(
+            project.starts_with("phc_") && project.len() == 4 + 43,
+            "{project}"
+        );
+        assert!(key_shape_is_valid(&project));
+        let personal = new_key(true).unwrap();
+        assert!(
+            personal.starts_with("phx_") && personal.len() == 4 + 48,
+            "{personal}"
+        );
+        assert!(
+            !key_shape_is_valid(&personal),
+            "a personal key never ingests"
+        );
+        let file = format!(
+            r#"{{"projects":[{{"id":1,"api_key":"{project}","personal_api_keys":["{personal}"]}}]}}"#
+        );
+        let parsed = Projects::parse(file.as_bytes()).unwrap();
+        assert_eq!(parsed.by_api_key(&project).unwrap().id, 1);
+        assert_eq!(parsed.by_personal_key(&personal).unwrap().id, 1);
+        // Every character of the alphabet turns up, none outside it, no key twice.
+        let keys: Vec<String> = (0..200).map(|_| new_key(false).unwrap()).collect();
+        let unique: std::collections::HashSet<&String> = keys.iter().collect();
+        assert_eq!(unique.len(), keys.len());
+        let mut seen: std::collections::BTreeSet<u8> = Default::default();
+        for key in &keys {
+            seen.extend(key.bytes().skip(4));
+        }
+        let alphabet: std::collections::BTreeSet<u8> = KEY_ALPHABET.iter().copied().collect();
+        assert_eq!(seen, alphabet);
     }
 
     #[test]

@@ -27,6 +27,11 @@ pub enum ErrorKind {
     InvalidValue(String),
     UnknownOperator(String),
     UnknownFilterType(String),
+    /// A field neither flagpost nor PostHog knows (reported by `check` only: serving
+    /// ignores it), with the known field it most likely misspells.
+    UnknownField {
+        suggestion: Option<String>,
+    },
     /// Two live flags share a key.
     DuplicateKey(String),
     /// Warning: a `flag_evaluates_to` filter names no live flag.
@@ -83,7 +88,7 @@ impl CompileError {
         self
     }
 
-    pub(super) fn with_file(mut self, path: &Path) -> Self {
+    pub fn with_file(mut self, path: &Path) -> Self {
         self.file = Some(path.to_owned());
         self
     }
@@ -130,6 +135,10 @@ impl fmt::Display for ErrorKind {
             ErrorKind::InvalidValue(msg) => f.write_str(msg),
             ErrorKind::UnknownOperator(op) => write!(f, "unknown operator {op:?}"),
             ErrorKind::UnknownFilterType(t) => write!(f, "unknown filter type {t:?}"),
+            ErrorKind::UnknownField { suggestion: None } => f.write_str("unknown field"),
+            ErrorKind::UnknownField {
+                suggestion: Some(known),
+            } => write!(f, "unknown field (did you mean {known:?}?)"),
             ErrorKind::DuplicateKey(key) => write!(f, "duplicate flag key {key:?}"),
             ErrorKind::MissingDependency(key) => {
                 write!(f, "depends on flag {key:?}, which does not exist")

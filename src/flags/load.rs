@@ -5,25 +5,18 @@
 //! must not switch its flags off.
 
 use std::collections::HashMap;
-use std::ffi::OsString;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, SystemTime};
 
 use arc_swap::ArcSwap;
-use sha1::{Digest, Sha1};
 
 use super::compile::ProjectRules;
 use super::error::{CompileError, ErrorKind};
 
 /// Extension of flag files; other files in the directory (editor swap files) are ignored.
 const FLAG_FILE_EXTENSION: &str = "json";
-
-/// A file modified this recently may be rewritten within the same mtime tick at the same
-/// size, which the cheap check cannot see; until then changes are confirmed by content.
-const SETTLE_TIME: Duration = Duration::from_secs(2);
 
 /// Every project's compiled rules at one moment.
 #[derive(Debug, Default)]
@@ -73,20 +66,9 @@ pub struct Rules {
     failures: AtomicU64,
 }
 
-/// One directory entry as the cheap change check sees it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Stamp {
-    name: OsString,
-    modified: Option<SystemTime>,
-    len: u64,
-}
-
 #[derive(Debug, Default)]
 struct Seen {
-    /// `None` before the first reload or when the directory could not be listed.
-    stamps: Option<Vec<Stamp>>,
-    digests: HashMap<OsString, [u8; 20]>,
-    settled: bool,
+    files: crate::watch::Seen,
     /// Flag definitions made from other files (surveys' targeting flags), per project.
     generated: Arc<Generated>,
 }
@@ -149,22 +131,10 @@ impl Rules {
     /// `None` when nothing changed.
     pub fn reload_if_changed(&self, flags_dir: &Path) -> Option<ReloadReport> {
         let mut seen = self.lock();
-        let stamps = list(flags_dir).ok().map(|entries| stamps(&entries));
-        if stamps != seen.stamps {
+        let entries = list(flags_dir).ok();
+        if seen.files.changed(entries.as_deref()) {
             return Some(self.reload_locked(flags_dir, &mut seen));
         }
-        if seen.settled {
-            return None;
-        }
-        let entries = list(flags_dir).unwrap_or_default();
-        for path in &entries {
-            let digest = fs::read(path).ok().map(|bytes| digest(&bytes));
-            let name = path.file_name().map(OsString::from).unwrap_or_default();
-            if digest.as_ref() != seen.digests.get(&name) {
-                return Some(self.reload_locked(flags_dir, &mut seen));
-            }
-        }
-        seen.settled = settled(seen.stamps.as_deref().unwrap_or_default());
         None
     }
 
@@ -177,7 +147,7 @@ impl Rules {
             return false;
         }
         seen.generated = Arc::new(generated);
-        seen.stamps = None;
+        seen.files.forget();
         true
     }
 
@@ -193,9 +163,8 @@ impl Rules {
             Err(error) => {
                 let error = CompileError::in_file(flags_dir, ErrorKind::Io(error.to_string()));
                 self.record_failure(&error);
-                // Unknown stamps: the poller reloads once the directory can be listed again.
-                seen.stamps = None;
-                seen.settled = true;
+                // The poller reloads once the directory can be listed again.
+                seen.files.unlistable();
                 return ReloadReport {
                     version: previous.version,
                     loaded: Vec::new(),
@@ -211,14 +180,12 @@ impl Rules {
             errors: Vec::new(),
             warnings: Vec::new(),
         };
-        // Stamp before reading: a file changed after this point then differs next poll.
-        let current = stamps(&entries);
-        seen.digests.clear();
+        let current = seen.files.begin(&entries);
         let generated = Arc::clone(&seen.generated);
         for path in &entries {
             let bytes = fs::read(path);
-            if let (Ok(bytes), Some(name)) = (&bytes, path.file_name()) {
-                seen.digests.insert(name.to_owned(), digest(bytes));
+            if let Ok(bytes) = &bytes {
+                seen.files.read(path, bytes);
             }
             let Some(id) = project_id(path) else {
                 let error = CompileError::in_file(path, ErrorKind::FileName);
@@ -271,8 +238,7 @@ impl Rules {
         };
         let count = snapshot.projects.len();
         self.current.store(Arc::new(snapshot));
-        seen.settled = settled(&current);
-        seen.stamps = Some(current);
+        seen.files.finish(current);
         tracing::info!(
             version = report.version,
             projects = count,
@@ -318,35 +284,6 @@ pub(crate) fn list(flags_dir: &Path) -> std::io::Result<Vec<PathBuf>> {
     }
     out.sort();
     Ok(out)
-}
-
-pub(crate) fn stamps(entries: &[PathBuf]) -> Vec<Stamp> {
-    entries
-        .iter()
-        .map(|path| {
-            let meta = fs::metadata(path).ok();
-            Stamp {
-                name: path.file_name().map(OsString::from).unwrap_or_default(),
-                modified: meta.as_ref().and_then(|m| m.modified().ok()),
-                len: meta.map_or(0, |m| m.len()),
-            }
-        })
-        .collect()
-}
-
-/// True when every file is older than `SETTLE_TIME`.
-pub(crate) fn settled(stamps: &[Stamp]) -> bool {
-    let now = SystemTime::now();
-    stamps.iter().all(|stamp| {
-        stamp
-            .modified
-            .and_then(|m| now.duration_since(m).ok())
-            .is_some_and(|age| age >= SETTLE_TIME)
-    })
-}
-
-pub(crate) fn digest(bytes: &[u8]) -> [u8; 20] {
-    Sha1::digest(bytes).into()
 }
 
 /// `<id>.json` with `id` written canonically, so `01.json` and `1.json` cannot both claim

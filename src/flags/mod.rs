@@ -15,6 +15,8 @@
 //!   `clock` ([`now`]) is the instant relative dates count back from.
 //! - `response` ([`response`], [`Tail`]): the response body for each protocol
 //!   version.
+//! - `lint` ([`lint`]): what `flagpost check` refuses beyond what serving does (unknown
+//!   fields, and filters of inactive flags serving could not evaluate once on).
 
 mod clock;
 mod cohort;
@@ -30,6 +32,7 @@ mod flag;
 mod generated;
 mod graph;
 mod hash;
+mod lint;
 mod load;
 mod outcome;
 mod property;
@@ -44,7 +47,8 @@ mod tests;
 pub use clock::now;
 pub use compile::ProjectRules;
 pub use error::{CompileError, ErrorKind};
-pub(crate) use load::{digest, list, project_id, settled, stamps, Stamp};
+pub use lint::lint;
+pub(crate) use load::{list, project_id};
 pub use load::{Generated, ReloadReport, Rules, Snapshot};
 pub use outcome::Outcomes;
 pub use response::{

@@ -59,7 +59,7 @@ impl FlagFile {
         };
         Ok(FlagFile {
             doc,
-            digest: Some(crate::flags::digest(&bytes)),
+            digest: Some(crate::watch::digest(&bytes)),
         })
     }
 

@@ -58,7 +58,7 @@ struct Seen {
 }
 
 fn fingerprint(v: &Value) -> [u8; 20] {
-    crate::flags::digest(&serde_json::to_vec(v).unwrap_or_default())
+    crate::watch::digest(&serde_json::to_vec(v).unwrap_or_default())
 }
 
 impl Seen {

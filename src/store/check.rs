@@ -12,8 +12,9 @@ use super::{block, keys, Trees};
 pub use crate::log::check::Report;
 
 /// Open the sled database at `dir`, turning a panic inside sled into an error that
-/// names the database and what to do.
-pub fn open(dir: &Path, cache_bytes: u64) -> Result<sled::Db, String> {
+/// names the database and what to do. sled's own errors stay sled's, so a caller can
+/// tell a lock held by another server ([`super::Error::is_locked`]) from damage.
+pub fn open(dir: &Path, cache_bytes: u64) -> Result<sled::Db, super::Error> {
     let opened = catch_unwind(AssertUnwindSafe(|| {
         sled::Config::new()
             .path(dir)
@@ -22,11 +23,20 @@ pub fn open(dir: &Path, cache_bytes: u64) -> Result<sled::Db, String> {
     }));
     match opened {
         Ok(Ok(db)) => Ok(db),
-        Ok(Err(e)) => Err(format!(
-            "cannot open the database at {}: {e} (is a server still running on it?)",
+        Ok(Err(e)) => Err(super::Error::Sled(e)),
+        Err(panic) => Err(super::Error::Damaged(damaged(dir, &panic_text(&*panic)))),
+    }
+}
+
+/// What [`open`]'s error tells an operator running `check`.
+fn open_problem(dir: &Path, e: super::Error) -> String {
+    match e {
+        super::Error::Damaged(message) => message,
+        e if e.is_locked() => format!(
+            "the database at {} is in use by a running server: stop it first",
             dir.display()
-        )),
-        Err(panic) => Err(damaged(dir, &panic_text(&*panic))),
+        ),
+        e => format!("cannot open the database at {}: {e}", dir.display()),
     }
 }
 
@@ -60,7 +70,7 @@ pub fn check(dir: &Path) -> Report {
     let db = match open(dir, 64 * 1024 * 1024) {
         Ok(db) => db,
         Err(e) => {
-            report.problems.push(e);
+            report.problems.push(open_problem(dir, e));
             return report;
         }
     };

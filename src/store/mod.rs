@@ -54,6 +54,14 @@ impl std::fmt::Display for Error {
 
 impl std::error::Error for Error {}
 
+impl Error {
+    /// Whether sled could not lock the database because another process holds it.
+    pub fn is_locked(&self) -> bool {
+        // sled 0.34 reports a held lock as an `Other` I/O error with this text.
+        matches!(self, Error::Sled(sled::Error::Io(e)) if e.to_string().starts_with("could not acquire lock"))
+    }
+}
+
 impl From<sled::Error> for Error {
     fn from(e: sled::Error) -> Self {
         Error::Sled(e)

@@ -20,5 +20,6 @@ mod ops;
 mod read_api;
 mod sdk;
 mod sink;
+mod startup;
 mod surveys;
 mod util;

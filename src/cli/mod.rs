@@ -8,6 +8,8 @@ use std::time::Duration;
 use argh::FromArgs;
 use flagpost::config::{self, Config};
 
+mod tools;
+
 #[derive(FromArgs)]
 /// A single-binary edge server for product analytics, compatible with PostHog's clients.
 pub struct Cli {
@@ -26,11 +28,15 @@ pub struct Cli {
 enum Command {
     Serve(Serve),
     Check(Check),
+    Eval(tools::Eval),
     Export(Export),
+    Key(tools::Key),
 }
 
 #[derive(FromArgs)]
-/// Validate a data dir (projects, every flag file, the GeoIP database); exits 1 on errors.
+/// Validate a data dir (projects, every flag file, the GeoIP database); exits 1 on errors,
+/// among them unknown fields in a flag's filters, conditions, property filters and
+/// variants, and any flag the server would switch off.
 #[argh(subcommand, name = "check")]
 struct Check {
     /// directory to check [env FLAGPOST_DATA_DIR, default ./data]
@@ -169,7 +175,9 @@ pub fn run(cli: Cli) -> Result<(), String> {
     match cli.command {
         None => Err("no command given; try `flagpost serve` or `flagpost --help`".into()),
         Some(Command::Check(args)) => check(args),
+        Some(Command::Eval(args)) => tools::eval(args),
         Some(Command::Export(args)) => export(args),
+        Some(Command::Key(args)) => tools::key(args),
         Some(Command::Serve(args)) => {
             let config = serve_config(args)?;
             tokio::runtime::Builder::new_multi_thread()
@@ -275,11 +283,12 @@ fn check(args: Check) -> Result<(), String> {
     let data_dir = or_env(args.data_dir, "FLAGPOST_DATA_DIR")?.unwrap_or_else(|| "data".into());
     let geoip = or_env(args.geoip, "FLAGPOST_GEOIP")?;
     let report = flagpost::admin::check(&data_dir, geoip.as_deref());
+    let mut out = Stdout::default();
     for note in &report.notes {
-        println!("ok: {note}");
+        out.line(format_args!("ok: {note}"))?;
     }
     for error in &report.errors {
-        println!("error: {error}");
+        out.line(format_args!("error: {error}"))?;
     }
     match report.errors.len() {
         0 => Ok(()),
@@ -301,10 +310,47 @@ fn export(args: Export) -> Result<(), String> {
             let mut out = std::io::BufWriter::new(std::io::stdout().lock());
             flagpost::admin::export(&db, &mut out, |d, t| progress.show(d, t))
         }
-    }
-    .map_err(|e| e.to_string())?;
+    };
+    let count = match count {
+        // The reader stopped reading (`flagpost export | head`): done, quietly.
+        Err(flagpost::admin::ExportError::Write(e))
+            if e.kind() == std::io::ErrorKind::BrokenPipe =>
+        {
+            return Ok(())
+        }
+        other => other.map_err(|e| e.to_string())?,
+    };
     progress.finish(count);
     Ok(())
+}
+
+/// Standard output for a command's report. A closed pipe (`flagpost check | head`)
+/// stops the output quietly, as with other command-line tools; the command still
+/// finishes and exits with its own status.
+#[derive(Default)]
+struct Stdout {
+    closed: bool,
+}
+
+impl Stdout {
+    fn line(&mut self, text: std::fmt::Arguments<'_>) -> Result<(), String> {
+        self.write(format_args!("{text}\n"))
+    }
+
+    fn write(&mut self, text: std::fmt::Arguments<'_>) -> Result<(), String> {
+        use std::io::Write;
+        if self.closed {
+            return Ok(());
+        }
+        let mut out = std::io::stdout().lock();
+        match out.write_fmt(text).and_then(|()| out.flush()) {
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+                self.closed = true;
+                Ok(())
+            }
+            other => other.map_err(|e| format!("cannot write to standard output: {e}")),
+        }
+    }
 }
 
 /// A progress bar on stderr: redrawn in place at a terminal, a line per tenth otherwise

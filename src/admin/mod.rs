@@ -1,6 +1,9 @@
 //! Operator commands that work on files rather than a running server: `check`
-//! validates a data dir before it is deployed, `export` writes every stored event of a
-//! stopped server's database as NDJSON.
+//! validates a data dir before it is deployed, `eval` (in `eval.rs`) shows what one
+//! user gets from each flag and why, `export` writes every stored event of a stopped
+//! server's database as NDJSON.
+
+mod eval;
 
 use std::collections::HashSet;
 use std::io::Write;
@@ -16,6 +19,8 @@ use crate::projects::Projects;
 use crate::store::query::{self, EventFilter};
 use crate::store::{block, keys, Trees};
 use crate::surveys::ProjectSurveys;
+
+pub use eval::{eval, render, EvalError, Request};
 
 /// What `check` found: problems that must be fixed, and notes worth reading.
 #[derive(Debug, Default)]
@@ -51,12 +56,14 @@ pub fn check(data_dir: &Path, geoip_file: Option<&Path>) -> CheckReport {
     report
         .errors
         .extend(loaded.errors.iter().map(|e| e.to_string()));
-    report.notes.extend(
+    // Serving starts with these flags off; a check before deploying must not pass them.
+    report.errors.extend(
         loaded
             .warnings
             .iter()
-            .map(|w| format!("flag disabled: {w}")),
+            .map(|w| format!("{w} (the server turns this flag off until it is fixed)")),
     );
+    lint_flag_files(&flags_dir, &mut report);
     let snapshot = rules.current();
     for id in snapshot.project_ids() {
         let known = projects
@@ -104,6 +111,24 @@ pub fn check(data_dir: &Path, geoip_file: Option<&Path>) -> CheckReport {
         ));
     }
     report
+}
+
+/// What serving lets through but a person most likely did not mean: unknown fields in
+/// a flag's filters (a misspelt `rollout_percentage` is ignored, so the condition rolls
+/// out to everyone), and inactive flags that could not be evaluated once switched on.
+/// Files that do not parse were reported by the load already.
+fn lint_flag_files(flags_dir: &Path, report: &mut CheckReport) {
+    for path in crate::flags::list(flags_dir).unwrap_or_default() {
+        let Ok(bytes) = std::fs::read(&path) else {
+            continue;
+        };
+        let Ok(definitions) = serde_json::from_slice::<Value>(&bytes) else {
+            continue;
+        };
+        let found = crate::flags::lint(&definitions);
+        let found = found.into_iter().map(|e| e.with_file(&path).to_string());
+        report.errors.extend(found);
+    }
 }
 
 /// Load `surveys/*.json` and `early_access/*.json` as the server would, reporting every
