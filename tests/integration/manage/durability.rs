@@ -283,4 +283,16 @@ fn a_restart_keeps_flags_cohorts_and_activity() {
     super::within_a_second(&server, "the cohort flag after the restart", |f| {
         f["acme"] == true
     });
+    // What the API wrote (cohort details, who changed what) passes `flagpost check`.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_flagpost"))
+        .args(["check", "--data-dir"])
+        .arg(server.data())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
