@@ -2,11 +2,14 @@
 # Install what the SDK tests (tests/integration/sdk/) run: Debian's Chromium, one
 # Python venv per posthog-python line, and the pinned npm packages (posthog-node 4.x
 # and 5.x, posthog-js, playwright-core); and a venv with chdb-core, current ClickHouse
-# in-process, for the sink's current-shape test (tests/integration/sink/current.rs).
+# in-process, for the sink's current-shape test (tests/integration/sink/current.rs);
+# and the crates of tests/sdk/rust (posthog-rs 0.30), which the posthog-rs tests build
+# with cargo into target/sdk-rust (no cmake: aws-lc-sys builds with the C compiler).
 # Idempotent and cheap when nothing changed: a venv or node_modules is rebuilt only
 # when its pinned list changed.
 #
-# Caches to keep between CI runs: tests/sdk/.deps/ and tests/sdk/node/node_modules/.
+# Caches to keep between CI runs: tests/sdk/.deps/, tests/sdk/node/node_modules/,
+# ~/.cargo/registry and target/sdk-rust/.
 set -euo pipefail
 cd "$(dirname "$0")"
 deps=.deps
@@ -20,7 +23,7 @@ as_root() {
 # A file's content hash, to tell whether what was installed from it is current.
 stamp_of() { sha256sum "$@" | sha256sum | cut -c1-16; }
 
-for tool in python3 node npm; do
+for tool in python3 node npm cargo; do
     command -v "$tool" >/dev/null || {
         echo "sdk: $tool is needed (Python >= 3.10, Node >= 20.20)" >&2
         exit 1
@@ -63,6 +66,9 @@ if [ "$(cat node/node_modules/.stamp 2>/dev/null)" != "$want" ]; then
     echo "$want" >node/node_modules/.stamp
 fi
 
+# Fetched here, where a network failure says so; built by the tests.
+cargo fetch --locked --quiet --manifest-path rust/Cargo.toml
+
 echo "sdk: $(/usr/bin/chromium --version 2>/dev/null | head -1);" \
     "posthog-python $("$deps/py3/bin/python" -c 'import posthog; print(posthog.VERSION)')" \
     "and $("$deps/py7/bin/python" -c 'import posthog; print(posthog.VERSION)');" \
@@ -70,4 +76,5 @@ echo "sdk: $(/usr/bin/chromium --version 2>/dev/null | head -1);" \
     "and $(node -p 'require("./node/node_modules/posthog-node/package.json").version');" \
     "posthog-js $(node -p 'require("./node/node_modules/posthog-js/package.json").version');" \
     "playwright-core $(node -p 'require("./node/node_modules/playwright-core/package.json").version');" \
-    "chdb-core $("$deps/chdb/bin/python" -c 'import chdb; print(chdb.__version__, "(ClickHouse", chdb.engine_version + ")")')"
+    "chdb-core $("$deps/chdb/bin/python" -c 'import chdb; print(chdb.__version__, "(ClickHouse", chdb.engine_version + ")")');" \
+    "posthog-rs $(grep -A1 '^name = "posthog-rs"$' rust/Cargo.lock | sed -n 's/^version = "\(.*\)"$/\1/p')"

@@ -1,7 +1,7 @@
 //! The official client libraries, unchanged, against the real binary on loopback:
-//! posthog-python 3.x and 7.x, posthog-node 4.x and 5.x (`server_side`), and
+//! posthog-python 3.x and 7.x, posthog-node 4.x and 5.x (`server_side`),
 //! posthog-js in headless Chromium (`browser`), as `tests/sdk/install.sh` installs
-//! them. Each client script does what an app does (capture, identify, alias, groups,
+//! them, and posthog-rs in its three builds (`posthog_rs`, built with cargo). Each client script does what an app does (capture, identify, alias, groups,
 //! flags) and prints every request it made, with the events in it, and the flag values
 //! it got. The read API must then show exactly those events, with the persons and
 //! groups they imply. This module holds what they share: the flags, running a client
@@ -15,6 +15,7 @@
 mod browser;
 mod differential;
 mod node_flags;
+mod posthog_rs;
 mod server_side;
 
 use std::io::Read;
