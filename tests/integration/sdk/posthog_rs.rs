@@ -214,6 +214,21 @@ fn stored(summary: &Value, server: &Server, prefix: &str) {
     );
 }
 
+/// `got` is `want`; else the test fails naming each member that differs.
+fn same(got: &Value, want: &Value, what: &str) {
+    let (Some(g), Some(w)) = (got.as_object(), want.as_object()) else {
+        assert_eq!(got, want, "{what}");
+        return;
+    };
+    let keys: BTreeSet<&String> = g.keys().chain(w.keys()).collect();
+    let wrong: Vec<String> = keys
+        .into_iter()
+        .filter(|k| g.get(*k) != w.get(*k))
+        .map(|k| format!("  {k:?}: got {:?}, want {:?}", g.get(k), w.get(k)))
+        .collect();
+    assert!(wrong.is_empty(), "{what}:\n{}", wrong.join("\n"));
+}
+
 fn posthog_rs(build: &str) {
     let driver = driver(build);
     let server = start();
@@ -260,22 +275,22 @@ fn posthog_rs(build: &str) {
     assert_eq!(summary["exception"], Value::Null, "capture_exception_with");
 
     // Local evaluation: exact, and the same as the server's for the same input.
-    assert_eq!(
-        summary["local"],
-        json!({
+    same(
+        &summary["local"],
+        &json!({
             "always-on": true, "never": false, "pro-only": true, "pro-only free": false,
             "checkout": "test", "big-orgs": true, "big-orgs on 5 seats": false,
             "evaluate with properties": snapshot(ALL),
         }),
-        "local evaluation"
+        "local evaluation",
     );
 
     // Remote evaluation. The deprecated calls hand back `metadata.payload` as sent:
     // the rules' JSON text; a snapshot parses it.
     let all = json!({"always-on": true, "never": false, "pro-only": true, "checkout": "test", "big-orgs": false});
-    assert_eq!(
-        summary["remote"],
-        json!({
+    same(
+        &summary["remote"],
+        &json!({
             "pro-only poll": true, "big-orgs poll": true,
             "always-on": true, "never": false, "pro-only": true, "pro-only stranger": false,
             "pro-only stranger on pro": true, "checkout": "test",
@@ -288,7 +303,7 @@ fn posthog_rs(build: &str) {
             "evaluate with properties": snapshot(ALL),
             "evaluate two keys": snapshot(&["always-on", "checkout"]),
         }),
-        "remote evaluation"
+        "remote evaluation",
     );
     assert_eq!(
         summary["local"]["evaluate with properties"],

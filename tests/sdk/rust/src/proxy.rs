@@ -148,13 +148,14 @@ fn relay(conn: TcpStream, upstream: SocketAddr, log: &Log) -> Result<(), String>
         .write_all(&request.bytes())
         .map_err(|e| e.to_string())?;
     let response = read_message(&mut BufReader::new(server), true)?;
+    // Logged before the client has its answer: once a flush returns, what it sent
+    // is in the log.
+    let entry = describe(&request, &response, upstream);
+    log.lock().unwrap().push(entry);
     client
         .get_mut()
         .write_all(&response.bytes())
-        .map_err(|e| e.to_string())?;
-    let entry = describe(&request, &response, upstream);
-    log.lock().unwrap().push(entry);
-    Ok(())
+        .map_err(|e| e.to_string())
 }
 
 /// A body as sent, decompressed by its `Content-Encoding`.
