@@ -176,6 +176,12 @@ fn stored(summary: &Value, server: &Server, prefix: &str) {
             assert_eq!(&got["properties"][k], v, "{k} of {sent}\nstored: {got}");
         }
     }
+    // Each event names the library: V0 sends `$lib` as properties, V1 in its
+    // `PostHog-Sdk-Info` header (`posthog-rs/0.30.0`), which the server reads back.
+    for e in &stored {
+        let lib = (&e["properties"]["$lib"], &e["properties"]["$lib_version"]);
+        assert_eq!(lib, (&json!("posthog-rs"), &json!("0.30.0")), "{e}");
+    }
     for request in requests.iter().filter(|r| !array(&r["events"]).is_empty()) {
         shifted_alike(request, &stored);
     }
@@ -201,6 +207,11 @@ fn stored(summary: &Value, server: &Server, prefix: &str) {
     let company = format!("{prefix}-acme");
     let order = event(&stored, &ids["order placed"]);
     assert_eq!(order["properties"]["$groups"], json!({"company": company}));
+    // An event with a group is marked for person processing (V1: `options`).
+    assert_eq!(
+        order["properties"]["$process_person_profile"], true,
+        "{order}"
+    );
     assert_eq!(
         group_properties(server, &company),
         json!({"seats": 50, "name": "Acme"})
