@@ -3,8 +3,8 @@
 # Python venv per posthog-python line, and the pinned npm packages (posthog-node 4.x
 # and 5.x, posthog-js, playwright-core); and a venv with chdb-core, current ClickHouse
 # in-process, for the sink's current-shape test (tests/integration/sink/current.rs);
-# and the crates of tests/sdk/rust (posthog-rs 0.30), which the posthog-rs tests build
-# with cargo into target/sdk-rust (no cmake: aws-lc-sys builds with the C compiler).
+# and tests/sdk/rust, an app on posthog-rs 0.30 from crates.io, built with cargo
+# into target/sdk-rust (no cmake: aws-lc-sys builds with the C compiler).
 # Idempotent and cheap when nothing changed: a venv or node_modules is rebuilt only
 # when its pinned list changed.
 #
@@ -66,8 +66,13 @@ if [ "$(cat node/node_modules/.stamp 2>/dev/null)" != "$want" ]; then
     echo "$want" >node/node_modules/.stamp
 fi
 
-# Fetched here, where a network failure says so; built by the tests.
-cargo fetch --locked --quiet --manifest-path rust/Cargo.toml
+# The posthog-rs driver's three builds, into the target dir the tests build it in
+# (tests/integration/sdk/posthog_rs.rs): done here, one after the other, the tests'
+# own builds find them fresh. About 3 minutes on two cores the first time.
+for build in async blocking v1; do
+    CARGO_TARGET_DIR="$(cd ../.. && pwd)/target/sdk-rust" \
+        cargo build --locked --quiet --features "$build" --manifest-path rust/Cargo.toml
+done
 
 echo "sdk: $(/usr/bin/chromium --version 2>/dev/null | head -1);" \
     "posthog-python $("$deps/py3/bin/python" -c 'import posthog; print(posthog.VERSION)')" \
