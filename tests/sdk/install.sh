@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # Install what the SDK tests (tests/integration/sdk/) run: Debian's Chromium, one
 # Python venv per posthog-python line, and the pinned npm packages (posthog-node 4.x
-# and 5.x, posthog-js, posthog-js-lite, playwright-core); and a venv with chdb-core, current ClickHouse
-# in-process, for the sink's current-shape test (tests/integration/sink/current.rs).
+# and 5.x, posthog-js, posthog-js-lite, playwright-core); and a venv with chdb-core,
+# current ClickHouse in-process, for the sink's current-shape test
+# (tests/integration/sink/current.rs); and tests/sdk/rust, an app on posthog-rs 0.30
+# from crates.io, built with cargo into target/sdk-rust (no cmake: aws-lc-sys builds
+# with the C compiler).
 # Idempotent and cheap when nothing changed: a venv or node_modules is rebuilt only
 # when its pinned list changed.
 #
-# Caches to keep between CI runs: tests/sdk/.deps/ and tests/sdk/node/node_modules/.
+# Caches to keep between CI runs: tests/sdk/.deps/, tests/sdk/node/node_modules/,
+# ~/.cargo/registry and target/sdk-rust/.
 set -euo pipefail
 cd "$(dirname "$0")"
 deps=.deps
@@ -20,7 +24,7 @@ as_root() {
 # A file's content hash, to tell whether what was installed from it is current.
 stamp_of() { sha256sum "$@" | sha256sum | cut -c1-16; }
 
-for tool in python3 node npm; do
+for tool in python3 node npm cargo; do
     command -v "$tool" >/dev/null || {
         echo "sdk: $tool is needed (Python >= 3.10, Node >= 20.20)" >&2
         exit 1
@@ -63,6 +67,14 @@ if [ "$(cat node/node_modules/.stamp 2>/dev/null)" != "$want" ]; then
     echo "$want" >node/node_modules/.stamp
 fi
 
+# The posthog-rs driver's three builds, into the target dir the tests build it in
+# (tests/integration/sdk/posthog_rs.rs): done here, one after the other, the tests'
+# own builds find them fresh. About 3 minutes on two cores the first time.
+for build in async blocking v1; do
+    CARGO_TARGET_DIR="$(cd ../.. && pwd)/target/sdk-rust" \
+        cargo build --locked --quiet --features "$build" --manifest-path rust/Cargo.toml
+done
+
 echo "sdk: $(/usr/bin/chromium --version 2>/dev/null | head -1);" \
     "posthog-python $("$deps/py3/bin/python" -c 'import posthog; print(posthog.VERSION)')" \
     "and $("$deps/py7/bin/python" -c 'import posthog; print(posthog.VERSION)');" \
@@ -72,4 +84,5 @@ echo "sdk: $(/usr/bin/chromium --version 2>/dev/null | head -1);" \
     "posthog-js-lite $(node -p 'require("./node/node_modules/posthog-js-lite/package.json").version')" \
     "(@posthog/core $(node -p 'require("./node/node_modules/@posthog/core/package.json").version'));" \
     "playwright-core $(node -p 'require("./node/node_modules/playwright-core/package.json").version');" \
-    "chdb-core $("$deps/chdb/bin/python" -c 'import chdb; print(chdb.__version__, "(ClickHouse", chdb.engine_version + ")")')"
+    "chdb-core $("$deps/chdb/bin/python" -c 'import chdb; print(chdb.__version__, "(ClickHouse", chdb.engine_version + ")")');" \
+    "posthog-rs $(grep -A1 '^name = "posthog-rs"$' rust/Cargo.lock | sed -n 's/^version = "\(.*\)"$/\1/p')"

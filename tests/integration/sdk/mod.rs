@@ -1,12 +1,13 @@
 //! The official client libraries, unchanged, against the real binary on loopback:
 //! posthog-python 3.x and 7.x, posthog-node 4.x and 5.x (`server_side`), posthog-js
-//! in headless Chromium (`browser`), and posthog-js-lite in Chromium and Node
-//! (`lite`), as `tests/sdk/install.sh` installs them. Each client script does what an
-//! app does (capture, identify, alias, groups, flags) and prints every request it
-//! made, with the events in it, and the flag values it got. The read API must then
-//! show exactly those events, with the persons and groups they imply. This module
-//! holds what they share: the flags, running a client under a deadline, and the
-//! checks on what the server stored.
+//! in headless Chromium (`browser`), posthog-js-lite in Chromium and Node (`lite`), as
+//! `tests/sdk/install.sh` installs them, and posthog-rs in its three builds
+//! (`posthog_rs`, built with cargo). Each client script does what an app does
+//! (capture, identify, alias, groups, flags) and prints every request it made, with
+//! the events in it, and the flag values it got. The read API must then show exactly
+//! those events, with the persons and groups they imply. This module holds what they
+//! share: the flags, running a client under a deadline, and the checks on what the
+//! server stored.
 //!
 //! They need what `tests/sdk/install.sh` installs, so each is `#[ignore]`d with that
 //! reason: a plain `cargo test` lists them as ignored, and `cargo test --
@@ -17,6 +18,7 @@ mod browser;
 mod differential;
 mod lite;
 mod node_flags;
+mod posthog_rs;
 mod server_side;
 
 use std::io::Read;
