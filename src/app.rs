@@ -54,7 +54,7 @@ pub struct App {
     pub feed: crate::flags::feed::Cache,
     /// Flags and cohorts changed through the management API.
     pub manage: crate::manage::Store,
-    /// Failed authentications on the management API, by client address.
+    /// Failed authentications with personal API keys, on any endpoint, by client address.
     pub failed_auth: crate::manage::FailedAuth,
     /// Set at shutdown: readiness turns 503 so load balancers stop sending.
     draining: AtomicBool,

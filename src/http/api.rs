@@ -1,10 +1,11 @@
 //! The read API: events (filters, paging, NDJSON export), persons and groups of a
 //! project, for holders of that project's personal API key.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use hyper::header::{ACCEPT, AUTHORIZATION, HOST};
+use hyper::header::{ACCEPT, HOST};
 use hyper::{HeaderMap, Response, StatusCode};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
@@ -14,7 +15,6 @@ use super::response::{self, Body, Channel};
 use crate::app::App;
 use crate::capture::timestamp;
 use crate::persons::Person;
-use crate::projects::PERSONAL_KEY_PREFIX;
 use crate::store::query::{self, EventFilter};
 use crate::store::{Group, Trees};
 
@@ -47,38 +47,16 @@ pub fn parse_path(path: &str) -> Option<(u64, Resource)> {
     Some((id.parse().ok()?, resource))
 }
 
-/// The personal API key of `Authorization: Bearer phx_...`; anything else is not one.
-pub fn personal_key(headers: &HeaderMap) -> Result<&str, ApiError> {
-    headers
-        .get(AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim)
-        .filter(|k| k.starts_with(PERSONAL_KEY_PREFIX))
-        .ok_or(ApiError::NotAuthenticated)
-}
-
-/// The project a request may read: its personal key must belong to `project`.
-pub fn authorize(app: &App, headers: &HeaderMap, project: u64) -> Result<(), ApiError> {
-    let key = personal_key(headers)?;
-    let projects = app.projects.load();
-    match projects.by_personal_key(key) {
-        None => Err(ApiError::NotAuthenticated),
-        Some(p) if p.id == project => Ok(()),
-        // Whether `project` exists or not, the answer is the same.
-        Some(_) => Err(ApiError::Forbidden),
-    }
-}
-
 pub async fn handle(
     app: &Arc<App>,
     project: u64,
     resource: Resource,
     headers: &HeaderMap,
-    path: &str,
-    query: Option<&str>,
+    uri: &hyper::Uri,
+    peer: SocketAddr,
 ) -> Result<Response<Body>, ApiError> {
-    authorize(app, headers, project)?;
+    super::personal::authorize(app, headers, peer, project)?;
+    let (path, query) = (uri.path(), uri.query());
     let params = Params::parse(query);
     let trees = app.trees.clone();
     match resource {

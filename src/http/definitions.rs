@@ -8,6 +8,7 @@
 //! [`crate::flags::feed`], which builds each project's body once per published rules),
 //! and an ETag lets a poller's `If-None-Match` get a 304 instead of the whole feed again.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use hyper::header::{HeaderValue, ETAG};
@@ -23,19 +24,21 @@ use crate::projects::Project;
 
 /// The project a personal key may read flags of: its own, which `token` (the project
 /// key, when sent) must name too.
-fn project(app: &App, headers: &HeaderMap, token: Option<&str>) -> Result<Arc<Project>, ApiError> {
-    let personal = super::api::personal_key(headers)?;
-    let projects = app.projects.load();
-    let owner = projects
-        .by_personal_key(personal)
-        .ok_or(ApiError::NotAuthenticated)?;
+fn project(
+    app: &App,
+    headers: &HeaderMap,
+    peer: SocketAddr,
+    token: Option<&str>,
+) -> Result<Arc<Project>, ApiError> {
+    let (owner, _) = super::personal::authenticate(app, headers, peer)?;
     if let Some(t) = token {
+        let projects = app.projects.load();
         let named = projects.by_api_key(t).ok_or(DecideError::InvalidKey)?;
         if named.id != owner.id {
             return Err(ApiError::Forbidden);
         }
     }
-    Ok(owner.clone())
+    Ok(owner)
 }
 
 fn query_pairs(query: Option<&str>) -> (Option<String>, bool) {
@@ -63,9 +66,10 @@ pub fn feed(
     app: &App,
     headers: &HeaderMap,
     query: Option<&str>,
+    peer: SocketAddr,
 ) -> Result<Response<Body>, ApiError> {
     let (token, send_cohorts) = query_pairs(query);
-    let project = project(app, headers, token.as_deref())?;
+    let project = project(app, headers, peer, token.as_deref())?;
     let rules = rules_of(app, &project);
     let built = app.feed.get(project.id, rules, send_cohorts);
     let mut r = if super::assets::none_match(headers, &built.etag) == Some(true) {
@@ -105,10 +109,11 @@ pub fn payload(
     headers: &HeaderMap,
     path: &str,
     query: Option<&str>,
+    peer: SocketAddr,
 ) -> Result<Response<Body>, ApiError> {
     let (in_path, flag) = payload_path(path).ok_or(ApiError::NotFound)?;
     let (token, _) = query_pairs(query);
-    let project = project(app, headers, token.as_deref())?;
+    let project = project(app, headers, peer, token.as_deref())?;
     if in_path.is_some_and(|id| id != project.id) {
         return Err(ApiError::Forbidden);
     }

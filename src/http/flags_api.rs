@@ -195,32 +195,18 @@ pub async fn handle(
     Ok(response::json(status, &value))
 }
 
-/// The caller, whose key must belong to `project` (any project for `@current`). An
-/// address with too many failed attempts is refused before its key is looked at.
+/// The caller, whose key must belong to `project` (any project for `@current`).
 fn authenticate(
     app: &App,
     headers: &HeaderMap,
     peer: SocketAddr,
     project: Option<u64>,
 ) -> Result<Caller, ApiError> {
-    let ip = super::client_ip(app, peer, headers);
-    app.failed_auth.check(ip).map_err(ApiError::Throttled)?;
-    let caller = super::api::personal_key(headers).and_then(|key| {
-        let projects = app.projects.load();
-        let (_, caller) = projects
-            .personal_key(key)
-            .ok_or(ApiError::NotAuthenticated)?;
-        Ok(caller)
-    });
-    match caller {
-        Err(e) => {
-            app.failed_auth.fail(ip);
-            Err(e)
-        }
-        // Whether `project` exists or not, the answer is the same.
-        Ok(c) if project.is_some_and(|p| p != c.project) => Err(ApiError::Forbidden),
-        Ok(c) => Ok(c),
-    }
+    let (_, caller) = match project {
+        Some(id) => super::personal::authorize(app, headers, peer, id)?,
+        None => super::personal::authenticate(app, headers, peer)?,
+    };
+    Ok(caller)
 }
 
 /// A read on the blocking pool.

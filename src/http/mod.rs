@@ -13,6 +13,7 @@ pub mod error;
 pub mod flags_api;
 pub mod inflate;
 pub mod not_kept;
+pub mod personal;
 pub mod remote_config;
 pub mod response;
 pub mod router;

@@ -180,14 +180,14 @@ async fn dispatch(
             if method != Method::GET {
                 return Err(ApiError::MethodNotAllowed);
             }
-            super::definitions::feed(app, req.headers(), req.uri().query())
+            super::definitions::feed(app, req.headers(), req.uri().query(), peer)
         }
         Route::FlagPayload => {
             if method != Method::GET {
                 return Err(ApiError::MethodNotAllowed);
             }
             let uri = req.uri();
-            super::definitions::payload(app, req.headers(), uri.path(), uri.query())
+            super::definitions::payload(app, req.headers(), uri.path(), uri.query(), peer)
         }
         Route::RemoteConfig => {
             if method != Method::GET && method != Method::HEAD {
@@ -236,15 +236,7 @@ async fn dispatch(
                 return Err(ApiError::MethodNotAllowed);
             }
             let (parts, _) = req.into_parts();
-            super::api::handle(
-                app,
-                project,
-                resource,
-                &parts.headers,
-                parts.uri.path(),
-                parts.uri.query(),
-            )
-            .await
+            super::api::handle(app, project, resource, &parts.headers, &parts.uri, peer).await
         }
         Route::Manage(project, path) => {
             super::flags_api::handle(app, project, path, req, peer).await

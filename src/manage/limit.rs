@@ -1,5 +1,6 @@
-//! Failed authentications on the management API, limited per client address with a
-//! small token bucket: each failure takes a token, tokens come back at a steady rate,
+//! Failed authentications with personal API keys (on every endpoint that takes one:
+//! `http::personal` is their one way in), limited per client address with a small
+//! token bucket: each failure takes a token, tokens come back at a steady rate,
 //! and an address without tokens is refused (429) before its key is even looked at, so
 //! guessing keys costs minutes per few dozen tries. Successful requests take nothing.
 

@@ -99,3 +99,43 @@ fn hashed_keys_authenticate_and_name_the_caller() {
             .unwrap();
     assert_eq!(flags["flags"][0]["created_by"], "ci");
 }
+
+#[test]
+fn one_failed_authentication_limit_covers_every_endpoint_of_personal_keys() {
+    let server = Server::start();
+    let paths = [
+        "/api/projects/1/events/",
+        "/api/feature_flag/local_evaluation/",
+        "/flags/definitions",
+        "/api/projects/@current/feature_flags/anything/remote_config",
+        FLAGS,
+    ];
+    // Twenty guesses spread over all of them use up one address's tries...
+    for i in 0..20 {
+        let path = paths[i % paths.len()];
+        let r = server.api(path, &format!("phx_guess_{i}"));
+        assert_eq!(r.status, 401, "guess {i} on {path}: {}", r.text());
+    }
+    // ...so every one of them now refuses the address, even with the right key.
+    for path in paths {
+        let r = server.api(path, PERSONAL_ONE);
+        assert_eq!(r.status, 429, "{path}: {}", r.text());
+        assert_eq!(r.header("retry-after"), Some("3"), "{path}");
+        assert_eq!(r.json()["code"], "throttled", "{path}");
+    }
+    // A request without any personal key is a failed attempt too, and the endpoints
+    // of project keys are not limited by it.
+    let fresh = Server::start();
+    for i in 0..20 {
+        let r = fresh.get("/api/projects/1/persons/");
+        assert_eq!(r.status, 401, "attempt {i}");
+    }
+    assert_eq!(
+        fresh
+            .api("/api/feature_flag/local_evaluation/", PERSONAL_ONE)
+            .status,
+        429
+    );
+    let decide = json!({"api_key": KEY_ONE, "distinct_id": "ada"});
+    assert_eq!(fresh.post("/decide/?v=3", decide.to_string()).status, 200);
+}
