@@ -1,5 +1,6 @@
 //! The commands that answer a question and exit: `eval` (what one user gets from each
-//! flag, and why) and `key new` (a new random key for `projects.json`).
+//! flag, and why) and `key new` (a new random key for `projects.json`, or a personal key stored there
+//! as a labelled hash).
 
 use std::path::PathBuf;
 
@@ -55,8 +56,11 @@ enum KeyCommand {
 
 #[derive(FromArgs)]
 /// Print a new random project API key (phc_...) from the system's CSPRNG; with
-/// --personal, a personal API key (phx_...) for the read API. Where it goes in
-/// projects.json is said on standard error.
+/// --personal, a personal API key (phx_...) for the read and management APIs. Where it
+/// goes in projects.json is said on standard error. With --project and --label, a
+/// personal key whose SHA-256 is stored with that label in the project's
+/// personal_api_keys instead (the rest of the file kept as it is; a running server
+/// takes it within seconds): the key itself is printed once and kept nowhere.
 #[argh(subcommand, name = "new")]
 struct KeyNew {
     /// the project the key is for, named in the hint
@@ -65,6 +69,12 @@ struct KeyNew {
     /// a personal API key (phx_...) instead of a project key
     #[argh(switch)]
     personal: bool,
+    /// store the new personal key's hash under this label in projects.json (needs --project; 1-40 characters, unique within the project)
+    #[argh(option)]
+    label: Option<String>,
+    /// directory with projects.json, for --label [env FLAGPOST_DATA_DIR, default ./data]
+    #[argh(option)]
+    data_dir: Option<PathBuf>,
 }
 
 pub(super) fn eval(args: Eval) -> Result<(), String> {
@@ -128,10 +138,30 @@ fn value_of(text: &str) -> Value {
 
 pub(super) fn key(args: Key) -> Result<(), String> {
     let KeyCommand::New(args) = args.command;
-    let key = flagpost::projects::new_key(args.personal)
+    let stored = match (&args.label, args.project) {
+        (Some(_), None) => return Err("--label needs --project: the project the key is for".into()),
+        (Some(label), Some(project)) => Some((label.as_str(), project)),
+        (None, _) => None,
+    };
+    let personal = args.personal || stored.is_some();
+    let key = flagpost::projects::new_key(personal)
         .map_err(|e| format!("the system's random number generator failed: {e}"))?;
+    if let Some((label, project)) = stored {
+        let data_dir = or_env(args.data_dir, "FLAGPOST_DATA_DIR")?.unwrap_or_else(|| "data".into());
+        let path = data_dir.join("projects.json");
+        // Stored before the key is shown: a key that could not be stored is never seen.
+        flagpost::projects::add_hashed_key(&path, project, label, &key)
+            .map_err(|e| e.to_string())?;
+        super::Stdout::default().line(format_args!("{key}"))?;
+        eprintln!(
+            "stored its SHA-256 as {label:?} in project {project} of {}; a running server \
+             takes it within seconds. Keep the key now: it is not kept anywhere.",
+            path.display()
+        );
+        return Ok(());
+    }
     super::Stdout::default().line(format_args!("{key}"))?;
-    let hint = match (args.personal, args.project) {
+    let hint = match (personal, args.project) {
         (true, Some(id)) => {
             format!("add it to \"personal_api_keys\" of project {id} in projects.json")
         }

@@ -2,6 +2,7 @@
 //! error bodies, keys of other projects, `/decide` and the feeds following each change.
 
 mod durability;
+mod keys;
 mod limits;
 
 use std::time::{Duration, Instant};

@@ -4,6 +4,10 @@
 //! text, as `{"sha256": "<hex>", "label": "ci"}`: the SHA-256 of the key, unsalted, as
 //! PostHog stores its personal keys (`sha256$<hex>`, which is accepted too).
 
+mod edit;
+
+pub use edit::{add_hashed_key, MAX_LABEL_CHARS};
+
 use std::collections::HashMap;
 use std::fmt;
 use std::path::Path;
