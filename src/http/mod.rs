@@ -19,6 +19,7 @@ pub mod response;
 pub mod router;
 pub mod server;
 pub mod surveys;
+pub mod whoami;
 
 use std::net::{IpAddr, SocketAddr};
 

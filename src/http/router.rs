@@ -44,6 +44,8 @@ pub enum Route {
     Api(u64, super::api::Resource),
     /// Flags and cohorts through PostHog's REST API; `None` is `@current`.
     Manage(Option<u64>, super::flags_api::Path),
+    /// `/api/personal_api_keys/@current`, `/api/users/@me/`: who a personal key is.
+    WhoAmI(super::whoami::Path),
     NotFound,
 }
 
@@ -73,6 +75,8 @@ impl Route {
                     Route::Api(project, resource)
                 } else if let Some((project, p)) = super::flags_api::parse_path(path) {
                     Route::Manage(project, p)
+                } else if let Some(p) = super::whoami::parse_path(path) {
+                    Route::WhoAmI(p)
                 } else if let Some(p) = super::not_kept::of(path) {
                     Route::NotKept(p)
                 } else {
@@ -104,6 +108,8 @@ impl Route {
             Route::Api(_, super::api::Resource::Persons) => "api_persons",
             Route::Api(_, super::api::Resource::Groups) => "api_groups",
             Route::Manage(_, p) => p.label(),
+            Route::WhoAmI(super::whoami::Path::CurrentKey) => "api_personal_api_key",
+            Route::WhoAmI(super::whoami::Path::Me) => "api_user",
             Route::NotFound => "not_found",
         }
     }
@@ -240,6 +246,12 @@ async fn dispatch(
         }
         Route::Manage(project, path) => {
             super::flags_api::handle(app, project, path, req, peer).await
+        }
+        Route::WhoAmI(path) => {
+            if method != Method::GET {
+                return Err(ApiError::MethodNotAllowed);
+            }
+            super::whoami::handle(app, path, req.headers(), peer)
         }
         Route::NotFound => Err(ApiError::NotFound),
     }

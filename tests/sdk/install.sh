@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install what the SDK tests (tests/integration/sdk/) run: Debian's Chromium, one
 # Python venv per posthog-python line, and the pinned npm packages (posthog-node 4.x
-# and 5.x, posthog-js, posthog-js-lite, playwright-core); and a venv with chdb-core,
+# and 5.x, posthog-js, posthog-js-lite, playwright-core, and @posthog/agent-toolkit with
+# the AI SDK it runs in); and a venv with chdb-core,
 # current ClickHouse in-process, for the sink's current-shape test
 # (tests/integration/sink/current.rs); and tests/sdk/rust, an app on posthog-rs 0.30
 # from crates.io, built with cargo into target/sdk-rust (no cmake: aws-lc-sys builds
@@ -84,5 +85,7 @@ echo "sdk: $(/usr/bin/chromium --version 2>/dev/null | head -1);" \
     "posthog-js-lite $(node -p 'require("./node/node_modules/posthog-js-lite/package.json").version')" \
     "(@posthog/core $(node -p 'require("./node/node_modules/@posthog/core/package.json").version'));" \
     "playwright-core $(node -p 'require("./node/node_modules/playwright-core/package.json").version');" \
+    "@posthog/agent-toolkit $(node -p 'require("./node/node_modules/@posthog/agent-toolkit/package.json").version')" \
+    "(ai $(node -p 'require("./node/node_modules/ai/package.json").version'));" \
     "chdb-core $("$deps/chdb/bin/python" -c 'import chdb; print(chdb.__version__, "(ClickHouse", chdb.engine_version + ")")');" \
     "posthog-rs $(grep -A1 '^name = "posthog-rs"$' rust/Cargo.lock | sed -n 's/^version = "\(.*\)"$/\1/p')"

@@ -112,3 +112,41 @@ fn a_labelled_key_is_stored_hashed_and_taken_by_the_running_server() {
         "flagpost: --label needs --project: the project the key is for\n"
     );
 }
+
+#[test]
+fn a_key_says_who_it_is_as_posthog_answers() {
+    let server = Server::start();
+    let key = server.api("/api/personal_api_keys/@current", PERSONAL_ONE);
+    assert_eq!(key.status, 200, "{}", key.text());
+    let key = key.json();
+    let id = key["id"].as_str().unwrap().to_owned();
+    assert_eq!(id.len(), 36, "a UUID: {id}");
+    assert_eq!(
+        key,
+        json!({"id": id, "label": "phx_..._one", "value": null, "mask_value": "phx_..._one",
+               "created_at": null, "last_used_at": null, "user_id": null,
+               "scopes": ["feature_flag:write", "cohort:write", "activity_log:read",
+                          "person:read", "group:read"],
+               "scoped_teams": [1], "scoped_organizations": []})
+    );
+    let me = server.api("/api/users/@me/", PERSONAL_ONE).json();
+    let org = me["organization"]["id"].as_str().unwrap().to_owned();
+    assert_eq!(
+        me,
+        json!({"uuid": id, "distinct_id": id, "first_name": "phx_..._one", "last_name": "",
+               "email": null, "is_staff": false,
+               "team": {"id": 1, "project_id": 1, "organization": org, "api_token": KEY_ONE,
+                        "name": "one"},
+               "organization": {"id": org, "name": "flagpost"},
+               "organizations": [{"id": org, "name": "flagpost"}]})
+    );
+    let two = server.api("/api/users/@me", PERSONAL_TWO).json();
+    assert_eq!(two["team"]["id"], 2);
+    assert_eq!(two["organization"]["id"], org.as_str(), "one organization");
+    assert_ne!(two["uuid"], id.as_str(), "one user per key");
+    assert_eq!(server.get("/api/users/@me/").status, 401);
+    assert_eq!(server.api("/api/users/@me/", "phx_unknown").status, 401);
+    let post = Req::post("/api/personal_api_keys/@current", "{}")
+        .header("Authorization", &format!("Bearer {PERSONAL_ONE}"));
+    assert_eq!(server.request(post).status, 405);
+}

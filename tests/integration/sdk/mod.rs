@@ -14,6 +14,7 @@
 //! --include-ignored` (what `.ci/run` runs) runs them. Run without the dependencies,
 //! they fail and say what is missing; they never pass by skipping.
 
+mod agent_toolkit;
 mod browser;
 mod differential;
 mod lite;
