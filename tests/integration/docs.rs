@@ -23,7 +23,7 @@
 //! `clickhouse-server`: `sink/end_to_end.rs` runs a server with the sink's flags, and
 //! `sink/queries.rs` and `sink/current.rs` run docs/clickhouse.md's SQL; fetching
 //! posthog-js (`npm pack`) and opening a page in a browser need the network and a
-//! browser: `sdk/browser.rs` loads posthog-js's files from flagpost's `/static/`, and
+//! browser: `sdk/browser/` loads posthog-js's files from flagpost's `/static/`, and
 //! the SDK snippets of docs/clients.md are what `tests/sdk/` runs; `cargo test`,
 //! `cargo bench` and `cargo fuzz` are the development commands CI runs itself.
 //!
