@@ -338,7 +338,7 @@ async fn open_geoip(config: &Config) -> Result<geoip::Database, Error> {
     let (path, named) = config.geoip_file();
     if !named && !path.exists() {
         tracing::info!(
-            "GeoIP is off: no database at {} (see the README to add one)",
+            "GeoIP is off: no database at {} (docs/operating.md, GeoIP, says how to add one)",
             path.display()
         );
         return Ok(geoip::Database::disabled());

@@ -222,7 +222,8 @@ pub async fn serve(
             if !root_exists && !named && !HINTED.swap(true, Ordering::Relaxed) {
                 tracing::warn!(
                     "a client asked for /static/{rest}, but there is no {}: copy posthog-js's \
-                     dist/ there to serve the snippet and its extensions (see the README)",
+                     dist/ there to serve the snippet and its extensions (see the README's \
+                     tour, or docs/clients.md)",
                     dir.display()
                 );
             }

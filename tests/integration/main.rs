@@ -7,6 +7,7 @@ mod capture_v1;
 mod crash;
 mod damage;
 mod decide;
+mod docs;
 mod feed;
 mod fuzz_regressions;
 mod geoip;

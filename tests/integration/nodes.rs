@@ -1,7 +1,8 @@
 //! Two nodes behind one balancer: separate databases, the same data dir (projects and
 //! flags). They agree on every person no merge touched, because a person's id derives
 //! from the project and the distinct id; a merge only one node saw is where they part.
-//! The README's nginx configuration keeps each device on one node.
+//! The nginx configuration of docs/clickhouse.md ("Several nodes") keeps each device
+//! on one node.
 
 use std::net::SocketAddr;
 
@@ -162,7 +163,7 @@ fn two_nodes_agree_on_unmerged_persons_and_part_on_a_merge_one_saw() {
     );
 }
 
-/// nginx in front of two nodes as the README configures it for routing by device: the
+/// nginx in front of two nodes as docs/clickhouse.md configures it for routing by device: the
 /// `$device_id` from posthog-js's cookie, hashed, flagpost under `/ingest/`.
 struct Balancer {
     process: crate::ops::NginxProcess,
@@ -223,7 +224,7 @@ http {{
     }
 }
 
-/// Through the README's nginx, every device's events, across sessions and its login,
+/// Through docs/clickhouse.md's nginx, every device's events, across sessions and its login,
 /// reach one node, which then holds the whole person; the devices spread over both.
 #[test]
 #[ignore = "needs nginx: run by .ci/run, cargo test -- --include-ignored"]

@@ -1,4 +1,4 @@
-//! Running flagpost the way the README deploys it: the systemd unit passes
+//! Running flagpost the way docs/operating.md deploys it: the systemd unit passes
 //! `systemd-analyze` (verify, and a security exposure of at most 2.0), the server speaks
 //! systemd's notify protocol, and the shipped nginx site, run for real in front of the
 //! real binary, carries capture, batch, decide and the read API with the client's

@@ -4,7 +4,7 @@
 //! pinned to the same instant, month ends and a leap day among them. Every flag an SDK
 //! decides must have the same value and payload in flagpost, except where flagpost
 //! follows PostHog's flags service against the SDKs (`differential/compare.py` lists
-//! those choices; the README explains them). The generator is seeded, so a run is
+//! those choices; docs/flags.md explains them). The generator is seeded, so a run is
 //! reproducible; a disagreement prints the flag, what it depends on, the request and
 //! the clock. Cases that once disagreed are kept in `differential/regressions.json`
 //! and checked on every run without the SDKs.

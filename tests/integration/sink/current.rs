@@ -7,7 +7,7 @@
 //! encoders, its deduplication tokens and insert settings. Checked here: ClickHouse
 //! 26.9 creates the tables, takes the rows and gives every value back exactly, drops
 //! a re-sent batch by its token and collapses re-sent rows under `FINAL`, and answers
-//! the README's queries over them.
+//! docs/clickhouse.md's queries over them.
 //!
 //! Not checked here: the HTTP client. The embedded engine has no HTTP server, so an
 //! insert the sink sends as `INSERT ... FORMAT RowBinary` with the rows as the body and
@@ -426,8 +426,8 @@ fn a_resent_batch_is_dropped_by_its_token() {
 
 #[test]
 #[ignore = "needs chdb-core (current ClickHouse): run by .ci/run, cargo test -- --include-ignored"]
-fn the_readme_queries_answer_exactly_on_the_current_shape() {
-    let queries = queries::readme_queries();
+fn the_documented_queries_answer_exactly_on_the_current_shape() {
+    let queries = queries::documented_queries();
     assert_eq!(queries.len(), queries::ANSWERS.len(), "{queries:?}");
     let mut s = Session::with_tables();
     for (table, rows) in queries::rows(Shape::Current) {

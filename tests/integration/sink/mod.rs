@@ -14,7 +14,6 @@ mod outage;
 mod queries;
 mod server;
 mod tables;
-mod throughput;
 mod worker;
 
 use flagpost::sink::{Destination, Settings};

@@ -1,5 +1,5 @@
 //! Two nodes into one ClickHouse database (issue 19): each with its own database and
-//! the same data dir, as in the README's "Several nodes". Every event arrives once, a
+//! the same data dir, as in docs/clickhouse.md's "Several nodes". Every event arrives once, a
 //! distinct id both nodes saw (and no merge touched) has one person id, and when both
 //! nodes write that person, the change committed last is the one queries see.
 

@@ -1,6 +1,7 @@
-//! The README's PostHog-style queries ("When one VM is not enough"), read from the
-//! README itself and run against the real server over rows in the sink's tables: daily active users, top events, a
-//! three-step funnel by person, and flag exposures per variant. They are written for
+//! The PostHog-style queries of docs/clickhouse.md, read from that file and run
+//! against the real server over rows in the sink's tables: daily active users
+//! (anonymous visitors, stored without a person, counted by distinct id), top events,
+//! a three-step funnel by person, and flag exposures per variant. They are written for
 //! both table shapes: persons come from `person_distinct_id2` (the latest version of
 //! each link, as PostHog reads it), JSON through the `visitParam*` functions every
 //! version has (the sink sends compact JSON, which they need), `ALL INNER JOIN`, the
@@ -15,16 +16,12 @@ use uuid::Uuid;
 
 use super::*;
 
-/// The SQL block of the README's "When one VM is not enough", one query per
-/// statement, in order: the README's text is what runs.
-pub fn readme_queries() -> Vec<String> {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
-        .expect("README.md");
-    let section = readme
-        .split("## When one VM is not enough")
-        .nth(1)
-        .expect("the README's ClickHouse section");
-    let sql = section
+/// The SQL block of docs/clickhouse.md, one query per statement, in order: the
+/// document's text is what runs.
+pub fn documented_queries() -> Vec<String> {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/clickhouse.md"))
+        .expect("docs/clickhouse.md");
+    let sql = doc
         .split("```sql\n")
         .nth(1)
         .and_then(|s| s.split("```").next())
@@ -48,6 +45,8 @@ const DAY: i64 = 86_400_000;
 fn events() -> Vec<(&'static str, &'static str, &'static str, i64)> {
     vec![
         ("a-anon", "$pageview", "{}", 0),
+        // A visitor posthog-js keeps anonymous: no person, no link.
+        ("visitor", "$pageview", "{}", 4_000),
         ("a-anon", "viewed product", "{}", 1_000),
         ("a@x", "added to cart", "{}", 2_000),
         ("a@x", "paid", "{}", 3_000),
@@ -83,11 +82,12 @@ fn events() -> Vec<(&'static str, &'static str, &'static str, i64)> {
     ]
 }
 
-/// What each README query answers over [`rows`] (TabSeparated), in order.
+/// What each documented query answers over [`rows`] (TabSeparated), in order.
 pub const ANSWERS: [&str; 4] = [
-    // Daily active users: a and b on the first day, a on the second.
-    "2024-05-01\t2\n2024-05-02\t1\n",
-    "$feature_flag_called\t4\n$pageview\t3\nviewed product\t3\nadded to cart\t2\npaid\t1\n",
+    // Daily active users: a, b and the anonymous visitor on the first day, a on the
+    // second.
+    "2024-05-01\t3\n2024-05-02\t1\n",
+    "$feature_flag_called\t4\n$pageview\t4\nviewed product\t3\nadded to cart\t2\npaid\t1\n",
     // a (two distinct ids, one person) goes all the way; b adds to cart; c only views.
     "3\t2\t1\n",
     "beta\ttrue\t1\t1\ncheckout\tcontrol\t1\t1\ncheckout\ttest\t2\t2\n",
@@ -111,6 +111,7 @@ pub fn rows(shape: Shape) -> Vec<(Table, Vec<u8>)> {
     let person = |id: &str| match id {
         "a-anon" | "a@x" => Uuid::from_u128(0xa),
         "b" => Uuid::from_u128(0xb),
+        "visitor" => Uuid::nil(),
         _ => Uuid::from_u128(0xc),
     };
     let origin = Origin {
@@ -154,12 +155,12 @@ pub fn rows(shape: Shape) -> Vec<(Table, Vec<u8>)> {
 
 #[test]
 #[ignore = "needs clickhouse-server: run by .ci/run, cargo test -- --include-ignored"]
-fn the_readme_queries_answer_exactly() {
+fn the_documented_queries_answer_exactly() {
     let Some(ch) = ClickHouse::start("sink_queries") else {
         return;
     };
     load(&ch);
-    let queries = readme_queries();
+    let queries = documented_queries();
     assert_eq!(queries.len(), ANSWERS.len(), "{queries:?}");
     for (query, answer) in queries.iter().zip(ANSWERS) {
         assert_eq!(ch.query(query), answer, "{query}");

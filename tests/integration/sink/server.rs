@@ -80,8 +80,8 @@ impl ClickHouse {
         ClickHouse::start_niced(database, 0)
     }
 
-    /// The same with the server at nice value `nice`, as the README suggests for a
-    /// server beside flagpost on one machine (the load harness measures both ways).
+    /// The same with the server at nice value `nice`, as one may run a server beside
+    /// flagpost on one machine (the load harness measures both ways).
     pub fn start_niced(database: &str, nice: i32) -> Option<ClickHouse> {
         if !installed() {
             return None;

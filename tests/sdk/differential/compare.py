@@ -106,7 +106,7 @@ def strict_number(value):
 
 def documented_choice(sdk, closure, case):
     """Where PostHog's flags service and an SDK read a value differently and flagpost
-    follows the service (README, "Where PostHog's server and SDKs differ"). Returns the
+    follows the service (docs/flags.md, "Where PostHog's server and SDKs differ"). Returns the
     choice, or None."""
     if len(case["distinct_id"]) > MAX_ID_CHARS:
         return "distinct ids are cut to 200 characters before hashing"

@@ -1,18 +1,92 @@
-//! How fast the real server takes events as RowBinary (what the sink sends) against
-//! JSONEachRow (what a JSON-based client would send), encoding included: the figure
-//! behind choosing a hand-written RowBinary encoder. Ignored in the normal run; run
-//! with `cargo test --release --test integration sink::throughput -- --ignored
-//! --nocapture`.
+//! The ClickHouse sink's insert measurements, each against a `clickhouse-server` of
+//! its own (Debian's package, started by the tests' starter,
+//! `tests/integration/sink/server.rs`): measurements, not checks, so they are not part
+//! of the test run.
+//!
+//! `cargo bench --bench sink_insert [-- formats | worker | options]` (all three when
+//! none is named):
+//! - `formats`: how fast the real server takes events as RowBinary (what the sink
+//!   sends) against JSONEachRow (what a JSON-based client would send), encoding
+//!   included: the figure behind choosing a hand-written RowBinary encoder;
+//! - `worker`: the whole sink path on the sending side, outbox to acknowledgement;
+//! - `options`: ways of sending the same events, side by side.
 
+#[allow(dead_code)]
+#[path = "../tests/integration/sink/server.rs"]
+mod server;
+/// The tests' HTTP helpers, which the ClickHouse starter uses.
+#[allow(dead_code)]
+#[path = "../tests/integration/util.rs"]
+mod util;
+
+use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use flagpost::sink::rowbinary::RowBinary;
 use flagpost::sink::rows::{EventRow, Origin};
-use flagpost::sink::{Shape, Table};
+use flagpost::sink::{Destination, Settings, Shape, Table};
 use serde_json::json;
 use uuid::Uuid;
 
-use super::*;
+use server::ClickHouse;
+
+const MEASUREMENTS: [(&str, fn()); 3] = [
+    ("formats", row_binary_against_json_each_row),
+    ("worker", worker_events_per_second),
+    ("options", insert_options),
+];
+
+fn main() -> ExitCode {
+    // `cargo bench` passes `--bench`; anything else names a measurement.
+    let named: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with("--"))
+        .collect();
+    for name in &named {
+        if !MEASUREMENTS.iter().any(|(known, _)| known == name) {
+            eprintln!("sink_insert: unknown measurement {name}: formats, worker or options");
+            return ExitCode::FAILURE;
+        }
+    }
+    if server::binary().is_none() {
+        eprintln!(
+            "sink_insert: this needs clickhouse-server: apt-get install clickhouse-server \
+             (or set CLICKHOUSE_SERVER to its path)"
+        );
+        return ExitCode::FAILURE;
+    }
+    for (name, measure) in MEASUREMENTS {
+        if named.is_empty() || named.iter().any(|n| n == name) {
+            println!("== {name}");
+            measure();
+        }
+    }
+    ExitCode::SUCCESS
+}
+
+/// The sink's settings for a server and its database.
+fn settings(ch: &ClickHouse) -> Settings {
+    Settings {
+        url: ch.url(),
+        database: ch.database.clone(),
+        user: server::USER.to_string(),
+        password: server::PASSWORD.to_string(),
+    }
+}
+
+/// Run `f` on a fresh single-threaded runtime.
+fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+        .block_on(f)
+}
+
+/// The sink's view of the server, tables created.
+fn destination(ch: &ClickHouse) -> Destination {
+    block_on(Destination::open(settings(ch))).expect("destination opens")
+}
 
 /// Events per insert: the sink's batch size.
 const BATCH: usize = 10_000;
@@ -106,8 +180,6 @@ fn json_each_row(batch: &[Event], salt: u128) -> Vec<u8> {
     out
 }
 
-#[test]
-#[ignore = "a measurement, not a check: run by hand with --ignored --nocapture"]
 fn row_binary_against_json_each_row() {
     let Some(ch) = ClickHouse::start("sink_throughput") else {
         return;
@@ -153,7 +225,7 @@ fn row_binary_against_json_each_row() {
         ch.query("SELECT count() FROM events FINAL"),
         format!("{}\n", 2 * ROUNDS * BATCHES * BATCH)
     );
-    eprintln!(
+    println!(
         "RowBinary:   {:>8.0} events/s, {} bytes/event\nJSONEachRow: {:>8.0} events/s, {} bytes/event\nratio {:.2}",
         rows / rb.as_secs_f64(),
         rb_bytes / (ROUNDS * BATCHES * BATCH),
@@ -221,8 +293,6 @@ fn worker_store(
 /// The whole sink path on the sending side: outbox entries, blocks read from sled and
 /// decoded, rows encoded, inserted and acknowledged, for 200k pageviews, in batches
 /// of the sink's size and larger, taking turns.
-#[test]
-#[ignore = "a measurement, not a check: run by hand with --ignored --nocapture"]
 fn worker_events_per_second() {
     use flagpost::sink::batch::Sources;
     use flagpost::sink::Worker;
@@ -254,7 +324,7 @@ fn worker_events_per_second() {
         let took = started.elapsed();
         assert_eq!(rows, total);
         assert_eq!(outbox.entries(None).unwrap().count(), 0);
-        eprintln!(
+        println!(
             "worker, batches of {batch_rows}: {rows} events in {took:?}, {:.0} events/s; \
              reading and encoding alone {:.0} events/s",
             rows as f64 / took.as_secs_f64(),
@@ -278,8 +348,6 @@ enum Variant {
     Gzip,
 }
 
-#[test]
-#[ignore = "a measurement, not a check: run by hand with --ignored --nocapture"]
 fn insert_options() {
     use std::sync::Arc;
     let Some(ch) = ClickHouse::start("sink_insert_options") else {
@@ -327,24 +395,21 @@ fn insert_options() {
                     }
                 }),
                 Variant::Plain | Variant::Gzip => {
-                    let path = format!(
-                        "/?database={}&query={}",
-                        ch.database,
-                        crate::util::urlencode(&sql)
-                    );
+                    let path =
+                        format!("/?database={}&query={}", ch.database, util::urlencode(&sql));
                     for batch in all.chunks(BATCH) {
                         let rows = row_binary(shape, batch, salt);
                         let gzip = matches!(variant, Variant::Gzip);
                         let body = if gzip { gzip_fast(&rows) } else { rows };
-                        let mut req = crate::util::Req::post(&path, body);
+                        let mut req = util::Req::post(&path, body);
                         if gzip {
                             req = req.header("Content-Encoding", "gzip");
                         }
-                        let basic = crate::util::base64(
+                        let basic = util::base64(
                             format!("{}:{}", server::USER, server::PASSWORD).as_bytes(),
                         );
                         req = req.header("Authorization", &format!("Basic {basic}"));
-                        let resp = crate::util::send(ch.addr, req);
+                        let resp = util::send(ch.addr, req);
                         assert_eq!(resp.status, 200, "{}", resp.text());
                     }
                 }
@@ -358,7 +423,7 @@ fn insert_options() {
         format!("{}\n", per_variant * variants.len() as u64)
     );
     for (variant, took) in variants.iter().zip(took) {
-        eprintln!(
+        println!(
             "{variant:?}: {:.0} events/s",
             per_variant as f64 / took.as_secs_f64()
         );
