@@ -12,6 +12,7 @@ pub mod definitions;
 pub mod error;
 pub mod flags_api;
 pub mod inflate;
+pub mod linger;
 pub mod not_kept;
 pub mod remote_config;
 pub mod response;

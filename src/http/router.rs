@@ -145,6 +145,12 @@ pub async fn route(app: Arc<App>, req: Request<Incoming>, peer: SocketAddr) -> R
             response::add_cors(&headers, &mut response);
         }
     }
+    // A body refused for its size or its slowness was not read to its end, so the
+    // connection cannot carry another request: say so rather than let hyper cut it.
+    let status = response.status();
+    if status == StatusCode::PAYLOAD_TOO_LARGE || status == StatusCode::REQUEST_TIMEOUT {
+        response::close(&mut response);
+    }
     app.metrics
         .request(route.label(), response.status().as_u16());
     response

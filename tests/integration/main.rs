@@ -18,6 +18,7 @@ mod manage;
 mod nodes;
 mod ops;
 mod read_api;
+mod refusals;
 mod sdk;
 mod sink;
 mod startup;
