@@ -221,7 +221,14 @@ async fn dispatch(
                 super::surveys::early_access_features(app, query)
             }
         }
-        Route::Liveness => Ok(response::text(StatusCode::OK, "ok")),
+        Route::Liveness => Ok(if app.is_live() {
+            response::text(StatusCode::OK, "ok")
+        } else {
+            response::text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "a component failed; restart",
+            )
+        }),
         Route::Readiness => {
             // After a failed write, the probe that asks is what finds the disk working
             // again when no event comes to try it.

@@ -8,6 +8,7 @@ mod crash;
 mod damage;
 mod decide;
 mod feed;
+mod full_disk;
 mod fuzz_regressions;
 mod geoip;
 mod hints;
