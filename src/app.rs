@@ -15,7 +15,7 @@ use crate::log::Wal;
 use crate::memory::Budget;
 use crate::metrics::Metrics;
 use crate::projects::Projects;
-use crate::store::Trees;
+use crate::store::live::Live;
 use crate::surveys::ProjectSurveys;
 pub(crate) use crate::watch::Seen;
 
@@ -36,7 +36,8 @@ pub struct App {
     pub log: Arc<crate::log::Shared>,
     /// Persons for `/decide`, kept current by the compactor.
     pub persons: Arc<crate::store::person_cache::PersonCache>,
-    pub trees: Trees,
+    /// The database; empty for a moment while the compactor reopens it.
+    pub store: Arc<Live>,
     pub compactor: Arc<compactor::Stats>,
     /// Free disk space, measured every second by a background task.
     pub space: crate::log::space::Space,
@@ -79,7 +80,7 @@ impl App {
             wal: pipeline.wal.clone(),
             log: pipeline.log.clone(),
             persons: pipeline.persons.clone(),
-            trees: pipeline.trees.clone(),
+            store: pipeline.store.clone(),
             compactor: pipeline.compactor.clone(),
             space,
             metrics,
@@ -111,6 +112,26 @@ impl App {
         self.wal.stats().writable.load(Ordering::Relaxed)
             && self.compactor.healthy.load(Ordering::Relaxed)
             && self.space.is_ok()
+    }
+
+    /// Alive: every component is working or recovering by itself. False once one
+    /// cannot (the compactor panicked, the database cannot be reopened): only a
+    /// restart helps, and `/_liveness` and the systemd watchdog ask for one.
+    pub fn is_live(&self) -> bool {
+        self.store.is_live()
+    }
+
+    /// A lookup in the database; while it is being reopened, an error the callers
+    /// already treat as a failed lookup.
+    pub fn with_trees<T>(
+        &self,
+        lookup: impl FnOnce(&crate::store::Trees) -> Result<T, sled::Error>,
+    ) -> Result<T, sled::Error> {
+        let open = self
+            .store
+            .get()
+            .ok_or_else(|| sled::Error::Unsupported("the database is being reopened".into()))?;
+        lookup(&open.trees)
     }
 
     /// Ready to take traffic: not draining and accepting writes.

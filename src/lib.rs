@@ -217,14 +217,21 @@ pub async fn serve(
     })
     .await
     .map_err(|e| Error::Io(std::io::Error::other(e)))??;
-    // The ClickHouse sink, when configured (src/sink).
+    // The ClickHouse sink, when configured (src/sink). It holds the database for its
+    // life, so with it a database that failed writing is healed by a restart (the
+    // reopen gives up and /_liveness fails) rather than in place.
+    let open = pipeline
+        .store
+        .get()
+        .ok_or_else(|| Error::Io(std::io::Error::other("database closed")))?;
     let sink = match config.sink.clone() {
         Some(s) => Some(
-            sink::worker::spawn(s, &pipeline.db, &pipeline.trees, sink_stats)
+            sink::worker::spawn(s, &open.db, &open.trees, sink_stats)
                 .map_err(|e| Error::Io(std::io::Error::other(e.to_string())))?,
         ),
         None => None,
     };
+    drop(open);
     let flags_dir = config.flags_dir();
     // The rules module logs what it loaded and every file it could not.
     let (rules, _report) = tokio::task::spawn_blocking(move || flags::Rules::load(&flags_dir))
@@ -245,6 +252,8 @@ pub async fn serve(
     let reloader = tokio::spawn(reload_on_sighup(app.clone(), hangup));
     let watcher = tokio::spawn(watch_flags(app.clone()));
     let space = tokio::spawn(watch_space(app.clone()));
+    let watchdog =
+        notify::watchdog_interval().map(|every| tokio::spawn(watchdog(app.clone(), every)));
 
     tracing::info!(
         projects = app.projects.load().len(),
@@ -262,6 +271,9 @@ pub async fn serve(
     reloader.abort();
     watcher.abort();
     space.abort();
+    if let Some(watchdog) = watchdog {
+        watchdog.abort();
+    }
     if let Some(sink) = sink {
         sink.stop().await;
     }
@@ -374,6 +386,24 @@ async fn watch_space(app: Arc<app::App>) {
         let (a, dir) = (app.clone(), app.config.db_dir.clone());
         let _ = tokio::task::spawn_blocking(move || a.space.check(&dir)).await;
         tokio::time::sleep(SPACE_POLL).await;
+    }
+}
+
+/// Tell systemd's watchdog the server is alive, twice per interval, for as long as
+/// every component is working or recovering by itself ([`app::App::is_live`]); once one
+/// cannot, stop, so systemd restarts the service (`WatchdogSec=` with `Restart=`).
+async fn watchdog(app: Arc<app::App>, every: std::time::Duration) {
+    let mut said_dead = false;
+    loop {
+        if app.is_live() {
+            notify::watchdog();
+        } else if !said_dead {
+            said_dead = true;
+            tracing::error!(
+                "not alive: the systemd watchdog is no longer fed, so the service is restarted"
+            );
+        }
+        tokio::time::sleep(every / 2).await;
     }
 }
 

@@ -18,6 +18,12 @@ const SOCKET_VAR: &str = "NOTIFY_SOCKET";
 pub const READY: &str = "READY=1";
 /// Shutdown started: no new connections, in-flight requests finishing.
 pub const STOPPING: &str = "STOPPING=1";
+/// Still alive; under `WatchdogSec=` the manager restarts a service that stops saying so.
+pub const WATCHDOG: &str = "WATCHDOG=1";
+/// The watchdog's interval in microseconds, set with `WatchdogSec=`.
+const WATCHDOG_VAR: &str = "WATCHDOG_USEC";
+/// The process the watchdog is meant for; when set and not this one, it is a parent's.
+const WATCHDOG_PID_VAR: &str = "WATCHDOG_PID";
 
 /// Where state changes go: the socket named by `NOTIFY_SOCKET`.
 #[derive(Debug)]
@@ -135,6 +141,31 @@ pub fn extend_timeout(more: std::time::Duration) {
     }
 }
 
+/// How often the service manager expects [`watchdog`], if it watches this process:
+/// `WATCHDOG_USEC`, unless `WATCHDOG_PID` names another process.
+pub fn watchdog_interval() -> Option<std::time::Duration> {
+    parse_watchdog(
+        std::env::var(WATCHDOG_VAR).ok().as_deref(),
+        std::env::var(WATCHDOG_PID_VAR).ok().as_deref(),
+        std::process::id(),
+    )
+}
+
+fn parse_watchdog(usec: Option<&str>, pid: Option<&str>, own: u32) -> Option<std::time::Duration> {
+    if pid.is_some_and(|p| p.trim().parse::<u32>().ok() != Some(own)) {
+        return None;
+    }
+    let usec: u64 = usec?.trim().parse().ok()?;
+    (usec > 0).then(|| std::time::Duration::from_micros(usec))
+}
+
+/// Tell the service manager the process is alive and well (see [`WATCHDOG`]).
+pub fn watchdog() {
+    if let Some(n) = global() {
+        report("we are alive", n.send(WATCHDOG));
+    }
+}
+
 /// Tell the service manager that a reload has begun; follow with [`ready`].
 pub fn reloading() {
     if let Some(n) = global() {
@@ -199,6 +230,21 @@ mod tests {
         let notifier = Notifier::parse(OsStr::new(&format!("@{name}"))).unwrap();
         notifier.ready().unwrap();
         assert_eq!(receive(&socket), "READY=1");
+    }
+
+    #[test]
+    fn the_watchdog_interval_is_ours_only() {
+        let own = 4242;
+        let secs = |s| Some(Duration::from_secs(s));
+        assert_eq!(parse_watchdog(Some("30000000"), None, own), secs(30));
+        assert_eq!(
+            parse_watchdog(Some("30000000"), Some("4242"), own),
+            secs(30)
+        );
+        assert_eq!(parse_watchdog(Some("30000000"), Some("1"), own), None);
+        assert_eq!(parse_watchdog(Some("0"), None, own), None);
+        assert_eq!(parse_watchdog(Some("soon"), None, own), None);
+        assert_eq!(parse_watchdog(None, Some("4242"), own), None);
     }
 
     #[test]

@@ -14,12 +14,13 @@ use crate::compactor;
 use crate::log::{self, writer as wal, Wal};
 use crate::projects::Projects;
 use crate::store::check as store_check;
+use crate::store::live::{Live, Open};
 use crate::store::{keys, person_cache, Error, Trees};
 
 /// The open database, its log writer and its compactor.
 pub struct Pipeline {
-    pub db: sled::Db,
-    pub trees: Trees,
+    /// The database, reopened in place by the compactor after a write failure.
+    pub store: Arc<Live>,
     pub wal: Wal,
     /// The log's positions, for its depth.
     pub log: Arc<log::Shared>,
@@ -76,10 +77,10 @@ impl Pipeline {
         let compactor = compactor::Compactor::new(trees.clone(), reader, projects, settings, geoip)
             .with_person_cache(persons.clone());
         let stats = compactor.stats();
-        let compactor_thread = compactor::spawn(compactor).map_err(io)?;
+        let store = Arc::new(Live::new(dir, cache_bytes, Open { db, trees }));
+        let compactor_thread = compactor::spawn(compactor, store.clone()).map_err(io)?;
         Ok(Pipeline {
-            db,
-            trees,
+            store,
             wal,
             log: shared,
             persons,
@@ -93,14 +94,18 @@ impl Pipeline {
     /// Appends after this fail as closed. Blocking: call off the reactor.
     pub fn close(self) -> Result<(), Error> {
         let Pipeline {
-            db,
+            store,
             writer,
             compactor_thread,
             ..
         } = self;
         writer.stop();
         compactor_thread.stop();
-        db.flush()?;
+        // Stopped in the middle of a reopen: nothing open to flush; the log holds
+        // everything acknowledged.
+        if let Some(open) = store.get() {
+            open.db.flush()?;
+        }
         Ok(())
     }
 }

@@ -144,6 +144,47 @@ impl Compactor {
     pub fn stats(&self) -> Arc<Stats> {
         self.stats.clone()
     }
+
+    /// Give up the database's trees and everything read from them (the deduplication
+    /// window, the memo), keeping the log reader and the settings: what survives a
+    /// reopen of the database.
+    fn detach(self) -> Detached {
+        Detached {
+            log: self.log,
+            person_cache: self.person_cache,
+            projects: self.projects,
+            stats: self.stats,
+            settings: self.settings,
+            geoip: self.geoip,
+        }
+    }
+}
+
+/// A compactor without its database, while the database is reopened.
+struct Detached {
+    log: log::Reader,
+    person_cache: Option<Arc<PersonCache>>,
+    projects: Arc<ArcSwap<Projects>>,
+    stats: Arc<Stats>,
+    settings: Compaction,
+    geoip: Arc<crate::geoip::Database>,
+}
+
+impl Detached {
+    /// The compactor again, on reopened `trees` whose checkpoint is `checkpoint`: it
+    /// reads the log from the entry after it, so what the database lost by the reopen
+    /// (applied, never made durable) is applied again. A failed seek is retried by the
+    /// next read.
+    fn attach(self, trees: Trees, checkpoint: Option<u64>) -> Compactor {
+        let mut log = self.log;
+        if let Err(e) = log.seek(checkpoint.map_or(0, |c| c.saturating_add(1))) {
+            tracing::warn!(error = %e, "cannot position the log reader yet; retrying");
+        }
+        let mut compactor = Compactor::new(trees, log, self.projects, self.settings, self.geoip);
+        compactor.stats = self.stats;
+        compactor.person_cache = self.person_cache;
+        compactor
+    }
 }
 
 /// Entries waiting in the log plus records waiting in the slower lanes, from the span

@@ -1,6 +1,14 @@
 //! The compactor's thread: steps until stopped, idles when there is nothing to do,
 //! backs off (and reports itself unhealthy) while steps fail, runs retention every
 //! few minutes, and stops for good on a panic rather than risk applying a chunk twice.
+//!
+//! It also owns the database's recovery. When a step fails and sled cannot even flush,
+//! sled has kept an I/O error (a full disk, say) that it returns until reopened: the
+//! thread closes the database ([`Live::close`]), opens it again as soon as it can
+//! write, and resumes from the durable checkpoint. A full disk is waited out however
+//! long it lasts, as a restart would meet it too; anything else that keeps the
+//! database from reopening, or a panic, marks it failed, and `/_liveness` (and the
+//! systemd watchdog) then ask for a restart.
 
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -9,6 +17,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::Compactor;
+use crate::store::live::{is_disk_full, Live};
 
 /// With nothing to do, look again after this long (the lag floor at low load).
 const IDLE_WAIT: Duration = Duration::from_millis(5);
@@ -16,6 +25,14 @@ const IDLE_WAIT: Duration = Duration::from_millis(5);
 const ERROR_BACKOFF: Duration = Duration::from_millis(500);
 /// How often old events are deleted.
 const RETENTION_INTERVAL: Duration = Duration::from_secs(600);
+/// Request handlers hold the database for one request (an NDJSON export for its whole
+/// stream): a reopen waits this long for them to let go before giving up.
+const RELEASE_PATIENCE: Duration = Duration::from_secs(30);
+/// How often a reopen is tried while the disk is still full.
+const REOPEN_INTERVAL: Duration = Duration::from_millis(200);
+/// A reopen failing for another reason than a full disk for this long is given up:
+/// a restart is then the better chance.
+const REOPEN_PATIENCE: Duration = Duration::from_secs(30);
 
 /// Lower the calling thread's scheduling priority to `nice` (Linux keeps one per
 /// thread). Failure only costs throughput, so it is logged, not fatal.
@@ -61,7 +78,7 @@ impl Handle {
 /// Run the compactor on its own thread until stopped. A failing step marks the
 /// compactor unhealthy (the server then refuses new writes) and is retried; a panic
 /// stops it for good rather than risk applying a chunk twice or half.
-pub fn spawn(mut compactor: Compactor) -> std::io::Result<Handle> {
+pub fn spawn(mut compactor: Compactor, live: Arc<Live>) -> std::io::Result<Handle> {
     let stop = Arc::new(AtomicBool::new(false));
     let stop_flag = stop.clone();
     let thread = std::thread::Builder::new().name("compactor".into()).spawn(move || {
@@ -89,15 +106,64 @@ pub fn spawn(mut compactor: Compactor) -> std::io::Result<Handle> {
                     if stats.healthy.swap(false, Ordering::SeqCst) {
                         tracing::error!(error = %e, "compactor step failed; refusing new events until it succeeds");
                     }
+                    if let Err(kept) = compactor.trees.meta.flush() {
+                        tracing::error!(error = %kept, "the database keeps failing to write; reopening it once it can write again");
+                        match recover(compactor, &live, &stop_flag) {
+                            Some(reopened) => compactor = reopened,
+                            None => return,
+                        }
+                        continue;
+                    }
                     std::thread::park_timeout(ERROR_BACKOFF);
                 }
                 Err(_) => {
                     stats.healthy.store(false, Ordering::SeqCst);
-                    tracing::error!("compactor panicked; refusing new events until restart");
+                    live.give_up();
+                    tracing::error!("compactor panicked; refusing new events, and /_liveness fails so the service is restarted");
                     return;
                 }
             }
         }
     })?;
     Ok(Handle { thread, stop })
+}
+
+/// Close the database and open it again once it can write; the compactor on the
+/// reopened database, or `None` when stopped or given up (see the module docs).
+fn recover(compactor: Compactor, live: &Live, stop: &AtomicBool) -> Option<Compactor> {
+    let detached = compactor.detach();
+    if !live.close(RELEASE_PATIENCE) {
+        tracing::error!("the database is still in use after {RELEASE_PATIENCE:?} and cannot be reopened; /_liveness fails so the service is restarted");
+        live.give_up();
+        return None;
+    }
+    let started = Instant::now();
+    let mut other_since: Option<Instant> = None;
+    while !stop.load(Ordering::SeqCst) {
+        match live.reopen() {
+            Ok((trees, checkpoint)) => {
+                tracing::info!(
+                    after_ms = started.elapsed().as_millis() as u64,
+                    checkpoint,
+                    "database reopened; the compactor resumes from its durable checkpoint"
+                );
+                return Some(detached.attach(trees, checkpoint));
+            }
+            Err(e) if is_disk_full(&e) => {
+                other_since = None;
+                tracing::debug!(error = %e, "database not reopened yet: the disk is still full");
+            }
+            Err(e) => {
+                let since = *other_since.get_or_insert_with(Instant::now);
+                if since.elapsed() >= REOPEN_PATIENCE {
+                    tracing::error!(error = %e, "the database cannot be reopened; /_liveness fails so the service is restarted");
+                    live.give_up();
+                    return None;
+                }
+                tracing::warn!(error = %e, "database not reopened yet; retrying");
+            }
+        }
+        std::thread::park_timeout(REOPEN_INTERVAL);
+    }
+    None
 }

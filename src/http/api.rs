@@ -16,7 +16,7 @@ use crate::app::App;
 use crate::capture::timestamp;
 use crate::persons::Person;
 use crate::store::query::{self, EventFilter};
-use crate::store::{Group, Trees};
+use crate::store::Group;
 
 /// Events per page unless `limit` says otherwise, and the most it may say.
 const DEFAULT_LIMIT: usize = 100;
@@ -58,7 +58,9 @@ pub async fn handle(
     super::personal::authorize(app, headers, peer, project)?;
     let (path, query) = (uri.path(), uri.query());
     let params = Params::parse(query);
-    let trees = app.trees.clone();
+    // Held for the request (or the export's stream): a reopen of the database waits
+    // for it.
+    let trees = app.store.get().ok_or(ApiError::Storage)?;
     match resource {
         Resource::Events => {
             let filter = params.filter()?;
@@ -72,7 +74,7 @@ pub async fn handle(
             let limit = params.limit()?;
             let cursor = params.cursor()?;
             let (events, next) = blocking(move || {
-                query::events_page(&trees, project, filter, cursor.as_deref(), limit)
+                query::events_page(&trees.trees, project, filter, cursor.as_deref(), limit)
             })
             .await?;
             let next = next.map(|key| next_url(headers, path, query, &hex(&key)));
@@ -86,10 +88,10 @@ pub async fn handle(
             let distinct_id = params.get("distinct_id").map(str::to_owned);
             let limit = params.limit()?;
             let persons = blocking(move || match distinct_id {
-                Some(id) => Ok(query::person_by_distinct_id(&trees, project, &id)?
+                Some(id) => Ok(query::person_by_distinct_id(&trees.trees, project, &id)?
                     .into_iter()
                     .collect()),
-                None => query::persons(&trees, project, limit),
+                None => query::persons(&trees.trees, project, limit),
             })
             .await?;
             let results: Vec<Value> = persons.iter().map(person_json).collect();
@@ -107,15 +109,16 @@ pub async fn handle(
             let limit = params.limit()?;
             match params.get("group_key").map(str::to_owned) {
                 Some(key) => {
-                    let group = blocking(move || query::group(&trees, project, index, &key))
+                    let group = blocking(move || query::group(&trees.trees, project, index, &key))
                         .await?
                         .ok_or(ApiError::Missing("group"))?;
                     Ok(response::json(StatusCode::OK, &group_json(&group)))
                 }
                 None => {
-                    let groups =
-                        blocking(move || query::groups_of_type(&trees, project, index, limit))
-                            .await?;
+                    let groups = blocking(move || {
+                        query::groups_of_type(&trees.trees, project, index, limit)
+                    })
+                    .await?;
                     let results: Vec<Value> = groups.iter().map(group_json).collect();
                     Ok(response::json(
                         StatusCode::OK,
@@ -161,11 +164,15 @@ async fn blocking<T: Send + 'static>(
 }
 
 /// Stream every matching event as one JSON object per line.
-fn export(trees: Trees, project: u64, filter: EventFilter) -> Response<Body> {
+fn export(
+    trees: Arc<crate::store::live::Open>,
+    project: u64,
+    filter: EventFilter,
+) -> Response<Body> {
     let (tx, rx) = mpsc::channel(EXPORT_CHUNKS_AHEAD);
     tokio::task::spawn_blocking(move || {
         let mut chunk = Vec::with_capacity(EXPORT_CHUNK_BYTES);
-        for entry in query::events(&trees, project, filter, None) {
+        for entry in query::events(&trees.trees, project, filter, None) {
             match entry {
                 Ok((_, event)) => {
                     if serde_json::to_writer(&mut chunk, &event.to_api()).is_err() {

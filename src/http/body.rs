@@ -69,3 +69,31 @@ async fn collect(
     }
     Ok(buf.freeze())
 }
+
+/// A refused request's body up to this size is read and dropped before the answer, so
+/// the answer reaches the client and the connection stays usable (an SDK's batch is
+/// well under it). A larger one is answered at once with `Connection: close`, and the
+/// lingering close ([`super::linger`]) drains what the client still sends.
+pub const DISCARD_MAX_BYTES: u64 = 4 * 1024 * 1024;
+
+/// Read and drop the body of a refused request, at most [`DISCARD_MAX_BYTES`] within
+/// `deadline`. Whether all of it was read, so the connection can be kept.
+pub async fn discard(mut body: Incoming, declared_len: Option<u64>, deadline: Duration) -> bool {
+    if declared_len.is_some_and(|len| len > DISCARD_MAX_BYTES) {
+        return false;
+    }
+    let drain = async {
+        let mut seen = 0u64;
+        while let Some(frame) = body.frame().await {
+            let Ok(frame) = frame else { return false };
+            if let Ok(data) = frame.into_data() {
+                seen += data.len() as u64;
+                if seen > DISCARD_MAX_BYTES {
+                    return false;
+                }
+            }
+        }
+        true
+    };
+    tokio::time::timeout(deadline, drain).await.unwrap_or(false)
+}

@@ -43,12 +43,13 @@ pub async fn handle(
 ) -> Result<Response<Body>, ApiError> {
     // A failed log write is retried by the next append, so only the compactor and
     // the disk reserve refuse up front.
-    if !app.compactor.healthy.load(Ordering::Relaxed) || !app.space.is_ok() {
-        return Err(ApiError::Wal(crate::log::writer::Error::Storage));
-    }
     let (parts, incoming) = req.into_parts();
-    let query = Query::parse(parts.uri.query());
     let limits = &app.config.limits;
+    if !app.compactor.healthy.load(Ordering::Relaxed) || !app.space.is_ok() {
+        let refusal = ApiError::Wal(crate::log::writer::Error::Storage).into_response();
+        return Ok(refuse(refusal, &parts.headers, incoming, limits).await);
+    }
+    let query = Query::parse(parts.uri.query());
     let mut held = Reservation::default();
     let raw = body::read(
         incoming,
@@ -116,6 +117,21 @@ pub async fn handle(
             Bytes::from_static(ACCEPTED),
         )
     })
+}
+
+/// Answer `refusal` to a request whose body is not wanted, after reading and dropping
+/// that body when it is small, so the client reads the answer instead of a reset.
+pub(super) async fn refuse(
+    mut refusal: Response<Body>,
+    headers: &hyper::HeaderMap,
+    incoming: Incoming,
+    limits: &crate::config::Limits,
+) -> Response<Body> {
+    let declared = super::content_length(headers);
+    if !body::discard(incoming, declared, limits.body_read_timeout).await {
+        response::close(&mut refusal);
+    }
+    refusal
 }
 
 /// The request as the pure part of the pipeline needs it.

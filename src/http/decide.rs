@@ -250,7 +250,7 @@ fn evaluate(
     let needs_person = rules.needs_person_properties();
     let mut lookup_failed = false;
     let person = if needs_person || rules.needs_continuity() {
-        match app.persons.person(&app.trees, project.id, &req.distinct_id) {
+        match app.with_trees(|t| app.persons.person(t, project.id, &req.distinct_id)) {
             Ok(person) => person,
             Err(e) => {
                 if needs_person {
@@ -337,7 +337,7 @@ fn group_properties(
         };
         let mut stored = Map::new();
         if use_stored {
-            match app.persons.group(&app.trees, project, kind, &key) {
+            match app.with_trees(|t| app.persons.group(t, project, kind, &key)) {
                 Ok(Some(group)) => stored = Map::clone(&group),
                 Ok(None) => {}
                 Err(e) => {

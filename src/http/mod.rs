@@ -12,6 +12,7 @@ pub mod definitions;
 pub mod error;
 pub mod flags_api;
 pub mod inflate;
+pub mod linger;
 pub mod not_kept;
 pub mod personal;
 pub mod remote_config;
@@ -75,8 +76,11 @@ pub fn metrics_text(app: &App) -> String {
     m.compactor_lag_seconds
         .set(c.lag_ms.load(Relaxed) as f64 / 1000.0);
     m.compactor_healthy.set(i64::from(c.healthy.load(Relaxed)));
-    m.log_depth
-        .set(crate::compactor::log_depth(&app.trees, &app.log) as i64);
+    m.log_depth.set(
+        app.store
+            .get()
+            .map_or(0, |open| crate::compactor::log_depth(&open.trees, &app.log)) as i64,
+    );
     m.log_segments.set(app.log.segments() as i64);
     let losses = &app.log.losses;
     mirror(&m.log_torn, losses.torn.load(Relaxed));

@@ -77,6 +77,14 @@ pub fn empty(status: StatusCode) -> Response<Body> {
 }
 
 /// Allow the calling page's origin, with credentials, as PostHog's service does.
+/// Mark `response` as the connection's last: hyper closes after writing it.
+pub fn close(response: &mut Response<Body>) {
+    response.headers_mut().insert(
+        hyper::header::CONNECTION,
+        hyper::header::HeaderValue::from_static("close"),
+    );
+}
+
 pub fn add_cors(request: &HeaderMap, response: &mut Response<Body>) {
     let h = response.headers_mut();
     match request.get(header::ORIGIN) {

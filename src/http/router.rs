@@ -151,6 +151,12 @@ pub async fn route(app: Arc<App>, req: Request<Incoming>, peer: SocketAddr) -> R
             response::add_cors(&headers, &mut response);
         }
     }
+    // A body refused for its size or its slowness was not read to its end, so the
+    // connection cannot carry another request: say so rather than let hyper cut it.
+    let status = response.status();
+    if status == StatusCode::PAYLOAD_TOO_LARGE || status == StatusCode::REQUEST_TIMEOUT {
+        response::close(&mut response);
+    }
     app.metrics
         .request(route.label(), response.status().as_u16());
     response
@@ -221,7 +227,14 @@ async fn dispatch(
                 super::surveys::early_access_features(app, query)
             }
         }
-        Route::Liveness => Ok(response::text(StatusCode::OK, "ok")),
+        Route::Liveness => Ok(if app.is_live() {
+            response::text(StatusCode::OK, "ok")
+        } else {
+            response::text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "a component failed; restart",
+            )
+        }),
         Route::Readiness => {
             // After a failed write, the probe that asks is what finds the disk working
             // again when no event comes to try it.

@@ -1,6 +1,7 @@
 //! The accept loop: HTTP/1.1 with keep-alive, a header deadline, header size and count
-//! limits, a bound on open connections, and graceful shutdown that lets in-flight
-//! requests finish.
+//! limits, a bound on open connections, a lingering close on every connection (so a
+//! refusal sent before the body was read is not turned into a reset), and graceful
+//! shutdown that lets in-flight requests finish.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -62,7 +63,9 @@ pub async fn run(listener: TcpListener, app: Arc<App>, shutdown: impl Future<Out
             let app = app.clone();
             async move { Ok::<_, Infallible>(super::router::route(app, req, peer).await) }
         });
-        let conn = graceful.watch(builder.serve_connection(TokioIo::new(stream), service));
+        let conn = graceful.watch(
+            builder.serve_connection(TokioIo::new(super::linger::Lingering::new(stream)), service),
+        );
         tokio::spawn(async move {
             if let Err(e) = conn.await {
                 tracing::debug!(error = %e, %peer, "connection ended with an error");

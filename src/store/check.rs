@@ -11,10 +11,36 @@ use super::{block, keys, Trees};
 
 pub use crate::log::check::Report;
 
+/// Delete the snapshot files sled started and never finished (`snap.<lsn>.generating`).
+/// sled writes a snapshot under that name and renames it into place once synced, but
+/// counts a leftover one (a write that failed on a full disk) as the newest snapshot,
+/// finds it empty and refuses to open. A leftover was never renamed into place, so the
+/// previous snapshot and sled's log, both kept until a rename succeeds, hold everything.
+fn remove_unfinished_snapshots(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if name.starts_with("snap.") && name.ends_with(".generating") {
+            match std::fs::remove_file(entry.path()) {
+                Ok(()) => {
+                    tracing::warn!(file = %entry.path().display(), "removed a snapshot sled did not finish writing")
+                }
+                Err(e) => {
+                    tracing::warn!(file = %entry.path().display(), error = %e, "cannot remove a snapshot sled did not finish writing")
+                }
+            }
+        }
+    }
+}
+
 /// Open the sled database at `dir`, turning a panic inside sled into an error that
 /// names the database and what to do. sled's own errors stay sled's, so a caller can
 /// tell a lock held by another server ([`super::Error::is_locked`]) from damage.
 pub fn open(dir: &Path, cache_bytes: u64) -> Result<sled::Db, super::Error> {
+    remove_unfinished_snapshots(dir);
     let opened = catch_unwind(AssertUnwindSafe(|| {
         sled::Config::new()
             .path(dir)

@@ -113,6 +113,8 @@ pub fn group_type_by_index(project: u64, index: u8) -> [u8; 10] {
 pub const CHECKPOINT_KEY: &[u8] = b"compactor.applied_seq";
 /// In `meta`: the next block id (u64 big-endian), advanced in each chunk's transaction.
 pub const NEXT_BLOCK_KEY: &[u8] = b"events.next_block";
+/// Written (empty) and flushed after the database is reopened, to prove it writes.
+pub const PROBE_KEY: &[u8] = b"store.write_probe";
 
 /// The log's keys: sequence numbers that sort in arrival order.
 pub fn seq(key: &[u8]) -> Option<u64> {

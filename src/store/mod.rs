@@ -2,14 +2,17 @@
 //! the write-ahead log (events in LZ4 blocks, persons, distinct ids, groups, the
 //! deduplication window) and its checkpoint; the key layouts and tree names that are
 //! the on-disk format; the reads the read API and flag evaluation make (with the
-//! person cache `/decide` uses); and the migration of older formats, run when the
-//! trees open. Nothing here starts a thread: `pipeline` does.
+//! person cache `/decide` uses); the migration of older formats, run when the
+//! trees open; and the open database as the server shares it ([`live`]), which the
+//! compactor reopens after sled kept a write failure. Nothing here starts a thread:
+//! `pipeline` does.
 
 pub mod block;
 pub mod check;
 pub mod dedup;
 pub mod event;
 pub mod keys;
+pub mod live;
 mod migrate;
 pub mod person_cache;
 pub mod query;

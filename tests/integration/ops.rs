@@ -53,6 +53,29 @@ fn the_unit_passes_systemd_analyze() {
 }
 
 #[test]
+fn systemd_hears_the_watchdog_while_alive() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("notify");
+    let socket = UnixDatagram::bind(&path).unwrap();
+    socket.set_read_timeout(Some(WAIT)).unwrap();
+    let server = Server::start_env(
+        &[],
+        &[
+            ("NOTIFY_SOCKET", path.as_os_str()),
+            ("WATCHDOG_USEC", std::ffi::OsStr::new("200000")),
+        ],
+    );
+    let mut heard = Vec::new();
+    while heard.iter().filter(|m| *m == "WATCHDOG=1").count() < 3 {
+        let mut buf = [0; 256];
+        let n = socket.recv(&mut buf).expect("a notification");
+        heard.push(String::from_utf8_lossy(&buf[..n]).into_owned());
+    }
+    assert!(heard.contains(&"READY=1".to_string()), "{heard:?}");
+    assert_eq!(server.get("/_liveness").status, 200);
+}
+
+#[test]
 fn systemd_hears_ready_reloading_and_stopping() {
     let tmp = tempfile::tempdir().unwrap();
     let path = tmp.path().join("notify");

@@ -31,7 +31,13 @@ pub struct Server {
 /// A fresh data dir with two projects and no flags.
 pub fn data_dir() -> tempfile::TempDir {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let data = tmp.path().join("data");
+    fill_data_dir(tmp.path());
+    tmp
+}
+
+/// Write the two projects and their empty flag files under `root/data`.
+pub fn fill_data_dir(root: &Path) {
+    let data = root.join("data");
     std::fs::create_dir_all(data.join("flags")).unwrap();
     std::fs::write(
         data.join("projects.json"),
@@ -50,7 +56,6 @@ pub fn data_dir() -> tempfile::TempDir {
         )
         .unwrap();
     }
-    tmp
 }
 
 impl Server {

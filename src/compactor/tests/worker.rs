@@ -12,9 +12,12 @@ fn the_thread_reports_a_failing_step_and_recovers() {
         compactor,
         log,
         _dir,
-        ..
+        db,
+        trees,
     } = f;
-    let handle = spawn(compactor).unwrap();
+    let open = crate::store::live::Open { db, trees };
+    let live = Arc::new(crate::store::live::Live::new(_dir.path(), 1 << 20, open));
+    let handle = spawn(compactor, live.clone()).unwrap();
     // The failed step marks it unhealthy (the server then refuses new events) ...
     let deadline = Instant::now() + Duration::from_secs(5);
     while stats.healthy.load(Ordering::SeqCst) {
@@ -28,4 +31,6 @@ fn the_thread_reports_a_failing_step_and_recovers() {
     }
     handle.stop();
     assert_eq!(stats.applied.load(Ordering::Relaxed), 8);
+    // A failed transaction is not a failed disk: the database was never reopened.
+    assert!(live.is_live() && live.get().is_some());
 }

@@ -36,10 +36,12 @@ pub async fn handle(
 ) -> Result<Response<Body>, ApiError> {
     // As at the other intake: only the compactor and the disk reserve refuse up
     // front, a failed log write is retried by the next append.
-    if !app.compactor.healthy.load(Ordering::Relaxed) || !app.space.is_ok() {
-        return Err(Error::ServiceUnavailable.into());
-    }
     let (parts, incoming) = req.into_parts();
+    if !app.compactor.healthy.load(Ordering::Relaxed) || !app.space.is_ok() {
+        let refusal = ApiError::from(Error::ServiceUnavailable).into_response();
+        let limits = &app.config.limits;
+        return Ok(super::capture::refuse(refusal, &parts.headers, incoming, limits).await);
+    }
     let head = headers::read(&parts.headers)?;
     let project = app
         .projects
