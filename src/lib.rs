@@ -102,6 +102,7 @@ pub mod notify;
 pub mod persons;
 pub mod pipeline;
 pub mod projects;
+pub mod session;
 pub mod sink;
 pub mod store;
 pub mod surveys;

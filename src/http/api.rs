@@ -79,6 +79,19 @@ pub async fn handle(
     query: Option<&str>,
 ) -> Result<Response<Body>, ApiError> {
     authorize(app, headers, project)?;
+    serve(app, project, resource, headers, path, query).await
+}
+
+/// A read of `project` by a caller already allowed to read it (a personal key checked
+/// by [`authorize`], or a console session); `path` is what `next` links point at.
+pub async fn serve(
+    app: &Arc<App>,
+    project: u64,
+    resource: Resource,
+    headers: &HeaderMap,
+    path: &str,
+    query: Option<&str>,
+) -> Result<Response<Body>, ApiError> {
     let params = Params::parse(query);
     let trees = app.trees.clone();
     match resource {

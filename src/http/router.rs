@@ -44,6 +44,8 @@ pub enum Route {
     Api(u64, super::api::Resource),
     /// Flags and cohorts through PostHog's REST API; `None` is `@current`.
     Manage(Option<u64>, super::flags_api::Path),
+    /// `/console/...`: the web console, its assets and its JSON endpoints.
+    Console,
     NotFound,
 }
 
@@ -66,6 +68,8 @@ impl Route {
             "/_readiness" => Route::Readiness,
             "/metrics" => Route::Metrics,
             _ if path.starts_with("/static/") => Route::Static,
+            _ if path.starts_with("/console/") => Route::Console,
+            "/console" => Route::Console,
             _ if super::remote_config::parse_path(path).is_some() => Route::RemoteConfig,
             _ if super::definitions::payload_path(path).is_some() => Route::FlagPayload,
             _ => {
@@ -104,6 +108,7 @@ impl Route {
             Route::Api(_, super::api::Resource::Persons) => "api_persons",
             Route::Api(_, super::api::Resource::Groups) => "api_groups",
             Route::Manage(_, p) => p.label(),
+            Route::Console => "console",
             Route::NotFound => "not_found",
         }
     }
@@ -249,6 +254,7 @@ async fn dispatch(
         Route::Manage(project, path) => {
             super::flags_api::handle(app, project, path, req, peer).await
         }
+        Route::Console => super::console::handle(app, req, peer).await,
         Route::NotFound => Err(ApiError::NotFound),
     }
 }
@@ -309,6 +315,11 @@ mod tests {
         assert_eq!(Route::of("/api/early_access_features/"), Route::EarlyAccess);
         assert!(Route::Surveys.is_cors() && Route::EarlyAccess.is_cors());
         assert_eq!(Route::of("/array//config"), Route::NotFound);
+        assert_eq!(Route::of("/console"), Route::Console);
+        assert_eq!(Route::of("/console/"), Route::Console);
+        assert_eq!(Route::of("/console/api/session"), Route::Console);
+        assert_eq!(Route::of("/consoles"), Route::NotFound);
+        assert!(!Route::Console.is_cors());
         assert_eq!(Route::of("/array/a/b/config"), Route::NotFound);
     }
 }
