@@ -21,7 +21,7 @@ FP.h = function h(tag, attrs, ...children) {
     else if (k === 'checked') el.checked = Boolean(v)
     else el.setAttribute(k, v === true ? '' : String(v))
   }
-  for (const c of children.flat()) {
+  for (const c of children.flat(Infinity)) {
     if (c === null || c === undefined || c === false) continue
     el.append(c instanceof Node ? c : String(c))
   }

@@ -215,7 +215,10 @@
       for (const box of Object.values(errors)) box.replaceChildren()
       formError.replaceChildren()
       key.removeAttribute('aria-invalid')
-      const body = { key: key.value.trim(), name: name.value, active: active.checked, filters: model }
+      const filters = JSON.parse(JSON.stringify(model))
+      // The form keeps an empty payloads object to edit; the file need not.
+      if (filters.payloads && !Object.keys(filters.payloads).length) delete filters.payloads
+      const body = { key: key.value.trim(), name: name.value, active: active.checked, filters }
       if (!isNew) body.version = flag.version
       save.disabled = true
       try {
