@@ -349,7 +349,9 @@ fn failed_sign_ins_are_slowed_then_refused() {
     assert!((20..=23).contains(&failed), "{failed}");
     let r = sign_in_with(&server, PERSONAL_ONE, &[]);
     assert_eq!(r.status, 429, "even the right key waits: {}", r.text());
-    assert_eq!(r.header("retry-after"), Some("3"));
+    // Seconds until the next token: 3 at most, less as time passes under a busy machine.
+    let wait: u64 = r.header("retry-after").unwrap().parse().unwrap();
+    assert!((1..=3).contains(&wait), "{wait}");
 }
 
 #[test]
