@@ -31,6 +31,8 @@ pub struct App {
     pub projects: Arc<ArcSwap<Projects>>,
     /// What the last read of `projects.json` saw; also serialises its reloads.
     projects_seen: Mutex<Seen>,
+    /// Why the last reload of `projects.json` kept the previous projects, if it did.
+    pub projects_problem: Mutex<Option<String>>,
     pub wal: Wal,
     /// The log's positions, for its depth.
     pub log: Arc<crate::log::Shared>,
@@ -57,6 +59,10 @@ pub struct App {
     pub manage: crate::manage::Store,
     /// Failed authentications with personal API keys, on any endpoint, by client address.
     pub failed_auth: crate::manage::FailedAuth,
+    /// The console's signed-in browsers.
+    pub sessions: crate::session::Sessions,
+    /// When serving started, for the console's uptime.
+    pub started: std::time::Instant,
     /// Set at shutdown: readiness turns 503 so load balancers stop sending.
     draining: AtomicBool,
 }
@@ -77,6 +83,7 @@ impl App {
             config,
             projects,
             projects_seen: Mutex::new(Seen::default()),
+            projects_problem: Mutex::new(None),
             wal: pipeline.wal.clone(),
             log: pipeline.log.clone(),
             persons: pipeline.persons.clone(),
@@ -93,6 +100,8 @@ impl App {
             feed: Default::default(),
             manage,
             failed_auth: Default::default(),
+            sessions: Default::default(),
+            started: std::time::Instant::now(),
             draining: AtomicBool::new(false),
         }
     }
@@ -174,7 +183,9 @@ impl App {
     }
 
     fn reload_projects_locked(&self, seen: &mut Seen) -> Result<(), crate::projects::Error> {
-        let projects = read_projects(&self.config.projects_file(), seen)?;
+        let read = read_projects(&self.config.projects_file(), seen);
+        *crate::sync::lock(&self.projects_problem) = read.as_ref().err().map(|e| e.to_string());
+        let projects = read?;
         tracing::info!(projects = projects.len(), "projects reloaded");
         self.projects.store(Arc::new(projects));
         Ok(())

@@ -97,6 +97,9 @@ pub struct Catalog<T> {
     /// Serialises reloads (SIGHUP and the poller may race) and remembers what was seen.
     seen: Mutex<Seen>,
     failures: AtomicU64,
+    /// What the last reload could not use, each naming its file and field (the
+    /// console's health page shows them).
+    problems: Mutex<Arc<Vec<String>>>,
 }
 
 impl<T: Document> Default for Catalog<T> {
@@ -105,6 +108,7 @@ impl<T: Document> Default for Catalog<T> {
             current: ArcSwap::from_pointee(HashMap::new()),
             seen: Mutex::new(Seen::default()),
             failures: AtomicU64::new(0),
+            problems: Mutex::default(),
         }
     }
 }
@@ -135,7 +139,21 @@ impl<T: Document> Catalog<T> {
     /// Parses every file and publishes the result in one swap.
     pub fn reload(&self, dir: &Path) -> Report {
         let mut seen = self.lock();
-        self.reload_locked(dir, &mut seen)
+        let report = self.reload_locked(dir, &mut seen);
+        self.remember(&report);
+        report
+    }
+
+    /// What the last reload could not use (files rejected, and for flags the flags
+    /// disabled), one line each.
+    pub fn problems(&self) -> Arc<Vec<String>> {
+        crate::sync::lock(&self.problems).clone()
+    }
+
+    fn remember(&self, report: &Report) {
+        let lines = report.errors.iter().map(ToString::to_string).collect();
+        // A whole value swapped in one assignment: nothing to leave half-done.
+        *crate::sync::lock(&self.problems) = Arc::new(lines);
     }
 
     /// Reloads only when something in `dir` changed; `None` when nothing did.
@@ -143,7 +161,9 @@ impl<T: Document> Catalog<T> {
         let mut seen = self.lock();
         let entries = entries(dir).ok();
         if seen.changed(entries.as_deref()) {
-            return Some(self.reload_locked(dir, &mut seen));
+            let report = self.reload_locked(dir, &mut seen);
+            self.remember(&report);
+            return Some(report);
         }
         None
     }

@@ -74,6 +74,8 @@ pub struct Config {
     pub static_dir: Option<PathBuf>,
     /// The ClickHouse sink, off when `None`; `compactor.sink` must be on with it.
     pub sink: Option<Sink>,
+    /// The web console at `/console/` (`--console off` answers 404 there instead).
+    pub console: bool,
 }
 
 /// Request limits; see the constants for why each default is what it is.
@@ -150,6 +152,7 @@ impl Config {
             log_segment_bytes: DEFAULT_LOG_SEGMENT_BYTES,
             static_dir: None,
             sink: None,
+            console: true,
         }
     }
 

@@ -16,6 +16,8 @@
 //!   ├─ /api/... ─> http::api ─> store::query
 //!   ├─ /api/projects/<id>/feature_flags/, cohorts/ ─> http::flags_api ─> manage (the
 //!   │     flag file, rewritten atomically, then published by the flag reloader)
+//!   ├─ /console/ ─> http::console (page, assets, session cookie from `session`) ─> the
+//!   │     same flags_api, api and decide code as above
 //!   ├─ /api/surveys/, /api/early_access_features/ ─> http::surveys ─> surveys, early_access
 //!   ├─ /array/<key>/config(.js), /static/ ─> http::remote_config (client_config), http::assets
 //!   └─ /_liveness, /_readiness, /metrics (metrics)
@@ -39,6 +41,7 @@
 //!             project's flag rules
 //! manage      flags and cohorts changed through PostHog's REST API: the file rewrite,
 //!             PostHog's validation, the activity log, the failed-authentication limit
+//! session     the console's signed-in browsers: ids, tokens, idle expiry
 //! client_config  what a project tells posthog-js at start (its `remote_config` switches)
 //! app  config  metrics  admin        shared state, settings, Prometheus, offline commands
 //! clock  memory  lz64  sync  idle  notify  watch    small helpers every layer may use
@@ -51,9 +54,9 @@
 //!
 //! ```text
 //! http      -> app capture client_config clock compactor early_access flags geoip log lz64
-//!              manage memory metrics persons projects store surveys
+//!              manage memory metrics persons projects session store surveys
 //! app       -> catalog compactor config early_access flags geoip log manage memory metrics
-//!              pipeline projects store surveys sync watch
+//!              pipeline projects session store surveys sync watch
 //! pipeline  -> compactor config geoip log projects store
 //! admin     -> catalog early_access flags geoip projects store surveys
 //! compactor -> clock config geoip idle log persons projects store
@@ -69,6 +72,7 @@
 //! manage    -> flags sync watch
 //! flags     -> sync watch
 //! geoip     -> sync
+//! session   -> sync
 //! projects  -> client_config
 //! client_config, clock, memory, lz64, sync, idle, notify, watch -> nothing of the crate
 //! ```
@@ -102,6 +106,7 @@ pub mod notify;
 pub mod persons;
 pub mod pipeline;
 pub mod projects;
+pub mod session;
 pub mod sink;
 pub mod store;
 pub mod surveys;

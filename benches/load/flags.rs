@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 /// The test project's key; every scenario sends it.
 pub const API_KEY: &str = "phc_load_test_project";
 /// Its personal key, unused by the load but required to be distinct from `API_KEY`.
-const PERSONAL_KEY: &str = "phx_load_test_project";
+pub const PERSONAL_KEY: &str = "phx_load_test_project";
 /// Group types 0 and 1 of `group_type_mapping`.
 pub const GROUP_KEYS: [&str; 2] = ["organization", "company"];
 /// The size of the definitions file a busy project serves.

@@ -18,6 +18,7 @@ mod client;
 #[path = "../common/mod.rs"]
 mod common;
 mod compactor;
+mod console;
 mod flags;
 mod memory;
 mod payloads;
@@ -60,9 +61,10 @@ struct Args {
     #[argh(option, default = "DEFAULT_WARMUP_MS")]
     warmup_ms: u64,
     /// scenario to run: capture, batch, decide, compactor, compactor-anon, memory (an
-    /// ingest of --memory-events, then a soak) or sink (the ClickHouse sink at --rate,
-    /// default 100000 events/s; needs clickhouse-server); repeat for several
-    /// [default all but memory and sink]
+    /// ingest of --memory-events, then a soak), sink (the ClickHouse sink at --rate,
+    /// default 100000 events/s; needs clickhouse-server) or console (batch and decide
+    /// alone, then beside console users); repeat for several [default all but memory,
+    /// sink and console]
     #[argh(option)]
     scenario: Vec<String>,
     /// memory scenario: events to ingest from 100,000 persons before reading the
@@ -125,6 +127,8 @@ struct Config {
     memory: Option<memory::Settings>,
     /// The sink scenario's settings, when it was asked for.
     sink: Option<sink::Settings>,
+    /// The console scenario's settings, when it was asked for.
+    console: Option<console::Settings>,
 }
 
 fn main() -> ExitCode {
@@ -153,12 +157,13 @@ fn config(args: Args) -> Result<Config, String> {
     }
     let with_memory = args.scenario.iter().any(|name| name == memory::NAME);
     let with_sink_scenario = args.scenario.iter().any(|name| name == sink::NAME);
+    let with_console = args.scenario.iter().any(|name| name == console::NAME);
     let scenarios = if args.scenario.is_empty() {
         Scenario::ALL.to_vec()
     } else {
         args.scenario
             .iter()
-            .filter(|name| *name != memory::NAME && *name != sink::NAME)
+            .filter(|name| ![memory::NAME, sink::NAME, console::NAME].contains(&name.as_str()))
             .map(|name| Scenario::parse(name))
             .collect::<Result<_, _>>()?
     };
@@ -194,6 +199,11 @@ fn config(args: Args) -> Result<Config, String> {
         clickhouse_nice: args.clickhouse_nice,
         memory,
         sink,
+        console: with_console.then(|| console::Settings {
+            connections: args.connections,
+            warmup: Duration::from_millis(args.warmup_ms),
+            measure: Duration::from_secs(args.seconds),
+        }),
     })
 }
 
@@ -231,6 +241,10 @@ fn run(config: Config) -> Result<(), String> {
         ))?;
         report::memory_scenario(&report);
         flagpost.stop()?;
+    }
+    if let Some(settings) = &config.console {
+        let rows = console::run(&runtime, settings, &data_dir, dir.path())?;
+        console::report(&rows);
     }
     if let Some(settings) = &config.sink {
         let report = sink::run(&runtime, settings, &data_dir, &dir.path().join("sink"))?;

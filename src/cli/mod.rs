@@ -120,6 +120,9 @@ struct Serve {
     /// posthog-js's dist/ files, served at /static/ [env FLAGPOST_STATIC_DIR, default <data dir>/static if present]
     #[argh(option)]
     static_dir: Option<PathBuf>,
+    /// the web console at /console/: on or off [env FLAGPOST_CONSOLE, default on]
+    #[argh(option)]
+    console: Option<String>,
     /// copy events, persons and groups into ClickHouse at this http://HOST:PORT; off by default [env FLAGPOST_CLICKHOUSE_URL]
     #[argh(option)]
     clickhouse_url: Option<String>,
@@ -245,6 +248,11 @@ fn serve_config(args: Serve) -> Result<Config, String> {
         config.trusted_proxies =
             flagpost::geoip::TrustedProxies::parse(&list).map_err(|e| e.to_string())?;
     }
+    config.console = match or_env(args.console, "FLAGPOST_CONSOLE")?.as_deref() {
+        None | Some("on") => true,
+        Some("off") => false,
+        Some(other) => return Err(format!("--console {other:?} must be on or off")),
+    };
     config.compactor.sink = sink.is_some();
     config.sink = sink;
     Ok(config)

@@ -64,6 +64,9 @@ pub struct Rules {
     /// Serialises reloads (SIGHUP and the poller may race) and remembers what was seen.
     loader: Mutex<Seen>,
     failures: AtomicU64,
+    /// What the last reload could not use, each naming its file and field (the
+    /// console's health page shows them).
+    problems: Mutex<Arc<Vec<String>>>,
 }
 
 #[derive(Debug, Default)]
@@ -99,6 +102,7 @@ impl Rules {
             current: ArcSwap::from_pointee(Snapshot::default()),
             loader: Mutex::new(Seen::default()),
             failures: AtomicU64::new(0),
+            problems: Mutex::default(),
         }
     }
 
@@ -123,7 +127,26 @@ impl Rules {
     /// Compiles every file and publishes the result in one swap.
     pub fn reload(&self, flags_dir: &Path) -> ReloadReport {
         let mut seen = self.lock();
-        self.reload_locked(flags_dir, &mut seen)
+        let report = self.reload_locked(flags_dir, &mut seen);
+        self.remember(&report);
+        report
+    }
+
+    /// What the last reload could not use (files rejected, and for flags the flags
+    /// disabled), one line each.
+    pub fn problems(&self) -> Arc<Vec<String>> {
+        crate::sync::lock(&self.problems).clone()
+    }
+
+    fn remember(&self, report: &ReloadReport) {
+        let lines = report
+            .errors
+            .iter()
+            .chain(&report.warnings)
+            .map(ToString::to_string)
+            .collect();
+        // A whole value swapped in one assignment: nothing to leave half-done.
+        *crate::sync::lock(&self.problems) = Arc::new(lines);
     }
 
     /// Reloads only when file names, sizes or mtimes changed (or, for files changed in the
@@ -133,7 +156,9 @@ impl Rules {
         let mut seen = self.lock();
         let entries = list(flags_dir).ok();
         if seen.files.changed(entries.as_deref()) {
-            return Some(self.reload_locked(flags_dir, &mut seen));
+            let report = self.reload_locked(flags_dir, &mut seen);
+            self.remember(&report);
+            return Some(report);
         }
         None
     }

@@ -56,7 +56,20 @@ pub async fn handle(
     peer: SocketAddr,
 ) -> Result<Response<Body>, ApiError> {
     super::personal::authorize(app, headers, peer, project)?;
-    let (path, query) = (uri.path(), uri.query());
+    serve(app, project, resource, headers, uri.path(), uri.query()).await
+}
+
+/// A read of `project` by a caller already allowed to read it (a personal key checked
+/// by [`super::personal::authorize`], or a console session); `path` is what `next`
+/// links point at.
+pub async fn serve(
+    app: &Arc<App>,
+    project: u64,
+    resource: Resource,
+    headers: &HeaderMap,
+    path: &str,
+    query: Option<&str>,
+) -> Result<Response<Body>, ApiError> {
     let params = Params::parse(query);
     // Held for the request (or the export's stream): a reopen of the database waits
     // for it.

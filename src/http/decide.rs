@@ -223,6 +223,18 @@ fn location(app: &App, peer: SocketAddr, headers: &HeaderMap) -> Map<String, Val
     app.geoip.decide_properties(ip)
 }
 
+/// The flags `distinct_id` gets right now, as `/flags?v=2` would answer a request that
+/// names only that id (no groups, no properties of its own): the console's view of a
+/// person, through the very evaluation `/decide` runs.
+pub fn for_person(app: &App, project: &Project, distinct_id: &str) -> Vec<u8> {
+    let req = DecideRequest {
+        key: project.api_key.clone(),
+        distinct_id: distinct_id.to_owned(),
+        ..DecideRequest::default()
+    };
+    evaluate(app, project, req, Map::new(), 4)
+}
+
 /// Evaluate every flag of the project for the request and write the response body.
 /// Person properties are layered: stored, then GeoIP, then the request's own.
 fn evaluate(

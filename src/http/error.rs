@@ -31,6 +31,12 @@ pub enum ApiError {
     NotAuthenticated,
     /// A valid personal key of another project.
     Forbidden,
+    /// A console request that may come from another site: its Origin is not the
+    /// console's own, or it lacks the session's token. The reason is the body.
+    CrossSite(&'static str),
+    /// A console request without a live session, or a sign-in with a key that is not
+    /// a personal key of any project.
+    SignedOut(&'static str),
     /// A query parameter that does not parse.
     BadQuery(String),
     /// A storage read failed; the body says no more than that.
@@ -203,6 +209,18 @@ impl ApiError {
                 AUTHENTICATION,
                 "not_authenticated",
                 "send a personal API key of this project: Authorization: Bearer phx_...".into(),
+            ),
+            ApiError::CrossSite(why) => (
+                StatusCode::FORBIDDEN,
+                AUTHENTICATION,
+                "cross_site",
+                (*why).into(),
+            ),
+            ApiError::SignedOut(why) => (
+                StatusCode::UNAUTHORIZED,
+                AUTHENTICATION,
+                "not_authenticated",
+                (*why).into(),
             ),
             ApiError::Forbidden => (
                 StatusCode::FORBIDDEN,

@@ -81,17 +81,35 @@ pub async fn handle(
     req: Request<Incoming>,
     peer: SocketAddr,
 ) -> Result<Response<Body>, ApiError> {
-    let (parts, incoming) = req.into_parts();
-    let method = parts.method.clone();
-    let allowed = match path {
+    if !allowed(path, req.method()) {
+        return Err(ApiError::MethodNotAllowed);
+    }
+    let caller = authenticate(app, req.headers(), peer, project)?;
+    serve(app, caller, path, req).await
+}
+
+fn allowed(path: Path, method: &Method) -> bool {
+    match path {
         Path::Flags | Path::Cohorts => method == Method::GET || method == Method::POST,
         Path::Flag(_) | Path::Cohort(_) => method == Method::GET || method == Method::PATCH,
         Path::FlagActivity(_) => method == Method::GET,
-    };
-    if !allowed {
+    }
+}
+
+/// A request of a caller already known to hold a key of its project (checked by
+/// `authenticate`, or a console session): the one code path that reads and writes
+/// flags and cohorts, whoever asks.
+pub async fn serve(
+    app: &Arc<App>,
+    caller: Caller,
+    path: Path,
+    req: Request<Incoming>,
+) -> Result<Response<Body>, ApiError> {
+    let (parts, incoming) = req.into_parts();
+    let method = parts.method.clone();
+    if !allowed(path, &method) {
         return Err(ApiError::MethodNotAllowed);
     }
-    let caller = authenticate(app, &parts.headers, peer, project)?;
     let project = caller.project;
     if method == Method::GET {
         let query = parts.uri.query();

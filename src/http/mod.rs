@@ -6,6 +6,7 @@ pub mod assets;
 pub mod body;
 pub mod capture;
 pub mod capture_v1;
+pub mod console;
 pub mod decide;
 pub mod decode;
 pub mod definitions;

@@ -46,6 +46,8 @@ pub enum Route {
     Manage(Option<u64>, super::flags_api::Path),
     /// `/api/personal_api_keys/@current`, `/api/users/@me/`: who a personal key is.
     WhoAmI(super::whoami::Path),
+    /// `/console/...`: the web console, its assets and its JSON endpoints.
+    Console,
     NotFound,
 }
 
@@ -68,6 +70,8 @@ impl Route {
             "/_readiness" => Route::Readiness,
             "/metrics" => Route::Metrics,
             _ if path.starts_with("/static/") => Route::Static,
+            _ if path.starts_with("/console/") => Route::Console,
+            "/console" => Route::Console,
             _ if super::remote_config::parse_path(path).is_some() => Route::RemoteConfig,
             _ if super::definitions::payload_path(path).is_some() => Route::FlagPayload,
             _ => {
@@ -110,6 +114,7 @@ impl Route {
             Route::Manage(_, p) => p.label(),
             Route::WhoAmI(super::whoami::Path::CurrentKey) => "api_personal_api_key",
             Route::WhoAmI(super::whoami::Path::Me) => "api_user",
+            Route::Console => "console",
             Route::NotFound => "not_found",
         }
     }
@@ -266,6 +271,7 @@ async fn dispatch(
             }
             super::whoami::handle(app, path, req.headers(), peer)
         }
+        Route::Console => super::console::handle(app, req, peer).await,
         Route::NotFound => Err(ApiError::NotFound),
     }
 }
@@ -326,6 +332,11 @@ mod tests {
         assert_eq!(Route::of("/api/early_access_features/"), Route::EarlyAccess);
         assert!(Route::Surveys.is_cors() && Route::EarlyAccess.is_cors());
         assert_eq!(Route::of("/array//config"), Route::NotFound);
+        assert_eq!(Route::of("/console"), Route::Console);
+        assert_eq!(Route::of("/console/"), Route::Console);
+        assert_eq!(Route::of("/console/api/session"), Route::Console);
+        assert_eq!(Route::of("/consoles"), Route::NotFound);
+        assert!(!Route::Console.is_cors());
         assert_eq!(Route::of("/array/a/b/config"), Route::NotFound);
     }
 }

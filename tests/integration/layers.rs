@@ -9,7 +9,7 @@ use std::path::Path;
 /// Lowest first. A module may use the modules of the layers before its own.
 const LAYERS: &[&[&str]] = &[
     &["sync", "idle", "notify", "clock", "lz64", "memory", "watch"],
-    &["geoip", "flags"],
+    &["geoip", "flags", "session"],
     &["client_config", "catalog", "manage"],
     &["projects", "surveys", "early_access", "config", "log"],
     &["capture"],

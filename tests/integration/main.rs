@@ -4,6 +4,7 @@
 mod admin;
 mod capture;
 mod capture_v1;
+mod console;
 mod crash;
 mod damage;
 mod decide;

@@ -3,6 +3,7 @@
 //! compressed encodings (gzip-js and, for beacons, base64). `site` loads it the ways
 //! sites do, with the optional features on.
 
+mod console;
 mod site;
 
 use std::collections::BTreeSet;

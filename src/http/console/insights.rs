@@ -1,0 +1,252 @@
+//! The console's insights: event counts over time in hour or day buckets (total and
+//! unique persons, several events at once), the top events of a range, flag
+//! exposures by variant, and survey responses. Each is counted from the stored events
+//! of the range.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+
+use hyper::{Response, StatusCode};
+use serde_json::{json, Value};
+
+use super::super::error::ApiError;
+use super::super::response::{self, Body};
+use super::data::Params;
+use crate::app::App;
+use crate::store::event::StoredEvent;
+use crate::store::query::{self, EventFilter};
+use crate::store::Trees;
+
+const HOUR_MS: i64 = 3_600_000;
+const DAY_MS: i64 = 24 * HOUR_MS;
+/// Events charted at once at most: a legend past this is unreadable anyway.
+const MAX_SERIES: usize = 10;
+/// Events the top list names.
+const TOP: usize = 20;
+
+/// `?event=a&event=b&interval=hour|day&hours=N`: per bucket, each event's count and
+/// its unique persons (an event without a person counts its distinct id).
+pub async fn counts(
+    app: &Arc<App>,
+    project: u64,
+    query: Option<&str>,
+) -> Result<Response<Body>, ApiError> {
+    let params = Params::parse(query);
+    let hours = params.hours()?;
+    let step = match params.get("interval").unwrap_or("day") {
+        "hour" => HOUR_MS,
+        "day" => DAY_MS,
+        _ => return Err(ApiError::BadQuery("interval must be hour or day".into())),
+    };
+    let mut events = params.all("event");
+    events.dedup();
+    if events.is_empty() || events.len() > MAX_SERIES {
+        return Err(ApiError::BadQuery(format!(
+            "name 1 to {MAX_SERIES} events with event="
+        )));
+    }
+    let now = crate::clock::now_ms();
+    let first = (now - hours * HOUR_MS).div_euclid(step) * step;
+    let buckets: Vec<i64> = (0..)
+        .map(|i| first + i * step)
+        .take_while(|t| *t <= now)
+        .collect();
+    let wanted: HashSet<String> = events.iter().cloned().collect();
+    // Held for the request: a reopen of the database waits for it.
+    let open = app.store.get().ok_or(ApiError::Storage)?;
+    let n = buckets.len();
+    let (totals, uniques) = blocking(move || {
+        let mut totals: HashMap<String, Vec<u64>> = HashMap::new();
+        let mut seen: HashMap<String, Vec<HashSet<String>>> = HashMap::new();
+        scan(&open.trees, project, first, now, |e| {
+            if !wanted.contains(&e.event) {
+                return;
+            }
+            let Ok(i) = usize::try_from((e.timestamp - first) / step) else {
+                return;
+            };
+            if i >= n {
+                return;
+            }
+            totals.entry(e.event.clone()).or_insert_with(|| vec![0; n])[i] += 1;
+            let who = e
+                .person_id
+                .map_or_else(|| e.distinct_id.clone(), |p| p.to_string());
+            seen.entry(e.event.clone())
+                .or_insert_with(|| vec![HashSet::new(); n])[i]
+                .insert(who);
+        })?;
+        let uniques: HashMap<String, Vec<u64>> = seen
+            .into_iter()
+            .map(|(k, v)| (k, v.iter().map(|s| s.len() as u64).collect()))
+            .collect();
+        Ok((totals, uniques))
+    })
+    .await?;
+    let series: Vec<Value> = events
+        .iter()
+        .map(|e| {
+            let zero = vec![0u64; n];
+            json!({
+                "event": e,
+                "total": totals.get(e).unwrap_or(&zero),
+                "unique": uniques.get(e).unwrap_or(&zero),
+            })
+        })
+        .collect();
+    let times: Vec<String> = buckets
+        .iter()
+        .map(|t| crate::clock::format_ms(*t))
+        .collect();
+    Ok(response::json(
+        StatusCode::OK,
+        &json!({"interval_seconds": step / 1000, "buckets": times, "series": series}),
+    ))
+}
+
+/// `?hours=N`: the most frequent events of the range, most first.
+pub async fn top(
+    app: &Arc<App>,
+    project: u64,
+    query: Option<&str>,
+) -> Result<Response<Body>, ApiError> {
+    let hours = Params::parse(query).hours()?;
+    let now = crate::clock::now_ms();
+    // Held for the request: a reopen of the database waits for it.
+    let open = app.store.get().ok_or(ApiError::Storage)?;
+    let counts = blocking(move || {
+        let mut counts: HashMap<String, u64> = HashMap::new();
+        scan(&open.trees, project, now - hours * HOUR_MS, now, |e| {
+            *counts.entry(e.event.clone()).or_default() += 1;
+        })?;
+        Ok(counts)
+    })
+    .await?;
+    let mut list: Vec<(String, u64)> = counts.into_iter().collect();
+    list.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    list.truncate(TOP);
+    let events: Vec<Value> = list
+        .into_iter()
+        .map(|(event, count)| json!({"event": event, "count": count}))
+        .collect();
+    Ok(response::json(
+        StatusCode::OK,
+        &json!({"hours": hours, "events": events}),
+    ))
+}
+
+/// Flag exposures between two times, by flag and returned value.
+pub async fn exposures(
+    app: &Arc<App>,
+    project: u64,
+    after: i64,
+    before: i64,
+) -> Result<BTreeMap<String, BTreeMap<String, u64>>, ApiError> {
+    // Held for the request: a reopen of the database waits for it.
+    let open = app.store.get().ok_or(ApiError::Storage)?;
+    blocking(move || super::data::scan_exposures(&open.trees, project, after, before)).await
+}
+
+/// `?hours=N`: `survey sent` events by survey, with each answer's count.
+pub async fn surveys(
+    app: &Arc<App>,
+    project: u64,
+    query: Option<&str>,
+) -> Result<Response<Body>, ApiError> {
+    let hours = Params::parse(query).hours()?;
+    let now = crate::clock::now_ms();
+    // Held for the request: a reopen of the database waits for it.
+    let open = app.store.get().ok_or(ApiError::Storage)?;
+    let by_survey = blocking(move || {
+        let mut by_survey: BTreeMap<String, (String, u64, BTreeMap<String, u64>)> = BTreeMap::new();
+        let filter = EventFilter {
+            after: Some(now - hours * HOUR_MS),
+            before: Some(now),
+            event: Some("survey sent".into()),
+            distinct_id: None,
+        };
+        for entry in query::events(&open.trees, project, filter, None) {
+            let (_, e) = entry?;
+            let p = &e.properties;
+            let Some(id) = p.get("$survey_id").and_then(Value::as_str) else {
+                continue;
+            };
+            let name = p.get("$survey_name").and_then(Value::as_str).unwrap_or(id);
+            let slot = by_survey
+                .entry(id.to_owned())
+                .or_insert_with(|| (name.to_owned(), 0, BTreeMap::new()));
+            slot.1 += 1;
+            for answer in answers(p.get("$survey_response")) {
+                *slot.2.entry(answer).or_default() += 1;
+            }
+        }
+        Ok(by_survey)
+    })
+    .await?;
+    let surveys: Vec<Value> = by_survey
+        .into_iter()
+        .map(|(id, (name, n, answers))| {
+            json!({"id": id, "name": name, "responses": n, "answers": answers})
+        })
+        .collect();
+    Ok(response::json(
+        StatusCode::OK,
+        &json!({"hours": hours, "surveys": surveys}),
+    ))
+}
+
+/// A response's answers as labels: each choice of a multiple choice, else the value.
+fn answers(v: Option<&Value>) -> Vec<String> {
+    match v {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::String(s)) => vec![s.clone()],
+        Some(Value::Array(items)) => items.iter().flat_map(|i| answers(Some(i))).collect(),
+        Some(other) => vec![other.to_string()],
+    }
+}
+
+/// Every stored event of the project between two times.
+fn scan(
+    trees: &Trees,
+    project: u64,
+    after: i64,
+    before: i64,
+    mut each: impl FnMut(&StoredEvent),
+) -> Result<(), sled::Error> {
+    let filter = EventFilter {
+        after: Some(after),
+        before: Some(before),
+        event: None,
+        distinct_id: None,
+    };
+    for entry in query::events(trees, project, filter, None) {
+        each(&entry?.1);
+    }
+    Ok(())
+}
+
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, sled::Error> + Send + 'static,
+) -> Result<T, ApiError> {
+    match tokio::task::spawn_blocking(f).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => {
+            tracing::error!(error = %e, "console storage error");
+            Err(ApiError::Storage)
+        }
+        Err(_) => Err(ApiError::Internal),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn answers_are_labels() {
+        assert_eq!(answers(Some(&json!("yes"))), vec!["yes"]);
+        assert_eq!(answers(Some(&json!(["a", "b"]))), vec!["a", "b"]);
+        assert_eq!(answers(Some(&json!(9))), vec!["9"]);
+        assert!(answers(Some(&Value::Null)).is_empty());
+    }
+}

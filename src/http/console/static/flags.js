@@ -1,0 +1,113 @@
+// Flags page: the project's flags with their state, rollout and exposures in the last
+// 24 hours; switching on and off and deleting go through the management API's
+// PATCH, exactly as an API client would.
+'use strict'
+;(() => {
+  const h = FP.h
+
+  /** "50% of everyone; 100% where 2 conditions" and the variants' split. */
+  function rollout(flag) {
+    const f = flag.filters || {}
+    const groups = (f.groups || []).map((g) => {
+      const pct = g.rollout_percentage === null || g.rollout_percentage === undefined ? 100 : g.rollout_percentage
+      const n = (g.properties || []).length
+      return n ? `${pct}% where ${n} condition${n === 1 ? '' : 's'}` : `${pct}% of everyone`
+    })
+    let text = groups.length ? groups.join('; ') : 'no condition groups (off for everyone)'
+    const variants = (f.multivariate && f.multivariate.variants) || []
+    if (variants.length) text += ` · variants ${variants.map((v) => `${v.key} ${v.rollout_percentage}%`).join(', ')}`
+    return text
+  }
+
+  async function render(main) {
+    const [list, exposures] = await Promise.all([
+      FP.api('GET', 'feature_flags/?limit=1000'),
+      FP.api('GET', 'exposures?hours=24'),
+    ])
+    const status = h('p', { role: 'status', 'aria-live': 'polite', class: 'notice' })
+    const rows = list.results.map((flag) => row(flag, exposures.flags[flag.key] || {}, status))
+    const table = h('div', { class: 'table-wrap' }, h('table', {},
+      h('caption', { class: 'muted' }, `${list.count} flag${list.count === 1 ? '' : 's'}`),
+      h('thead', {}, h('tr', {},
+        h('th', { scope: 'col' }, 'Key'),
+        h('th', { scope: 'col', class: 'hide-narrow' }, 'Name'),
+        h('th', { scope: 'col' }, 'Status'),
+        h('th', { scope: 'col', class: 'hide-narrow' }, 'Rollout'),
+        h('th', { scope: 'col', class: 'num' }, 'Exposures (24 h)'),
+        h('th', { scope: 'col' }, 'Actions'))),
+      h('tbody', {}, rows)))
+    main.replaceChildren(
+      h('h1', {}, 'Feature flags'),
+      h('div', { class: 'toolbar' },
+        h('a', { href: '#/flag/new', class: 'button primary', id: 'new-flag' }, 'New flag')),
+      status,
+      list.count ? table : h('p', { class: 'muted' }, 'No flags yet. Create the first one.'))
+  }
+
+  function row(flag, exposed, status) {
+    const total = Object.values(exposed).reduce((a, b) => a + b, 0)
+    const split = Object.entries(exposed).map(([v, n]) => `${v}: ${FP.fmt.int(n)}`).join(', ')
+    const toggle = h('button', {
+      type: 'button', class: 'switch', role: 'switch', 'aria-checked': String(flag.active),
+      'aria-label': `${flag.key} enabled`, 'data-flag': flag.key,
+    }, flag.active ? 'On' : 'Off')
+    toggle.addEventListener('click', async () => {
+      toggle.disabled = true
+      try {
+        const updated = await FP.api('PATCH', `feature_flags/${flag.id}/`, { active: !flag.active })
+        flag.active = updated.active
+        flag.version = updated.version
+        toggle.setAttribute('aria-checked', String(flag.active))
+        toggle.textContent = flag.active ? 'On' : 'Off'
+        status.textContent = `${flag.key} is now ${flag.active ? 'on' : 'off'}.`
+      } catch (err) {
+        status.replaceChildren(FP.errorBox(`Could not switch ${flag.key}: ${err.message}`))
+      } finally {
+        toggle.disabled = false
+        toggle.focus()
+      }
+    })
+    const remove = h('button', { type: 'button', class: 'danger', 'aria-label': `Delete ${flag.key}` }, 'Delete')
+    remove.addEventListener('click', () => confirmDelete(flag, status, remove))
+    return h('tr', { 'data-flag': flag.key },
+      h('td', {}, h('a', { href: `#/flag/${flag.id}` }, h('code', {}, flag.key))),
+      h('td', { class: 'hide-narrow' }, flag.name || ''),
+      h('td', {}, toggle),
+      h('td', { class: 'hide-narrow' }, rollout(flag)),
+      h('td', { class: 'num', title: split || 'no exposures' }, FP.fmt.int(total)),
+      h('td', {}, h('a', { href: `#/flag/${flag.id}`, 'aria-label': `Edit ${flag.key}` }, 'Edit'), ' ', remove))
+  }
+
+  function confirmDelete(flag, status, opener) {
+    const yes = h('button', { type: 'button', class: 'danger', value: 'delete' }, `Delete ${flag.key}`)
+    const no = h('button', { type: 'button' }, 'Cancel')
+    const error = h('div', { 'aria-live': 'polite' })
+    const dialog = h('dialog', { 'aria-labelledby': 'delete-title' },
+      h('h2', { id: 'delete-title' }, `Delete the flag ${flag.key}?`),
+      h('p', {}, 'It stops being served by /decide at once. Its history stays in the activity log.'),
+      error,
+      h('div', { class: 'toolbar' }, yes, no))
+    const close = () => { dialog.close(); dialog.remove(); opener.focus() }
+    no.addEventListener('click', close)
+    dialog.addEventListener('cancel', (ev) => { ev.preventDefault(); close() })
+    yes.addEventListener('click', async () => {
+      yes.disabled = true
+      try {
+        await FP.api('PATCH', `feature_flags/${flag.id}/`, { deleted: true })
+        dialog.close()
+        dialog.remove()
+        FP.go('#/flags')
+        status.textContent = `${flag.key} was deleted.`
+      } catch (err) {
+        error.replaceChildren(FP.errorBox(err.message))
+        yes.disabled = false
+      }
+    })
+    document.body.append(dialog)
+    dialog.showModal()
+    no.focus()
+  }
+
+  FP.pages.flags = { id: 'flags', title: 'Flags', render }
+  FP.flagRollout = rollout
+})()

@@ -1,0 +1,50 @@
+// Health page: is the server keeping up? Log depth, compactor and sink lag, free disk,
+// files that failed to reload (with file and field), version and uptime; refreshed
+// every few seconds while shown.
+'use strict'
+;(() => {
+  const h = FP.h
+  const REFRESH_MS = 5000
+
+  function stat(label, value, ok) {
+    return h('div', { class: 'stat' }, h('dl', {}, h('dt', {}, label),
+      h('dd', { class: ok === undefined ? '' : ok ? 'good' : 'bad' }, value)))
+  }
+
+  function view(s) {
+    const errors = s.reload_errors
+    return [
+      h('div', { class: 'grid', id: 'health-stats' },
+        stat('Ready for traffic', s.ready ? 'yes' : 'no', s.ready),
+        stat('Write-ahead log depth (records)', FP.fmt.int(s.log_depth), s.log_depth < 100000),
+        stat('Compactor lag', FP.fmt.seconds(s.compactor.lag_seconds), s.compactor.healthy && s.compactor.lag_seconds < 60),
+        stat('Compactor', s.compactor.healthy ? 'healthy' : 'failing', s.compactor.healthy),
+        stat('ClickHouse sink lag', s.sink.enabled ? FP.fmt.seconds(s.sink.lag_seconds) : 'sink off',
+          s.sink.enabled ? s.sink.lag_seconds < 60 : undefined),
+        stat('Free disk', FP.fmt.bytes(s.disk.free_bytes), s.disk.free_bytes > s.disk.min_free_bytes),
+        stat('Version', s.version),
+        stat('Uptime', FP.fmt.seconds(s.uptime_seconds)),
+        stat('Flag rules version', FP.fmt.int(s.flags_version))),
+      h('h2', {}, 'Reload errors'),
+      errors.length
+        ? h('ul', { id: 'reload-errors' }, errors.map((e) => h('li', {}, h('strong', {}, `${e.of}: `), h('code', {}, e.problem))))
+        : h('p', { class: 'good', id: 'reload-errors' }, 'Every file loaded.'),
+    ]
+  }
+
+  async function render(main) {
+    const body = h('div', { 'aria-live': 'off' })
+    const stamp = h('p', { class: 'muted' })
+    const refresh = async () => {
+      const s = await FP.api('GET', 'health')
+      body.replaceChildren(...view(s))
+      stamp.textContent = `Updated ${new Date().toLocaleTimeString('en-GB', { hour12: false })}; refreshes every ${REFRESH_MS / 1000} s.`
+    }
+    await refresh()
+    main.replaceChildren(h('h1', {}, 'Health'), stamp, body)
+    const timer = setInterval(() => refresh().catch((err) => { clearInterval(timer); stamp.replaceChildren(FP.errorBox(err.message)) }), REFRESH_MS)
+    FP.onLeave(() => clearInterval(timer))
+  }
+
+  FP.pages.health = { id: 'health', title: 'Health', render }
+})()

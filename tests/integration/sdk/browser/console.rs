@@ -1,0 +1,102 @@
+//! The console in Debian's Chromium, driven by playwright-core (tests/sdk/browser/
+//! console.mjs): every page used as a person would, axe-core on each, and nothing
+//! failing but the one refusal the script asks for. With
+//! `FLAGPOST_CONSOLE_SCREENSHOTS=docs/console` the run also refreshes the screenshots
+//! the documentation shows.
+
+use std::path::Path;
+
+use serde_json::json;
+
+use super::super::*;
+use crate::util::*;
+
+#[test]
+#[ignore = "needs tests/sdk/install.sh (Chromium, playwright-core, axe-core): run by .ci/run, cargo test -- --include-ignored"]
+fn the_console_in_chromium() {
+    let modules = sdk_dir().join("node/node_modules");
+    let deps = [
+        Path::new("/usr/bin/chromium"),
+        &modules.join("playwright-core"),
+        &modules.join("axe-core/axe.min.js"),
+    ];
+    if !installed("console", &deps) {
+        return;
+    }
+    let server = Server::start();
+    let host = format!("http://{}", server.addr);
+    let shots = tempfile::tempdir().unwrap();
+    let dir = match std::env::var("FLAGPOST_CONSOLE_SCREENSHOTS") {
+        Ok(d) if !d.is_empty() => Path::new(env!("CARGO_MANIFEST_DIR")).join(d),
+        _ => shots.path().to_path_buf(),
+    };
+    std::fs::create_dir_all(&dir).unwrap();
+    let dir = dir.to_str().unwrap();
+    let s = run(
+        Path::new("node"),
+        &["browser/console.mjs", &host, PERSONAL_ONE, KEY_ONE, dir],
+    );
+    eprintln!("console in Chromium, axe-core {}", s["axe"]);
+    let none: Vec<String> = Vec::new();
+    for page in [
+        "sign-in",
+        "flag-form",
+        "flags",
+        "events",
+        "persons",
+        "insights",
+        "health",
+    ] {
+        assert_eq!(
+            s["accessibility"][page],
+            json!(none),
+            "serious or critical: {page}"
+        );
+    }
+    assert_eq!(s["signed_in_as"], "one (project 1) · phx_..._one");
+    assert_eq!(s["decide_on"], json!({"pro": true, "free": false}));
+    assert_eq!(
+        s["duplicate_error"],
+        "There is already a feature flag with this key."
+    );
+    assert_eq!(s["duplicate_invalid"], "true");
+    assert_eq!(s["decide_off_within"], "a second");
+    assert_eq!((&s["live_rows"], &s["event_json"]), (&json!(1), &json!(1)));
+    assert_eq!(
+        s["person"],
+        json!({"distinct_ids": ["ada"], "flag_now": "true"})
+    );
+    assert_eq!(s["person_by_property"], json!(["ada"]));
+    // The chart's numbers are the read API's.
+    for event in ["console live check", "$identify"] {
+        let r = server.api(
+            &format!("/api/projects/1/events/?event={}", urlencode(event)),
+            PERSONAL_ONE,
+        );
+        let n = r.json()["results"].as_array().unwrap().len();
+        assert_eq!(n, 1, "{event}");
+        assert_eq!(s["chart_totals"][event], json!(n), "{event}");
+    }
+    assert_eq!(s["health_errors"], "Every file loaded.");
+    assert_eq!(s["phone_overflow"], false);
+    assert_eq!(
+        s["cookie"],
+        json!({"httpOnly": true, "sameSite": "Strict", "path": "/console/"})
+    );
+    assert_eq!(
+        s["cross_site"],
+        json!({"foreign_origin": 403, "no_token": 403})
+    );
+    assert_eq!(s["after_sign_out"], 401);
+    // The only refusal is the duplicate key the script sends on purpose, and the
+    // browser's one console line about it.
+    assert_eq!(
+        s["failed_requests"],
+        json!([format!("POST {host}/console/api/feature_flags/: 400")])
+    );
+    assert_eq!(
+        s["console_errors"],
+        json!(["Failed to load resource: the server responded with a status of 400 (Bad Request)"])
+    );
+    assert_eq!(s["page_errors"], json!([]));
+}
