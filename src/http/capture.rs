@@ -51,15 +51,7 @@ pub async fn handle(
     }
     let query = Query::parse(parts.uri.query());
     let mut held = Reservation::default();
-    let raw = body::read(
-        incoming,
-        super::content_length(&parts.headers),
-        limits.max_body_bytes,
-        limits.body_read_timeout,
-        &app.budget,
-        &mut held,
-    )
-    .await?;
+    let raw = read_body(app, &parts.headers, incoming, &mut held).await?;
 
     let payload = Located::find(
         &query,
@@ -132,6 +124,26 @@ pub(super) async fn refuse(
         response::close(&mut refusal);
     }
     refusal
+}
+
+/// An intake request's body, within the capture limits (`--max-body-bytes`, the body
+/// deadline) and the server's memory budget, which `held` keeps charged.
+pub(super) async fn read_body(
+    app: &App,
+    headers: &hyper::HeaderMap,
+    incoming: Incoming,
+    held: &mut Reservation,
+) -> Result<Bytes, body::Error> {
+    let limits = &app.config.limits;
+    body::read(
+        incoming,
+        super::content_length(headers),
+        limits.max_body_bytes,
+        limits.body_read_timeout,
+        &app.budget,
+        held,
+    )
+    .await
 }
 
 /// The request as the pure part of the pipeline needs it.

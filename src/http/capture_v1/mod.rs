@@ -51,24 +51,17 @@ pub async fn handle(
         .ok_or(Error::InvalidApiToken)?;
     let limits = &app.config.limits;
     let mut held = Reservation::default();
-    let raw = body::read(
-        incoming,
-        super::content_length(&parts.headers),
-        limits.max_body_bytes,
-        limits.body_read_timeout,
-        &app.budget,
-        &mut held,
-    )
-    .await
-    .map_err(|e| match e {
-        body::Error::TooLarge => Error::PayloadTooLarge(format!(
-            "Request body exceeds limit of {} bytes",
-            limits.max_body_bytes
-        )),
-        body::Error::Timeout => Error::RequestTimeout,
-        body::Error::Overloaded => Error::ServiceUnavailable,
-        body::Error::Broken => Error::RequestDecoding,
-    })?;
+    let raw = super::capture::read_body(app, &parts.headers, incoming, &mut held)
+        .await
+        .map_err(|e| match e {
+            body::Error::TooLarge => Error::PayloadTooLarge(format!(
+                "Request body exceeds limit of {} bytes",
+                limits.max_body_bytes
+            )),
+            body::Error::Timeout => Error::RequestTimeout,
+            body::Error::Overloaded => Error::ServiceUnavailable,
+            body::Error::Broken => Error::RequestDecoding,
+        })?;
     if raw.is_empty() {
         return Err(Error::EmptyBody.into());
     }
