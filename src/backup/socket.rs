@@ -97,7 +97,7 @@ async fn answer(stream: UnixStream, running: &Arc<Running>) {
         Ok(request) => match backup(running, request.backup_to).await {
             Ok(manifest) => Answer::Ok(Box::new(manifest)),
             Err(e) => {
-                tracing::error!(error = %e, "backup failed");
+                tracing::warn!(error = %e, "backup not written");
                 Answer::Error(e)
             }
         },
