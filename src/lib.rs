@@ -35,6 +35,8 @@
 //! store/      the sled trees: key layouts, event blocks, dedup window, queries, the
 //!             person cache, migration of older formats
 //! pipeline    opens the store, the log and its writer, and the compactor; closes them
+//! backup/     `flagpost backup` (taken by the running server through its admin socket,
+//!             or from a stopped database) and `flagpost restore`
 //! flags/ persons/ geoip/ projects    flag rules, person rules, GeoIP, project keys
 //! surveys/ early_access  catalog     per-project surveys and early access features, and
 //!             the loader both share (`catalog`); a survey's targeting flags join its
@@ -59,6 +61,7 @@
 //!              pipeline projects session store surveys sync watch
 //! pipeline  -> compactor config geoip log projects store
 //! admin     -> catalog early_access flags geoip projects store surveys
+//! backup    -> config log store sync
 //! compactor -> clock config geoip idle log persons projects store
 //! store     -> clock config notify persons sync
 //! metrics   -> capture sync
@@ -86,6 +89,7 @@
 
 pub mod admin;
 pub mod app;
+pub mod backup;
 pub mod capture;
 pub mod catalog;
 pub mod client_config;
@@ -229,14 +233,26 @@ pub async fn serve(
         .store
         .get()
         .ok_or_else(|| Error::Io(std::io::Error::other("database closed")))?;
-    let sink = match config.sink.clone() {
-        Some(s) => Some(
-            sink::worker::spawn(s, &open.db, &open.trees, sink_stats)
+    let sink_gate = config
+        .sink
+        .as_ref()
+        .map(|_| Arc::new(sync::Gate::default()));
+    let sink = match (config.sink.clone(), &sink_gate) {
+        (Some(s), Some(gate)) => Some(
+            sink::worker::spawn(s, &open.db, &open.trees, sink_stats, gate.clone())
                 .map_err(|e| Error::Io(std::io::Error::other(e.to_string())))?,
         ),
-        None => None,
+        _ => None,
     };
     drop(open);
+    // `flagpost backup` asks through this socket (src/backup).
+    let admin = backup::socket::listen(backup::Running {
+        db_dir: config.db_dir.clone(),
+        store: pipeline.store.clone(),
+        log: pipeline.log.clone(),
+        compactor_gate: pipeline.compactor_gate.clone(),
+        sink_gate,
+    })?;
     let flags_dir = config.flags_dir();
     // The rules module logs what it loaded and every file it could not.
     let (rules, _report) = tokio::task::spawn_blocking(move || flags::Rules::load(&flags_dir))
@@ -279,6 +295,7 @@ pub async fn serve(
     if let Some(watchdog) = watchdog {
         watchdog.abort();
     }
+    admin.close();
     if let Some(sink) = sink {
         sink.stop().await;
     }

@@ -27,6 +27,8 @@ pub struct Pipeline {
     /// Persons for `/decide`, forgotten by the compactor as it changes them.
     pub persons: Arc<person_cache::PersonCache>,
     pub compactor: Arc<compactor::Stats>,
+    /// Held by the compactor for each step; a backup takes it to pause the compactor.
+    pub compactor_gate: Arc<crate::sync::Gate>,
     writer: wal::Writer,
     compactor_thread: compactor::Handle,
 }
@@ -78,13 +80,16 @@ impl Pipeline {
             .with_person_cache(persons.clone());
         let stats = compactor.stats();
         let store = Arc::new(Live::new(dir, cache_bytes, Open { db, trees }));
-        let compactor_thread = compactor::spawn(compactor, store.clone()).map_err(io)?;
+        let compactor_gate = Arc::new(crate::sync::Gate::default());
+        let compactor_thread =
+            compactor::spawn(compactor, store.clone(), compactor_gate.clone()).map_err(io)?;
         Ok(Pipeline {
             store,
             wal,
             log: shared,
             persons,
             compactor: stats,
+            compactor_gate,
             writer,
             compactor_thread,
         })

@@ -10,3 +10,10 @@ pub fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
+
+/// Taken for reading around each unit of work a background writer does (a compactor
+/// step, a sink pass) and for writing by whoever needs the writer to stand still
+/// between units (a backup). tokio's lock is fair, so a waiting backup is not starved
+/// by a writer that takes it again at once; the compactor's thread, outside the
+/// runtime, takes it with `blocking_read`.
+pub type Gate = tokio::sync::RwLock<()>;

@@ -8,6 +8,7 @@ use std::time::Duration;
 use argh::FromArgs;
 use flagpost::config::{self, Config};
 
+mod backup;
 mod tools;
 
 #[derive(FromArgs)]
@@ -28,6 +29,8 @@ pub struct Cli {
 enum Command {
     Serve(Serve),
     Check(Check),
+    Backup(backup::Backup),
+    Restore(backup::Restore),
     Eval(tools::Eval),
     Export(Export),
     Key(tools::Key),
@@ -178,6 +181,8 @@ pub fn run(cli: Cli) -> Result<(), String> {
     match cli.command {
         None => Err("no command given; try `flagpost serve` or `flagpost --help`".into()),
         Some(Command::Check(args)) => check(args),
+        Some(Command::Backup(args)) => backup::backup(args),
+        Some(Command::Restore(args)) => backup::restore(args),
         Some(Command::Eval(args)) => tools::eval(args),
         Some(Command::Export(args)) => export(args),
         Some(Command::Key(args)) => tools::key(args),

@@ -77,8 +77,14 @@ impl Handle {
 
 /// Run the compactor on its own thread until stopped. A failing step marks the
 /// compactor unhealthy (the server then refuses new writes) and is retried; a panic
-/// stops it for good rather than risk applying a chunk twice or half.
-pub fn spawn(mut compactor: Compactor, live: Arc<Live>) -> std::io::Result<Handle> {
+/// stops it for good rather than risk applying a chunk twice or half. Each pass of the
+/// loop (retention, a step, a recovery) holds `gate` for reading, so a backup that takes
+/// it for writing finds the database between steps and keeps it so.
+pub fn spawn(
+    mut compactor: Compactor,
+    live: Arc<Live>,
+    gate: Arc<crate::sync::Gate>,
+) -> std::io::Result<Handle> {
     let stop = Arc::new(AtomicBool::new(false));
     let stop_flag = stop.clone();
     let thread = std::thread::Builder::new().name("compactor".into()).spawn(move || {
@@ -86,6 +92,7 @@ pub fn spawn(mut compactor: Compactor, live: Arc<Live>) -> std::io::Result<Handl
         let stats = compactor.stats();
         let mut last_retention: Option<Instant> = None;
         while !stop_flag.load(Ordering::SeqCst) {
+            let _pass = gate.blocking_read();
             if last_retention.is_none_or(|t| t.elapsed() >= RETENTION_INTERVAL) {
                 last_retention = Some(Instant::now());
                 if let Err(e) = compactor.enforce_retention(crate::clock::now_ms()) {

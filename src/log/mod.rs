@@ -48,6 +48,7 @@
 
 mod appender;
 pub mod check;
+pub mod copy;
 mod marks;
 mod reader;
 pub mod record;

@@ -16,6 +16,7 @@
 //! that serves capture and decide.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use uuid::Uuid;
@@ -26,6 +27,7 @@ use super::destination::Destination;
 use super::outbox::Outbox;
 use super::stats::Stats;
 use super::{Connect, Error, Settings};
+use crate::sync::Gate;
 
 /// How often an empty or young outbox is looked at again.
 const POLL: Duration = Duration::from_millis(200);
@@ -249,14 +251,18 @@ impl Worker {
     }
 
     /// Send until `shutdown` resolves. A batch cut short by shutdown is sent again
-    /// on the next start.
-    pub async fn run(mut self, shutdown: impl Future<Output = ()>) {
+    /// on the next start. Each pass holds `gate` for reading, so a backup that takes it
+    /// for writing finds the outbox between passes and keeps it so.
+    pub async fn run(mut self, gate: Arc<Gate>, shutdown: impl Future<Output = ()>) {
         tokio::pin!(shutdown);
         let mut backoff = MIN_BACKOFF;
         loop {
             let pass = tokio::select! {
                 _ = &mut shutdown => return,
-                pass = self.step() => pass,
+                pass = async {
+                    let _pass = gate.read().await;
+                    self.step().await
+                } => pass,
             };
             let wait = match pass {
                 Ok(Pass::Sent { .. }) => Duration::ZERO,
@@ -329,13 +335,14 @@ impl Handle {
     }
 }
 
-/// Start the worker over `db`'s outbox and `trees`, reporting into `stats`. Call
-/// inside the runtime, after the store is open.
+/// Start the worker over `db`'s outbox and `trees`, reporting into `stats`, each pass
+/// holding `gate` (see [`Worker::run`]). Call inside the runtime, after the store is open.
 pub fn spawn(
     settings: Settings,
     db: &sled::Db,
     trees: &crate::store::Trees,
     stats: Stats,
+    gate: Arc<Gate>,
 ) -> Result<Handle, Error> {
     let outbox = Outbox::open(db).map_err(Error::Store)?;
     let worker = Worker::new(settings, outbox, Sources::of(trees))?.with_stats(stats);
@@ -345,7 +352,7 @@ pub fn spawn(
         "sink: sending to ClickHouse"
     );
     let (stop, stopped) = tokio::sync::oneshot::channel();
-    let task = tokio::spawn(worker.run(async {
+    let task = tokio::spawn(worker.run(gate, async {
         let _ = stopped.await;
     }));
     Ok(Handle { stop, task })

@@ -17,7 +17,7 @@ const LAYERS: &[&[&str]] = &[
     &["store"],
     &["sink"],
     &["compactor", "metrics"],
-    &["pipeline", "admin"],
+    &["pipeline", "admin", "backup"],
     &["app"],
     &["http"],
 ];

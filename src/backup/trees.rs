@@ -1,0 +1,184 @@
+//! Every sled tree of a database in one file, and back. sled 0.34's own
+//! `export`/`import` would do, but its `import` panics on anything unexpected; this
+//! format is as plain (each tree's name, then its keys and values in order) and a
+//! file cut short or out of shape is an error that says where.
+//!
+//! ```text
+//! "flagpost-backup-trees 1\n"
+//! per tree:  'T' name_len u32 LE, name | per pair: 'P' key_len u32, value_len u32, key, value
+//!            'E' pairs u64 LE
+//! at the end: 'Z'
+//! ```
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::{self, BufReader, BufWriter, Read, Write};
+use std::path::Path;
+
+const MAGIC: &[u8] = b"flagpost-backup-trees 1\n";
+/// Pairs applied to sled in one batch on import.
+const BATCH: usize = 10_000;
+
+/// Write every tree of `db` to `path` (synced); the pairs per tree, by name.
+pub fn export(db: &sled::Db, path: &Path) -> io::Result<BTreeMap<String, u64>> {
+    let mut out = BufWriter::new(File::create(path)?);
+    out.write_all(MAGIC)?;
+    let mut counts = BTreeMap::new();
+    for name in db.tree_names() {
+        let tree = db.open_tree(&name).map_err(io::Error::other)?;
+        out.write_all(b"T")?;
+        write_bytes(&mut out, &name)?;
+        let mut pairs = 0u64;
+        for pair in tree.iter() {
+            let (key, value) = pair.map_err(io::Error::other)?;
+            out.write_all(b"P")?;
+            out.write_all(&len32(&key)?.to_le_bytes())?;
+            out.write_all(&len32(&value)?.to_le_bytes())?;
+            out.write_all(&key)?;
+            out.write_all(&value)?;
+            pairs += 1;
+        }
+        out.write_all(b"E")?;
+        out.write_all(&pairs.to_le_bytes())?;
+        counts.insert(String::from_utf8_lossy(&name).into_owned(), pairs);
+    }
+    out.write_all(b"Z")?;
+    let file = out.into_inner().map_err(|e| e.into_error())?;
+    file.sync_all()?;
+    Ok(counts)
+}
+
+/// Read `path` into `db` (meant to be empty); the pairs per tree, by name.
+pub fn import(path: &Path, db: &sled::Db) -> Result<BTreeMap<String, u64>, String> {
+    let file = File::open(path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+    let mut input = BufReader::new(file);
+    let bad = |what: &str| format!("{} is not a whole tree file: {what}", path.display());
+    let mut magic = [0u8; MAGIC.len()];
+    input
+        .read_exact(&mut magic)
+        .map_err(|_| bad("it is too short"))?;
+    if magic != MAGIC {
+        return Err(bad("it does not start as one"));
+    }
+    let mut counts = BTreeMap::new();
+    let store = |e: sled::Error| format!("cannot write the new database: {e}");
+    loop {
+        match byte(&mut input).map_err(|_| bad("it ends before its last tree"))? {
+            b'Z' => return Ok(counts),
+            b'T' => {}
+            other => return Err(bad(&format!("unexpected byte {other:#04x}"))),
+        }
+        let name = read_bytes(&mut input).map_err(|_| bad("a tree's name is cut short"))?;
+        let label = String::from_utf8_lossy(&name).into_owned();
+        let tree = db.open_tree(&name).map_err(store)?;
+        let (mut batch, mut in_batch, mut pairs) = (sled::Batch::default(), 0usize, 0u64);
+        let cut = |_| bad(&format!("tree {label} is cut short"));
+        loop {
+            match byte(&mut input).map_err(cut)? {
+                b'P' => {
+                    let klen = u32_le(&mut input).map_err(cut)? as usize;
+                    let vlen = u32_le(&mut input).map_err(cut)? as usize;
+                    let mut key = vec![0u8; klen];
+                    input.read_exact(&mut key).map_err(cut)?;
+                    let mut value = vec![0u8; vlen];
+                    input.read_exact(&mut value).map_err(cut)?;
+                    batch.insert(key, value);
+                    (in_batch, pairs) = (in_batch + 1, pairs + 1);
+                    if in_batch == BATCH {
+                        tree.apply_batch(std::mem::take(&mut batch))
+                            .map_err(store)?;
+                        in_batch = 0;
+                    }
+                }
+                b'E' => {
+                    let mut n = [0u8; 8];
+                    input.read_exact(&mut n).map_err(cut)?;
+                    if u64::from_le_bytes(n) != pairs {
+                        return Err(bad(&format!(
+                            "tree {label} does not hold the pairs it says"
+                        )));
+                    }
+                    break;
+                }
+                other => {
+                    return Err(bad(&format!(
+                        "unexpected byte {other:#04x} in tree {label}"
+                    )))
+                }
+            }
+        }
+        tree.apply_batch(batch).map_err(store)?;
+        counts.insert(label, pairs);
+    }
+}
+
+fn len32(bytes: &[u8]) -> io::Result<u32> {
+    u32::try_from(bytes.len()).map_err(io::Error::other)
+}
+
+fn write_bytes(out: &mut impl Write, bytes: &[u8]) -> io::Result<()> {
+    out.write_all(&len32(bytes)?.to_le_bytes())?;
+    out.write_all(bytes)
+}
+
+fn byte(input: &mut impl Read) -> io::Result<u8> {
+    let mut b = [0u8; 1];
+    input.read_exact(&mut b)?;
+    Ok(b[0])
+}
+
+fn u32_le(input: &mut impl Read) -> io::Result<u32> {
+    let mut b = [0u8; 4];
+    input.read_exact(&mut b)?;
+    Ok(u32::from_le_bytes(b))
+}
+
+fn read_bytes(input: &mut impl Read) -> io::Result<Vec<u8>> {
+    let len = u32_le(input)? as usize;
+    let mut bytes = vec![0u8; len];
+    input.read_exact(&mut bytes)?;
+    Ok(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_tree_goes_out_and_back_and_a_cut_file_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = sled::open(dir.path().join("a")).unwrap();
+        db.insert(b"default-key", &b"d"[..]).unwrap();
+        let events = db.open_tree("event_blocks").unwrap();
+        for i in 0..25_000u32 {
+            events.insert(i.to_be_bytes(), vec![7u8; 40]).unwrap();
+        }
+        db.open_tree("empty").unwrap();
+        let file = dir.path().join("trees.bin");
+        let counts = export(&db, &file).unwrap();
+        assert_eq!(counts["event_blocks"], 25_000);
+        assert_eq!(counts["empty"], 0);
+        assert_eq!(counts["__sled__default"], 1);
+
+        let copy = sled::open(dir.path().join("b")).unwrap();
+        assert_eq!(import(&file, &copy).unwrap(), counts);
+        let events = copy.open_tree("event_blocks").unwrap();
+        assert_eq!(events.len(), 25_000);
+        assert_eq!(
+            events.get(24_999u32.to_be_bytes()).unwrap().as_deref(),
+            Some(&[7u8; 40][..])
+        );
+        assert_eq!(
+            copy.get(b"default-key").unwrap().as_deref(),
+            Some(&b"d"[..])
+        );
+
+        // Cut in the middle of the events: refused, naming the tree.
+        let bytes = std::fs::read(&file).unwrap();
+        let cut = dir.path().join("cut.bin");
+        std::fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();
+        let fresh = sled::open(dir.path().join("c")).unwrap();
+        let err = import(&cut, &fresh).unwrap_err();
+        assert!(err.ends_with("tree event_blocks is cut short"), "{err}");
+    }
+}
