@@ -117,15 +117,21 @@ use tokio::net::TcpListener;
 pub use config::Config;
 
 /// Why the server could not start or stop cleanly.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum Error {
+    #[error("projects: {0}")]
     Projects(projects::Error),
+    #[error("{0}")]
     GeoIp(geoip::Error),
+    #[error("{0}")]
     Store(store::Error),
+    #[error("{0}")]
     Io(std::io::Error),
     /// The listen address could not be bound.
+    #[error("cannot listen on {0}: {1}; {advice}", advice = listen_advice(.1))]
     Listen(std::net::SocketAddr, std::io::Error),
     /// The database directory could not be created, written or locked.
+    #[error("database {}: {problem}; {advice}", dir.display())]
     Database {
         dir: PathBuf,
         problem: String,
@@ -133,38 +139,21 @@ pub enum Error {
     },
 }
 
-impl std::fmt::Display for Error {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Error::Projects(e) => write!(f, "projects: {e}"),
-            Error::GeoIp(e) => write!(f, "{e}"),
-            Error::Store(e) => write!(f, "{e}"),
-            Error::Io(e) => write!(f, "{e}"),
-            Error::Listen(addr, e) => {
-                let advice = match e.kind() {
-                    std::io::ErrorKind::AddrInUse => {
-                        "another process (another flagpost?) is listening there: stop it, or choose another address with --listen"
-                    }
-                    std::io::ErrorKind::PermissionDenied => {
-                        "ports below 1024 need privileges: listen on a higher port behind nginx"
-                    }
-                    std::io::ErrorKind::AddrNotAvailable => {
-                        "this machine has no such address: choose one of its own with --listen"
-                    }
-                    _ => "choose another address with --listen",
-                };
-                write!(f, "cannot listen on {addr}: {e}; {advice}")
-            }
-            Error::Database {
-                dir,
-                problem,
-                advice,
-            } => write!(f, "database {}: {problem}; {advice}", dir.display()),
+/// What to do about an address that could not be bound.
+fn listen_advice(e: &std::io::Error) -> &'static str {
+    match e.kind() {
+        std::io::ErrorKind::AddrInUse => {
+            "another process (another flagpost?) is listening there: stop it, or choose another address with --listen"
         }
+        std::io::ErrorKind::PermissionDenied => {
+            "ports below 1024 need privileges: listen on a higher port behind nginx"
+        }
+        std::io::ErrorKind::AddrNotAvailable => {
+            "this machine has no such address: choose one of its own with --listen"
+        }
+        _ => "choose another address with --listen",
     }
 }
-
-impl std::error::Error for Error {}
 
 impl From<std::io::Error> for Error {
     fn from(e: std::io::Error) -> Self {

@@ -54,24 +54,17 @@ pub enum ApiError {
 }
 
 /// Why a decide request is refused.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DecideError {
+    #[error("API key is missing: send api_key or token")]
     MissingKey,
+    #[error("API key is not valid")]
     InvalidKey,
+    #[error("distinct_id is required")]
     MissingDistinctId,
     /// The body is not a JSON object of the expected shape.
+    #[error("invalid request body: {0}")]
     InvalidBody(&'static str),
-}
-
-impl std::fmt::Display for DecideError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            DecideError::MissingKey => f.write_str("API key is missing: send api_key or token"),
-            DecideError::InvalidKey => f.write_str("API key is not valid"),
-            DecideError::MissingDistinctId => f.write_str("distinct_id is required"),
-            DecideError::InvalidBody(why) => write!(f, "invalid request body: {why}"),
-        }
-    }
 }
 
 impl From<capture::Error> for ApiError {
