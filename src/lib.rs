@@ -42,7 +42,8 @@
 //! client_config  what a project tells posthog-js at start (its `remote_config` switches)
 //! app  config  metrics  admin        shared state, settings, Prometheus, offline commands
 //! clock  memory  lz64  sync  idle  notify  watch    small helpers every layer may use
-//!             (`watch`: which of the files the server reloads by itself changed)
+//!             (`watch`: the reload lock and change detection of the files the server
+//!             reloads by itself)
 //! ```
 //!
 //! Dependencies run one way, down this list (each module uses only modules below it;
@@ -53,9 +54,9 @@
 //! http      -> app capture client_config clock compactor early_access flags geoip log lz64
 //!              manage memory metrics persons projects store surveys
 //! app       -> catalog compactor config early_access flags geoip log manage memory metrics
-//!              pipeline projects store surveys sync watch
+//!              pipeline projects store surveys watch
 //! pipeline  -> compactor config geoip log projects store
-//! admin     -> catalog early_access flags geoip projects store surveys
+//! admin     -> catalog early_access flags geoip projects store surveys watch
 //! compactor -> clock config geoip idle log persons projects store
 //! store     -> clock config notify persons sync
 //! metrics   -> capture sync
@@ -65,12 +66,13 @@
 //! config    -> geoip
 //! surveys   -> catalog flags
 //! early_access -> catalog
-//! catalog   -> flags sync watch
+//! catalog   -> watch
 //! manage    -> flags sync watch
 //! flags     -> sync watch
 //! geoip     -> sync
 //! projects  -> client_config
-//! client_config, clock, memory, lz64, sync, idle, notify, watch -> nothing of the crate
+//! watch     -> sync
+//! client_config, clock, memory, lz64, sync, idle, notify -> nothing of the crate
 //! ```
 //!
 //! The same test keeps every source file to 500 lines or fewer: a longer one is split
@@ -180,9 +182,9 @@ pub async fn serve(
     listener: TcpListener,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), Error> {
-    let mut projects_seen = app::Seen::default();
+    let projects_file = app::Watched::default();
     let projects =
-        app::read_projects(&config.projects_file(), &mut projects_seen).map_err(Error::Projects)?;
+        app::read_projects(&config.projects_file(), &projects_file).map_err(Error::Projects)?;
     let projects = Arc::new(arc_swap::ArcSwap::from_pointee(projects));
     let geoip = Arc::new(open_geoip(&config).await?);
     check_static_dir(&config)?;
@@ -220,7 +222,7 @@ pub async fn serve(
         .await
         .map_err(|e| Error::Io(std::io::Error::other(e)))?;
     let app = app::App::new(config, projects, rules, geoip, metrics, &pipeline);
-    let app = Arc::new(app.with_projects_seen(projects_seen));
+    let app = Arc::new(app.with_projects_file(projects_file));
     // Surveys and early access features, then the flags the surveys add to the rules.
     let loader = app.clone();
     tokio::task::spawn_blocking(move || {

@@ -118,7 +118,7 @@ pub fn check(data_dir: &Path, geoip_file: Option<&Path>) -> CheckReport {
 /// out to everyone), and inactive flags that could not be evaluated once switched on.
 /// Files that do not parse were reported by the load already.
 fn lint_flag_files(flags_dir: &Path, report: &mut CheckReport) {
-    for path in crate::flags::list(flags_dir).unwrap_or_default() {
+    for path in crate::watch::list(flags_dir).unwrap_or_default() {
         let Ok(bytes) = std::fs::read(&path) else {
             continue;
         };

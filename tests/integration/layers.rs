@@ -8,7 +8,8 @@ use std::path::Path;
 
 /// Lowest first. A module may use the modules of the layers before its own.
 const LAYERS: &[&[&str]] = &[
-    &["sync", "idle", "notify", "clock", "lz64", "memory", "watch"],
+    &["sync", "idle", "notify", "clock", "lz64", "memory"],
+    &["watch"],
     &["geoip", "flags"],
     &["client_config", "catalog", "manage"],
     &["projects", "surveys", "early_access", "config", "log"],
