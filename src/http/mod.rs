@@ -14,6 +14,7 @@ pub mod flags_api;
 pub mod inflate;
 pub mod not_kept;
 pub mod personal;
+pub mod project_key;
 pub mod remote_config;
 pub mod response;
 pub mod router;

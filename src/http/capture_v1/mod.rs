@@ -29,11 +29,39 @@ use crate::capture::Context;
 use crate::memory::Reservation;
 pub use error::Error;
 
+/// Answers the request. Refusals are answered here, in v1's shape, so `http::error`
+/// need not know this endpoint's errors; only a server shutting down answers as every
+/// endpoint does.
 pub async fn handle(
     app: &Arc<App>,
     req: Request<Incoming>,
     peer: SocketAddr,
 ) -> Result<Response<Body>, ApiError> {
+    match accept(app, req, peer).await {
+        Ok(response) => Ok(response),
+        Err(Stop::Refused(e)) => Ok(e.into_response()),
+        Err(Stop::Draining) => Err(ApiError::Draining),
+    }
+}
+
+/// Why a request was not taken.
+enum Stop {
+    Refused(Error),
+    /// The heavy-decode slots closed: the server is shutting down.
+    Draining,
+}
+
+impl From<Error> for Stop {
+    fn from(e: Error) -> Self {
+        Stop::Refused(e)
+    }
+}
+
+async fn accept(
+    app: &Arc<App>,
+    req: Request<Incoming>,
+    peer: SocketAddr,
+) -> Result<Response<Body>, Stop> {
     // As at the other intake: only the compactor and the disk reserve refuse up
     // front, a failed log write is retried by the next append.
     if !app.compactor.healthy.load(Ordering::Relaxed) || !app.space.is_ok() {
@@ -95,7 +123,7 @@ pub async fn handle(
                 .heavy_decodes
                 .acquire()
                 .await
-                .map_err(|_| ApiError::Draining)?;
+                .map_err(|_| Stop::Draining)?;
             tokio::task::spawn_blocking(move || {
                 let decoded = match job.encoding {
                     None => job.raw.to_vec(),
