@@ -17,7 +17,8 @@ use crate::metrics::Metrics;
 use crate::projects::Projects;
 use crate::store::live::Live;
 use crate::surveys::ProjectSurveys;
-pub(crate) use crate::watch::Seen;
+use crate::watch::Pass;
+pub(crate) use crate::watch::Watched;
 
 /// Large or compressed payloads are decoded and parsed on the blocking pool, at most
 /// this many at once (one per core of the small VMs this runs on): each can hold up
@@ -30,7 +31,7 @@ pub struct App {
     /// cheap snapshot per request.
     pub projects: Arc<ArcSwap<Projects>>,
     /// What the last read of `projects.json` saw; also serialises its reloads.
-    projects_seen: Mutex<Seen>,
+    projects_file: Watched,
     /// Why the last reload of `projects.json` kept the previous projects, if it did.
     pub projects_problem: Mutex<Option<String>>,
     pub wal: Wal,
@@ -82,7 +83,7 @@ impl App {
         App {
             config,
             projects,
-            projects_seen: Mutex::new(Seen::default()),
+            projects_file: Watched::default(),
             projects_problem: Mutex::new(None),
             wal: pipeline.wal.clone(),
             log: pipeline.log.clone(),
@@ -169,21 +170,24 @@ impl App {
 
     /// Re-read `projects.json`; a bad file keeps the current projects.
     pub fn reload_projects(&self) -> Result<(), crate::projects::Error> {
-        let mut seen = crate::sync::lock(&self.projects_seen);
-        self.reload_projects_locked(&mut seen)
+        let file = vec![self.config.projects_file()];
+        self.projects_file
+            .reload(Ok(file), |pass| self.reload_projects_locked(pass))
     }
 
     /// Re-read `projects.json` if it changed since the last read (as the flag files
     /// are); `None` when it did not. Blocks on file reads.
     pub fn reload_projects_if_changed(&self) -> Option<Result<(), crate::projects::Error>> {
-        let mut seen = crate::sync::lock(&self.projects_seen);
-        let file = [self.config.projects_file()];
-        seen.changed(Some(&file))
-            .then(|| self.reload_projects_locked(&mut seen))
+        let file = vec![self.config.projects_file()];
+        self.projects_file
+            .reload_if_changed(Ok(file), |pass| self.reload_projects_locked(pass))
     }
 
-    fn reload_projects_locked(&self, seen: &mut Seen) -> Result<(), crate::projects::Error> {
-        let read = read_projects(&self.config.projects_file(), seen);
+    fn reload_projects_locked(
+        &self,
+        pass: &mut Pass<'_, ()>,
+    ) -> Result<(), crate::projects::Error> {
+        let read = parse_projects(&self.config.projects_file(), pass);
         *crate::sync::lock(&self.projects_problem) = read.as_ref().err().map(|e| e.to_string());
         let projects = read?;
         tracing::info!(projects = projects.len(), "projects reloaded");
@@ -191,29 +195,35 @@ impl App {
         Ok(())
     }
 
-    /// The same state with `seen` as what the first read of `projects.json` saw (see
+    /// The same state with `file` as what the first read of `projects.json` saw (see
     /// [`read_projects`]), so the poller does not read an unchanged file again.
-    pub(crate) fn with_projects_seen(self, seen: Seen) -> App {
+    pub(crate) fn with_projects_file(self, file: Watched) -> App {
         App {
-            projects_seen: Mutex::new(seen),
+            projects_file: file,
             ..self
         }
     }
 }
 
-/// Read `projects.json`, recording what was read in `seen`, even when the file is bad:
+/// Read `projects.json`, recording what was read in `file`, even when the file is bad:
 /// it is not read again until it changes.
 pub(crate) fn read_projects(
     path: &Path,
-    seen: &mut Seen,
+    file: &Watched,
 ) -> Result<Projects, crate::projects::Error> {
-    let file = [path.to_path_buf()];
-    let stamps = seen.begin(&file);
+    file.reload(Ok(vec![path.to_path_buf()]), |pass| {
+        parse_projects(path, pass)
+    })
+}
+
+fn parse_projects(
+    path: &Path,
+    pass: &mut Pass<'_, ()>,
+) -> Result<Projects, crate::projects::Error> {
     let read = Projects::load_bytes(path);
     if let Ok(bytes) = &read {
-        seen.read(path, bytes);
+        pass.read(path, bytes);
     }
-    seen.finish(stamps);
     Projects::parse_file(path, &read?)
 }
 

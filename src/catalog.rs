@@ -1,9 +1,9 @@
 //! Per-project JSON files beside the flag files, one directory per kind:
 //! `DIR/surveys/<project id>.json` and `DIR/early_access/<project id>.json`. A
 //! [`Catalog`] parses each file once into a [`Document`] and publishes all projects in one
-//! atomic swap, as `flags::Rules` does for flag files, with the same change detection
-//! (file names, sizes, mtimes, then content while a file is fresh) driven by the same
-//! poller and SIGHUP. A file that fails to parse keeps that project's previous version and
+//! atomic swap, as `flags::Rules` does for flag files, with the same reload lock and
+//! change detection ([`crate::watch`]: file names, sizes, mtimes, then content while a
+//! file is fresh) driven by the same poller and SIGHUP. A file that fails to parse keeps that project's previous version and
 //! is logged with the file, the item and the field at fault.
 
 use std::collections::HashMap;
@@ -11,13 +11,11 @@ use std::fmt;
 use std::fs;
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
 
-use crate::flags::{list, project_id};
-use crate::watch::Seen;
+use crate::watch::{list, project_id, Pass, Watched};
 
 /// Larger files are refused unread: these are hand-written lists of a few dozen items,
 /// and each is parsed and held in memory whole.
@@ -94,9 +92,7 @@ pub struct Report {
 pub struct Catalog<T> {
     /// Swapped whole, so readers never take a lock and never see a partial reload.
     current: ArcSwap<HashMap<i64, Arc<T>>>,
-    /// Serialises reloads (SIGHUP and the poller may race) and remembers what was seen.
-    seen: Mutex<Seen>,
-    failures: AtomicU64,
+    files: Watched,
     /// What the last reload could not use, each naming its file and field (the
     /// console's health page shows them).
     problems: Mutex<Arc<Vec<String>>>,
@@ -106,8 +102,7 @@ impl<T: Document> Default for Catalog<T> {
     fn default() -> Self {
         Catalog {
             current: ArcSwap::from_pointee(HashMap::new()),
-            seen: Mutex::new(Seen::default()),
-            failures: AtomicU64::new(0),
+            files: Watched::default(),
             problems: Mutex::default(),
         }
     }
@@ -133,19 +128,19 @@ impl<T: Document> Catalog<T> {
 
     /// Files rejected since start, for metrics.
     pub fn reload_failures(&self) -> u64 {
-        self.failures.load(Ordering::Relaxed)
+        self.files.failures()
     }
 
     /// Parses every file and publishes the result in one swap.
     pub fn reload(&self, dir: &Path) -> Report {
-        let mut seen = self.lock();
-        let report = self.reload_locked(dir, &mut seen);
+        let report = self
+            .files
+            .reload(entries(dir), |pass| self.parse_all(dir, pass));
         self.remember(&report);
         report
     }
 
-    /// What the last reload could not use (files rejected, and for flags the flags
-    /// disabled), one line each.
+    /// What the last reload could not use (files rejected), one line each.
     pub fn problems(&self) -> Arc<Vec<String>> {
         crate::sync::lock(&self.problems).clone()
     }
@@ -158,39 +153,29 @@ impl<T: Document> Catalog<T> {
 
     /// Reloads only when something in `dir` changed; `None` when nothing did.
     pub fn reload_if_changed(&self, dir: &Path) -> Option<Report> {
-        let mut seen = self.lock();
-        let entries = entries(dir).ok();
-        if seen.changed(entries.as_deref()) {
-            let report = self.reload_locked(dir, &mut seen);
-            self.remember(&report);
-            return Some(report);
-        }
-        None
+        let report = self
+            .files
+            .reload_if_changed(entries(dir), |pass| self.parse_all(dir, pass))?;
+        self.remember(&report);
+        Some(report)
     }
 
-    fn lock(&self) -> MutexGuard<'_, Seen> {
-        // A panic mid-reload leaves at worst stale stamps, which only cause a reload.
-        crate::sync::lock(&self.seen)
-    }
-
-    fn reload_locked(&self, dir: &Path, seen: &mut Seen) -> Report {
+    fn parse_all(&self, dir: &Path, pass: &mut Pass<'_, ()>) -> Report {
         let previous = self.current.load_full();
         let mut report = Report::default();
-        let entries = match entries(dir) {
+        let entries = match pass.files {
             Ok(entries) => entries,
             Err(e) => {
                 let error = FileError::new("", format!("cannot list: {e}")).with_file(dir);
-                self.record_failure(&error);
-                seen.unlistable();
+                record_failure::<T>(pass, &error);
                 report.errors.push(error);
                 return report;
             }
         };
-        let current = seen.begin(&entries);
         let mut projects = HashMap::new();
-        for path in &entries {
+        for path in entries {
             let parsed = read(path).and_then(|bytes| {
-                seen.read(path, &bytes);
+                pass.read(path, &bytes);
                 let id = project_id(path)
                     .ok_or_else(|| FileError::new("", "file name is not <project id>.json"))?;
                 T::parse(&bytes).map(|doc| (id, doc))
@@ -202,7 +187,7 @@ impl<T: Document> Catalog<T> {
                 }
                 Err(error) => {
                     let error = error.with_file(path);
-                    self.record_failure(&error);
+                    record_failure::<T>(pass, &error);
                     report.errors.push(error);
                     if let Some((id, kept)) =
                         project_id(path).and_then(|id| Some((id, previous.get(&id)?)))
@@ -215,15 +200,14 @@ impl<T: Document> Catalog<T> {
         report.loaded.sort_unstable();
         let count = projects.len();
         self.current.store(Arc::new(projects));
-        seen.finish(current);
         tracing::info!(kind = T::KIND, projects = count, "published");
         report
     }
+}
 
-    fn record_failure(&self, error: &FileError) {
-        self.failures.fetch_add(1, Ordering::Relaxed);
-        tracing::warn!(kind = T::KIND, %error, "file not loaded; previous version kept");
-    }
+fn record_failure<T: Document>(pass: &Pass<'_, ()>, error: &FileError) {
+    pass.failed();
+    tracing::warn!(kind = T::KIND, %error, "file not loaded; previous version kept");
 }
 
 /// The directory's `*.json` files; a directory that does not exist holds none (each kind

@@ -47,7 +47,8 @@
 //! client_config  what a project tells posthog-js at start (its `remote_config` switches)
 //! app  config  metrics  admin        shared state, settings, Prometheus, offline commands
 //! clock  memory  lz64  sync  idle  notify  watch    small helpers every layer may use
-//!             (`watch`: which of the files the server reloads by itself changed)
+//!             (`watch`: the reload lock and change detection of the files the server
+//!             reloads by itself)
 //! ```
 //!
 //! Dependencies run one way, down this list (each module uses only modules below it;
@@ -60,7 +61,7 @@
 //! app       -> catalog compactor config early_access flags geoip log manage memory metrics
 //!              pipeline projects session store surveys sync watch
 //! pipeline  -> compactor config geoip log projects store
-//! admin     -> catalog early_access flags geoip projects store surveys
+//! admin     -> catalog early_access flags geoip projects store surveys watch
 //! backup    -> config log store sync
 //! compactor -> clock config geoip idle log persons projects store
 //! store     -> clock config notify persons sync
@@ -71,13 +72,14 @@
 //! config    -> geoip
 //! surveys   -> catalog flags
 //! early_access -> catalog
-//! catalog   -> flags sync watch
+//! catalog   -> watch
 //! manage    -> flags sync watch
 //! flags     -> sync watch
 //! geoip     -> sync
 //! session   -> sync
 //! projects  -> client_config
-//! client_config, clock, memory, lz64, sync, idle, notify, watch -> nothing of the crate
+//! watch     -> sync
+//! client_config, clock, memory, lz64, sync, idle, notify -> nothing of the crate
 //! ```
 //!
 //! The same test keeps every source file to 500 lines or fewer: a longer one is split
@@ -126,15 +128,21 @@ use tokio::net::TcpListener;
 pub use config::Config;
 
 /// Why the server could not start or stop cleanly.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum Error {
+    #[error("projects: {0}")]
     Projects(projects::Error),
+    #[error("{0}")]
     GeoIp(geoip::Error),
+    #[error("{0}")]
     Store(store::Error),
+    #[error("{0}")]
     Io(std::io::Error),
     /// The listen address could not be bound.
+    #[error("cannot listen on {0}: {1}; {advice}", advice = listen_advice(.1))]
     Listen(std::net::SocketAddr, std::io::Error),
     /// The database directory could not be created, written or locked.
+    #[error("database {}: {problem}; {advice}", dir.display())]
     Database {
         dir: PathBuf,
         problem: String,
@@ -142,38 +150,21 @@ pub enum Error {
     },
 }
 
-impl std::fmt::Display for Error {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Error::Projects(e) => write!(f, "projects: {e}"),
-            Error::GeoIp(e) => write!(f, "{e}"),
-            Error::Store(e) => write!(f, "{e}"),
-            Error::Io(e) => write!(f, "{e}"),
-            Error::Listen(addr, e) => {
-                let advice = match e.kind() {
-                    std::io::ErrorKind::AddrInUse => {
-                        "another process (another flagpost?) is listening there: stop it, or choose another address with --listen"
-                    }
-                    std::io::ErrorKind::PermissionDenied => {
-                        "ports below 1024 need privileges: listen on a higher port behind nginx"
-                    }
-                    std::io::ErrorKind::AddrNotAvailable => {
-                        "this machine has no such address: choose one of its own with --listen"
-                    }
-                    _ => "choose another address with --listen",
-                };
-                write!(f, "cannot listen on {addr}: {e}; {advice}")
-            }
-            Error::Database {
-                dir,
-                problem,
-                advice,
-            } => write!(f, "database {}: {problem}; {advice}", dir.display()),
+/// What to do about an address that could not be bound.
+fn listen_advice(e: &std::io::Error) -> &'static str {
+    match e.kind() {
+        std::io::ErrorKind::AddrInUse => {
+            "another process (another flagpost?) is listening there: stop it, or choose another address with --listen"
         }
+        std::io::ErrorKind::PermissionDenied => {
+            "ports below 1024 need privileges: listen on a higher port behind nginx"
+        }
+        std::io::ErrorKind::AddrNotAvailable => {
+            "this machine has no such address: choose one of its own with --listen"
+        }
+        _ => "choose another address with --listen",
     }
 }
-
-impl std::error::Error for Error {}
 
 impl From<std::io::Error> for Error {
     fn from(e: std::io::Error) -> Self {
@@ -200,9 +191,9 @@ pub async fn serve(
     listener: TcpListener,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), Error> {
-    let mut projects_seen = app::Seen::default();
+    let projects_file = app::Watched::default();
     let projects =
-        app::read_projects(&config.projects_file(), &mut projects_seen).map_err(Error::Projects)?;
+        app::read_projects(&config.projects_file(), &projects_file).map_err(Error::Projects)?;
     let projects = Arc::new(arc_swap::ArcSwap::from_pointee(projects));
     let geoip = Arc::new(open_geoip(&config).await?);
     check_static_dir(&config)?;
@@ -259,7 +250,7 @@ pub async fn serve(
         .await
         .map_err(|e| Error::Io(std::io::Error::other(e)))?;
     let app = app::App::new(config, projects, rules, geoip, metrics, &pipeline);
-    let app = Arc::new(app.with_projects_seen(projects_seen));
+    let app = Arc::new(app.with_projects_file(projects_file));
     // Surveys and early access features, then the flags the surveys add to the rules.
     let loader = app.clone();
     tokio::task::spawn_blocking(move || {

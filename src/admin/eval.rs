@@ -28,24 +28,17 @@ pub struct Request {
 }
 
 /// Why an evaluation could not run.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum EvalError {
     /// The project's flag file (or a survey file it depends on) does not compile.
+    #[error("{0}")]
     Rules(String),
     /// The project has no flag file.
+    #[error("{}: no such flag file", .0.display())]
     NoFlags(std::path::PathBuf),
     /// The database could not be opened or read.
+    #[error("{0}")]
     Database(String),
-}
-
-impl std::fmt::Display for EvalError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            EvalError::Rules(e) => f.write_str(e),
-            EvalError::NoFlags(file) => write!(f, "{}: no such flag file", file.display()),
-            EvalError::Database(e) => f.write_str(e),
-        }
-    }
 }
 
 /// What was stored about the person and the request's groups.

@@ -118,7 +118,7 @@ pub fn check(data_dir: &Path, geoip_file: Option<&Path>) -> CheckReport {
 /// out to everyone), and inactive flags that could not be evaluated once switched on.
 /// Files that do not parse were reported by the load already.
 fn lint_flag_files(flags_dir: &Path, report: &mut CheckReport) {
-    for path in crate::flags::list(flags_dir).unwrap_or_default() {
+    for path in crate::watch::list(flags_dir).unwrap_or_default() {
         let Ok(bytes) = std::fs::read(&path) else {
             continue;
         };
@@ -227,22 +227,15 @@ fn check_flag_references(
 }
 
 /// Why an export could not run or finish.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum ExportError {
     /// The database could not be opened (in use by a running server, or damaged).
+    #[error("cannot open the database: {0}")]
     Open(String),
+    #[error("cannot read the database: {0}")]
     Read(sled::Error),
+    #[error("cannot write the export: {0}")]
     Write(std::io::Error),
-}
-
-impl std::fmt::Display for ExportError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            ExportError::Open(e) => write!(f, "cannot open the database: {e}"),
-            ExportError::Read(e) => write!(f, "cannot read the database: {e}"),
-            ExportError::Write(e) => write!(f, "cannot write the export: {e}"),
-        }
-    }
 }
 
 /// Write every stored event as one JSON object per line (the read API's shape plus

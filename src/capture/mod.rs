@@ -23,38 +23,27 @@ pub use normalise::{
 pub use parse::{parse, Event, Payload};
 
 /// Why a capture request is refused. Each maps to one status and body in `http`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Error {
     /// No project key anywhere in the request.
+    #[error("API key is missing: send api_key or token in the request or in each event")]
     MissingKey,
     /// A key of the wrong shape (a personal key, too long, not ASCII) or not a project's.
+    #[error("API key is not valid for ingestion")]
     InvalidKey,
     /// Events of one request carry different keys.
+    #[error("events in one request carry different API keys")]
     MixedKeys,
     /// A batch with no events.
+    #[error("the request contains no events")]
     EmptyBatch,
     /// Not JSON, or nested deeper than we parse.
+    #[error("invalid JSON payload: {0}")]
     InvalidJson(String),
     /// JSON of the wrong shape: `field` should have been `expected`.
+    #[error("{field} must be {expected}")]
     WrongType {
         field: &'static str,
         expected: &'static str,
     },
 }
-
-impl std::fmt::Display for Error {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Error::MissingKey => f.write_str(
-                "API key is missing: send api_key or token in the request or in each event",
-            ),
-            Error::InvalidKey => f.write_str("API key is not valid for ingestion"),
-            Error::MixedKeys => f.write_str("events in one request carry different API keys"),
-            Error::EmptyBatch => f.write_str("the request contains no events"),
-            Error::InvalidJson(why) => write!(f, "invalid JSON payload: {why}"),
-            Error::WrongType { field, expected } => write!(f, "{field} must be {expected}"),
-        }
-    }
-}
-
-impl std::error::Error for Error {}

@@ -27,6 +27,7 @@ mod apply;
 mod cache;
 mod chunk;
 mod enrich;
+mod error;
 mod groups;
 mod memo;
 pub mod overflow;
@@ -51,6 +52,7 @@ use crate::projects::Projects;
 use crate::store::person_cache::PersonCache;
 use crate::store::{keys, Trees};
 
+pub use error::Error;
 pub use worker::{spawn, Handle};
 
 /// Counters for metrics and readiness.

@@ -11,7 +11,7 @@ use sled::transaction::{ConflictableTransactionError, TransactionError, Transact
 use super::cache::{Cache, Tx};
 use super::chunk::{io, read_lane, Action, Chunk, Item, Source};
 use super::enrich::{Geo, ProjectSettings};
-use super::{apply, memo, Compactor, StepReport};
+use super::{apply, memo, Compactor, Error, StepReport};
 use crate::log::{record::decode_frame, Record};
 use crate::sink;
 use crate::store::dedup::{self, IdSet};
@@ -49,7 +49,7 @@ impl Compactor {
     }
 
     /// One pass: a chunk of the log, then a smaller chunk of each slower lane.
-    pub fn step(&mut self) -> Result<StepReport, sled::Error> {
+    pub fn step(&mut self) -> Result<StepReport, Error> {
         self.load_state()?;
         let mut report = StepReport::default();
         let chunk = self.read_log()?;
@@ -99,7 +99,7 @@ impl Compactor {
     }
 
     /// Apply a chunk in one transaction; returns how many records it consumed.
-    fn commit(&mut self, source: Source, chunk: &Chunk) -> Result<usize, sled::Error> {
+    fn commit(&mut self, source: Source, chunk: &Chunk) -> Result<usize, Error> {
         let items = &chunk.items;
         let settings = self.project_settings(items);
         let geo = self.geo(items);
@@ -114,9 +114,7 @@ impl Compactor {
         #[cfg(not(test))]
         let fail_after: Option<usize> = None;
         let Some(state) = self.state.as_mut() else {
-            return Err(sled::Error::ReportableBug(
-                "compactor state not loaded".into(),
-            ));
+            return Err(Error::StateNotLoaded);
         };
         let (window, first_block) = (&state.window, state.next_block);
         let memo = &self.memo;
@@ -248,12 +246,8 @@ impl Compactor {
         );
         let mut counts = match outcome {
             Ok(c) => c,
-            Err(TransactionError::Abort(())) => {
-                return Err(sled::Error::ReportableBug(
-                    "injected compactor failure".into(),
-                ))
-            }
-            Err(TransactionError::Storage(e)) => return Err(e),
+            Err(TransactionError::Abort(())) => return Err(Error::Injected),
+            Err(TransactionError::Storage(e)) => return Err(e.into()),
         };
         state.next_block = counts.next_block;
         self.memo.learn(std::mem::take(&mut counts.learned));

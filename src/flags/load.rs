@@ -6,17 +6,14 @@
 
 use std::collections::HashMap;
 use std::fs;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
 
 use super::compile::ProjectRules;
 use super::error::{CompileError, ErrorKind};
-
-/// Extension of flag files; other files in the directory (editor swap files) are ignored.
-const FLAG_FILE_EXTENSION: &str = "json";
+use crate::watch::{list, project_id, Pass, Watched};
 
 /// Every project's compiled rules at one moment.
 #[derive(Debug, Default)]
@@ -61,19 +58,12 @@ pub struct ReloadReport {
 pub struct Rules {
     /// Swapped whole, so readers never take a lock and never see a partial reload.
     current: ArcSwap<Snapshot>,
-    /// Serialises reloads (SIGHUP and the poller may race) and remembers what was seen.
-    loader: Mutex<Seen>,
-    failures: AtomicU64,
+    /// The flag files, with the flag definitions made from other files (surveys'
+    /// targeting flags) per project.
+    files: Watched<Arc<Generated>>,
     /// What the last reload could not use, each naming its file and field (the
     /// console's health page shows them).
     problems: Mutex<Arc<Vec<String>>>,
-}
-
-#[derive(Debug, Default)]
-struct Seen {
-    files: crate::watch::Seen,
-    /// Flag definitions made from other files (surveys' targeting flags), per project.
-    generated: Arc<Generated>,
 }
 
 /// Flag definitions, in the file format, generated for each project from other files and
@@ -100,8 +90,7 @@ impl Rules {
     pub fn new() -> Rules {
         Rules {
             current: ArcSwap::from_pointee(Snapshot::default()),
-            loader: Mutex::new(Seen::default()),
-            failures: AtomicU64::new(0),
+            files: Watched::default(),
             problems: Mutex::default(),
         }
     }
@@ -121,19 +110,20 @@ impl Rules {
 
     /// Files rejected since start, for metrics.
     pub fn reload_failures(&self) -> u64 {
-        self.failures.load(Ordering::Relaxed)
+        self.files.failures()
     }
 
     /// Compiles every file and publishes the result in one swap.
     pub fn reload(&self, flags_dir: &Path) -> ReloadReport {
-        let mut seen = self.lock();
-        let report = self.reload_locked(flags_dir, &mut seen);
+        let report = self
+            .files
+            .reload(list(flags_dir), |pass| self.compile_all(flags_dir, pass));
         self.remember(&report);
         report
     }
 
-    /// What the last reload could not use (files rejected, and for flags the flags
-    /// disabled), one line each.
+    /// What the last reload could not use (files rejected, and the flags disabled),
+    /// one line each.
     pub fn problems(&self) -> Arc<Vec<String>> {
         crate::sync::lock(&self.problems).clone()
     }
@@ -153,43 +143,33 @@ impl Rules {
     /// last moments, their content). Cheap enough to poll every few hundred milliseconds;
     /// `None` when nothing changed.
     pub fn reload_if_changed(&self, flags_dir: &Path) -> Option<ReloadReport> {
-        let mut seen = self.lock();
-        let entries = list(flags_dir).ok();
-        if seen.files.changed(entries.as_deref()) {
-            let report = self.reload_locked(flags_dir, &mut seen);
-            self.remember(&report);
-            return Some(report);
-        }
-        None
+        let report = self
+            .files
+            .reload_if_changed(list(flags_dir), |pass| self.compile_all(flags_dir, pass))?;
+        self.remember(&report);
+        Some(report)
     }
 
     /// Replaces the generated flags appended to each project's file; true when they
     /// changed. A change makes the next `reload_if_changed` recompile every project, as
     /// a changed file would.
     pub fn set_generated(&self, generated: Generated) -> bool {
-        let mut seen = self.lock();
-        if *seen.generated == generated {
-            return false;
-        }
-        seen.generated = Arc::new(generated);
-        seen.files.forget();
-        true
+        self.files.update(|current| {
+            if **current == generated {
+                return false;
+            }
+            *current = Arc::new(generated);
+            true
+        })
     }
 
-    fn lock(&self) -> MutexGuard<'_, Seen> {
-        // A panic mid-reload leaves at worst stale stamps, which only cause a reload.
-        crate::sync::lock(&self.loader)
-    }
-
-    fn reload_locked(&self, flags_dir: &Path, seen: &mut Seen) -> ReloadReport {
+    fn compile_all(&self, flags_dir: &Path, pass: &mut Pass<'_, Arc<Generated>>) -> ReloadReport {
         let previous = self.current.load_full();
-        let entries = match list(flags_dir) {
+        let entries = match pass.files {
             Ok(entries) => entries,
             Err(error) => {
                 let error = CompileError::in_file(flags_dir, ErrorKind::Io(error.to_string()));
-                self.record_failure(&error);
-                // The poller reloads once the directory can be listed again.
-                seen.files.unlistable();
+                record_failure(pass, &error);
                 return ReloadReport {
                     version: previous.version,
                     loaded: Vec::new(),
@@ -205,16 +185,15 @@ impl Rules {
             errors: Vec::new(),
             warnings: Vec::new(),
         };
-        let current = seen.files.begin(&entries);
-        let generated = Arc::clone(&seen.generated);
-        for path in &entries {
+        let generated = Arc::clone(pass.extra);
+        for path in entries {
             let bytes = fs::read(path);
             if let Ok(bytes) = &bytes {
-                seen.files.read(path, bytes);
+                pass.read(path, bytes);
             }
             let Some(id) = project_id(path) else {
                 let error = CompileError::in_file(path, ErrorKind::FileName);
-                self.record_failure(&error);
+                record_failure(pass, &error);
                 report.errors.push(error);
                 continue;
             };
@@ -230,7 +209,7 @@ impl Rules {
                     report.loaded.push(id);
                 }
                 Err(error) => {
-                    self.record_failure(&error);
+                    record_failure(pass, &error);
                     report.errors.push(error);
                     if let Some(kept) = previous.project(id) {
                         projects.insert(id, Arc::clone(kept));
@@ -247,7 +226,7 @@ impl Rules {
                         projects.insert(id, Arc::new(rules));
                     }
                     Err(error) => {
-                        self.record_failure(&error);
+                        record_failure(pass, &error);
                         report.errors.push(error);
                         if let Some(kept) = previous.project(id) {
                             projects.insert(id, Arc::clone(kept));
@@ -263,7 +242,6 @@ impl Rules {
         };
         let count = snapshot.projects.len();
         self.current.store(Arc::new(snapshot));
-        seen.files.finish(current);
         tracing::info!(
             version = report.version,
             projects = count,
@@ -271,11 +249,11 @@ impl Rules {
         );
         report
     }
+}
 
-    fn record_failure(&self, error: &CompileError) {
-        self.failures.fetch_add(1, Ordering::Relaxed);
-        tracing::warn!(%error, "flag file not loaded; previous rules kept");
-    }
+fn record_failure(pass: &Pass<'_, Arc<Generated>>, error: &CompileError) {
+    pass.failed();
+    tracing::warn!(%error, "flag file not loaded; previous rules kept");
 }
 
 fn compile_file(
@@ -293,28 +271,4 @@ fn compile_file(
         tracing::warn!(file = %path.display(), %warning, "flag disabled until fixed");
     }
     Ok(rules)
-}
-
-/// The `*.json` files of the directory, sorted by name for deterministic reports.
-pub(crate) fn list(flags_dir: &Path) -> std::io::Result<Vec<PathBuf>> {
-    let mut out = Vec::new();
-    for entry in fs::read_dir(flags_dir)? {
-        let path = entry?.path();
-        let is_json = path
-            .extension()
-            .is_some_and(|ext| ext == FLAG_FILE_EXTENSION);
-        if is_json && path.is_file() {
-            out.push(path);
-        }
-    }
-    out.sort();
-    Ok(out)
-}
-
-/// `<id>.json` with `id` written canonically, so `01.json` and `1.json` cannot both claim
-/// project 1.
-pub(crate) fn project_id(path: &Path) -> Option<i64> {
-    let stem = path.file_stem()?.to_str()?;
-    let id: i64 = stem.parse().ok()?;
-    (id.to_string() == stem).then_some(id)
 }

@@ -48,7 +48,6 @@ pub use clock::now;
 pub use compile::ProjectRules;
 pub use error::{CompileError, ErrorKind};
 pub use lint::lint;
-pub(crate) use load::{list, project_id};
 pub use load::{Generated, ReloadReport, Rules, Snapshot};
 pub use outcome::Outcomes;
 pub use response::{

@@ -367,57 +367,31 @@ fn push_number(out: &mut Properties, key: &'static str, value: Option<f64>) {
     }
 }
 /// Why a GeoIP database or a trusted-proxy list was refused.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The database file could not be read.
+    #[error("cannot read GeoIP database {}: {source}", path.display())]
     Read { path: PathBuf, source: io::Error },
     /// The file is not a valid MaxMind database.
+    #[error("{} is not a MaxMind database: {source}", path.display())]
     Format {
         path: PathBuf,
         source: MaxMindDbError,
     },
     /// A valid MaxMind database, but not of the City schema.
+    #[error(
+        "{} is a {database_type:?} database; GeoIP needs the City schema \
+         (GeoLite2-City or GeoIP2-City)",
+        path.display()
+    )]
     NotCity {
         path: PathBuf,
         database_type: String,
     },
     /// An entry of the trusted-proxy list is neither an address nor a CIDR network.
+    #[error(
+        "invalid trusted proxy {entry:?}: expected an IP address or a CIDR network \
+         such as 10.0.0.0/8"
+    )]
     Proxy { entry: String },
-}
-
-impl fmt::Display for Error {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Error::Read { path, source } => {
-                write!(f, "cannot read GeoIP database {}: {source}", path.display())
-            }
-            Error::Format { path, source } => {
-                write!(f, "{} is not a MaxMind database: {source}", path.display())
-            }
-            Error::NotCity {
-                path,
-                database_type,
-            } => write!(
-                f,
-                "{} is a {database_type:?} database; GeoIP needs the City schema \
-                 (GeoLite2-City or GeoIP2-City)",
-                path.display()
-            ),
-            Error::Proxy { entry } => write!(
-                f,
-                "invalid trusted proxy {entry:?}: expected an IP address or a CIDR network \
-                 such as 10.0.0.0/8"
-            ),
-        }
-    }
-}
-
-impl std::error::Error for Error {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            Error::Read { source, .. } => Some(source),
-            Error::Format { source, .. } => Some(source),
-            Error::NotCity { .. } | Error::Proxy { .. } => None,
-        }
-    }
 }

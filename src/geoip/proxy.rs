@@ -3,13 +3,16 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
+use ipnet::{IpNet, Ipv4Net, Ipv6Net};
+
 use super::Error;
 
 /// The proxies whose `X-Forwarded-For` is believed. Any other peer is the client itself, so
 /// a client cannot choose its own `$ip` (or location) by sending the header.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TrustedProxies {
-    pub(super) nets: Vec<Net>,
+    /// Each network truncated to its prefix, so equal lists compare equal.
+    pub(super) nets: Vec<IpNet>,
 }
 
 impl TrustedProxies {
@@ -17,14 +20,8 @@ impl TrustedProxies {
     pub fn loopback_only() -> Self {
         TrustedProxies {
             nets: vec![
-                Net::V4 {
-                    addr: u32::from(Ipv4Addr::LOCALHOST) & mask_v4(8),
-                    prefix: 8,
-                },
-                Net::V6 {
-                    addr: u128::from(Ipv6Addr::LOCALHOST),
-                    prefix: 128,
-                },
+                IpNet::V4(Ipv4Net::new_assert(Ipv4Addr::new(127, 0, 0, 0), 8)),
+                IpNet::V6(Ipv6Net::new_assert(Ipv6Addr::LOCALHOST, 128)),
             ],
         }
     }
@@ -40,7 +37,7 @@ impl TrustedProxies {
             .map(str::trim)
             .filter(|entry| !entry.is_empty())
             .map(|entry| {
-                Net::parse(entry).ok_or_else(|| Error::Proxy {
+                parse_net(entry).ok_or_else(|| Error::Proxy {
                     entry: entry.to_owned(),
                 })
             })
@@ -52,7 +49,7 @@ impl TrustedProxies {
     /// listener reports for an IPv4 peer) is judged as the IPv4 address it carries.
     pub fn contains(&self, ip: IpAddr) -> bool {
         let ip = ip.to_canonical();
-        self.nets.iter().any(|net| net.contains(ip))
+        self.nets.iter().any(|net| net.contains(&ip))
     }
 }
 
@@ -62,68 +59,30 @@ impl Default for TrustedProxies {
     }
 }
 
-/// One network, stored as an integer already masked to its prefix.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Net {
-    V4 { addr: u32, prefix: u32 },
-    V6 { addr: u128, prefix: u32 },
+/// One entry: an address or `address/prefix`, spaces allowed around the slash (the
+/// syntax is ours, as lenient as nginx's; the network arithmetic is `ipnet`'s).
+fn parse_net(entry: &str) -> Option<IpNet> {
+    let (addr, prefix) = match entry.split_once('/') {
+        Some((addr, prefix)) => (addr.trim_end(), Some(parse_prefix(prefix.trim_start())?)),
+        None => (entry, None),
+    };
+    let net = match addr.parse::<IpAddr>().ok()? {
+        IpAddr::V4(v4) => IpNet::V4(Ipv4Net::new(v4, prefix.unwrap_or(32)).ok()?),
+        IpAddr::V6(v6) => match (v6.to_ipv4_mapped(), prefix) {
+            (Some(v4), None) => IpNet::V4(Ipv4Net::new(v4, 32).ok()?),
+            (Some(v4), Some(p)) if p >= 96 => IpNet::V4(Ipv4Net::new(v4, p - 96).ok()?),
+            _ => IpNet::V6(Ipv6Net::new(v6, prefix.unwrap_or(128)).ok()?),
+        },
+    };
+    Some(net.trunc())
 }
 
-impl Net {
-    fn parse(entry: &str) -> Option<Net> {
-        let (addr, prefix) = match entry.split_once('/') {
-            Some((addr, prefix)) => (addr.trim_end(), Some(parse_prefix(prefix.trim_start())?)),
-            None => (entry, None),
-        };
-        match addr.parse::<IpAddr>().ok()? {
-            IpAddr::V4(v4) => Net::v4(v4, prefix.unwrap_or(32)),
-            IpAddr::V6(v6) => match (v6.to_ipv4_mapped(), prefix) {
-                (Some(v4), None) => Net::v4(v4, 32),
-                (Some(v4), Some(p)) if p >= 96 => Net::v4(v4, p - 96),
-                _ => Net::v6(v6, prefix.unwrap_or(128)),
-            },
-        }
-    }
-
-    fn v4(addr: Ipv4Addr, prefix: u32) -> Option<Net> {
-        (prefix <= 32).then(|| Net::V4 {
-            addr: u32::from(addr) & mask_v4(prefix),
-            prefix,
-        })
-    }
-
-    fn v6(addr: Ipv6Addr, prefix: u32) -> Option<Net> {
-        (prefix <= 128).then(|| Net::V6 {
-            addr: u128::from(addr) & mask_v6(prefix),
-            prefix,
-        })
-    }
-
-    /// `ip` must already be canonical.
-    fn contains(&self, ip: IpAddr) -> bool {
-        match (*self, ip) {
-            (Net::V4 { addr, prefix }, IpAddr::V4(ip)) => u32::from(ip) & mask_v4(prefix) == addr,
-            (Net::V6 { addr, prefix }, IpAddr::V6(ip)) => u128::from(ip) & mask_v6(prefix) == addr,
-            _ => false,
-        }
-    }
-}
-
-/// Digits only: `u32::from_str` would also take a leading `+`.
-fn parse_prefix(text: &str) -> Option<u32> {
+/// Digits only: `u8::from_str` would also take a leading `+`.
+fn parse_prefix(text: &str) -> Option<u8> {
     if text.is_empty() || text.len() > 3 || !text.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
     text.parse().ok()
-}
-
-fn mask_v4(prefix: u32) -> u32 {
-    // A shift by the full width is an overflow, so /0 falls back to an empty mask.
-    u32::MAX.checked_shl(32 - prefix).unwrap_or(0)
-}
-
-fn mask_v6(prefix: u32) -> u128 {
-    u128::MAX.checked_shl(128 - prefix).unwrap_or(0)
 }
 
 /// The client's address: the leftmost `X-Forwarded-For` entry when the socket peer is a

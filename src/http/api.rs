@@ -11,6 +11,7 @@ use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
 use super::error::ApiError;
+use super::params::Params;
 use super::response::{self, Body, Channel};
 use crate::app::App;
 use crate::capture::timestamp;
@@ -248,24 +249,8 @@ fn unhex(s: &str) -> Option<Vec<u8>> {
         .collect()
 }
 
-struct Params(Vec<(String, String)>);
-
+/// The read API's parameters.
 impl Params {
-    fn parse(query: Option<&str>) -> Params {
-        Params(
-            form_urlencoded::parse(query.unwrap_or("").as_bytes())
-                .map(|(k, v)| (k.into_owned(), v.into_owned()))
-                .collect(),
-        )
-    }
-
-    fn get(&self, key: &str) -> Option<&str> {
-        self.0
-            .iter()
-            .find(|(k, v)| k == key && !v.is_empty())
-            .map(|(_, v)| v.as_str())
-    }
-
     fn limit(&self) -> Result<usize, ApiError> {
         match self.get("limit") {
             None => Ok(DEFAULT_LIMIT),

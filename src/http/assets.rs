@@ -10,7 +10,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use hyper::header::{
     HeaderValue, CACHE_CONTROL, ETAG, IF_MODIFIED_SINCE, IF_NONE_MATCH, LAST_MODIFIED,
@@ -174,7 +174,7 @@ fn find(root: &Path, parts: &[&str], headers: &HeaderMap) -> Found {
         };
     };
     let tag = etag(&meta);
-    let modified = meta.modified().ok().map(httpdate);
+    let modified = meta.modified().ok().and_then(last_modified);
     let fresh = match none_match(headers, &tag) {
         Some(matched) => matched,
         None => match (&modified, headers.get(IF_MODIFIED_SINCE)) {
@@ -250,13 +250,19 @@ pub async fn serve(
     Ok(r)
 }
 
+/// The first instant whose HTTP date would need a fifth digit of year.
+const YEAR_10000: Duration = Duration::from_secs(253_402_300_800);
+
+/// A file time as `Last-Modified`, if it has an HTTP date: the `httpdate` crate
+/// panics outside 1970-9999, and such a file is still cached by its ETag.
+fn last_modified(t: SystemTime) -> Option<String> {
+    let since_epoch = t.duration_since(SystemTime::UNIX_EPOCH).ok()?;
+    (since_epoch < YEAR_10000).then(|| httpdate(t))
+}
+
 /// An HTTP date (IMF-fixdate), as `Last-Modified` wants it.
 fn httpdate(t: SystemTime) -> String {
-    let t = time::OffsetDateTime::from(t);
-    let format = time::macros::format_description!(
-        "[weekday repr:short], [day] [month repr:short] [year] [hour]:[minute]:[second] GMT"
-    );
-    t.format(&format).unwrap_or_default()
+    httpdate::fmt_http_date(t)
 }
 
 #[cfg(test)]
@@ -326,6 +332,19 @@ mod tests {
     fn http_dates() {
         let t = SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(784_111_777);
         assert_eq!(httpdate(t), "Sun, 06 Nov 1994 08:49:37 GMT");
+        assert_eq!(
+            last_modified(t).as_deref(),
+            Some("Sun, 06 Nov 1994 08:49:37 GMT")
+        );
+        let epoch = SystemTime::UNIX_EPOCH;
+        let before = epoch - Duration::from_secs(1);
+        assert_eq!(last_modified(before), None);
+        let last = epoch + YEAR_10000 - Duration::from_secs(1);
+        assert_eq!(
+            last_modified(last).as_deref(),
+            Some("Fri, 31 Dec 9999 23:59:59 GMT")
+        );
+        assert_eq!(last_modified(epoch + YEAR_10000), None);
     }
 
     #[test]

@@ -16,6 +16,7 @@ use serde_json::{Map, Value};
 
 use super::body;
 use super::decode::{self, Query};
+use super::project_key::project_of;
 // The refusals live with the one mapping of errors to statuses (`error`); here they
 // keep this module's name for them.
 use super::error::{ApiError, DecideError as Error};
@@ -25,7 +26,7 @@ use crate::capture::tape::Value as TapeValue;
 use crate::capture::{self, clean_distinct_id};
 use crate::flags::{self, Context};
 use crate::memory::Reservation;
-use crate::projects::{key_shape_is_valid, Project};
+use crate::projects::Project;
 
 /// Decide bodies are small; anything near this is not a decide request.
 const MAX_DECIDE_BODY_BYTES: usize = 1024 * 1024;
@@ -196,17 +197,6 @@ pub async fn handle(
         "application/json",
         body,
     ))
-}
-
-pub fn project_of(app: &App, key: &str) -> Result<Arc<Project>, ApiError> {
-    if !key_shape_is_valid(key) {
-        return Err(Error::InvalidKey.into());
-    }
-    app.projects
-        .load()
-        .by_api_key(key)
-        .cloned()
-        .ok_or_else(|| Error::InvalidKey.into())
 }
 
 /// The seven GeoIP person properties of the specification for this request: from the

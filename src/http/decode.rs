@@ -40,26 +40,19 @@ impl Compression {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Error {
+    #[error("the request carries no data")]
     Empty,
+    #[error("the body is not valid gzip")]
     Gzip,
+    #[error("the body is not valid lz64: {0}")]
     Lz64(lz64::Error),
+    #[error("the body is not valid base64")]
     Base64,
     /// Larger than the cap once decompressed.
+    #[error("the payload is too large once decompressed")]
     TooLarge,
-}
-
-impl std::fmt::Display for Error {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Error::Empty => f.write_str("the request carries no data"),
-            Error::Gzip => f.write_str("the body is not valid gzip"),
-            Error::Lz64(e) => write!(f, "the body is not valid lz64: {e}"),
-            Error::Base64 => f.write_str("the body is not valid base64"),
-            Error::TooLarge => f.write_str("the payload is too large once decompressed"),
-        }
-    }
 }
 
 /// What the query string says about the payload.

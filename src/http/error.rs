@@ -1,6 +1,8 @@
 //! The one place where an error becomes an HTTP status and a JSON body
 //! `{"type", "code", "detail", "attr"}`, in the shape PostHog's clients read.
 //! Bodies say what was wrong with the request and never anything about internals.
+//! The v1 capture path answers its refusals in PostHog's v1 shape instead, from
+//! `capture_v1::error`.
 
 use hyper::header::{HeaderValue, RETRY_AFTER};
 use hyper::{Response, StatusCode};
@@ -55,29 +57,20 @@ pub enum ApiError {
     Throttled(u64),
     /// A management API body that is not JSON.
     ParseJson(String),
-    /// The v1 capture path answers its errors in PostHog's v1 shape.
-    CaptureV1(super::capture_v1::Error),
 }
 
 /// Why a decide request is refused.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DecideError {
+    #[error("API key is missing: send api_key or token")]
     MissingKey,
+    #[error("API key is not valid")]
     InvalidKey,
+    #[error("distinct_id is required")]
     MissingDistinctId,
     /// The body is not a JSON object of the expected shape.
+    #[error("invalid request body: {0}")]
     InvalidBody(&'static str),
-}
-
-impl std::fmt::Display for DecideError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            DecideError::MissingKey => f.write_str("API key is missing: send api_key or token"),
-            DecideError::InvalidKey => f.write_str("API key is not valid"),
-            DecideError::MissingDistinctId => f.write_str("distinct_id is required"),
-            DecideError::InvalidBody(why) => write!(f, "invalid request body: {why}"),
-        }
-    }
 }
 
 impl From<capture::Error> for ApiError {
@@ -101,12 +94,6 @@ impl From<decode::Error> for ApiError {
 impl From<body::Error> for ApiError {
     fn from(e: body::Error) -> Self {
         ApiError::Body(e)
-    }
-}
-
-impl From<super::capture_v1::Error> for ApiError {
-    fn from(e: super::capture_v1::Error) -> Self {
-        ApiError::CaptureV1(e)
     }
 }
 
@@ -260,7 +247,6 @@ impl ApiError {
                 "not_found",
                 "no remote config flag by that key or id".into(),
             ),
-            ApiError::CaptureV1(e) => (e.status(), VALIDATION, e.tag(), e.description()),
             ApiError::NotFound => (
                 StatusCode::NOT_FOUND,
                 VALIDATION,
@@ -363,10 +349,8 @@ impl ApiError {
     }
 
     pub fn into_response(self) -> Response<Body> {
-        match self {
-            ApiError::NoRemoteConfig => return response::empty(StatusCode::NOT_FOUND),
-            ApiError::CaptureV1(e) => return e.into_response(),
-            _ => {}
+        if let ApiError::NoRemoteConfig = self {
+            return response::empty(StatusCode::NOT_FOUND);
         }
         let (status, kind, code, detail, attr) = match self.manage_parts() {
             Some(parts) => parts,

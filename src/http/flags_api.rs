@@ -17,6 +17,7 @@ use serde_json::{json, Value};
 
 use super::body;
 use super::error::ApiError;
+use super::params::Params;
 use super::response::{self, Body};
 use crate::app::App;
 use crate::manage::{ActivityQuery, ListQuery, Store};
@@ -123,7 +124,7 @@ pub async fn serve(
         let value = match path {
             Path::Flags => {
                 let list = ListQuery {
-                    limit: q.limit(PAGE)?,
+                    limit: q.page_size(PAGE)?,
                     offset: q.number("offset", 0)?,
                     search: q.get("search").map(str::to_owned),
                     active: match q.get("active") {
@@ -137,14 +138,14 @@ pub async fn serve(
                 page(got.count, got.results, limit, offset)
             }
             Path::Cohorts => {
-                let (limit, offset) = (q.limit(PAGE)?, q.number("offset", 0)?);
+                let (limit, offset) = (q.page_size(PAGE)?, q.number("offset", 0)?);
                 let got = blocking(app, move |s| s.list_cohorts(project, limit, offset)).await?;
                 page(got.count, got.results, limit, offset)
             }
             Path::Flag(id) => blocking(app, move |s| s.get(project, id)).await?,
             Path::Cohort(id) => blocking(app, move |s| s.get_cohort(project, id)).await?,
             Path::FlagActivity(item_id) => {
-                let (limit, page_no) = (q.limit(ACTIVITY_PAGE)?, q.number("page", 1)?.max(1));
+                let (limit, page_no) = (q.page_size(ACTIVITY_PAGE)?, q.number("page", 1)?.max(1));
                 let aq = ActivityQuery {
                     scope: "FeatureFlag",
                     item_id,
@@ -307,34 +308,10 @@ fn with_params(query: Option<&str>, set: &[(&str, Option<usize>)]) -> String {
     format!("?{}", q.finish())
 }
 
-struct Params(Vec<(String, String)>);
-
+/// The management API's parameters.
 impl Params {
-    fn parse(query: Option<&str>) -> Params {
-        Params(
-            form_urlencoded::parse(query.unwrap_or("").as_bytes())
-                .map(|(k, v)| (k.into_owned(), v.into_owned()))
-                .collect(),
-        )
-    }
-
-    fn get(&self, key: &str) -> Option<&str> {
-        self.0
-            .iter()
-            .find(|(k, v)| k == key && !v.is_empty())
-            .map(|(_, v)| v.as_str())
-    }
-
-    fn number(&self, key: &'static str, default: usize) -> Result<usize, ApiError> {
-        match self.get(key) {
-            None => Ok(default),
-            Some(v) => v
-                .parse()
-                .map_err(|_| ApiError::BadQuery(format!("{key} must be a whole number"))),
-        }
-    }
-
-    fn limit(&self, default: usize) -> Result<usize, ApiError> {
+    /// `limit`: a page's size, `default` when absent, at most [`MAX_PAGE`].
+    fn page_size(&self, default: usize) -> Result<usize, ApiError> {
         match self.number("limit", default)? {
             0 => Err(ApiError::BadQuery(
                 "limit must be a positive integer".into(),

@@ -69,7 +69,7 @@ pub fn handle(app: &App, path: Path, query: Option<&str>) -> Result<Response<Bod
         .find(|(k, _)| k == "token")
         .map(|(_, v)| v.into_owned())
         .ok_or(super::error::DecideError::MissingKey)?;
-    super::decide::project_of(app, &token)?;
+    super::project_key::project_of(app, &token)?;
     Ok(response::json(StatusCode::OK, &json!({ listing: [] })))
 }
 

@@ -56,7 +56,7 @@ pub fn decide_tail<'a>(app: &App, project: &'a Project) -> &'a str {
 
 pub async fn handle(app: &App, path: &str) -> Result<Response<Body>, ApiError> {
     let (token, file) = parse_path(path).ok_or(ApiError::NotFound)?;
-    let project = super::decide::project_of(app, token)?;
+    let project = super::project_key::project_of(app, token)?;
     let (switches, facts) = (&project.remote_config, facts(app, &project));
     let mut r = match file {
         File::Config => response::with_type(

@@ -60,34 +60,23 @@
 //! * Limits above `u32::MAX` bytes are treated as `u32::MAX`, so dictionary
 //!   ranges fit in `u32` and the dictionary stays at 8 bytes per entry.
 
-use std::fmt;
-
 /// Why an lz64 payload could not be decoded.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum Error {
     /// A byte outside the LZ-String base64 alphabet.
+    #[error("lz64 payload contains an invalid character")]
     InvalidCharacter,
     /// A bad dictionary reference, a bad first code, or input that ends
     /// before the end-of-stream marker.
+    #[error("lz64 payload is corrupt")]
     Corrupt,
     /// The decoded UTF-8 output would exceed the caller's limit.
+    #[error("lz64 payload decompresses to more than the allowed size")]
     TooLarge,
     /// The input was empty.
+    #[error("lz64 payload is empty")]
     Empty,
 }
-
-impl fmt::Display for Error {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Error::InvalidCharacter => "lz64 payload contains an invalid character",
-            Error::Corrupt => "lz64 payload is corrupt",
-            Error::TooLarge => "lz64 payload decompresses to more than the allowed size",
-            Error::Empty => "lz64 payload is empty",
-        })
-    }
-}
-
-impl std::error::Error for Error {}
 
 /// Decode LZ-String's `compressToBase64` output.
 ///

@@ -9,7 +9,6 @@ mod edit;
 pub use edit::{add_hashed_key, MAX_LABEL_CHARS};
 
 use std::collections::HashMap;
-use std::fmt;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -122,16 +121,9 @@ pub struct Projects {
     by_key_hash: HashMap<String, (Arc<Project>, String)>,
 }
 
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
 pub struct Error(String);
-
-impl fmt::Display for Error {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for Error {}
 
 /// Why a key cannot be a project API key, judged by shape alone (before any lookup),
 /// with the reference service's rules.

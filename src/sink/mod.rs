@@ -110,42 +110,31 @@ fn valid_identifier(name: &str) -> bool {
         && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
-/// Why a request to ClickHouse failed.
-#[derive(Debug)]
+/// Why a request to ClickHouse, or the sink's work around it, failed.
+#[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The settings cannot work; retrying will not help.
+    #[error("{0}")]
     Config(String),
+    #[error("cannot connect to ClickHouse: {0}")]
     Connect(std::io::Error),
+    #[error("ClickHouse connection: {0}")]
     Http(hyper::Error),
+    #[error("ClickHouse did not answer in time")]
     Timeout,
     /// The server answered with an error (its text, shortened).
-    Server {
-        status: u16,
-        message: String,
-    },
+    #[error("ClickHouse answered {status}: {message}")]
+    Server { status: u16, message: String },
     /// The server's answer made no sense.
+    #[error("unexpected answer from ClickHouse: {0}")]
     Answer(String),
     /// Reading or writing the outbox or the stored data failed.
+    #[error("sink storage: {0}")]
     Store(sled::Error),
+    /// A storage call on the blocking pool panicked or was cancelled.
+    #[error("sink task: {0}")]
+    Task(tokio::task::JoinError),
 }
-
-impl std::fmt::Display for Error {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Error::Config(e) => write!(f, "{e}"),
-            Error::Connect(e) => write!(f, "cannot connect to ClickHouse: {e}"),
-            Error::Http(e) => write!(f, "ClickHouse connection: {e}"),
-            Error::Timeout => write!(f, "ClickHouse did not answer in time"),
-            Error::Server { status, message } => {
-                write!(f, "ClickHouse answered {status}: {message}")
-            }
-            Error::Answer(e) => write!(f, "unexpected answer from ClickHouse: {e}"),
-            Error::Store(e) => write!(f, "sink storage: {e}"),
-        }
-    }
-}
-
-impl std::error::Error for Error {}
 
 #[cfg(test)]
 mod tests {

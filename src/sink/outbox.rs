@@ -22,9 +22,11 @@
 //! recorded; `g` -> block ids written while the sink was off (first, end), found when
 //! an entry's blocks do not follow on from `h`, for the backfill to send.
 
+use std::convert::Infallible;
+
 use serde::{Deserialize, Serialize};
 use sled::transaction::{
-    ConflictableTransactionError, TransactionalTree, UnabortableTransactionError,
+    ConflictableTransactionError, TransactionError, TransactionalTree, UnabortableTransactionError,
 };
 use uuid::Uuid;
 
@@ -285,14 +287,9 @@ impl Outbox {
             .transaction(|tx| {
                 tx.insert(BACKFILL, progress)?;
                 tx.remove(GAP)?;
-                Ok::<_, ConflictableTransactionError<()>>(())
+                Ok::<_, ConflictableTransactionError<Infallible>>(())
             })
-            .map_err(|e| match e {
-                sled::transaction::TransactionError::Storage(e) => e,
-                sled::transaction::TransactionError::Abort(()) => {
-                    sled::Error::ReportableBug("outbox gap aborted".into())
-                }
-            })
+            .map_err(storage)
     }
 
     /// The lowest event block id any entry names: blocks from there on reach
@@ -338,14 +335,9 @@ impl Outbox {
                 // Only forward: clearing a stale batch in flight must not move it back.
                 let current = tx.get(CHECKPOINT)?.and_then(|v| be64(&v)).unwrap_or(0);
                 tx.insert(CHECKPOINT, &current.max(last).to_be_bytes()[..])?;
-                Ok::<_, ConflictableTransactionError<()>>(())
+                Ok::<_, ConflictableTransactionError<Infallible>>(())
             })
-            .map_err(|e| match e {
-                sled::transaction::TransactionError::Storage(e) => e,
-                sled::transaction::TransactionError::Abort(()) => {
-                    sled::Error::ReportableBug("outbox acknowledge aborted".into())
-                }
-            })
+            .map_err(storage)
     }
 }
 
@@ -357,6 +349,14 @@ fn entry_key(seq: u64) -> [u8; 9] {
 
 fn be64(bytes: &[u8]) -> Option<u64> {
     Some(u64::from_be_bytes(bytes.try_into().ok()?))
+}
+
+/// The storage error of a transaction that never aborts.
+fn storage(e: TransactionError<Infallible>) -> sled::Error {
+    match e {
+        TransactionError::Storage(e) => e,
+        TransactionError::Abort(never) => match never {},
+    }
 }
 
 #[cfg(test)]

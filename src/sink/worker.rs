@@ -317,7 +317,7 @@ async fn blocking<T: Send + 'static>(
 ) -> Result<T, Error> {
     tokio::task::spawn_blocking(f)
         .await
-        .map_err(|e| Error::Store(sled::Error::ReportableBug(format!("sink task: {e}"))))?
+        .map_err(Error::Task)?
         .map_err(Error::Store)
 }
 

@@ -8,13 +8,14 @@
 //! The old trees are dropped at the end. A database of a newer format is refused.
 
 use std::collections::HashMap;
+use std::convert::Infallible;
 
 use sled::transaction::{ConflictableTransactionError, TransactionError, Transactional};
 use sled::IVec;
 
 use super::event::StoredEvent;
 use super::keys::NEXT_BLOCK_KEY;
-use super::{block, dedup, keys, Error, Trees};
+use super::{block, dedup, keys, Trees};
 
 /// The format this build writes: 2 is event blocks. 1 (one key per event) had no key.
 pub const FORMAT: u64 = 2;
@@ -27,6 +28,19 @@ const BATCH: usize = 4096;
 /// Log progress every this many events.
 const PROGRESS_EVERY: u64 = 100_000;
 
+/// Why the database could not be brought to this build's format.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("storage: {0}")]
+    Store(#[from] sled::Error),
+    /// Written by a newer build: this one would misread it.
+    #[error(
+        "the database has format {found}, newer than this build's {FORMAT}: \
+         run a newer flagpost on it"
+    )]
+    Newer { found: u64 },
+}
+
 pub fn run(db: &sled::Db, trees: &Trees) -> Result<(), Error> {
     if let Some(v) = trees.meta.get(FORMAT_KEY)? {
         let found = v
@@ -35,10 +49,7 @@ pub fn run(db: &sled::Db, trees: &Trees) -> Result<(), Error> {
             .map(u64::from_be_bytes)
             .unwrap_or(u64::MAX);
         if found > FORMAT {
-            return Err(Error::Sled(sled::Error::Unsupported(format!(
-                "the database has format {found}, newer than this build's {FORMAT}: \
-                 run a newer flagpost on it"
-            ))));
+            return Err(Error::Newer { found });
         }
     }
     let names = db.tree_names();
@@ -122,17 +133,13 @@ fn migrate_events(old: &sled::Tree, trees: &Trees, now: i64) -> Result<u64, Erro
                 for (key, _) in &batch {
                     old.remove(key)?;
                 }
-                Ok::<_, ConflictableTransactionError<()>>(())
+                Ok::<_, ConflictableTransactionError<Infallible>>(())
             },
         );
         match result {
             Ok(()) => {}
-            Err(TransactionError::Storage(e)) => return Err(Error::Sled(e)),
-            Err(TransactionError::Abort(())) => {
-                return Err(Error::Sled(sled::Error::ReportableBug(
-                    "migration aborted".into(),
-                )))
-            }
+            Err(TransactionError::Storage(e)) => return Err(Error::Store(e)),
+            Err(TransactionError::Abort(never)) => match never {},
         }
         moved += batch.len() as u64;
         if moved - logged >= PROGRESS_EVERY {

@@ -39,23 +39,17 @@ pub struct Group {
     pub created_at: i64,
 }
 
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum Error {
+    #[error("storage: {0}")]
     Sled(sled::Error),
     /// sled panicked reading the database: the message names it and what to do.
+    #[error("{0}")]
     Damaged(String),
+    /// The database could not be brought to this build's format.
+    #[error(transparent)]
+    Migrate(#[from] migrate::Error),
 }
-
-impl std::fmt::Display for Error {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Error::Sled(e) => write!(f, "storage: {e}"),
-            Error::Damaged(message) => f.write_str(message),
-        }
-    }
-}
-
-impl std::error::Error for Error {}
 
 impl Error {
     /// Whether sled could not lock the database because another process holds it.

@@ -1,14 +1,18 @@
 //! The crate's modules depend on each other one way, as `src/lib.rs` draws them: each
 //! top-level module of `src/` may name (as `crate::<module>`) only modules on a lower
 //! layer below. A new module goes on a layer here; a new import that points up or
-//! sideways fails this test instead of quietly making a cycle.
+//! sideways fails this test instead of quietly making a cycle. Inside a folder the same
+//! holds pairwise: no two sibling modules (`http::decide` and `http::remote_config`)
+//! import each other, through `super::` or `crate::` paths alike; what both need goes
+//! in one of them or a third module.
 
 use std::collections::BTreeSet;
 use std::path::Path;
 
 /// Lowest first. A module may use the modules of the layers before its own.
 const LAYERS: &[&[&str]] = &[
-    &["sync", "idle", "notify", "clock", "lz64", "memory", "watch"],
+    &["sync", "idle", "notify", "clock", "lz64", "memory"],
+    &["watch"],
     &["geoip", "flags", "session"],
     &["client_config", "catalog", "manage"],
     &["projects", "surveys", "early_access", "config", "log"],
@@ -153,4 +157,149 @@ fn no_source_file_is_longer_than_the_limit() {
         })
         .collect();
     assert!(long.is_empty(), "split these by concern: {long:?}");
+}
+
+/// A module of `src/` by its path from the crate root (`["http", "decide"]`).
+type Module = Vec<String>;
+
+/// Every module of `src/` (files and folders), and for each `.rs` file the module whose
+/// code it holds (`http/mod.rs` holds `http`).
+fn modules(dir: &Path, at: &Module, all: &mut BTreeSet<Module>, files: &mut Vec<(Module, String)>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        let Some(stem) = path.file_stem().and_then(|s| s.to_str()) else {
+            continue;
+        };
+        let mut module = at.clone();
+        if path.is_dir() {
+            module.push(stem.to_string());
+            all.insert(module.clone());
+            modules(&path, &module, all, files);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            if !["mod", "lib", "main"].contains(&stem) {
+                module.push(stem.to_string());
+                all.insert(module.clone());
+            }
+            files.push((module, std::fs::read_to_string(&path).unwrap()));
+        }
+    }
+}
+
+/// The module paths one file's code names, as written: `crate::a::b` from the root,
+/// `super::a` from the file's module (or, inside an inline `mod x {`, from `x`), each
+/// with `use` groups (`super::{a, b::c}`) expanded. Line comments are ignored.
+fn paths_named(own: &Module, text: &str) -> Vec<Module> {
+    let mut out = Vec::new();
+    // Brace depth, and the depth an inline module opened at, if inside one.
+    let (mut depth, mut inline): (i32, Option<i32>) = (0, None);
+    for line in text.lines() {
+        let line = line.split("//").next().unwrap_or("");
+        let trimmed = line.trim_start();
+        let opens_inline = inline.is_none()
+            && (trimmed.starts_with("mod ") || trimmed.starts_with("pub mod "))
+            && trimmed.trim_end().ends_with('{');
+        if opens_inline {
+            inline = Some(depth);
+        }
+        // Inside an inline module, `super` is the file's own module.
+        let mut base = own.clone();
+        if inline.is_some() && !opens_inline {
+            base.push(String::new());
+        }
+        for (prefix, from_root) in [("crate::", true), ("super::", false)] {
+            let mut rest = line;
+            while let Some(at) = rest.find(prefix) {
+                let preceded = rest[..at].chars().next_back();
+                rest = &rest[at..];
+                if preceded.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':') {
+                    rest = &rest[prefix.len()..];
+                    continue;
+                }
+                let mut parent = if from_root { Vec::new() } else { base.clone() };
+                if !from_root {
+                    while let Some(after) = rest.strip_prefix("super::") {
+                        parent.pop();
+                        rest = after;
+                    }
+                } else {
+                    rest = &rest[prefix.len()..];
+                }
+                for name in group_heads(rest) {
+                    let mut path = parent.clone();
+                    path.extend(name.split("::").map(str::to_string));
+                    out.push(path);
+                }
+            }
+        }
+        depth += line.matches('{').count() as i32 - line.matches('}').count() as i32;
+        if inline.is_some_and(|d| depth <= d) {
+            inline = None;
+        }
+    }
+    out
+}
+
+/// The paths a `use` group or a plain path names: `{a, b::c}` gives `a` and `b::c`,
+/// `a::b::C` gives itself, each cut at its first character that is not part of a path.
+fn group_heads(rest: &str) -> Vec<String> {
+    let path_of = |s: &str| -> String {
+        s.trim_start()
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_' || *c == ':')
+            .collect::<String>()
+            .trim_end_matches(':')
+            .to_string()
+    };
+    let Some(group) = rest.strip_prefix('{') else {
+        return vec![path_of(rest)];
+    };
+    let (mut depth, mut start, mut out) = (0, 0, Vec::new());
+    for (i, c) in group.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' if depth > 0 => depth -= 1,
+            ',' | '}' if depth == 0 => {
+                out.push(path_of(&group[start..i]));
+                start = i + 1;
+                if c == '}' {
+                    break;
+                }
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+#[test]
+fn no_two_modules_of_src_import_each_other() {
+    let (mut all, mut files) = (BTreeSet::new(), Vec::new());
+    modules(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
+        &Vec::new(),
+        &mut all,
+        &mut files,
+    );
+    assert!(all.contains(&vec!["http".to_string(), "decide".to_string()]));
+    // Sibling module -> sibling module it names, from anywhere inside the first.
+    let mut edges = BTreeSet::new();
+    for (own, text) in &files {
+        for named in paths_named(own, text) {
+            let common = own.iter().zip(&named).take_while(|(a, b)| a == b).count();
+            if common >= own.len() || common >= named.len() {
+                continue; // A module naming itself, an ancestor or a descendant.
+            }
+            let from = own[..=common].to_vec();
+            let to = named[..=common].to_vec();
+            if all.contains(&from) && all.contains(&to) {
+                edges.insert((from, to));
+            }
+        }
+    }
+    let cycles: Vec<String> = edges
+        .iter()
+        .filter(|(a, b)| a < b && edges.contains(&(b.clone(), a.clone())))
+        .map(|(a, b)| format!("{} and {} import each other", a.join("::"), b.join("::")))
+        .collect();
+    assert!(cycles.is_empty(), "{}", cycles.join("\n"));
 }

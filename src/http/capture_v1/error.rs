@@ -1,7 +1,7 @@
 //! The errors of the v1 capture path and their answers, in the shape PostHog's v1
 //! capture gives them: `{"error": <tag>, "error_description", "error_uri"}` with its
 //! status codes, plus the `Accept` and `Accept-Encoding` headers it sends on every
-//! error. `http::error` hands these to [`Error::into_response`].
+//! error. The endpoint answers these itself ([`Error::into_response`]).
 
 use hyper::header::{HeaderValue, ACCEPT, ACCEPT_ENCODING, RETRY_AFTER};
 use hyper::{Response, StatusCode};

@@ -29,16 +29,44 @@ use crate::capture::Context;
 use crate::memory::Reservation;
 pub use error::Error;
 
+/// Answers the request. Refusals are answered here, in v1's shape, so `http::error`
+/// need not know this endpoint's errors; only a server shutting down answers as every
+/// endpoint does.
 pub async fn handle(
     app: &Arc<App>,
     req: Request<Incoming>,
     peer: SocketAddr,
 ) -> Result<Response<Body>, ApiError> {
+    match accept(app, req, peer).await {
+        Ok(response) => Ok(response),
+        Err(Stop::Refused(e)) => Ok(e.into_response()),
+        Err(Stop::Draining) => Err(ApiError::Draining),
+    }
+}
+
+/// Why a request was not taken.
+enum Stop {
+    Refused(Error),
+    /// The heavy-decode slots closed: the server is shutting down.
+    Draining,
+}
+
+impl From<Error> for Stop {
+    fn from(e: Error) -> Self {
+        Stop::Refused(e)
+    }
+}
+
+async fn accept(
+    app: &Arc<App>,
+    req: Request<Incoming>,
+    peer: SocketAddr,
+) -> Result<Response<Body>, Stop> {
     // As at the other intake: only the compactor and the disk reserve refuse up
     // front, a failed log write is retried by the next append.
     let (parts, incoming) = req.into_parts();
     if !app.compactor.healthy.load(Ordering::Relaxed) || !app.space.is_ok() {
-        let refusal = ApiError::from(Error::ServiceUnavailable).into_response();
+        let refusal = Error::ServiceUnavailable.into_response();
         let limits = &app.config.limits;
         return Ok(super::capture::refuse(refusal, &parts.headers, incoming, limits).await);
     }
@@ -90,7 +118,7 @@ pub async fn handle(
                 .heavy_decodes
                 .acquire()
                 .await
-                .map_err(|_| ApiError::Draining)?;
+                .map_err(|_| Stop::Draining)?;
             tokio::task::spawn_blocking(move || {
                 let decoded = match job.encoding {
                     None => job.raw.to_vec(),

@@ -11,6 +11,7 @@ use serde_json::{json, Value};
 
 use super::super::api::{self, Resource};
 use super::super::error::ApiError;
+use super::super::params::Params;
 use super::super::response::{self, Body};
 use crate::app::App;
 use crate::store::query::{self, EventFilter};
@@ -96,23 +97,6 @@ pub fn person_flags(
         StatusCode::OK,
         "application/json",
         body,
-    ))
-}
-
-/// Flags called in the last `hours` (default 24), by flag and by the value each call
-/// returned: `{"hours", "flags": {key: {value: count}}, "complete"}`.
-pub async fn exposures(
-    app: &Arc<App>,
-    project: u64,
-    query: Option<&str>,
-) -> Result<Response<Body>, ApiError> {
-    let hours = Params::parse(query).hours()?;
-    let now = crate::clock::now_ms();
-    let after = now - hours * 3_600_000;
-    let value = super::insights::exposures(app, project, after, now).await?;
-    Ok(response::json(
-        StatusCode::OK,
-        &json!({"hours": hours, "flags": value}),
     ))
 }
 
@@ -202,32 +186,8 @@ pub fn health(app: &App) -> Value {
     })
 }
 
-pub(super) struct Params(Vec<(String, String)>);
-
+/// The console's parameters.
 impl Params {
-    pub fn parse(query: Option<&str>) -> Params {
-        Params(
-            form_urlencoded::parse(query.unwrap_or("").as_bytes())
-                .map(|(k, v)| (k.into_owned(), v.into_owned()))
-                .collect(),
-        )
-    }
-
-    pub fn get(&self, key: &str) -> Option<&str> {
-        self.0
-            .iter()
-            .find(|(k, v)| k == key && !v.is_empty())
-            .map(|(_, v)| v.as_str())
-    }
-
-    pub fn all(&self, key: &str) -> Vec<String> {
-        self.0
-            .iter()
-            .filter(|(k, v)| k == key && !v.is_empty())
-            .map(|(_, v)| v.clone())
-            .collect()
-    }
-
     /// `hours`: 1 to 90 days' worth, 24 unless given.
     pub fn hours(&self) -> Result<i64, ApiError> {
         match self.get("hours") {

@@ -11,8 +11,8 @@ use serde_json::{json, Value};
 
 use super::super::error::ApiError;
 use super::super::response::{self, Body};
-use super::data::Params;
 use crate::app::App;
+use crate::http::params::Params;
 use crate::store::event::StoredEvent;
 use crate::store::query::{self, EventFilter};
 use crate::store::Trees;
@@ -132,6 +132,23 @@ pub async fn top(
     Ok(response::json(
         StatusCode::OK,
         &json!({"hours": hours, "events": events}),
+    ))
+}
+
+/// Flags called in the last `hours` (default 24), by flag and by the value each call
+/// returned: `{"hours", "flags": {key: {value: count}}, "complete"}`.
+pub async fn exposures_page(
+    app: &Arc<App>,
+    project: u64,
+    query: Option<&str>,
+) -> Result<Response<Body>, ApiError> {
+    let hours = Params::parse(query).hours()?;
+    let now = crate::clock::now_ms();
+    let after = now - hours * 3_600_000;
+    let value = exposures(app, project, after, now).await?;
+    Ok(response::json(
+        StatusCode::OK,
+        &json!({"hours": hours, "flags": value}),
     ))
 }
 

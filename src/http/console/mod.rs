@@ -141,7 +141,7 @@ async fn api(
         "events" => read(super::api::Resource::Events).await,
         "persons" => data::persons(app, s.project, headers, parts.uri.path(), query).await,
         "person_flags" => data::person_flags(app, s.project, query),
-        "exposures" => data::exposures(app, s.project, query).await,
+        "exposures" => insights::exposures_page(app, s.project, query).await,
         "health" => Ok(response::json(StatusCode::OK, &data::health(app))),
         "insights/counts" => insights::counts(app, s.project, query).await,
         "insights/top" => insights::top(app, s.project, query).await,

@@ -1,0 +1,16 @@
+//! Why a compactor step failed: the store's own error, or one of the compactor's, kept
+//! apart so a bug of the compactor is not reported as one of sled's.
+
+/// Why [`super::Compactor::step`] failed; the chunk is read again at the next step.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Reading the log or reading and writing the store failed.
+    #[error(transparent)]
+    Store(#[from] sled::Error),
+    /// The deduplication window and block counter were not read before a commit.
+    #[error("compactor state not loaded")]
+    StateNotLoaded,
+    /// A test's injected failure aborted the chunk's transaction.
+    #[error("injected compactor failure")]
+    Injected,
+}
