@@ -12,7 +12,7 @@
 
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -33,6 +33,30 @@ const REOPEN_INTERVAL: Duration = Duration::from_millis(200);
 /// A reopen failing for another reason than a full disk for this long is given up:
 /// a restart is then the better chance.
 const REOPEN_PATIENCE: Duration = Duration::from_secs(30);
+/// The environment variable that replaces [`REOPEN_PATIENCE`] (in milliseconds), for
+/// tests only: the integration test of giving up would otherwise wait 30 s. Read once,
+/// at the first reopen that fails; a value that does not parse is ignored with a warning.
+const TEST_REOPEN_PATIENCE_VAR: &str = "FLAGPOST_TEST_REOPEN_PATIENCE_MS";
+
+/// [`REOPEN_PATIENCE`], unless a test shortened it (see [`TEST_REOPEN_PATIENCE_VAR`]).
+fn reopen_patience() -> Duration {
+    static PATIENCE: OnceLock<Duration> = OnceLock::new();
+    *PATIENCE.get_or_init(|| {
+        let Ok(text) = std::env::var(TEST_REOPEN_PATIENCE_VAR) else {
+            return REOPEN_PATIENCE;
+        };
+        match text.trim().parse::<u64>() {
+            Ok(ms) => {
+                tracing::warn!(ms, "database reopen patience set by {TEST_REOPEN_PATIENCE_VAR}");
+                Duration::from_millis(ms)
+            }
+            Err(error) => {
+                tracing::warn!(%error, value = %text, "{TEST_REOPEN_PATIENCE_VAR} ignored: not a number of milliseconds");
+                REOPEN_PATIENCE
+            }
+        }
+    })
+}
 
 /// Lower the calling thread's scheduling priority to `nice` (Linux keeps one per
 /// thread). Failure only costs throughput, so it is logged, not fatal.
@@ -162,7 +186,7 @@ fn recover(compactor: Compactor, live: &Live, stop: &AtomicBool) -> Option<Compa
             }
             Err(e) => {
                 let since = *other_since.get_or_insert_with(Instant::now);
-                if since.elapsed() >= REOPEN_PATIENCE {
+                if since.elapsed() >= reopen_patience() {
                     tracing::error!(error = %e, "the database cannot be reopened; /_liveness fails so the service is restarted");
                     live.give_up();
                     return None;

@@ -1,10 +1,13 @@
 //! A disk filled at once, on a real (size-limited tmpfs) filesystem the test mounts:
 //! the server refuses events while it is full and heals by itself once space is back,
 //! sled included, with every acknowledged event stored exactly once, before and after
-//! a restart.
+//! a restart. And when the database, closed after a full disk, cannot be opened again
+//! (it is damaged, so no amount of space heals it), the server gives up: `/_liveness`
+//! answers 503 and the systemd watchdog is no longer fed, so systemd restarts it.
 
 use std::collections::{HashMap, HashSet};
 use std::io::Write;
+use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -247,5 +250,229 @@ fn a_disk_filled_at_once_heals_without_a_restart() {
     );
     let restarted = Server::spawn(disk.path(), &["--min-free-disk-mb", "16"]);
     assert_stored_exactly_once(&restarted, &acked, "after a restart");
+    drop(restarted);
+}
+
+/// The reopen patience the give-up test sets (`FLAGPOST_TEST_REOPEN_PATIENCE_MS`).
+const PATIENCE: Duration = Duration::from_secs(2);
+/// Past the patience, the server must have given up within this long.
+const GIVE_UP_MARGIN: Duration = Duration::from_secs(5);
+/// The watchdog interval the test announces (`WATCHDOG_USEC`): the server pings every
+/// half interval while it is alive.
+const WATCHDOG: Duration = Duration::from_millis(200);
+
+/// A service manager's notify socket, heard on a thread: every datagram with when it
+/// arrived.
+struct NotifySocket {
+    _dir: tempfile::TempDir,
+    path: PathBuf,
+    heard: Arc<Mutex<Vec<(Instant, String)>>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl NotifySocket {
+    fn bind() -> NotifySocket {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("notify");
+        let socket = UnixDatagram::bind(&path).unwrap();
+        socket
+            .set_read_timeout(Some(Duration::from_millis(20)))
+            .unwrap();
+        let (heard, stop) = (
+            Arc::new(Mutex::new(Vec::new())),
+            Arc::new(AtomicBool::new(false)),
+        );
+        let (sink, stopped) = (heard.clone(), stop.clone());
+        let thread = std::thread::spawn(move || {
+            let mut buf = [0; 256];
+            while !stopped.load(Ordering::Relaxed) {
+                if let Ok(n) = socket.recv(&mut buf) {
+                    let text = String::from_utf8_lossy(&buf[..n]).into_owned();
+                    sink.lock().unwrap().push((Instant::now(), text));
+                }
+            }
+        });
+        NotifySocket {
+            _dir: dir,
+            path,
+            heard,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// When each WATCHDOG=1 heard so far arrived.
+    fn pings(&self) -> Vec<Instant> {
+        let heard = self.heard.lock().unwrap();
+        heard
+            .iter()
+            .filter(|(_, m)| m == "WATCHDOG=1")
+            .map(|(at, _)| *at)
+            .collect()
+    }
+}
+
+impl Drop for NotifySocket {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// Overwrite sled's `conf` file in place with as many bytes of text that is not a sled
+/// configuration: sled then refuses to open the database with a corruption error (it
+/// does not panic). Same length, so no space is needed on the full disk.
+fn damage_conf(conf: &Path, len: usize) {
+    let mut file = std::fs::OpenOptions::new().write(true).open(conf).unwrap();
+    file.write_all(&vec![b'x'; len]).unwrap();
+    file.sync_all().unwrap();
+}
+
+#[test]
+#[ignore = "needs root to mount a tmpfs (.ci/run runs as root)"]
+fn a_database_that_cannot_be_reopened_fails_liveness_and_starves_the_watchdog() {
+    let disk = Tmpfs::mount();
+    fill_data_dir(disk.path());
+    let notify = NotifySocket::bind();
+    let usec = WATCHDOG.as_micros().to_string();
+    let patience = PATIENCE.as_millis().to_string();
+    let mut server = Server::spawn_env(
+        disk.path(),
+        &["--min-free-disk-mb", "16", "--log-segment-mb", "4"],
+        &[
+            ("NOTIFY_SOCKET", notify.path.as_os_str()),
+            ("WATCHDOG_USEC", usec.as_ref()),
+            ("FLAGPOST_TEST_REOPEN_PATIENCE_MS", patience.as_ref()),
+        ],
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    let outcome = Arc::new(Mutex::new(Outcome::default()));
+    let clients: Vec<_> = (0..CLIENTS)
+        .map(|_| {
+            let (stop, out, addr) = (stop.clone(), outcome.clone(), server.addr);
+            std::thread::spawn(move || post_batches(addr, &stop, &out))
+        })
+        .collect();
+    wait_for("events acknowledged before the fill", || {
+        (outcome.lock().unwrap().acked.len() >= 20 * BATCH).then_some(())
+    });
+    assert!(!notify.pings().is_empty(), "no WATCHDOG=1 while healthy");
+
+    // sled reads `conf` only when it opens the database, so damaging it while open is
+    // the same as damaging it once the compactor has closed it, and leaves no window for
+    // a reopen to succeed first (one can while the disk is still full).
+    let conf = disk.path().join("db/conf");
+    let good_conf = std::fs::read(&conf).unwrap();
+    damage_conf(&conf, good_conf.len());
+    let filled = Instant::now();
+    let filler = fill(disk.path());
+    wait_for(
+        "the compactor to close the database that fails writing",
+        || {
+            server
+                .log()
+                .contains(
+                    "the database keeps failing to write; reopening it once it can write again",
+                )
+                .then_some(())
+        },
+    );
+    let recovering = Instant::now();
+    std::fs::remove_file(&filler).unwrap();
+    let r = server.get("/_liveness");
+    assert_eq!(
+        (r.status, r.text()),
+        (200, "ok".to_string()),
+        "gave up before the patience ran out:\n{}",
+        server.log()
+    );
+
+    let dead = loop {
+        let r = server.get("/_liveness");
+        if r.status != 200 {
+            assert_eq!(
+                (r.status, r.text()),
+                (503, "a component failed; restart".to_string())
+            );
+            break Instant::now();
+        }
+        assert!(
+            recovering.elapsed() < PATIENCE + GIVE_UP_MARGIN,
+            "/_liveness still 200 {:?} after the database was closed:\n{}",
+            PATIENCE + GIVE_UP_MARGIN,
+            server.log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    // The reopen's first failure came after the fill began.
+    assert!(
+        dead - filled >= PATIENCE,
+        "gave up {:?} after the fill began, before the patience of {PATIENCE:?}",
+        dead - filled
+    );
+    eprintln!(
+        "/_liveness failed {} ms after the database was closed",
+        (dead - recovering).as_millis()
+    );
+
+    // The ping in flight as liveness flipped may still arrive; none after that, for
+    // more than two watchdog intervals.
+    let quiet_from = dead + WATCHDOG / 2;
+    std::thread::sleep(WATCHDOG / 2 + 3 * WATCHDOG);
+    let pings = notify.pings();
+    // Fed while the database was closed and being reopened, up to the give-up.
+    assert!(
+        pings
+            .iter()
+            .any(|&at| at > recovering && at < recovering + PATIENCE / 2),
+        "the watchdog stopped while the database was being reopened"
+    );
+    assert!(
+        pings
+            .iter()
+            .any(|&at| at > dead - 2 * WATCHDOG && at <= dead),
+        "the watchdog stopped before /_liveness failed"
+    );
+    let late: Vec<Duration> = pings
+        .iter()
+        .filter(|&&at| at > quiet_from)
+        .map(|&at| at - dead)
+        .collect();
+    assert_eq!(
+        late,
+        Vec::<Duration>::new(),
+        "WATCHDOG=1 after /_liveness failed"
+    );
+
+    let log = server.log();
+    for line in [
+        "the database cannot be reopened; /_liveness fails so the service is restarted error=storage: Read corrupted data",
+        "not alive: the systemd watchdog is no longer fed, so the service is restarted",
+    ] {
+        assert!(log.contains(line), "no {line:?} in the log:\n{log}");
+    }
+    assert!(
+        !log.contains("database reopened"),
+        "reopened after all:\n{log}"
+    );
+
+    stop.store(true, Ordering::Relaxed);
+    for c in clients {
+        c.join().unwrap();
+    }
+    let outcome = Arc::try_unwrap(outcome).ok().unwrap().into_inner().unwrap();
+    assert_eq!(outcome.unanswered, 0, "requests went unanswered");
+    let statuses: Vec<u16> = outcome.refused.keys().copied().collect();
+    assert_eq!(statuses, vec![503], "refusals other than 503");
+
+    // What systemd does next: kill it (the watchdog), and here the damage is repaired
+    // before the restart. Everything acknowledged is in the write-ahead log.
+    server.kill();
+    std::fs::write(&conf, &good_conf).unwrap();
+    let restarted = Server::spawn(disk.path(), &["--min-free-disk-mb", "16"]);
+    assert_stored_exactly_once(&restarted, &outcome.acked, "after the restart");
     drop(restarted);
 }

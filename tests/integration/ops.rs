@@ -50,6 +50,23 @@ fn the_unit_passes_systemd_analyze() {
     assert!(out.status.success(), "{report}");
     assert!(report.contains("systemd-analyze verify: ok"), "{report}");
     assert!(report.contains("at most 2.0"), "{report}");
+
+    // What makes a failed /_liveness a restart: the watchdog, and a restart on failure
+    // (a watchdog timeout counts as one).
+    let unit = std::fs::read_to_string(format!("{REPO}/systemd/flagpost.service")).unwrap();
+    let service: Vec<&str> = unit
+        .lines()
+        .skip_while(|l| *l != "[Service]")
+        .skip(1)
+        .take_while(|l| !l.starts_with('['))
+        .collect();
+    for (key, expected) in [("Restart", "on-failure"), ("WatchdogSec", "30s")] {
+        let values: Vec<&str> = service
+            .iter()
+            .filter_map(|l| l.strip_prefix(key)?.strip_prefix('='))
+            .collect();
+        assert_eq!(values, vec![expected], "{key}= in [Service]");
+    }
 }
 
 #[test]

@@ -82,7 +82,8 @@ impl Server {
         Server::spawn_env(dir, extra, &[])
     }
 
-    fn spawn_env(dir: &Path, extra: &[&str], env: &[(&str, &OsStr)]) -> Server {
+    /// Start on an existing directory with extra environment variables.
+    pub fn spawn_env(dir: &Path, extra: &[&str], env: &[(&str, &OsStr)]) -> Server {
         let args: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
         let mut child = Command::new(env!("CARGO_BIN_EXE_flagpost"))
             .arg("serve")
