@@ -5,6 +5,7 @@ mod admin;
 mod capture;
 mod capture_v1;
 mod console;
+mod console_insights;
 mod crash;
 mod damage;
 mod decide;

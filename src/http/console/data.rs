@@ -99,24 +99,24 @@ pub fn person_flags(
     ))
 }
 
-/// Flags called in the last `hours` (default 24), by flag and by the value each call
-/// returned: `{"hours", "flags": {key: {value: count}}, "complete"}`.
+/// Flags called in the last `hours` (default 24, whole hours through the current one),
+/// by flag and by the value each call returned: `{"hours", "flags": {key: {value:
+/// count}}, "rollups"}`.
 pub async fn exposures(
     app: &Arc<App>,
     project: u64,
     query: Option<&str>,
 ) -> Result<Response<Body>, ApiError> {
     let hours = Params::parse(query).hours()?;
-    let now = crate::clock::now_ms();
-    let after = now - hours * 3_600_000;
-    let value = super::insights::exposures(app, project, after, now).await?;
+    let (flags, status) = super::insights::exposures(app, project, hours).await?;
     Ok(response::json(
         StatusCode::OK,
-        &json!({"hours": hours, "flags": value}),
+        &json!({"hours": hours, "flags": flags, "rollups": super::insights::describe(status)}),
     ))
 }
 
-/// Exposures counted from the stored `$feature_flag_called` events themselves.
+/// Exposures counted from the stored `$feature_flag_called` events themselves, while
+/// the rollups are being built.
 pub fn scan_exposures(
     trees: &crate::store::Trees,
     project: u64,
@@ -135,7 +135,8 @@ pub fn scan_exposures(
         let Some(flag) = e.properties.get("$feature_flag").and_then(Value::as_str) else {
             continue;
         };
-        let value = exposure_value(e.properties.get("$feature_flag_response"));
+        let value =
+            crate::store::rollup::exposure_value(e.properties.get("$feature_flag_response"));
         *by_flag
             .entry(flag.to_owned())
             .or_default()
@@ -143,16 +144,6 @@ pub fn scan_exposures(
             .or_default() += 1;
     }
     Ok(by_flag)
-}
-
-/// A flag call's answer as one label: the variant, or `true`/`false`.
-pub fn exposure_value(response: Option<&Value>) -> String {
-    match response {
-        Some(Value::String(s)) => s.clone(),
-        Some(Value::Bool(b)) => b.to_string(),
-        None | Some(Value::Null) => "false".into(),
-        Some(other) => other.to_string(),
-    }
 }
 
 /// What an operator checks: is the server keeping up, is there disk, did a file fail.

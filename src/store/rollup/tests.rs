@@ -280,3 +280,14 @@ fn a_new_database_needs_no_backfill_and_retention_forgets_old_hours() {
     let left = events(&trees.rollups, 1, "signup", i64::MIN, i64::MAX).unwrap();
     assert!(!left.is_empty() && left.iter().all(|h| h.0 >= cut));
 }
+
+#[test]
+fn answers_and_flag_values_are_labels() {
+    assert_eq!(answers(Some(&json!("yes"))), vec!["yes"]);
+    assert_eq!(answers(Some(&json!(["a", "b"]))), vec!["a", "b"]);
+    assert_eq!(answers(Some(&json!(9))), vec!["9"]);
+    assert!(answers(Some(&serde_json::Value::Null)).is_empty());
+    assert_eq!(exposure_value(Some(&json!("test"))), "test");
+    assert_eq!(exposure_value(Some(&json!(true))), "true");
+    assert_eq!(exposure_value(None), "false");
+}
