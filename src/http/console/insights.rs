@@ -17,7 +17,7 @@ use super::data::Params;
 use crate::app::App;
 use crate::store::event::StoredEvent;
 use crate::store::query::{self, EventFilter};
-use crate::store::rollup::{self, hour_of, Sketch, Status};
+use crate::store::rollup::{self, hour_of, Status};
 use crate::store::Trees;
 
 const HOUR_MS: i64 = 3_600_000;
@@ -29,7 +29,7 @@ const TOP: usize = 20;
 
 /// `?event=a&event=b&interval=hour|day&hours=N`: per bucket, each event's count and
 /// its unique persons (an event without a person counts its distinct id). Buckets are
-/// whole hours or UTC days; the last runs to the end of the current hour.
+/// whole hours or UTC days, each counted whole (the current one too).
 pub async fn counts(
     app: &Arc<App>,
     project: u64,
@@ -64,25 +64,10 @@ pub async fn counts(
         let status = rollup::status(&trees.meta)?;
         let series = match status {
             Status::Ready => {
-                let end = hour_of(now) + HOUR_MS;
                 let mut out = HashMap::new();
                 for name in names {
-                    let mut totals = vec![0u64; n];
-                    let mut sketches = vec![Sketch::default(); n];
-                    for (hour, count, sketch) in
-                        rollup::events(&trees.rollups, project, &name, first, end)?
-                    {
-                        let Some(i) = usize::try_from((hour - first) / step)
-                            .ok()
-                            .filter(|i| *i < n)
-                        else {
-                            continue;
-                        };
-                        totals[i] += count;
-                        sketches[i].merge(&sketch);
-                    }
-                    let uniques = sketches.iter().map(Sketch::estimate).collect();
-                    out.insert(name, (totals, uniques));
+                    let series = rollup::series(&trees.rollups, project, &name, (first, step, n))?;
+                    out.insert(name, series);
                 }
                 out
             }

@@ -25,7 +25,7 @@ use serde_json::Value;
 use sled::transaction::{TransactionalTree, UnabortableTransactionError};
 use uuid::Uuid;
 
-pub use read::{events, exposures, surveys, top, Hours};
+pub use read::{events, exposures, series, surveys, top, Hours};
 pub use sketch::Sketch;
 
 use super::keys;

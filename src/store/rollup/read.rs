@@ -31,6 +31,30 @@ pub fn events(
     Ok(out)
 }
 
+/// One event's totals and unique persons per bucket of `step` ms (an hour or a day),
+/// `n` buckets from `first`: hours add up, their sketches merge.
+pub fn series(
+    tree: &sled::Tree,
+    project: u64,
+    name: &str,
+    (first, step, n): (i64, i64, usize),
+) -> Result<(Vec<u64>, Vec<u64>), sled::Error> {
+    let mut totals = vec![0u64; n];
+    let mut sketches = vec![Sketch::default(); n];
+    let end = first.saturating_add(step.saturating_mul(n as i64));
+    for (hour, count, sketch) in events(tree, project, name, first, end)? {
+        let Some(i) = usize::try_from((hour - first) / step)
+            .ok()
+            .filter(|i| *i < n)
+        else {
+            continue;
+        };
+        totals[i] += count;
+        sketches[i].merge(&sketch);
+    }
+    Ok((totals, sketches.iter().map(Sketch::estimate).collect()))
+}
+
 pub(super) fn key_hour(key: &[u8]) -> Option<i64> {
     let at = key.len().checked_sub(8)?;
     Some(keys::time_from(key[at..].try_into().ok()?))
