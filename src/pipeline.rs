@@ -1,12 +1,14 @@
 //! The write side put together: [`Pipeline::open`] opens the sled database (migrating
-//! an older format), the write-ahead log's files, the log's group-commit writer thread
-//! and the compactor's thread; [`Pipeline::close`] stops them in that order and
-//! flushes. It sits above [`crate::log`], [`crate::compactor`] and [`crate::store`]
+//! an older format), the write-ahead log's files, the log's group-commit writer thread,
+//! the compactor's thread and, for a database without current rollups, the thread
+//! that builds them; [`Pipeline::close`] stops them and flushes. It sits above [`crate::log`], [`crate::compactor`] and [`crate::store`]
 //! because it is the one place that needs all three.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 
@@ -15,6 +17,7 @@ use crate::log::{self, writer as wal, Wal};
 use crate::projects::Projects;
 use crate::store::check as store_check;
 use crate::store::live::{Live, Open};
+use crate::store::rollup::{self, backfill::Step};
 use crate::store::{keys, person_cache, Error, Trees};
 
 /// The open database, its log writer and its compactor.
@@ -31,6 +34,8 @@ pub struct Pipeline {
     pub compactor_gate: Arc<crate::sync::Gate>,
     writer: wal::Writer,
     compactor_thread: compactor::Handle,
+    /// Building the console's rollups from stored events, when they were missing.
+    backfill: Option<Backfill>,
 }
 
 impl Pipeline {
@@ -79,10 +84,17 @@ impl Pipeline {
         let compactor = compactor::Compactor::new(trees.clone(), reader, projects, settings, geoip)
             .with_person_cache(persons.clone());
         let stats = compactor.stats();
+        let trees_meta = trees.meta.clone();
         let store = Arc::new(Live::new(dir, cache_bytes, Open { db, trees }));
         let compactor_gate = Arc::new(crate::sync::Gate::default());
         let compactor_thread =
             compactor::spawn(compactor, store.clone(), compactor_gate.clone()).map_err(io)?;
+        let backfill = match rollup::status(&trees_meta)? {
+            rollup::Status::Ready => None,
+            rollup::Status::Building(_) => {
+                Some(Backfill::spawn(store.clone(), compactor_gate.clone()).map_err(io)?)
+            }
+        };
         Ok(Pipeline {
             store,
             wal,
@@ -92,6 +104,7 @@ impl Pipeline {
             compactor_gate,
             writer,
             compactor_thread,
+            backfill,
         })
     }
 
@@ -102,8 +115,12 @@ impl Pipeline {
             store,
             writer,
             compactor_thread,
+            backfill,
             ..
         } = self;
+        if let Some(b) = backfill {
+            b.stop();
+        }
         writer.stop();
         compactor_thread.stop();
         // Stopped in the middle of a reopen: nothing open to flush; the log holds
@@ -112,6 +129,85 @@ impl Pipeline {
             open.db.flush()?;
         }
         Ok(())
+    }
+}
+
+/// The thread that builds the console's rollups from stored events
+/// ([`rollup::backfill`]) while the server runs: a batch at a time, each on the
+/// database as it is then (so a reopen never waits long for it), resting as long as
+/// each batch took so capture and the compactor keep most of the machine.
+struct Backfill {
+    thread: std::thread::JoinHandle<()>,
+    stop: Arc<AtomicBool>,
+}
+
+/// After a failed batch, wait before the next.
+const BACKFILL_BACKOFF: Duration = Duration::from_secs(1);
+/// The progress is logged each time it passes a multiple of this many percent.
+const BACKFILL_LOG_PERCENT: u8 = 5;
+
+impl Backfill {
+    /// `gate` is the compactor's: each batch holds it as a compactor step does, so a
+    /// backup never copies the rollups and the backfill's position from either side
+    /// of one batch.
+    fn spawn(live: Arc<Live>, gate: Arc<crate::sync::Gate>) -> std::io::Result<Backfill> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("rollups".into())
+            .spawn(move || backfill(&live, &gate, &flag))?;
+        Ok(Backfill { thread, stop })
+    }
+
+    fn stop(self) {
+        self.stop.store(true, Ordering::SeqCst);
+        self.thread.thread().unpark();
+        if self.thread.join().is_err() {
+            tracing::error!("rollups backfill thread panicked");
+        }
+    }
+}
+
+fn backfill(live: &Live, gate: &crate::sync::Gate, stop: &AtomicBool) {
+    let started = Instant::now();
+    let mut plan = None;
+    let mut logged = 0u8;
+    while !stop.load(Ordering::SeqCst) {
+        let Some(open) = live.get() else {
+            std::thread::park_timeout(BACKFILL_BACKOFF);
+            continue;
+        };
+        let t = Instant::now();
+        let pass = gate.blocking_read();
+        let step = match &plan {
+            Some(plan) => rollup::backfill::Backfill::step(plan, &open.trees),
+            None => rollup::backfill::Backfill::new(&open.trees).map(|p| {
+                plan = Some(p);
+                Step::Progress(0)
+            }),
+        };
+        drop(open);
+        drop(pass);
+        match step {
+            Ok(Step::Done) => {
+                tracing::info!(
+                    seconds = started.elapsed().as_secs(),
+                    "rollups built: the console reads them from now on"
+                );
+                return;
+            }
+            Ok(Step::Progress(percent)) => {
+                if percent >= logged.saturating_add(BACKFILL_LOG_PERCENT) {
+                    logged = percent - percent % BACKFILL_LOG_PERCENT;
+                    tracing::info!(percent, "building rollups from stored events");
+                }
+                std::thread::park_timeout(t.elapsed());
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "rollups backfill batch failed; retrying");
+                std::thread::park_timeout(BACKFILL_BACKOFF);
+            }
+        }
     }
 }
 

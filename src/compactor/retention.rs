@@ -1,5 +1,6 @@
 //! Retention: deleting the event blocks older than the configured number of days,
-//! a pass the worker runs every few minutes beside its steps.
+//! and the rollups of the hours they held, a pass the worker runs every few minutes
+//! beside its steps.
 
 use std::sync::atomic::Ordering;
 
@@ -7,7 +8,7 @@ use sled::IVec;
 
 use super::Compactor;
 use crate::sink;
-use crate::store::{block, keys};
+use crate::store::{block, keys, rollup};
 
 /// Blocks deleted per retention batch, so the pass never holds much in memory.
 const RETENTION_BATCH: usize = 256;
@@ -62,6 +63,10 @@ impl Compactor {
             }
             next_project = project.checked_add(1);
         }
+        // A kept block spans at most an hour before the cutoff, so every event of an
+        // earlier hour is gone (but for blocks the sink still holds, briefly).
+        let hour = rollup::hour_of(cutoff - block::MAX_SPAN_MS);
+        rollup::forget_before(&self.trees.rollups, hour)?;
         self.stats
             .retention_deleted
             .fetch_add(deleted, Ordering::Relaxed);

@@ -1,6 +1,7 @@
 //! One pass of the compactor ([`Compactor::step`]): a chunk of the log, then a
 //! smaller chunk of each slower lane, each applied in ONE sled transaction that also
-//! stores the chunk's event blocks, its uuids for deduplication and the checkpoint.
+//! stores the chunk's event blocks, their rollups, its uuids for deduplication and the
+//! checkpoint.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -16,7 +17,7 @@ use crate::log::{record::decode_frame, Record};
 use crate::sink;
 use crate::store::dedup::{self, IdSet};
 use crate::store::keys::{CHECKPOINT_KEY, NEXT_BLOCK_KEY};
-use crate::store::{block, keys, person_cache};
+use crate::store::{block, keys, person_cache, rollup};
 
 /// What the compactor keeps between steps, read from the database at the first.
 pub(super) struct State {
@@ -138,6 +139,7 @@ impl Compactor {
             &t.meta,
             &t.quarantine,
             &t.outbox,
+            &t.rollups,
         );
         let to_outbox = self.settings.sink;
         let outcome = trees.transaction(
@@ -154,6 +156,7 @@ impl Compactor {
                 meta,
                 quarantine,
                 outbox,
+                rollups,
             )| {
                 let tx = Tx {
                     persons,
@@ -209,6 +212,15 @@ impl Compactor {
                 }
                 cache.write(&tx)?;
                 (counts.persons, counts.learned) = cache.into_reports();
+                // The console's rollups, with the events they count.
+                let mut pending = rollup::Pending::default();
+                for (project, list) in &entries {
+                    for e in list {
+                        let (name, who) = (&e.event, &e.distinct_id);
+                        pending.add(*project, e.timestamp, name, e.person_id, who, &e.properties);
+                    }
+                }
+                pending.write(rollups)?;
                 let mut next_block = first_block;
                 let mut written = Vec::new();
                 for (project, list) in entries {

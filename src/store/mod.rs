@@ -4,8 +4,8 @@
 //! the on-disk format; the reads the read API and flag evaluation make (with the
 //! person cache `/decide` uses); the migration of older formats, run when the
 //! trees open; and the open database as the server shares it ([`live`]), which the
-//! compactor reopens after sled kept a write failure. Nothing here starts a thread:
-//! `pipeline` does.
+//! compactor reopens after sled kept a write failure; the console's [`rollup`]s.
+//! Nothing here starts a thread: `pipeline` does.
 
 pub mod block;
 pub mod check;
@@ -16,6 +16,7 @@ pub mod live;
 mod migrate;
 pub mod person_cache;
 pub mod query;
+pub mod rollup;
 
 use serde_json::{Map, Value};
 
@@ -97,14 +98,18 @@ pub struct Trees {
     /// What the compactor committed and the ClickHouse sink has not yet sent
     /// (the sink's outbox, `sink::outbox`); written only while the sink is on.
     pub outbox: sled::Tree,
+    /// Project, kind, hour or event name -> the console's counts ([`rollup`]).
+    pub rollups: sled::Tree,
 }
 
 impl Trees {
     /// Open every tree; a database of the earlier format (one key per event) is
-    /// migrated first, one that is newer than this build is refused.
+    /// migrated first, one that is newer than this build is refused; rollups missing or
+    /// of another version are emptied and left to a backfill.
     pub fn open(db: &sled::Db) -> Result<Trees, Error> {
         let trees = Trees::open_current(db)?;
         migrate::run(db, &trees)?;
+        rollup::backfill::prepare(&trees)?;
         Ok(trees)
     }
 
@@ -122,6 +127,7 @@ impl Trees {
             meta: db.open_tree("meta")?,
             quarantine: db.open_tree("quarantine")?,
             outbox: db.open_tree(OUTBOX_TREE)?,
+            rollups: db.open_tree(rollup::TREE)?,
         })
     }
 }

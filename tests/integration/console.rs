@@ -13,8 +13,8 @@ use crate::util::*;
 /// The util client sends `Host: localhost`, so this is the console's own origin.
 const OWN: &str = "http://localhost";
 
-struct Signed {
-    cookie: String,
+pub(crate) struct Signed {
+    pub(crate) cookie: String,
     token: String,
     set_cookie: String,
 }
@@ -29,7 +29,7 @@ fn sign_in_with(server: &Server, key: &str, extra: &[(&str, &str)]) -> Resp {
     server.request(req)
 }
 
-fn sign_in(server: &Server, key: &str) -> Signed {
+pub(crate) fn sign_in(server: &Server, key: &str) -> Signed {
     let r = sign_in_with(server, key, &[]);
     assert_eq!(r.status, 200, "{}", r.text());
     let set_cookie = r.header("set-cookie").unwrap().to_owned();

@@ -179,3 +179,56 @@ fn geoip_enriches_events_and_persons() {
         .unwrap();
     assert!(p2.properties.is_empty());
 }
+
+#[test]
+fn a_chunk_counts_its_events_into_the_rollups_and_duplicates_do_not() {
+    use crate::store::rollup;
+    let mut f = fixture(Compaction {
+        retention_days: 1,
+        ..Compaction::default()
+    });
+    let hour = rollup::hour_of(NOW);
+    let mut records: Vec<Record> = (0..200)
+        .map(|i| {
+            record(
+                1,
+                i,
+                json!({"event": "e", "distinct_id": format!("d{}", i % 7)}),
+            )
+        })
+        .collect();
+    let call = json!({"event": "$feature_flag_called", "distinct_id": "d1",
+                      "properties": {"$feature_flag": "f", "$feature_flag_response": "test"}});
+    records.push(record(1, 300, call));
+    let old = Record {
+        timestamp: NOW - 3 * DAY_MS,
+        ..record(1, 301, json!({"event": "e", "distinct_id": "d0"}))
+    };
+    records.push(old);
+    f.push(&records);
+    f.drain();
+    // A retry of stored events is not counted again.
+    f.push(&records[..50]);
+    f.drain();
+    let hours = rollup::events(&f.trees.rollups, 1, "e", i64::MIN, i64::MAX).unwrap();
+    let counts: Vec<(i64, u64, u64)> = hours
+        .iter()
+        .map(|(h, n, s)| (*h, *n, s.estimate()))
+        .collect();
+    assert_eq!(
+        counts,
+        [(rollup::hour_of(NOW - 3 * DAY_MS), 1, 1), (hour, 200, 7)]
+    );
+    let exposures = rollup::exposures(&f.trees.rollups, 1, hour, hour + rollup::HOUR_MS);
+    assert_eq!(
+        exposures.unwrap()["f"],
+        BTreeMap::from([("test".into(), 1)])
+    );
+    // Retention forgets the old hour with its events.
+    f.compactor.enforce_retention(NOW).unwrap();
+    let hours = rollup::events(&f.trees.rollups, 1, "e", i64::MIN, i64::MAX).unwrap();
+    assert_eq!(
+        hours.iter().map(|h| (h.0, h.1)).collect::<Vec<_>>(),
+        [(hour, 200)]
+    );
+}

@@ -100,7 +100,8 @@ pub fn person_flags(
     ))
 }
 
-/// Exposures counted from the stored `$feature_flag_called` events themselves.
+/// Exposures counted from the stored `$feature_flag_called` events themselves, while
+/// the rollups are being built.
 pub fn scan_exposures(
     trees: &crate::store::Trees,
     project: u64,
@@ -119,7 +120,8 @@ pub fn scan_exposures(
         let Some(flag) = e.properties.get("$feature_flag").and_then(Value::as_str) else {
             continue;
         };
-        let value = exposure_value(e.properties.get("$feature_flag_response"));
+        let value =
+            crate::store::rollup::exposure_value(e.properties.get("$feature_flag_response"));
         *by_flag
             .entry(flag.to_owned())
             .or_default()
@@ -127,16 +129,6 @@ pub fn scan_exposures(
             .or_default() += 1;
     }
     Ok(by_flag)
-}
-
-/// A flag call's answer as one label: the variant, or `true`/`false`.
-pub fn exposure_value(response: Option<&Value>) -> String {
-    match response {
-        Some(Value::String(s)) => s.clone(),
-        Some(Value::Bool(b)) => b.to_string(),
-        None | Some(Value::Null) => "false".into(),
-        Some(other) => other.to_string(),
-    }
 }
 
 /// What an operator checks: is the server keeping up, is there disk, did a file fail.

@@ -1,7 +1,9 @@
 //! The console's insights: event counts over time in hour or day buckets (total and
 //! unique persons, several events at once), the top events of a range, flag
-//! exposures by variant, and survey responses. Each is counted from the stored events
-//! of the range.
+//! exposures by variant, and survey responses. Each is read from the rollups the
+//! compactor keeps (`store::rollup`: whole hours, unique persons estimated past 128 a
+//! bucket), or counted from the stored events of the range while a backfill is still
+//! building them; every answer says which (`rollups`).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
@@ -15,6 +17,7 @@ use crate::app::App;
 use crate::http::params::Params;
 use crate::store::event::StoredEvent;
 use crate::store::query::{self, EventFilter};
+use crate::store::rollup::{self, hour_of, Status};
 use crate::store::Trees;
 
 const HOUR_MS: i64 = 3_600_000;
@@ -25,7 +28,8 @@ const MAX_SERIES: usize = 10;
 const TOP: usize = 20;
 
 /// `?event=a&event=b&interval=hour|day&hours=N`: per bucket, each event's count and
-/// its unique persons (an event without a person counts its distinct id).
+/// its unique persons (an event without a person counts its distinct id). Buckets are
+/// whole hours or UTC days, each counted whole (the current one too).
 pub async fn counts(
     app: &Arc<App>,
     project: u64,
@@ -51,47 +55,33 @@ pub async fn counts(
         .map(|i| first + i * step)
         .take_while(|t| *t <= now)
         .collect();
-    let wanted: HashSet<String> = events.iter().cloned().collect();
     // Held for the request: a reopen of the database waits for it.
     let open = app.store.get().ok_or(ApiError::Storage)?;
     let n = buckets.len();
-    let (totals, uniques) = blocking(move || {
-        let mut totals: HashMap<String, Vec<u64>> = HashMap::new();
-        let mut seen: HashMap<String, Vec<HashSet<String>>> = HashMap::new();
-        scan(&open.trees, project, first, now, |e| {
-            if !wanted.contains(&e.event) {
-                return;
+    let names = events.clone();
+    let (series, status) = blocking(move || {
+        let trees = &open.trees;
+        let status = rollup::status(&trees.meta)?;
+        let series = match status {
+            Status::Ready => {
+                let mut out = HashMap::new();
+                for name in names {
+                    let series = rollup::series(&trees.rollups, project, &name, (first, step, n))?;
+                    out.insert(name, series);
+                }
+                out
             }
-            let Ok(i) = usize::try_from((e.timestamp - first) / step) else {
-                return;
-            };
-            if i >= n {
-                return;
-            }
-            totals.entry(e.event.clone()).or_insert_with(|| vec![0; n])[i] += 1;
-            let who = e
-                .person_id
-                .map_or_else(|| e.distinct_id.clone(), |p| p.to_string());
-            seen.entry(e.event.clone())
-                .or_insert_with(|| vec![HashSet::new(); n])[i]
-                .insert(who);
-        })?;
-        let uniques: HashMap<String, Vec<u64>> = seen
-            .into_iter()
-            .map(|(k, v)| (k, v.iter().map(|s| s.len() as u64).collect()))
-            .collect();
-        Ok((totals, uniques))
+            Status::Building(_) => scan_counts(trees, project, &names, first, step, n, now)?,
+        };
+        Ok((series, status))
     })
     .await?;
     let series: Vec<Value> = events
         .iter()
         .map(|e| {
-            let zero = vec![0u64; n];
-            json!({
-                "event": e,
-                "total": totals.get(e).unwrap_or(&zero),
-                "unique": uniques.get(e).unwrap_or(&zero),
-            })
+            let zero = (vec![0u64; n], vec![0u64; n]);
+            let (total, unique) = series.get(e).unwrap_or(&zero);
+            json!({"event": e, "total": total, "unique": unique})
         })
         .collect();
     let times: Vec<String> = buckets
@@ -100,8 +90,68 @@ pub async fn counts(
         .collect();
     Ok(response::json(
         StatusCode::OK,
-        &json!({"interval_seconds": step / 1000, "buckets": times, "series": series}),
+        &json!({"interval_seconds": step / 1000, "buckets": times, "series": series,
+                "rollups": describe(status)}),
     ))
+}
+
+/// Each event's totals and unique persons per bucket.
+type Series = HashMap<String, (Vec<u64>, Vec<u64>)>;
+
+/// [`counts`] from the stored events themselves, while the rollups are being built.
+fn scan_counts(
+    trees: &Trees,
+    project: u64,
+    names: &[String],
+    first: i64,
+    step: i64,
+    n: usize,
+    now: i64,
+) -> Result<Series, sled::Error> {
+    let wanted: HashSet<&String> = names.iter().collect();
+    let mut totals: HashMap<String, Vec<u64>> = HashMap::new();
+    let mut seen: HashMap<String, Vec<HashSet<String>>> = HashMap::new();
+    scan(trees, project, first, now, |e| {
+        if !wanted.contains(&e.event) {
+            return;
+        }
+        let Ok(i) = usize::try_from((e.timestamp - first) / step) else {
+            return;
+        };
+        if i >= n {
+            return;
+        }
+        totals.entry(e.event.clone()).or_insert_with(|| vec![0; n])[i] += 1;
+        let who = e
+            .person_id
+            .map_or_else(|| e.distinct_id.clone(), |p| p.to_string());
+        seen.entry(e.event.clone())
+            .or_insert_with(|| vec![HashSet::new(); n])[i]
+            .insert(who);
+    })?;
+    Ok(totals
+        .into_iter()
+        .map(|(k, t)| {
+            let u = seen
+                .get(&k)
+                .map(|v| v.iter().map(|s| s.len() as u64).collect())
+                .unwrap_or_default();
+            (k, (t, u))
+        })
+        .collect())
+}
+
+/// The rollups' state as the page shows it.
+pub fn describe(status: Status) -> Value {
+    match status {
+        Status::Ready => json!({"ready": true}),
+        Status::Building(percent) => json!({"ready": false, "percent": percent}),
+    }
+}
+
+/// The whole hours covering `hours` back from `now`, through the current one.
+fn hour_range(hours: i64, now: i64) -> (i64, i64) {
+    (hour_of(now - hours * HOUR_MS), hour_of(now) + HOUR_MS)
 }
 
 /// `?hours=N`: the most frequent events of the range, most first.
@@ -114,12 +164,17 @@ pub async fn top(
     let now = crate::clock::now_ms();
     // Held for the request: a reopen of the database waits for it.
     let open = app.store.get().ok_or(ApiError::Storage)?;
-    let counts = blocking(move || {
+    let (counts, status) = blocking(move || {
+        let status = rollup::status(&open.trees.meta)?;
+        if status == Status::Ready {
+            let (from, to) = hour_range(hours, now);
+            return Ok((rollup::top(&open.trees.rollups, project, from, to)?, status));
+        }
         let mut counts: HashMap<String, u64> = HashMap::new();
         scan(&open.trees, project, now - hours * HOUR_MS, now, |e| {
             *counts.entry(e.event.clone()).or_default() += 1;
         })?;
-        Ok(counts)
+        Ok((counts, status))
     })
     .await?;
     let mut list: Vec<(String, u64)> = counts.into_iter().collect();
@@ -131,37 +186,49 @@ pub async fn top(
         .collect();
     Ok(response::json(
         StatusCode::OK,
-        &json!({"hours": hours, "events": events}),
+        &json!({"hours": hours, "events": events, "rollups": describe(status)}),
     ))
 }
 
-/// Flags called in the last `hours` (default 24), by flag and by the value each call
-/// returned: `{"hours", "flags": {key: {value: count}}, "complete"}`.
+/// Flags called in the last `hours` (default 24, whole hours through the current one),
+/// by flag and by the value each call returned: `{"hours", "flags": {key: {value:
+/// count}}, "rollups"}`.
 pub async fn exposures_page(
     app: &Arc<App>,
     project: u64,
     query: Option<&str>,
 ) -> Result<Response<Body>, ApiError> {
     let hours = Params::parse(query).hours()?;
-    let now = crate::clock::now_ms();
-    let after = now - hours * 3_600_000;
-    let value = exposures(app, project, after, now).await?;
+    let (flags, status) = exposures(app, project, hours).await?;
     Ok(response::json(
         StatusCode::OK,
-        &json!({"hours": hours, "flags": value}),
+        &json!({"hours": hours, "flags": flags, "rollups": describe(status)}),
     ))
 }
 
-/// Flag exposures between two times, by flag and returned value.
+/// Flag exposures in the last `hours`, by flag and returned value.
 pub async fn exposures(
     app: &Arc<App>,
     project: u64,
-    after: i64,
-    before: i64,
-) -> Result<BTreeMap<String, BTreeMap<String, u64>>, ApiError> {
+    hours: i64,
+) -> Result<(BTreeMap<String, BTreeMap<String, u64>>, Status), ApiError> {
+    let now = crate::clock::now_ms();
     // Held for the request: a reopen of the database waits for it.
     let open = app.store.get().ok_or(ApiError::Storage)?;
-    blocking(move || super::data::scan_exposures(&open.trees, project, after, before)).await
+    blocking(move || {
+        let status = rollup::status(&open.trees.meta)?;
+        let flags = match status {
+            Status::Ready => {
+                let (from, to) = hour_range(hours, now);
+                rollup::exposures(&open.trees.rollups, project, from, to)?
+            }
+            Status::Building(_) => {
+                super::data::scan_exposures(&open.trees, project, now - hours * HOUR_MS, now)?
+            }
+        };
+        Ok((flags, status))
+    })
+    .await
 }
 
 /// `?hours=N`: `survey sent` events by survey, with each answer's count.
@@ -174,7 +241,15 @@ pub async fn surveys(
     let now = crate::clock::now_ms();
     // Held for the request: a reopen of the database waits for it.
     let open = app.store.get().ok_or(ApiError::Storage)?;
-    let by_survey = blocking(move || {
+    let (by_survey, status) = blocking(move || {
+        let status = rollup::status(&open.trees.meta)?;
+        if status == Status::Ready {
+            let (from, to) = hour_range(hours, now);
+            return Ok((
+                rollup::surveys(&open.trees.rollups, project, from, to)?,
+                status,
+            ));
+        }
         let mut by_survey: BTreeMap<String, (String, u64, BTreeMap<String, u64>)> = BTreeMap::new();
         let filter = EventFilter {
             after: Some(now - hours * HOUR_MS),
@@ -193,11 +268,11 @@ pub async fn surveys(
                 .entry(id.to_owned())
                 .or_insert_with(|| (name.to_owned(), 0, BTreeMap::new()));
             slot.1 += 1;
-            for answer in answers(p.get("$survey_response")) {
+            for answer in rollup::answers(p.get("$survey_response")) {
                 *slot.2.entry(answer).or_default() += 1;
             }
         }
-        Ok(by_survey)
+        Ok((by_survey, status))
     })
     .await?;
     let surveys: Vec<Value> = by_survey
@@ -208,18 +283,8 @@ pub async fn surveys(
         .collect();
     Ok(response::json(
         StatusCode::OK,
-        &json!({"hours": hours, "surveys": surveys}),
+        &json!({"hours": hours, "surveys": surveys, "rollups": describe(status)}),
     ))
-}
-
-/// A response's answers as labels: each choice of a multiple choice, else the value.
-fn answers(v: Option<&Value>) -> Vec<String> {
-    match v {
-        None | Some(Value::Null) => Vec::new(),
-        Some(Value::String(s)) => vec![s.clone()],
-        Some(Value::Array(items)) => items.iter().flat_map(|i| answers(Some(i))).collect(),
-        Some(other) => vec![other.to_string()],
-    }
 }
 
 /// Every stored event of the project between two times.
@@ -252,18 +317,5 @@ async fn blocking<T: Send + 'static>(
             Err(ApiError::Storage)
         }
         Err(_) => Err(ApiError::Internal),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn answers_are_labels() {
-        assert_eq!(answers(Some(&json!("yes"))), vec!["yes"]);
-        assert_eq!(answers(Some(&json!(["a", "b"]))), vec!["a", "b"]);
-        assert_eq!(answers(Some(&json!(9))), vec!["9"]);
-        assert!(answers(Some(&Value::Null)).is_empty());
     }
 }

@@ -40,6 +40,10 @@
       const q = new URLSearchParams({ hours: range.value, interval: interval.value })
       for (const n of names) q.append('event', n)
       const data = await FP.api('GET', `insights/counts?${q}`)
+      if (!data.rollups.ready) {
+        status.replaceChildren(h('p', { class: 'muted', id: 'in-rollups' },
+          `Rollups being built (${data.rollups.percent}%): counted from the stored events meanwhile, which is slower.`))
+      }
       const key = measure.value
       const xs = data.buckets.map((t) => Date.parse(t) / 1000)
       if (chart) chart.destroy()
@@ -52,7 +56,9 @@
         scales: { x: { time: true } },
       }, [xs, ...data.series.map((s) => s[key])], plot)
       numbers.replaceChildren(h('div', { class: 'table-wrap' }, h('table', {},
-        h('caption', { class: 'muted' }, `${key === 'total' ? 'Events' : 'Unique persons'} per ${interval.value}, the chart's numbers`),
+        h('caption', { class: 'muted' }, key === 'total'
+          ? `Events per ${interval.value}, the chart's numbers`
+          : `Unique persons per ${interval.value}, the chart's numbers (exact up to 128 a bucket, then an estimate within about 3%)`),
         h('thead', {}, h('tr', {}, h('th', { scope: 'col' }, 'Event'), h('th', { scope: 'col', class: 'num' }, 'Whole range'),
           h('th', { scope: 'col', class: 'num' }, 'Busiest bucket'))),
         h('tbody', {}, data.series.map((s) => h('tr', { 'data-event': s.event },

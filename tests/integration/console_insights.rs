@@ -1,0 +1,186 @@
+//! The console's insights read from rollups: the JSON endpoints its page calls
+//! (counts, unique persons, top events, exposures, survey responses) equal exact
+//! counts of the stored events, and a database without rollups (as an older version
+//! left it) is backfilled on start to the same answers.
+
+use std::collections::{BTreeMap, HashSet};
+
+use serde_json::{json, Value};
+use time::format_description::well_known::Rfc3339;
+use time::OffsetDateTime;
+
+use crate::console::{sign_in, Signed};
+use crate::util::*;
+
+fn get(server: &Server, s: &Signed, path: &str) -> Value {
+    let r = server.request(Req::get(path).header("Cookie", &s.cookie));
+    assert_eq!(r.status, 200, "{path}: {}", r.text());
+    r.json()
+}
+
+fn ms(text: &str) -> i64 {
+    let t = OffsetDateTime::parse(text, &Rfc3339).unwrap();
+    (t.unix_timestamp_nanos() / 1_000_000) as i64
+}
+
+/// Events over the last five days: pageviews and signups of a few persons, flag
+/// calls and survey responses.
+fn capture(server: &Server) -> usize {
+    let now = OffsetDateTime::now_utc();
+    let mut batch = Vec::new();
+    for i in 0..60i64 {
+        let at = now - time::Duration::minutes(i * 97 % (5 * 24 * 60));
+        let ts = at.format(&Rfc3339).unwrap();
+        let response = [json!("test"), json!("control"), json!(true)][(i % 3) as usize].clone();
+        let answer = ["yes", "no"][(i / 4 % 2) as usize];
+        let (event, properties) = match i % 4 {
+            0 => ("$pageview", json!({})),
+            1 => ("signup", json!({})),
+            2 => (
+                "$feature_flag_called",
+                json!({"$feature_flag": "f", "$feature_flag_response": response}),
+            ),
+            _ => (
+                "survey sent",
+                json!({"$survey_id": "s1", "$survey_name": "Survey one", "$survey_response": answer}),
+            ),
+        };
+        batch.push(json!({"event": event, "distinct_id": format!("u{}", i % 7),
+                          "timestamp": ts, "properties": properties}));
+    }
+    let body = json!({"api_key": KEY_ONE, "batch": batch});
+    assert_eq!(server.post("/batch/", body.to_string()).status, 200);
+    batch.len()
+}
+
+/// Everything the insights page asks for, over the last 7 days.
+fn insights(server: &Server, s: &Signed) -> Value {
+    let q = "hours=168&interval=day&event=signup&event=%24pageview&event=none";
+    json!({
+        "counts": get(server, s, &format!("/console/api/insights/counts?{q}")),
+        "hours": get(server, s, "/console/api/insights/counts?hours=168&interval=hour&event=signup"),
+        "top": get(server, s, "/console/api/insights/top?hours=168"),
+        "exposures": get(server, s, "/console/api/exposures?hours=168"),
+        "surveys": get(server, s, "/console/api/insights/surveys?hours=168"),
+    })
+}
+
+/// The chart's numbers counted from the stored events: per bucket, each event's
+/// total and its distinct persons.
+fn expected_series(stored: &[Value], counts: &Value, event: &str) -> (Vec<u64>, Vec<u64>) {
+    let buckets: Vec<i64> = counts["buckets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| ms(b.as_str().unwrap()))
+        .collect();
+    let step = counts["interval_seconds"].as_i64().unwrap() * 1000;
+    let mut totals = vec![0u64; buckets.len()];
+    let mut who = vec![HashSet::new(); buckets.len()];
+    for e in stored.iter().filter(|e| e["event"] == event) {
+        let i = ((ms(e["timestamp"].as_str().unwrap()) - buckets[0]) / step) as usize;
+        totals[i] += 1;
+        let person = e["person_id"].as_str().or(e["distinct_id"].as_str());
+        who[i].insert(person.unwrap().to_owned());
+    }
+    (totals, who.iter().map(|w| w.len() as u64).collect())
+}
+
+fn check(answers: &Value, stored: &[Value]) {
+    let counts = &answers["counts"];
+    assert_eq!(counts["rollups"], json!({"ready": true}));
+    assert_eq!(counts["interval_seconds"], 86_400);
+    assert_eq!(counts["buckets"].as_array().unwrap().len(), 8);
+    for (i, event) in ["signup", "$pageview", "none"].iter().enumerate() {
+        let (total, unique) = expected_series(stored, counts, event);
+        let series = &counts["series"][i];
+        assert_eq!(series["event"], *event);
+        assert_eq!(series["total"], json!(total), "{event}");
+        assert_eq!(series["unique"], json!(unique), "{event}");
+    }
+    let hours = &answers["hours"];
+    let (total, unique) = expected_series(stored, hours, "signup");
+    assert_eq!(hours["series"][0]["total"], json!(total));
+    assert_eq!(hours["series"][0]["unique"], json!(unique));
+    assert_eq!(total.iter().sum::<u64>(), 15);
+
+    assert_eq!(
+        answers["top"]["events"],
+        json!([{"event": "$feature_flag_called", "count": 15}, {"event": "$pageview", "count": 15},
+               {"event": "signup", "count": 15}, {"event": "survey sent", "count": 15}])
+    );
+    let mut flags: BTreeMap<String, u64> = BTreeMap::new();
+    let mut survey: BTreeMap<String, u64> = BTreeMap::new();
+    for e in stored {
+        let p = &e["properties"];
+        match e["event"].as_str().unwrap() {
+            "$feature_flag_called" => {
+                let v = &p["$feature_flag_response"];
+                let label = v.as_str().map_or(v.to_string(), str::to_owned);
+                *flags.entry(label).or_default() += 1;
+            }
+            "survey sent" => {
+                let a = p["$survey_response"].as_str().unwrap().to_owned();
+                *survey.entry(a).or_default() += 1;
+            }
+            _ => {}
+        }
+    }
+    assert_eq!(
+        flags,
+        BTreeMap::from([
+            ("control".into(), 5),
+            ("test".into(), 5),
+            ("true".into(), 5)
+        ])
+    );
+    assert_eq!(answers["exposures"]["flags"], json!({"f": flags}));
+    assert_eq!(
+        answers["surveys"]["surveys"],
+        json!([{"id": "s1", "name": "Survey one", "responses": 15, "answers": survey}])
+    );
+}
+
+#[test]
+fn insights_equal_exact_counts_and_an_old_database_is_backfilled() {
+    let tmp = data_dir();
+    let mut server = Server::spawn(tmp.path(), &[]);
+    let sent = capture(&server);
+    let stored = server.wait_for_events(1, sent);
+    assert_eq!(stored.len(), sent);
+    let s = sign_in(&server, PERSONAL_ONE);
+    let before = insights(&server, &s);
+    check(&before, &stored);
+    assert_eq!(server.stop(), Some(0));
+
+    // As an older version left it: no rollups tree, no rollups version.
+    {
+        let db = sled::open(tmp.path().join("db")).unwrap();
+        assert!(db.drop_tree("rollups").unwrap());
+        let meta = db.open_tree("meta").unwrap();
+        assert!(meta.remove("rollups.version").unwrap().is_some());
+        db.flush().unwrap();
+    }
+    let mut server = Server::spawn(tmp.path(), &[]);
+    let s = sign_in(&server, PERSONAL_ONE);
+    let after = wait_for("the rollups backfill", || {
+        let a = insights(&server, &s);
+        (a["counts"]["rollups"]["ready"] == true).then_some(a)
+    });
+    check(&after, &stored);
+    // The same answers, but for the current hour's bucket label moving on.
+    for part in ["top", "exposures", "surveys"] {
+        assert_eq!(after[part], before[part], "{part}");
+    }
+    assert_eq!(
+        after["counts"]["series"], before["counts"]["series"],
+        "the same day buckets, unless the day turned during the test"
+    );
+    let log = server.log();
+    assert!(
+        log.contains("rollups are built from the stored events"),
+        "{log}"
+    );
+    assert!(log.contains("rollups built"), "{log}");
+    assert_eq!(server.stop(), Some(0));
+}
