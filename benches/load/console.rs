@@ -38,6 +38,10 @@ pub struct Settings {
     pub connections: usize,
     pub warmup: Duration,
     pub measure: Duration,
+    /// Each console user's pause after each answer (`--console-pause-ms`): zero asks
+    /// back to back; a person reading pages and the live tail (a poll every 2 s) asks
+    /// about twice a second.
+    pub pause: Duration,
 }
 
 pub struct Row {
@@ -77,7 +81,7 @@ pub fn run(
                 .map(|_| {
                     let (stop, done, failed) = (stop.clone(), done.clone(), failed.clone());
                     let cookie = cookie.clone();
-                    tokio::spawn(browse(addr, cookie, stop, done, failed))
+                    tokio::spawn(browse(addr, cookie, settings.pause, stop, done, failed))
                 })
                 .collect();
             tokio::time::sleep(settings.warmup).await;
@@ -135,6 +139,7 @@ async fn sign_in(addr: SocketAddr) -> Result<String, String> {
 async fn browse(
     addr: SocketAddr,
     cookie: String,
+    pause: Duration,
     stop: Arc<AtomicBool>,
     done: Arc<AtomicU64>,
     failed: Arc<AtomicU64>,
@@ -155,6 +160,9 @@ async fn browse(
         match client::send(&mut sender, request).await {
             Ok(status) if status.is_success() => {
                 done.fetch_add(1, Ordering::Relaxed);
+                if !pause.is_zero() {
+                    tokio::time::sleep(pause).await;
+                }
             }
             _ => {
                 failed.fetch_add(1, Ordering::Relaxed);
@@ -167,9 +175,14 @@ async fn browse(
     }
 }
 
-pub fn report(rows: &[Row]) {
+pub fn report(rows: &[Row], pause: Duration) {
     println!();
-    println!("console beside the load ({USERS} console users, no pause between requests):");
+    let pace = if pause.is_zero() {
+        "no pause between requests".to_owned()
+    } else {
+        format!("{} ms between requests", pause.as_millis())
+    };
+    println!("console beside the load ({USERS} console users, {pace}):");
     println!(
         "{:<8} {:>14} {:>14} {:>8} {:>16}",
         "scenario", "alone req/s", "beside req/s", "change", "console req/s"

@@ -97,6 +97,10 @@ struct Args {
     /// --with-sink and the sink scenario) [default 0]
     #[argh(option, default = "0")]
     clickhouse_nice: i32,
+    /// console scenario: each console user's pause after each answer, in milliseconds
+    /// (0: back to back; 500 is a person reading pages with the live tail on) [default 0]
+    #[argh(option, default = "0")]
+    console_pause_ms: u64,
     /// measure the baseline before flagpost in each scenario (the default is after),
     /// to see what the order does to a comparison
     #[argh(switch)]
@@ -203,6 +207,7 @@ fn config(args: Args) -> Result<Config, String> {
             connections: args.connections,
             warmup: Duration::from_millis(args.warmup_ms),
             measure: Duration::from_secs(args.seconds),
+            pause: Duration::from_millis(args.console_pause_ms),
         }),
     })
 }
@@ -244,7 +249,7 @@ fn run(config: Config) -> Result<(), String> {
     }
     if let Some(settings) = &config.console {
         let rows = console::run(&runtime, settings, &data_dir, dir.path())?;
-        console::report(&rows);
+        console::report(&rows, settings.pause);
     }
     if let Some(settings) = &config.sink {
         let report = sink::run(&runtime, settings, &data_dir, &dir.path().join("sink"))?;
