@@ -6,12 +6,12 @@
 //! failed person (or group) lookup only fails the flags that actually read it, and their
 //! dependents.
 //!
-//! What one request computes, it computes once: each property key's value, each distinct
-//! person test (several flags and cohorts often test the same property the same way,
-//! such as one URL pattern), and each hash whose input repeats (the holdout hash, which
-//! has no flag key, and a flag's own hashes reused by its early-access condition and by
-//! conditions that bucket alike). The per-request memory for these sits on the stack for
-//! files of up to [`STACK_SLOTS`] keys and tests.
+//! What one request would compute twice, it computes once: each property key's value,
+//! each person test that several filters make (flags and cohorts often test the same
+//! property the same way, such as one URL pattern), and each hash whose input repeats
+//! (the holdout hash, which has no flag key, and a flag's own hashes reused by its
+//! early-access condition and by conditions that bucket alike). The per-request memory
+//! for these sits on the stack for files of up to `STACK_SLOTS` keys and shared tests.
 
 use std::borrow::Cow;
 use std::cell::Cell;
