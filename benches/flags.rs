@@ -8,7 +8,14 @@
 //! `flags/decide` measures what `/decide?v=3` does with the 50-flag project after parsing
 //! the request: evaluate and write the body, through owned results (`evaluate` then
 //! `response_bytes`) and through borrowed outcomes (`outcomes` then their
-//! `response_bytes`, which the server uses).
+//! `response_bytes`, which the server uses). It does so for callers sending their
+//! properties with no stored person, for callers whose stored person's properties are
+//! layered under the request's (as `/decide` does when the person is stored), and for
+//! the 50 flags plus ten that share one `$current_url` pattern.
+//!
+//! With `FLAGS_DRIVER=<requests>` in the environment the bench runs none of that: it
+//! answers that many `/decide` requests per case in plain functions (`drive_*`), for
+//! counting instructions per request under `valgrind --tool=callgrind`.
 
 #[path = "common/mod.rs"]
 mod common;
@@ -17,7 +24,7 @@ mod load_flags;
 
 use std::collections::HashMap;
 
-use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use criterion::{criterion_group, Criterion, Throughput};
 use flagpost::flags::{self, Context, ProjectRules};
 use serde_json::{json, Map, Value};
 use time::OffsetDateTime;
@@ -106,6 +113,55 @@ impl Caller {
         }
     }
 
+    /// The same caller once its person is stored: the stored properties (what posthog-js
+    /// sets once and the compactor adds) under the request's, key by key, as `/decide`
+    /// layers them.
+    fn stored(mut self) -> Caller {
+        let n: usize = self.distinct_id[5..].parse().expect("user-<n>");
+        let page = ["dashboard", "insights", "settings", "billing"][n % 4];
+        let url = format!(
+            "https://app.example.com/project/{}/{page}?tab=overview",
+            n % 7
+        );
+        let mut properties = match json!({
+            "$initial_referrer": "$direct",
+            "$initial_referring_domain": "$direct",
+            "$initial_current_url": url,
+            "$initial_pathname": format!("/project/{}/{page}", n % 7),
+            "$initial_browser": "Chrome",
+            "$initial_browser_version": 124,
+            "$initial_os": "Mac OS X",
+            "$initial_device_type": "Desktop",
+            "$initial_geoip_country_code": (["GB", "US", "DE", "FR", "BR"][n % 5]),
+            "$initial_geoip_city_name": "London",
+            "$geoip_city_name": "London",
+            "$geoip_continent_code": "EU",
+            "name": format!("User {n}"),
+            "last_page": format!("/project/{}/{page}", n % 7),
+        }) {
+            Value::Object(m) => m,
+            _ => unreachable!("an object literal"),
+        };
+        for (key, value) in std::mem::take(&mut self.person_properties) {
+            properties.insert(key, value);
+        }
+        self.person_properties = properties;
+        self
+    }
+
+    /// The same caller with the page it is on as a person property.
+    fn on_page(mut self) -> Caller {
+        let n: usize = self.distinct_id[5..].parse().expect("user-<n>");
+        let page = ["dashboard", "insights", "settings", "billing"][n % 4];
+        let url = format!(
+            "https://app.example.com/project/{}/{page}?tab=overview",
+            n % 7
+        );
+        self.person_properties
+            .insert("$current_url".into(), Value::String(url));
+        self
+    }
+
     fn context(&self, now: OffsetDateTime) -> Context<'_> {
         Context {
             distinct_id: &self.distinct_id,
@@ -158,15 +214,45 @@ fn flags(c: &mut Criterion) {
         let rules = ProjectRules::from_value(only(&definitions, keys)).expect("compiles");
         bench(c, name, &rules, &contexts);
     }
-    let rules = ProjectRules::from_value(definitions).expect("compiles");
+    let rules = ProjectRules::from_value(definitions.clone()).expect("compiles");
     bench(c, "mix of 50", &rules, &contexts);
-    decide(c, &rules, &contexts);
+    decide(c, "mix of 50", &rules, &contexts);
+    let stored: Vec<Caller> = (0..CALLERS).map(|n| Caller::new(n).stored()).collect();
+    let contexts: Vec<Context<'_>> = stored.iter().map(|c| c.context(now)).collect();
+    decide(c, "mix of 50, stored person", &rules, &contexts);
+    let rules = ProjectRules::from_value(with_shared_pattern(definitions)).expect("compiles");
+    let on_page: Vec<Caller> = (0..CALLERS).map(|n| Caller::new(n).on_page()).collect();
+    let contexts: Vec<Context<'_>> = on_page.iter().map(|c| c.context(now)).collect();
+    decide(c, "mix of 50 and 10 sharing a pattern", &rules, &contexts);
+}
+
+/// Flags that share one pattern, as projects target pages: the same `$current_url`
+/// regex in ten flags.
+const SHARED_PATTERN: usize = 10;
+
+/// The file with [`SHARED_PATTERN`] more flags, each enabled for callers on an
+/// insights or dashboard page.
+fn with_shared_pattern(mut definitions: Value) -> Value {
+    let flags = definitions["flags"].as_array_mut().expect("a flags array");
+    let first_id = flags.len() + 1;
+    for i in 0..SHARED_PATTERN {
+        flags.push(json!({
+            "id": first_id + i, "key": format!("page-flag-{i}"), "name": "page flag",
+            "active": true, "deleted": false, "version": 1,
+            "ensure_experience_continuity": false,
+            "filters": {"groups": [{"properties": [{
+                "key": "$current_url", "type": "person", "operator": "regex",
+                "value": r"^https://app\.example\.com/project/\d+/(insights|dashboard)",
+            }], "rollout_percentage": 100, "variant": null}]},
+        }));
+    }
+    definitions
 }
 
 /// The version `/decide` bodies are written in by posthog-js (and the load harness).
 const DECIDE_VERSION: u8 = 3;
 
-fn decide(c: &mut Criterion, rules: &ProjectRules, contexts: &[Context<'_>]) {
+fn decide(c: &mut Criterion, name: &str, rules: &ProjectRules, contexts: &[Context<'_>]) {
     let id = uuid::Uuid::nil();
     for ctx in contexts {
         assert_eq!(
@@ -178,13 +264,13 @@ fn decide(c: &mut Criterion, rules: &ProjectRules, contexts: &[Context<'_>]) {
     let mut group = c.benchmark_group("flags/decide");
     group.throughput(Throughput::Elements(rules.flag_count() as u64));
     let mut next = 0usize;
-    group.bench_function("mix of 50: evaluate and v3 body", |b| {
+    group.bench_function(format!("{name}: evaluate and v3 body"), |b| {
         b.iter(|| {
             next = (next + 1) % contexts.len();
             flags::response_bytes(DECIDE_VERSION, &rules.evaluate(&contexts[next]), id)
         })
     });
-    group.bench_function("mix of 50: outcomes and v3 body", |b| {
+    group.bench_function(format!("{name}: outcomes and v3 body"), |b| {
         b.iter(|| {
             next = (next + 1) % contexts.len();
             rules
@@ -195,9 +281,71 @@ fn decide(c: &mut Criterion, rules: &ProjectRules, contexts: &[Context<'_>]) {
     group.finish();
 }
 
+/// `requests` `/decide` answers for the callers in turn: what one request costs is this
+/// function's instructions divided by `requests`.
+#[inline(never)]
+fn drive(rules: &ProjectRules, contexts: &[Context<'_>], requests: usize) -> usize {
+    let mut bytes = 0;
+    for n in 0..requests {
+        let ctx = &contexts[n % contexts.len()];
+        let body = rules
+            .outcomes(ctx)
+            .response_bytes(DECIDE_VERSION, uuid::Uuid::nil());
+        bytes += std::hint::black_box(body).len();
+    }
+    bytes
+}
+
+#[inline(never)]
+fn drive_unstored(rules: &ProjectRules, contexts: &[Context<'_>], requests: usize) -> usize {
+    drive(rules, contexts, requests)
+}
+
+#[inline(never)]
+fn drive_stored(rules: &ProjectRules, contexts: &[Context<'_>], requests: usize) -> usize {
+    drive(rules, contexts, requests)
+}
+
+#[inline(never)]
+fn drive_shared_pattern(rules: &ProjectRules, contexts: &[Context<'_>], requests: usize) -> usize {
+    drive(rules, contexts, requests)
+}
+
+/// The `FLAGS_DRIVER` mode: each case answered `requests` times, by its own function.
+fn driver(requests: usize) {
+    let definitions = definitions();
+    let now = OffsetDateTime::now_utc();
+    let rules = ProjectRules::from_value(definitions.clone()).expect("compiles");
+    let callers: Vec<Caller> = (0..CALLERS).map(Caller::new).collect();
+    let contexts: Vec<Context<'_>> = callers.iter().map(|c| c.context(now)).collect();
+    let bytes = drive_unstored(&rules, &contexts, requests);
+    println!("no stored person: {requests} requests, {bytes} bytes");
+    let stored: Vec<Caller> = (0..CALLERS).map(|n| Caller::new(n).stored()).collect();
+    let contexts: Vec<Context<'_>> = stored.iter().map(|c| c.context(now)).collect();
+    let bytes = drive_stored(&rules, &contexts, requests);
+    println!("stored person: {requests} requests, {bytes} bytes");
+    let rules = ProjectRules::from_value(with_shared_pattern(definitions)).expect("compiles");
+    let on_page: Vec<Caller> = (0..CALLERS).map(|n| Caller::new(n).on_page()).collect();
+    let contexts: Vec<Context<'_>> = on_page.iter().map(|c| c.context(now)).collect();
+    let bytes = drive_shared_pattern(&rules, &contexts, requests);
+    println!("10 flags sharing a pattern: {requests} requests, {bytes} bytes");
+}
+
 criterion_group! {
     name = benches;
     config = common::criterion();
     targets = flags
 }
-criterion_main!(benches);
+
+fn main() {
+    if let Ok(requests) = std::env::var("FLAGS_DRIVER") {
+        driver(
+            requests
+                .parse()
+                .expect("FLAGS_DRIVER is a number of requests"),
+        );
+        return;
+    }
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}

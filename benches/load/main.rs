@@ -30,6 +30,7 @@ mod target;
 #[allow(dead_code)]
 #[path = "../../tests/integration/util.rs"]
 mod util;
+mod wrk;
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -62,9 +63,10 @@ struct Args {
     warmup_ms: u64,
     /// scenario to run: capture, batch, decide, compactor, compactor-anon, memory (an
     /// ingest of --memory-events, then a soak), sink (the ClickHouse sink at --rate,
-    /// default 100000 events/s; needs clickhouse-server) or console (batch and decide
-    /// alone, then beside console users); repeat for several [default all but memory,
-    /// sink and console]
+    /// default 100000 events/s; needs clickhouse-server), console (batch and decide
+    /// alone, then beside console users) or wrk (capture and decide under Debian's
+    /// `wrk -t1 -c64`, for --seconds, --rounds times); repeat for several [default all
+    /// but memory, sink, console and wrk]
     #[argh(option)]
     scenario: Vec<String>,
     /// memory scenario: events to ingest from 100,000 persons before reading the
@@ -133,6 +135,8 @@ struct Config {
     sink: Option<sink::Settings>,
     /// The console scenario's settings, when it was asked for.
     console: Option<console::Settings>,
+    /// The wrk scenario's settings, when it was asked for.
+    wrk: Option<wrk::Settings>,
 }
 
 fn main() -> ExitCode {
@@ -162,12 +166,15 @@ fn config(args: Args) -> Result<Config, String> {
     let with_memory = args.scenario.iter().any(|name| name == memory::NAME);
     let with_sink_scenario = args.scenario.iter().any(|name| name == sink::NAME);
     let with_console = args.scenario.iter().any(|name| name == console::NAME);
+    let with_wrk = args.scenario.iter().any(|name| name == wrk::NAME);
     let scenarios = if args.scenario.is_empty() {
         Scenario::ALL.to_vec()
     } else {
         args.scenario
             .iter()
-            .filter(|name| ![memory::NAME, sink::NAME, console::NAME].contains(&name.as_str()))
+            .filter(|name| {
+                ![memory::NAME, sink::NAME, console::NAME, wrk::NAME].contains(&name.as_str())
+            })
             .map(|name| Scenario::parse(name))
             .collect::<Result<_, _>>()?
     };
@@ -208,6 +215,11 @@ fn config(args: Args) -> Result<Config, String> {
             warmup: Duration::from_millis(args.warmup_ms),
             measure: Duration::from_secs(args.seconds),
             pause: Duration::from_millis(args.console_pause_ms),
+        }),
+        wrk: with_wrk.then(|| wrk::Settings {
+            measure: Duration::from_secs(args.seconds),
+            warmup: Duration::from_millis(args.warmup_ms),
+            rounds: args.rounds.max(1),
         }),
     })
 }
@@ -250,6 +262,10 @@ fn run(config: Config) -> Result<(), String> {
     if let Some(settings) = &config.console {
         let rows = console::run(&runtime, settings, &data_dir, dir.path())?;
         console::report(&rows, settings.pause);
+    }
+    if let Some(settings) = &config.wrk {
+        let rows = wrk::run(&runtime, settings, &data_dir, dir.path())?;
+        wrk::report(&rows);
     }
     if let Some(settings) = &config.sink {
         let report = sink::run(&runtime, settings, &data_dir, &dir.path().join("sink"))?;

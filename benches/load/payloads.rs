@@ -168,6 +168,11 @@ fn now_ms() -> i64 {
     i64::try_from(nanos / 1_000_000).expect("the current time fits in i64 milliseconds")
 }
 
+/// `count` `/decide` bodies of the callers from the `first`th on.
+pub fn decide_bodies(first: usize, count: usize) -> Vec<Bytes> {
+    (first..first + count).map(decide).collect()
+}
+
 /// A posthog-js `/decide` call: the person's properties and groups travel with it, so
 /// every condition of the generated flags has something to compare.
 fn decide(n: usize) -> Bytes {

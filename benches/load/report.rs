@@ -27,6 +27,9 @@ pub fn preamble(config: &Config) {
     if config.sink.is_some() {
         scenarios += &format!(" --scenario {}", crate::sink::NAME);
     }
+    if config.wrk.is_some() {
+        scenarios += &format!(" --scenario {}", crate::wrk::NAME);
+    }
     if config.with_sink {
         scenarios += " --with-sink";
     }

@@ -173,6 +173,7 @@ mod tests {
             flags_by_id: HashMap::new(),
             flags_by_key: HashMap::new(),
             property_keys: Default::default(),
+            predicates: Default::default(),
             matching: Default::default(),
         };
         compile(&root, &scope)

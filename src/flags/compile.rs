@@ -7,10 +7,10 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde_json::Value;
 
-use super::cohort::{self, Cohorts};
+use super::cohort::{self, Cohorts, Tree};
 use super::definition::Node;
 use super::error::{CompileError, ErrorKind};
-use super::filter::Scope;
+use super::filter::{Leaf, Scope, Source, UNSHARED};
 use super::flag::{Flag, FlagScope, Header, Logic};
 use super::graph;
 use super::property::Matching;
@@ -31,6 +31,8 @@ pub struct ProjectRules {
     needs_continuity: bool,
     /// How many distinct property keys the filters read (see `Scope::slot`).
     pub(super) property_keys: usize,
+    /// How many person tests more than one filter makes (see [`share_predicates`]).
+    pub(super) predicates: usize,
     /// The slot of the `distinct_id` property, when a filter reads it: PostHog adds the
     /// request's distinct id to the person properties a flag sees.
     pub(super) distinct_id_slot: Option<usize>,
@@ -67,9 +69,10 @@ impl ProjectRules {
             flags_by_id: index_ids(&live, &headers, &items)?,
             flags_by_key: index_keys(&live, &headers, &items)?,
             property_keys: Default::default(),
+            predicates: Default::default(),
             matching: matching(&root.get("property_matching_version"))?,
         };
-        let cohorts = cohort::compile(&cohorts_node, &scope)?;
+        let mut cohorts = cohort::compile(&cohorts_node, &scope)?;
         let ctx = FlagScope {
             scope: &scope,
             cohorts: &cohorts,
@@ -86,6 +89,7 @@ impl ProjectRules {
             )?);
         }
         let property_keys = scope.property_keys.borrow().len();
+        let predicates = share_predicates(&mut flags, &mut cohorts.trees);
         let distinct_id_slot = scope.property_keys.borrow().get(DISTINCT_ID).copied();
         let order = graph::plan(&mut flags, &mut warnings);
         let logic = |i: &usize| flags[*i].logic.as_ref();
@@ -103,6 +107,7 @@ impl ProjectRules {
             needs_group,
             needs_continuity,
             property_keys,
+            predicates,
             distinct_id_slot,
         })
     }
@@ -195,6 +200,62 @@ fn compile_flag(
         flag.logic = Some(logic);
     }
     Ok(flag)
+}
+
+/// Numbers the person tests that more than one filter makes (by `Scope::predicate`'s
+/// identity) from 0, so a request remembers those answers only; every other filter's
+/// `predicate` becomes [`UNSHARED`] and is tested directly, with nothing to remember.
+/// Answers the number of shared tests.
+fn share_predicates(flags: &mut [Flag], trees: &mut [Tree]) -> usize {
+    let mut uses: HashMap<usize, usize> = HashMap::new();
+    let mut count = |leaf: &mut Leaf| {
+        if let Leaf::Property {
+            predicate,
+            source: Source::Person,
+            ..
+        } = leaf
+        {
+            *uses.entry(*predicate).or_default() += 1;
+        }
+    };
+    each_leaf(flags, trees, &mut count);
+    let mut numbers: HashMap<usize, usize> = HashMap::new();
+    let mut renumber = |leaf: &mut Leaf| {
+        if let Leaf::Property {
+            predicate, source, ..
+        } = leaf
+        {
+            *predicate = match (*source, uses.get(predicate)) {
+                (Source::Person, Some(&n)) if n > 1 => {
+                    let next = numbers.len();
+                    *numbers.entry(*predicate).or_insert(next)
+                }
+                _ => UNSHARED,
+            };
+        }
+    };
+    each_leaf(flags, trees, &mut renumber);
+    numbers.len()
+}
+
+/// Every leaf of the flags' conditions (early access included) and of the cohorts.
+fn each_leaf(flags: &mut [Flag], trees: &mut [Tree], f: &mut impl FnMut(&mut Leaf)) {
+    for logic in flags.iter_mut().filter_map(|flag| flag.logic.as_mut()) {
+        let conditions = logic.conditions.iter_mut();
+        let early = logic.super_condition.iter_mut().map(|s| &mut s.condition);
+        for condition in conditions.chain(early) {
+            condition.filters.iter_mut().for_each(&mut *f);
+        }
+    }
+    fn walk(tree: &mut Tree, f: &mut impl FnMut(&mut Leaf)) {
+        match tree {
+            Tree::All(children) | Tree::Any(children) => {
+                children.iter_mut().for_each(|child| walk(child, f))
+            }
+            Tree::Leaf(leaf) => f(leaf),
+        }
+    }
+    trees.iter_mut().for_each(|tree| walk(tree, f));
 }
 
 /// `property_matching_version`: absent or 1 is the legacy boolean matching; 2 compares

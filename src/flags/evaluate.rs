@@ -5,24 +5,31 @@
 //! dependency order and reported in definition order. Property lookups are lazy: a
 //! failed person (or group) lookup only fails the flags that actually read it, and their
 //! dependents.
+//!
+//! What one request would compute twice, it computes once: each property key's value,
+//! each person test that several filters make (flags and cohorts often test the same
+//! property the same way, such as one URL pattern), and each hash whose input repeats
+//! (the holdout hash, which has no flag key, and a flag's own hashes reused by its
+//! early-access condition and by conditions that bucket alike). The per-request memory
+//! for these sits on the stack for files of up to `STACK_SLOTS` keys and shared tests.
 
 use std::borrow::Cow;
 use std::cell::Cell;
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 
-use super::cohort::Tree;
 use super::compile::ProjectRules;
 use super::filter::{CohortRef, FlagRef, Leaf, Source};
 use super::flag::{Aggregation, Condition, Flag, Logic};
-use super::hash::{holdout_hash, in_rollout, FlagHashes};
+use super::hash::{in_rollout, Computed, FlagHashes};
 use super::outcome::{variant_key, Decision, Outcomes, Pick, Slot};
-use super::props::{find, person_get, Props};
+use super::props::find;
 use super::result::{Context, Evaluation, FailureCause, ReasonCode};
 
-/// One property key's value for the request, remembered from its first lookup on (the
-/// outer `None` is "not looked up yet"). Indexed by the filters' slots.
-type Lookup<'c> = Cell<Option<Option<&'c Value>>>;
+mod cohorts;
+mod memo;
+
+use memo::{Known, Lookup, Memo, STACK_SLOTS};
 
 impl ProjectRules {
     /// Evaluates every active flag for one request.
@@ -33,6 +40,28 @@ impl ProjectRules {
     /// Evaluates every active flag for one request, without copying anything out of the
     /// rules: for writing a response straight away.
     pub fn outcomes(&self, ctx: &Context<'_>) -> Outcomes<'_> {
+        // Only built when a filter reads `distinct_id`, so other projects pay nothing.
+        let distinct = self
+            .distinct_id_slot
+            .map(|_| Value::String(ctx.distinct_id.to_owned()));
+        if self.property_keys <= STACK_SLOTS && self.predicates <= STACK_SLOTS {
+            let lookups: [Lookup<'_>; STACK_SLOTS] = [const { Cell::new(None) }; STACK_SLOTS];
+            let known: [Known; STACK_SLOTS] = [const { Cell::new(None) }; STACK_SLOTS];
+            self.outcomes_with(ctx, distinct.as_ref(), &lookups, &known)
+        } else {
+            let lookups: Vec<Lookup<'_>> = vec![Cell::new(None); self.property_keys];
+            let known: Vec<Known> = vec![Cell::new(None); self.predicates];
+            self.outcomes_with(ctx, distinct.as_ref(), &lookups, &known)
+        }
+    }
+
+    fn outcomes_with<'c>(
+        &self,
+        ctx: &Context<'c>,
+        distinct: Option<&'c Value>,
+        lookups: &[Lookup<'c>],
+        known: &[Known],
+    ) -> Outcomes<'_> {
         let mut slots: Vec<Slot> = self
             .flags
             .iter()
@@ -46,11 +75,12 @@ impl ProjectRules {
                 }
             })
             .collect();
-        // Only built when a filter reads `distinct_id`, so other projects pay nothing.
-        let distinct = self
-            .distinct_id_slot
-            .map(|_| Value::String(ctx.distinct_id.to_owned()));
-        let lookups: Vec<Lookup<'_>> = vec![Cell::new(None); self.property_keys];
+        let memo = Memo {
+            lookups,
+            known,
+            holdout: Cell::new(None),
+            distinct,
+        };
         for &i in &self.order {
             let flag = &self.flags[i];
             let Some(logic) = &flag.logic else { continue };
@@ -58,8 +88,7 @@ impl ProjectRules {
                 rules: self,
                 ctx,
                 slots: &slots,
-                lookups: &lookups,
-                distinct: distinct.as_ref(),
+                memo: &memo,
             };
             slots[i] = match env.flag(flag, logic) {
                 Ok(decision) => Slot::Done(decision),
@@ -74,8 +103,7 @@ struct Env<'r, 'c> {
     rules: &'r ProjectRules,
     ctx: &'r Context<'c>,
     slots: &'r [Slot],
-    lookups: &'r [Lookup<'c>],
-    distinct: Option<&'c Value>,
+    memo: &'r Memo<'r, 'c>,
 }
 
 /// The most telling non-match so far and its condition, as PostHog ranks them:
@@ -120,13 +148,16 @@ impl<'r, 'c> Env<'r, 'c> {
         let Some(bucket) = bucket else {
             return self.conditions(key, logic, None);
         };
+        let mut hashes = FlagHashes::new(key, &bucket);
         if early_access {
-            if let Some(decision) = self.early_access(key, logic, person_bucket)? {
+            // A person flag's early-access hash is its own rollout hash.
+            let shared = logic.aggregation.is_none().then_some(&mut hashes);
+            if let Some(decision) = self.early_access(key, logic, person_bucket, shared)? {
                 return Ok(decision);
             }
         }
         if let Some(holdout) = &logic.holdout {
-            if in_rollout(holdout.percentage, || holdout_hash(&bucket)) {
+            if in_rollout(holdout.percentage, || self.holdout_hash(&bucket)) {
                 return Ok(Decision {
                     enabled: true,
                     pick: Pick::Holdout,
@@ -135,18 +166,19 @@ impl<'r, 'c> Env<'r, 'c> {
                 });
             }
         }
-        let mut hashes = FlagHashes::new(key, &bucket);
         self.conditions(key, logic, Some(&mut hashes))
     }
 
     /// `feature_enrollment` (the person's `$feature_enrollment/<key>`: true or "true"
     /// enables), else legacy `super_groups[0]`; each decides only when the person has
-    /// the property it is about, and never picks a variant.
-    fn early_access(
+    /// the property it is about, and never picks a variant. `shared` are the flag's own
+    /// hashes when it buckets by `person_bucket` too.
+    fn early_access<'h>(
         &self,
-        key: &str,
+        key: &'h str,
         logic: &Logic,
-        person_bucket: &str,
+        person_bucket: &'h str,
+        shared: Option<&mut FlagHashes<'h>>,
     ) -> Result<Option<Decision>, FailureCause> {
         let person = self.person();
         let mut decided = None;
@@ -161,7 +193,14 @@ impl<'r, 'c> Env<'r, 'c> {
             }
             if present {
                 let condition = &sup.condition;
-                let mut hashes = FlagHashes::new(key, person_bucket);
+                let mut own;
+                let hashes = match shared {
+                    Some(hashes) => hashes,
+                    None => {
+                        own = FlagHashes::new(key, person_bucket);
+                        &mut own
+                    }
+                };
                 decided = Some(
                     self.all(&condition.filters, None)?
                         && in_rollout(condition.rollout, || hashes.rollout()),
@@ -201,6 +240,9 @@ impl<'r, 'c> Env<'r, 'c> {
             code: ReasonCode::NoGroupType,
             index: None,
         };
+        // The last other aggregation seen, its bucketing id and the hashes known for it,
+        // for the next condition on it.
+        let mut other: Option<(Option<i64>, Option<Cow<'c, str>>, Computed)> = None;
         for (i, condition) in logic.conditions.iter().enumerate() {
             let own_index = condition.aggregation.as_ref().map(|a| a.index);
             let step = if own_index == flag_index {
@@ -209,16 +251,21 @@ impl<'r, 'c> Env<'r, 'c> {
                     None => Err(ReasonCode::NoGroupType),
                 }
             } else {
-                let own_bucket = match &condition.aggregation {
-                    Some(aggregation) => self.group_key(aggregation),
-                    None => Some(Cow::Borrowed(self.person_bucket(logic))),
-                };
-                match own_bucket.as_deref() {
-                    Some(bucket) => {
-                        let mut own = FlagHashes::new(key, bucket);
-                        self.condition(logic, condition, i, &mut own)?
+                if other.as_ref().map(|(index, ..)| *index) != Some(own_index) {
+                    let own_bucket = match &condition.aggregation {
+                        Some(aggregation) => self.group_key(aggregation),
+                        None => Some(Cow::Borrowed(self.person_bucket(logic))),
+                    };
+                    other = Some((own_index, own_bucket, Computed::default()));
+                }
+                match &mut other {
+                    Some((_, Some(bucket), known)) => {
+                        let mut own = FlagHashes::resume(key, bucket, *known);
+                        let step = self.condition(logic, condition, i, &mut own)?;
+                        *known = own.known();
+                        step
                     }
-                    None => Err(ReasonCode::NoGroupType),
+                    _ => Err(ReasonCode::NoGroupType),
                 }
             };
             match step {
@@ -308,22 +355,24 @@ impl<'r, 'c> Env<'r, 'c> {
             Leaf::Property {
                 key,
                 slot,
+                predicate,
                 source,
                 operator,
                 negate,
             } => {
-                let actual = match source {
-                    Source::Person => self.person_value(key, *slot)?,
+                let matched = match source {
+                    Source::Person => self.person_test(key, *slot, *predicate, operator)?,
                     Source::Group(index) => {
                         let index = index.or(aggregation.map(|a| a.index));
                         let name = index.and_then(|i| self.rules.group_type_mapping().get(&i));
-                        match name {
+                        let actual = match name {
                             Some(name) => self.group_props(name).get(key)?,
                             None => None,
-                        }
+                        };
+                        operator.matches(actual, self.ctx.now)
                     }
                 };
-                (operator.matches(actual, self.ctx.now), *negate)
+                (matched, *negate)
             }
             Leaf::Cohort {
                 cohort,
@@ -357,91 +406,6 @@ impl<'r, 'c> Env<'r, 'c> {
             }
         };
         Ok(matched != negate)
-    }
-
-    fn cohort(&self, index: usize) -> Result<bool, FailureCause> {
-        let cohorts = &self.rules.cohorts;
-        match (cohorts.trees.get(index), cohorts.usable.get(index)) {
-            (Some(tree), Some(true)) => self.tree(tree),
-            _ => Err(FailureCause::Unsupported),
-        }
-    }
-
-    fn tree(&self, tree: &Tree) -> Result<bool, FailureCause> {
-        match tree {
-            Tree::All(children) => {
-                for child in children {
-                    if !self.tree(child)? {
-                        return Ok(false);
-                    }
-                }
-                Ok(true)
-            }
-            Tree::Any(children) => {
-                for child in children {
-                    if self.tree(child)? {
-                        return Ok(true);
-                    }
-                }
-                Ok(children.is_empty())
-            }
-            // Cohorts are about people: their leaves read the person, whatever their type.
-            Tree::Leaf(Leaf::Property {
-                key,
-                slot,
-                operator,
-                negate,
-                ..
-            }) => {
-                let actual = self.person_value(key, *slot)?;
-                Ok(operator.matches(actual, self.ctx.now) != *negate)
-            }
-            Tree::Leaf(leaf) => self.leaf(leaf, None),
-        }
-    }
-
-    /// The person's value for a filter's key, whose number among the file's keys is
-    /// `slot`: each key is hashed and found once per request.
-    #[inline]
-    fn person_value(&self, key: &str, slot: usize) -> Result<Option<&'c Value>, FailureCause> {
-        let Some(map) = self.ctx.person_properties else {
-            return Err(FailureCause::PersonProperties);
-        };
-        match self.lookups.get(slot).map(Cell::get) {
-            Some(Some(found)) => Ok(found),
-            _ => Ok(self.find_person_value(map, key, slot)),
-        }
-    }
-
-    /// The first lookup of a key: found in the map and remembered.
-    #[inline(never)]
-    fn find_person_value(
-        &self,
-        map: &'c Map<String, Value>,
-        key: &str,
-        slot: usize,
-    ) -> Option<&'c Value> {
-        let found = person_get(map, key, self.distinct);
-        if let Some(lookup) = self.lookups.get(slot) {
-            lookup.set(Some(found));
-        }
-        found
-    }
-
-    #[inline]
-    fn person(&self) -> Props<'c> {
-        match self.ctx.person_properties {
-            Some(map) => Props::Person(map, self.distinct),
-            None => Props::Failed(FailureCause::PersonProperties),
-        }
-    }
-
-    fn group_props(&self, name: &str) -> Props<'c> {
-        match self.ctx.group_properties.get(name) {
-            Some(Some(map)) => Props::Known(Some(map)),
-            Some(None) => Props::Failed(FailureCause::GroupProperties(name.to_owned())),
-            None => Props::Known(None),
-        }
     }
 
     /// The request's key for a group aggregation; `None` when the type is unmapped or

@@ -42,7 +42,7 @@ pub(super) enum Expect {
 }
 
 /// Whose properties a property filter reads: PostHog routes each filter by its `type`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(super) enum Source {
     Person,
     /// A group's: the filter's `group_type_index`, else its condition's aggregation.
@@ -55,6 +55,10 @@ pub(super) enum Leaf {
         key: String,
         /// The key's number among all property keys of the file (see [`Scope::slot`]).
         slot: usize,
+        /// The number of the test (key, source, operator and value) among the person
+        /// tests several filters of the file make, which give the same answer for the
+        /// same person; [`UNSHARED`] for the others (see `compile::share_predicates`).
+        predicate: usize,
         source: Source,
         operator: Operator,
         negate: bool,
@@ -79,9 +83,20 @@ pub(super) struct Scope {
     /// Property keys numbered in order of first use, so evaluation can remember each
     /// key's lookup for the request in a vector.
     pub(super) property_keys: RefCell<HashMap<String, usize>>,
+    /// Property tests numbered in order of first use, so evaluation can remember each
+    /// test's answer for the request in a vector.
+    pub(super) predicates: RefCell<HashMap<PredicateKey, usize>>,
     /// The file's `property_matching_version`.
     pub(super) matching: Matching,
 }
+
+/// The `predicate` of a property filter whose test no other filter makes.
+pub(super) const UNSHARED: usize = usize::MAX;
+
+/// What makes two property filters the same test: key, source, operator name and the
+/// value's JSON text. The file's matching version is the same for all of them, so equal
+/// keys compile to equal operators (equal values written differently only share less).
+pub(super) type PredicateKey = (String, Source, String, String);
 
 impl Scope {
     /// The number of a property key, the same for every filter that reads it.
@@ -89,6 +104,14 @@ impl Scope {
         let mut keys = self.property_keys.borrow_mut();
         let next = keys.len();
         *keys.entry(key.to_owned()).or_insert(next)
+    }
+
+    /// The number of a property test, the same for every filter that is this test;
+    /// renumbered once the whole file is compiled.
+    fn predicate(&self, test: PredicateKey) -> usize {
+        let mut tests = self.predicates.borrow_mut();
+        let next = tests.len();
+        *tests.entry(test).or_insert(next)
     }
 }
 
@@ -121,7 +144,14 @@ impl Leaf {
                     "group" => Source::Group(node.get("group_type_index").opt_i64()?),
                     _ => Source::Person,
                 };
+                let test = (
+                    key.clone(),
+                    source,
+                    op.opt_str()?.unwrap_or("exact").to_owned(),
+                    value.value().to_string(),
+                );
                 Ok(Leaf::Property {
+                    predicate: scope.predicate(test),
                     slot: scope.slot(&key),
                     key,
                     source,

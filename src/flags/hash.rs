@@ -48,28 +48,41 @@ pub(super) fn in_rollout(percentage: Option<f64>, hash: impl FnOnce() -> f64) ->
 pub(super) struct FlagHashes<'a> {
     key: &'a str,
     id: &'a str,
+    known: Computed,
+}
+
+/// The rollout and variant hashes computed so far for one flag and id.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Computed {
     rollout: Option<f64>,
     variant: Option<f64>,
 }
 
 impl<'a> FlagHashes<'a> {
     pub(super) fn new(key: &'a str, id: &'a str) -> Self {
-        FlagHashes {
-            key,
-            id,
-            rollout: None,
-            variant: None,
-        }
+        FlagHashes::resume(key, id, Computed::default())
+    }
+
+    /// The hashes of `key` and `id`, with those already computed for them.
+    pub(super) fn resume(key: &'a str, id: &'a str, known: Computed) -> Self {
+        FlagHashes { key, id, known }
+    }
+
+    /// What has been computed, to resume from later.
+    pub(super) fn known(&self) -> Computed {
+        self.known
     }
 
     pub(super) fn rollout(&mut self) -> f64 {
         *self
+            .known
             .rollout
             .get_or_insert_with(|| flag_hash(self.key, self.id, ""))
     }
 
     pub(super) fn variant(&mut self) -> f64 {
         *self
+            .known
             .variant
             .get_or_insert_with(|| flag_hash(self.key, self.id, VARIANT_SALT))
     }

@@ -139,6 +139,7 @@ fn unevaluable(property: &Node<'_>) -> Result<(), CompileError> {
         flags_by_id: HashMap::new(),
         flags_by_key: HashMap::new(),
         property_keys: Default::default(),
+        predicates: Default::default(),
         // The operator's name is what is checked; matching only shapes its value.
         matching: Matching {
             legacy_booleans: true,

@@ -19,17 +19,48 @@ impl Version {
             Value::Number(n) => return Version::parse(&Value::String(n.to_string())),
             _ => return None,
         };
-        let [major, minor, patch] = numeric_parts(core(text))?;
+        let [major, minor, patch] = version_parts(unprefixed(text))?;
         Some(Version(major, minor, patch))
     }
 }
 
+/// The text without range sigils and a leading `v`.
+fn unprefixed(text: &str) -> &str {
+    let text = text.trim_start_matches(['~', '^', '=', ' ']);
+    text.strip_prefix(['v', 'V']).unwrap_or(text)
+}
+
 /// The text without range sigils, a leading `v`, and any pre-release or build suffix.
 fn core(text: &str) -> &str {
-    let text = text.trim_start_matches(['~', '^', '=', ' ']);
-    let text = text.strip_prefix(['v', 'V']).unwrap_or(text);
+    let text = unprefixed(text);
     let end = text.find(['-', '+']).unwrap_or(text.len());
     &text[..end]
+}
+
+/// `numeric_parts` of the text up to its first `-` or `+`, in one pass over the bytes:
+/// a request parses its version once for every semver filter it meets.
+fn version_parts(text: &str) -> Option<[u64; MAX_PARTS]> {
+    let mut parts = [0u64; MAX_PARTS];
+    let mut part = 0;
+    let mut digits = false;
+    for &byte in text.as_bytes() {
+        match byte {
+            b'0'..=b'9' => {
+                let n = parts.get_mut(part)?;
+                *n = n.checked_mul(10)?.checked_add(u64::from(byte - b'0'))?;
+                digits = true;
+            }
+            // An empty part, or a part past the last, is not a version.
+            b'.' if !digits || part + 1 >= MAX_PARTS => return None,
+            b'.' => {
+                part += 1;
+                digits = false;
+            }
+            b'-' | b'+' => break,
+            _ => return None,
+        }
+    }
+    digits.then_some(parts)
 }
 
 /// Up to `MAX_PARTS` dot-separated decimal numbers, missing ones 0; `None` when there are
@@ -172,6 +203,51 @@ mod tests {
             json!(true),
         ] {
             assert_eq!(Version::parse(&bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_one_pass_parse_agrees_with_splitting() {
+        // Every string of up to four characters over the characters that matter, then
+        // longer ones from a fixed pseudo-random sequence, and numbers around u64::MAX.
+        let alphabet: Vec<char> = "0129.-+vV~^= xé".chars().collect();
+        let mut texts: Vec<String> = vec![String::new()];
+        let mut last = vec![String::new()];
+        for _ in 0..4 {
+            last = last
+                .iter()
+                .flat_map(|t| alphabet.iter().map(move |c| format!("{t}{c}")))
+                .collect();
+            texts.extend(last.iter().cloned());
+        }
+        let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+        for _ in 0..100_000 {
+            let len = (seed % 12) as usize;
+            let text: String = (0..len)
+                .map(|_| {
+                    seed ^= seed << 13;
+                    seed ^= seed >> 7;
+                    seed ^= seed << 17;
+                    alphabet[(seed % alphabet.len() as u64) as usize]
+                })
+                .collect();
+            texts.push(text);
+        }
+        for big in [
+            "18446744073709551615",
+            "18446744073709551616",
+            "99999999999999999999",
+        ] {
+            texts.push(big.to_owned());
+            texts.push(format!("1.{big}"));
+            texts.push(format!("v1.2.{big}-rc"));
+        }
+        for text in &texts {
+            assert_eq!(
+                version_parts(unprefixed(text)),
+                numeric_parts(core(text)),
+                "{text:?}"
+            );
         }
     }
 

@@ -12,6 +12,7 @@ mod operators;
 mod parity;
 mod reload;
 mod responses;
+mod shared;
 
 use std::collections::HashMap;
 
