@@ -476,3 +476,46 @@ fn a_database_that_cannot_be_reopened_fails_liveness_and_starves_the_watchdog() 
     assert_stored_exactly_once(&restarted, &outcome.acked, "after the restart");
     drop(restarted);
 }
+
+/// Killed (SIGKILL) while the disk is full, three times, each restart after space
+/// returned: the events acknowledged before each fill are all stored, once.
+#[test]
+#[ignore = "needs root to mount a tmpfs (.ci/run runs as root)"]
+fn kills_while_the_disk_is_full_lose_nothing_acknowledged() {
+    let disk = Tmpfs::mount();
+    fill_data_dir(disk.path());
+    let args = ["--min-free-disk-mb", "16", "--log-segment-mb", "1"];
+    let mut server = Server::spawn(disk.path(), &args);
+    let mut acked: Vec<String> = Vec::new();
+    for round in 0..3 {
+        let stop = Arc::new(AtomicBool::new(false));
+        let outcome = Arc::new(Mutex::new(Outcome::default()));
+        let clients: Vec<_> = (0..CLIENTS)
+            .map(|_| {
+                let (stop, out, addr) = (stop.clone(), outcome.clone(), server.addr);
+                std::thread::spawn(move || post_batches(addr, &stop, &out))
+            })
+            .collect();
+        wait_for("events acknowledged before the fill", || {
+            (outcome.lock().unwrap().acked.len() >= 20 * BATCH).then_some(())
+        });
+        let filler = fill(disk.path());
+        std::thread::sleep(Duration::from_millis(300 + 200 * round));
+        server.kill();
+        stop.store(true, Ordering::Relaxed);
+        for c in clients {
+            c.join().unwrap();
+        }
+        std::fs::remove_file(&filler).unwrap();
+        acked.extend(
+            Arc::try_unwrap(outcome)
+                .ok()
+                .unwrap()
+                .into_inner()
+                .unwrap()
+                .acked,
+        );
+        server = Server::spawn(disk.path(), &args);
+        assert_stored_exactly_once(&server, &acked, &format!("after kill {round}"));
+    }
+}
