@@ -102,11 +102,16 @@ fn acknowledged_events_survive_random_kills_exactly_once() {
         .iter()
         .filter(|id| !counts.contains_key(id.as_str()))
         .collect();
+    // On a loss, the server's warnings and errors say where (a skipped range, a gap, a
+    // quarantined entry, a storage error).
+    let log = server.log();
+    let noteworthy: Vec<&str> = log.lines().filter(|l| !l.contains(" INFO ")).collect();
     assert!(
         lost.is_empty(),
-        "{} acknowledged events lost, e.g. {:?}",
+        "{} acknowledged events lost, e.g. {:?}; the server's warnings and errors:\n{}",
         lost.len(),
-        lost.first()
+        lost.first(),
+        noteworthy.join("\n")
     );
     eprintln!(
         "crash test: {KILLS} kills survived; {} events acknowledged, all found once; {} events stored in all \
