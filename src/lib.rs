@@ -327,6 +327,14 @@ fn database_error(dir: &Path, e: store::Error) -> Error {
             advice: "stop that server first, or give this one its own --db",
         };
     }
+    if store::live::is_disk_full(&e) {
+        return Error::Database {
+            dir: dir.to_owned(),
+            problem: "the disk is full".into(),
+            advice: "free space on its disk and start again (under systemd the service is \
+                     restarted by itself); nothing acknowledged is lost",
+        };
+    }
     Error::Database {
         dir: dir.to_owned(),
         problem: e.to_string(),

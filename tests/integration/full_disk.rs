@@ -519,3 +519,36 @@ fn kills_while_the_disk_is_full_lose_nothing_acknowledged() {
         assert_stored_exactly_once(&server, &acked, &format!("after kill {round}"));
     }
 }
+
+/// A server started on a full disk stops at once and says so, naming the database and
+/// what to do, rather than blaming the directory.
+#[test]
+#[ignore = "needs root to mount a tmpfs (.ci/run runs as root)"]
+fn a_start_on_a_full_disk_says_the_disk_is_full() {
+    let disk = Tmpfs::mount();
+    fill_data_dir(disk.path());
+    let filler = fill(disk.path());
+    let out = Command::new(env!("CARGO_BIN_EXE_flagpost"))
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--min-free-disk-mb",
+            "0",
+        ])
+        .arg("--data-dir")
+        .arg(disk.path().join("data"))
+        .arg("--db")
+        .arg(disk.path().join("db"))
+        .output()
+        .unwrap();
+    std::fs::remove_file(&filler).unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let expected = format!(
+        "flagpost: database {}: the disk is full; free space on its disk and start again \
+         (under systemd the service is restarted by itself); nothing acknowledged is lost\n",
+        disk.path().join("db").display()
+    );
+    assert!(stderr.ends_with(&expected), "{stderr}");
+}
