@@ -161,21 +161,18 @@ pub async fn top(
     query: Option<&str>,
 ) -> Result<Response<Body>, ApiError> {
     let hours = Params::parse(query).hours()?;
-    let now = crate::clock::now_ms();
-    // Held for the request: a reopen of the database waits for it.
-    let open = app.store.get().ok_or(ApiError::Storage)?;
-    let (counts, status) = blocking(move || {
-        let status = rollup::status(&open.trees.meta)?;
-        if status == Status::Ready {
-            let (from, to) = hour_range(hours, now);
-            return Ok((rollup::top(&open.trees.rollups, project, from, to)?, status));
-        }
-        let mut counts: HashMap<String, u64> = HashMap::new();
-        scan(&open.trees, project, now - hours * HOUR_MS, now, |e| {
-            *counts.entry(e.event.clone()).or_default() += 1;
-        })?;
-        Ok((counts, status))
-    })
+    let (counts, status) = over_hours(
+        app,
+        hours,
+        move |rollups, from, to| rollup::top(rollups, project, from, to),
+        move |trees, after, before| {
+            let mut counts: HashMap<String, u64> = HashMap::new();
+            scan(trees, project, after, before, |e| {
+                *counts.entry(e.event.clone()).or_default() += 1;
+            })?;
+            Ok(counts)
+        },
+    )
     .await?;
     let mut list: Vec<(String, u64)> = counts.into_iter().collect();
     list.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
@@ -212,22 +209,12 @@ pub async fn exposures(
     project: u64,
     hours: i64,
 ) -> Result<(BTreeMap<String, BTreeMap<String, u64>>, Status), ApiError> {
-    let now = crate::clock::now_ms();
-    // Held for the request: a reopen of the database waits for it.
-    let open = app.store.get().ok_or(ApiError::Storage)?;
-    blocking(move || {
-        let status = rollup::status(&open.trees.meta)?;
-        let flags = match status {
-            Status::Ready => {
-                let (from, to) = hour_range(hours, now);
-                rollup::exposures(&open.trees.rollups, project, from, to)?
-            }
-            Status::Building(_) => {
-                super::data::scan_exposures(&open.trees, project, now - hours * HOUR_MS, now)?
-            }
-        };
-        Ok((flags, status))
-    })
+    over_hours(
+        app,
+        hours,
+        move |rollups, from, to| rollup::exposures(rollups, project, from, to),
+        move |trees, after, before| super::data::scan_exposures(trees, project, after, before),
+    )
     .await
 }
 
@@ -238,42 +225,12 @@ pub async fn surveys(
     query: Option<&str>,
 ) -> Result<Response<Body>, ApiError> {
     let hours = Params::parse(query).hours()?;
-    let now = crate::clock::now_ms();
-    // Held for the request: a reopen of the database waits for it.
-    let open = app.store.get().ok_or(ApiError::Storage)?;
-    let (by_survey, status) = blocking(move || {
-        let status = rollup::status(&open.trees.meta)?;
-        if status == Status::Ready {
-            let (from, to) = hour_range(hours, now);
-            return Ok((
-                rollup::surveys(&open.trees.rollups, project, from, to)?,
-                status,
-            ));
-        }
-        let mut by_survey: BTreeMap<String, (String, u64, BTreeMap<String, u64>)> = BTreeMap::new();
-        let filter = EventFilter {
-            after: Some(now - hours * HOUR_MS),
-            before: Some(now),
-            event: Some("survey sent".into()),
-            distinct_id: None,
-        };
-        for entry in query::events(&open.trees, project, filter, None) {
-            let (_, e) = entry?;
-            let p = &e.properties;
-            let Some(id) = p.get("$survey_id").and_then(Value::as_str) else {
-                continue;
-            };
-            let name = p.get("$survey_name").and_then(Value::as_str).unwrap_or(id);
-            let slot = by_survey
-                .entry(id.to_owned())
-                .or_insert_with(|| (name.to_owned(), 0, BTreeMap::new()));
-            slot.1 += 1;
-            for answer in rollup::answers(p.get("$survey_response")) {
-                *slot.2.entry(answer).or_default() += 1;
-            }
-        }
-        Ok((by_survey, status))
-    })
+    let (by_survey, status) = over_hours(
+        app,
+        hours,
+        move |rollups, from, to| rollup::surveys(rollups, project, from, to),
+        move |trees, after, before| scan_surveys(trees, project, after, before),
+    )
     .await?;
     let surveys: Vec<Value> = by_survey
         .into_iter()
@@ -285,6 +242,67 @@ pub async fn surveys(
         StatusCode::OK,
         &json!({"hours": hours, "surveys": surveys, "rollups": describe(status)}),
     ))
+}
+
+/// Survey answers by survey: its name, its responses and each answer's count.
+type BySurvey = BTreeMap<String, (String, u64, BTreeMap<String, u64>)>;
+
+/// [`surveys`] from the stored `survey sent` events, while the rollups are being built.
+fn scan_surveys(
+    trees: &Trees,
+    project: u64,
+    after: i64,
+    before: i64,
+) -> Result<BySurvey, sled::Error> {
+    let mut by_survey = BySurvey::new();
+    let filter = EventFilter {
+        after: Some(after),
+        before: Some(before),
+        event: Some("survey sent".into()),
+        distinct_id: None,
+    };
+    for entry in query::events(trees, project, filter, None) {
+        let (_, e) = entry?;
+        let p = &e.properties;
+        let Some(id) = p.get("$survey_id").and_then(Value::as_str) else {
+            continue;
+        };
+        let name = p.get("$survey_name").and_then(Value::as_str).unwrap_or(id);
+        let slot = by_survey
+            .entry(id.to_owned())
+            .or_insert_with(|| (name.to_owned(), 0, BTreeMap::new()));
+        slot.1 += 1;
+        for answer in rollup::answers(p.get("$survey_response")) {
+            *slot.2.entry(answer).or_default() += 1;
+        }
+    }
+    Ok(by_survey)
+}
+
+/// A read over the last `hours`: from the rollups (whole hours through the current
+/// one) once they are built, else by scanning the stored events of the range; with the
+/// rollups' state, which the answer reports.
+async fn over_hours<T: Send + 'static>(
+    app: &Arc<App>,
+    hours: i64,
+    from_rollups: impl FnOnce(&sled::Tree, i64, i64) -> Result<T, sled::Error> + Send + 'static,
+    by_scan: impl FnOnce(&Trees, i64, i64) -> Result<T, sled::Error> + Send + 'static,
+) -> Result<(T, Status), ApiError> {
+    let now = crate::clock::now_ms();
+    // Held for the request: a reopen of the database waits for it.
+    let open = app.store.get().ok_or(ApiError::Storage)?;
+    blocking(move || {
+        let status = rollup::status(&open.trees.meta)?;
+        let value = match status {
+            Status::Ready => {
+                let (from, to) = hour_range(hours, now);
+                from_rollups(&open.trees.rollups, from, to)?
+            }
+            Status::Building(_) => by_scan(&open.trees, now - hours * HOUR_MS, now)?,
+        };
+        Ok((value, status))
+    })
+    .await
 }
 
 /// Every stored event of the project between two times.
