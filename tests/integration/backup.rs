@@ -39,21 +39,11 @@ fn path(p: &Path) -> &str {
 
 /// Post batches until stopped; every uuid of a 200 goes into `acked`.
 fn post_batches(server: std::net::SocketAddr, stop: &AtomicBool, acked: &Mutex<Vec<String>>) {
-    while !stop.load(Ordering::Relaxed) {
-        let uuids: Vec<String> = (0..BATCH)
-            .map(|_| uuid::Uuid::now_v7().to_string())
-            .collect();
-        let batch: Vec<_> = uuids
-            .iter()
-            .map(|u| json!({"event": "e", "distinct_id": u, "uuid": u}))
-            .collect();
-        let body = json!({"api_key": KEY_ONE, "batch": batch}).to_string();
-        if let Some(r) = try_send(server, Req::post("/batch/", body)) {
-            if r.status == 200 {
-                acked.lock().unwrap().extend(uuids);
-            }
+    post_batches_until(server, stop, BATCH, |uuids, answer| {
+        if answer.is_some_and(|r| r.status == 200) {
+            acked.lock().unwrap().extend(uuids);
         }
-    }
+    });
 }
 
 /// A person made of two distinct ids with properties.

@@ -99,18 +99,9 @@ struct Outcome {
 }
 
 fn post_batches(addr: std::net::SocketAddr, stop: &AtomicBool, out: &Mutex<Outcome>) {
-    while !stop.load(Ordering::Relaxed) {
-        let uuids: Vec<String> = (0..BATCH)
-            .map(|_| uuid::Uuid::now_v7().to_string())
-            .collect();
-        let batch: Vec<_> = uuids
-            .iter()
-            .map(|u| json!({"event": "e", "distinct_id": u, "uuid": u}))
-            .collect();
-        let body = json!({"api_key": KEY_ONE, "batch": batch}).to_string();
-        let resp = try_send(addr, Req::post("/batch/", body));
+    post_batches_until(addr, stop, BATCH, |uuids, answer| {
         let mut out = out.lock().unwrap();
-        match resp {
+        match answer {
             Some(r) if r.status == 200 => out.acked.extend(uuids),
             Some(r) => {
                 *out.refused.entry(r.status).or_default() += 1;
@@ -122,7 +113,7 @@ fn post_batches(addr: std::net::SocketAddr, stop: &AtomicBool, out: &Mutex<Outco
             }
             None => out.unanswered += 1,
         }
-    }
+    });
 }
 
 /// Stored uuids, each once, equal to `acked`.

@@ -326,6 +326,29 @@ pub fn write_request(stream: &mut TcpStream, req: &Req, close: bool) {
     let _ = stream.write_all(&bytes);
 }
 
+/// Post `/batch/` requests of `size` events (each its own distinct id and uuid) to the
+/// project of `KEY_ONE` until `stop`; `answered` gets each batch's uuids and its answer,
+/// `None` when none came.
+pub fn post_batches_until(
+    addr: SocketAddr,
+    stop: &std::sync::atomic::AtomicBool,
+    size: usize,
+    mut answered: impl FnMut(Vec<String>, Option<Resp>),
+) {
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        let uuids: Vec<String> = (0..size)
+            .map(|_| uuid::Uuid::now_v7().to_string())
+            .collect();
+        let batch: Vec<_> = uuids
+            .iter()
+            .map(|u| serde_json::json!({"event": "e", "distinct_id": u, "uuid": u}))
+            .collect();
+        let body = serde_json::json!({"api_key": KEY_ONE, "batch": batch}).to_string();
+        let answer = try_send(addr, Req::post("/batch/", body));
+        answered(uuids, answer);
+    }
+}
+
 /// Read one response, Content-Length framed or chunked.
 pub fn read_response(stream: &mut TcpStream) -> Option<Resp> {
     let mut reader = BufReader::new(stream);
