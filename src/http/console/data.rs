@@ -1,8 +1,8 @@
 //! The console's reads that the read API has no endpoint for: persons found by a
-//! property, the flags a person gets now (the evaluation `/decide` runs), flag
-//! exposures, and the server's health (the numbers behind `/metrics` and readiness).
+//! property, the flags a person gets now (the evaluation `/decide` runs), and the
+//! server's health (the numbers behind `/metrics` and readiness). Flag exposures are
+//! with the other insights (`insights`).
 
-use std::collections::BTreeMap;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
@@ -14,7 +14,6 @@ use super::super::error::ApiError;
 use super::super::params::Params;
 use super::super::response::{self, Body};
 use crate::app::App;
-use crate::store::query::{self, EventFilter};
 
 /// Persons examined at most when looking one up by a property: the lookup scans, so
 /// it is bounded, and the answer says when it stopped early.
@@ -38,7 +37,7 @@ pub async fn persons(
     let value = params.get("value").unwrap_or("").to_owned();
     // Held for the request: a reopen of the database waits for it.
     let open = app.store.get().ok_or(ApiError::Storage)?;
-    let (found, complete) = tokio::task::spawn_blocking(move || {
+    let (found, complete) = super::insights::blocking(move || {
         let mut found = Vec::new();
         let mut scanned = 0;
         for entry in open
@@ -67,9 +66,7 @@ pub async fn persons(
         }
         Ok((found, true))
     })
-    .await
-    .map_err(|_| ApiError::Internal)?
-    .map_err(|_| ApiError::Storage)?;
+    .await?;
     Ok(response::json(
         StatusCode::OK,
         &json!({"results": found, "next": null, "complete": complete}),
@@ -98,37 +95,6 @@ pub fn person_flags(
         "application/json",
         body,
     ))
-}
-
-/// Exposures counted from the stored `$feature_flag_called` events themselves, while
-/// the rollups are being built.
-pub fn scan_exposures(
-    trees: &crate::store::Trees,
-    project: u64,
-    after: i64,
-    before: i64,
-) -> Result<BTreeMap<String, BTreeMap<String, u64>>, sled::Error> {
-    let filter = EventFilter {
-        after: Some(after),
-        before: Some(before),
-        event: Some("$feature_flag_called".into()),
-        distinct_id: None,
-    };
-    let mut by_flag: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
-    for entry in query::events(trees, project, filter, None) {
-        let (_, e) = entry?;
-        let Some(flag) = e.properties.get("$feature_flag").and_then(Value::as_str) else {
-            continue;
-        };
-        let value =
-            crate::store::rollup::exposure_value(e.properties.get("$feature_flag_response"));
-        *by_flag
-            .entry(flag.to_owned())
-            .or_default()
-            .entry(value)
-            .or_default() += 1;
-    }
-    Ok(by_flag)
 }
 
 /// What an operator checks: is the server keeping up, is there disk, did a file fail.

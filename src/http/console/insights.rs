@@ -213,7 +213,7 @@ pub async fn exposures(
         app,
         hours,
         move |rollups, from, to| rollup::exposures(rollups, project, from, to),
-        move |trees, after, before| super::data::scan_exposures(trees, project, after, before),
+        move |trees, after, before| scan_exposures(trees, project, after, before),
     )
     .await
 }
@@ -305,6 +305,37 @@ async fn over_hours<T: Send + 'static>(
     .await
 }
 
+/// Exposures counted from the stored `$feature_flag_called` events themselves, while
+/// the rollups are being built.
+fn scan_exposures(
+    trees: &crate::store::Trees,
+    project: u64,
+    after: i64,
+    before: i64,
+) -> Result<BTreeMap<String, BTreeMap<String, u64>>, sled::Error> {
+    let filter = EventFilter {
+        after: Some(after),
+        before: Some(before),
+        event: Some("$feature_flag_called".into()),
+        distinct_id: None,
+    };
+    let mut by_flag: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
+    for entry in query::events(trees, project, filter, None) {
+        let (_, e) = entry?;
+        let Some(flag) = e.properties.get("$feature_flag").and_then(Value::as_str) else {
+            continue;
+        };
+        let value =
+            crate::store::rollup::exposure_value(e.properties.get("$feature_flag_response"));
+        *by_flag
+            .entry(flag.to_owned())
+            .or_default()
+            .entry(value)
+            .or_default() += 1;
+    }
+    Ok(by_flag)
+}
+
 /// Every stored event of the project between two times.
 fn scan(
     trees: &Trees,
@@ -325,7 +356,8 @@ fn scan(
     Ok(())
 }
 
-async fn blocking<T: Send + 'static>(
+/// A console read on the blocking pool: a storage error is logged and answered as one.
+pub(super) async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, sled::Error> + Send + 'static,
 ) -> Result<T, ApiError> {
     match tokio::task::spawn_blocking(f).await {
