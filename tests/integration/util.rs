@@ -472,20 +472,30 @@ impl Server {
         })
     }
 
-    /// Capture a marker event and wait until it is stored: everything captured
-    /// before it has been compacted by then (the log is applied in order).
+    /// Capture a marker event and wait until it is stored and nothing waits in the log
+    /// or a slower lane: everything captured before it has been compacted by then.
     pub fn settle(&self, project: u64) -> Vec<serde_json::Value> {
         let key = if project == 1 { KEY_ONE } else { KEY_TWO };
         let marker = uuid::Uuid::now_v7().to_string();
         let body = serde_json::json!({"api_key": key, "event": "settle", "distinct_id": "settle", "uuid": marker});
         assert_eq!(self.post("/capture/", body.to_string()).status, 200);
-        let events = wait_for("the marker event", || {
+        wait_for("the marker event", || {
             let events = self.stored_events(project);
             events
                 .iter()
                 .any(|e| e["id"] == marker.as_str())
-                .then_some(events)
+                .then_some(())
         });
+        // The marker passes events parked in a slower lane (a historical import, or a
+        // distinct id over its rate goes to the overflow lane): wait for those too.
+        wait_for("the slower lanes to drain", || {
+            let metrics = self.get("/metrics").text();
+            metrics
+                .lines()
+                .any(|l| l == "flagpost_log_depth 0")
+                .then_some(())
+        });
+        let events = self.stored_events(project);
         events
             .into_iter()
             .filter(|e| e["event"] != "settle")
