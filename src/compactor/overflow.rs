@@ -3,7 +3,7 @@
 //! cannot delay everyone else's events. Nothing is ever dropped.
 
 use std::collections::HashMap;
-use std::hash::{Hash, Hasher};
+use std::hash::{BuildHasherDefault, Hash, Hasher};
 
 /// Buckets kept in memory; past this, the idle ones (full again) are forgotten.
 const MAX_BUCKETS: usize = 100_000;
@@ -18,18 +18,42 @@ struct Bucket {
 pub struct Limiter {
     rate_per_ms: f64,
     burst: f64,
-    /// Keyed by project and a 64-bit hash of the distinct id: no string per bucket to
-    /// allocate on every event or to keep scattered across the heap. Two ids sharing a
-    /// hash (about one chance in 2^64 per pair) would share a bucket.
-    buckets: HashMap<(u64, u64), Bucket>,
+    /// Keyed by a 64-bit hash of the project and the distinct id: no string per bucket
+    /// to allocate on every event or to keep scattered across the heap, and the key is
+    /// already a hash, so the map does not hash it again. Two ids sharing a hash (about
+    /// one chance in 2^64 per pair) would share a bucket.
+    buckets: HashMap<u64, Bucket, BuildHasherDefault<Prehashed>>,
 }
 
-/// The distinct id's bucket hash: SipHash with fixed keys, so it is the same after a
-/// restart and routing on replay does not change.
-fn id_hash(distinct_id: &str) -> u64 {
+/// The bucket's key: SipHash with fixed keys over the project and the distinct id, so
+/// it is the same after a restart and routing on replay does not change.
+fn bucket_key(project: u64, distinct_id: &str) -> u64 {
     let mut h = std::hash::DefaultHasher::new();
+    project.hash(&mut h);
     distinct_id.hash(&mut h);
     h.finish()
+}
+
+/// The map's hasher for keys that are already uniform 64-bit hashes: it passes the
+/// key through.
+#[derive(Default)]
+struct Prehashed(u64);
+
+impl Hasher for Prehashed {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        // Only `write_u64` is used (the key is a u64); fold anything else in anyway.
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(b);
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
 }
 
 impl Limiter {
@@ -37,7 +61,7 @@ impl Limiter {
         Limiter {
             rate_per_ms: rate_per_second.max(0.0) / 1000.0,
             burst: burst.max(1.0),
-            buckets: HashMap::new(),
+            buckets: HashMap::default(),
         }
     }
 
@@ -51,7 +75,7 @@ impl Limiter {
         let (rate, burst) = (self.rate_per_ms, self.burst);
         let bucket = self
             .buckets
-            .entry((project, id_hash(distinct_id)))
+            .entry(bucket_key(project, distinct_id))
             .or_insert(Bucket {
                 tokens: burst,
                 at: now,
@@ -71,8 +95,9 @@ impl Limiter {
         let (rate, burst) = (self.rate_per_ms, self.burst);
         self.buckets
             .retain(|_, b| b.tokens + (now - b.at).max(0) as f64 * rate < burst);
-        if self.buckets.len() >= MAX_BUCKETS {
-            // Every bucket is busy: start over rather than grow without bound.
+        if self.buckets.len() >= MAX_BUCKETS / 2 {
+            // Most buckets are busy: start over rather than grow without bound, and
+            // rather than scan them all again for every new id that follows.
             self.buckets.clear();
         }
     }
@@ -108,5 +133,25 @@ mod tests {
             l.allow(1, &i.to_string(), 0);
         }
         assert!(l.buckets.len() <= MAX_BUCKETS);
+    }
+
+    #[test]
+    fn a_busy_map_starts_over_instead_of_scanning_for_every_new_id() {
+        let mut l = Limiter::new(100.0, 1000.0);
+        for i in 0..MAX_BUCKETS {
+            l.allow(1, &i.to_string(), 0);
+        }
+        assert_eq!(l.buckets.len(), MAX_BUCKETS);
+        // Every bucket took a token at 0 and none has refilled: all busy, all forgotten.
+        assert!(l.allow(1, "new", 1));
+        assert_eq!(l.buckets.len(), 1);
+        // Buckets idle long enough to be full again are forgotten, the busy ones kept.
+        let mut l = Limiter::new(100.0, 1000.0);
+        for i in 0..MAX_BUCKETS {
+            let at = if i < MAX_BUCKETS * 3 / 4 { 0 } else { 20_000 };
+            l.allow(1, &i.to_string(), at);
+        }
+        assert!(l.allow(1, "new", 20_000));
+        assert_eq!(l.buckets.len(), MAX_BUCKETS / 4 + 1);
     }
 }
