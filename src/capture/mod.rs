@@ -6,6 +6,7 @@
 //! the key with [`Payload::key`], then [`normalise_event`]s each event.
 
 #[cfg(test)]
+#[path = "tests/equivalence.rs"]
 mod equivalence_tests;
 mod ids;
 pub mod json;

@@ -318,5 +318,5 @@ pub fn sdk_lib_and_version(sdk_info: &str) -> Option<(&str, &str)> {
 }
 
 #[cfg(test)]
-#[path = "v1_tests.rs"]
+#[path = "tests/v1.rs"]
 mod tests;

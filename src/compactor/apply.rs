@@ -136,5 +136,5 @@ fn enrich(event: &mut Map<String, Value>, geo: &Geo) {
 }
 
 #[cfg(test)]
-#[path = "apply_tests.rs"]
+#[path = "tests/apply.rs"]
 pub(super) mod tests;

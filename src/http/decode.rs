@@ -293,5 +293,5 @@ fn is_json_text(bytes: &[u8]) -> bool {
 }
 
 #[cfg(test)]
-#[path = "decode_tests.rs"]
+#[path = "tests/decode.rs"]
 mod tests;

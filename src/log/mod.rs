@@ -301,4 +301,5 @@ pub(crate) fn read_intact(reader: &mut Reader) -> Vec<(u64, Vec<u8>)> {
 mod tests;
 
 #[cfg(test)]
+#[path = "tests/loss.rs"]
 mod loss_tests;

@@ -192,5 +192,5 @@ fn cut(object: &[u8], removed: &[(&RawValue, &str)]) -> Option<Vec<u8>> {
 }
 
 #[cfg(test)]
-#[path = "attached_tests.rs"]
+#[path = "tests/attached.rs"]
 mod tests;

@@ -314,5 +314,5 @@ fn collation_key(s: &str) -> (Vec<u32>, Vec<bool>) {
 }
 
 #[cfg(test)]
-#[path = "elements_tests.rs"]
+#[path = "tests/elements.rs"]
 mod tests;

@@ -299,5 +299,5 @@ impl PersonCache {
 }
 
 #[cfg(test)]
-#[path = "person_cache_tests.rs"]
+#[path = "tests/person_cache.rs"]
 mod tests;

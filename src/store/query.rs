@@ -404,5 +404,5 @@ pub fn group_type_index(
 }
 
 #[cfg(test)]
-#[path = "query_tests.rs"]
+#[path = "tests/query.rs"]
 mod tests;

@@ -159,6 +159,44 @@ fn no_source_file_is_longer_than_the_limit() {
     assert!(long.is_empty(), "split these by concern: {long:?}");
 }
 
+/// Unit tests have one home: inline in the file they test (`#[cfg(test)] mod tests {..}`),
+/// or, when they outgrow it, a file in the `tests/` folder beside it (`src/log/tests/`,
+/// reached with `#[path = "tests/loss.rs"]` from the file tested), never a
+/// `x_tests.rs` or `tests.rs` file among the sources.
+#[test]
+fn unit_test_files_live_in_tests_folders() {
+    let mut files = Vec::new();
+    sources(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
+        &mut files,
+    );
+    let misplaced: Vec<String> = files
+        .iter()
+        .filter(|path| {
+            let name = path.file_name().unwrap().to_string_lossy();
+            let in_tests = path
+                .parent()
+                .and_then(|p| p.file_name())
+                .is_some_and(|d| d == "tests");
+            (name == "tests.rs" || name.ends_with("_tests.rs")) && !in_tests
+        })
+        .map(|path| path.display().to_string())
+        .collect();
+    assert!(
+        misplaced.is_empty(),
+        "move these into the tests/ folder beside them: {misplaced:?}"
+    );
+    // The rule can see a test file at all: the folders exist and hold files.
+    let in_folders = files
+        .iter()
+        .filter(|p| p.components().any(|c| c.as_os_str() == "tests"))
+        .count();
+    assert!(
+        in_folders > 20,
+        "found only {in_folders} test files in tests/ folders"
+    );
+}
+
 /// A module of `src/` by its path from the crate root (`["http", "decide"]`).
 type Module = Vec<String>;
 

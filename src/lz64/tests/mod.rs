@@ -1,7 +1,7 @@
 use super::*;
 use serde_json::Value;
 
-const FIXTURE: &str = include_str!("../../tests/fixtures/lz64_vectors.json");
+const FIXTURE: &str = include_str!("../../../tests/fixtures/lz64_vectors.json");
 const NO_LIMIT: usize = usize::MAX;
 
 struct Vector {

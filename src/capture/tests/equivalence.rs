@@ -312,7 +312,7 @@ fn forget_made_up_uuid(record: &mut Record) {
 
 /// The posthog-js batch the decode bench uses, as the browser sends it.
 fn posthog_js_batch() -> Vec<u8> {
-    let lz64 = include_str!("../../benches/fixtures/posthog-js-batch.lz64");
+    let lz64 = include_str!("../../../benches/fixtures/posthog-js-batch.lz64");
     crate::lz64::decompress_from_base64(lz64.trim().as_bytes(), 1 << 24)
         .expect("the fixture decodes")
         .into_bytes()
@@ -340,7 +340,7 @@ fn real_client_payloads() {
     same("envelope", &serde_json::to_vec(&envelope).unwrap());
     // The lz64 capture fixture's payloads, one per path.
     let fixture: Map<String, Value> =
-        serde_json::from_str(include_str!("../../tests/fixtures/lz64_capture.json")).unwrap();
+        serde_json::from_str(include_str!("../../../tests/fixtures/lz64_capture.json")).unwrap();
     for (path, lz64) in fixture {
         let body = crate::lz64::decompress_from_base64(
             lz64.as_str().expect("a string").as_bytes(),
