@@ -22,9 +22,10 @@ mod util;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use flagpost::config;
 use flagpost::sink::rowbinary::RowBinary;
 use flagpost::sink::rows::{EventRow, Origin};
-use flagpost::sink::{Destination, Settings, Shape, Table};
+use flagpost::sink::{Destination, Shape, Table};
 use serde_json::json;
 use uuid::Uuid;
 
@@ -65,8 +66,8 @@ fn main() -> ExitCode {
 }
 
 /// The sink's settings for a server and its database.
-fn settings(ch: &ClickHouse) -> Settings {
-    Settings {
+fn settings(ch: &ClickHouse) -> config::Sink {
+    config::Sink {
         url: ch.url(),
         database: ch.database.clone(),
         user: server::USER.to_string(),
@@ -250,9 +251,9 @@ fn worker_store(
 ) -> (
     tempfile::TempDir,
     flagpost::store::Trees,
-    flagpost::sink::Outbox,
+    flagpost::store::outbox::Outbox,
 ) {
-    use flagpost::sink::outbox::{record, Committed, Outbox};
+    use flagpost::store::outbox::{record, Committed, Outbox};
     use flagpost::store::{block, keys, Trees};
     use sled::transaction::ConflictableTransactionError;
 

@@ -72,7 +72,7 @@ pub struct Config {
     /// posthog-js's `dist/` files served at `/static/`; `None` means
     /// `<data dir>/static` if it exists.
     pub static_dir: Option<PathBuf>,
-    /// The ClickHouse sink, off when `None`; `compactor.sink` must be on with it.
+    /// The ClickHouse sink, off when `None`; `compactor.outbox` must be on with it.
     pub sink: Option<Sink>,
     /// The web console at `/console/` (`--console off` answers 404 there instead).
     pub console: bool,
@@ -105,8 +105,9 @@ pub struct Compaction {
     /// The compactor thread's nice value (0 to 19): above 0, request handling comes
     /// first when the cores are busy, and the compactor catches up when they are not.
     pub nice: i32,
-    /// Record each chunk's changes in the ClickHouse sink's outbox (`--clickhouse-url`).
-    pub sink: bool,
+    /// Record each chunk's changes in the store's outbox, which the ClickHouse sink
+    /// reads (on with `--clickhouse-url`).
+    pub outbox: bool,
 }
 
 impl Default for Compaction {
@@ -118,7 +119,7 @@ impl Default for Compaction {
             dedup_max_age_ms: DEFAULT_DEDUP_MAX_AGE_MS,
             dedup_max_ids: DEFAULT_DEDUP_MAX_IDS,
             nice: DEFAULT_COMPACTOR_NICE,
-            sink: false,
+            outbox: false,
         }
     }
 }
@@ -191,6 +192,7 @@ impl Config {
 }
 
 /// Where the ClickHouse sink writes and as whom (`--clickhouse-url` and its options).
+/// The sink adds what it makes of them (the URL's `host:port`, the basic-auth header).
 #[derive(Clone, PartialEq, Eq)]
 pub struct Sink {
     /// `http://HOST[:PORT]`; no TLS (put a local proxy in front for that).

@@ -11,7 +11,11 @@
 //!   │        the log's segment files, one fdatasync per group) ─> 200
 //!   │                                   │
 //!   │        compactor (its own thread): log ─> persons, groups, GeoIP, dedup, lanes
-//!   │                                   ─> store (sled: event blocks, persons, groups)
+//!   │                                   ─> store (sled: event blocks, persons, groups,
+//!   │                                      and the outbox of each chunk's changes)
+//!   │                                        ^
+//!   │        sink (its own task, with --clickhouse-url): reads the store's outbox
+//!   │                                   ─> ClickHouse (PostHog's tables), then acknowledges
 //!   ├─ /decide, /flags ─> http::decide ─> flags (snapshot, evaluate) + store::person_cache
 //!   ├─ /api/... ─> http::api ─> store::query
 //!   ├─ /api/projects/<id>/feature_flags/, cohorts/ ─> http::flags_api ─> manage (the
@@ -33,7 +37,10 @@
 //! compactor/  log -> events, persons, groups: its thread (worker.rs), one step, apply
 //!             and splice, enrichment, lanes, retention
 //! store/      the sled trees: key layouts, event blocks, dedup window, queries, the
-//!             person cache, migration of older formats
+//!             person cache, migration of older formats, the outbox (what each
+//!             compactor chunk changed, committed with it) and its retention hold
+//! sink/       the ClickHouse sink: reads the store's outbox and sends PostHog's
+//!             tables over HTTP; the compactor does not know it exists
 //! pipeline    opens the store, the log and its writer, and the compactor; closes them
 //! backup/     `flagpost backup` (taken by the running server through its admin socket,
 //!             or from a stopped database) and `flagpost restore`
@@ -52,8 +59,10 @@
 //! ```
 //!
 //! Dependencies run one way, down this list (each module uses only modules below it;
-//! none reaches up into `http`, and `config` knows no worker). The layers are checked
-//! by `tests/integration/layers.rs`:
+//! none reaches up into `http`, and `config` knows no worker). The pipeline reads
+//! log -> compactor -> store <- sink: the compactor and the sink share the store and
+//! never name each other. The layers, that rule, and "no two files import each other"
+//! are checked by `tests/integration/layers.rs`:
 //!
 //! ```text
 //! http      -> app capture client_config clock compactor early_access flags geoip log lz64
@@ -63,9 +72,10 @@
 //! pipeline  -> compactor config geoip log projects store
 //! admin     -> catalog early_access flags geoip projects store surveys watch
 //! backup    -> config log store sync
+//! metrics   -> capture sink sync
 //! compactor -> clock config geoip idle log persons projects store
+//! sink      -> clock config persons store sync
 //! store     -> clock config notify persons sync
-//! metrics   -> capture sync
 //! persons   -> capture
 //! capture   -> clock log (and lz64 in its tests)
 //! log       -> idle sync

@@ -258,18 +258,18 @@ fn serve_config(args: Serve) -> Result<Config, String> {
         Some("off") => false,
         Some(other) => return Err(format!("--console {other:?} must be on or off")),
     };
-    config.compactor.sink = sink.is_some();
+    config.compactor.outbox = sink.is_some();
     config.sink = sink;
     Ok(config)
 }
 
 /// The ClickHouse sink's settings if a URL is given; the password comes from the
 /// environment or a file only.
-fn sink_settings(args: &Serve) -> Result<Option<flagpost::sink::Settings>, String> {
+fn sink_settings(args: &Serve) -> Result<Option<config::Sink>, String> {
     let Some(url) = or_env(args.clickhouse_url.clone(), "FLAGPOST_CLICKHOUSE_URL")? else {
         return Ok(None);
     };
-    let mut settings = flagpost::sink::Settings::new(&url);
+    let mut settings = config::Sink::new(&url);
     if let Some(db) = or_env(
         args.clickhouse_database.clone(),
         "FLAGPOST_CLICKHOUSE_DATABASE",
@@ -285,7 +285,7 @@ fn sink_settings(args: &Serve) -> Result<Option<flagpost::sink::Settings>, Strin
     )?;
     settings.password = flagpost::sink::read_password(file.as_deref())
         .map_err(|e| format!("--clickhouse-password-file: {e}"))?;
-    flagpost::sink::Connect::authority(&settings).map_err(|e| e.to_string())?;
+    settings.authority().map_err(|e| e.to_string())?;
     Ok(Some(settings))
 }
 

@@ -7,8 +7,7 @@ use std::sync::atomic::Ordering;
 use sled::IVec;
 
 use super::Compactor;
-use crate::sink;
-use crate::store::{block, keys, rollup};
+use crate::store::{block, keys, outbox, rollup};
 
 /// Blocks deleted per retention batch, so the pass never holds much in memory.
 const RETENTION_BATCH: usize = 256;
@@ -22,9 +21,9 @@ impl Compactor {
             return Ok(0);
         }
         let cutoff = now - i64::from(self.settings.retention_days) * DAY_MS;
-        // The ClickHouse sink: blocks it has not sent yet are kept (src/sink/retention.rs).
-        let keep_from = match self.settings.sink {
-            true => sink::retention::keep_from(&self.trees.outbox)?,
+        // Blocks the outbox's reader has not sent yet are kept (store::outbox::retention).
+        let keep_from = match self.settings.outbox {
+            true => outbox::keep_from(&self.trees.outbox)?,
             false => None,
         };
         let mut deleted = 0u64;
@@ -53,7 +52,7 @@ impl Compactor {
                 lo = [last.as_ref(), &[0]].concat();
                 let mut blocks = sled::Batch::default();
                 for (k, v) in &batch {
-                    if sink::retention::held(k, keep_from) {
+                    if outbox::held(k, keep_from) {
                         continue;
                     }
                     deleted += u64::from(block::count(v).unwrap_or(0));
@@ -64,7 +63,7 @@ impl Compactor {
             next_project = project.checked_add(1);
         }
         // A kept block spans at most an hour before the cutoff, so every event of an
-        // earlier hour is gone (but for blocks the sink still holds, briefly).
+        // earlier hour is gone (but for blocks the outbox still holds, briefly).
         let hour = rollup::hour_of(cutoff - block::MAX_SPAN_MS);
         rollup::forget_before(&self.trees.rollups, hour)?;
         self.stats

@@ -14,10 +14,9 @@ use super::chunk::{io, read_lane, Action, Chunk, Item, Source};
 use super::enrich::{Geo, ProjectSettings};
 use super::{apply, memo, Compactor, Error, StepReport};
 use crate::log::{record::decode_frame, Record};
-use crate::sink;
 use crate::store::dedup::{self, IdSet};
 use crate::store::keys::{CHECKPOINT_KEY, NEXT_BLOCK_KEY};
-use crate::store::{block, keys, person_cache, rollup};
+use crate::store::{block, keys, outbox, person_cache, rollup};
 
 /// What the compactor keeps between steps, read from the database at the first.
 pub(super) struct State {
@@ -141,7 +140,7 @@ impl Compactor {
             &t.outbox,
             &t.rollups,
         );
-        let to_outbox = self.settings.sink;
+        let to_outbox = self.settings.outbox;
         let outcome = trees.transaction(
             |(
                 wal,
@@ -155,7 +154,7 @@ impl Compactor {
                 group_types,
                 meta,
                 quarantine,
-                outbox,
+                outbox_tree,
                 rollups,
             )| {
                 let tx = Tx {
@@ -231,10 +230,11 @@ impl Compactor {
                         next_block += 1;
                     }
                 }
-                // The ClickHouse sink: what this chunk changed, in this transaction.
+                // The outbox: what this chunk changed, in this transaction.
                 if to_outbox {
-                    let done = sink::Committed::of(now, &written, counts.applied, &counts.persons);
-                    sink::outbox::record(outbox, &done)?;
+                    let done =
+                        outbox::Committed::of(now, &written, counts.applied, &counts.persons);
+                    outbox::record(outbox_tree, &done)?;
                 }
                 if next_block != first_block {
                     meta.insert(NEXT_BLOCK_KEY, &next_block.to_be_bytes()[..])?;

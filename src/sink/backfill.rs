@@ -22,13 +22,13 @@ use sha1::{Digest, Sha1};
 use uuid::Uuid;
 
 use super::batch::{block_rows, Sources, MIN_ROWS};
-use super::outbox::Outbox;
 use super::rowbinary::RowBinary;
 use super::rows::{DistinctIdRow, GroupRow, Origin, PersonRow};
 use super::schema::Table;
 use super::version::Shape;
 use crate::persons::Person;
 use crate::store::block::Block;
+use crate::store::outbox::Outbox;
 use crate::store::{keys, Group};
 
 /// What the backfill is sending now.
@@ -290,4 +290,86 @@ fn encode(from: &Progress, key: &[u8], value: &[u8], shape: Shape, out: &mut Row
         Phase::Done => return 0,
     }
     1
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::outbox::{
+        backfill_done, held, keep_from, record, Committed, MAX_HELD_EVENTS,
+    };
+    use sled::transaction::ConflictableTransactionError;
+
+    #[test]
+    fn holds_what_the_outbox_and_the_backfill_still_send() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = sled::open(dir.path()).unwrap();
+        let outbox = Outbox::open(&db).unwrap();
+        let tree = outbox.tree().clone();
+        // No worker yet: everything waits for the backfill.
+        assert_eq!(keep_from(&tree).unwrap(), Some(0));
+        let done = Progress {
+            phase: Phase::Done,
+            after: None,
+            below_block: 0,
+            from_block: 0,
+            rows: 0,
+        };
+        done.save(&outbox).unwrap();
+        assert_eq!(keep_from(&tree).unwrap(), None, "all sent");
+        let chunk = |id: u64, events: u64| Committed {
+            at: 1,
+            blocks: vec![keys::block(1, 5, id).to_vec()],
+            events,
+            ..Committed::default()
+        };
+        for c in [chunk(7, 10), chunk(9, 10)] {
+            tree.transaction(|tx| Ok::<_, ConflictableTransactionError<()>>(record(tx, &c)?))
+                .unwrap();
+        }
+        assert_eq!(keep_from(&tree).unwrap(), Some(7));
+        assert!(held(&keys::block(1, 0, 7), Some(7)));
+        assert!(!held(&keys::block(1, 0, 6), Some(7)));
+        assert!(!held(&keys::block(1, 0, 6), None));
+        let huge = chunk(11, MAX_HELD_EVENTS);
+        tree.transaction(|tx| Ok::<_, ConflictableTransactionError<()>>(record(tx, &huge)?))
+            .unwrap();
+        assert_eq!(keep_from(&tree).unwrap(), None, "past the cap");
+    }
+
+    /// Retention reads the stored progress with its own view of it (the store sits
+    /// below the sink): done exactly when this type says so.
+    #[test]
+    fn retention_reads_the_progress_as_stored() {
+        let phases = [
+            Phase::Persons,
+            Phase::DistinctIds,
+            Phase::Groups,
+            Phase::Events,
+            Phase::Done,
+        ];
+        for phase in phases {
+            for after in [None, Some(vec![1, 2, 3])] {
+                let progress = Progress {
+                    phase,
+                    after,
+                    below_block: 9,
+                    from_block: 3,
+                    rows: 7,
+                };
+                let stored = serde_json::to_vec(&progress).unwrap();
+                assert_eq!(backfill_done(&stored), progress.is_done(), "{progress:?}");
+                assert_eq!(progress.is_done(), phase == Phase::Done);
+            }
+        }
+        // Progress this type cannot read is a backfill still to run, for both.
+        for bad in [
+            &b"{"[..],
+            br#"{"phase":"Done"}"#,
+            br#"{"phase":"Done","below_block":"x","rows":0}"#,
+        ] {
+            assert!(serde_json::from_slice::<Progress>(bad).is_err());
+            assert!(!backfill_done(bad));
+        }
+    }
 }

@@ -10,13 +10,13 @@ use std::collections::BTreeMap;
 use uuid::Uuid;
 
 use super::attached::Attached;
-use super::outbox::{Entry, Outbox};
 use super::rowbinary::RowBinary;
 use super::rows::{DistinctIdRow, EventRow, GroupRow, Origin, PersonRow};
 use super::schema::Table;
 use super::version::Shape;
 use crate::persons::Person;
 use crate::store::block::Block;
+use crate::store::outbox::{Entry, Outbox};
 use crate::store::{keys, Group};
 
 /// A batch holds at least this many rows when the outbox has them: fewer, larger
@@ -301,7 +301,7 @@ pub fn block_rows(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sink::outbox::{record, Committed};
+    use crate::store::outbox::{record, Committed};
     use sled::transaction::ConflictableTransactionError;
 
     fn write(outbox: &Outbox, at: i64, events: u64) {

@@ -17,7 +17,8 @@ use std::time::Duration;
 use tokio::net::TcpStream;
 
 use super::version::Version;
-use super::{Connect, Error, Settings};
+use super::Error;
+use crate::config;
 
 /// A connection attempt longer than this counts as the server being down.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -31,7 +32,7 @@ const MAX_ANSWER_BYTES: usize = 16 * 1024 * 1024;
 const MAX_ERROR_CHARS: usize = 500;
 
 pub struct Client {
-    settings: Settings,
+    settings: config::Sink,
     /// `host:port` to connect to, also sent as `Host`.
     authority: String,
     /// The `Authorization` header's value.
@@ -51,7 +52,7 @@ impl std::fmt::Debug for Client {
 
 impl Client {
     /// Check the settings; nothing is connected until the first request.
-    pub fn new(settings: Settings) -> Result<Client, Error> {
+    pub fn new(settings: config::Sink) -> Result<Client, Error> {
         let authority = settings.authority()?;
         let auth = settings.basic_auth();
         Ok(Client {
@@ -62,7 +63,7 @@ impl Client {
         })
     }
 
-    pub fn settings(&self) -> &Settings {
+    pub fn settings(&self) -> &config::Sink {
         &self.settings
     }
 
@@ -191,7 +192,7 @@ mod tests {
 
     #[test]
     fn insert_settings_follow_the_statement_in_the_url() {
-        let settings = Settings {
+        let settings = config::Sink {
             url: "http://127.0.0.1:8123".into(),
             database: "posthog".into(),
             user: "default".into(),

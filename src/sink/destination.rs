@@ -7,7 +7,8 @@
 use super::client::Client;
 use super::schema::Table;
 use super::version::{Shape, Version};
-use super::{Error, Settings};
+use super::Error;
+use crate::config;
 
 #[derive(Debug)]
 pub struct Destination {
@@ -18,7 +19,7 @@ pub struct Destination {
 
 impl Destination {
     /// Ask the server its version, then create the database and tables if missing.
-    pub async fn open(settings: Settings) -> Result<Destination, Error> {
+    pub async fn open(settings: config::Sink) -> Result<Destination, Error> {
         let mut client = Client::new(settings)?;
         let version = client.version().await?;
         let create = create_database_sql(&client.settings().database);

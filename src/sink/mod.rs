@@ -1,21 +1,21 @@
 //! The ClickHouse sink (off by default, on with `--clickhouse-url`): copies what the
 //! compactor commits (events, persons, distinct-id links, groups) into ClickHouse in
 //! PostHog's table shapes, exactly once after the replacing engines collapse re-sent
-//! rows.
+//! rows. The compactor does not know it exists: it commits each chunk's changes to the
+//! store's outbox ([`crate::store::outbox`]), which the sink reads and acknowledges.
 //!
 //! ```text
-//! compactor chunk txn ──> outbox (sled) ──> worker: batch ──> rows (RowBinary) ──> client ──HTTP──> ClickHouse
-//!                                             └── after every table acknowledged: delete entries + checkpoint (one txn)
+//! compactor chunk txn ──> store::outbox (sled) ──> worker: batch ──> rows (RowBinary) ──> client ──HTTP──> ClickHouse
+//!                                                    └── after every table acknowledged: delete entries + checkpoint (one txn)
 //! ```
 //!
 //! [`version`] picks the table [`version::Shape`] the server supports, [`schema`]
 //! creates the tables, [`rows`] encodes each table's rows with [`rowbinary`], and
 //! [`client`] speaks HTTP to the server; [`destination`] ties them into "a server
-//! ready to take batches". [`outbox`] is what the compactor committed and the sink has
-//! not yet sent (its entries' row versions from [`row_version`]), [`batch`] turns a run
-//! of it into rows (with [`attached`]: the columns PostHog fills from properties, the
-//! elements chain built by [`elements`]), and [`worker`] sends batches in order,
-//! retrying, with [`stats`] for `/metrics`.
+//! ready to take batches". [`batch`] turns a run of outbox entries into rows (with
+//! [`attached`]: the columns PostHog fills from properties, the elements chain built
+//! by [`elements`]), [`backfill`] sends what the store held before the sink was on,
+//! and [`worker`] sends batches in order, retrying, with [`stats`] for `/metrics`.
 
 pub mod attached;
 pub mod backfill;
@@ -23,9 +23,6 @@ pub mod batch;
 pub mod client;
 pub mod destination;
 pub mod elements;
-pub mod outbox;
-pub mod retention;
-pub mod row_version;
 pub mod rowbinary;
 pub mod rows;
 pub mod schema;
@@ -35,7 +32,6 @@ pub mod worker;
 
 pub use client::Client;
 pub use destination::Destination;
-pub use outbox::{Committed, Outbox};
 pub use schema::Table;
 pub use stats::Stats;
 pub use version::{Shape, Version};
@@ -43,24 +39,19 @@ pub use worker::Worker;
 
 use std::path::Path;
 
+use crate::config;
+
 /// The environment variable the password is read from first.
 pub const PASSWORD_ENV: &str = "FLAGPOST_CLICKHOUSE_PASSWORD";
 /// ClickHouse's HTTP port, when the URL names none.
 pub const DEFAULT_PORT: u16 = 8123;
 
-/// Where the sink writes and as whom; kept in `config`, which knows no worker.
-pub use crate::config::Sink as Settings;
-
-/// What the worker and the client need of [`Settings`] beyond its fields.
-pub trait Connect {
+/// What the client and the worker make of the sink's settings: `config` sits below the
+/// sink and knows no ClickHouse, so the methods that turn its settings into a
+/// connection live here, beside the client that uses them.
+impl config::Sink {
     /// `host:port` from the URL; only plain `http://` with no path is accepted.
-    fn authority(&self) -> Result<String, Error>;
-    /// The `Authorization` header's value for HTTP basic authentication.
-    fn basic_auth(&self) -> String;
-}
-
-impl Connect for Settings {
-    fn authority(&self) -> Result<String, Error> {
+    pub fn authority(&self) -> Result<String, Error> {
         let bad = |why: &str| Error::Config(format!("--clickhouse-url {:?}: {why}", self.url));
         let uri: hyper::Uri = self.url.parse().map_err(|_| bad("not a URL"))?;
         if uri.scheme_str() != Some("http") {
@@ -79,7 +70,8 @@ impl Connect for Settings {
         Ok(format!("{host}:{}", uri.port_u16().unwrap_or(DEFAULT_PORT)))
     }
 
-    fn basic_auth(&self) -> String {
+    /// The `Authorization` header's value for HTTP basic authentication.
+    pub fn basic_auth(&self) -> String {
         use base64::Engine;
         let pair = format!("{}:{}", self.user, self.password);
         format!(
@@ -142,7 +134,7 @@ mod tests {
 
     #[test]
     fn urls_and_names() {
-        let mut s = Settings::new("http://ch.local");
+        let mut s = config::Sink::new("http://ch.local");
         assert_eq!(s.authority().unwrap(), "ch.local:8123");
         s.url = "http://127.0.0.1:9123/".into();
         assert_eq!(s.authority().unwrap(), "127.0.0.1:9123");

@@ -24,9 +24,10 @@ use uuid::Uuid;
 use super::backfill::{self, Progress};
 use super::batch::{self, Batch, Sources};
 use super::destination::Destination;
-use super::outbox::Outbox;
 use super::stats::Stats;
-use super::{Connect, Error, Settings};
+use super::Error;
+use crate::config;
+use crate::store::outbox::Outbox;
 use crate::sync::Gate;
 
 /// How often an empty or young outbox is looked at again.
@@ -56,7 +57,7 @@ enum Health {
 }
 
 pub struct Worker {
-    settings: Settings,
+    settings: config::Sink,
     outbox: Outbox,
     sources: Sources,
     node: Uuid,
@@ -77,7 +78,7 @@ pub struct Worker {
 
 impl Worker {
     /// A worker over the store's outbox and trees. Blocking (reads the node id).
-    pub fn new(settings: Settings, outbox: Outbox, sources: Sources) -> Result<Worker, Error> {
+    pub fn new(settings: config::Sink, outbox: Outbox, sources: Sources) -> Result<Worker, Error> {
         // Bad settings are refused now rather than retried forever.
         settings.authority()?;
         let node = outbox.node().map_err(Error::Store)?;
@@ -338,7 +339,7 @@ impl Handle {
 /// Start the worker over `db`'s outbox and `trees`, reporting into `stats`, each pass
 /// holding `gate` (see [`Worker::run`]). Call inside the runtime, after the store is open.
 pub fn spawn(
-    settings: Settings,
+    settings: config::Sink,
     db: &sled::Db,
     trees: &crate::store::Trees,
     stats: Stats,

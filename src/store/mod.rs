@@ -4,8 +4,10 @@
 //! the on-disk format; the reads the read API and flag evaluation make (with the
 //! person cache `/decide` uses); the migration of older formats, run when the
 //! trees open; and the open database as the server shares it ([`live`]), which the
-//! compactor reopens after sled kept a write failure; the console's [`rollup`]s.
-//! Nothing here starts a thread: `pipeline` does.
+//! compactor reopens after sled kept a write failure; the console's [`rollup`]s; and
+//! the [`outbox`], the feed of what each compactor chunk changed, committed in the
+//! chunk's transaction, that the ClickHouse sink reads. Nothing here starts a thread:
+//! `pipeline` does.
 
 pub mod block;
 pub mod check;
@@ -14,6 +16,7 @@ pub mod event;
 pub mod keys;
 pub mod live;
 mod migrate;
+pub mod outbox;
 pub mod person_cache;
 pub mod query;
 pub mod rollup;
@@ -66,10 +69,6 @@ impl From<sled::Error> for Error {
     }
 }
 
-/// The sled tree of the ClickHouse sink's outbox: the store opens it with the others so
-/// the compactor's chunk transaction can write it.
-pub const OUTBOX_TREE: &str = "sink_outbox";
-
 /// Every tree of the database.
 #[derive(Clone)]
 pub struct Trees {
@@ -95,8 +94,8 @@ pub struct Trees {
     pub meta: sled::Tree,
     /// Log records that did not decode, kept for an operator to inspect.
     pub quarantine: sled::Tree,
-    /// What the compactor committed and the ClickHouse sink has not yet sent
-    /// (the sink's outbox, `sink::outbox`); written only while the sink is on.
+    /// What the compactor committed and the outbox's reader (the ClickHouse sink)
+    /// has not yet sent ([`outbox`]); written only while the sink is on.
     pub outbox: sled::Tree,
     /// Project, kind, hour or event name -> the console's counts ([`rollup`]).
     pub rollups: sled::Tree,
@@ -126,7 +125,7 @@ impl Trees {
             group_types: db.open_tree("group_types")?,
             meta: db.open_tree("meta")?,
             quarantine: db.open_tree("quarantine")?,
-            outbox: db.open_tree(OUTBOX_TREE)?,
+            outbox: db.open_tree(outbox::TREE)?,
             rollups: db.open_tree(rollup::TREE)?,
         })
     }

@@ -4,7 +4,13 @@
 //! sideways fails this test instead of quietly making a cycle. Inside a folder the same
 //! holds pairwise: no two sibling modules (`http::decide` and `http::remote_config`)
 //! import each other, through `super::` or `crate::` paths alike; what both need goes
-//! in one of them or a third module.
+//! in one of them or a third module. And across the whole tree no two files import
+//! each other (a folder's `mod.rs` and a file inside it included).
+//!
+//! The pipeline reads log -> compactor -> store <- sink: the compactor commits its
+//! changes (and the outbox of them) to the store and never names the sink, which reads
+//! the store. The two share a layer, so neither may name the other, and
+//! [`the_compactor_does_not_know_the_sink`] says so by name.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -19,8 +25,9 @@ const LAYERS: &[&[&str]] = &[
     &["capture"],
     &["persons"],
     &["store"],
-    &["sink"],
-    &["compactor", "metrics"],
+    // Both read or write the store; neither names the other.
+    &["sink", "compactor"],
+    &["metrics"],
     &["pipeline", "admin", "backup"],
     &["app"],
     &["http"],
@@ -126,6 +133,30 @@ fn modules_depend_only_on_lower_layers() {
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
 
+/// The compactor writes what the sink sends into the store (`store::outbox`); it
+/// must not name the sink, or the sink could no longer be left out or replaced
+/// without touching the compactor. Checked here by name as well as by the layers, so
+/// moving the sink below the compactor in [`LAYERS`] does not quietly allow it.
+#[test]
+fn the_compactor_does_not_know_the_sink() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut used = BTreeSet::new();
+    named_modules(&src.join("compactor"), &mut used);
+    assert!(
+        used.contains("store"),
+        "the scan found the compactor's imports"
+    );
+    assert!(
+        !used.contains("sink"),
+        "src/compactor/ names crate::sink; write to the store (store::outbox) instead"
+    );
+    assert_eq!(
+        layer("sink"),
+        layer("compactor"),
+        "neither is below the other"
+    );
+}
+
 /// Past this many lines a source file is split by concern (`src/lib.rs` says so).
 const MAX_LINES: usize = 500;
 
@@ -200,9 +231,12 @@ fn unit_test_files_live_in_tests_folders() {
 /// A module of `src/` by its path from the crate root (`["http", "decide"]`).
 type Module = Vec<String>;
 
-/// Every module of `src/` (files and folders), and for each `.rs` file the module whose
-/// code it holds (`http/mod.rs` holds `http`).
-fn modules(dir: &Path, at: &Module, all: &mut BTreeSet<Module>, files: &mut Vec<(Module, String)>) {
+/// One `.rs` file of `src/`: the module whose code it holds (`http/mod.rs` holds
+/// `http`), its path from `src/`, and its text.
+type File = (Module, String, String);
+
+/// Every module of `src/` (files and folders), and every `.rs` file.
+fn modules(dir: &Path, at: &Module, all: &mut BTreeSet<Module>, files: &mut Vec<File>) {
     for entry in std::fs::read_dir(dir).unwrap() {
         let path = entry.unwrap().path();
         let Some(stem) = path.file_stem().and_then(|s| s.to_str()) else {
@@ -218,20 +252,49 @@ fn modules(dir: &Path, at: &Module, all: &mut BTreeSet<Module>, files: &mut Vec<
                 module.push(stem.to_string());
                 all.insert(module.clone());
             }
-            files.push((module, std::fs::read_to_string(&path).unwrap()));
+            let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+            let name = path.strip_prefix(&src).unwrap().display().to_string();
+            files.push((module, name, std::fs::read_to_string(&path).unwrap()));
         }
     }
 }
 
+/// The lines of `text` without line comments, a `use` group that rustfmt spread over
+/// several lines (`use a::{` to its `}`) joined into one.
+fn joined_lines(text: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let mut open = 0i32;
+    for line in text.lines() {
+        let line = line.split("//").next().unwrap_or("");
+        let opens = |l: &str| l.matches('{').count() as i32 - l.matches('}').count() as i32;
+        if open > 0 {
+            let last = out.last_mut().unwrap();
+            last.push(' ');
+            last.push_str(line.trim());
+            open += opens(line);
+            continue;
+        }
+        let is_use = ["use ", "pub use ", "pub(crate) use ", "pub(super) use "]
+            .iter()
+            .any(|u| line.trim_start().starts_with(u));
+        if let Some(at) = line.find("::{").filter(|_| is_use) {
+            open = opens(&line[at..]).max(0);
+        }
+        out.push(line.to_string());
+    }
+    out
+}
+
 /// The module paths one file's code names, as written: `crate::a::b` from the root,
 /// `super::a` from the file's module (or, inside an inline `mod x {`, from `x`), each
-/// with `use` groups (`super::{a, b::c}`) expanded. Line comments are ignored.
+/// with `use` groups (`super::{a, b::c}`, `crate::a::{b, c::{d, e}}`) expanded. Line
+/// comments are ignored.
 fn paths_named(own: &Module, text: &str) -> Vec<Module> {
     let mut out = Vec::new();
     // Brace depth, and the depth an inline module opened at, if inside one.
     let (mut depth, mut inline): (i32, Option<i32>) = (0, None);
-    for line in text.lines() {
-        let line = line.split("//").next().unwrap_or("");
+    for line in joined_lines(text) {
+        let line = line.as_str();
         let trimmed = line.trim_start();
         let opens_inline = inline.is_none()
             && (trimmed.starts_with("mod ") || trimmed.starts_with("pub mod "))
@@ -278,35 +341,43 @@ fn paths_named(own: &Module, text: &str) -> Vec<Module> {
 }
 
 /// The paths a `use` group or a plain path names: `{a, b::c}` gives `a` and `b::c`,
-/// `a::b::C` gives itself, each cut at its first character that is not part of a path.
+/// `a::{b, c::{d, self}}` gives `a::b`, `a::c::d` and `a::c`, and `a::b::C` gives
+/// itself, each cut at its first character that is not part of a path.
 fn group_heads(rest: &str) -> Vec<String> {
-    let path_of = |s: &str| -> String {
-        s.trim_start()
-            .chars()
-            .take_while(|c| c.is_alphanumeric() || *c == '_' || *c == ':')
-            .collect::<String>()
-            .trim_end_matches(':')
-            .to_string()
-    };
-    let Some(group) = rest.strip_prefix('{') else {
-        return vec![path_of(rest)];
-    };
-    let (mut depth, mut start, mut out) = (0, 0, Vec::new());
-    for (i, c) in group.char_indices() {
-        match c {
-            '{' => depth += 1,
-            '}' if depth > 0 => depth -= 1,
-            ',' | '}' if depth == 0 => {
-                out.push(path_of(&group[start..i]));
-                start = i + 1;
-                if c == '}' {
-                    break;
+    let rest = rest.trim_start();
+    if let Some(group) = rest.strip_prefix('{') {
+        let (mut depth, mut start, mut out) = (0, 0, Vec::new());
+        for (i, c) in group.char_indices() {
+            match c {
+                '{' => depth += 1,
+                '}' if depth > 0 => depth -= 1,
+                ',' | '}' if depth == 0 => {
+                    out.extend(group_heads(&group[start..i]));
+                    start = i + 1;
+                    if c == '}' {
+                        break;
+                    }
                 }
+                _ => {}
             }
-            _ => {}
         }
+        return out;
     }
-    out
+    let path: String = rest
+        .chars()
+        .take_while(|c| c.is_alphanumeric() || *c == '_' || *c == ':')
+        .collect();
+    let prefix = path.trim_end_matches(':').to_string();
+    if path.ends_with("::") && rest[path.len()..].starts_with('{') {
+        return group_heads(&rest[path.len()..])
+            .into_iter()
+            .map(|head| match head.as_str() {
+                "self" | "" => prefix.clone(),
+                _ => format!("{prefix}::{head}"),
+            })
+            .collect();
+    }
+    vec![prefix]
 }
 
 #[test]
@@ -321,7 +392,7 @@ fn no_two_modules_of_src_import_each_other() {
     assert!(all.contains(&vec!["http".to_string(), "decide".to_string()]));
     // Sibling module -> sibling module it names, from anywhere inside the first.
     let mut edges = BTreeSet::new();
-    for (own, text) in &files {
+    for (own, _, text) in &files {
         for named in paths_named(own, text) {
             let common = own.iter().zip(&named).take_while(|(a, b)| a == b).count();
             if common >= own.len() || common >= named.len() {
@@ -338,6 +409,63 @@ fn no_two_modules_of_src_import_each_other() {
         .iter()
         .filter(|(a, b)| a < b && edges.contains(&(b.clone(), a.clone())))
         .map(|(a, b)| format!("{} and {} import each other", a.join("::"), b.join("::")))
+        .collect();
+    assert!(cycles.is_empty(), "{}", cycles.join("\n"));
+}
+
+/// The file whose code a named path reaches: that of the longest prefix of the path
+/// that is a module with a file (`crate::store::outbox::Outbox` is in
+/// `store/outbox/mod.rs`), or the crate root's.
+fn file_of<'a>(
+    named: &Module,
+    by_module: &'a std::collections::BTreeMap<&Module, &'a str>,
+    root: &'a str,
+) -> &'a str {
+    (1..=named.len())
+        .rev()
+        .find_map(|n| by_module.get(&named[..n].to_vec()).copied())
+        .unwrap_or(root)
+}
+
+/// File-level cycles, which the module-level test above does not see between a
+/// folder's `mod.rs` and a file inside it: no two files import each other through
+/// `crate::` or `super::` paths. A `mod.rs` naming its children by their bare names
+/// (`pub use client::Client`) declares the module tree and is not counted.
+#[test]
+fn no_two_files_of_src_import_each_other() {
+    let (mut all, mut files) = (BTreeSet::new(), Vec::new());
+    modules(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
+        &Vec::new(),
+        &mut all,
+        &mut files,
+    );
+    // `main.rs` and `lib.rs` both hold the root: the library's files name the
+    // library's, and the binary's (`main.rs`, `cli/`) the binary's.
+    let by_module: std::collections::BTreeMap<&Module, &str> = files
+        .iter()
+        .filter(|(m, ..)| !m.is_empty())
+        .map(|(m, name, _)| (m, name.as_str()))
+        .collect();
+    let mut edges = BTreeSet::new();
+    for (own, name, text) in &files {
+        let binary = name == "main.rs" || own.first().is_some_and(|m| m == "cli");
+        let root = if binary { "main.rs" } else { "lib.rs" };
+        for named in paths_named(own, text) {
+            let to = file_of(&named, &by_module, root);
+            if to != name {
+                edges.insert((name.as_str(), to));
+            }
+        }
+    }
+    assert!(
+        edges.contains(&("compactor/step.rs", "store/outbox/mod.rs")),
+        "the scan resolves paths to files: {edges:?}"
+    );
+    let cycles: Vec<String> = edges
+        .iter()
+        .filter(|(a, b)| a < b && edges.contains(&(*b, *a)))
+        .map(|(a, b)| format!("src/{a} and src/{b} import each other"))
         .collect();
     assert!(cycles.is_empty(), "{}", cycles.join("\n"));
 }

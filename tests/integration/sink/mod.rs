@@ -16,13 +16,14 @@ mod server;
 mod tables;
 mod worker;
 
-use flagpost::sink::{Destination, Settings};
+use flagpost::config;
+use flagpost::sink::Destination;
 
 pub use server::ClickHouse;
 
 /// The sink's settings for a test's server and database.
-pub fn settings(ch: &ClickHouse) -> Settings {
-    Settings {
+pub fn settings(ch: &ClickHouse) -> config::Sink {
+    config::Sink {
         url: ch.url(),
         database: ch.database.clone(),
         user: server::USER.to_string(),

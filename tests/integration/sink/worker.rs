@@ -6,8 +6,8 @@
 
 use flagpost::persons::Person;
 use flagpost::sink::batch::{self, Sources};
-use flagpost::sink::outbox::{record, Committed, Outbox};
 use flagpost::sink::{Destination, Table, Worker};
+use flagpost::store::outbox::{record, Committed, Outbox};
 use flagpost::store::{block, keys, Group, Trees};
 use serde_json::json;
 use sled::transaction::ConflictableTransactionError;
@@ -34,7 +34,7 @@ struct Store {
 /// The version of chunk `chunk`'s rows: its commit time's (no node id yet when the
 /// store is written).
 fn version(chunk: u64) -> u64 {
-    (COMMITTED_AT as u64 + chunk) * flagpost::sink::outbox::VERSION_STEP
+    (COMMITTED_AT as u64 + chunk) * flagpost::store::outbox::VERSION_STEP
 }
 
 fn person_id(n: u128) -> Uuid {

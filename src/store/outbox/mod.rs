@@ -1,26 +1,32 @@
-//! The outbox: what each compactor chunk committed that ClickHouse has not yet
-//! acknowledged, in its own sled tree, written inside the chunk's own transaction so
-//! a chunk and its outbox entry exist together or not at all. The worker reads it in
-//! order and removes entries only once every table took them.
+//! The outbox: the change feed the compactor commits. Each compactor chunk's
+//! transaction also records here what it changed, so a chunk and its entry exist
+//! together or not at all; a reader (the ClickHouse sink, on with `--clickhouse-url`)
+//! takes the entries in order and removes them only once it has passed them on. The
+//! tree, its key layout and its entries' encoding are part of the on-disk format;
+//! the compactor writes it through [`record`], the reader through [`Outbox`], and
+//! retention keeps the event blocks it still names ([`retention`]).
 //!
 //! An entry names what changed, not the data: the event blocks written, the persons
-//! written or merged away, the distinct ids linked and the groups written. The worker
+//! written or merged away, the distinct ids linked and the groups written. The reader
 //! reads their current state when it sends, which is at least as new as the entry.
 //!
 //! Each entry gets a version for the persons' and links' rows, from the commit's
-//! clock: `at` (ms) × [`VERSION_STEP`] plus a number from the node's id, and always
-//! above the previous entry's. So on one node the newest state carries the highest
-//! version, and when several nodes write the same derived person id into one
-//! ClickHouse, the change committed last (by the nodes' clocks) wins everywhere,
-//! rather than whichever node happened to have written more chunks.
+//! clock ([`row_version`]): `at` (ms) × [`VERSION_STEP`] plus a number from the
+//! node's id, and always above the previous entry's. So on one node the newest state
+//! carries the highest version, and when several nodes write the same derived person
+//! id into one ClickHouse, the change committed last (by the nodes' clocks) wins
+//! everywhere, rather than whichever node happened to have written more chunks.
 //!
 //! Keys: `e` + seq (u64 BE) -> entry; `n` -> the next seq; `v` -> the last version; `c` -> the last seq sent
 //! (the checkpoint); `f` -> the batch in flight (first and last seq), fixed before it
 //! is sent so a re-send after a crash is the same batch with the same tokens; `i` ->
 //! this database's id (16 bytes), which keeps tokens of different nodes apart; `b` ->
-//! the backfill's progress ([`super::backfill`]); `h` -> the highest event block id
-//! recorded; `g` -> block ids written while the sink was off (first, end), found when
-//! an entry's blocks do not follow on from `h`, for the backfill to send.
+//! the reader's backfill progress (the sink's `backfill`); `h` -> the highest event
+//! block id recorded; `g` -> block ids written while the feed was off (first, end),
+//! found when an entry's blocks do not follow on from `h`, for the backfill to send.
+
+pub mod retention;
+pub mod row_version;
 
 use std::convert::Infallible;
 
@@ -30,12 +36,13 @@ use sled::transaction::{
 };
 use uuid::Uuid;
 
-use crate::store::person_cache::Changes;
+use super::person_cache::Changes;
 
-pub use super::row_version::{version, VERSION_STEP};
+pub use retention::{backfill_done, held, keep_from, MAX_HELD_EVENTS};
+pub use row_version::{version, VERSION_STEP};
 
-/// The tree's name, part of the on-disk format.
-pub const TREE: &str = crate::store::OUTBOX_TREE;
+/// The tree's name, part of the on-disk format (named when the sink was its only reader).
+pub const TREE: &str = "sink_outbox";
 const ENTRY: u8 = b'e';
 const NEXT: &[u8] = b"n";
 const CHECKPOINT: &[u8] = b"c";
@@ -50,8 +57,7 @@ const FORMAT_1: u8 = 1;
 /// The entries' encoding: the version (u64 BE), then JSON.
 const FORMAT: u8 = 2;
 
-/// What one compactor chunk committed, as the sink needs it: the narrow interface
-/// between the compactor and the sink.
+/// What one compactor chunk committed, as a reader of the feed needs it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Committed {
     /// Unix milliseconds of the commit.
@@ -117,7 +123,7 @@ impl Committed {
 }
 
 /// Record `committed` in the outbox inside the compactor's transaction; returns its
-/// seq, or None if the chunk changed nothing the sink sends.
+/// seq, or None if the chunk changed nothing a reader sends.
 pub fn record(
     outbox: &TransactionalTree,
     committed: &Committed,
@@ -136,7 +142,7 @@ pub fn record(
     Ok(Some(seq))
 }
 
-/// Block ids come from one counter, so with the sink on every entry's blocks follow
+/// Block ids come from one counter, so with the feed on every entry's blocks follow
 /// on from the last; a jump means blocks were written while it was off.
 fn note_blocks(
     outbox: &TransactionalTree,
@@ -181,7 +187,7 @@ pub struct Entry {
     pub committed: Committed,
 }
 
-/// The sink's side of the outbox tree.
+/// The reader's side of the outbox tree.
 #[derive(Clone)]
 pub struct Outbox {
     tree: sled::Tree,
@@ -275,7 +281,7 @@ impl Outbox {
         Ok(())
     }
 
-    /// Block ids written while the sink was off (first, end exclusive), if any.
+    /// Block ids written while the feed was off (first, end exclusive), if any.
     pub fn gap(&self) -> sled::Result<Option<(u64, u64)>> {
         Ok(self.tree.get(GAP)?.and_then(|v| pair(&v)))
     }
@@ -360,111 +366,4 @@ fn storage(e: TransactionError<Infallible>) -> sled::Error {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::super::row_version::tiebreak;
-    use super::*;
-
-    fn committed(at: i64, events: u64) -> Committed {
-        Committed {
-            at,
-            blocks: vec![vec![1, 2, 3]],
-            events,
-            persons: vec![(1, Uuid::from_u128(5))],
-            linked: vec![(1, "d".into())],
-            groups: vec![(1, 0, "acme".into())],
-        }
-    }
-
-    fn write(outbox: &Outbox, c: &Committed) -> Option<u64> {
-        outbox
-            .tree()
-            .transaction(|tx| Ok::<_, ConflictableTransactionError<()>>(record(tx, c)?))
-            .unwrap()
-    }
-
-    #[test]
-    fn entries_in_order_until_acknowledged() {
-        let dir = tempfile::tempdir().unwrap();
-        let db = sled::open(dir.path()).unwrap();
-        let outbox = Outbox::open(&db).unwrap();
-        assert_eq!(
-            write(&outbox, &Committed::default()),
-            None,
-            "nothing to send"
-        );
-        for i in 1..=3 {
-            assert_eq!(write(&outbox, &committed(i * 10, i as u64)), Some(i as u64));
-        }
-        let all: Vec<Entry> = outbox.entries(None).unwrap().map(Result::unwrap).collect();
-        assert_eq!(all.iter().map(|e| e.seq).collect::<Vec<_>>(), [1, 2, 3]);
-        assert_eq!(all[1].committed, committed(20, 2));
-        assert_eq!(all[1].committed.rows(), 5);
-        assert_eq!(outbox.oldest().unwrap(), Some(10));
-
-        outbox.fix(1, 2).unwrap();
-        assert_eq!(outbox.in_flight().unwrap(), Some((1, 2)));
-        outbox.acknowledge(1, 2).unwrap();
-        assert_eq!(outbox.in_flight().unwrap(), None);
-        assert_eq!(outbox.checkpoint().unwrap(), 2);
-        let left: Vec<u64> = outbox
-            .entries(None)
-            .unwrap()
-            .map(|e| e.unwrap().seq)
-            .collect();
-        assert_eq!(left, [3]);
-        // Seqs are never reused, even after entries are removed.
-        assert_eq!(write(&outbox, &committed(40, 1)), Some(4));
-        let node = outbox.node().unwrap();
-        assert_eq!(outbox.node().unwrap(), node);
-    }
-
-    #[test]
-    fn blocks_written_while_off_are_noted_as_a_gap() {
-        let dir = tempfile::tempdir().unwrap();
-        let db = sled::open(dir.path()).unwrap();
-        let outbox = Outbox::open(&db).unwrap();
-        let blocks = |ids: &[u64]| Committed {
-            at: 1,
-            blocks: ids
-                .iter()
-                .map(|id| crate::store::keys::block(1, 0, *id).to_vec())
-                .collect(),
-            events: 1,
-            ..Committed::default()
-        };
-        write(&outbox, &blocks(&[4, 5]));
-        write(&outbox, &blocks(&[6]));
-        write(&outbox, &committed(1, 0));
-        assert_eq!(outbox.gap().unwrap(), None, "contiguous");
-        write(&outbox, &blocks(&[10, 11]));
-        assert_eq!(outbox.gap().unwrap(), Some((7, 10)));
-        write(&outbox, &blocks(&[15]));
-        assert_eq!(outbox.gap().unwrap(), Some((7, 15)), "widened");
-        outbox.take_gap(b"progress").unwrap();
-        assert_eq!(outbox.gap().unwrap(), None);
-        assert_eq!(outbox.backfill().unwrap().unwrap().as_ref(), b"progress");
-    }
-
-    #[test]
-    fn entries_carry_their_version_and_old_ones_their_seq() {
-        let dir = tempfile::tempdir().unwrap();
-        let db = sled::open(dir.path()).unwrap();
-        let outbox = Outbox::open(&db).unwrap();
-        // An entry of the first format, written before versions came from the clock.
-        let old = committed(5, 1);
-        let mut bytes = vec![FORMAT_1];
-        bytes.extend(serde_json::to_vec(&old).unwrap());
-        outbox.tree().insert(entry_key(1), bytes).unwrap();
-        outbox.tree().insert(NEXT, &2u64.to_be_bytes()[..]).unwrap();
-        let node = outbox.node().unwrap();
-        write(&outbox, &committed(1_000, 1));
-        write(&outbox, &committed(1_000, 1));
-        let all: Vec<Entry> = outbox.entries(None).unwrap().map(Result::unwrap).collect();
-        let first = 1_000 * VERSION_STEP + tiebreak(node);
-        assert_eq!(
-            all.iter().map(|e| (e.seq, e.version)).collect::<Vec<_>>(),
-            [(1, 1), (2, first), (3, first + VERSION_STEP)]
-        );
-        assert_eq!(all[0].committed, old);
-    }
-}
+mod tests;

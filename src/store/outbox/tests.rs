@@ -1,0 +1,149 @@
+//! The outbox's entries, seqs, versions and gap, written as the compactor writes them.
+
+use super::row_version::tiebreak;
+use super::*;
+
+fn committed(at: i64, events: u64) -> Committed {
+    Committed {
+        at,
+        blocks: vec![vec![1, 2, 3]],
+        events,
+        persons: vec![(1, Uuid::from_u128(5))],
+        linked: vec![(1, "d".into())],
+        groups: vec![(1, 0, "acme".into())],
+    }
+}
+
+fn write(outbox: &Outbox, c: &Committed) -> Option<u64> {
+    outbox
+        .tree()
+        .transaction(|tx| Ok::<_, ConflictableTransactionError<()>>(record(tx, c)?))
+        .unwrap()
+}
+
+#[test]
+fn entries_in_order_until_acknowledged() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = sled::open(dir.path()).unwrap();
+    let outbox = Outbox::open(&db).unwrap();
+    assert_eq!(
+        write(&outbox, &Committed::default()),
+        None,
+        "nothing to send"
+    );
+    for i in 1..=3 {
+        assert_eq!(write(&outbox, &committed(i * 10, i as u64)), Some(i as u64));
+    }
+    let all: Vec<Entry> = outbox.entries(None).unwrap().map(Result::unwrap).collect();
+    assert_eq!(all.iter().map(|e| e.seq).collect::<Vec<_>>(), [1, 2, 3]);
+    assert_eq!(all[1].committed, committed(20, 2));
+    assert_eq!(all[1].committed.rows(), 5);
+    assert_eq!(outbox.oldest().unwrap(), Some(10));
+
+    outbox.fix(1, 2).unwrap();
+    assert_eq!(outbox.in_flight().unwrap(), Some((1, 2)));
+    outbox.acknowledge(1, 2).unwrap();
+    assert_eq!(outbox.in_flight().unwrap(), None);
+    assert_eq!(outbox.checkpoint().unwrap(), 2);
+    let left: Vec<u64> = outbox
+        .entries(None)
+        .unwrap()
+        .map(|e| e.unwrap().seq)
+        .collect();
+    assert_eq!(left, [3]);
+    // Seqs are never reused, even after entries are removed.
+    assert_eq!(write(&outbox, &committed(40, 1)), Some(4));
+    let node = outbox.node().unwrap();
+    assert_eq!(outbox.node().unwrap(), node);
+}
+
+#[test]
+fn blocks_written_while_off_are_noted_as_a_gap() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = sled::open(dir.path()).unwrap();
+    let outbox = Outbox::open(&db).unwrap();
+    let blocks = |ids: &[u64]| Committed {
+        at: 1,
+        blocks: ids
+            .iter()
+            .map(|id| crate::store::keys::block(1, 0, *id).to_vec())
+            .collect(),
+        events: 1,
+        ..Committed::default()
+    };
+    write(&outbox, &blocks(&[4, 5]));
+    write(&outbox, &blocks(&[6]));
+    write(&outbox, &committed(1, 0));
+    assert_eq!(outbox.gap().unwrap(), None, "contiguous");
+    write(&outbox, &blocks(&[10, 11]));
+    assert_eq!(outbox.gap().unwrap(), Some((7, 10)));
+    write(&outbox, &blocks(&[15]));
+    assert_eq!(outbox.gap().unwrap(), Some((7, 15)), "widened");
+    outbox.take_gap(b"progress").unwrap();
+    assert_eq!(outbox.gap().unwrap(), None);
+    assert_eq!(outbox.backfill().unwrap().unwrap().as_ref(), b"progress");
+}
+
+#[test]
+fn entries_carry_their_version_and_old_ones_their_seq() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = sled::open(dir.path()).unwrap();
+    let outbox = Outbox::open(&db).unwrap();
+    // An entry of the first format, written before versions came from the clock.
+    let old = committed(5, 1);
+    let mut bytes = vec![FORMAT_1];
+    bytes.extend(serde_json::to_vec(&old).unwrap());
+    outbox.tree().insert(entry_key(1), bytes).unwrap();
+    outbox.tree().insert(NEXT, &2u64.to_be_bytes()[..]).unwrap();
+    let node = outbox.node().unwrap();
+    write(&outbox, &committed(1_000, 1));
+    write(&outbox, &committed(1_000, 1));
+    let all: Vec<Entry> = outbox.entries(None).unwrap().map(Result::unwrap).collect();
+    let first = 1_000 * VERSION_STEP + tiebreak(node);
+    assert_eq!(
+        all.iter().map(|e| (e.seq, e.version)).collect::<Vec<_>>(),
+        [(1, 1), (2, first), (3, first + VERSION_STEP)]
+    );
+    assert_eq!(all[0].committed, old);
+}
+
+/// The tree as the compactor leaves it, byte for byte: databases written before keep
+/// reading the same, whichever module writes it.
+#[test]
+fn the_stored_bytes_are_the_format() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = sled::open(dir.path()).unwrap();
+    let outbox = Outbox::open(&db).unwrap();
+    let node = Uuid::from_u128(517);
+    outbox.tree().insert(NODE, node.as_bytes()).unwrap();
+    let mut c = committed(1_000, 1);
+    c.blocks = vec![crate::store::keys::block(1, 5, 9).to_vec()];
+    assert_eq!(write(&outbox, &c), Some(1));
+    let stored: Vec<(Vec<u8>, Vec<u8>)> = outbox
+        .tree()
+        .iter()
+        .map(|kv| kv.map(|(k, v)| (k.to_vec(), v.to_vec())).unwrap())
+        .collect();
+    let version = 1_000 * 1024 + 517u64;
+    let mut entry = vec![2];
+    entry.extend(version.to_be_bytes());
+    let mut json = br#"{"at":1000,"blocks":[["#.to_vec();
+    let block = crate::store::keys::block(1, 5, 9).map(|b| b.to_string());
+    json.extend(block.join(",").into_bytes());
+    json.extend(
+        br#"]],"events":1,"persons":[[1,"00000000-0000-0000-0000-000000000005"]],"linked":[[1,"d"]],"groups":[[1,0,"acme"]]}"#,
+    );
+    entry.extend(json);
+    let mut entry_key = vec![b'e'];
+    entry_key.extend(1u64.to_be_bytes());
+    assert_eq!(
+        stored,
+        [
+            (entry_key, entry),
+            (b"h".to_vec(), 9u64.to_be_bytes().to_vec()),
+            (b"i".to_vec(), node.as_bytes().to_vec()),
+            (b"n".to_vec(), 2u64.to_be_bytes().to_vec()),
+            (b"v".to_vec(), version.to_be_bytes().to_vec()),
+        ]
+    );
+}
