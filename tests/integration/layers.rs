@@ -65,28 +65,8 @@ fn named_modules(path: &Path, found: &mut BTreeSet<String>) {
         let mut rest = text.as_str();
         while let Some(at) = rest.find("crate::") {
             rest = &rest[at + "crate::".len()..];
-            match rest.strip_prefix('{') {
-                Some(group) => {
-                    // The group's top-level items, each up to its first `::`.
-                    let (mut depth, mut start) = (0, 0);
-                    for (i, c) in group.char_indices() {
-                        match c {
-                            '{' => depth += 1,
-                            '}' if depth > 0 => depth -= 1,
-                            ',' | '}' if depth == 0 => {
-                                found.insert(first_name(&group[start..i]));
-                                start = i + 1;
-                                if c == '}' {
-                                    break;
-                                }
-                            }
-                            _ => {}
-                        }
-                    }
-                }
-                None => {
-                    found.insert(first_name(rest));
-                }
+            for head in group_heads(rest) {
+                found.insert(first_name(&head));
             }
         }
     }
