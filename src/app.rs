@@ -238,11 +238,8 @@ mod tests {
         let projects = Arc::new(ArcSwap::from_pointee(Projects::default()));
         let geoip = Arc::new(crate::geoip::Database::disabled());
         let pipeline = crate::pipeline::Pipeline::open(
-            &config.db_dir,
-            config.cache_bytes,
-            config.log_segment_bytes,
+            &config,
             projects.clone(),
-            Default::default(),
             geoip.clone(),
             Box::new(|_| {}),
         )

@@ -4,6 +4,16 @@
 //! so `systemctl start`, `reload` and `stop` wait for the real thing instead of guessing.
 //! Without the variable every call is a no-op. Failing to notify is logged and never
 //! stops the server: the protocol is advisory.
+//!
+//! The protocol is written here rather than taken from the `sd-notify` crate because
+//! its newest version (0.5.0), tried against the cases this module covers, gets some of
+//! them wrong: a `NOTIFY_SOCKET` of `@name` is connected as a file called `@name`
+//! (ENOENT) instead of the abstract socket systemd means; `watchdog_enabled` reports a
+//! watchdog for `WATCHDOG_USEC=0` (a zero interval, so pings without pause) and for a
+//! `WATCHDOG_PID` that is not a number, where `sd_watchdog_enabled(3)` reports none; it
+//! reads the socket only from the environment, so a test cannot point it at its own;
+//! and it ends every state with a newline, so the datagrams differ from these. What
+//! it would replace is one datagram per state change.
 
 use std::ffi::OsStr;
 use std::io;

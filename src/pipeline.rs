@@ -1,11 +1,12 @@
-//! The write side put together: [`Pipeline::open`] opens the sled database (migrating
-//! an older format), the write-ahead log's files, the log's group-commit writer thread,
-//! the compactor's thread and, for a database without current rollups, the thread
-//! that builds them; [`Pipeline::close`] stops them and flushes. It sits above [`crate::log`], [`crate::compactor`] and [`crate::store`]
-//! because it is the one place that needs all three.
+//! The write side put together, and every worker it runs: [`Pipeline::open`] opens the
+//! sled database (migrating an older format), the write-ahead log's files, the log's
+//! group-commit writer thread, the compactor's thread and, for a database without
+//! current rollups, the thread that builds them; [`Pipeline::start_sink`] adds the
+//! ClickHouse sink's task when one is configured. [`Pipeline::close`] stops them all,
+//! waits for each and flushes. It sits above [`crate::log`], [`crate::compactor`],
+//! [`crate::store`] and [`crate::sink`] because it is the one place that needs them all.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -13,14 +14,16 @@ use std::time::{Duration, Instant};
 use arc_swap::ArcSwap;
 
 use crate::compactor;
+use crate::config::Config;
 use crate::log::{self, writer as wal, Wal};
 use crate::projects::Projects;
 use crate::store::check as store_check;
 use crate::store::live::{Live, Open};
 use crate::store::rollup::{self, backfill::Step};
 use crate::store::{keys, person_cache, Error, Trees};
+use crate::sync::Gate;
 
-/// The open database, its log writer and its compactor.
+/// The open database, its log writer, its compactor and, when configured, its sink.
 pub struct Pipeline {
     /// The database, reopened in place by the compactor after a write failure.
     pub store: Arc<Live>,
@@ -31,26 +34,36 @@ pub struct Pipeline {
     pub persons: Arc<person_cache::PersonCache>,
     pub compactor: Arc<compactor::Stats>,
     /// Held by the compactor for each step; a backup takes it to pause the compactor.
-    pub compactor_gate: Arc<crate::sync::Gate>,
+    pub compactor_gate: Arc<Gate>,
+    /// Held by the sink for each pass, when there is a sink; a backup takes it to
+    /// pause the sink.
+    pub sink_gate: Option<Arc<Gate>>,
     writer: wal::Writer,
     compactor_thread: compactor::Handle,
     /// Building the console's rollups from stored events, when they were missing.
     backfill: Option<Backfill>,
+    sink: Option<Sink>,
+}
+
+/// The ClickHouse sink's task and the runtime it runs on: [`Pipeline::close`] blocks
+/// (it joins threads), so it waits for the task through that runtime.
+struct Sink {
+    task: crate::sink::worker::Handle,
+    runtime: tokio::runtime::Handle,
 }
 
 impl Pipeline {
-    /// Open the database and start the log writer and the compactor. Blocking.
-    /// `cache_bytes` is sled's page cache (see [`crate::config::DEFAULT_CACHE_BYTES`]),
-    /// `log_segment_bytes` the size of the log's files (see [`crate::config::DEFAULT_LOG_SEGMENT_BYTES`]).
+    /// Open the database in `config.db_dir` and start the log writer and the
+    /// compactor. Blocking. From `config` come sled's page cache
+    /// ([`crate::config::DEFAULT_CACHE_BYTES`]), the size of the log's files
+    /// ([`crate::config::DEFAULT_LOG_SEGMENT_BYTES`]) and the compactor's settings.
     pub fn open(
-        dir: &Path,
-        cache_bytes: u64,
-        log_segment_bytes: u64,
+        config: &Config,
         projects: Arc<ArcSwap<Projects>>,
-        settings: crate::config::Compaction,
         geoip: Arc<crate::geoip::Database>,
         on_flush: wal::FlushObserver,
     ) -> Result<Pipeline, Error> {
+        let (dir, cache_bytes) = (config.db_dir.as_path(), config.cache_bytes);
         let db = store_check::open(dir, cache_bytes)?;
         // A damaged database can make sled panic rather than fail: turned into an
         // error that names the database.
@@ -75,18 +88,19 @@ impl Pipeline {
             &dir.join(log::DIR_NAME),
             floor,
             checkpoint,
-            log_segment_bytes,
+            config.log_segment_bytes,
         )
         .map_err(io)?;
         let shared = appender.shared().clone();
         let (wal, writer) = Wal::start(appender, preparer, on_flush).map_err(io)?;
         let persons = Arc::new(person_cache::PersonCache::new(person_cache::DEFAULT_BYTES));
+        let settings = config.compactor.clone();
         let compactor = compactor::Compactor::new(trees.clone(), reader, projects, settings, geoip)
             .with_person_cache(persons.clone());
         let stats = compactor.stats();
         let trees_meta = trees.meta.clone();
         let store = Arc::new(Live::new(dir, cache_bytes, Open { db, trees }));
-        let compactor_gate = Arc::new(crate::sync::Gate::default());
+        let compactor_gate = Arc::new(Gate::default());
         let compactor_thread =
             compactor::spawn(compactor, store.clone(), compactor_gate.clone()).map_err(io)?;
         let backfill = match rollup::status(&trees_meta)? {
@@ -102,22 +116,53 @@ impl Pipeline {
             persons,
             compactor: stats,
             compactor_gate,
+            sink_gate: None,
             writer,
             compactor_thread,
             backfill,
+            sink: None,
         })
     }
 
-    /// Write what the log has queued, stop the writer and the compactor, and flush.
-    /// Appends after this fail as closed. Blocking: call off the reactor.
+    /// Start the ClickHouse sink over the open database, reporting into `stats`. It
+    /// holds the database for its life, so with it a database that failed writing is
+    /// healed by a restart (the reopen gives up and /_liveness fails) rather than in
+    /// place. Call inside the runtime, which runs the sink's task.
+    pub fn start_sink(
+        &mut self,
+        settings: crate::config::Sink,
+        stats: crate::sink::Stats,
+    ) -> Result<(), crate::sink::Error> {
+        let open = self.store.get().ok_or_else(|| {
+            crate::sink::Error::Store(sled::Error::Io(std::io::Error::other("database closed")))
+        })?;
+        let gate = Arc::new(Gate::default());
+        let task =
+            crate::sink::worker::spawn(settings, &open.db, &open.trees, stats, gate.clone())?;
+        self.sink_gate = Some(gate);
+        self.sink = Some(Sink {
+            task,
+            runtime: tokio::runtime::Handle::current(),
+        });
+        Ok(())
+    }
+
+    /// Stop the sink, write what the log has queued, stop the writer and the
+    /// compactor, and flush; each worker is waited for. Appends after this fail as
+    /// closed. Blocking: call off the reactor (on the blocking pool when there is a
+    /// sink, whose task it waits for on the runtime).
     pub fn close(self) -> Result<(), Error> {
         let Pipeline {
             store,
             writer,
             compactor_thread,
             backfill,
+            sink,
             ..
         } = self;
+        if let Some(Sink { task, runtime }) = sink {
+            runtime.block_on(task.stop());
+        }
         if let Some(b) = backfill {
             b.stop();
         }
@@ -150,7 +195,7 @@ impl Backfill {
     /// `gate` is the compactor's: each batch holds it as a compactor step does, so a
     /// backup never copies the rollups and the backfill's position from either side
     /// of one batch.
-    fn spawn(live: Arc<Live>, gate: Arc<crate::sync::Gate>) -> std::io::Result<Backfill> {
+    fn spawn(live: Arc<Live>, gate: Arc<Gate>) -> std::io::Result<Backfill> {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         let thread = std::thread::Builder::new()
@@ -168,7 +213,7 @@ impl Backfill {
     }
 }
 
-fn backfill(live: &Live, gate: &crate::sync::Gate, stop: &AtomicBool) {
+fn backfill(live: &Live, gate: &Gate, stop: &AtomicBool) {
     let started = Instant::now();
     let mut plan = None;
     let mut logged = 0u8;

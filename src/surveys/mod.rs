@@ -12,7 +12,6 @@ use bytes::Bytes;
 use serde_json::{json, Value};
 
 pub use survey::Survey;
-pub use targeting::interaction_properties;
 
 use crate::catalog::{Catalog, Document, FileError};
 

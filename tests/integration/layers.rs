@@ -31,6 +31,7 @@ const LAYERS: &[&[&str]] = &[
     &["pipeline", "admin", "backup"],
     &["app"],
     &["http"],
+    &["server"],
 ];
 
 fn layer(module: &str) -> Option<usize> {
@@ -135,6 +136,55 @@ fn the_compactor_does_not_know_the_sink() {
         layer("compactor"),
         "neither is below the other"
     );
+}
+
+/// `src/lib.rs` only maps the crate: its `//!` page, the module declarations and the
+/// public API (`pub use`). Code, even one small function, goes in the module it
+/// belongs to (running the service: `server`). Every module of `src/` is declared
+/// there, so a module cannot hide from this map and the layers above.
+#[test]
+fn lib_rs_only_maps_the_crate() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let text = std::fs::read_to_string(src.join("lib.rs")).unwrap();
+    let code: Vec<&str> = text
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("//"))
+        .collect();
+    let mut declared = BTreeSet::new();
+    let mut other = Vec::new();
+    for item in code.join("\n").split(';').map(str::trim) {
+        // Attributes (`#[cfg(...)]`) may precede an item.
+        let mut item = item;
+        while let Some(rest) = item.strip_prefix('#') {
+            item = rest
+                .split_once(']')
+                .map_or("", |(_, after)| after)
+                .trim_start();
+        }
+        if let Some(name) = item
+            .strip_prefix("pub mod ")
+            .or_else(|| item.strip_prefix("mod "))
+        {
+            declared.insert(name.trim().to_string());
+        } else if !item.is_empty() && !item.starts_with("pub use ") {
+            other.push(item.to_string());
+        }
+    }
+    assert!(
+        other.is_empty(),
+        "src/lib.rs holds more than the map; move these into a module: {other:?}"
+    );
+    let mut modules = BTreeSet::new();
+    for entry in std::fs::read_dir(&src).unwrap() {
+        let path = entry.unwrap().path();
+        let Some(stem) = path.file_stem().and_then(|s| s.to_str()) else {
+            continue;
+        };
+        if !["lib", "main", "cli"].contains(&stem) {
+            modules.insert(stem.to_string());
+        }
+    }
+    assert_eq!(declared, modules, "the modules src/lib.rs declares");
 }
 
 /// Past this many lines a source file is split by concern (`src/lib.rs` says so).
