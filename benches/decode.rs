@@ -124,7 +124,7 @@ fn event(n: usize) -> Value {
         "uuid": uuid(at, 100 + n as u64).to_string(),
         "event": name,
         "properties": properties,
-        "timestamp": flagpost::clock::format_ms(at),
+        "timestamp": flagpost::support::clock::format_ms(at),
     })
 }
 

@@ -37,7 +37,7 @@ fn batch() -> Vec<u8> {
             e
         })
         .collect();
-    let sent_at = flagpost::clock::format_ms(NOW_MS + 200);
+    let sent_at = flagpost::support::clock::format_ms(NOW_MS + 200);
     json!({"api_key": API_KEY, "batch": events, "sent_at": sent_at})
         .to_string()
         .into_bytes()

@@ -7,18 +7,18 @@ use std::sync::{Arc, Mutex};
 use arc_swap::ArcSwap;
 use tokio::sync::Semaphore;
 
-use crate::catalog::Catalog;
 use crate::compactor;
 use crate::config::Config;
-use crate::early_access::ProjectFeatures;
 use crate::log::Wal;
-use crate::memory::Budget;
 use crate::metrics::Metrics;
+use crate::projects::catalog::Catalog;
+use crate::projects::early_access::ProjectFeatures;
+use crate::projects::surveys::ProjectSurveys;
 use crate::projects::Projects;
 use crate::store::live::Live;
-use crate::surveys::ProjectSurveys;
-use crate::watch::Pass;
-pub(crate) use crate::watch::Watched;
+use crate::support::memory::Budget;
+use crate::support::watch::Pass;
+pub(crate) use crate::support::watch::Watched;
 
 /// Large or compressed payloads are decoded and parsed on the blocking pool, at most
 /// this many at once (one per core of the small VMs this runs on): each can hold up
@@ -61,7 +61,7 @@ pub struct App {
     /// Failed authentications with personal API keys, on any endpoint, by client address.
     pub failed_auth: crate::manage::FailedAuth,
     /// The console's signed-in browsers.
-    pub sessions: crate::session::Sessions,
+    pub sessions: crate::manage::session::Sessions,
     /// When serving started, for the console's uptime.
     pub started: std::time::Instant,
     /// Set at shutdown: readiness turns 503 so load balancers stop sending.
@@ -165,7 +165,7 @@ impl App {
         // Handed over on every pass, not only after a change: of two reloads racing
         // (SIGHUP and the poller), the later hand-over is then always of the newest file.
         self.rules
-            .set_generated(crate::surveys::generated(&self.surveys))
+            .set_generated(crate::projects::surveys::generated(&self.surveys))
     }
 
     /// Re-read `projects.json`; a bad file keeps the current projects.
@@ -188,7 +188,8 @@ impl App {
         pass: &mut Pass<'_, ()>,
     ) -> Result<(), crate::projects::Error> {
         let read = parse_projects(&self.config.projects_file(), pass);
-        *crate::sync::lock(&self.projects_problem) = read.as_ref().err().map(|e| e.to_string());
+        *crate::support::sync::lock(&self.projects_problem) =
+            read.as_ref().err().map(|e| e.to_string());
         let projects = read?;
         tracing::info!(projects = projects.len(), "projects reloaded");
         self.projects.store(Arc::new(projects));

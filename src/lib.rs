@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! client ─HTTP─> http::server (accept, limits) ─> http::router
-//!   ├─ intake paths ─> http::capture: http::body (size, deadline, memory::Budget)
+//!   ├─ intake paths ─> http::capture: http::body (size, deadline, memory budget)
 //!   │     ─> http::decode (data=, form, gzip | lz64 | base64) ─> capture::parse (simd-json)
 //!   │     ─> key check (projects) ─> capture::normalise ─> log::Wal (group commit into
 //!   │        the log's segment files, one fdatasync per group) ─> 200
@@ -20,10 +20,12 @@
 //!   ├─ /api/... ─> http::api ─> store::query
 //!   ├─ /api/projects/<id>/feature_flags/, cohorts/ ─> http::flags_api ─> manage (the
 //!   │     flag file, rewritten atomically, then published by the flag reloader)
-//!   ├─ /console/ ─> http::console (page, assets, session cookie from `session`) ─> the
-//!   │     same flags_api, api and decide code as above
-//!   ├─ /api/surveys/, /api/early_access_features/ ─> http::surveys ─> surveys, early_access
-//!   ├─ /array/<key>/config(.js), /static/ ─> http::remote_config (client_config), http::assets
+//!   ├─ /console/ ─> http::console (page, assets, the session cookie of
+//!   │     `manage::session`) ─> the same flags_api, api and decide code as above
+//!   ├─ /api/surveys/, /api/early_access_features/ ─> http::surveys ─> projects (surveys,
+//!   │     early_access)
+//!   ├─ /array/<key>/config(.js), /static/ ─> http::remote_config
+//!   │     (projects::client_config), http::assets
 //!   └─ /_liveness, /_readiness, /metrics (metrics)
 //! ```
 //!
@@ -47,18 +49,22 @@
 //!             the background loops (reloads, disk space, watchdog) and their stop
 //! backup/     `flagpost backup` (taken by the running server through its admin socket,
 //!             or from a stopped database) and `flagpost restore`
-//! flags/ persons/ geoip/ projects    flag rules, person rules, GeoIP, project keys
-//! surveys/ early_access  catalog     per-project surveys and early access features, and
-//!             the loader both share (`catalog`); a survey's targeting flags join its
-//!             project's flag rules
-//! manage      flags and cohorts changed through PostHog's REST API: the file rewrite,
-//!             PostHog's validation, the activity log, the failed-authentication limit
-//! session     the console's signed-in browsers: ids, tokens, idle expiry
-//! client_config  what a project tells posthog-js at start (its `remote_config` switches)
-//! app  config  metrics  admin        shared state, settings, Prometheus, offline commands
-//! clock  memory  lz64  sync  idle  notify  watch    small helpers every layer may use
-//!             (`watch`: the reload lock and change detection of the files the server
-//!             reloads by itself)
+//! flags/      flag rules: the model, loading, compiling and evaluating (PostHog's)
+//! persons/    person rules: identify, `$set`, `$set_once`, aliases, merges
+//! geoip/      the GeoIP database and the trusted-proxy rules for the client address
+//! projects/   everything configured per project: keys (`projects.json`), what a project
+//!             tells posthog-js at start (`client_config`), surveys, early access
+//!             features, and the loader those two share (`catalog`); a survey's
+//!             targeting flags join its project's flag rules
+//! manage/     flags and cohorts changed through PostHog's REST API: the file rewrite,
+//!             PostHog's validation, the activity log, the failed-authentication limit,
+//!             and the console's signed-in browsers (`session`)
+//! admin/      offline commands (`check`, `eval`, `key`)
+//! lz64/       LZ-String, as posthog-js compresses
+//! support/    small helpers every layer may use: clock, idle, memory (the request
+//!             budget), notify (systemd), sync, watch (the reload lock and change
+//!             detection of the files the server reloads by itself)
+//! app  config  metrics    the state handlers share, settings, Prometheus
 //! ```
 //!
 //! Dependencies run one way, down this list (each module uses only modules below it;
@@ -68,40 +74,33 @@
 //! are checked by `tests/integration/layers.rs`:
 //!
 //! ```text
-//! server    -> app backup config flags geoip http log metrics notify pipeline projects
-//!              sink store
-//! http      -> app capture client_config clock compactor early_access flags geoip log lz64
-//!              manage memory metrics persons projects session store surveys
-//! app       -> catalog compactor config early_access flags geoip log manage memory metrics
-//!              pipeline projects session store surveys sync watch
-//! pipeline  -> compactor config geoip log projects sink store sync
-//! admin     -> catalog early_access flags geoip projects store surveys watch
-//! backup    -> config log store sync
-//! metrics   -> capture sink sync
-//! compactor -> clock config geoip idle log persons projects store
-//! sink      -> clock config persons store sync
-//! store     -> clock config notify persons sync
+//! server    -> app backup config flags geoip http log metrics pipeline projects sink
+//!              store support
+//! http      -> app capture compactor config flags geoip log lz64 manage metrics persons
+//!              projects store support
+//! app       -> compactor config flags geoip log manage metrics pipeline projects store
+//!              support
+//! pipeline  -> compactor config geoip log projects sink store support
+//! admin     -> flags geoip projects store support
+//! backup    -> config log store support
+//! metrics   -> capture sink support
+//! compactor -> config geoip log persons projects store support
+//! sink      -> config persons store support
+//! store     -> config log persons support
 //! persons   -> capture
-//! capture   -> clock log (and lz64 in its tests)
-//! log       -> idle sync
+//! capture   -> log support (and lz64 in its tests)
+//! projects  -> flags support
+//! manage    -> flags support
 //! config    -> geoip
-//! surveys   -> catalog flags
-//! early_access -> catalog
-//! catalog   -> watch
-//! manage    -> flags sync watch
-//! flags     -> sync watch
-//! geoip     -> sync
-//! session   -> sync
-//! projects  -> client_config
-//! watch     -> sync
-//! client_config, clock, memory, lz64, sync, idle, notify -> nothing of the crate
+//! log, flags, geoip -> support
+//! lz64, support -> nothing of the crate
 //! ```
 //!
 //! The same test keeps every source file to 500 lines or fewer: a longer one is split
 //! by concern.
 //!
 //! `app::App` is the state the handlers share; `config::Config` is everything the
-//! binary's flags decide; `notify` tells systemd when serving starts, reloads and
+//! binary's flags decide; `support::notify` tells systemd when serving starts, reloads and
 //! stops. The binary (`main.rs`) only parses flags and calls [`run`].
 //!
 //! This file only maps: module declarations and the public API below, no code (the
@@ -112,32 +111,22 @@ pub mod admin;
 mod app;
 pub mod backup;
 pub mod capture;
-mod catalog;
-mod client_config;
-pub mod clock;
 pub mod compactor;
 pub mod config;
-mod early_access;
 pub mod flags;
 pub mod geoip;
 pub mod http;
-pub mod idle;
 pub mod log;
 pub mod lz64;
 mod manage;
-mod memory;
 mod metrics;
-mod notify;
 pub mod persons;
 mod pipeline;
 pub mod projects;
 mod server;
-mod session;
 pub mod sink;
 pub mod store;
-mod surveys;
-mod sync;
-mod watch;
+pub mod support;
 
 pub use config::Config;
 pub use server::{run, serve, shutdown_signal, Error};

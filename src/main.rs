@@ -21,7 +21,7 @@ fn main() -> ExitCode {
         // Colour codes only for a person at a terminal, never into journald.
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
-    flagpost::idle::set_action(collect_freed_memory);
+    flagpost::support::idle::set_action(collect_freed_memory);
     match cli::run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

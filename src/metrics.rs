@@ -314,7 +314,7 @@ impl Metrics {
     /// Hold while refreshing mirrored values and rendering.
     pub fn scrape_lock(&self) -> std::sync::MutexGuard<'_, ()> {
         // It guards no data: a panic while holding it leaves nothing half-done.
-        crate::sync::lock(&self.scrape)
+        crate::support::sync::lock(&self.scrape)
     }
 
     pub fn request(&self, route: &'static str, status: u16) {

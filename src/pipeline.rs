@@ -21,7 +21,7 @@ use crate::store::check as store_check;
 use crate::store::live::{Live, Open};
 use crate::store::rollup::{self, backfill::Step};
 use crate::store::{keys, person_cache, Error, Trees};
-use crate::sync::Gate;
+use crate::support::sync::Gate;
 
 /// The open database, its log writer, its compactor and, when configured, its sink.
 pub struct Pipeline {

@@ -77,7 +77,7 @@ pub fn pageview_event(n: usize, at_ms: i64, ids: [Uuid; 3], token: &str) -> Valu
             "token": token,
             "distinct_id": distinct_id(n),
         },
-        "timestamp": flagpost::clock::format_ms(at_ms),
+        "timestamp": flagpost::support::clock::format_ms(at_ms),
         "distinct_id": distinct_id(n),
     })
 }

@@ -146,7 +146,7 @@ fn batch(n: usize, now: i64, persons: bool) -> Bytes {
             event
         })
         .collect();
-    let sent_at = flagpost::clock::format_ms(now);
+    let sent_at = flagpost::support::clock::format_ms(now);
     let body = json!({"api_key": API_KEY, "batch": events, "sent_at": sent_at});
     let mut gzip = GzEncoder::new(Vec::new(), Compression::default());
     gzip.write_all(body.to_string().as_bytes())

@@ -9,10 +9,10 @@ use std::path::Path;
 
 use serde_json::{Map, Value};
 
-use crate::catalog::Catalog;
 use crate::flags::{Context, Evaluation, Rules};
+use crate::projects::catalog::Catalog;
+use crate::projects::surveys::ProjectSurveys;
 use crate::store::{query, Trees};
-use crate::surveys::ProjectSurveys;
 
 /// Who is asking, as a `/decide` request would say it.
 #[derive(Debug, Default)]
@@ -59,7 +59,7 @@ pub fn eval(
     let flags_dir = data_dir.join("flags");
     let (surveys, _) = Catalog::<ProjectSurveys>::load(&data_dir.join("surveys"));
     let rules = Rules::new();
-    rules.set_generated(crate::surveys::generated(&surveys));
+    rules.set_generated(crate::projects::surveys::generated(&surveys));
     let report = rules.reload(&flags_dir);
     let id = i64::try_from(req.project).unwrap_or(i64::MAX);
     let file = flags_dir.join(format!("{id}.json"));

@@ -11,14 +11,14 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use crate::catalog::Catalog;
-use crate::early_access::ProjectFeatures;
 use crate::flags::Rules;
 use crate::geoip;
+use crate::projects::catalog::Catalog;
+use crate::projects::early_access::ProjectFeatures;
+use crate::projects::surveys::ProjectSurveys;
 use crate::projects::Projects;
 use crate::store::query::{self, EventFilter};
 use crate::store::{block, keys, Trees};
-use crate::surveys::ProjectSurveys;
 
 pub use eval::{eval, render, EvalError, Request};
 
@@ -51,7 +51,7 @@ pub fn check(data_dir: &Path, geoip_file: Option<&Path>) -> CheckReport {
     let (surveys, features) = check_surveys_and_features(data_dir, &mut report);
     let flags_dir = data_dir.join("flags");
     let rules = Rules::new();
-    rules.set_generated(crate::surveys::generated(&surveys));
+    rules.set_generated(crate::projects::surveys::generated(&surveys));
     let loaded = rules.reload(&flags_dir);
     report
         .errors
@@ -118,7 +118,7 @@ pub fn check(data_dir: &Path, geoip_file: Option<&Path>) -> CheckReport {
 /// out to everyone), and inactive flags that could not be evaluated once switched on.
 /// Files that do not parse were reported by the load already.
 fn lint_flag_files(flags_dir: &Path, report: &mut CheckReport) {
-    for path in crate::watch::list(flags_dir).unwrap_or_default() {
+    for path in crate::support::watch::list(flags_dir).unwrap_or_default() {
         let Ok(bytes) = std::fs::read(&path) else {
             continue;
         };

@@ -12,7 +12,7 @@
 //! What a backup holds, and why it is consistent:
 //! - `trees.bin`: every sled tree ([`trees`]). The compactor writes all its trees and
 //!   its checkpoint in one transaction per step, and the ClickHouse sink writes its
-//!   outbox in passes; both hold a [`Gate`](crate::sync::Gate) for each step or pass,
+//!   outbox in passes; both hold a [`Gate`](crate::support::sync::Gate) for each step or pass,
 //!   and the backup takes both gates, so it reads the trees between steps, consistent
 //!   with each other and with the checkpoint. Capture, `/decide` and the read API go
 //!   on: capture appends to the log, which the compactor catches up on afterwards.
@@ -100,8 +100,8 @@ pub struct Running {
     pub db_dir: PathBuf,
     pub store: std::sync::Arc<crate::store::live::Live>,
     pub log: std::sync::Arc<log::Shared>,
-    pub compactor_gate: std::sync::Arc<crate::sync::Gate>,
-    pub sink_gate: Option<std::sync::Arc<crate::sync::Gate>>,
+    pub compactor_gate: std::sync::Arc<crate::support::sync::Gate>,
+    pub sink_gate: Option<std::sync::Arc<crate::support::sync::Gate>>,
 }
 
 /// The writers a backup keeps still, released as soon as the backup no longer needs

@@ -67,7 +67,7 @@ pub fn resolve(now: i64, claims: Claims) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::clock::format_ms;
+    use crate::support::clock::format_ms;
 
     const NOW: i64 = 1_700_000_000_000;
 

@@ -190,7 +190,7 @@ pub fn run(cli: Cli) -> Result<(), String> {
             let config = serve_config(args)?;
             tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
-                .on_thread_park(flagpost::idle::idle)
+                .on_thread_park(flagpost::support::idle::idle)
                 .build()
                 .map_err(|e| format!("cannot start the runtime: {e}"))?
                 .block_on(flagpost::run(config))

@@ -41,7 +41,7 @@ impl Compactor {
             &self.trees.recent_ids,
             s.dedup_max_age_ms,
             s.dedup_max_ids,
-            crate::clock::now_ms(),
+            crate::support::clock::now_ms(),
         )?;
         tracing::debug!(uuids = window.len(), "deduplication window loaded");
         self.state = Some(State { window, next_block });
@@ -123,7 +123,7 @@ impl Compactor {
         #[cfg(not(test))]
         let memo_off = false;
         // The window's age counts from when a uuid was stored.
-        let now = crate::clock::now_ms();
+        let now = crate::support::clock::now_ms();
         let t = &self.trees;
         let trees = (
             &t.wal,
@@ -324,7 +324,7 @@ impl Compactor {
     /// Age of the oldest record still waiting in the log. For the log's files, the
     /// age of the last record read stands in: the next one arrived no earlier.
     fn lag(&self) -> Result<i64, sled::Error> {
-        let now = crate::clock::now_ms();
+        let now = crate::support::clock::now_ms();
         if let Some((_, entry)) = self.trees.wal.first()? {
             let oldest = decode_frame(&entry)
                 .ok()

@@ -107,7 +107,7 @@ impl Handle {
 pub fn spawn(
     mut compactor: Compactor,
     live: Arc<Live>,
-    gate: Arc<crate::sync::Gate>,
+    gate: Arc<crate::support::sync::Gate>,
 ) -> std::io::Result<Handle> {
     let stop = Arc::new(AtomicBool::new(false));
     let stop_flag = stop.clone();
@@ -119,7 +119,7 @@ pub fn spawn(
             let _pass = gate.blocking_read();
             if last_retention.is_none_or(|t| t.elapsed() >= RETENTION_INTERVAL) {
                 last_retention = Some(Instant::now());
-                if let Err(e) = compactor.enforce_retention(crate::clock::now_ms()) {
+                if let Err(e) = compactor.enforce_retention(crate::support::clock::now_ms()) {
                     tracing::error!(error = %e, "retention pass failed");
                 }
             }
@@ -129,7 +129,7 @@ pub fn spawn(
                         tracing::info!("compactor recovered");
                     }
                     if report.is_idle() {
-                        crate::idle::idle();
+                        crate::support::idle::idle();
                         std::thread::park_timeout(IDLE_WAIT);
                     }
                 }

@@ -31,12 +31,12 @@ impl Cache {
         let key = (project, send_cohorts);
         // Entries are whole bodies, each inserted in one call: a panic elsewhere
         // cannot leave the map holding half of one, so a poisoned lock is carried on.
-        let cached = crate::sync::lock(&self.0).get(&key).cloned();
+        let cached = crate::support::sync::lock(&self.0).get(&key).cloned();
         match cached {
             Some(b) if same(&b.rules, &rules) => b,
             _ => {
                 let b = build(rules, send_cohorts);
-                crate::sync::lock(&self.0).insert(key, b.clone());
+                crate::support::sync::lock(&self.0).insert(key, b.clone());
                 b
             }
         }

@@ -1,5 +1,5 @@
 //! Flags made from other files than the project's flag file: the targeting flags of its
-//! surveys (see `crate::surveys`). They are appended to the file's flags before
+//! surveys (see `crate::projects::surveys`). They are appended to the file's flags before
 //! compiling, so `/decide` and `/flags` answer them like any flag, and are left out of
 //! the local-evaluation feed, as PostHog leaves survey flags out of it.
 

@@ -13,7 +13,7 @@ use arc_swap::ArcSwap;
 
 use super::compile::ProjectRules;
 use super::error::{CompileError, ErrorKind};
-use crate::watch::{list, project_id, Pass, Watched};
+use crate::support::watch::{list, project_id, Pass, Watched};
 
 /// Every project's compiled rules at one moment.
 #[derive(Debug, Default)]
@@ -125,7 +125,7 @@ impl Rules {
     /// What the last reload could not use (files rejected, and the flags disabled),
     /// one line each.
     pub fn problems(&self) -> Arc<Vec<String>> {
-        crate::sync::lock(&self.problems).clone()
+        crate::support::sync::lock(&self.problems).clone()
     }
 
     fn remember(&self, report: &ReloadReport) {
@@ -136,7 +136,7 @@ impl Rules {
             .map(ToString::to_string)
             .collect();
         // A whole value swapped in one assignment: nothing to leave half-done.
-        *crate::sync::lock(&self.problems) = Arc::new(lines);
+        *crate::support::sync::lock(&self.problems) = Arc::new(lines);
     }
 
     /// Reloads only when file names, sizes or mtimes changed (or, for files changed in the

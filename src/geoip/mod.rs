@@ -26,7 +26,7 @@ use arc_swap::ArcSwapOption;
 use maxminddb::{geoip2, MaxMindDbError, Reader};
 use serde_json::{Map, Number, Value};
 
-use crate::sync::lock;
+use crate::support::sync::lock;
 
 /// `$geoip_*` properties of one address: only the keys the database knows, always in the
 /// order city, country name, country code, continent name, continent code, postal code,

@@ -149,7 +149,7 @@ pub fn person_json(p: &Person) -> Value {
         "id": p.id,
         "distinct_ids": p.distinct_ids,
         "properties": p.properties,
-        "created_at": crate::clock::format_ms(p.created_at),
+        "created_at": crate::support::clock::format_ms(p.created_at),
         "is_identified": p.is_identified,
     })
 }
@@ -159,7 +159,7 @@ fn group_json(g: &Group) -> Value {
         "group_type_index": g.group_type_index,
         "group_key": g.group_key,
         "group_properties": g.properties,
-        "created_at": crate::clock::format_ms(g.created_at),
+        "created_at": crate::support::clock::format_ms(g.created_at),
     })
 }
 

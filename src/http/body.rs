@@ -9,7 +9,7 @@ use bytes::{Bytes, BytesMut};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 
-use crate::memory::{Budget, Overloaded, Reservation};
+use crate::support::memory::{Budget, Overloaded, Reservation};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Error {

@@ -17,8 +17,8 @@ use super::error::ApiError;
 use super::response::{self, Body};
 use crate::app::App;
 use crate::capture::{self, timestamp, Context, DropReason, Encoded};
-use crate::memory::Reservation;
 use crate::projects::{key_shape_is_valid, Projects};
+use crate::support::memory::Reservation;
 
 /// Payloads up to this size, that also decode to no more than this, are decoded and
 /// parsed right on the reactor: it takes a fraction of a millisecond (a gzip'd batch
@@ -66,7 +66,7 @@ pub async fn handle(
         engage,
         max_decoded: limits.max_decompressed_bytes,
         ip: Some(super::client_ip(app, peer, &parts.headers)),
-        now: crate::clock::now_ms(),
+        now: crate::support::clock::now_ms(),
     };
     let beacon = request.query.beacon;
     let projects = app.projects.load_full();

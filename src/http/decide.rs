@@ -25,8 +25,8 @@ use crate::app::App;
 use crate::capture::tape::Value as TapeValue;
 use crate::capture::{self, clean_distinct_id};
 use crate::flags::{self, Context};
-use crate::memory::Reservation;
 use crate::projects::Project;
+use crate::support::memory::Reservation;
 
 /// Decide bodies are small; anything near this is not a decide request.
 const MAX_DECIDE_BODY_BYTES: usize = 1024 * 1024;

@@ -21,8 +21,8 @@ use super::params::Params;
 use super::response::{self, Body};
 use crate::app::App;
 use crate::manage::{ActivityQuery, ListQuery, Store};
-use crate::memory::Reservation;
 use crate::projects::Caller;
+use crate::support::memory::Reservation;
 
 /// Largest body taken, refused from its Content-Length before a byte is read (PostHog's
 /// own limit for API bodies).
@@ -188,7 +188,7 @@ pub async fn serve(
     };
     drop(raw);
     let who = caller.label.clone();
-    let now = crate::clock::format_ms(crate::clock::now_ms());
+    let now = crate::support::clock::format_ms(crate::support::clock::now_ms());
     let (status, value) = match path {
         Path::Flags => (
             StatusCode::CREATED,

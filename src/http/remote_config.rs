@@ -2,7 +2,7 @@
 //! `config.js` (the script PostHog answers, which the library loads first) and
 //! `array.js` (the snippet's library with that script appended, PostHog's per-token
 //! bundle). Public, like the key in the path. The fields come from
-//! [`crate::client_config`]; what the server knows about a project besides its
+//! [`crate::projects::client_config`]; what the server knows about a project besides its
 //! switches is gathered in [`facts`], the one place to feed new facts from.
 
 use hyper::header::{HeaderValue, CACHE_CONTROL};
@@ -11,7 +11,7 @@ use hyper::{HeaderMap, Response, StatusCode};
 use super::error::ApiError;
 use super::response::{self, Body};
 use crate::app::App;
-use crate::client_config::{self, Facts};
+use crate::projects::client_config::{self, Facts};
 use crate::projects::Project;
 
 /// Switches change on SIGHUP: browsers pick a change up within a minute, while a

@@ -1,7 +1,7 @@
 //! The public, project-key-authenticated endpoints posthog-js calls for surveys and
 //! early access features: `GET /api/surveys/?token=` and
 //! `GET /api/early_access_features/?token=[&stage=...]`. Both answer from the loaded
-//! files (see `crate::surveys`, `crate::early_access`) with CORS, like PostHog's.
+//! files (see `crate::projects::surveys`, `crate::projects::early_access`) with CORS, like PostHog's.
 
 use hyper::{Response, StatusCode};
 
@@ -9,7 +9,7 @@ use super::error::ApiError;
 use super::error::DecideError as KeyError;
 use super::response::{self, Body};
 use crate::app::App;
-use crate::early_access;
+use crate::projects::early_access;
 use crate::projects::{key_shape_is_valid, Project};
 
 /// Answers a project without a surveys file: no surveys, as PostHog answers one that

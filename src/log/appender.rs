@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use super::segment::{checksum, segment_path, sync_dir, HEADER};
 use super::Shared;
-use crate::sync::lock;
+use crate::support::sync::lock;
 
 /// The write buffer's capacity kept between groups.
 const BUFFER_KEPT: usize = 1024 * 1024;

@@ -18,7 +18,7 @@ use std::path::Path;
 use super::marks;
 use super::segment::{next_intact, read_frame, segment_first, segment_path, Frame, HEADER};
 use super::{Shared, DIR_NAME};
-use crate::sync::lock;
+use crate::support::sync::lock;
 
 /// What a copy wrote, as paths relative to the backup's directory, and the end it
 /// was cut at (`None` when copied from a stopped log).

@@ -63,7 +63,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
-use crate::sync::lock;
+use crate::support::sync::lock;
 
 pub use appender::Appender;
 pub use reader::{Entry, Reader};

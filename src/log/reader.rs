@@ -13,7 +13,7 @@ use std::sync::Arc;
 use super::marks::{covering, uncovered};
 use super::segment::{next_intact, read_frame, segment_path, Frame, HEADER};
 use super::Shared;
-use crate::sync::lock;
+use crate::support::sync::lock;
 
 /// One entry read back.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -10,7 +10,7 @@ use std::thread::JoinHandle;
 
 use super::segment::{allocate, zero_fill, SPARE_PREFIX};
 use super::Shared;
-use crate::sync::lock;
+use crate::support::sync::lock;
 
 /// Ready segments kept beside the one being written, so a roll does not wait for one
 /// to be zero-filled.

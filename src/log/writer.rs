@@ -234,7 +234,7 @@ fn run(mut log: Appender, mut rx: mpsc::Receiver<Job>, stats: &Stats, on_flush: 
             let _ = pending.reply.send(result);
         }
         if rx.is_empty() {
-            crate::idle::idle();
+            crate::support::idle::idle();
         }
     }
     if stopping {

@@ -59,7 +59,7 @@ impl FlagFile {
         };
         Ok(FlagFile {
             doc,
-            digest: Some(crate::watch::digest(&bytes)),
+            digest: Some(crate::support::watch::digest(&bytes)),
         })
     }
 

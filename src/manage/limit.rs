@@ -50,7 +50,7 @@ impl FailedAuth {
     }
 
     fn check_at(&self, ip: IpAddr, now: Instant) -> Result<(), u64> {
-        let buckets = crate::sync::lock(&self.buckets);
+        let buckets = crate::support::sync::lock(&self.buckets);
         match buckets.get(&ip).map(|b| b.refilled(now)) {
             Some(b) if b.tokens < 1.0 => {
                 let wait = (1.0 - b.tokens) * REFILL_EVERY.as_secs_f64();
@@ -61,7 +61,7 @@ impl FailedAuth {
     }
 
     fn fail_at(&self, ip: IpAddr, now: Instant) {
-        let mut buckets = crate::sync::lock(&self.buckets);
+        let mut buckets = crate::support::sync::lock(&self.buckets);
         if buckets.len() >= MAX_ADDRESSES && !buckets.contains_key(&ip) {
             buckets.retain(|_, b| b.refilled(now).tokens < BURST);
         }

@@ -17,6 +17,7 @@ mod cohorts;
 mod error;
 mod file;
 mod limit;
+pub(crate) mod session;
 mod shape;
 mod validate;
 
@@ -58,7 +59,7 @@ struct Seen {
 }
 
 fn fingerprint(v: &Value) -> [u8; 20] {
-    crate::watch::digest(&serde_json::to_vec(v).unwrap_or_default())
+    crate::support::watch::digest(&serde_json::to_vec(v).unwrap_or_default())
 }
 
 impl Seen {
@@ -130,13 +131,13 @@ impl Store {
         project: u64,
         f: impl FnOnce(&mut Seen, FlagFile) -> Result<T, Error>,
     ) -> Result<T, Error> {
-        let lock = crate::sync::lock(&self.projects)
+        let lock = crate::support::sync::lock(&self.projects)
             .entry(project)
             .or_default()
             .clone();
         // A panic mid-write leaves the file old or new (atomic rename) and at worst a
         // stale fingerprint, which only asks for a refresh.
-        let mut seen = crate::sync::lock(&lock);
+        let mut seen = crate::support::sync::lock(&lock);
         let file = FlagFile::read(&self.flags_dir, project)?;
         seen.first_read(&file);
         f(&mut seen, file)

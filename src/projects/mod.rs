@@ -1,10 +1,20 @@
-//! The projects a server hosts, read from `projects.json`: which project API key
+//! Everything configured per project. This file: the projects a server hosts, read
+//! from `projects.json`: which project API key
 //! (`phc_...`) ingests into which project, and which personal keys (`phx_...`) may read it.
 //! A personal key is listed either as itself or, so it need not sit on disk in plain
 //! text, as `{"sha256": "<hex>", "label": "ci"}`: the SHA-256 of the key, unsalted, as
 //! PostHog stores its personal keys (`sha256$<hex>`, which is accepted too).
+//!
+//! Beside it, the rest of a project's configuration: what it tells posthog-js at start
+//! (`client_config`, its `remote_config` switches), its surveys (`surveys/`) and early
+//! access features (`early_access`), and the loader those two share (`catalog`). A
+//! survey's targeting flags join the project's flag rules (`flags`).
 
+pub(crate) mod catalog;
+pub(crate) mod client_config;
+pub(crate) mod early_access;
 mod edit;
+pub(crate) mod surveys;
 
 pub use edit::{add_hashed_key, MAX_LABEL_CHARS};
 
@@ -35,7 +45,7 @@ pub struct Project {
     /// What the project's browser clients are told to turn on (heatmaps, exception
     /// autocapture, web vitals, ...); everything off by default.
     #[serde(default)]
-    pub remote_config: crate::client_config::Switches,
+    pub remote_config: crate::projects::client_config::Switches,
     /// The members every `/decide` and `/flags` answer ends with, written once from the
     /// switches: without and with an active survey (`client_config::decide_tail`).
     #[serde(skip)]
@@ -215,9 +225,9 @@ impl Projects {
             }
             let mut p = p;
             p.decide_tails = [false, true].map(|surveys| {
-                crate::client_config::decide_tail(
+                crate::projects::client_config::decide_tail(
                     &p.remote_config,
-                    crate::client_config::Facts { surveys },
+                    crate::projects::client_config::Facts { surveys },
                 )
             });
             let p = Arc::new(p);

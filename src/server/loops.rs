@@ -12,7 +12,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::app::App;
-use crate::notify;
+use crate::support::notify;
 
 /// How often free disk space is measured.
 const SPACE_POLL: Duration = Duration::from_secs(1);

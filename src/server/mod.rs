@@ -17,7 +17,8 @@ use tokio::net::TcpListener;
 
 use crate::config::Config;
 use crate::pipeline::Pipeline;
-use crate::{app, backup, flags, geoip, http, log, metrics, notify, projects, store};
+use crate::support::notify;
+use crate::{app, backup, flags, geoip, http, log, metrics, projects, store};
 
 pub use error::Error;
 use error::{database_error, prepare_db_dir};

@@ -28,7 +28,7 @@ use super::stats::Stats;
 use super::Error;
 use crate::config;
 use crate::store::outbox::Outbox;
-use crate::sync::Gate;
+use crate::support::sync::Gate;
 
 /// How often an empty or young outbox is looked at again.
 const POLL: Duration = Duration::from_millis(200);
@@ -162,7 +162,7 @@ impl Worker {
     /// Send the outbox's next batch, if it has one ready.
     async fn outbox_step(&mut self) -> Result<Option<Pass>, Error> {
         let outbox = self.outbox.clone();
-        let (now, min_rows) = (crate::clock::now_ms(), self.batch_rows);
+        let (now, min_rows) = (crate::support::clock::now_ms(), self.batch_rows);
         let Some(entries) = blocking(move || batch::choose(&outbox, now, min_rows)).await? else {
             return Ok(None);
         };
@@ -245,7 +245,7 @@ impl Worker {
     async fn refresh_lag(&self) {
         let outbox = self.outbox.clone();
         if let Ok(oldest) = blocking(move || outbox.oldest()).await {
-            let now = crate::clock::now_ms();
+            let now = crate::support::clock::now_ms();
             let lag = oldest.map_or(0, |t| (now - t).max(0));
             self.stats.lag_seconds.set(lag as f64 / 1000.0);
         }

@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use uuid::Uuid;
 
-use crate::clock::format_ms;
+use crate::support::clock::format_ms;
 
 /// A stored value never decompresses to more than this; anything claiming more is
 /// damaged, and refusing it avoids a huge allocation.

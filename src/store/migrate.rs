@@ -55,7 +55,7 @@ pub fn run(db: &sled::Db, trees: &Trees) -> Result<(), Error> {
     let names = db.tree_names();
     if names.iter().any(|n| n == OLD_EVENTS) {
         let old = db.open_tree(OLD_EVENTS)?;
-        migrate_events(&old, trees, crate::clock::now_ms())?;
+        migrate_events(&old, trees, crate::support::clock::now_ms())?;
         drop(old);
         db.drop_tree(OLD_EVENTS)?;
     }
@@ -77,7 +77,7 @@ fn migrate_events(old: &sled::Tree, trees: &Trees, now: i64) -> Result<u64, Erro
         "migrating events to blocks (the earlier on-disk format); this runs once"
     );
     // A large database can take longer than the unit's start timeout.
-    crate::notify::extend_timeout(std::time::Duration::from_secs(60));
+    crate::support::notify::extend_timeout(std::time::Duration::from_secs(60));
     let recent_since = now - crate::config::DEFAULT_DEDUP_MAX_AGE_MS;
     let (mut moved, mut skipped, mut logged) = (0u64, 0u64, 0u64);
     loop {
@@ -145,7 +145,7 @@ fn migrate_events(old: &sled::Tree, trees: &Trees, now: i64) -> Result<u64, Erro
         if moved - logged >= PROGRESS_EVERY {
             logged = moved;
             tracing::info!(done = moved, total, "migrating events to blocks");
-            crate::notify::extend_timeout(std::time::Duration::from_secs(60));
+            crate::support::notify::extend_timeout(std::time::Duration::from_secs(60));
         }
     }
     trees.events.flush()?;
@@ -194,7 +194,7 @@ mod tests {
     #[test]
     fn migrates_the_first_format_to_blocks() {
         let dir = tempfile::tempdir().unwrap();
-        let now = crate::clock::now_ms();
+        let now = crate::support::clock::now_ms();
         let mut events = Vec::new();
         // Enough for several batches, across two projects and days, some recent.
         for i in 0..10_000u64 {

@@ -27,7 +27,7 @@ use serde_json::{Map, Value};
 use uuid::Uuid;
 
 use super::{query, Trees};
-use crate::sync::lock;
+use crate::support::sync::lock;
 
 const SHARDS: usize = 8;
 /// The default budget for both maps together.

@@ -50,7 +50,7 @@ fn a_gate_taken_for_writing_holds_the_thread_between_steps() {
     } = f;
     let waiting = log.shared().depth();
     assert!(waiting > 0);
-    let gate = Arc::new(crate::sync::Gate::default());
+    let gate = Arc::new(crate::support::sync::Gate::default());
     let paused = gate.clone().try_write_owned().unwrap();
     let open = crate::store::live::Open { db, trees };
     let live = Arc::new(crate::store::live::Live::new(_dir.path(), 1 << 20, open));

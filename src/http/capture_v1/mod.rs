@@ -26,7 +26,7 @@ use super::response::{self, Body};
 use crate::app::App;
 use crate::capture::v1::{self as model, Checked, Status};
 use crate::capture::Context;
-use crate::memory::Reservation;
+use crate::support::memory::Reservation;
 pub use error::Error;
 
 /// Answers the request. Refusals are answered here, in v1's shape, so `http::error`
@@ -100,7 +100,7 @@ async fn accept(
         sdk_info: head.sdk_info,
         ctx: Context {
             project,
-            now: crate::clock::now_ms(),
+            now: crate::support::clock::now_ms(),
             sent_at: Some(head.sent_at_ms),
             historical: false,
             ip: Some(super::client_ip(app, peer, &parts.headers)),

@@ -112,7 +112,7 @@ pub fn health(app: &App) -> Value {
             .collect()
     };
     let mut reload_errors = Vec::new();
-    if let Some(p) = crate::sync::lock(&app.projects_problem).clone() {
+    if let Some(p) = crate::support::sync::lock(&app.projects_problem).clone() {
         reload_errors.push(json!({"of": "projects", "problem": p}));
     }
     reload_errors.extend(problems("flags", &app.rules.problems()));

@@ -49,7 +49,7 @@ pub async fn counts(
             "name 1 to {MAX_SERIES} events with event="
         )));
     }
-    let now = crate::clock::now_ms();
+    let now = crate::support::clock::now_ms();
     let first = (now - hours * HOUR_MS).div_euclid(step) * step;
     let buckets: Vec<i64> = (0..)
         .map(|i| first + i * step)
@@ -86,7 +86,7 @@ pub async fn counts(
         .collect();
     let times: Vec<String> = buckets
         .iter()
-        .map(|t| crate::clock::format_ms(*t))
+        .map(|t| crate::support::clock::format_ms(*t))
         .collect();
     Ok(response::json(
         StatusCode::OK,
@@ -288,7 +288,7 @@ async fn over_hours<T: Send + 'static>(
     from_rollups: impl FnOnce(&sled::Tree, i64, i64) -> Result<T, sled::Error> + Send + 'static,
     by_scan: impl FnOnce(&Trees, i64, i64) -> Result<T, sled::Error> + Send + 'static,
 ) -> Result<(T, Status), ApiError> {
-    let now = crate::clock::now_ms();
+    let now = crate::support::clock::now_ms();
     // Held for the request: a reopen of the database waits for it.
     let open = app.store.get().ok_or(ApiError::Storage)?;
     blocking(move || {

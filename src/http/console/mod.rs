@@ -22,9 +22,9 @@ use serde_json::{json, Value};
 use super::error::ApiError;
 use super::response::{self, Body};
 use crate::app::App;
-use crate::memory::Reservation;
+use crate::manage::session::{self, Session};
 use crate::projects::Caller;
-use crate::session::{self, Session};
+use crate::support::memory::Reservation;
 
 /// The session cookie's name.
 pub const COOKIE: &str = "flagpost_console";

@@ -6,7 +6,7 @@ use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
 
 use super::targeting;
-use crate::catalog::FileError;
+use crate::projects::catalog::FileError;
 
 /// `type` values posthog-js knows.
 const TYPES: [&str; 4] = ["popover", "api", "widget", "external_survey"];

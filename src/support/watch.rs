@@ -181,7 +181,7 @@ impl<X> Watched<X> {
     }
 
     fn lock(&self) -> MutexGuard<'_, (Seen, X)> {
-        crate::sync::lock(&self.state)
+        crate::support::sync::lock(&self.state)
     }
 
     fn run<R>(

@@ -1,6 +1,6 @@
 //! Surveys: `DIR/surveys/<project id>.json` holds `{"surveys": [...]}` in the shape of
 //! PostHog's public `GET /api/surveys/?token=` answer. Each file is validated when it
-//! loads (a [`crate::catalog::Catalog`] of [`ProjectSurveys`]) and kept ready to serve as
+//! loads (a [`crate::projects::catalog::Catalog`] of [`ProjectSurveys`]) and kept ready to serve as
 //! bytes. The flags that decide who sees a survey (its internal targeting flag, and a
 //! targeting flag when the file gives filters) are generated here and appended to the
 //! project's flag rules (`flags::Rules::set_generated`), so `/flags` answers them.
@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 
 pub use survey::Survey;
 
-use crate::catalog::{Catalog, Document, FileError};
+use crate::projects::catalog::{Catalog, Document, FileError};
 
 /// A file lists a few surveys; this many is a mistake, or an attempt to exhaust memory.
 const MAX_SURVEYS: usize = 1000;

@@ -7,7 +7,7 @@
 
 use serde_json::{json, Map, Value};
 
-use crate::catalog::{Document, FileError};
+use crate::projects::catalog::{Document, FileError};
 
 /// The stages PostHog knows, in its order.
 pub const STAGES: [&str; 6] = [

@@ -2,7 +2,7 @@
 //! `DIR/surveys/<project id>.json` and `DIR/early_access/<project id>.json`. A
 //! [`Catalog`] parses each file once into a [`Document`] and publishes all projects in one
 //! atomic swap, as `flags::Rules` does for flag files, with the same reload lock and
-//! change detection ([`crate::watch`]: file names, sizes, mtimes, then content while a
+//! change detection ([`crate::support::watch`]: file names, sizes, mtimes, then content while a
 //! file is fresh) driven by the same poller and SIGHUP. A file that fails to parse keeps that project's previous version and
 //! is logged with the file, the item and the field at fault.
 
@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
 
-use crate::watch::{list, project_id, Pass, Watched};
+use crate::support::watch::{list, project_id, Pass, Watched};
 
 /// Larger files are refused unread: these are hand-written lists of a few dozen items,
 /// and each is parsed and held in memory whole.
@@ -142,13 +142,13 @@ impl<T: Document> Catalog<T> {
 
     /// What the last reload could not use (files rejected), one line each.
     pub fn problems(&self) -> Arc<Vec<String>> {
-        crate::sync::lock(&self.problems).clone()
+        crate::support::sync::lock(&self.problems).clone()
     }
 
     fn remember(&self, report: &Report) {
         let lines = report.errors.iter().map(ToString::to_string).collect();
         // A whole value swapped in one assignment: nothing to leave half-done.
-        *crate::sync::lock(&self.problems) = Arc::new(lines);
+        *crate::support::sync::lock(&self.problems) = Arc::new(lines);
     }
 
     /// Reloads only when something in `dir` changed; `None` when nothing did.

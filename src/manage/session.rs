@@ -57,11 +57,11 @@ impl Sessions {
 
     /// Sign-out; true if there was such a session.
     pub fn remove(&self, id: &str) -> bool {
-        crate::sync::lock(&self.by_id).remove(id).is_some()
+        crate::support::sync::lock(&self.by_id).remove(id).is_some()
     }
 
     pub fn len(&self) -> usize {
-        crate::sync::lock(&self.by_id).len()
+        crate::support::sync::lock(&self.by_id).len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -83,7 +83,7 @@ impl Sessions {
             token: secret()?,
             last_used: now,
         };
-        let mut by_id = crate::sync::lock(&self.by_id);
+        let mut by_id = crate::support::sync::lock(&self.by_id);
         if by_id.len() >= MAX_SESSIONS {
             by_id.retain(|_, s| now.duration_since(s.last_used) < IDLE_EXPIRY);
         }
@@ -101,7 +101,7 @@ impl Sessions {
     }
 
     fn touch_at(&self, id: &str, now: Instant) -> Option<Session> {
-        let mut by_id = crate::sync::lock(&self.by_id);
+        let mut by_id = crate::support::sync::lock(&self.by_id);
         let session = by_id.get_mut(id)?;
         if now.duration_since(session.last_used) >= IDLE_EXPIRY {
             by_id.remove(id);
