@@ -1,5 +1,6 @@
 //! The on-disk format's version, and the migration from the first format, which kept
 //! one `events` key per event plus one `event_ids` key per uuid, to event blocks.
+//! Later formats read everything the one before wrote, so only the first is migrated.
 //!
 //! The migration reads the old `events` tree in key order (project, time, uuid), packs
 //! each batch into blocks, and in one transaction writes the blocks and deletes the
@@ -17,8 +18,11 @@ use super::event::StoredEvent;
 use super::keys::NEXT_BLOCK_KEY;
 use super::{block, dedup, keys, Trees};
 
-/// The format this build writes: 2 is event blocks. 1 (one key per event) had no key.
-pub const FORMAT: u64 = 2;
+/// The format this build writes: 3 is event blocks that may be of block version 2
+/// (columns, [`block`]); 2 had only block version 1, which is still read, so a format-2
+/// database needs no change; 1 (one key per event) had no key. A build of format 2
+/// would skip version-2 blocks as damaged: it refuses a format-3 database instead.
+pub const FORMAT: u64 = 3;
 pub const FORMAT_KEY: &[u8] = b"format";
 /// The first format's trees.
 const OLD_EVENTS: &[u8] = b"events";

@@ -9,6 +9,7 @@
 
 pub mod block;
 pub mod check;
+mod columns;
 pub mod dedup;
 pub mod event;
 pub mod keys;
