@@ -6,7 +6,7 @@
 //!
 //! Value: version, event count (u32 LE), oldest time (i64 LE), then LZ4(size-prefixed)
 //! of the body. Version 2, written now, lays the body out column by column with the
-//! properties' quoted uuids packed ([`super::columns`]): about a fifth fewer bytes
+//! properties' quoted uuids packed ([`columns`]): about a fifth fewer bytes
 //! than version 1 for web events. Version 1, still read, lays the events back to back:
 //! time, created_at (i64 LE), uuid (16), person flag (1) and person uuid (16), then
 //! three u32 LE lengths (name, distinct id, properties JSON) and those bytes.
@@ -14,8 +14,9 @@
 use serde_json::{Map, Value};
 use uuid::Uuid;
 
-use super::columns;
 use super::event::StoredEvent;
+
+mod columns;
 
 /// The version written; [`ROWS`] is still read.
 const VERSION: u8 = 2;
@@ -139,9 +140,9 @@ pub struct Head {
     pub created_at: i64,
     pub uuid: Uuid,
     pub person_id: Option<Uuid>,
-    pub(super) event: (u32, u32),
-    pub(super) distinct_id: (u32, u32),
-    pub(super) properties: (u32, u32),
+    event: (u32, u32),
+    distinct_id: (u32, u32),
+    properties: (u32, u32),
 }
 
 impl Block {

@@ -9,7 +9,6 @@
 
 pub mod block;
 pub mod check;
-mod columns;
 pub mod dedup;
 pub mod event;
 pub mod keys;

@@ -1,4 +1,4 @@
-//! The body of a version-2 event [`block`](super::block), before LZ4: the events'
+//! The body of a version-2 event [`block`](super), before LZ4: the events'
 //! fields column by column, so LZ4 finds the likenesses between events (times that
 //! differ in a byte or two, names and distinct ids next to each other, properties
 //! objects that share most keys one after another), and the uuids written as text in
@@ -16,7 +16,7 @@
 
 use uuid::Uuid;
 
-use super::block::{Entry, Head};
+use super::{Entry, Head};
 
 /// A quoted uuid's 16 bytes follow.
 const UUID: u8 = 0x01;
