@@ -259,7 +259,7 @@ fn range((start, end): (u32, u32)) -> std::ops::Range<usize> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use serde_json::json;
 

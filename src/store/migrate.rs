@@ -263,6 +263,49 @@ mod tests {
         );
     }
 
+    /// A format-2 database (blocks of the first layout) is read as it is and marked
+    /// format 3 once opened; new blocks go beside the old ones.
+    #[test]
+    fn a_format_two_database_is_read_as_it_is() {
+        let dir = tempfile::tempdir().unwrap();
+        let old: Vec<StoredEvent> = (0..20u64)
+            .map(|i| old_event(i, 1_000 + i as i64, 5))
+            .collect();
+        {
+            let db = sled::open(dir.path()).unwrap();
+            let entries: Vec<block::Entry> = old.iter().map(block::Entry::from_stored).collect();
+            let value = block::tests::encode_rows(&entries);
+            db.open_tree(super::super::EVENTS_TREE)
+                .unwrap()
+                .insert(&keys::block(1, 1_019, 0)[..], value)
+                .unwrap();
+            db.open_tree("meta")
+                .unwrap()
+                .insert(FORMAT_KEY, &2u64.to_be_bytes()[..])
+                .unwrap();
+        }
+        let db = sled::open(dir.path()).unwrap();
+        let trees = Trees::open(&db).unwrap();
+        assert_eq!(
+            trees.meta.get(FORMAT_KEY).unwrap().unwrap().as_ref(),
+            &3u64.to_be_bytes()
+        );
+        let new = old_event(20, 2_000, 6);
+        let (newest, value) = block::build(vec![block::Entry::from_stored(&new)]).remove(0);
+        assert_eq!(value[0], 2);
+        trees
+            .events
+            .insert(&keys::block(1, newest, 1)[..], value)
+            .unwrap();
+        let got = query::events_page(&trees, 1, EventFilter::default(), None, 100)
+            .unwrap()
+            .0;
+        let mut want = old.clone();
+        want.push(new);
+        want.reverse();
+        assert_eq!(got, want);
+    }
+
     #[test]
     fn a_newer_format_is_refused() {
         let dir = tempfile::tempdir().unwrap();
