@@ -19,6 +19,7 @@ mod client;
 mod common;
 mod compactor;
 mod console;
+mod disk;
 mod flags;
 mod memory;
 mod payloads;
@@ -62,13 +63,21 @@ struct Args {
     #[argh(option, default = "DEFAULT_WARMUP_MS")]
     warmup_ms: u64,
     /// scenario to run: capture, batch, decide, compactor, compactor-anon, memory (an
-    /// ingest of --memory-events, then a soak), sink (the ClickHouse sink at --rate,
+    /// ingest of --memory-events, then a soak), disk (--disk-events from
+    /// --disk-persons, then the database's size at rest, per tree), sink (the ClickHouse sink at --rate,
     /// default 100000 events/s; needs clickhouse-server), console (batch and decide
     /// alone, then beside console users) or wrk (capture and decide under Debian's
     /// `wrk -t1 -c64`, for --seconds, --rounds times); repeat for several [default all
-    /// but memory, sink, console and wrk]
+    /// but memory, disk, sink, console and wrk]
     #[argh(option)]
     scenario: Vec<String>,
+    /// disk scenario: events to ingest before measuring the database at rest
+    /// [default 200000]
+    #[argh(option, default = "200_000")]
+    disk_events: usize,
+    /// disk scenario: distinct persons sending them, a multiple of 100 [default 20000]
+    #[argh(option, default = "20_000")]
+    disk_persons: usize,
     /// memory scenario: events to ingest from 100,000 persons before reading the
     /// resident set [default 1000000]
     #[argh(option, default = "1_000_000")]
@@ -131,6 +140,8 @@ struct Config {
     clickhouse_nice: i32,
     /// The memory scenario's settings, when it was asked for.
     memory: Option<memory::Settings>,
+    /// The disk scenario's settings, when it was asked for.
+    disk: Option<disk::Settings>,
     /// The sink scenario's settings, when it was asked for.
     sink: Option<sink::Settings>,
     /// The console scenario's settings, when it was asked for.
@@ -167,13 +178,21 @@ fn config(args: Args) -> Result<Config, String> {
     let with_sink_scenario = args.scenario.iter().any(|name| name == sink::NAME);
     let with_console = args.scenario.iter().any(|name| name == console::NAME);
     let with_wrk = args.scenario.iter().any(|name| name == wrk::NAME);
+    let with_disk = args.scenario.iter().any(|name| name == disk::NAME);
     let scenarios = if args.scenario.is_empty() {
         Scenario::ALL.to_vec()
     } else {
         args.scenario
             .iter()
             .filter(|name| {
-                ![memory::NAME, sink::NAME, console::NAME, wrk::NAME].contains(&name.as_str())
+                ![
+                    memory::NAME,
+                    sink::NAME,
+                    console::NAME,
+                    wrk::NAME,
+                    disk::NAME,
+                ]
+                .contains(&name.as_str())
             })
             .map(|name| Scenario::parse(name))
             .collect::<Result<_, _>>()?
@@ -209,6 +228,11 @@ fn config(args: Args) -> Result<Config, String> {
         rounds: args.rounds.max(1),
         clickhouse_nice: args.clickhouse_nice,
         memory,
+        disk: with_disk.then(|| disk::Settings {
+            events: args.disk_events.max(1),
+            persons: args.disk_persons.max(payloads::BATCH_EVENTS),
+            connections: args.connections,
+        }),
         sink,
         console: with_console.then(|| console::Settings {
             connections: args.connections,
@@ -258,6 +282,24 @@ fn run(config: Config) -> Result<(), String> {
         ))?;
         report::memory_scenario(&report);
         flagpost.stop()?;
+    }
+    if let Some(settings) = &config.disk {
+        let this_build = std::path::Path::new(env!("CARGO_BIN_EXE_flagpost"));
+        let mut targets = vec![("flagpost", this_build, "disk-db")];
+        if let Some(binary) = &config.baseline {
+            targets.push(("baseline", binary.as_path(), "disk-baseline-db"));
+        }
+        for (name, binary, db) in targets {
+            let report = disk::run(
+                &runtime,
+                settings,
+                name,
+                binary,
+                &data_dir,
+                &dir.path().join(db),
+            )?;
+            disk::report(&report);
+        }
     }
     if let Some(settings) = &config.console {
         let rows = console::run(&runtime, settings, &data_dir, dir.path())?;

@@ -132,7 +132,7 @@ pub async fn measure(
 
 /// Send `requests` batches from the pool over `connections` keep-alive connections as
 /// fast as they are accepted; any failure ends the run with an error.
-async fn ingest(
+pub async fn ingest(
     addr: SocketAddr,
     bodies: &Arc<[Bytes]>,
     requests: usize,

@@ -42,6 +42,14 @@ pub fn preamble(config: &Config) {
     if config.clickhouse_nice != 0 {
         scenarios += &format!(" --clickhouse-nice {}", config.clickhouse_nice);
     }
+    if let Some(d) = &config.disk {
+        scenarios += &format!(
+            " --scenario {} --disk-events {} --disk-persons {}",
+            crate::disk::NAME,
+            d.events,
+            d.persons
+        );
+    }
     if let Some(m) = &config.memory {
         scenarios += &format!(
             " --scenario {} --memory-events {} --soak-seconds {}",

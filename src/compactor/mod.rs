@@ -147,6 +147,33 @@ impl Compactor {
         self.stats.clone()
     }
 
+    /// At a stop: make the checkpoint durable, then let the log delete its spares and,
+    /// if the writer has stopped and everything is applied, its segments
+    /// ([`log::Reader::release_at_stop`]). A failure leaves files a start reads or
+    /// deletes anyway.
+    fn release_log_at_stop(&mut self) {
+        let applied = self
+            .trees
+            .meta
+            .flush()
+            .and_then(|_| self.trees.meta.get(keys::CHECKPOINT_KEY));
+        let applied = match applied {
+            Ok(v) => v.and_then(|v| keys::seq(&v)),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot make the checkpoint durable at the stop; the log's segments stay");
+                return;
+            }
+        };
+        match self.log.release_at_stop(applied) {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(
+                segments = n,
+                "log segments applied in full deleted at the stop"
+            ),
+            Err(e) => tracing::warn!(error = %e, "cannot delete the log's segments at the stop"),
+        }
+    }
+
     /// Give up the database's trees and everything read from them (the deduplication
     /// window, the memo), keeping the log reader and the settings: what survives a
     /// reopen of the database.

@@ -155,6 +155,10 @@ pub fn spawn(
                 }
             }
         }
+        // Stopped: with the log's writer stopped first (as a clean shutdown does), the
+        // log's files hold nothing a start would read once everything is applied.
+        let _pass = gate.blocking_read();
+        compactor.release_log_at_stop();
     })?;
     Ok(Handle { thread, stop })
 }

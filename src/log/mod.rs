@@ -38,6 +38,12 @@
 //!   previous one is synced, so a later segment never outlives an earlier entry.
 //! - A segment is recycled only once the compactor's checkpoint past its last entry is
 //!   itself durable in sled (see [`Reader::release`]).
+//! - At a clean stop, once the writer has stopped and the compactor's durable
+//!   checkpoint covers every entry, the segments and spares are deleted
+//!   ([`Reader::release_at_stop`]): a stopped server keeps no log it would not read.
+//!   The clean stop's record of the log's end stays, so the next start numbers on
+//!   above it, and neither it nor `check --db` calls the deleted entries missing:
+//!   both count only what lies above the checkpoint.
 //! - After a failed write the writer continues in a new segment: numbers are skipped,
 //!   never reused, and recorded as skipped ([`marks`]) before the new segment is used.
 //! - A gap in the numbers that no record of a skip explains is a loss, logged at ERROR
@@ -60,7 +66,7 @@ pub mod writer;
 use std::collections::VecDeque;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
 use crate::support::sync::lock;
@@ -109,6 +115,9 @@ pub struct Shared {
     pub losses: Losses,
     spares: Mutex<Spares>,
     spare_wanted: Condvar,
+    /// The writer and its spare maker have stopped: nothing is appended or prepared
+    /// any more, so a compactor that has applied everything may delete every file.
+    closed: AtomicBool,
     /// Test hook: how many of the next commits (and probes) fail, and how many were
     /// tried.
     #[cfg(test)]
@@ -136,6 +145,11 @@ impl Shared {
 
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// The writer and its spare maker have stopped for good.
+    fn close(&self) {
+        self.closed.store(true, Ordering::Release);
     }
 }
 
@@ -228,6 +242,7 @@ pub fn open(
         #[cfg(test)]
         commits_tried: AtomicU64::new(0),
         spare_wanted: Condvar::new(),
+        closed: AtomicBool::new(false),
     });
     let appender = Appender {
         shared: shared.clone(),

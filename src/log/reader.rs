@@ -11,7 +11,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use super::marks::{covering, uncovered};
-use super::segment::{next_intact, read_frame, segment_path, Frame, HEADER};
+use super::segment::{next_intact, read_frame, segment_path, sync_dir, Frame, HEADER};
 use super::Shared;
 use crate::support::sync::lock;
 
@@ -349,6 +349,35 @@ impl Reader {
         Ok(count)
     }
 
+    /// At a clean stop, with the writer and its spare maker stopped and the compactor's
+    /// checkpoint `applied` durable: the spares are deleted (a start would delete them),
+    /// and so is every segment when `applied` covers every durable entry, since a start
+    /// reads from above the checkpoint and numbers new entries above the clean stop's
+    /// end. Otherwise segments are released as usual. Returns the segments deleted.
+    pub fn release_at_stop(&self, applied: Option<u64>) -> io::Result<usize> {
+        if !self.shared.closed.load(Ordering::Acquire) {
+            return Ok(0);
+        }
+        let released = match applied {
+            Some(applied) if applied.saturating_add(1) >= self.shared.durable_end() => {
+                let segments: Vec<u64> = lock(&self.shared.segments).drain(..).collect();
+                for &first in &segments {
+                    remove_if_present(&segment_path(&self.shared.dir, first))?;
+                }
+                segments.len()
+            }
+            Some(applied) => self.release(applied)?,
+            None => 0,
+        };
+        // After the release, which may have kept a segment as a spare.
+        let spares = std::mem::take(&mut lock(&self.shared.spares).ready);
+        for spare in spares {
+            remove_if_present(&spare)?;
+        }
+        sync_dir(&self.shared.dir)?;
+        Ok(released)
+    }
+
     /// Segments that hold nothing the reader still needs: everything before its
     /// current segment. The compactor makes its checkpoint durable before releasing.
     pub fn releasable(&self) -> bool {
@@ -358,5 +387,12 @@ impl Reader {
             (Some(&oldest), Some(current)) => oldest < current,
             _ => false,
         }
+    }
+}
+
+fn remove_if_present(path: &std::path::Path) -> io::Result<()> {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
     }
 }

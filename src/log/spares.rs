@@ -18,7 +18,7 @@ const SPARES: usize = 1;
 
 #[derive(Default)]
 pub(super) struct Spares {
-    ready: Vec<PathBuf>,
+    pub(super) ready: Vec<PathBuf>,
     counter: u64,
     stop: bool,
 }

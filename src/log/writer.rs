@@ -91,6 +91,7 @@ pub struct Writer {
     thread: JoinHandle<()>,
     tx: mpsc::Sender<Job>,
     preparer: Preparer,
+    shared: Arc<super::Shared>,
 }
 
 impl Writer {
@@ -103,6 +104,7 @@ impl Writer {
             tracing::error!("write-ahead log writer panicked");
         }
         self.preparer.stop();
+        self.shared.close();
     }
 }
 
@@ -122,6 +124,7 @@ impl Wal {
             ..Stats::default()
         });
         let writer_stats = stats.clone();
+        let shared = appender.shared().clone();
         let thread = std::thread::Builder::new()
             .name("wal-writer".into())
             .spawn(move || run(appender, rx, &writer_stats, &on_flush))?;
@@ -129,6 +132,7 @@ impl Wal {
             thread,
             tx: tx.clone(),
             preparer,
+            shared,
         };
         Ok((Wal { tx, stats }, writer))
     }

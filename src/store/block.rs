@@ -2,22 +2,29 @@
 //! writes one sled key per block rather than one per event. A block holds events
 //! sorted by time then uuid, spans at most [`MAX_SPAN_MS`] and is LZ4-compressed as a
 //! whole. Each event has a small binary header (times, uuid, person, name, distinct
-//! id) ahead of its properties, so filters and paging never parse properties.
+//! id) apart from its properties, so filters and paging never parse properties.
 //!
-//! Value: version (1), event count (u32 LE), oldest time (i64 LE), then
-//! LZ4(size-prefixed) of the events back to back: time, created_at (i64 LE), uuid
-//! (16), person flag (1) and person uuid (16), then three u32 LE lengths (name,
-//! distinct id, properties JSON) and those bytes.
+//! Value: version, event count (u32 LE), oldest time (i64 LE), then LZ4(size-prefixed)
+//! of the body. Version 2, written now, lays the body out column by column with the
+//! properties' quoted uuids packed ([`columns`]): about a fifth fewer bytes
+//! than version 1 for web events. Version 1, still read, lays the events back to back:
+//! time, created_at (i64 LE), uuid (16), person flag (1) and person uuid (16), then
+//! three u32 LE lengths (name, distinct id, properties JSON) and those bytes.
 
 use serde_json::{Map, Value};
 use uuid::Uuid;
 
 use super::event::StoredEvent;
 
-const VERSION: u8 = 1;
+mod columns;
+
+/// The version written; [`ROWS`] is still read.
+const VERSION: u8 = 2;
+/// The first version: events back to back.
+const ROWS: u8 = 1;
 /// version, count, oldest time.
 const PREFIX_LEN: usize = 1 + 4 + 8;
-/// time, created_at, uuid, person flag, person, three lengths.
+/// Version 1: time, created_at, uuid, person flag, person, three lengths.
 const HEADER_LEN: usize = 8 + 8 + 16 + 1 + 16 + 4 + 4 + 4;
 
 /// A block never spans more than this, so a query for events before `t` need only
@@ -99,21 +106,7 @@ pub fn build(mut entries: Vec<Entry>) -> Vec<(i64, Vec<u8>)> {
 
 /// One block's value from sorted entries; returns its newest time too.
 fn encode(entries: &[Entry]) -> (i64, Vec<u8>) {
-    let size = entries.iter().map(Entry::encoded_len).sum();
-    let mut body = Vec::with_capacity(size);
-    for e in entries {
-        body.extend_from_slice(&e.timestamp.to_le_bytes());
-        body.extend_from_slice(&e.created_at.to_le_bytes());
-        body.extend_from_slice(e.uuid.as_bytes());
-        body.push(u8::from(e.person_id.is_some()));
-        body.extend_from_slice(e.person_id.unwrap_or_default().as_bytes());
-        for part in [e.event.as_bytes(), e.distinct_id.as_bytes(), &e.properties] {
-            body.extend_from_slice(&(part.len() as u32).to_le_bytes());
-        }
-        body.extend_from_slice(e.event.as_bytes());
-        body.extend_from_slice(e.distinct_id.as_bytes());
-        body.extend_from_slice(&e.properties);
-    }
+    let body = columns::encode(entries);
     let oldest = entries.first().map_or(0, |e| e.timestamp);
     let newest = entries.last().map_or(0, |e| e.timestamp);
     let compressed = lz4_flex::compress_prepend_size(&body);
@@ -127,7 +120,7 @@ fn encode(entries: &[Entry]) -> (i64, Vec<u8>) {
 
 /// How many events a block value holds, without decompressing it.
 pub fn count(value: &[u8]) -> Option<u32> {
-    if *value.first()? != VERSION {
+    if ![ROWS, VERSION].contains(value.first()?) {
         return None;
     }
     Some(u32::from_le_bytes(value.get(1..5)?.try_into().ok()?))
@@ -158,48 +151,27 @@ impl Block {
         let count = count(value)? as usize;
         let compressed = value.get(PREFIX_LEN..)?;
         let size = u32::from_le_bytes(compressed.get(..4)?.try_into().ok()?) as usize;
-        // Every event needs at least its header.
-        if size > MAX_DECODED_BYTES || count > size / HEADER_LEN {
+        // Every event needs at least its fixed fields.
+        let least = match value[0] {
+            ROWS => HEADER_LEN,
+            _ => columns::FIXED,
+        };
+        if size > MAX_DECODED_BYTES || count > size / least {
             return None;
         }
         let body = lz4_flex::decompress_size_prepended(compressed).ok()?;
-        let mut heads = Vec::with_capacity(count);
-        let mut at = 0usize;
-        for _ in 0..count {
-            let h = body.get(at..at + HEADER_LEN)?;
-            let le64 = |r: std::ops::Range<usize>| h[r].try_into().ok().map(i64::from_le_bytes);
-            let le32 = |i: usize| h[i..i + 4].try_into().ok().map(u32::from_le_bytes);
-            let uuid = Uuid::from_slice(&h[16..32]).ok()?;
-            let person = Uuid::from_slice(&h[33..49]).ok()?;
-            let lens = [le32(49)?, le32(53)?, le32(57)?];
-            let mut start = (at + HEADER_LEN) as u32;
-            let mut part = |len: u32| {
-                let range = (start, start.checked_add(len)?);
-                start = range.1;
-                Some(range)
-            };
-            let head = Head {
-                timestamp: le64(0..8)?,
-                created_at: le64(8..16)?,
-                uuid,
-                person_id: (h[32] != 0).then_some(person),
-                event: part(lens[0])?,
-                distinct_id: part(lens[1])?,
-                properties: part(lens[2])?,
-            };
-            at = start as usize;
-            if at > body.len() {
-                return None;
+        let (body, heads) = match value[0] {
+            ROWS => {
+                let heads = decode_rows(&body, count)?;
+                (body, heads)
             }
-            heads.push(head);
-        }
-        if at != body.len() {
-            return None;
-        }
+            _ => columns::decode(&body, count)?,
+        };
         // Names and ids are checked once here, so reading them later cannot fail.
         for h in &heads {
-            std::str::from_utf8(&body[range(h.event)]).ok()?;
-            std::str::from_utf8(&body[range(h.distinct_id)]).ok()?;
+            std::str::from_utf8(body.get(range(h.event))?).ok()?;
+            std::str::from_utf8(body.get(range(h.distinct_id))?).ok()?;
+            body.get(range(h.properties))?;
         }
         Some(Block { body, heads })
     }
@@ -244,12 +216,50 @@ impl Block {
     }
 }
 
+/// A version-1 body's headers, pointing into it.
+fn decode_rows(body: &[u8], count: usize) -> Option<Vec<Head>> {
+    let mut heads = Vec::with_capacity(count);
+    let mut at = 0usize;
+    for _ in 0..count {
+        let h = body.get(at..at + HEADER_LEN)?;
+        let le64 = |r: std::ops::Range<usize>| h[r].try_into().ok().map(i64::from_le_bytes);
+        let le32 = |i: usize| h[i..i + 4].try_into().ok().map(u32::from_le_bytes);
+        let uuid = Uuid::from_slice(&h[16..32]).ok()?;
+        let person = Uuid::from_slice(&h[33..49]).ok()?;
+        let lens = [le32(49)?, le32(53)?, le32(57)?];
+        let mut start = (at + HEADER_LEN) as u32;
+        let mut part = |len: u32| {
+            let range = (start, start.checked_add(len)?);
+            start = range.1;
+            Some(range)
+        };
+        let head = Head {
+            timestamp: le64(0..8)?,
+            created_at: le64(8..16)?,
+            uuid,
+            person_id: (h[32] != 0).then_some(person),
+            event: part(lens[0])?,
+            distinct_id: part(lens[1])?,
+            properties: part(lens[2])?,
+        };
+        at = start as usize;
+        if at > body.len() {
+            return None;
+        }
+        heads.push(head);
+    }
+    if at != body.len() {
+        return None;
+    }
+    Some(heads)
+}
+
 fn range((start, end): (u32, u32)) -> std::ops::Range<usize> {
     start as usize..end as usize
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use serde_json::json;
 
@@ -263,6 +273,29 @@ mod tests {
             distinct_id: format!("user-{}", n % 3),
             properties: serde_json::to_vec(&json!({"n": n as u64, "ü": [1, 2]})).unwrap(),
         }
+    }
+
+    /// A version-1 value, as builds before version 2 wrote them.
+    pub fn encode_rows(entries: &[Entry]) -> Vec<u8> {
+        let mut body = Vec::new();
+        for e in entries {
+            body.extend_from_slice(&e.timestamp.to_le_bytes());
+            body.extend_from_slice(&e.created_at.to_le_bytes());
+            body.extend_from_slice(e.uuid.as_bytes());
+            body.push(u8::from(e.person_id.is_some()));
+            body.extend_from_slice(e.person_id.unwrap_or_default().as_bytes());
+            for part in [e.event.as_bytes(), e.distinct_id.as_bytes(), &e.properties] {
+                body.extend_from_slice(&(part.len() as u32).to_le_bytes());
+            }
+            body.extend_from_slice(e.event.as_bytes());
+            body.extend_from_slice(e.distinct_id.as_bytes());
+            body.extend_from_slice(&e.properties);
+        }
+        let mut value = vec![ROWS];
+        value.extend_from_slice(&(entries.len() as u32).to_le_bytes());
+        value.extend_from_slice(&entries.first().map_or(0, |e| e.timestamp).to_le_bytes());
+        value.extend_from_slice(&lz4_flex::compress_prepend_size(&body));
+        value
     }
 
     fn decoded(value: &[u8]) -> Vec<StoredEvent> {
@@ -355,8 +388,41 @@ mod tests {
     }
 
     #[test]
+    fn version_one_blocks_read_the_same() {
+        let id = "01a216c2-1c6c-7536-a8b3-bcbfd45bc4b1";
+        let mut entries = vec![entry(10, 2, "b"), entry(30, 3, "c"), entry(10, 9, "a")];
+        entries[1].properties = format!(r#"{{"$device_id":"{id}","x":"\u0001"}}"#).into_bytes();
+        entries.sort_unstable_by_key(Entry::order);
+        let old = encode_rows(&entries);
+        let (_, new) = build(entries.clone()).remove(0);
+        assert_eq!((old[0], new[0]), (ROWS, VERSION));
+        assert_eq!(count(&old), Some(3));
+        assert_eq!(decoded(&old), decoded(&new));
+        let (old, new) = (Block::decode(&old).unwrap(), Block::decode(&new).unwrap());
+        for (a, b) in old.heads().iter().zip(new.heads()) {
+            assert_eq!(old.properties(a), new.properties(b));
+            assert_eq!(old.event(a), new.event(b));
+            assert_eq!(old.distinct_id(a), new.distinct_id(b));
+            assert_eq!((a.uuid, a.person_id), (b.uuid, b.person_id));
+        }
+        let h = &new.heads()[2];
+        assert_eq!(
+            new.properties(h),
+            format!(r#"{{"$device_id":"{id}","x":"\u0001"}}"#).as_bytes()
+        );
+    }
+
+    #[test]
     fn damage_is_refused() {
-        let (_, value) = build(vec![entry(1, 1, "e"), entry(2, 2, "f")]).remove(0);
+        for value in [
+            build(vec![entry(1, 1, "e"), entry(2, 2, "f")]).remove(0).1,
+            encode_rows(&[entry(1, 1, "e"), entry(2, 2, "f")]),
+        ] {
+            refused(value);
+        }
+    }
+
+    fn refused(value: Vec<u8>) {
         for n in 0..value.len() {
             assert!(Block::decode(&value[..n]).is_none(), "prefix {n}");
         }

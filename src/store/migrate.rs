@@ -1,5 +1,6 @@
 //! The on-disk format's version, and the migration from the first format, which kept
 //! one `events` key per event plus one `event_ids` key per uuid, to event blocks.
+//! Later formats read everything the one before wrote, so only the first is migrated.
 //!
 //! The migration reads the old `events` tree in key order (project, time, uuid), packs
 //! each batch into blocks, and in one transaction writes the blocks and deletes the
@@ -17,8 +18,11 @@ use super::event::StoredEvent;
 use super::keys::NEXT_BLOCK_KEY;
 use super::{block, dedup, keys, Trees};
 
-/// The format this build writes: 2 is event blocks. 1 (one key per event) had no key.
-pub const FORMAT: u64 = 2;
+/// The format this build writes: 3 is event blocks that may be of block version 2
+/// (columns, [`block`]); 2 had only block version 1, which is still read, so a format-2
+/// database needs no change; 1 (one key per event) had no key. A build of format 2
+/// would skip version-2 blocks as damaged: it refuses a format-3 database instead.
+pub const FORMAT: u64 = 3;
 pub const FORMAT_KEY: &[u8] = b"format";
 /// The first format's trees.
 const OLD_EVENTS: &[u8] = b"events";
@@ -257,6 +261,49 @@ mod tests {
                 .len(),
             5000
         );
+    }
+
+    /// A format-2 database (blocks of the first layout) is read as it is and marked
+    /// format 3 once opened; new blocks go beside the old ones.
+    #[test]
+    fn a_format_two_database_is_read_as_it_is() {
+        let dir = tempfile::tempdir().unwrap();
+        let old: Vec<StoredEvent> = (0..20u64)
+            .map(|i| old_event(i, 1_000 + i as i64, 5))
+            .collect();
+        {
+            let db = sled::open(dir.path()).unwrap();
+            let entries: Vec<block::Entry> = old.iter().map(block::Entry::from_stored).collect();
+            let value = block::tests::encode_rows(&entries);
+            db.open_tree(super::super::EVENTS_TREE)
+                .unwrap()
+                .insert(&keys::block(1, 1_019, 0)[..], value)
+                .unwrap();
+            db.open_tree("meta")
+                .unwrap()
+                .insert(FORMAT_KEY, &2u64.to_be_bytes()[..])
+                .unwrap();
+        }
+        let db = sled::open(dir.path()).unwrap();
+        let trees = Trees::open(&db).unwrap();
+        assert_eq!(
+            trees.meta.get(FORMAT_KEY).unwrap().unwrap().as_ref(),
+            &3u64.to_be_bytes()
+        );
+        let new = old_event(20, 2_000, 6);
+        let (newest, value) = block::build(vec![block::Entry::from_stored(&new)]).remove(0);
+        assert_eq!(value[0], 2);
+        trees
+            .events
+            .insert(&keys::block(1, newest, 1)[..], value)
+            .unwrap();
+        let got = query::events_page(&trees, 1, EventFilter::default(), None, 100)
+            .unwrap()
+            .0;
+        let mut want = old.clone();
+        want.push(new);
+        want.reverse();
+        assert_eq!(got, want);
     }
 
     #[test]

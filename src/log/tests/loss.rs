@@ -208,3 +208,63 @@ fn numbers_a_start_skips_are_not_reported_lost() {
     assert_eq!(intact, [1, 2, 3, 4, 5, 1_000]);
     assert_eq!(losses, [0, 0, 0]);
 }
+
+fn spare_files(dir: &Path) -> usize {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter(|e| {
+            let name = e.as_ref().unwrap().file_name();
+            name.to_string_lossy()
+                .starts_with(super::segment::SPARE_PREFIX)
+        })
+        .count()
+}
+
+/// At a clean stop with everything applied, the log deletes its segments and spares,
+/// and the next start and `check --db` see nothing missing: they count from above the
+/// checkpoint, and new entries are numbered above the clean stop's end.
+#[test]
+fn a_clean_stop_with_everything_applied_leaves_no_segment() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut log, mut reader) = open_for_tests(dir.path(), 1, None, SEGMENT);
+    for i in 1..=40 {
+        log.push(&payload(i)).unwrap();
+    }
+    log.commit().unwrap();
+    assert_eq!(reader.next_entries(|_| false).unwrap().len(), 40);
+    // An older segment released while running becomes the spare.
+    let oldest_kept = segments(dir.path())[1];
+    assert_eq!(reader.release(oldest_kept - 1).unwrap(), 1);
+    assert_eq!(spare_files(dir.path()), 1);
+    let before = segments(dir.path());
+    assert!(before.len() >= 3, "{before:?}");
+
+    // While the writer runs, nothing is deleted at a stop.
+    assert_eq!(reader.release_at_stop(Some(40)).unwrap(), 0);
+    assert_eq!(
+        (segments(dir.path()), spare_files(dir.path())),
+        (before.clone(), 1)
+    );
+
+    log.mark_clean().unwrap();
+    reader.shared().close();
+    // Not everything applied: the spare goes, segments are released as usual.
+    assert_eq!(reader.release_at_stop(Some(before[1])).unwrap(), 1);
+    assert_eq!(spare_files(dir.path()), 0);
+    assert_eq!(segments(dir.path()), before[1..]);
+    // Everything applied: every segment goes.
+    assert_eq!(reader.release_at_stop(Some(40)).unwrap(), before.len() - 1);
+    assert_eq!(segments(dir.path()), Vec::<u64>::new());
+    drop((log, reader));
+
+    let report = check::check(dir.path(), Some(40)).unwrap();
+    assert_eq!(report.problems, Vec::<String>::new());
+    let (mut log, mut reader) = open_for_tests(dir.path(), 1, Some(40), SEGMENT);
+    let l = &reader.shared().losses;
+    let n = |c: &AtomicU64| c.load(Ordering::Relaxed);
+    assert_eq!([n(&l.torn), n(&l.quarantined), n(&l.missing)], [0, 0, 0]);
+    assert_eq!(log.push(b"next").unwrap(), 41);
+    log.commit().unwrap();
+    assert_eq!(read_intact(&mut reader), vec![(41, b"next".to_vec())]);
+    assert_eq!(n(&reader.shared().losses.missing), 0);
+}
