@@ -218,7 +218,7 @@ mod tests {
                 .insert(keys::event(1, 0, Uuid::nil()), &b"damaged"[..])
                 .unwrap();
         }
-        let db = sled::open(dir.path()).unwrap();
+        let db = crate::store::reopen_for_tests(dir.path());
         let trees = Trees::open(&db).unwrap();
         let names = db.tree_names();
         assert!(!names.iter().any(|n| n == OLD_EVENTS || n == OLD_EVENT_IDS));
@@ -284,7 +284,7 @@ mod tests {
                 .insert(FORMAT_KEY, &2u64.to_be_bytes()[..])
                 .unwrap();
         }
-        let db = sled::open(dir.path()).unwrap();
+        let db = crate::store::reopen_for_tests(dir.path());
         let trees = Trees::open(&db).unwrap();
         assert_eq!(
             trees.meta.get(FORMAT_KEY).unwrap().unwrap().as_ref(),

@@ -63,6 +63,26 @@ impl Error {
     }
 }
 
+/// Open the sled database at `path` in a test, after the test dropped its previous
+/// handle: sled's flusher thread lets go of the directory's lock a moment after the
+/// last handle goes, so an immediate open can still find it held.
+#[cfg(test)]
+pub(crate) fn reopen_for_tests(path: &std::path::Path) -> sled::Db {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        match sled::open(path) {
+            Ok(db) => return db,
+            Err(e) => {
+                let e = Error::Sled(e);
+                if !e.is_locked() || std::time::Instant::now() >= deadline {
+                    panic!("cannot open {}: {e}", path.display());
+                }
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+        }
+    }
+}
+
 impl From<sled::Error> for Error {
     fn from(e: sled::Error) -> Self {
         Error::Sled(e)

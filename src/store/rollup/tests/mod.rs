@@ -220,7 +220,7 @@ fn a_backfill_builds_what_the_compactor_would_have() {
     store(&old, &events[..30_000], 1_000, false);
     old.meta.remove(VERSION_KEY).unwrap();
     drop((old, db));
-    let db = sled::open(dir.path()).unwrap();
+    let db = crate::store::reopen_for_tests(dir.path());
     let trees = Trees::open(&db).unwrap();
     assert_eq!(status(&trees.meta).unwrap(), Status::Building(0));
     // Events stored while the backfill runs get their rollups from their chunk.
