@@ -296,6 +296,18 @@ type Module = Vec<String>;
 type File = (Module, String, String);
 
 /// Every module of `src/` (files and folders), and every `.rs` file.
+/// Every module of `src/` and every `.rs` file with its module (see [`modules`]).
+fn crate_modules() -> (BTreeSet<Module>, Vec<File>) {
+    let (mut all, mut files) = (BTreeSet::new(), Vec::new());
+    modules(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
+        &Vec::new(),
+        &mut all,
+        &mut files,
+    );
+    (all, files)
+}
+
 fn modules(dir: &Path, at: &Module, all: &mut BTreeSet<Module>, files: &mut Vec<File>) {
     for entry in std::fs::read_dir(dir).unwrap() {
         let path = entry.unwrap().path();
@@ -442,13 +454,7 @@ fn group_heads(rest: &str) -> Vec<String> {
 
 #[test]
 fn no_two_modules_of_src_import_each_other() {
-    let (mut all, mut files) = (BTreeSet::new(), Vec::new());
-    modules(
-        &Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
-        &Vec::new(),
-        &mut all,
-        &mut files,
-    );
+    let (all, files) = crate_modules();
     assert!(all.contains(&vec!["http".to_string(), "decide".to_string()]));
     // Sibling module -> sibling module it names, from anywhere inside the first.
     let mut edges = BTreeSet::new();
@@ -493,13 +499,7 @@ fn file_of<'a>(
 /// (`pub use client::Client`) declares the module tree and is not counted.
 #[test]
 fn no_two_files_of_src_import_each_other() {
-    let (mut all, mut files) = (BTreeSet::new(), Vec::new());
-    modules(
-        &Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
-        &Vec::new(),
-        &mut all,
-        &mut files,
-    );
+    let (_, files) = crate_modules();
     // `main.rs` and `lib.rs` both hold the root: the library's files name the
     // library's, and the binary's (`main.rs`, `cli/`) the binary's.
     let by_module: std::collections::BTreeMap<&Module, &str> = files
