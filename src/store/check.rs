@@ -105,7 +105,7 @@ pub fn check(dir: &Path) -> Report {
         report.problems.push(damaged(dir, &panic_text(&*panic)));
         return report;
     }
-    let checkpoint = Trees::open(&db)
+    let checkpoint = Trees::open_to_read(&db)
         .ok()
         .and_then(|t| t.meta.get(keys::CHECKPOINT_KEY).ok().flatten())
         .and_then(|v| keys::seq(&v));

@@ -45,7 +45,17 @@ pub enum Error {
     Newer { found: u64 },
 }
 
-pub fn run(db: &sled::Db, trees: &Trees) -> Result<(), Error> {
+/// Whether the database is opened to be written (the server) or only read (`check`,
+/// `export`, `eval`): a read leaves the recorded format as it found it, so trying a
+/// newer build's offline tools on a database does not stop the older server from
+/// opening it again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Purpose {
+    Write,
+    Read,
+}
+
+pub fn run(db: &sled::Db, trees: &Trees, purpose: Purpose) -> Result<(), Error> {
     if let Some(v) = trees.meta.get(FORMAT_KEY)? {
         let found = v
             .as_ref()
@@ -57,16 +67,22 @@ pub fn run(db: &sled::Db, trees: &Trees) -> Result<(), Error> {
         }
     }
     let names = db.tree_names();
+    // Migrating the first format writes blocks in this build's layout: the database is
+    // then of this build's format, whatever the purpose.
+    let mut rewritten = false;
     if names.iter().any(|n| n == OLD_EVENTS) {
         let old = db.open_tree(OLD_EVENTS)?;
         migrate_events(&old, trees, crate::support::clock::now_ms())?;
         drop(old);
         db.drop_tree(OLD_EVENTS)?;
+        rewritten = true;
     }
     if names.iter().any(|n| n == OLD_EVENT_IDS) {
         db.drop_tree(OLD_EVENT_IDS)?;
     }
-    trees.meta.insert(FORMAT_KEY, &FORMAT.to_be_bytes()[..])?;
+    if purpose == Purpose::Write || rewritten {
+        trees.meta.insert(FORMAT_KEY, &FORMAT.to_be_bytes()[..])?;
+    }
     Ok(())
 }
 
@@ -285,11 +301,16 @@ mod tests {
                 .unwrap();
         }
         let db = crate::store::reopen_for_tests(dir.path());
-        let trees = Trees::open(&db).unwrap();
+        let format = |trees: &Trees| trees.meta.get(FORMAT_KEY).unwrap().unwrap().to_vec();
+        // The offline tools only read: the old build can still open it afterwards.
+        let read = Trees::open_to_read(&db).unwrap();
+        assert_eq!(format(&read), 2u64.to_be_bytes());
         assert_eq!(
-            trees.meta.get(FORMAT_KEY).unwrap().unwrap().as_ref(),
-            &3u64.to_be_bytes()
+            query::events(&read, 1, EventFilter::default(), None).count(),
+            old.len()
         );
+        let trees = Trees::open(&db).unwrap();
+        assert_eq!(format(&trees), 3u64.to_be_bytes());
         let new = old_event(20, 2_000, 6);
         let (newest, value) = block::build(vec![block::Entry::from_stored(&new)]).remove(0);
         assert_eq!(value[0], 2);

@@ -127,7 +127,17 @@ impl Trees {
     /// of another version are emptied and left to a backfill.
     pub fn open(db: &sled::Db) -> Result<Trees, Error> {
         let trees = Trees::open_current(db)?;
-        migrate::run(db, &trees)?;
+        migrate::run(db, &trees, migrate::Purpose::Write)?;
+        rollup::backfill::prepare(&trees)?;
+        Ok(trees)
+    }
+
+    /// [`Trees::open`] for the offline commands that only read (`check`, `export`,
+    /// `eval`): the recorded format is left as found unless a migration had to rewrite
+    /// events (see [`migrate::Purpose`]).
+    pub fn open_to_read(db: &sled::Db) -> Result<Trees, Error> {
+        let trees = Trees::open_current(db)?;
+        migrate::run(db, &trees, migrate::Purpose::Read)?;
         rollup::backfill::prepare(&trees)?;
         Ok(trees)
     }
