@@ -371,5 +371,21 @@ mod tests {
             assert!(serde_json::from_slice::<Progress>(bad).is_err());
             assert!(!backfill_done(bad));
         }
+        // Other forms serde takes, or refuses, read the same by both.
+        for other in [
+            &br#"{"phase":{"Done":null},"after":null,"below_block":9,"rows":7}"#[..],
+            br#"{"phase":{"Events":null},"after":null,"below_block":9,"rows":7}"#,
+            br#"{"phase":"Finished","after":null,"below_block":9,"rows":7}"#,
+        ] {
+            let sink = serde_json::from_slice::<Progress>(other).is_ok_and(|p| p.is_done());
+            assert_eq!(
+                backfill_done(other),
+                sink,
+                "{}",
+                String::from_utf8_lossy(other)
+            );
+        }
+        let map_done = br#"{"phase":{"Done":null},"after":null,"below_block":9,"rows":7}"#;
+        assert!(backfill_done(map_done));
     }
 }

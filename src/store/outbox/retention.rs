@@ -55,7 +55,7 @@ pub fn keep_from(outbox: &sled::Tree) -> sled::Result<Option<u64>> {
 #[derive(Deserialize)]
 #[allow(dead_code)]
 struct Backfill {
-    phase: String,
+    phase: Phase,
     after: Option<Vec<u8>>,
     below_block: u64,
     #[serde(default)]
@@ -63,10 +63,21 @@ struct Backfill {
     rows: u64,
 }
 
+/// The phases of the sink's `backfill::Phase`, decoded by the same derive, so every
+/// form serde takes for one (`"Done"`, `{"Done": null}`) reads the same here.
+#[derive(Deserialize, PartialEq)]
+enum Phase {
+    Persons,
+    DistinctIds,
+    Groups,
+    Events,
+    Done,
+}
+
 /// Whether the stored backfill progress `state` says it is done; one that does not
 /// decode is taken as still running.
 pub fn backfill_done(state: &[u8]) -> bool {
-    serde_json::from_slice::<Backfill>(state).is_ok_and(|b| b.phase == "Done")
+    serde_json::from_slice::<Backfill>(state).is_ok_and(|b| b.phase == Phase::Done)
 }
 
 /// Whether retention keeps the block at `key` for the outbox's reader.
