@@ -131,13 +131,22 @@ fn report(what: &str, result: io::Result<()>) {
 
 /// Tell the service manager that startup or a reload is complete.
 pub fn ready() {
+    // A reload the stop overtook ends without READY=1: the manager was told
+    // STOPPING=1, and the service is not ready again.
+    if STOPPING_SENT.load(std::sync::atomic::Ordering::SeqCst) {
+        return;
+    }
     if let Some(n) = global() {
         report("we are ready", n.ready());
     }
 }
 
+/// Set once shutdown has been announced; READY=1 is never said after it.
+static STOPPING_SENT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// Tell the service manager that shutdown has begun.
 pub fn stopping() {
+    STOPPING_SENT.store(true, std::sync::atomic::Ordering::SeqCst);
     if let Some(n) = global() {
         report("we are stopping", n.stopping());
     }
