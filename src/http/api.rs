@@ -167,14 +167,7 @@ fn group_json(g: &Group) -> Value {
 async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, sled::Error> + Send + 'static,
 ) -> Result<T, ApiError> {
-    match tokio::task::spawn_blocking(f).await {
-        Ok(Ok(v)) => Ok(v),
-        Ok(Err(e)) => {
-            tracing::error!(error = %e, "read API storage error");
-            Err(ApiError::Storage)
-        }
-        Err(_) => Err(ApiError::Storage),
-    }
+    super::error::storage_read("read API", f).await
 }
 
 /// Stream every matching event as one JSON object per line.

@@ -73,6 +73,23 @@ pub enum DecideError {
     InvalidBody(&'static str),
 }
 
+/// Run a storage read on the blocking pool for a handler: a storage error is logged
+/// with `who` (the read API, the console) and answered as [`ApiError::Storage`]; a read
+/// that panicked is an [`ApiError::Internal`].
+pub async fn storage_read<T: Send + 'static>(
+    who: &'static str,
+    f: impl FnOnce() -> Result<T, sled::Error> + Send + 'static,
+) -> Result<T, ApiError> {
+    match tokio::task::spawn_blocking(f).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => {
+            tracing::error!(error = %e, "{who} storage error");
+            Err(ApiError::Storage)
+        }
+        Err(_) => Err(ApiError::Internal),
+    }
+}
+
 impl From<capture::Error> for ApiError {
     fn from(e: capture::Error) -> Self {
         ApiError::Capture(e)

@@ -360,12 +360,5 @@ fn scan(
 pub(super) async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, sled::Error> + Send + 'static,
 ) -> Result<T, ApiError> {
-    match tokio::task::spawn_blocking(f).await {
-        Ok(Ok(v)) => Ok(v),
-        Ok(Err(e)) => {
-            tracing::error!(error = %e, "console storage error");
-            Err(ApiError::Storage)
-        }
-        Err(_) => Err(ApiError::Internal),
-    }
+    crate::http::error::storage_read("console", f).await
 }
