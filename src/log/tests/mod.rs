@@ -427,3 +427,19 @@ fn a_damaged_entry_is_returned_marked_and_the_rest_read() {
     assert_eq!(damaged, [2]);
     assert_eq!(entries[1].bytes.len(), payload(2).len());
 }
+
+/// Spare segments are zero-filled (directly where the filesystem allows, through the
+/// page cache otherwise), whole, whatever their size.
+#[test]
+fn spare_segments_are_zero_filled_to_their_size() {
+    let dir = tempfile::tempdir().unwrap();
+    // 1 MiB + 4 KiB takes direct writes on most disks; the odd size cannot.
+    for len in [1024 * 1024 + 4096, 3 * 4096 + 7] {
+        let path = dir.path().join(format!("spare-{len}"));
+        std::fs::write(&path, vec![0xAB; 100]).unwrap();
+        super::segment::zero_fill(&path, len).unwrap();
+        let bytes = std::fs::read(&path).unwrap();
+        assert_eq!(bytes.len() as u64, len);
+        assert!(bytes.iter().all(|&b| b == 0), "{len}");
+    }
+}
