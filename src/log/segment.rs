@@ -73,34 +73,25 @@ pub(super) fn allocate(path: &Path, len: u64) -> io::Result<()> {
 /// push the pages the compactor is about to read out of memory. Where direct writes
 /// are refused (tmpfs, an unaligned size), they go through the cache.
 pub(super) fn zero_fill(path: &Path, len: u64) -> io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
     if len.is_multiple_of(DIRECT_ALIGN) {
-        match zero_fill_direct(path, len) {
+        let direct = OpenOptions::new()
+            .create(true)
+            .write(true)
+            .truncate(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(path)
+            .and_then(|file| write_zeros(&file, len));
+        match direct {
             Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {}
             done => return done,
         }
     }
-    zero_fill_buffered(path, len)
+    write_zeros(&create(path)?, len)
 }
 
-fn zero_fill_direct(path: &Path, len: u64) -> io::Result<()> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let file = OpenOptions::new()
-        .create(true)
-        .write(true)
-        .truncate(true)
-        .custom_flags(libc::O_DIRECT)
-        .open(path)?;
-    let mut at = 0u64;
-    while at < len {
-        let n = (len - at).min(ZEROS.0.len() as u64) as usize;
-        file.write_all_at(&ZEROS.0[..n], at)?;
-        at += n as u64;
-    }
-    file.sync_all()
-}
-
-fn zero_fill_buffered(path: &Path, len: u64) -> io::Result<()> {
-    let file = create(path)?;
+/// Write `len` zeros from the start of `file`, then sync it, data and size.
+fn write_zeros(file: &File, len: u64) -> io::Result<()> {
     let mut at = 0u64;
     while at < len {
         let n = (len - at).min(ZEROS.0.len() as u64) as usize;
