@@ -3,7 +3,7 @@
 //! cannot delay everyone else's events. Nothing is ever dropped.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hash, Hasher};
+use std::hash::{Hash, Hasher};
 
 /// Buckets kept in memory; past this, the idle ones (full again) are forgotten.
 const MAX_BUCKETS: usize = 100_000;
@@ -19,10 +19,11 @@ pub struct Limiter {
     rate_per_ms: f64,
     burst: f64,
     /// Keyed by a 64-bit hash of the project and the distinct id: no string per bucket
-    /// to allocate on every event or to keep scattered across the heap, and the key is
-    /// already a hash, so the map does not hash it again. Two ids sharing a hash (about
-    /// one chance in 2^64 per pair) would share a bucket.
-    buckets: HashMap<u64, Bucket, BuildHasherDefault<Prehashed>>,
+    /// to allocate on every event or to keep scattered across the heap. Two ids sharing
+    /// a hash (about one chance in 2^64 per pair) would share a bucket. The map hashes
+    /// the key again with its own random keys: the key's hash has fixed keys, so a
+    /// client could choose distinct ids that crowd one slot of a map indexed by it.
+    buckets: HashMap<u64, Bucket>,
 }
 
 /// The bucket's key: SipHash with fixed keys over the project and the distinct id, so
@@ -34,34 +35,12 @@ fn bucket_key(project: u64, distinct_id: &str) -> u64 {
     h.finish()
 }
 
-/// The map's hasher for keys that are already uniform 64-bit hashes: it passes the
-/// key through.
-#[derive(Default)]
-struct Prehashed(u64);
-
-impl Hasher for Prehashed {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        // Only `write_u64` is used (the key is a u64); fold anything else in anyway.
-        for &b in bytes {
-            self.0 = self.0.rotate_left(8) ^ u64::from(b);
-        }
-    }
-
-    fn write_u64(&mut self, n: u64) {
-        self.0 = n;
-    }
-}
-
 impl Limiter {
     pub fn new(rate_per_second: f64, burst: f64) -> Limiter {
         Limiter {
             rate_per_ms: rate_per_second.max(0.0) / 1000.0,
             burst: burst.max(1.0),
-            buckets: HashMap::default(),
+            buckets: HashMap::new(),
         }
     }
 
