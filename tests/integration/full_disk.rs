@@ -116,6 +116,49 @@ fn post_batches(addr: std::net::SocketAddr, stop: &AtomicBool, out: &Mutex<Outco
     });
 }
 
+/// [`CLIENTS`] threads posting batches to a server until [`Posters::finish`].
+struct Posters {
+    stop: Arc<AtomicBool>,
+    outcome: Arc<Mutex<Outcome>>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Posters {
+    /// Start posting, and return once 20 batches were acknowledged.
+    fn start(addr: std::net::SocketAddr) -> Posters {
+        let stop = Arc::new(AtomicBool::new(false));
+        let outcome = Arc::new(Mutex::new(Outcome::default()));
+        let threads = (0..CLIENTS)
+            .map(|_| {
+                let (stop, out) = (stop.clone(), outcome.clone());
+                std::thread::spawn(move || post_batches(addr, &stop, &out))
+            })
+            .collect();
+        wait_for("events acknowledged before the fill", || {
+            (outcome.lock().unwrap().acked.len() >= 20 * BATCH).then_some(())
+        });
+        Posters {
+            stop,
+            outcome,
+            threads,
+        }
+    }
+
+    /// How many requests were refused with `status` so far.
+    fn refused(&self, status: u16) -> Option<usize> {
+        self.outcome.lock().unwrap().refused.get(&status).copied()
+    }
+
+    /// Stop posting, wait for every poster, and say what they were told.
+    fn finish(self) -> Outcome {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads {
+            t.join().unwrap();
+        }
+        std::mem::take(&mut *self.outcome.lock().unwrap())
+    }
+}
+
 /// Stored uuids, each once, equal to `acked`.
 fn assert_stored_exactly_once(server: &Server, acked: &[String], when: &str) {
     let stored = server.settle(1);
@@ -154,21 +197,11 @@ fn a_disk_filled_at_once_heals_without_a_restart() {
         disk.path(),
         &["--min-free-disk-mb", "16", "--log-segment-mb", "4"],
     );
-    let stop = Arc::new(AtomicBool::new(false));
-    let outcome = Arc::new(Mutex::new(Outcome::default()));
-    let clients: Vec<_> = (0..CLIENTS)
-        .map(|_| {
-            let (stop, out, addr) = (stop.clone(), outcome.clone(), server.addr);
-            std::thread::spawn(move || post_batches(addr, &stop, &out))
-        })
-        .collect();
-    wait_for("events acknowledged before the fill", || {
-        (outcome.lock().unwrap().acked.len() >= 20 * BATCH).then_some(())
-    });
+    let posters = Posters::start(server.addr);
 
     let filler = fill(disk.path());
     std::thread::sleep(FULL_FOR);
-    let refused_while_full = outcome.lock().unwrap().refused.get(&503).copied();
+    let refused_while_full = posters.refused(503);
     assert!(
         refused_while_full.is_some(),
         "nothing was refused while the disk was full"
@@ -211,11 +244,7 @@ fn a_disk_filled_at_once_heals_without_a_restart() {
     );
 
     std::thread::sleep(Duration::from_millis(500));
-    stop.store(true, Ordering::Relaxed);
-    for c in clients {
-        c.join().unwrap();
-    }
-    let outcome = Arc::try_unwrap(outcome).ok().unwrap().into_inner().unwrap();
+    let outcome = posters.finish();
     assert_eq!(outcome.unanswered, 0, "requests went unanswered");
     assert_eq!(
         outcome.without_retry_after, 0,
@@ -339,17 +368,7 @@ fn a_database_that_cannot_be_reopened_fails_liveness_and_starves_the_watchdog() 
             ("FLAGPOST_TEST_REOPEN_PATIENCE_MS", patience.as_ref()),
         ],
     );
-    let stop = Arc::new(AtomicBool::new(false));
-    let outcome = Arc::new(Mutex::new(Outcome::default()));
-    let clients: Vec<_> = (0..CLIENTS)
-        .map(|_| {
-            let (stop, out, addr) = (stop.clone(), outcome.clone(), server.addr);
-            std::thread::spawn(move || post_batches(addr, &stop, &out))
-        })
-        .collect();
-    wait_for("events acknowledged before the fill", || {
-        (outcome.lock().unwrap().acked.len() >= 20 * BATCH).then_some(())
-    });
+    let posters = Posters::start(server.addr);
     assert!(!notify.pings().is_empty(), "no WATCHDOG=1 while healthy");
 
     // sled reads `conf` only when it opens the database, so damaging it while open is
@@ -450,11 +469,7 @@ fn a_database_that_cannot_be_reopened_fails_liveness_and_starves_the_watchdog() 
         "reopened after all:\n{log}"
     );
 
-    stop.store(true, Ordering::Relaxed);
-    for c in clients {
-        c.join().unwrap();
-    }
-    let outcome = Arc::try_unwrap(outcome).ok().unwrap().into_inner().unwrap();
+    let outcome = posters.finish();
     assert_eq!(outcome.unanswered, 0, "requests went unanswered");
     let statuses: Vec<u16> = outcome.refused.keys().copied().collect();
     assert_eq!(statuses, vec![503], "refusals other than 503");
@@ -479,33 +494,13 @@ fn kills_while_the_disk_is_full_lose_nothing_acknowledged() {
     let mut server = Server::spawn(disk.path(), &args);
     let mut acked: Vec<String> = Vec::new();
     for round in 0..3 {
-        let stop = Arc::new(AtomicBool::new(false));
-        let outcome = Arc::new(Mutex::new(Outcome::default()));
-        let clients: Vec<_> = (0..CLIENTS)
-            .map(|_| {
-                let (stop, out, addr) = (stop.clone(), outcome.clone(), server.addr);
-                std::thread::spawn(move || post_batches(addr, &stop, &out))
-            })
-            .collect();
-        wait_for("events acknowledged before the fill", || {
-            (outcome.lock().unwrap().acked.len() >= 20 * BATCH).then_some(())
-        });
+        let posters = Posters::start(server.addr);
         let filler = fill(disk.path());
         std::thread::sleep(Duration::from_millis(300 + 200 * round));
         server.kill();
-        stop.store(true, Ordering::Relaxed);
-        for c in clients {
-            c.join().unwrap();
-        }
+        let outcome = posters.finish();
         std::fs::remove_file(&filler).unwrap();
-        acked.extend(
-            Arc::try_unwrap(outcome)
-                .ok()
-                .unwrap()
-                .into_inner()
-                .unwrap()
-                .acked,
-        );
+        acked.extend(outcome.acked);
         server = Server::spawn(disk.path(), &args);
         assert_stored_exactly_once(&server, &acked, &format!("after kill {round}"));
     }
