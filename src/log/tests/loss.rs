@@ -6,7 +6,8 @@ use std::fs::OpenOptions;
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::Ordering;
 
-use super::segment::{segment_first, HEADER};
+use super::segment::HEADER;
+use super::tests::segment_files;
 use super::*;
 
 const SEGMENT: u64 = 1024;
@@ -25,15 +26,6 @@ fn written(dir: &Path, n: u64, clean: bool) {
     if clean {
         log.mark_clean().unwrap();
     }
-}
-
-fn segments(dir: &Path) -> Vec<u64> {
-    let mut firsts: Vec<u64> = std::fs::read_dir(dir)
-        .unwrap()
-        .filter_map(|e| segment_first(&e.unwrap().file_name().to_string_lossy()))
-        .collect();
-    firsts.sort_unstable();
-    firsts
 }
 
 /// The offset of entry `seq` in the segment starting at `first`.
@@ -86,7 +78,7 @@ fn damage_inside_the_newest_segment_takes_only_the_damaged_entry() {
     for clean in [true, false] {
         let dir = tempfile::tempdir().unwrap();
         written(dir.path(), 40, clean);
-        let newest = *segments(dir.path()).last().unwrap();
+        let newest = *segment_files(dir.path()).last().unwrap();
         assert!(newest + 3 <= 40, "{newest}");
         flip(
             dir.path(),
@@ -106,7 +98,7 @@ fn damage_inside_the_newest_segment_takes_only_the_damaged_entry() {
 fn a_damaged_length_is_passed_over_to_the_next_intact_entry() {
     let dir = tempfile::tempdir().unwrap();
     written(dir.path(), 40, false);
-    let newest = *segments(dir.path()).last().unwrap();
+    let newest = *segment_files(dir.path()).last().unwrap();
     flip(dir.path(), newest, offset_of(newest, newest + 1));
     let (intact, damaged, losses) = reread(dir.path(), None);
     assert_eq!(intact, all_but(1..=40, &[newest + 1]));
@@ -121,7 +113,7 @@ fn a_bad_last_entry_is_torn_only_without_a_clean_stop() {
     for clean in [true, false] {
         let dir = tempfile::tempdir().unwrap();
         written(dir.path(), 40, clean);
-        let newest = *segments(dir.path()).last().unwrap();
+        let newest = *segment_files(dir.path()).last().unwrap();
         flip(
             dir.path(),
             newest,
@@ -145,7 +137,7 @@ fn a_bad_last_entry_is_torn_only_without_a_clean_stop() {
 fn a_segment_cut_short_after_a_clean_stop_is_missing_entries() {
     let dir = tempfile::tempdir().unwrap();
     written(dir.path(), 40, true);
-    let newest = *segments(dir.path()).last().unwrap();
+    let newest = *segment_files(dir.path()).last().unwrap();
     let file = OpenOptions::new()
         .write(true)
         .open(segment_path(dir.path(), newest))
@@ -175,7 +167,7 @@ fn a_deleted_segment_is_reported_with_its_numbers() {
     for which in ["oldest", "middle", "newest"] {
         let dir = tempfile::tempdir().unwrap();
         written(dir.path(), 40, true);
-        let firsts = segments(dir.path());
+        let firsts = segment_files(dir.path());
         assert!(firsts.len() >= 4, "{firsts:?}");
         let (gone, checkpoint) = match which {
             "oldest" => (0, Some(0)),
@@ -233,16 +225,16 @@ fn a_clean_stop_with_everything_applied_leaves_no_segment() {
     log.commit().unwrap();
     assert_eq!(reader.next_entries(|_| false).unwrap().len(), 40);
     // An older segment released while running becomes the spare.
-    let oldest_kept = segments(dir.path())[1];
+    let oldest_kept = segment_files(dir.path())[1];
     assert_eq!(reader.release(oldest_kept - 1).unwrap(), 1);
     assert_eq!(spare_files(dir.path()), 1);
-    let before = segments(dir.path());
+    let before = segment_files(dir.path());
     assert!(before.len() >= 3, "{before:?}");
 
     // While the writer runs, nothing is deleted at a stop.
     assert_eq!(reader.release_at_stop(Some(40)).unwrap(), 0);
     assert_eq!(
-        (segments(dir.path()), spare_files(dir.path())),
+        (segment_files(dir.path()), spare_files(dir.path())),
         (before.clone(), 1)
     );
 
@@ -251,10 +243,10 @@ fn a_clean_stop_with_everything_applied_leaves_no_segment() {
     // Not everything applied: the spare goes, segments are released as usual.
     assert_eq!(reader.release_at_stop(Some(before[1])).unwrap(), 1);
     assert_eq!(spare_files(dir.path()), 0);
-    assert_eq!(segments(dir.path()), before[1..]);
+    assert_eq!(segment_files(dir.path()), before[1..]);
     // Everything applied: every segment goes.
     assert_eq!(reader.release_at_stop(Some(40)).unwrap(), before.len() - 1);
-    assert_eq!(segments(dir.path()), Vec::<u64>::new());
+    assert_eq!(segment_files(dir.path()), Vec::<u64>::new());
     drop((log, reader));
 
     let report = check::check(dir.path(), Some(40)).unwrap();

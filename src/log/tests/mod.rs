@@ -24,7 +24,8 @@ fn payload(i: u64) -> Vec<u8> {
     format!("entry {i} {}", "x".repeat((i % 7) as usize * 20)).into_bytes()
 }
 
-fn segment_files(dir: &Path) -> Vec<u64> {
+/// The first numbers of the segments in `dir`, in order.
+pub(super) fn segment_files(dir: &Path) -> Vec<u64> {
     let mut firsts: Vec<u64> = std::fs::read_dir(dir)
         .unwrap()
         .filter_map(|e| segment_first(&e.unwrap().file_name().to_string_lossy()))
