@@ -1,22 +1,11 @@
 //! The operator commands: `check`, `eval`, `export`, `key new` and `--version`, run as a
 //! user would.
 
-use std::process::{Command, Output};
+use std::process::Output;
 
 use serde_json::{json, Value};
 
 use crate::util::*;
-
-fn flagpost(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_flagpost"))
-        .args(args)
-        .output()
-        .expect("run flagpost")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
 
 #[test]
 fn version() {

@@ -5,7 +5,7 @@ use std::ffi::OsStr;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -509,4 +509,17 @@ impl Server {
     pub fn keep(&mut self, tmp: tempfile::TempDir) {
         self._tmp = Some(tmp);
     }
+}
+
+/// Run the flagpost binary with `args` (an offline command) and wait for it.
+pub fn flagpost(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_flagpost"))
+        .args(args)
+        .output()
+        .expect("run flagpost")
+}
+
+/// A command's output as text.
+pub fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
 }

@@ -1,25 +1,12 @@
 //! `flagpost key new --label`: a personal key stored only as its hash, taken by a
 //! running server by itself.
 
-use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
 use super::{call, FLAGS};
 use crate::util::*;
-
-fn key_new(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_flagpost"))
-        .args(["key", "new"])
-        .args(args)
-        .output()
-        .expect("run flagpost")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
 
 #[test]
 fn a_labelled_key_is_stored_hashed_and_taken_by_the_running_server() {
@@ -29,7 +16,16 @@ fn a_labelled_key_is_stored_hashed_and_taken_by_the_running_server() {
     let data = server.data();
     let dir = data.to_str().unwrap();
 
-    let out = key_new(&["--project", "1", "--label", "ci", "--data-dir", dir]);
+    let out = flagpost(&[
+        "key",
+        "new",
+        "--project",
+        "1",
+        "--label",
+        "ci",
+        "--data-dir",
+        dir,
+    ]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let key = text(&out.stdout).trim_end().to_owned();
     assert!(key.starts_with("phx_") && key.len() == 52, "{key}");
@@ -85,7 +81,16 @@ fn a_labelled_key_is_stored_hashed_and_taken_by_the_running_server() {
     );
 
     // The same label again is refused, and the file is left as it was.
-    let again = key_new(&["--project", "1", "--label", "ci", "--data-dir", dir]);
+    let again = flagpost(&[
+        "key",
+        "new",
+        "--project",
+        "1",
+        "--label",
+        "ci",
+        "--data-dir",
+        dir,
+    ]);
     assert_eq!(again.status.code(), Some(1));
     assert_eq!(again.stdout, b"", "no key printed when none was stored");
     assert_eq!(
@@ -99,14 +104,32 @@ fn a_labelled_key_is_stored_hashed_and_taken_by_the_running_server() {
     assert_eq!(std::fs::read_to_string(&path).unwrap(), after);
 
     // Another project may use the label; a project that does not exist may not.
-    let two = key_new(&["--project", "2", "--label", "ci", "--data-dir", dir]);
+    let two = flagpost(&[
+        "key",
+        "new",
+        "--project",
+        "2",
+        "--label",
+        "ci",
+        "--data-dir",
+        dir,
+    ]);
     assert!(two.status.success(), "{}", text(&two.stderr));
-    let nine = key_new(&["--project", "9", "--label", "x", "--data-dir", dir]);
+    let nine = flagpost(&[
+        "key",
+        "new",
+        "--project",
+        "9",
+        "--label",
+        "x",
+        "--data-dir",
+        dir,
+    ]);
     assert_eq!(
         text(&nine.stderr),
         format!("flagpost: {}: no project with id 9\n", path.display())
     );
-    let unnamed = key_new(&["--label", "x", "--data-dir", dir]);
+    let unnamed = flagpost(&["key", "new", "--label", "x", "--data-dir", dir]);
     assert_eq!(
         text(&unnamed.stderr),
         "flagpost: --label needs --project: the project the key is for\n"
