@@ -126,18 +126,19 @@ impl Trees {
     /// migrated first, one that is newer than this build is refused; rollups missing or
     /// of another version are emptied and left to a backfill.
     pub fn open(db: &sled::Db) -> Result<Trees, Error> {
-        let trees = Trees::open_current(db)?;
-        migrate::run(db, &trees, migrate::Purpose::Write)?;
-        rollup::backfill::prepare(&trees)?;
-        Ok(trees)
+        Trees::open_for(db, migrate::Purpose::Write)
     }
 
     /// [`Trees::open`] for the offline commands that only read (`check`, `export`,
     /// `eval`): the recorded format is left as found unless a migration had to rewrite
     /// events (see [`migrate::Purpose`]).
     pub fn open_to_read(db: &sled::Db) -> Result<Trees, Error> {
+        Trees::open_for(db, migrate::Purpose::Read)
+    }
+
+    fn open_for(db: &sled::Db, purpose: migrate::Purpose) -> Result<Trees, Error> {
         let trees = Trees::open_current(db)?;
-        migrate::run(db, &trees, migrate::Purpose::Read)?;
+        migrate::run(db, &trees, purpose)?;
         rollup::backfill::prepare(&trees)?;
         Ok(trees)
     }
