@@ -62,7 +62,7 @@ struct Fixture {
 impl Fixture {
     fn new() -> Fixture {
         let (dir, db) = common::open_db("flagpost-bench-compactor-");
-        let trees = Trees::open(&db).expect("the trees open");
+        let trees = Trees::open(&db, dir.path()).expect("the trees open");
         let projects = format!(r#"{{"projects":[{{"id":1,"api_key":"{API_KEY}"}}]}}"#);
         let projects = Projects::parse(projects.as_bytes()).expect("valid projects");
         let mmdb =

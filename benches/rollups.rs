@@ -47,7 +47,7 @@ fn fill(events: u64) -> Filled {
         .cache_capacity(256 << 20)
         .open()
         .unwrap();
-    let trees = Trees::open(&db).unwrap();
+    let trees = Trees::open(&db, dir.path()).unwrap();
     let span = DAYS * DAY_MS;
     let flag_properties: Vec<Vec<u8>> = ["control", "test"]
         .iter()

@@ -259,7 +259,7 @@ fn worker_store(
 
     let dir = tempfile::tempdir().unwrap();
     let db = sled::open(dir.path()).unwrap();
-    let trees = Trees::open(&db).unwrap();
+    let trees = Trees::open(&db, dir.path()).unwrap();
     let outbox = Outbox::open(&db).unwrap();
     let mut id = 0;
     for (c, chunk) in all.chunks(CHUNK_EVENTS).enumerate() {

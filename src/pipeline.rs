@@ -68,7 +68,7 @@ impl Pipeline {
         // A damaged database can make sled panic rather than fail: turned into an
         // error that names the database.
         let read = catch_unwind(AssertUnwindSafe(|| -> Result<_, Error> {
-            let trees = Trees::open(&db)?;
+            let trees = Trees::open(&db, dir)?;
             let checkpoint = trees
                 .meta
                 .get(keys::CHECKPOINT_KEY)?

@@ -59,6 +59,8 @@ pub struct Dir {
     pub sled_other: Files,
     /// The write-ahead log's segments and spares (`wal/`).
     pub log: Files,
+    /// The event blocks' bytes (`blocks/`).
+    pub blocks: Files,
     /// Anything else (`conf`, the log's marks).
     pub other: Files,
 }
@@ -66,7 +68,13 @@ pub struct Dir {
 impl Dir {
     pub fn total(&self) -> Files {
         let mut t = Files::default();
-        for f in [self.sled_db, self.sled_other, self.log, self.other] {
+        for f in [
+            self.sled_db,
+            self.sled_other,
+            self.log,
+            self.blocks,
+            self.other,
+        ] {
             t.count += f.count;
             t.len += f.len;
             t.allocated += f.allocated;
@@ -182,6 +190,7 @@ fn measure_dir(db: &Path) -> Result<Dir, String> {
             let kind = match top.as_str() {
                 "db" => &mut dir.sled_db,
                 "blobs" => &mut dir.sled_other,
+                "blocks" => &mut dir.blocks,
                 t if t.starts_with("snap.") => &mut dir.sled_other,
                 "wal" if relative.components().count() > 1 => {
                     let name = entry.file_name();
@@ -205,6 +214,8 @@ fn read_trees(db: &Path) -> Result<(Vec<Tree>, Blocks, u64), String> {
     let opened = sled::Config::new().path(db).open().map_err(sled_err)?;
     let mut trees = Vec::new();
     let mut blocks = Blocks::default();
+    let files = flagpost::store::block::Files::open(db)
+        .map_err(|e| format!("reading the block files: {e}"))?;
     for name in opened.tree_names() {
         let tree = opened.open_tree(&name).map_err(sled_err)?;
         let mut t = Tree {
@@ -219,7 +230,10 @@ fn read_trees(db: &Path) -> Result<(Vec<Tree>, Blocks, u64), String> {
             t.key_bytes += k.len() as u64;
             t.value_bytes += v.len() as u64;
             if t.name == flagpost::store::EVENTS_TREE {
-                count_block(&mut blocks, &v);
+                let bytes = files
+                    .resolve(&v)
+                    .map_err(|e| format!("reading an event block: {e}"))?;
+                count_block(&mut blocks, &bytes);
             }
         }
         trees.push(t);
@@ -259,6 +273,7 @@ pub fn report(r: &Report) {
             ("sled db", dir.sled_db),
             ("sled blobs+snapshots", dir.sled_other),
             ("log segments", dir.log),
+            ("event block files", dir.blocks),
             ("other", dir.other),
             ("total", dir.total()),
         ] {

@@ -110,7 +110,7 @@ fn stored(db_dir: &Path, req: &Request) -> Result<Stored, EvalError> {
             db_dir.display()
         ))
     })?;
-    let trees = Trees::open_to_read(&db).map_err(|e| EvalError::Database(e.to_string()))?;
+    let trees = Trees::open_to_read(&db, db_dir).map_err(|e| EvalError::Database(e.to_string()))?;
     let read = |e: sled::Error| EvalError::Database(format!("cannot read the database: {e}"));
     let mut out = Stored::default();
     if let Some(id) = query::person_id_of(&trees, req.project, &req.distinct_id).map_err(read)? {

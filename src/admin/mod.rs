@@ -257,7 +257,7 @@ pub fn export(
             "{e} (is a server still running on it? stop it first)"
         ))
     })?;
-    let trees = Trees::open_to_read(&db).map_err(|e| ExportError::Open(e.to_string()))?;
+    let trees = Trees::open_to_read(&db, db_dir).map_err(|e| ExportError::Open(e.to_string()))?;
     let mut total = 0u64;
     let mut projects = Vec::new();
     for entry in trees.events.iter() {

@@ -159,8 +159,10 @@ fn take(
         .get(keys::CHECKPOINT_KEY)
         .map_err(|e| format!("cannot read the checkpoint: {e}"))?
         .and_then(|v| keys::seq(&v));
-    let trees =
-        trees::export(db, &dest.join(TREES)).map_err(|e| io("cannot write trees.bin", e))?;
+    let files = crate::store::block::Files::open(db_dir)
+        .map_err(|e| io("cannot read the event block files", e))?;
+    let trees = trees::export(db, &files, &dest.join(TREES))
+        .map_err(|e| io("cannot write trees.bin", e))?;
     paused.sink = None;
     let from = checkpoint.map_or(0, |c| c.saturating_add(1));
     let copied = match running {

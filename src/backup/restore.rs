@@ -82,7 +82,9 @@ pub fn restore(from: &Path, db: &Path) -> Result<Manifest, String> {
     };
     let sled_db = crate::store::check::open(db, crate::config::DEFAULT_CACHE_BYTES)
         .map_err(|e| failed(format!("cannot create the database: {e}")))?;
-    let counts = super::trees::import(&from.join(TREES), &sled_db).map_err(failed)?;
+    let files = crate::store::block::Files::open(db)
+        .map_err(|e| failed(format!("cannot create the event block files: {e}")))?;
+    let counts = super::trees::import(&from.join(TREES), &sled_db, &files).map_err(failed)?;
     if counts != manifest.trees {
         return Err(failed(format!(
             "{TREES} holds other trees than the manifest lists"

@@ -1,7 +1,9 @@
 //! Every sled tree of a database in one file, and back. sled 0.34's own
 //! `export`/`import` would do, but its `import` panics on anything unexpected; this
 //! format is as plain (each tree's name, then its keys and values in order) and a
-//! file cut short or out of shape is an error that says where.
+//! file cut short or out of shape is an error that says where. The event blocks'
+//! tree goes out with each block's bytes, wherever the database keeps them (the block
+//! files or the tree), and comes back into the new database's block files.
 //!
 //! ```text
 //! "flagpost-backup-trees 1\n"
@@ -10,17 +12,22 @@
 //! at the end: 'Z'
 //! ```
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{self, BufReader, BufWriter, Read, Write};
 use std::path::Path;
+
+use crate::store::block::files::hex;
+use crate::store::block::Files;
+use crate::store::EVENTS_TREE;
 
 const MAGIC: &[u8] = b"flagpost-backup-trees 1\n";
 /// Pairs applied to sled in one batch on import.
 const BATCH: usize = 10_000;
 
 /// Write every tree of `db` to `path` (synced); the pairs per tree, by name.
-pub fn export(db: &sled::Db, path: &Path) -> io::Result<BTreeMap<String, u64>> {
+pub fn export(db: &sled::Db, files: &Files, path: &Path) -> io::Result<BTreeMap<String, u64>> {
     let mut out = BufWriter::new(File::create(path)?);
     out.write_all(MAGIC)?;
     let mut counts = BTreeMap::new();
@@ -28,9 +35,21 @@ pub fn export(db: &sled::Db, path: &Path) -> io::Result<BTreeMap<String, u64>> {
         let tree = db.open_tree(&name).map_err(io::Error::other)?;
         out.write_all(b"T")?;
         write_bytes(&mut out, &name)?;
+        let is_events = name == EVENTS_TREE.as_bytes();
         let mut pairs = 0u64;
         for pair in tree.iter() {
             let (key, value) = pair.map_err(io::Error::other)?;
+            // Blocks go out whole, whether the tree holds them or points at them.
+            let value = match is_events {
+                false => Cow::Borrowed(&value[..]),
+                true => match files.resolve(&value) {
+                    Ok(bytes) => bytes,
+                    Err(e) => {
+                        tracing::error!(key = %hex(&key), error = %e, "backup: an event block cannot be read and is left out (run `flagpost check`)");
+                        continue;
+                    }
+                },
+            };
             out.write_all(b"P")?;
             out.write_all(&len32(&key)?.to_le_bytes())?;
             out.write_all(&len32(&value)?.to_le_bytes())?;
@@ -49,7 +68,7 @@ pub fn export(db: &sled::Db, path: &Path) -> io::Result<BTreeMap<String, u64>> {
 }
 
 /// Read `path` into `db` (meant to be empty); the pairs per tree, by name.
-pub fn import(path: &Path, db: &sled::Db) -> Result<BTreeMap<String, u64>, String> {
+pub fn import(path: &Path, db: &sled::Db, files: &Files) -> Result<BTreeMap<String, u64>, String> {
     let file = File::open(path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
     let mut input = BufReader::new(file);
     let bad = |what: &str| format!("{} is not a whole tree file: {what}", path.display());
@@ -71,6 +90,15 @@ pub fn import(path: &Path, db: &sled::Db) -> Result<BTreeMap<String, u64>, Strin
         let name = read_bytes(&mut input).map_err(|_| bad("a tree's name is cut short"))?;
         let label = String::from_utf8_lossy(&name).into_owned();
         let tree = db.open_tree(&name).map_err(store)?;
+        let is_events = name == EVENTS_TREE.as_bytes();
+        let blocks = |e: io::Error| format!("cannot write the event block files: {e}");
+        // Blocks go to the block files; each batch's are synced before its pointers.
+        let apply = |batch: sled::Batch| -> Result<(), String> {
+            if is_events {
+                files.sync().map_err(blocks)?;
+            }
+            tree.apply_batch(batch).map_err(store)
+        };
         let (mut batch, mut in_batch, mut pairs) = (sled::Batch::default(), 0usize, 0u64);
         let cut = |_| bad(&format!("tree {label} is cut short"));
         loop {
@@ -82,11 +110,14 @@ pub fn import(path: &Path, db: &sled::Db) -> Result<BTreeMap<String, u64>, Strin
                     input.read_exact(&mut key).map_err(cut)?;
                     let mut value = vec![0u8; vlen];
                     input.read_exact(&mut value).map_err(cut)?;
-                    batch.insert(key, value);
+                    // A value that is no block (damaged before the backup) stays as it was.
+                    match is_events && crate::store::block::count(&value).is_some() {
+                        true => batch.insert(key, &files.append(&value).map_err(blocks)?[..]),
+                        false => batch.insert(key, value),
+                    }
                     (in_batch, pairs) = (in_batch + 1, pairs + 1);
                     if in_batch == BATCH {
-                        tree.apply_batch(std::mem::take(&mut batch))
-                            .map_err(store)?;
+                        apply(std::mem::take(&mut batch))?;
                         in_batch = 0;
                     }
                 }
@@ -107,7 +138,7 @@ pub fn import(path: &Path, db: &sled::Db) -> Result<BTreeMap<String, u64>, Strin
                 }
             }
         }
-        tree.apply_batch(batch).map_err(store)?;
+        apply(batch)?;
         counts.insert(label, pairs);
     }
 }
@@ -144,30 +175,60 @@ fn read_bytes(input: &mut impl Read) -> io::Result<Vec<u8>> {
 mod tests {
     use super::*;
 
+    /// A block of two events, different for each `i`.
+    fn one_block(i: u32) -> Vec<u8> {
+        let entry = |n: u32| crate::store::block::Entry {
+            timestamp: i64::from(i) * 10 + i64::from(n),
+            created_at: 0,
+            uuid: uuid::Uuid::from_u128(u128::from(i) << 8 | u128::from(n)),
+            person_id: None,
+            event: "e".into(),
+            distinct_id: format!("d{i}"),
+            properties: b"{}".to_vec(),
+        };
+        crate::store::block::build(vec![entry(0), entry(1)])
+            .remove(0)
+            .1
+    }
+
     #[test]
     fn every_tree_goes_out_and_back_and_a_cut_file_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         let db = sled::open(dir.path().join("a")).unwrap();
+        let files = Files::open(&dir.path().join("a")).unwrap();
         db.insert(b"default-key", &b"d"[..]).unwrap();
         let events = db.open_tree("event_blocks").unwrap();
-        for i in 0..25_000u32 {
-            events.insert(i.to_be_bytes(), vec![7u8; 40]).unwrap();
+        // Blocks of the earlier layout in the tree, and blocks in the files.
+        let mut blocks = Vec::new();
+        for i in 0..3_000u32 {
+            let value = one_block(i);
+            match i % 2 {
+                0 => events.insert(i.to_be_bytes(), value.clone()).unwrap(),
+                _ => events
+                    .insert(i.to_be_bytes(), &files.append(&value).unwrap()[..])
+                    .unwrap(),
+            };
+            blocks.push(value);
         }
+        files.sync().unwrap();
         db.open_tree("empty").unwrap();
         let file = dir.path().join("trees.bin");
-        let counts = export(&db, &file).unwrap();
-        assert_eq!(counts["event_blocks"], 25_000);
+        let counts = export(&db, &files, &file).unwrap();
+        assert_eq!(counts["event_blocks"], 3_000);
         assert_eq!(counts["empty"], 0);
         assert_eq!(counts["__sled__default"], 1);
 
         let copy = sled::open(dir.path().join("b")).unwrap();
-        assert_eq!(import(&file, &copy).unwrap(), counts);
+        let copy_files = Files::open(&dir.path().join("b")).unwrap();
+        assert_eq!(import(&file, &copy, &copy_files).unwrap(), counts);
         let events = copy.open_tree("event_blocks").unwrap();
-        assert_eq!(events.len(), 25_000);
-        assert_eq!(
-            events.get(24_999u32.to_be_bytes()).unwrap().as_deref(),
-            Some(&[7u8; 40][..])
-        );
+        assert_eq!(events.len(), 3_000);
+        // Every block comes back into the new database's files.
+        for (i, want) in blocks.iter().enumerate() {
+            let value = events.get((i as u32).to_be_bytes()).unwrap().unwrap();
+            assert_eq!(value[0], crate::store::block::files::TAG);
+            assert_eq!(copy_files.resolve(&value).unwrap().as_ref(), &want[..]);
+        }
         assert_eq!(
             copy.get(b"default-key").unwrap().as_deref(),
             Some(&b"d"[..])
@@ -178,7 +239,8 @@ mod tests {
         let cut = dir.path().join("cut.bin");
         std::fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();
         let fresh = sled::open(dir.path().join("c")).unwrap();
-        let err = import(&cut, &fresh).unwrap_err();
+        let fresh_files = Files::open(&dir.path().join("c")).unwrap();
+        let err = import(&cut, &fresh, &fresh_files).unwrap_err();
         assert!(err.ends_with("tree event_blocks is cut short"), "{err}");
     }
 }

@@ -7,6 +7,9 @@ pub enum Error {
     /// Reading the log or reading and writing the store failed.
     #[error(transparent)]
     Store(#[from] sled::Error),
+    /// Writing or syncing the event block files failed (a full disk, say).
+    #[error("event block files: {0}")]
+    Blocks(std::io::Error),
     /// The deduplication window and block counter were not read before a commit.
     #[error("compactor state not loaded")]
     StateNotLoaded,

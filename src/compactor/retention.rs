@@ -1,6 +1,6 @@
 //! Retention: deleting the event blocks older than the configured number of days,
-//! and the rollups of the hours they held, a pass the worker runs every few minutes
-//! beside its steps.
+//! the block files left holding none, and the rollups of the hours they held, a pass
+//! the worker runs every few minutes beside its steps.
 
 use std::sync::atomic::Ordering;
 
@@ -61,6 +61,13 @@ impl Compactor {
                 self.trees.events.apply_batch(blocks)?;
             }
             next_project = project.checked_add(1);
+        }
+        if deleted > 0 {
+            // Files whose every block is gone; the file being appended to is kept.
+            let files = self.trees.blocks.remove_unreferenced(&self.trees.events)?;
+            if files > 0 {
+                tracing::info!(files, "retention: removed event block files no longer used");
+            }
         }
         // A kept block spans at most an hour before the cutoff, so every event of an
         // earlier hour is gone (but for blocks the outbox still holds, briefly).

@@ -3,6 +3,7 @@
 //! stores the chunk's event blocks, their rollups, its uuids for deduplication and the
 //! checkpoint.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::atomic::Ordering;
@@ -141,6 +142,13 @@ impl Compactor {
             &t.rollups,
         );
         let to_outbox = self.settings.outbox;
+        let blocks = &t.blocks;
+        // A block file's failure aborts the transaction; it is kept here to report.
+        let blocks_error: RefCell<Option<std::io::Error>> = RefCell::new(None);
+        let blocks_failed = |e: std::io::Error| {
+            *blocks_error.borrow_mut() = Some(e);
+            ConflictableTransactionError::Abort(())
+        };
         let outcome = trees.transaction(
             |(
                 wal,
@@ -225,9 +233,19 @@ impl Compactor {
                 for (project, list) in entries {
                     for (newest, value) in block::build(list) {
                         let key = keys::block(project, newest, next_block);
-                        events.insert(&key[..], value)?;
+                        let pointer = match blocks.append(&value) {
+                            Ok(pointer) => pointer,
+                            Err(e) => return Err(blocks_failed(e)),
+                        };
+                        events.insert(&key[..], &pointer[..])?;
                         written.push(key);
                         next_block += 1;
+                    }
+                }
+                // The blocks are on disk before the pointers can be (see block::files).
+                if !written.is_empty() {
+                    if let Err(e) = blocks.sync() {
+                        return Err(blocks_failed(e));
                     }
                 }
                 // The outbox: what this chunk changed, in this transaction.
@@ -258,7 +276,12 @@ impl Compactor {
         );
         let mut counts = match outcome {
             Ok(c) => c,
-            Err(TransactionError::Abort(())) => return Err(Error::Injected),
+            Err(TransactionError::Abort(())) => {
+                return Err(match blocks_error.into_inner() {
+                    Some(e) => Error::Blocks(e),
+                    None => Error::Injected,
+                })
+            }
             Err(TransactionError::Storage(e)) => return Err(e.into()),
         };
         state.next_block = counts.next_block;

@@ -27,7 +27,6 @@ use super::rows::{DistinctIdRow, GroupRow, Origin, PersonRow};
 use super::schema::Table;
 use super::version::Shape;
 use crate::persons::Person;
-use crate::store::block::Block;
 use crate::store::outbox::Outbox;
 use crate::store::{keys, Group};
 
@@ -173,7 +172,7 @@ pub fn next(sources: &Sources, from: &Progress, shape: Shape) -> sled::Result<St
     if from.phase != Phase::Done {
         for kv in tree.range::<Vec<u8>, _>((start, Bound::Unbounded)) {
             let (k, v) = kv?;
-            count += encode(from, &k, &v, shape, &mut out);
+            count += encode(sources, from, &k, &v, shape, &mut out);
             last = Some(k.to_vec());
             if count >= MIN_ROWS {
                 exhausted = false;
@@ -202,7 +201,14 @@ pub fn next(sources: &Sources, from: &Progress, shape: Shape) -> sled::Result<St
 
 /// One stored value as rows of the phase's table; returns how many (none for
 /// values that do not decode, or blocks the outbox sends).
-fn encode(from: &Progress, key: &[u8], value: &[u8], shape: Shape, out: &mut RowBinary) -> u64 {
+fn encode(
+    sources: &Sources,
+    from: &Progress,
+    key: &[u8],
+    value: &[u8],
+    shape: Shape,
+    out: &mut RowBinary,
+) -> u64 {
     let Some(project) = key
         .get(..8)
         .and_then(|p| p.try_into().ok())
@@ -277,7 +283,7 @@ fn encode(from: &Progress, key: &[u8], value: &[u8], shape: Shape, out: &mut Row
             if id.is_none_or(|id| id < from.from_block || id >= from.below_block) {
                 return 0;
             }
-            let Some(block) = Block::decode(value) else {
+            let Some(block) = sources.blocks.decode(key, value) else {
                 return 0;
             };
             let newest = keys::split_block(key).map_or(0, |(_, t)| t);

@@ -33,6 +33,8 @@ pub const LINGER_MS: i64 = 1_000;
 #[derive(Clone)]
 pub struct Sources {
     pub events: sled::Tree,
+    /// Where the event blocks' bytes are.
+    pub blocks: crate::store::block::Files,
     pub persons: sled::Tree,
     pub distinct_ids: sled::Tree,
     pub groups: sled::Tree,
@@ -44,6 +46,7 @@ impl Sources {
     pub fn of(trees: &crate::store::Trees) -> Sources {
         Sources {
             events: trees.events.clone(),
+            blocks: trees.blocks.clone(),
             persons: trees.persons.clone(),
             distinct_ids: trees.distinct_ids.clone(),
             groups: trees.groups.clone(),
@@ -259,7 +262,8 @@ fn event_rows(
                 missing += 1;
                 continue;
             };
-            let Some(block) = sources.events.get(key)?.and_then(|v| Block::decode(&v)) else {
+            let value = sources.events.get(key)?;
+            let Some(block) = value.and_then(|v| sources.blocks.decode(key, &v)) else {
                 missing += 1;
                 continue;
             };

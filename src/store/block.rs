@@ -1,5 +1,6 @@
-//! Event blocks: many events of one project in one `events` value, so the compactor
-//! writes one sled key per block rather than one per event. A block holds events
+//! Event blocks: many events of one project in one value, so the compactor writes one
+//! sled key per block rather than one per event; the value's bytes go to the block
+//! files ([`files`]) and the key holds where they are. A block holds events
 //! sorted by time then uuid, spans at most [`MAX_SPAN_MS`] and is LZ4-compressed as a
 //! whole. Each event has a small binary header (times, uuid, person, name, distinct
 //! id) apart from its properties, so filters and paging never parse properties.
@@ -17,6 +18,9 @@ use uuid::Uuid;
 use super::event::StoredEvent;
 
 mod columns;
+pub mod files;
+
+pub use files::Files;
 
 /// The version written; [`ROWS`] is still read.
 const VERSION: u8 = 2;
@@ -32,10 +36,8 @@ const HEADER_LEN: usize = 8 + 8 + 16 + 1 + 16 + 4 + 4 + 4;
 pub const MAX_SPAN_MS: i64 = 60 * 60 * 1000;
 /// Events per block, for events so small that [`MAX_BYTES`] would allow more.
 pub const MAX_EVENTS: usize = 256;
-/// Uncompressed bytes per block (about 50 pageviews, 5-10 KB once compressed). sled
-/// writes a node of more than 128 KB (a leaf holds up to 16 values) as a separate blob
-/// file, one file per write; small blocks keep it in its log while still cutting the
-/// keys per event by fifty.
+/// Uncompressed bytes per block (about 50 pageviews, 5-10 KB once compressed): a
+/// query or the sink reads and decompresses a block whole to use any of its events.
 pub const MAX_BYTES: usize = 32 * 1024;
 /// A stored block never decompresses to more than this; anything claiming more is
 /// damaged, and refusing it avoids a huge allocation.
@@ -118,9 +120,10 @@ fn encode(entries: &[Entry]) -> (i64, Vec<u8>) {
     (newest, value)
 }
 
-/// How many events a block value holds, without decompressing it.
+/// How many events a block value (or a [`files::Pointer`] to one) holds, without
+/// decompressing it.
 pub fn count(value: &[u8]) -> Option<u32> {
-    if ![ROWS, VERSION].contains(value.first()?) {
+    if ![ROWS, VERSION, files::TAG].contains(value.first()?) {
         return None;
     }
     Some(u32::from_le_bytes(value.get(1..5)?.try_into().ok()?))
@@ -148,6 +151,9 @@ pub struct Head {
 impl Block {
     /// None if the value is damaged in any way: one bad block must not break reads.
     pub fn decode(value: &[u8]) -> Option<Block> {
+        if value.first() == Some(&files::TAG) {
+            return None;
+        }
         let count = count(value)? as usize;
         let compressed = value.get(PREFIX_LEN..)?;
         let size = u32::from_le_bytes(compressed.get(..4)?.try_into().ok()?) as usize;

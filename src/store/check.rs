@@ -100,12 +100,21 @@ pub fn check(dir: &Path) -> Report {
             return report;
         }
     };
-    let read = catch_unwind(AssertUnwindSafe(|| read_trees(&db, &mut report)));
+    let files = match block::Files::open(dir) {
+        Ok(files) => files,
+        Err(e) => {
+            report
+                .problems
+                .push(format!("cannot read the event block files: {e}"));
+            return report;
+        }
+    };
+    let read = catch_unwind(AssertUnwindSafe(|| read_trees(&db, &files, &mut report)));
     if let Err(panic) = read {
         report.problems.push(damaged(dir, &panic_text(&*panic)));
         return report;
     }
-    let checkpoint = Trees::open_to_read(&db)
+    let checkpoint = Trees::open_to_read(&db, dir)
         .ok()
         .and_then(|t| t.meta.get(keys::CHECKPOINT_KEY).ok().flatten())
         .and_then(|v| keys::seq(&v));
@@ -124,8 +133,8 @@ pub fn check(dir: &Path) -> Report {
     report
 }
 
-/// Read every tree through; decode every event block.
-fn read_trees(db: &sled::Db, report: &mut Report) {
+/// Read every tree through; read and decode every event block.
+fn read_trees(db: &sled::Db, files: &block::Files, report: &mut Report) {
     for name in db.tree_names() {
         let label = String::from_utf8_lossy(&name).into_owned();
         let tree = match db.open_tree(&name) {
@@ -144,12 +153,16 @@ fn read_trees(db: &sled::Db, report: &mut Report) {
                 Ok((key, value)) => {
                     keys_read += 1;
                     if is_events {
-                        match block::Block::decode(&value) {
-                            Some(b) => events += b.heads().len() as u64,
-                            None => {
+                        let bytes = files.resolve(&value).map_err(|e| e.to_string());
+                        let decoded = bytes.and_then(|b| {
+                            block::Block::decode(&b).ok_or_else(|| "it does not decode".into())
+                        });
+                        match decoded {
+                            Ok(b) => events += b.heads().len() as u64,
+                            Err(why) => {
                                 bad_blocks += 1;
                                 report.problems.push(format!(
-                                    "tree {label}: the event block at key {} does not decode",
+                                    "tree {label}: the event block at key {}: {why}",
                                     hex(&key)
                                 ));
                             }

@@ -98,7 +98,7 @@ impl Live {
     /// probe key written and flushed). Returns its trees and checkpoint.
     pub fn reopen(&self) -> Result<(Trees, Option<u64>), Error> {
         let db = check::open(&self.dir, self.cache_bytes)?;
-        let trees = Trees::open(&db)?;
+        let trees = Trees::open(&db, &self.dir)?;
         trees.meta.insert(keys::PROBE_KEY, &[][..])?;
         db.flush()?;
         let checkpoint = trees
@@ -135,7 +135,7 @@ mod tests {
     fn a_reopen_waits_for_every_reference_and_keeps_the_data() {
         let dir = tempfile::tempdir().unwrap();
         let db = check::open(dir.path(), 1 << 20).unwrap();
-        let trees = Trees::open(&db).unwrap();
+        let trees = Trees::open(&db, dir.path()).unwrap();
         trees
             .meta
             .insert(keys::CHECKPOINT_KEY, &7u64.to_be_bytes()[..])

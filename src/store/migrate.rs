@@ -18,11 +18,13 @@ use super::event::StoredEvent;
 use super::keys::NEXT_BLOCK_KEY;
 use super::{block, dedup, keys, Trees};
 
-/// The format this build writes: 3 is event blocks that may be of block version 2
-/// (columns, [`block`]); 2 had only block version 1, which is still read, so a format-2
-/// database needs no change; 1 (one key per event) had no key. A build of format 2
-/// would skip version-2 blocks as damaged: it refuses a format-3 database instead.
-pub const FORMAT: u64 = 3;
+/// The format this build writes: 4 keeps new event blocks in the block files with a
+/// pointer in the tree ([`block::files`]); 3 had blocks in the tree, possibly of block
+/// version 2 (columns, [`block`]); 2 had only block version 1. Blocks in the tree are
+/// still read, so a format-2 or -3 database needs no change; 1 (one key per event) had
+/// no key. An older build would skip what it cannot read as damaged: it refuses a
+/// newer format instead.
+pub const FORMAT: u64 = 4;
 pub const FORMAT_KEY: &[u8] = b"format";
 /// The first format's trees.
 const OLD_EVENTS: &[u8] = b"events";
@@ -235,7 +237,7 @@ mod tests {
                 .unwrap();
         }
         let db = crate::store::reopen_for_tests(dir.path());
-        let trees = Trees::open(&db).unwrap();
+        let trees = Trees::open(&db, dir.path()).unwrap();
         let names = db.tree_names();
         assert!(!names.iter().any(|n| n == OLD_EVENTS || n == OLD_EVENT_IDS));
         assert_eq!(
@@ -269,7 +271,7 @@ mod tests {
         assert!(!window.contains((*p, e.uuid.as_u128())));
         // Opening again finds nothing to do.
         drop(trees);
-        let again = Trees::open(&db).unwrap();
+        let again = Trees::open(&db, dir.path()).unwrap();
         assert_eq!(
             query::events_page(&again, 1, EventFilter::default(), None, 100_000)
                 .unwrap()
@@ -279,8 +281,8 @@ mod tests {
         );
     }
 
-    /// A format-2 database (blocks of the first layout) is read as it is and marked
-    /// format 3 once opened; new blocks go beside the old ones.
+    /// A format-2 database (blocks of the first layout, in the tree) is read as it is
+    /// and marked this build's format once opened; new blocks go beside the old ones.
     #[test]
     fn a_format_two_database_is_read_as_it_is() {
         let dir = tempfile::tempdir().unwrap();
@@ -303,20 +305,22 @@ mod tests {
         let db = crate::store::reopen_for_tests(dir.path());
         let format = |trees: &Trees| trees.meta.get(FORMAT_KEY).unwrap().unwrap().to_vec();
         // The offline tools only read: the old build can still open it afterwards.
-        let read = Trees::open_to_read(&db).unwrap();
+        let read = Trees::open_to_read(&db, dir.path()).unwrap();
         assert_eq!(format(&read), 2u64.to_be_bytes());
         assert_eq!(
             query::events(&read, 1, EventFilter::default(), None).count(),
             old.len()
         );
-        let trees = Trees::open(&db).unwrap();
-        assert_eq!(format(&trees), 3u64.to_be_bytes());
+        let trees = Trees::open(&db, dir.path()).unwrap();
+        assert_eq!(format(&trees), FORMAT.to_be_bytes());
         let new = old_event(20, 2_000, 6);
         let (newest, value) = block::build(vec![block::Entry::from_stored(&new)]).remove(0);
         assert_eq!(value[0], 2);
+        let pointer = trees.blocks.append(&value).unwrap();
+        trees.blocks.sync().unwrap();
         trees
             .events
-            .insert(&keys::block(1, newest, 1)[..], value)
+            .insert(&keys::block(1, newest, 1)[..], &pointer[..])
             .unwrap();
         let got = query::events_page(&trees, 1, EventFilter::default(), None, 100)
             .unwrap()
@@ -335,7 +339,7 @@ mod tests {
             .unwrap()
             .insert(FORMAT_KEY, &(FORMAT + 1).to_be_bytes()[..])
             .unwrap();
-        let err = Trees::open(&db).err().unwrap().to_string();
+        let err = Trees::open(&db, dir.path()).err().unwrap().to_string();
         assert!(err.contains("newer than this build"), "{err}");
     }
 }

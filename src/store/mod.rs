@@ -21,6 +21,8 @@ pub mod person_cache;
 pub mod query;
 pub mod rollup;
 
+use std::path::Path;
+
 use serde_json::{Map, Value};
 
 pub use event::StoredEvent;
@@ -50,6 +52,9 @@ pub enum Error {
     /// sled panicked reading the database: the message names it and what to do.
     #[error("{0}")]
     Damaged(String),
+    /// The block files' directory could not be read.
+    #[error("event block files: {0}")]
+    Blocks(std::io::Error),
     /// The database could not be brought to this build's format.
     #[error(transparent)]
     Migrate(#[from] migrate::Error),
@@ -98,8 +103,11 @@ pub struct Trees {
     /// The slower lanes, same keys and values as the log.
     pub historical: sled::Tree,
     pub overflow: sled::Tree,
-    /// Project, newest time, block id -> a [`block`] of events (LZ4).
+    /// Project, newest time, block id -> where a [`block`] of events (LZ4) is in the
+    /// block files, or (written before them) the block itself.
     pub events: sled::Tree,
+    /// The event blocks' bytes ([`block::files`]).
+    pub blocks: block::Files,
     /// Arrival time, id -> the uuids a chunk stored: the [`dedup`] window, persisted.
     pub recent_ids: sled::Tree,
     /// Project, person uuid -> [`crate::persons::Person`] (JSON).
@@ -125,26 +133,28 @@ impl Trees {
     /// Open every tree; a database of the earlier format (one key per event) is
     /// migrated first, one that is newer than this build is refused; rollups missing or
     /// of another version are emptied and left to a backfill.
-    pub fn open(db: &sled::Db) -> Result<Trees, Error> {
-        Trees::open_for(db, migrate::Purpose::Write)
+    /// `dir` is the database's directory, where the block files are.
+    pub fn open(db: &sled::Db, dir: &Path) -> Result<Trees, Error> {
+        Trees::open_for(db, dir, migrate::Purpose::Write)
     }
 
     /// [`Trees::open`] for the offline commands that only read (`check`, `export`,
     /// `eval`): the recorded format is left as found unless a migration had to rewrite
     /// events (see [`migrate::Purpose`]).
-    pub fn open_to_read(db: &sled::Db) -> Result<Trees, Error> {
-        Trees::open_for(db, migrate::Purpose::Read)
+    pub fn open_to_read(db: &sled::Db, dir: &Path) -> Result<Trees, Error> {
+        Trees::open_for(db, dir, migrate::Purpose::Read)
     }
 
-    fn open_for(db: &sled::Db, purpose: migrate::Purpose) -> Result<Trees, Error> {
-        let trees = Trees::open_current(db)?;
+    fn open_for(db: &sled::Db, dir: &Path, purpose: migrate::Purpose) -> Result<Trees, Error> {
+        let trees = Trees::open_current(db, dir)?;
         migrate::run(db, &trees, purpose)?;
         rollup::backfill::prepare(&trees)?;
         Ok(trees)
     }
 
-    fn open_current(db: &sled::Db) -> Result<Trees, Error> {
+    fn open_current(db: &sled::Db, dir: &Path) -> Result<Trees, Error> {
         Ok(Trees {
+            blocks: block::Files::open(dir).map_err(Error::Blocks)?,
             wal: db.open_tree(WAL_TREE)?,
             historical: db.open_tree("lane_historical")?,
             overflow: db.open_tree("lane_overflow")?,

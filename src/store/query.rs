@@ -129,6 +129,8 @@ impl PartialOrd for Next {
 /// the merged person.
 pub struct Events {
     blocks: std::iter::Peekable<std::iter::Rev<sled::Iter>>,
+    /// Where the blocks' bytes are.
+    files: block::Files,
     bounds: Bounds,
     loaded: Vec<Option<Loaded>>,
     heap: BinaryHeap<Next>,
@@ -155,10 +157,10 @@ impl Events {
         let Some(entry) = self.blocks.next() else {
             return Ok(false);
         };
-        let (_, value) = entry?;
-        // A block that does not decode is skipped: one damaged block must not hide all
-        // the others.
-        let Some(block) = Block::decode(&value) else {
+        let (key, value) = entry?;
+        // A block that cannot be read or decoded is skipped: one damaged block must not
+        // hide all the others.
+        let Some(block) = self.files.decode(&key, &value) else {
             return Ok(true);
         };
         let left: Vec<u32> = (0..block.heads().len() as u32)
@@ -274,6 +276,7 @@ pub fn events(trees: &Trees, project: u64, filter: EventFilter, cursor: Option<&
     };
     Events {
         blocks: range.rev().peekable(),
+        files: trees.blocks.clone(),
         bounds: Bounds { filter, below },
         loaded: Vec::new(),
         heap: BinaryHeap::new(),

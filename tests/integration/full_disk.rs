@@ -256,11 +256,22 @@ fn a_disk_filled_at_once_heals_without_a_restart() {
     let mut acked = outcome.acked;
     acked.extend(probes);
     assert_stored_exactly_once(&server, &acked, "after healing");
+    // Which write meets the full disk first is a race: sled's (sled then keeps the
+    // error and is reopened) or the event block files' (the step fails and is
+    // retried; sled may never see the disk full). Either way it healed above.
     let log = server.log();
+    let sled_failed = log.contains("the database keeps failing to write");
+    let blocks_failed = log.contains("error=event block files: No space left on device");
     assert!(
-        log.contains("database reopened"),
-        "sled was never reopened:\n{log}"
+        sled_failed || blocks_failed,
+        "no write met the full disk:\n{log}"
     );
+    if sled_failed {
+        assert!(
+            log.contains("database reopened"),
+            "sled kept its write error and was never reopened:\n{log}"
+        );
+    }
 
     assert_eq!(
         server.stop(),

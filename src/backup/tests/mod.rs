@@ -4,7 +4,20 @@
 
 use super::*;
 
-/// A stopped database: sled with a checkpoint at 39 and one event block, 100 log
+fn a_block() -> Vec<u8> {
+    let entry = crate::store::block::Entry {
+        timestamp: 1_000,
+        created_at: 1_001,
+        uuid: uuid::Uuid::from_u128(7),
+        person_id: None,
+        event: "$pageview".into(),
+        distinct_id: "d".into(),
+        properties: br#"{"a":1}"#.to_vec(),
+    };
+    crate::store::block::build(vec![entry]).remove(0).1
+}
+
+/// A stopped database: sled with a checkpoint at 39 and two event blocks, 100 log
 /// entries in small segments, and an activity log whose last line is cut short.
 fn stopped_db(root: &Path) -> PathBuf {
     let db_dir = root.join("db");
@@ -12,11 +25,16 @@ fn stopped_db(root: &Path) -> PathBuf {
     let meta = db.open_tree("meta").unwrap();
     meta.insert(keys::CHECKPOINT_KEY, &39u64.to_be_bytes()[..])
         .unwrap();
-    db.open_tree("event_blocks")
-        .unwrap()
-        .insert(b"block-1", &b"lz4 bytes"[..])
-        .unwrap();
+    let events = db.open_tree("event_blocks").unwrap();
+    // A value that is no block is kept as it is; a block in the block files goes out
+    // whole and comes back into the new database's.
+    events.insert(b"block-1", &b"lz4 bytes"[..]).unwrap();
+    let files = crate::store::block::Files::open(&db_dir).unwrap();
+    let pointer = files.append(&a_block()).unwrap();
+    files.sync().unwrap();
+    events.insert(b"block-2", &pointer[..]).unwrap();
     db.flush().unwrap();
+    drop(events);
     drop((meta, db));
     let (mut appender, _reader) = crate::log::open_for_tests(&db_dir.join("wal"), 1, Some(39), 512);
     for i in 0..100u32 {
@@ -39,7 +57,7 @@ fn a_stopped_database_comes_back_whole() {
     assert!(!manifest.running);
     assert_eq!(manifest.checkpoint, Some(39));
     assert_eq!(manifest.log_end, None);
-    assert_eq!(manifest.trees["event_blocks"], 1);
+    assert_eq!(manifest.trees["event_blocks"], 2);
     assert_eq!(manifest.trees["meta"], 1);
     // The segments before the one holding entry 40 are left out.
     let logs: Vec<&str> = manifest
@@ -58,13 +76,13 @@ fn a_stopped_database_comes_back_whole() {
     let meta = db.open_tree("meta").unwrap();
     let checkpoint = meta.get(keys::CHECKPOINT_KEY).unwrap();
     assert_eq!(checkpoint.as_deref(), Some(&39u64.to_be_bytes()[..]));
-    let block = db
-        .open_tree("event_blocks")
-        .unwrap()
-        .get(b"block-1")
-        .unwrap();
+    let events = db.open_tree("event_blocks").unwrap();
+    let block = events.get(b"block-1").unwrap();
     assert_eq!(block.as_deref(), Some(&b"lz4 bytes"[..]));
-    drop((meta, db));
+    let pointer = events.get(b"block-2").unwrap().unwrap();
+    let files = crate::store::block::Files::open(&restored).unwrap();
+    assert_eq!(files.resolve(&pointer).unwrap().as_ref(), &a_block()[..]);
+    drop((meta, events, db));
     for path in logs {
         let (a, b) = (db_dir.join(path), restored.join(path));
         assert_eq!(

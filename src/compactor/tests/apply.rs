@@ -109,7 +109,7 @@ struct Outcome {
 fn run(cases: &[Case], text: bool) -> Outcome {
     let dir = tempfile::tempdir().unwrap();
     let db = sled::open(dir.path()).unwrap();
-    let t = Trees::open(&db).unwrap();
+    let t = Trees::open(&db, dir.path()).unwrap();
     let geos: Vec<Option<Geo>> = cases.iter().map(|c| c.geo.map(|g| geo(g, c.ip))).collect();
     let entries = in_chunk(&t, |tx, cache| {
         let mut out = Vec::new();
@@ -427,7 +427,7 @@ fn generated_events_store_the_same() {
 fn unchanged_persons_are_not_written() {
     let dir = tempfile::tempdir().unwrap();
     let db = sled::open(dir.path()).unwrap();
-    let t = Trees::open(&db).unwrap();
+    let t = Trees::open(&db, dir.path()).unwrap();
     let g = geo(0, Some("81.2.69.160".parse().unwrap()));
     let chunk = |events: &[Value]| {
         in_chunk(&t, |tx, cache| {

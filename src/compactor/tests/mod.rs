@@ -47,7 +47,7 @@ fn open_log(dir: &std::path::Path, checkpoint: Option<u64>) -> (log::Appender, l
 fn fixture(settings: Compaction) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let db = sled::open(dir.path()).unwrap();
-    let trees = Trees::open(&db).unwrap();
+    let trees = Trees::open(&db, dir.path()).unwrap();
     let (log, reader) = open_log(dir.path(), None);
     let projects = Projects::parse(
         br#"{"projects":[{"id":1,"api_key":"phc_a"},{"id":2,"api_key":"phc_b","anonymize_ips":true}]}"#,

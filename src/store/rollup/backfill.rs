@@ -10,7 +10,7 @@
 use sled::transaction::{ConflictableTransactionError, TransactionError, Transactional};
 use sled::IVec;
 
-use super::super::block::Block;
+use super::super::block::Files;
 use super::super::keys::{self, NEXT_BLOCK_KEY};
 use super::super::Trees;
 use super::{Pending, VERSION, VERSION_KEY};
@@ -164,7 +164,7 @@ impl Backfill {
             let project = keys::split_block(&key).map(|(p, _)| p);
             if let (Some(id), Some(project)) = (id, project) {
                 if id < state.boundary {
-                    add_block(&mut pending, project, &value);
+                    add_block(&mut pending, &trees.blocks, project, &key, &value);
                 }
             }
             last = Some(key);
@@ -199,8 +199,8 @@ impl Backfill {
 
 /// Every event of a stored block into `pending`; a block that does not decode is
 /// skipped, as reads skip it.
-fn add_block(pending: &mut Pending, project: u64, value: &[u8]) {
-    let Some(block) = Block::decode(value) else {
+fn add_block(pending: &mut Pending, files: &Files, project: u64, key: &[u8], value: &[u8]) {
+    let Some(block) = files.decode(key, value) else {
         return;
     };
     for h in block.heads() {

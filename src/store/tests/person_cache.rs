@@ -3,7 +3,7 @@ use super::*;
 fn trees() -> (tempfile::TempDir, Trees) {
     let dir = tempfile::tempdir().unwrap();
     let db = sled::open(dir.path()).unwrap();
-    let trees = Trees::open_current(&db).unwrap();
+    let trees = Trees::open_current(&db, dir.path()).unwrap();
     (dir, trees)
 }
 

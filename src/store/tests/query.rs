@@ -63,7 +63,7 @@ fn fixture(trees: &Trees, seed: u64) -> Vec<(u64, StoredEvent)> {
 fn open() -> (tempfile::TempDir, Trees) {
     let dir = tempfile::tempdir().unwrap();
     let db = sled::open(dir.path()).unwrap();
-    let trees = Trees::open(&db).unwrap();
+    let trees = Trees::open(&db, dir.path()).unwrap();
     (dir, trees)
 }
 

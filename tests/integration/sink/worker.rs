@@ -53,7 +53,7 @@ fn store() -> Store {
 fn store_with(sink_from: u64) -> Store {
     let dir = tempfile::tempdir().unwrap();
     let db = sled::open(dir.path()).unwrap();
-    let trees = Trees::open(&db).unwrap();
+    let trees = Trees::open(&db, dir.path()).unwrap();
     let outbox = Outbox::open(&db).unwrap();
     let mut block_id = 0;
     for chunk in 0..CHUNKS {

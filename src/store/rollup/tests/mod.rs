@@ -69,7 +69,7 @@ fn random_events(seed: u64, n: usize) -> Vec<(u64, Entry)> {
 fn open() -> (tempfile::TempDir, sled::Db, Trees) {
     let dir = tempfile::tempdir().unwrap();
     let db = sled::open(dir.path()).unwrap();
-    let trees = Trees::open(&db).unwrap();
+    let trees = Trees::open(&db, dir.path()).unwrap();
     (dir, db, trees)
 }
 
@@ -221,7 +221,7 @@ fn a_backfill_builds_what_the_compactor_would_have() {
     old.meta.remove(VERSION_KEY).unwrap();
     drop((old, db));
     let db = crate::store::reopen_for_tests(dir.path());
-    let trees = Trees::open(&db).unwrap();
+    let trees = Trees::open(&db, dir.path()).unwrap();
     assert_eq!(status(&trees.meta).unwrap(), Status::Building(0));
     // Events stored while the backfill runs get their rollups from their chunk.
     store(&trees, &events[30_000..], 1_000, true);

@@ -1,0 +1,376 @@
+//! Where event blocks' bytes live: append-only files in the database directory's
+//! `blocks/`, with sled's `event_blocks` tree holding, under each block's key, only
+//! where its bytes are (a [`Pointer`], 25 bytes).
+//!
+//! Why not in sled: sled 0.34 is log-structured and rewrites a leaf whole, values and
+//! all, every few changes; a segment of its file is cleaned only once at most half of
+//! it is live. Blocks, written once and never changed, left sled's file at about twice
+//! their size; in files of their own they take their size.
+//!
+//! Durability: the compactor appends a chunk's blocks, syncs the file
+//! ([`Files::sync`]) and only then commits the transaction that records their pointers
+//! and the checkpoint. sled may write that transaction out at any moment after the
+//! commit, so a pointer never names bytes that are not yet on disk. A transaction that
+//! is retried, aborted or lost in a crash leaves its appended bytes unreferenced: dead
+//! space in a file, never read. A failed write or sync leaves the file's unsynced
+//! pages in doubt, so the next append starts a new file; so does every start. A file
+//! no pointer names any more (retention deleted its blocks) is removed by
+//! [`Files::remove_unreferenced`].
+//!
+//! Databases written before this layout hold blocks in the tree itself; a value is
+//! either a block (its version byte, 1 or 2) or a pointer ([`TAG`]), and both read.
+
+use std::borrow::Cow;
+use std::collections::{HashMap, HashSet};
+use std::fs::{self, File, OpenOptions};
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use super::Block;
+
+/// The directory, inside the database's.
+pub const DIR_NAME: &str = "blocks";
+/// A tree value holding a pointer instead of a block starts with this byte.
+pub const TAG: u8 = 0xB0;
+/// tag, event count, file, offset, length, CRC-32 of the bytes.
+const POINTER_LEN: usize = 1 + 4 + 4 + 8 + 4 + 4;
+/// A file takes appends up to this size, then the next one is started.
+const FILE_BYTES: u64 = if cfg!(test) {
+    64 * 1024
+} else {
+    64 * 1024 * 1024
+};
+/// Open files kept for reading; all are closed when more are needed.
+const READERS: usize = 256;
+/// No block is larger: a pointer claiming more is damaged.
+const MAX_BLOCK_BYTES: u32 = 64 * 1024 * 1024;
+
+/// Where a block's bytes are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pointer {
+    pub count: u32,
+    pub file: u32,
+    pub offset: u64,
+    pub len: u32,
+    pub crc: u32,
+}
+
+impl Pointer {
+    pub fn encode(&self) -> [u8; POINTER_LEN] {
+        let mut out = [0u8; POINTER_LEN];
+        out[0] = TAG;
+        out[1..5].copy_from_slice(&self.count.to_le_bytes());
+        out[5..9].copy_from_slice(&self.file.to_le_bytes());
+        out[9..17].copy_from_slice(&self.offset.to_le_bytes());
+        out[17..21].copy_from_slice(&self.len.to_le_bytes());
+        out[21..25].copy_from_slice(&self.crc.to_le_bytes());
+        out
+    }
+
+    /// `None` for a value that is not a whole pointer.
+    pub fn decode(value: &[u8]) -> Option<Pointer> {
+        if value.len() != POINTER_LEN || value[0] != TAG {
+            return None;
+        }
+        let u32_at =
+            |i: usize| u32::from_le_bytes([value[i], value[i + 1], value[i + 2], value[i + 3]]);
+        let mut offset = [0u8; 8];
+        offset.copy_from_slice(&value[9..17]);
+        Some(Pointer {
+            count: u32_at(1),
+            file: u32_at(5),
+            offset: u64::from_le_bytes(offset),
+            len: u32_at(17),
+            crc: u32_at(21),
+        })
+    }
+}
+
+/// The name of file `n` in `blocks/`.
+fn file_name(n: u32) -> String {
+    format!("{n:010}.blk")
+}
+
+fn file_number(name: &str) -> Option<u32> {
+    let digits = name.strip_suffix(".blk")?;
+    if digits.len() != 10 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+/// The file being appended to.
+struct Writing {
+    number: u32,
+    file: File,
+    end: u64,
+    /// Appended since the last sync.
+    dirty: bool,
+}
+
+struct Inner {
+    dir: PathBuf,
+    /// The file appends go to; `None` until the first append, and after a failure.
+    writing: Mutex<Option<Writing>>,
+    /// The next file number to create.
+    next: Mutex<u32>,
+    readers: Mutex<HashMap<u32, Arc<File>>>,
+}
+
+/// The block files of one database; cheap to clone, shared by readers and the
+/// compactor (the only writer).
+#[derive(Clone)]
+pub struct Files {
+    inner: Arc<Inner>,
+}
+
+/// Why a block could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    /// The value is neither a block nor a whole pointer.
+    #[error("the pointer is damaged")]
+    BadPointer,
+    /// The file is gone: retention removed it after the pointer was read, or it was lost.
+    #[error("block file {0} is missing")]
+    Missing(String),
+    #[error("cannot read block file {0}: {1}")]
+    Io(String, io::Error),
+    /// The bytes are not what was written (the file was cut short or changed).
+    #[error("block file {0} does not hold the block's bytes at offset {1} (damaged or cut short)")]
+    Damaged(String, u64),
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl Files {
+    /// The block files of the database in `db_dir`; nothing is created until the
+    /// first append, so opening a database only to read it changes nothing.
+    pub fn open(db_dir: &Path) -> io::Result<Files> {
+        let dir = db_dir.join(DIR_NAME);
+        let next = match fs::read_dir(&dir) {
+            Ok(entries) => {
+                let mut highest = None;
+                for entry in entries {
+                    let name = entry?.file_name();
+                    if let Some(n) = name.to_str().and_then(file_number) {
+                        highest = highest.max(Some(n));
+                    }
+                }
+                highest.map_or(0, |n| n.saturating_add(1))
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => 0,
+            Err(e) => return Err(e),
+        };
+        Ok(Files {
+            inner: Arc::new(Inner {
+                dir,
+                writing: Mutex::new(None),
+                next: Mutex::new(next),
+                readers: Mutex::new(HashMap::new()),
+            }),
+        })
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.inner.dir
+    }
+
+    /// Append a block's value (as [`super::build`] made it); returns the pointer to
+    /// store in its place. Not durable until [`Files::sync`].
+    pub fn append(&self, value: &[u8]) -> io::Result<[u8; POINTER_LEN]> {
+        let count = super::count(value).ok_or_else(|| io::Error::other("not an event block"))?;
+        let len = u32::try_from(value.len())
+            .ok()
+            .filter(|&n| n <= MAX_BLOCK_BYTES)
+            .ok_or_else(|| io::Error::other("event block too large"))?;
+        let mut writing = lock(&self.inner.writing);
+        if writing.as_ref().is_none_or(|w| w.end >= FILE_BYTES) {
+            // The full file's appends were synced with their chunks.
+            *writing = Some(self.create()?);
+        }
+        let Some(w) = writing.as_mut() else {
+            return Err(io::Error::other("no block file open"));
+        };
+        if let Err(e) = w.file.write_all_at(value, w.end) {
+            *writing = None;
+            return Err(e);
+        }
+        let pointer = Pointer {
+            count,
+            file: w.number,
+            offset: w.end,
+            len,
+            crc: crc32fast::hash(value),
+        };
+        w.end += u64::from(len);
+        w.dirty = true;
+        Ok(pointer.encode())
+    }
+
+    /// Make every append so far durable. After a failure the file is given up: its
+    /// unsynced pages may be lost, so the next append starts another.
+    pub fn sync(&self) -> io::Result<()> {
+        let mut writing = lock(&self.inner.writing);
+        let Some(w) = writing.as_mut() else {
+            return Ok(());
+        };
+        if !w.dirty {
+            return Ok(());
+        }
+        match w.file.sync_data() {
+            Ok(()) => {
+                w.dirty = false;
+                Ok(())
+            }
+            Err(e) => {
+                *writing = None;
+                Err(e)
+            }
+        }
+    }
+
+    /// Start the next file, durably named in the directory before any pointer to it
+    /// can be committed.
+    fn create(&self) -> io::Result<Writing> {
+        fs::create_dir_all(&self.inner.dir)?;
+        let mut next = lock(&self.inner.next);
+        let number = *next;
+        let path = self.inner.dir.join(file_name(number));
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)?;
+        *next = number
+            .checked_add(1)
+            .ok_or_else(|| io::Error::other("block file numbers exhausted"))?;
+        File::open(&self.inner.dir)?.sync_all()?;
+        Ok(Writing {
+            number,
+            file,
+            end: 0,
+            dirty: false,
+        })
+    }
+
+    /// A tree value's block bytes: the value itself when it holds the block, else
+    /// the bytes its pointer names, checked against the pointer's CRC.
+    pub fn resolve<'a>(&self, value: &'a [u8]) -> Result<Cow<'a, [u8]>, ReadError> {
+        if value.first() != Some(&TAG) {
+            return Ok(Cow::Borrowed(value));
+        }
+        let p = Pointer::decode(value).ok_or(ReadError::BadPointer)?;
+        if p.len > MAX_BLOCK_BYTES {
+            return Err(ReadError::BadPointer);
+        }
+        let name = file_name(p.file);
+        let file = self.reader(p.file).map_err(|e| match e.kind() {
+            io::ErrorKind::NotFound => ReadError::Missing(name.clone()),
+            _ => ReadError::Io(name.clone(), e),
+        })?;
+        let mut bytes = vec![0u8; p.len as usize];
+        match file.read_exact_at(&mut bytes, p.offset) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
+                return Err(ReadError::Damaged(name, p.offset))
+            }
+            Err(e) => return Err(ReadError::Io(name, e)),
+        }
+        if crc32fast::hash(&bytes) != p.crc {
+            return Err(ReadError::Damaged(name, p.offset));
+        }
+        Ok(Cow::Owned(bytes))
+    }
+
+    /// The block a tree value holds or points at; `None` (logged) when it cannot be
+    /// read or does not decode, so one bad block never breaks a whole read.
+    pub fn decode(&self, key: &[u8], value: &[u8]) -> Option<Block> {
+        match self.resolve(value) {
+            Ok(bytes) => Block::decode(&bytes),
+            Err(e) => {
+                tracing::warn!(error = %e, key = %hex(key), "event block skipped");
+                None
+            }
+        }
+    }
+
+    fn reader(&self, number: u32) -> io::Result<Arc<File>> {
+        let mut readers = lock(&self.inner.readers);
+        if let Some(file) = readers.get(&number) {
+            return Ok(file.clone());
+        }
+        if readers.len() >= READERS {
+            readers.clear();
+        }
+        let file = Arc::new(File::open(self.inner.dir.join(file_name(number)))?);
+        readers.insert(number, file.clone());
+        Ok(file)
+    }
+
+    /// Remove the files no pointer in `tree` names, but the one being appended to;
+    /// returns how many. Run by the compactor's thread (the only writer) after
+    /// retention deleted blocks, never during a step.
+    pub fn remove_unreferenced(&self, tree: &sled::Tree) -> Result<usize, sled::Error> {
+        let mut named = HashSet::new();
+        for item in tree.iter() {
+            let (_, value) = item?;
+            if let Some(p) = Pointer::decode(&value) {
+                named.insert(p.file);
+            }
+        }
+        let writing = lock(&self.inner.writing).as_ref().map(|w| w.number);
+        let entries = match fs::read_dir(&self.inner.dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(0),
+            Err(e) => return Err(e.into()),
+        };
+        let mut removed = 0;
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let Some(n) = name.to_str().and_then(file_number) else {
+                continue;
+            };
+            if named.contains(&n) || Some(n) == writing {
+                continue;
+            }
+            lock(&self.inner.readers).remove(&n);
+            match fs::remove_file(entry.path()) {
+                Ok(()) => removed += 1,
+                Err(e) => {
+                    tracing::warn!(file = %entry.path().display(), error = %e, "cannot remove an unused block file")
+                }
+            }
+        }
+        Ok(removed)
+    }
+
+    /// Every block file and its size, oldest first (for `check` and the backup).
+    pub fn list(&self) -> io::Result<Vec<(u32, u64)>> {
+        let entries = match fs::read_dir(&self.inner.dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(e),
+        };
+        let mut out = Vec::new();
+        for entry in entries {
+            let entry = entry?;
+            if let Some(n) = entry.file_name().to_str().and_then(file_number) {
+                out.push((n, entry.metadata()?.len()));
+            }
+        }
+        out.sort_unstable();
+        Ok(out)
+    }
+}
+
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+#[path = "tests/files.rs"]
+mod tests;
