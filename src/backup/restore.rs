@@ -85,6 +85,9 @@ pub fn restore(from: &Path, db: &Path) -> Result<Manifest, String> {
     let files = crate::store::block::Files::open(db)
         .map_err(|e| failed(format!("cannot create the event block files: {e}")))?;
     let counts = super::trees::import(&from.join(TREES), &sled_db, &files).map_err(failed)?;
+    files
+        .finish()
+        .map_err(|e| failed(format!("cannot write the event block files: {e}")))?;
     if counts != manifest.trees {
         return Err(failed(format!(
             "{TREES} holds other trees than the manifest lists"

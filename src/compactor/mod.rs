@@ -147,11 +147,14 @@ impl Compactor {
         self.stats.clone()
     }
 
-    /// At a stop: make the checkpoint durable, then let the log delete its spares and,
-    /// if the writer has stopped and everything is applied, its segments
-    /// ([`log::Reader::release_at_stop`]). A failure leaves files a start reads or
-    /// deletes anyway.
+    /// At a stop: cut the unused end off the block file, make the checkpoint durable,
+    /// then let the log delete its spares and, if the writer has stopped and everything
+    /// is applied, its segments ([`log::Reader::release_at_stop`]). A failure leaves
+    /// files a start reads, cuts or deletes anyway.
     fn release_log_at_stop(&mut self) {
+        if let Err(e) = self.trees.blocks.finish() {
+            tracing::warn!(error = %e, "cannot cut the unused end off the block file at the stop");
+        }
         let applied = self
             .trees
             .meta

@@ -74,6 +74,8 @@ use crate::support::sync::lock;
 pub use appender::Appender;
 pub use reader::{Entry, Reader};
 pub use record::Record;
+/// Also how the event block files are made ([`crate::store::block::files`]).
+pub(crate) use segment::zero_fill;
 pub use spares::Preparer;
 pub use writer::Wal;
 

@@ -72,7 +72,7 @@ pub(super) fn allocate(path: &Path, len: u64) -> io::Result<()> {
 /// fastest (a fifth of the server's samples under `/batch/` load), and they would
 /// push the pages the compactor is about to read out of memory. Where direct writes
 /// are refused (tmpfs, an unaligned size), they go through the cache.
-pub(super) fn zero_fill(path: &Path, len: u64) -> io::Result<()> {
+pub(crate) fn zero_fill(path: &Path, len: u64) -> io::Result<()> {
     use std::os::unix::fs::OpenOptionsExt;
     if len.is_multiple_of(DIRECT_ALIGN) {
         let direct = OpenOptions::new()

@@ -148,6 +148,9 @@ impl Trees {
     fn open_for(db: &sled::Db, dir: &Path, purpose: migrate::Purpose) -> Result<Trees, Error> {
         let trees = Trees::open_current(db, dir)?;
         migrate::run(db, &trees, purpose)?;
+        if purpose == migrate::Purpose::Write {
+            trees.blocks.trim(&trees.events)?;
+        }
         rollup::backfill::prepare(&trees)?;
         Ok(trees)
     }

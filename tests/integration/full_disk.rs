@@ -381,6 +381,10 @@ fn a_database_that_cannot_be_reopened_fails_liveness_and_starves_the_watchdog() 
     );
     let posters = Posters::start(server.addr);
     assert!(!notify.pings().is_empty(), "no WATCHDOG=1 while healthy");
+    // Once an event is stored, the event block file in use is made whole (its space
+    // taken), so blocks still fit on the full disk and the write that meets it is
+    // sled's, the one this test is about.
+    server.wait_for_events(1, 1);
 
     // sled reads `conf` only when it opens the database, so damaging it while open is
     // the same as damaging it once the compactor has closed it, and leaves no window for

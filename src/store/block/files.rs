@@ -17,6 +17,13 @@
 //! no pointer names any more (retention deleted its blocks) is removed by
 //! [`Files::remove_unreferenced`].
 //!
+//! Cost: a sync per compactor chunk. A file that grows makes each `fdatasync` also
+//! commit its new size to the filesystem's journal, which halved the compactor's rate,
+//! so a file is written full of zeros before use (as the log's segments are) and a sync
+//! then writes only data. The zeros past the last block are cut off when the file is
+//! left: at the next file, at a clean stop ([`Files::finish`]) and, after a crash, at
+//! the next start ([`Files::trim`]).
+//!
 //! Databases written before this layout hold blocks in the tree itself; a value is
 //! either a block (its version byte, 1 or 2) or a pointer ([`TAG`]), and both read.
 
@@ -36,12 +43,15 @@ pub const DIR_NAME: &str = "blocks";
 pub const TAG: u8 = 0xB0;
 /// tag, event count, file, offset, length, CRC-32 of the bytes.
 const POINTER_LEN: usize = 1 + 4 + 4 + 8 + 4 + 4;
-/// A file takes appends up to this size, then the next one is started.
+/// A file is made this size and takes appends up to it, then the next one is started.
+/// A multiple of 4 KiB, so its zeros can be written directly (see [`crate::log::zero_fill`]).
 const FILE_BYTES: u64 = if cfg!(test) {
     64 * 1024
 } else {
-    64 * 1024 * 1024
+    16 * 1024 * 1024
 };
+/// A file being made is named so until it is whole.
+const MAKING_SUFFIX: &str = ".blk.new";
 /// Open files kept for reading; all are closed when more are needed.
 const READERS: usize = 256;
 /// No block is larger: a pointer claiming more is damaged.
@@ -188,15 +198,21 @@ impl Files {
             .filter(|&n| n <= MAX_BLOCK_BYTES)
             .ok_or_else(|| io::Error::other("event block too large"))?;
         let mut writing = lock(&self.inner.writing);
-        if writing.as_ref().is_none_or(|w| w.end >= FILE_BYTES) {
+        let full = |w: &Writing| w.end > 0 && w.end + u64::from(len) > FILE_BYTES;
+        if writing.as_ref().is_none_or(full) {
             // The full file's appends were synced with their chunks.
+            if let Some(old) = writing.take() {
+                leave(&old);
+            }
             *writing = Some(self.create()?);
         }
         let Some(w) = writing.as_mut() else {
             return Err(io::Error::other("no block file open"));
         };
         if let Err(e) = w.file.write_all_at(value, w.end) {
-            *writing = None;
+            if let Some(old) = writing.take() {
+                leave(&old);
+            }
             return Err(e);
         }
         let pointer = Pointer {
@@ -227,28 +243,89 @@ impl Files {
                 Ok(())
             }
             Err(e) => {
-                *writing = None;
+                if let Some(old) = writing.take() {
+                    leave(&old);
+                }
                 Err(e)
             }
         }
     }
 
-    /// Start the next file, durably named in the directory before any pointer to it
-    /// can be committed.
+    /// At a clean stop: the file being appended to loses the zeros past its last
+    /// block, so a stopped database holds only what it stores.
+    pub fn finish(&self) -> io::Result<()> {
+        let Some(w) = lock(&self.inner.writing).take() else {
+            return Ok(());
+        };
+        w.file.set_len(w.end)?;
+        w.file.sync_all()
+    }
+
+    /// At a start, before any append: cut the zeros off a file a crash left whole
+    /// (made to [`FILE_BYTES`] and never left), down to the end of the last block a
+    /// pointer in `tree` names; and remove files a crash left half made. Only a file of
+    /// exactly the made size needs the pointers read.
+    pub fn trim(&self, tree: &sled::Tree) -> Result<(), super::super::Error> {
+        let blocks = super::super::Error::Blocks;
+        let entries = match fs::read_dir(&self.inner.dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(blocks(e)),
+        };
+        let mut whole = HashMap::new();
+        for entry in entries {
+            let entry = entry.map_err(blocks)?;
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            if name.ends_with(MAKING_SUFFIX) {
+                fs::remove_file(entry.path()).map_err(blocks)?;
+            } else if let Some(n) = file_number(&name) {
+                if entry.metadata().map_err(blocks)?.len() == FILE_BYTES {
+                    whole.insert(n, 0u64);
+                }
+            }
+        }
+        if whole.is_empty() {
+            return Ok(());
+        }
+        for item in tree.iter() {
+            let (_, value) = item?;
+            if let Some(p) = Pointer::decode(&value) {
+                if let Some(end) = whole.get_mut(&p.file) {
+                    *end = (*end).max(p.offset + u64::from(p.len));
+                }
+            }
+        }
+        for (n, end) in whole {
+            let path = self.inner.dir.join(file_name(n));
+            let file = OpenOptions::new().write(true).open(&path).map_err(blocks)?;
+            file.set_len(end)
+                .and_then(|()| file.sync_all())
+                .map_err(blocks)?;
+            tracing::info!(file = %path.display(), bytes = end, "block file left whole by a crash cut to its blocks");
+        }
+        Ok(())
+    }
+
+    /// Start the next file: written whole with zeros and synced under a temporary
+    /// name, then renamed, the directory synced before any pointer to it can be
+    /// committed.
     fn create(&self) -> io::Result<Writing> {
         fs::create_dir_all(&self.inner.dir)?;
         let mut next = lock(&self.inner.next);
         let number = *next;
         let path = self.inner.dir.join(file_name(number));
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(&path)?;
+        let making = self.inner.dir.join(format!("{number:010}{MAKING_SUFFIX}"));
+        if let Err(e) = crate::log::zero_fill(&making, FILE_BYTES) {
+            let _ = fs::remove_file(&making);
+            return Err(e);
+        }
         *next = number
             .checked_add(1)
             .ok_or_else(|| io::Error::other("block file numbers exhausted"))?;
+        fs::rename(&making, &path)?;
         File::open(&self.inner.dir)?.sync_all()?;
+        let file = OpenOptions::new().read(true).write(true).open(&path)?;
         Ok(Writing {
             number,
             file,
@@ -364,6 +441,14 @@ impl Files {
         }
         out.sort_unstable();
         Ok(out)
+    }
+}
+
+/// A file appends no longer go to loses the zeros past its last block. Only space is
+/// at stake (the blocks are synced, the zeros never read), so a failure is logged.
+fn leave(w: &Writing) {
+    if let Err(e) = w.file.set_len(w.end) {
+        tracing::warn!(file = w.number, error = %e, "cannot cut the unused end off a block file");
     }
 }
 

@@ -165,3 +165,57 @@ fn only_files_no_pointer_names_are_removed() {
     assert_eq!(names(files.dir()), vec!["0000000002.blk"]);
     assert_eq!(files.resolve(&current).unwrap().len(), value(200, 3).len());
 }
+
+#[test]
+fn files_are_made_whole_and_lose_their_unused_end_when_left() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = Files::open(dir.path()).unwrap();
+    let v = value(0, 3);
+    let first = files.append(&v).unwrap();
+    files.sync().unwrap();
+    // Made whole before use, so a sync writes no new size.
+    assert_eq!(files.list().unwrap(), vec![(0, FILE_BYTES)]);
+    // Appended until the next file: the one left is cut to its blocks.
+    let mut last = first;
+    while Pointer::decode(&last).unwrap().file == 0 {
+        last = files.append(&v).unwrap();
+    }
+    files.sync().unwrap();
+    let blocks_in_first = FILE_BYTES / v.len() as u64;
+    assert_eq!(
+        files.list().unwrap(),
+        vec![(0, blocks_in_first * v.len() as u64), (1, FILE_BYTES)]
+    );
+    // A clean stop cuts the file being written.
+    files.finish().unwrap();
+    assert_eq!(files.list().unwrap()[1], (1, v.len() as u64));
+    assert_eq!(files.resolve(&last).unwrap().as_ref(), &v[..]);
+    assert_eq!(files.resolve(&first).unwrap().as_ref(), &v[..]);
+}
+
+#[test]
+fn a_start_after_a_crash_cuts_a_whole_file_to_its_last_named_block() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = sled::open(dir.path().join("db")).unwrap();
+    let tree = db.open_tree("event_blocks").unwrap();
+    let files = Files::open(dir.path()).unwrap();
+    let (a, b) = (value(0, 4), value(10, 6));
+    let pa = files.append(&a).unwrap();
+    // `b` was appended and synced but its transaction never committed.
+    files.append(&b).unwrap();
+    files.sync().unwrap();
+    tree.insert(b"a", &pa[..]).unwrap();
+    // A crash: neither left nor finished; a file was being made too.
+    drop(files);
+    let making = dir.path().join(DIR_NAME).join("0000000001.blk.new");
+    fs::write(&making, b"partial").unwrap();
+    let files = Files::open(dir.path()).unwrap();
+    assert_eq!(files.list().unwrap(), vec![(0, FILE_BYTES)]);
+    files.trim(&tree).unwrap();
+    assert_eq!(files.list().unwrap(), vec![(0, a.len() as u64)]);
+    assert!(!making.exists());
+    assert_eq!(files.resolve(&pa).unwrap().as_ref(), &a[..]);
+    // Files already cut are left alone, and need no read of the tree.
+    files.trim(&tree).unwrap();
+    assert_eq!(files.list().unwrap(), vec![(0, a.len() as u64)]);
+}
