@@ -124,6 +124,12 @@ impl Appender {
     /// durable, and the reader may return them.
     pub fn synced(&mut self, end: u64) {
         self.shared.durable.store(end, Ordering::Release);
+        self.note_synced(end);
+    }
+
+    /// The durable end was moved to `end` (by the ledger of groups in flight, which
+    /// publishes it): a later segment records the numbers above it as skipped.
+    pub(super) fn note_synced(&mut self, end: u64) {
         self.written_end = Some(end);
     }
 

@@ -1,105 +1,90 @@
 //! The writer thread's group commits ([`super::writer`]): it takes the queued
-//! requests as a group, writes the group to the segment, hands its sync to a sync
-//! thread ([`super::syncer`]) and, while that runs, writes the next group, up to
-//! [`SYNC_FILES`] groups in flight. It answers each group once its own sync and every
-//! earlier group's have succeeded, publishing the durable end in the same order; a
+//! requests as a group, writes the group to the segment, enters it in the
+//! [`Ledger`] and hands its sync to a sync thread ([`super::syncer`]) and, while that
+//! runs, writes the next group, up to [`SYNC_FILES`] groups in flight. The ledger
+//! answers the groups in order as their syncs finish; the writer only learns from it
+//! how many are left in flight, where the durable end is, and whether one failed: a
 //! failure fails every later group in flight, and the segment is given up and the
 //! writer pauses only once nothing is in flight.
 
-use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 
 use super::appender::SYNC_FILES;
+use super::ledger::{answer, Ledger, Pending};
 use super::record::encode_frame;
 use super::segment::HEADER;
-use super::syncer::{Done, Syncers, Task};
+use super::syncer::{Syncers, Task};
 use super::writer::{
-    Error, FlushObserver, Job, Stats, ENTRY_MAX_BYTES, ENTRY_MAX_RECORDS, FIRST_BACKOFF,
-    MAX_BACKOFF, MAX_GROUP_BYTES,
+    Error, Job, Stats, ENTRY_MAX_BYTES, ENTRY_MAX_RECORDS, FIRST_BACKOFF, MAX_BACKOFF,
+    MAX_GROUP_BYTES,
 };
 use super::Appender;
-
-/// One append waiting in the current group.
-pub(super) struct Pending {
-    records: Vec<Vec<u8>>,
-    reply: oneshot::Sender<Result<(), Error>>,
-}
-
-/// A group written to the segment, waiting for its sync.
-struct Flight {
-    /// The number after its last entry: the durable end once it is answered.
-    end: u64,
-    records: u64,
-    /// When its write started, for the flush's duration.
-    started: Instant,
-    group: Vec<Pending>,
-    /// Its sync's outcome and when it finished, once reported.
-    done: Option<(std::io::Result<()>, Instant)>,
-}
+use crate::support::sync::lock;
 
 /// What the writer waits for.
 enum Event {
     /// From a request (None: every sender is gone).
     Job(Option<Job>),
-    Synced(Done),
+    /// A sync finished (its group is already answered if it could be).
+    Synced,
 }
 
 /// The writer thread's state.
-pub(super) struct Commits<'a> {
+pub(super) struct Commits {
     log: Appender,
     syncers: Syncers,
-    done: mpsc::UnboundedReceiver<Done>,
+    ledger: Arc<Mutex<Ledger>>,
+    /// A message for each sync finished, to wake the writer.
+    done: mpsc::UnboundedReceiver<()>,
     waiter: tokio::runtime::Runtime,
-    /// Groups written and not yet answered, oldest first; at most [`SYNC_FILES`].
-    flights: VecDeque<Flight>,
-    /// The number of the oldest flight; each group written takes the next one.
-    first_id: u64,
-    /// A group failed: it and every group after it fail, and once nothing is in
-    /// flight the segment is given up. Nothing is written meanwhile.
-    failed_from: Option<u64>,
+    /// Groups in flight as the ledger last said; at most [`SYNC_FILES`]. Only the
+    /// writer adds to them, and each one finished sends a message, so this is never
+    /// below the truth and a wait for a message always ends.
+    in_flight: usize,
+    /// A group failed and groups are still in flight: nothing is written until the
+    /// segment is given up.
+    failing: bool,
     /// After a failure: until when groups are refused, and the pause that was set.
     backoff: Option<(Instant, Duration)>,
-    stats: &'a Stats,
-    on_flush: &'a FlushObserver,
+    stats: Arc<Stats>,
 }
 
-impl<'a> Commits<'a> {
+impl Commits {
     pub(super) fn new(
         log: Appender,
         syncers: Syncers,
-        done: mpsc::UnboundedReceiver<Done>,
+        ledger: Arc<Mutex<Ledger>>,
+        done: mpsc::UnboundedReceiver<()>,
         waiter: tokio::runtime::Runtime,
-        stats: &'a Stats,
-        on_flush: &'a FlushObserver,
+        stats: Arc<Stats>,
     ) -> Self {
         Commits {
             log,
             syncers,
+            ledger,
             done,
             waiter,
-            flights: VecDeque::new(),
-            first_id: 0,
-            failed_from: None,
+            in_flight: 0,
+            failing: false,
             backoff: None,
             stats,
-            on_flush,
         }
     }
 
     pub(super) fn run(&mut self, mut rx: mpsc::Receiver<Job>) {
         let mut stopping = false;
         loop {
-            if stopping && self.flights.is_empty() {
+            if stopping && self.in_flight == 0 {
                 break;
             }
-            let takes_jobs =
-                !stopping && self.failed_from.is_none() && self.flights.len() < SYNC_FILES;
+            let takes_jobs = !stopping && !self.failing && self.in_flight < SYNC_FILES;
             let job = match self.next_event(&mut rx, takes_jobs) {
-                Event::Synced(done) => {
-                    self.record(done);
+                Event::Synced => {
+                    self.review();
                     continue;
                 }
                 Event::Job(job) => job,
@@ -128,7 +113,7 @@ impl<'a> Commits<'a> {
             }
             if !group.is_empty() {
                 self.dispatch(group);
-            } else if probe && self.flights.is_empty() {
+            } else if probe && self.in_flight == 0 {
                 // With a group in flight, its sync tries the disk.
                 self.probe();
             }
@@ -137,7 +122,7 @@ impl<'a> Commits<'a> {
                 self.drain();
                 return;
             }
-            if rx.is_empty() && self.flights.is_empty() {
+            if rx.is_empty() && self.in_flight == 0 {
                 crate::support::idle::idle();
             }
         }
@@ -149,14 +134,15 @@ impl<'a> Commits<'a> {
     /// The next request, or the next finished sync. Requests are taken only while
     /// another group may go in flight, so a disk that cannot keep up fills the queue.
     fn next_event(&mut self, rx: &mut mpsc::Receiver<Job>, takes_jobs: bool) -> Event {
-        if self.flights.is_empty() {
+        if self.in_flight == 0 {
             return Event::Job(rx.blocking_recv());
         }
-        if let Ok(done) = self.done.try_recv() {
-            return Event::Synced(done);
+        if self.done.try_recv().is_ok() {
+            return Event::Synced;
         }
         if !takes_jobs {
-            return self.synced();
+            self.wait_synced();
+            return Event::Synced;
         }
         if let Ok(job) = rx.try_recv() {
             return Event::Job(Some(job));
@@ -165,22 +151,37 @@ impl<'a> Commits<'a> {
         self.waiter.block_on(async {
             tokio::select! {
                 biased;
-                Some(done) = done.recv() => Event::Synced(done),
+                Some(()) = done.recv() => Event::Synced,
                 job = rx.recv() => Event::Job(job),
             }
         })
     }
 
     /// Wait for the next finished sync.
-    fn synced(&mut self) -> Event {
-        match self.done.blocking_recv() {
-            Some(done) => Event::Synced(done),
+    fn wait_synced(&mut self) {
+        if self.done.blocking_recv().is_none() {
             // Cannot happen while the sync threads are there: fail what is in flight.
-            None => Event::Synced(Done {
-                id: self.first_id,
-                result: Err(std::io::Error::other("the log's sync threads are gone")),
-                at: Instant::now(),
-            }),
+            lock(&self.ledger).fail_all();
+        }
+    }
+
+    /// Take in what the syncs finished since the last look: the end of what is
+    /// durable (for the next segment's record of skipped numbers), the pause, and,
+    /// once a failure has nothing left in flight, give the segment up.
+    fn review(&mut self) {
+        let review = lock(&self.ledger).review();
+        self.in_flight = review.in_flight;
+        self.failing = review.failing;
+        if let Some(end) = review.synced_end {
+            self.log.note_synced(end);
+        }
+        if review.succeeded {
+            self.backoff = next_backoff(true, self.backoff);
+        }
+        if review.failed {
+            self.log.abandon();
+            self.backoff = next_backoff(false, self.backoff);
+            self.stats.writable.store(false, Ordering::Relaxed);
         }
     }
 
@@ -205,97 +206,28 @@ impl<'a> Commits<'a> {
             .iter()
             .try_for_each(|frame| self.log.push(frame).map(drop))
             .and_then(|()| self.log.write());
-        let id = self.first_id + self.flights.len() as u64;
-        let (end, done) = match written {
+        match written {
             Ok((end, file)) => {
+                // In the ledger before its sync can finish.
+                let id = lock(&self.ledger).add(end, records, started, group);
+                self.in_flight += 1;
                 self.syncers.sync(Task { id, end, file });
-                (end, None)
             }
             Err(e) => {
-                // Answered in turn, after the groups before it, which do not depend on
-                // it; nothing more is written until the segment is given up.
                 let _ = storage_error(e);
-                self.failed_from = Some(self.failed_from.map_or(id, |f| f.min(id)));
-                let failed = Err(std::io::Error::other("the group's write failed"));
-                (0, Some((failed, started)))
+                lock(&self.ledger).add_failed(started, group);
+                // Given up at once if nothing was in flight; nothing more is written
+                // until then.
+                self.review();
             }
-        };
-        self.flights.push_back(Flight {
-            end,
-            records,
-            started,
-            group,
-            done,
-        });
-        self.settle();
-    }
-
-    /// A sync finished: note it, and answer what is answerable.
-    fn record(&mut self, done: Done) {
-        let Some(flight) = done
-            .id
-            .checked_sub(self.first_id)
-            .and_then(|at| self.flights.get_mut(at as usize))
-        else {
-            return;
-        };
-        if let Err(e) = &done.result {
-            if self.failed_from.is_none_or(|f| done.id < f) {
-                tracing::error!(error = %e, "write-ahead log sync failed; answering 503 until it recovers");
-                self.failed_from = Some(done.id);
-            }
-        }
-        flight.done = Some((done.result, done.at));
-        self.settle();
-    }
-
-    /// Answer the oldest groups whose syncs have finished, in order: a group succeeds
-    /// only if its sync and every earlier one's did. Once a failure has nothing left
-    /// in flight, give the segment up and pause.
-    fn settle(&mut self) {
-        while self.flights.front().is_some_and(|f| f.done.is_some()) {
-            let Some(flight) = self.flights.pop_front() else {
-                break;
-            };
-            let id = self.first_id;
-            self.first_id += 1;
-            let failed = self.failed_from.is_some_and(|f| id >= f);
-            let Some((result, at)) = flight.done else {
-                continue;
-            };
-            if result.is_err() || failed {
-                self.stats.writable.store(false, Ordering::Relaxed);
-                answer(flight.group, Err(Error::Storage));
-                continue;
-            }
-            self.log.synced(flight.end);
-            let took = at.saturating_duration_since(flight.started);
-            (self.on_flush)(took);
-            let stats = self.stats;
-            stats
-                .last_flush_micros
-                .store(took.as_micros() as u64, Ordering::Relaxed);
-            stats.groups.fetch_add(1, Ordering::Relaxed);
-            stats
-                .appended_records
-                .fetch_add(flight.records, Ordering::Relaxed);
-            self.backoff = next_backoff(true, self.backoff);
-            stats.writable.store(true, Ordering::Relaxed);
-            answer(flight.group, Ok(()));
-        }
-        if self.flights.is_empty() && self.failed_from.take().is_some() {
-            self.log.abandon();
-            self.backoff = next_backoff(false, self.backoff);
-            self.stats.writable.store(false, Ordering::Relaxed);
         }
     }
 
     /// Wait until every group in flight is answered (and a failure dealt with).
     fn drain(&mut self) {
-        while !self.flights.is_empty() {
-            if let Event::Synced(done) = self.synced() {
-                self.record(done);
-            }
+        while self.in_flight > 0 {
+            self.wait_synced();
+            self.review();
         }
     }
 
@@ -313,13 +245,6 @@ impl<'a> Commits<'a> {
             }
         };
         self.stats.writable.store(result.is_ok(), Ordering::Relaxed);
-    }
-}
-
-fn answer(group: Vec<Pending>, result: Result<(), Error>) {
-    for pending in group {
-        // A requester that went away (client disconnected) needs no answer.
-        let _ = pending.reply.send(result);
     }
 }
 

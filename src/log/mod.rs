@@ -59,6 +59,7 @@ mod appender;
 pub mod check;
 mod commits;
 pub mod copy;
+mod ledger;
 mod marks;
 mod reader;
 pub mod record;

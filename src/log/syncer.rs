@@ -2,8 +2,8 @@
 //! runs on one of them, the writer ([`super::writer`]) writes the next group and hands
 //! its sync to another. The disk takes concurrent syncs of one file faster than one
 //! after the other (the device merges their cache flushes), and the writer no longer
-//! waits for a sync before writing. Each sync reports back to the writer, which
-//! acknowledges the groups in order.
+//! waits for a sync before writing. A sync thread enters its outcome in the
+//! [`Ledger`], which answers the groups in order, then wakes the writer.
 
 use std::fs::File;
 use std::io;
@@ -13,6 +13,7 @@ use std::time::Instant;
 
 use tokio::sync::mpsc::UnboundedSender;
 
+use super::ledger::Ledger;
 use super::Shared;
 use crate::support::sync::lock;
 
@@ -27,57 +28,55 @@ pub(super) struct Task {
     pub file: Option<Arc<File>>,
 }
 
-/// A group's sync has finished.
-pub(super) struct Done {
-    pub id: u64,
-    pub result: io::Result<()>,
-    pub at: Instant,
-}
-
 /// The sync threads; they stop when this is dropped.
 pub(super) struct Syncers {
     tasks: Option<mpsc::Sender<Task>>,
-    done: UnboundedSender<Done>,
+    ledger: Arc<Mutex<Ledger>>,
+    /// Told of each sync finished, to wake the writer.
+    done: UnboundedSender<()>,
     threads: Vec<JoinHandle<()>>,
 }
 
 impl Syncers {
-    /// `count` threads, reporting each finished sync on `done`.
+    /// `count` threads, entering each finished sync in `ledger` and then telling
+    /// `done`.
     pub fn start(
         count: usize,
         shared: &Arc<Shared>,
-        done: UnboundedSender<Done>,
+        ledger: &Arc<Mutex<Ledger>>,
+        done: UnboundedSender<()>,
     ) -> io::Result<Syncers> {
         let (tx, rx) = mpsc::channel::<Task>();
         let rx = Arc::new(Mutex::new(rx));
         let mut threads = Vec::with_capacity(count);
         for i in 0..count {
             let (rx, shared, done) = (rx.clone(), shared.clone(), done.clone());
+            let ledger = ledger.clone();
             threads.push(
                 std::thread::Builder::new()
                     .name(format!("wal-sync-{i}"))
-                    .spawn(move || sync_loop(&rx, &shared, &done))?,
+                    .spawn(move || sync_loop(&rx, &shared, &ledger, &done))?,
             );
         }
         Ok(Syncers {
             tasks: Some(tx),
+            ledger: ledger.clone(),
             done,
             threads,
         })
     }
 
-    /// Start a group's sync; its [`Done`] always comes.
+    /// Start a group's sync; its outcome always comes (to the ledger, then `done`).
+    /// Not to be called with the ledger locked.
     pub fn sync(&self, task: Task) {
         let Some(tasks) = &self.tasks else {
             return;
         };
         if let Err(mpsc::SendError(task)) = tasks.send(task) {
             // No sync thread is left (one panicked): the group fails.
-            let _ = self.done.send(Done {
-                id: task.id,
-                result: Err(io::Error::other("the log's sync threads have stopped")),
-                at: Instant::now(),
-            });
+            let failed = Err(io::Error::other("the log's sync threads have stopped"));
+            lock(&self.ledger).finish(task.id, failed, Instant::now());
+            let _ = self.done.send(());
         }
     }
 }
@@ -93,7 +92,12 @@ impl Drop for Syncers {
     }
 }
 
-fn sync_loop(tasks: &Mutex<mpsc::Receiver<Task>>, shared: &Shared, done: &UnboundedSender<Done>) {
+fn sync_loop(
+    tasks: &Mutex<mpsc::Receiver<Task>>,
+    shared: &Shared,
+    ledger: &Mutex<Ledger>,
+    done: &UnboundedSender<()>,
+) {
     loop {
         // The lock is held only while waiting for a task, not while syncing.
         let next = lock(tasks).recv();
@@ -106,14 +110,10 @@ fn sync_loop(tasks: &Mutex<mpsc::Receiver<Task>>, shared: &Shared, done: &Unboun
         let at = Instant::now();
         // The description is closed here, not by the writer.
         drop(task.file);
-        if done
-            .send(Done {
-                id: task.id,
-                result,
-                at,
-            })
-            .is_err()
-        {
+        // Answered here when every earlier group is; the writer only learns that a
+        // group left the pipeline.
+        lock(ledger).finish(task.id, result, at);
+        if done.send(()).is_err() {
             return;
         }
     }

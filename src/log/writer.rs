@@ -19,7 +19,7 @@
 //! as it does alone.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -27,6 +27,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::appender::SYNC_FILES;
 use super::commits::Commits;
+use super::ledger::Ledger;
 use super::syncer::Syncers;
 use super::{Appender, Preparer};
 
@@ -136,16 +137,21 @@ impl Wal {
             writable: AtomicBool::new(true),
             ..Stats::default()
         });
-        let writer_stats = stats.clone();
         let shared = appender.shared().clone();
+        let ledger = Arc::new(Mutex::new(Ledger::new(
+            shared.clone(),
+            stats.clone(),
+            on_flush,
+        )));
         let (done_tx, done_rx) = mpsc::unbounded_channel();
-        let syncers = Syncers::start(SYNC_FILES, &shared, done_tx)?;
+        let syncers = Syncers::start(SYNC_FILES, &shared, &ledger, done_tx)?;
         // Only to wait for a request or a finished sync, whichever comes first.
         let waiter = tokio::runtime::Builder::new_current_thread().build()?;
+        let writer_stats = stats.clone();
         let thread = std::thread::Builder::new()
             .name("wal-writer".into())
             .spawn(move || {
-                Commits::new(appender, syncers, done_rx, waiter, &writer_stats, &on_flush).run(rx);
+                Commits::new(appender, syncers, ledger, done_rx, waiter, writer_stats).run(rx);
             })?;
         let writer = Writer {
             thread,
