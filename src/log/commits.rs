@@ -11,19 +11,41 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
 use super::appender::SYNC_FILES;
-use super::ledger::{answer, Ledger, Pending};
+use super::ledger::{answer, Error, Ledger, Pending, Stats};
 use super::record::encode_frame;
 use super::segment::HEADER;
 use super::syncer::{Syncers, Task};
-use super::writer::{
-    Error, Job, Stats, ENTRY_MAX_BYTES, ENTRY_MAX_RECORDS, FIRST_BACKOFF, MAX_BACKOFF,
-    MAX_GROUP_BYTES,
-};
 use super::Appender;
 use crate::support::sync::lock;
+
+/// A group stops growing here, so one fsync never waits on an unbounded amount of data.
+const MAX_GROUP_BYTES: usize = 64 * 1024 * 1024;
+/// A log entry holds at most this many records, and is closed once it reaches this
+/// many bytes (a group may span several entries): the compactor reads whole entries,
+/// so this bounds what one of its steps holds beyond its chunk size.
+const ENTRY_MAX_RECORDS: usize = 512;
+pub(super) const ENTRY_MAX_BYTES: usize = 64 * 1024;
+/// After a failed write the writer answers groups with [`Error::Storage`] without
+/// touching the disk for a while, then tries again: a disk that keeps failing is tried
+/// a few times a second, not once per request (each try starts a segment and logs an
+/// error). The pause doubles with each failure in a row, up to the maximum.
+pub(super) const FIRST_BACKOFF: Duration = Duration::from_millis(if cfg!(test) { 300 } else { 50 });
+const MAX_BACKOFF: Duration = Duration::from_secs(1);
+
+/// A message to the writer thread.
+pub(super) enum Job {
+    Append {
+        records: Vec<Vec<u8>>,
+        reply: oneshot::Sender<Result<(), Error>>,
+    },
+    /// After a failure: check whether the disk takes writes again.
+    Probe,
+    /// Write what is queued ahead of this, then stop.
+    Stop,
+}
 
 /// What the writer waits for.
 enum Event {

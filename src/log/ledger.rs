@@ -3,18 +3,55 @@
 //! answers every group that is then answerable, in order, so an answer does not wait
 //! for the writer thread to wake. A group succeeds only if its sync and every earlier
 //! group's did; the durable end is moved past it, under the same lock, before its
-//! requests are answered.
+//! requests are answered. The answer's types ([`Error`]) and the counters the
+//! answers update ([`Stats`]) live here too, below the writer that re-exports them.
 
 use std::collections::VecDeque;
 use std::io;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
 use tokio::sync::oneshot;
 
-use super::writer::{Error, FlushObserver, Stats};
 use super::Shared;
+
+/// Why an append was not acknowledged. Nothing here was made durable by this call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Error {
+    /// The queue is full: retry later.
+    Overloaded,
+    /// The storage failed (disk full, I/O error); retry later.
+    Storage,
+    /// The log is shutting down.
+    Closed,
+}
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Error::Overloaded => "the write-ahead log is overloaded",
+            Error::Storage => "the write-ahead log cannot write to disk",
+            Error::Closed => "the write-ahead log is closed",
+        })
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// Counters the writer keeps for metrics and readiness.
+#[derive(Debug, Default)]
+pub struct Stats {
+    pub appended_records: AtomicU64,
+    pub groups: AtomicU64,
+    /// The latest flush's duration in microseconds (all of them go to the histogram).
+    pub last_flush_micros: AtomicU64,
+    /// False after a failed write until the next one succeeds.
+    pub writable: AtomicBool,
+}
+
+/// Told the duration of every fsync, for a latency histogram.
+pub type FlushObserver = Box<dyn Fn(std::time::Duration) + Send>;
 
 /// One append waiting in a group.
 pub(super) struct Pending {
