@@ -104,7 +104,7 @@ impl Appender {
     /// success, acknowledging data that never reached the disk. A description opened
     /// before the group's pages were written sees every error on them, whichever sync
     /// caused the writeback; an error in another group's pages fails it too, which
-    /// errs on the safe side. The writer keeps at most [`SYNC_FILES`] groups in flight
+    /// errs on the safe side. The writer keeps at most `SYNC_FILES` groups in flight
     /// and finishes them in order, so the one taken in turn is never in use.
     pub fn write(&mut self) -> io::Result<(u64, Option<Arc<File>>)> {
         self.write_buffered()?;

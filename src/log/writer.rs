@@ -8,15 +8,15 @@
 //! reactor.
 //!
 //! Group commits are pipelined: while a group's sync runs on a sync thread
-//! ([`super::syncer`]), the writer writes the next group and starts its sync on
-//! another, up to [`SYNC_FILES`] groups in flight. A group is answered only once its
-//! own sync and every earlier group's succeeded, so answers and the durable end the
-//! compactor reads up to go in order ([`super::ledger`]). A failed sync fails its
-//! group and every later one in flight (their pages follow the lost ones in the
-//! segment); the writer then waits for every sync in flight to finish before it gives
-//! up the segment ([`Appender::abandon`]) and pauses. A group that would roll to a new
-//! segment also waits for the syncs in flight, so a roll syncs and publishes exactly
-//! as it does alone.
+//! (`syncer.rs`), the writer writes the next group and starts its sync on another, up
+//! to four (`SYNC_FILES`) groups in flight. A group is answered only once its own sync
+//! and every earlier group's succeeded, so answers and the durable end the compactor
+//! reads up to go in order (`ledger.rs`). A failed sync fails its group and every
+//! later one in flight (their pages follow the lost ones in the segment); the writer
+//! then waits for every sync in flight to finish before it gives up the segment
+//! ([`Appender::abandon`]) and pauses. A group that would roll to a new segment also
+//! waits for the syncs in flight, so a roll syncs and publishes exactly as it does
+//! alone.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
