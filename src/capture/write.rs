@@ -68,8 +68,9 @@ pub fn entries(out: &mut Vec<u8>, o: Object<'_, '_>) -> Result<(), RepeatedKey> 
 #[derive(Default)]
 pub(super) struct Keys<'a> {
     /// A 128-bit sketch of the keys seen: a key whose bit is unset is new, so only
-    /// the rare collision compares it with the keys before it.
-    seen: u128,
+    /// the rare collision compares it with the keys before it. Two words, not a
+    /// `u128`, whose shifts by a variable amount cost several instructions each.
+    seen: [u64; 2],
     many: Option<std::collections::HashSet<&'a str>>,
 }
 
@@ -92,11 +93,13 @@ impl<'a> Keys<'a> {
                 }
             }
             None => {
-                let bit = 1u128 << (key_hash(key) & 127);
-                if self.seen & bit != 0 && o.iter().take(i).any(|(k, _)| k == key) {
+                let h = key_hash(key);
+                let word = &mut self.seen[(h >> 6) as usize & 1];
+                let bit = 1u64 << (h & 63);
+                if *word & bit != 0 && o.iter().take(i).any(|(k, _)| k == key) {
                     return Err(RepeatedKey);
                 }
-                self.seen |= bit;
+                *word |= bit;
             }
         }
         Ok(())
