@@ -9,20 +9,9 @@
 use serde_json::{Map, Value};
 use simd_json::{Node, StaticNode};
 
-use super::normalise::IDENTIFY;
-use super::parse::Event;
+use super::parse::{Event, IDENTIFY};
 use super::tape::{self, Object, Value as TapeValue};
 use super::write::{self, Keys};
-
-/// The body as sent, beside the tape parsed from it.
-#[derive(Debug, Clone, Copy)]
-pub struct Sent<'t> {
-    /// The body before parsing: simd-json rewrites escaped strings in place.
-    pub original: &'t [u8],
-    /// The address of the buffer the tape was parsed from. A string of the tape sits
-    /// at the same offset in that buffer as in `original`.
-    pub base: usize,
-}
 
 /// Append the event as the log stores it.
 pub fn write(out: &mut Vec<u8>, event: Event<'_, '_>) {

@@ -7,7 +7,7 @@ use std::net::IpAddr;
 use serde_json::{Map, Value};
 use uuid::Uuid;
 
-use super::parse::{parse, Event};
+use super::parse::{parse, Event, IDENTIFY};
 use super::tape::{Object, Value as TapeValue};
 use super::timestamp::{self, Claims};
 use super::{data, Error};
@@ -204,9 +204,6 @@ pub fn normalise(event: Map<String, Value>, ctx: &Context) -> Result<Outcome, Er
         .ok_or(wrong("the payload", "an event"))?;
     normalise_event(event, ctx)
 }
-
-/// The event name `/engage` gives an object without one.
-pub(super) const IDENTIFY: &str = "$identify";
 
 /// The top-level fields normalisation reads, found in one pass; the last of a
 /// repeated key, as everywhere.

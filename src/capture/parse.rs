@@ -7,7 +7,6 @@
 
 use simd_json::Node;
 
-use super::data::Sent;
 use super::json::{parse_tape_keeping, recycle, recycle_original};
 use super::tape::{Array, Object, Value};
 use super::Error;
@@ -44,6 +43,20 @@ enum Events {
 /// Room for what writing an event back out may add over its share of the body:
 /// escapes serde_json writes differently, an implied `$identify`.
 const EVENT_SLACK_BYTES: usize = 64;
+
+/// The body as sent, beside the tape parsed from it: an event already in the stored
+/// form is copied from it (see `data`).
+#[derive(Debug, Clone, Copy)]
+pub struct Sent<'t> {
+    /// The body before parsing: simd-json rewrites escaped strings in place.
+    pub original: &'t [u8],
+    /// The address of the buffer the tape was parsed from. A string of the tape sits
+    /// at the same offset in that buffer as in `original`.
+    pub base: usize,
+}
+
+/// The event name `/engage` gives an object without one.
+pub(super) const IDENTIFY: &str = "$identify";
 
 /// One event object of a [`Payload`].
 #[derive(Debug, Clone, Copy)]
