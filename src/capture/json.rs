@@ -20,6 +20,25 @@ pub fn parse_value(bytes: &mut [u8]) -> Result<Value, Error> {
 /// Parse bytes into a simd-json tape that borrows its strings from `bytes`, with the
 /// same checks and errors as [`parse_value`]. Hand the tape back with [`recycle`].
 pub fn parse_tape(bytes: &mut [u8]) -> Result<Vec<Node<'_>>, Error> {
+    let parsed = parse_tape_within(bytes, SCRATCH_MAX_BYTES)?;
+    if let Some(original) = parsed.original {
+        recycle_original(original);
+    }
+    Ok(parsed.tape)
+}
+
+/// A body parsed by [`parse_tape_keeping`].
+pub struct Parsed<'a> {
+    pub tape: Vec<Node<'a>>,
+    /// The body as it was before simd-json rewrote its escaped strings in place, at
+    /// the same offsets; kept only for a body small enough to have been copied
+    /// anyway. Hand it back with [`recycle_original`].
+    pub original: Option<Vec<u8>>,
+}
+
+/// [`parse_tape`], also keeping the body as sent: a kept event whose bytes there are
+/// already in the stored form is copied from it instead of written out again.
+pub fn parse_tape_keeping(bytes: &mut [u8]) -> Result<Parsed<'_>, Error> {
     parse_tape_within(bytes, SCRATCH_MAX_BYTES)
 }
 
@@ -30,12 +49,15 @@ pub fn parse_tape(bytes: &mut [u8]) -> Result<Vec<Node<'_>>, Error> {
 /// than a pass over its bytes; only a body that fails to parse is scanned, from a copy
 /// (simd-json rewrites strings in place), so that nesting too deep is still the error
 /// reported before any other. A large body is scanned first, not copied.
-fn parse_tape_within(bytes: &mut [u8], scratch_max: usize) -> Result<Vec<Node<'_>>, Error> {
+fn parse_tape_within(bytes: &mut [u8], scratch_max: usize) -> Result<Parsed<'_>, Error> {
     if bytes.len() > scratch_max {
         check_depth(bytes, MAX_DEPTH)?;
         let mut buffers = Buffers::new(bytes.len());
         return simd_json::to_tape_with_buffers(bytes, &mut buffers)
-            .map(|tape| tape.0)
+            .map(|tape| Parsed {
+                tape: tape.0,
+                original: None,
+            })
             .map_err(|e| Error::InvalidJson(e.to_string()));
     }
     let mut scratch = SCRATCH.with(|s| s.borrow_mut().take()).unwrap_or_default();
@@ -50,18 +72,42 @@ fn parse_tape_within(bytes: &mut [u8], scratch_max: usize) -> Result<Vec<Node<'_
             check_depth(&scratch.original, MAX_DEPTH).and(Err(Error::InvalidJson(e.to_string())))
         }
     };
-    if scratch.original.capacity() > scratch_max {
-        scratch.original = Vec::new();
-    }
-    // The scratch goes back now, the tape when the caller is done with it.
+    let original = if result.is_ok() {
+        Some(std::mem::take(&mut scratch.original))
+    } else {
+        if scratch.original.capacity() > scratch_max {
+            scratch.original = Vec::new();
+        }
+        None
+    };
+    // The scratch goes back now, the tape and the original when the caller is done
+    // with them.
     SCRATCH.with(|s| *s.borrow_mut() = Some(scratch));
     match result {
-        Ok(()) => Ok(tape.0),
+        Ok(()) => Ok(Parsed {
+            tape: tape.0,
+            original,
+        }),
         Err(e) => {
             recycle(tape.0);
             Err(e)
         }
     }
+}
+
+/// Keep a body copy from [`parse_tape_keeping`] for the next parse on this thread.
+pub fn recycle_original(mut original: Vec<u8>) {
+    if original.capacity() > SCRATCH_MAX_BYTES {
+        return;
+    }
+    original.clear();
+    SCRATCH.with(|s| {
+        if let Some(scratch) = s.borrow_mut().as_mut() {
+            if scratch.original.capacity() < original.capacity() {
+                scratch.original = original;
+            }
+        }
+    });
 }
 
 /// Whether a tape nests containers more than `max` deep.

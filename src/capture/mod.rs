@@ -5,6 +5,7 @@
 //! Everything here is pure: the HTTP layer decodes the body, calls [`parse`], resolves
 //! the key with [`Payload::key`], then [`normalise_event`]s each event.
 
+mod data;
 #[cfg(test)]
 #[path = "tests/equivalence.rs"]
 mod equivalence_tests;

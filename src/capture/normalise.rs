@@ -7,10 +7,10 @@ use std::net::IpAddr;
 use serde_json::{Map, Value};
 use uuid::Uuid;
 
-use super::parse::{parse, Event};
-use super::tape::{self, Object, Value as TapeValue};
+use super::parse::{parse, Event, IDENTIFY};
+use super::tape::{Object, Value as TapeValue};
 use super::timestamp::{self, Claims};
-use super::{write, Error};
+use super::{data, Error};
 use crate::log::record::Head;
 use crate::log::Record;
 
@@ -68,7 +68,7 @@ pub fn normalise_event(event: Event<'_, '_>, ctx: &Context) -> Result<Outcome, E
     };
     let head = n.head(ctx);
     let mut data = Vec::with_capacity(event.size_hint);
-    write_data(&mut data, event);
+    data::write(&mut data, event);
     Ok(Outcome::Keep(Box::new(Record {
         project: head.project,
         received_at: head.received_at,
@@ -87,10 +87,14 @@ pub fn normalise_event(event: Event<'_, '_>, ctx: &Context) -> Result<Outcome, E
 /// JSON is written into it, with no `Record` in between.
 pub fn encode_event(event: Event<'_, '_>, ctx: &Context) -> Result<Encoded, Error> {
     Ok(match resolve(event, ctx)? {
-        Ok(n) => Encoded::Keep(
-            n.head(ctx)
-                .encode_with(event.size_hint, |out| write_data(out, event)),
-        ),
+        Ok(n) => Encoded::Keep(match data::as_sent(event) {
+            Some(sent) => n
+                .head(ctx)
+                .encode_with(sent.len(), |out| out.extend_from_slice(sent)),
+            None => n
+                .head(ctx)
+                .encode_with(event.size_hint, |out| data::write(out, event)),
+        }),
         Err(reason) => Encoded::Drop(reason),
     })
 }
@@ -201,9 +205,6 @@ pub fn normalise(event: Map<String, Value>, ctx: &Context) -> Result<Outcome, Er
     normalise_event(event, ctx)
 }
 
-/// The event name `/engage` gives an object without one.
-const IDENTIFY: &str = "$identify";
-
 /// The top-level fields normalisation reads, found in one pass; the last of a
 /// repeated key, as everywhere.
 #[derive(Default)]
@@ -280,34 +281,6 @@ fn distinct_id<'a>(
         return Ok(Err(DropReason::EmptyDistinctId));
     }
     Ok(Ok(id))
-}
-
-/// Append the event as the log stores it: the object as sent, written the way
-/// serde_json writes it, with the implied `$identify` of `/engage` last.
-fn write_data(out: &mut Vec<u8>, event: Event<'_, '_>) {
-    let start = out.len();
-    out.push(b'{');
-    if write::entries(out, event.object).is_ok() {
-        if event.implied_identify() {
-            if !event.object.is_empty() {
-                out.push(b',');
-            }
-            out.extend_from_slice(br#""event":"$identify""#);
-        }
-        out.push(b'}');
-        return;
-    }
-    // A repeated key somewhere: serde_json keeps one entry of it.
-    let mut map = match tape::to_serde(TapeValue::from(event.object)) {
-        Value::Object(map) => map,
-        _ => Map::new(),
-    };
-    if event.implied_identify() {
-        map.insert("event".into(), Value::String(IDENTIFY.into()));
-    }
-    out.truncate(start);
-    // Writing a map of strings into a Vec cannot fail.
-    let _ = serde_json::to_writer(out, &map);
 }
 
 /// NUL becomes U+FFFD (stores and queries choke on it) and the id is cut to

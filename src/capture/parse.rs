@@ -7,7 +7,7 @@
 
 use simd_json::Node;
 
-use super::json::{parse_tape, recycle};
+use super::json::{parse_tape_keeping, recycle, recycle_original};
 use super::tape::{Array, Object, Value};
 use super::Error;
 
@@ -20,6 +20,10 @@ pub struct Payload<'a> {
     engage: bool,
     /// The length of the body parsed.
     body_len: usize,
+    /// The body as sent, when it was copied before parsing, and where the parsed
+    /// buffer starts: see [`Sent`].
+    original: Option<Vec<u8>>,
+    base: usize,
     /// The batch envelope's `api_key` or `token`, which wins over the events' own.
     pub batch_key: Option<&'a str>,
     /// `historical_migration: true` on the envelope.
@@ -40,6 +44,20 @@ enum Events {
 /// escapes serde_json writes differently, an implied `$identify`.
 const EVENT_SLACK_BYTES: usize = 64;
 
+/// The body as sent, beside the tape parsed from it: an event already in the stored
+/// form is copied from it (see `data`).
+#[derive(Debug, Clone, Copy)]
+pub struct Sent<'t> {
+    /// The body before parsing: simd-json rewrites escaped strings in place.
+    pub original: &'t [u8],
+    /// The address of the buffer the tape was parsed from. A string of the tape sits
+    /// at the same offset in that buffer as in `original`.
+    pub base: usize,
+}
+
+/// The event name `/engage` gives an object without one.
+pub(super) const IDENTIFY: &str = "$identify";
+
 /// One event object of a [`Payload`].
 #[derive(Debug, Clone, Copy)]
 pub struct Event<'t, 'a> {
@@ -48,6 +66,8 @@ pub struct Event<'t, 'a> {
     pub(super) engage: bool,
     /// About how many bytes the event takes as JSON.
     pub(super) size_hint: usize,
+    /// The body as sent, to copy the event from when it is in the stored form.
+    pub(super) sent: Option<Sent<'t>>,
 }
 
 impl Event<'_, '_> {
@@ -62,7 +82,9 @@ impl Event<'_, '_> {
 /// as scratch space by simd-json, and the payload borrows its strings.
 pub fn parse(bytes: &mut [u8], engage: bool) -> Result<Payload<'_>, Error> {
     let body_len = bytes.len();
-    let tape = parse_tape(bytes)?;
+    let base = bytes.as_ptr() as usize;
+    let parsed = parse_tape_keeping(bytes)?;
+    let (tape, original) = (parsed.tape, parsed.original);
     let root =
         Value::root(&tape).ok_or(wrong("the payload", "an event, an array or a batch object"))?;
     let mut batch_key = None;
@@ -97,6 +119,8 @@ pub fn parse(bytes: &mut [u8], engage: bool) -> Result<Payload<'_>, Error> {
         events,
         engage,
         body_len,
+        original,
+        base,
         batch_key,
         historical,
         sent_at,
@@ -106,6 +130,9 @@ pub fn parse(bytes: &mut [u8], engage: bool) -> Result<Payload<'_>, Error> {
 impl Drop for Payload<'_> {
     fn drop(&mut self) {
         recycle(std::mem::take(&mut self.tape));
+        if let Some(original) = self.original.take() {
+            recycle_original(original);
+        }
     }
 }
 
@@ -140,6 +167,10 @@ impl<'a> Payload<'a> {
         };
         let engage = self.engage;
         let size_hint = self.body_len / self.len().max(1) + EVENT_SLACK_BYTES;
+        let sent = self.original.as_deref().map(|original| Sent {
+            original,
+            base: self.base,
+        });
         self.array()
             .into_iter()
             .flat_map(|a| a.iter())
@@ -149,6 +180,7 @@ impl<'a> Payload<'a> {
                     object: v.as_object()?,
                     engage,
                     size_hint,
+                    sent,
                 })
             })
     }

@@ -51,28 +51,9 @@ const SKETCH_MAX_KEYS: usize = 64;
 
 /// An object's entries without the braces, so a caller can append one of its own.
 pub fn entries(out: &mut Vec<u8>, o: Object<'_, '_>) -> Result<(), RepeatedKey> {
-    // A 128-bit sketch of the keys seen: a key whose bit is unset is new, so only
-    // the rare collision compares it with the keys before it.
-    let mut seen = 0u128;
-    let mut many: Option<std::collections::HashSet<&str>> = None;
+    let mut keys = Keys::default();
     for (i, (key, v)) in o.iter().enumerate() {
-        if i == SKETCH_MAX_KEYS {
-            many = Some(o.iter().take(i).map(|(k, _)| k).collect());
-        }
-        match many.as_mut() {
-            Some(set) => {
-                if !set.insert(key) {
-                    return Err(RepeatedKey);
-                }
-            }
-            None => {
-                let bit = 1u128 << (key_hash(key) & 127);
-                if seen & bit != 0 && o.iter().take(i).any(|(k, _)| k == key) {
-                    return Err(RepeatedKey);
-                }
-                seen |= bit;
-            }
-        }
+        keys.check(o, i, key)?;
         if i > 0 {
             out.push(b',');
         }
@@ -81,6 +62,48 @@ pub fn entries(out: &mut Vec<u8>, o: Object<'_, '_>) -> Result<(), RepeatedKey> 
         value(out, v)?;
     }
     Ok(())
+}
+
+/// The keys of one object seen so far, to find one sent twice.
+#[derive(Default)]
+pub(super) struct Keys<'a> {
+    /// A 128-bit sketch of the keys seen: a key whose bit is unset is new, so only
+    /// the rare collision compares it with the keys before it. Two words, not a
+    /// `u128`, whose shifts by a variable amount cost several instructions each.
+    seen: [u64; 2],
+    many: Option<std::collections::HashSet<&'a str>>,
+}
+
+impl<'a> Keys<'a> {
+    /// `key`, the `i`th of `o`'s keys, given in order: an error if an earlier one
+    /// is the same.
+    pub(super) fn check(
+        &mut self,
+        o: Object<'_, 'a>,
+        i: usize,
+        key: &'a str,
+    ) -> Result<(), RepeatedKey> {
+        if i == SKETCH_MAX_KEYS {
+            self.many = Some(o.iter().take(i).map(|(k, _)| k).collect());
+        }
+        match self.many.as_mut() {
+            Some(set) => {
+                if !set.insert(key) {
+                    return Err(RepeatedKey);
+                }
+            }
+            None => {
+                let h = key_hash(key);
+                let word = &mut self.seen[(h >> 6) as usize & 1];
+                let bit = 1u64 << (h & 63);
+                if *word & bit != 0 && o.iter().take(i).any(|(k, _)| k == key) {
+                    return Err(RepeatedKey);
+                }
+                *word |= bit;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// A cheap hash of a key: its length and three of its bytes.
