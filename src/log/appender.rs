@@ -1,7 +1,6 @@
 //! The appending end of the log, owned by the writer thread ([`super::writer`]): frames
-//! entries into a buffer, writes them as one group and hands out what syncs it
-//! ([`Appender::write`], [`Appender::synced`]; [`Appender::commit`] does both at
-//! once), and rolls to a new segment when the current one is full or a write failed.
+//! entries into a buffer, writes and syncs them as one group ([`Appender::commit`]),
+//! and rolls to a new segment when the current one is full or a write failed.
 
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -15,22 +14,12 @@ use crate::support::sync::lock;
 
 /// The write buffer's capacity kept between groups.
 const BUFFER_KEPT: usize = 1024 * 1024;
-/// Open file descriptions of the current segment for the syncs of groups in flight
-/// ([`Appender::write`]): the most groups the writer keeps in flight at once. The
-/// disk here took 7,200 syncs a second one at a time, 26,400 four at a time
-/// (`benches/fsync_probe.py`); capture ran fastest with four of 2, 3 and 4.
-pub(super) const SYNC_FILES: usize = 4;
 
 /// Appends entries; owned by the log's writer thread.
 pub struct Appender {
     pub(super) shared: Arc<Shared>,
     /// The segment being written, and its first number.
     pub(super) file: Option<File>,
-    /// More open file descriptions of that segment, one for each group whose sync may
-    /// be in flight, taken in turn ([`Appender::write`] says why separate ones).
-    pub(super) sync_files: Vec<Arc<File>>,
-    /// Groups written so far, to take the sync descriptions in turn.
-    pub(super) groups: usize,
     pub(super) first: Option<u64>,
     /// Where the next frame goes in `file`, and the file's size.
     pub(super) offset: u64,
@@ -65,7 +54,10 @@ impl Appender {
     /// durable; call [`Appender::abandon`].
     pub fn push(&mut self, payload: &[u8]) -> io::Result<u64> {
         let frame_len = (HEADER + payload.len()) as u64;
-        if !self.fits(frame_len) {
+        let room = self
+            .capacity
+            .saturating_sub(self.offset + self.buf.len() as u64);
+        if self.must_roll || self.file.is_none() || frame_len > room {
             self.roll(frame_len)?;
         }
         let seq = self.next_seq;
@@ -79,74 +71,26 @@ impl Appender {
         Ok(seq)
     }
 
-    /// Whether frames of `bytes` in all go into the current segment without a roll.
-    /// The writer lets syncs in flight finish before a group that does not fit, so
-    /// that a roll (which syncs the segment and publishes the durable end) never
-    /// runs ahead of a sync still in flight.
-    pub fn fits(&self, bytes: u64) -> bool {
-        !self.must_roll && self.file.is_some() && bytes <= self.room()
-    }
-
-    fn room(&self) -> u64 {
-        self.capacity
-            .saturating_sub(self.offset + self.buf.len() as u64)
-    }
-
-    /// Write what was pushed, without syncing it. Returns the number after the last
-    /// entry written and the file description that syncs them; once that sync and
-    /// every earlier group's succeeded, [`Appender::synced`] makes them durable.
-    ///
-    /// Each group whose sync may be in flight gets its own open file description of
-    /// the segment (not a `dup` of one), opened before anything was written to it.
-    /// Linux reports a writeback error once per file description (errseq): with one
-    /// description shared by concurrent syncs, a later group's sync could take the
-    /// report of an error in an earlier group's pages and the earlier sync return
-    /// success, acknowledging data that never reached the disk. A description opened
-    /// before the group's pages were written sees every error on them, whichever sync
-    /// caused the writeback; an error in another group's pages fails it too, which
-    /// errs on the safe side. The writer keeps at most `SYNC_FILES` groups in flight
-    /// and finishes them in order, so the one taken in turn is never in use.
-    pub fn write(&mut self) -> io::Result<(u64, Option<Arc<File>>)> {
+    /// Write what was pushed and sync it; every entry pushed so far is then durable.
+    pub fn commit(&mut self) -> io::Result<()> {
         self.write_buffered()?;
-        let file = match self.sync_files.len() {
-            0 => None,
-            n => Some(self.sync_files[self.groups % n].clone()),
-        };
-        self.groups = self.groups.wrapping_add(1);
+        // A failing sync, after the frames reached the file.
+        #[cfg(test)]
+        self.injected_failure()?;
+        if let Some(file) = &self.file {
+            file.sync_data()?;
+        }
+        self.shared.durable.store(self.next_seq, Ordering::Release);
+        self.written_end = Some(self.next_seq);
         // A large group's buffer is not kept for the small ones that follow.
         if self.buf.capacity() > BUFFER_KEPT {
             self.buf = Vec::new();
         }
-        Ok((self.next_seq, file))
-    }
-
-    /// The syncs of every group written up to `end` succeeded: their entries are
-    /// durable, and the reader may return them.
-    pub fn synced(&mut self, end: u64) {
-        self.shared.durable.store(end, Ordering::Release);
-        self.note_synced(end);
-    }
-
-    /// The durable end was moved to `end` (by the ledger of groups in flight, which
-    /// publishes it): a later segment records the numbers above it as skipped.
-    pub(super) fn note_synced(&mut self, end: u64) {
-        self.written_end = Some(end);
-    }
-
-    /// Write what was pushed and sync it; every entry pushed so far is then durable.
-    pub fn commit(&mut self) -> io::Result<()> {
-        let (end, file) = self.write()?;
-        self.shared.before_sync(end)?;
-        if let Some(file) = file {
-            file.sync_data()?;
-        }
-        self.synced(end);
         Ok(())
     }
 
     /// Forget a group whose push or commit failed: its entries are never reported
-    /// durable, and the next entry starts a new segment with a higher number. The
-    /// writer calls it only once no sync is in flight, so what is durable is known.
+    /// durable, and the next entry starts a new segment with a higher number.
     pub fn abandon(&mut self) {
         self.buf.clear();
         self.must_roll = true;
@@ -160,7 +104,6 @@ impl Appender {
             // keeps failing does not leave a segment behind for every failed group.
             // Its number stays used: the next segment is named above it.
             self.file = None;
-            self.sync_files.clear();
             match self.shared.retire(&segment_path(&self.shared.dir, first)) {
                 Ok(()) => lock(&self.shared.segments).retain(|&f| f != first),
                 Err(e) => {
@@ -182,19 +125,26 @@ impl Appender {
     }
 
     /// Whether the disk takes writes again after a failure, without writing an entry:
-    /// sync the open segment, or the log's directory when none is open. The segment
-    /// is synced through a description opened now: the failure was reported on
-    /// another one, and each description is told of an error once, so one that has
-    /// not been told yet would fail this probe for the same old error.
+    /// sync the open segment, or the log's directory when none is open.
     pub fn probe(&mut self) -> io::Result<()> {
         #[cfg(test)]
-        self.shared.injected_failure()?;
-        match (&self.file, self.first) {
-            (Some(_), Some(first)) => {
-                File::open(segment_path(&self.shared.dir, first))?.sync_data()
-            }
-            _ => sync_dir(&self.shared.dir),
+        self.injected_failure()?;
+        match &self.file {
+            Some(file) => file.sync_data(),
+            None => sync_dir(&self.shared.dir),
         }
+    }
+
+    #[cfg(test)]
+    fn injected_failure(&self) -> io::Result<()> {
+        let shared = &self.shared;
+        shared.commits_tried.fetch_add(1, Ordering::SeqCst);
+        let failing = shared.failing_commits.load(Ordering::SeqCst);
+        if failing > 0 {
+            shared.failing_commits.store(failing - 1, Ordering::SeqCst);
+            return Err(io::Error::other("injected failure"));
+        }
+        Ok(())
     }
 
     /// Numbers between the last written entry and `first` will never be used:
@@ -266,11 +216,6 @@ impl Appender {
         sync_dir(dir)?;
         let file = OpenOptions::new().read(true).write(true).open(&path)?;
         self.capacity = file.metadata()?.len();
-        // Opened before anything is written, so each sees every writeback error of
-        // the segment's pages (see `write`).
-        self.sync_files = (0..SYNC_FILES)
-            .map(|_| File::open(&path).map(Arc::new))
-            .collect::<io::Result<_>>()?;
         lock(&self.shared.segments).push_back(first);
         if !self.must_roll {
             self.shared.durable.store(durable, Ordering::Release);

@@ -30,10 +30,7 @@
 //! log costs one write and one `fdatasync` per group.
 //!
 //! Guarantees:
-//! - An entry is reported durable only after the `fdatasync` that covers it. Several
-//!   groups' syncs may run at once ([`writer`]), each through its own open file
-//!   description; a group is acknowledged, and the durable end moved past it, only
-//!   once its sync and every earlier group's succeeded.
+//! - An entry is reported durable only after the `fdatasync` that covers it.
 //! - Each start writes on in a new segment: the last one may end in a write a crash
 //!   cut short, with whole frames of it after the torn one, so it is only read, and a
 //!   reader never reads a number in one segment that the next one starts at or below.
@@ -57,16 +54,13 @@
 
 mod appender;
 pub mod check;
-mod commits;
 pub mod copy;
-mod ledger;
 mod marks;
 mod reader;
 pub mod record;
 mod segment;
 pub mod space;
 mod spares;
-pub(crate) mod syncer;
 pub mod writer;
 
 use std::collections::VecDeque;
@@ -132,11 +126,6 @@ pub struct Shared {
     pub(crate) failing_commits: AtomicU64,
     #[cfg(test)]
     pub(crate) commits_tried: AtomicU64,
-    /// Test hook: called with the end of each group before its sync (and after
-    /// `failing_commits` let it through); it may block, to hold the sync in flight,
-    /// or fail it.
-    #[cfg(test)]
-    pub(crate) sync_hook: Mutex<Option<syncer::Hook>>,
 }
 
 impl Shared {
@@ -254,16 +243,12 @@ pub fn open(
         failing_commits: AtomicU64::new(0),
         #[cfg(test)]
         commits_tried: AtomicU64::new(0),
-        #[cfg(test)]
-        sync_hook: Mutex::new(None),
         spare_wanted: Condvar::new(),
         closed: AtomicBool::new(false),
     });
     let appender = Appender {
         shared: shared.clone(),
         file: None,
-        sync_files: Vec::new(),
-        groups: 0,
         // Not written to again, but the next segment's name goes above it.
         first: firsts.last().copied(),
         offset: 0,
