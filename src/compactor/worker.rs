@@ -21,6 +21,12 @@ use crate::store::live::{is_disk_full, Live};
 
 /// With nothing to do, look again after this long (the lag floor at low load).
 const IDLE_WAIT: Duration = Duration::from_millis(5);
+/// A step that applied fewer than [`FEW_RECORDS`] records waits this long before the
+/// next, so the next chunk gathers more: each chunk syncs the event block files once,
+/// and a steady stream of single events would otherwise make chunks of a few records
+/// that each pay a sync beside the log's.
+const GATHER_WAIT: Duration = Duration::from_millis(5);
+const FEW_RECORDS: usize = 256;
 /// After a storage error, wait before retrying the same step.
 const ERROR_BACKOFF: Duration = Duration::from_millis(500);
 /// How often old events are deleted.
@@ -131,6 +137,10 @@ pub fn spawn(
                     if report.is_idle() {
                         crate::support::idle::idle();
                         std::thread::park_timeout(IDLE_WAIT);
+                    } else if report.realtime < FEW_RECORDS
+                        && report.historical + report.overflow == 0
+                    {
+                        std::thread::park_timeout(GATHER_WAIT);
                     }
                 }
                 Ok(Err(e)) => {
