@@ -200,9 +200,16 @@ impl Files {
         let mut writing = lock(&self.inner.writing);
         let full = |w: &Writing| w.end > 0 && w.end + u64::from(len) > FILE_BYTES;
         if writing.as_ref().is_none_or(full) {
-            // The full file's appends were synced with their chunks.
             if let Some(old) = writing.take() {
+                // Blocks of this chunk may be in it: [`Files::sync`] syncs only the
+                // file appends go to, so this one is synced as it is left. A failure
+                // gives it up like any other, and fails the chunk.
+                let synced = match old.dirty {
+                    true => old.file.sync_data(),
+                    false => Ok(()),
+                };
                 leave(&old);
+                synced?;
             }
             *writing = Some(self.create()?);
         }
