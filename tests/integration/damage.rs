@@ -277,3 +277,58 @@ fn check_db_names_damaged_and_missing_log_entries() {
         "{out}"
     );
 }
+
+/// An event block file damaged while the server is stopped: `check --db` names the
+/// block and exits 1; a start skips that block with a warning and serves every other
+/// event.
+#[test]
+fn a_damaged_block_file_is_named_and_its_other_blocks_still_read() {
+    let tmp = data_dir();
+    let mut server = Server::spawn(tmp.path(), &[]);
+    let batch = |name: &str, day: &str| {
+        let events: Vec<serde_json::Value> = (0..5)
+            .map(|i| {
+                serde_json::json!({"event": name, "distinct_id": format!("u{i}"),
+                    "timestamp": format!("{day}T10:00:0{i}Z"), "properties": {"i": i}})
+            })
+            .collect();
+        let body = serde_json::json!({"api_key": KEY_ONE, "batch": events});
+        assert_eq!(server.post("/batch/", body.to_string()).status, 200);
+        server.settle(1);
+    };
+    // Months apart, so never one block: the first chunk's block is the file's first.
+    batch("damaged", "2026-01-01");
+    batch("intact", "2026-06-01");
+    assert_eq!(server.stop(), Some(0));
+    let db = tmp.path().join("db");
+    let (code, out) = check_db(&db);
+    assert_eq!(code, Some(0), "{out}");
+
+    let blocks: Vec<_> = std::fs::read_dir(db.join("blocks"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(blocks.len(), 1, "{blocks:?}");
+    let file = OpenOptions::new().write(true).open(&blocks[0]).unwrap();
+    file.write_all_at(&[0x55; 4], 20).unwrap();
+    drop(file);
+
+    let (code, out) = check_db(&db);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains("the event block at key")
+            && out.contains("0000000000.blk does not hold the block's bytes at offset 0"),
+        "{out}"
+    );
+    assert!(out.contains("1 damaged"), "{out}");
+
+    let server = Server::spawn(tmp.path(), &[]);
+    let stored = server.settle(1);
+    let names = |name: &str| stored.iter().filter(|e| e["event"] == name).count();
+    assert_eq!((names("damaged"), names("intact")), (0, 5));
+    assert!(
+        server.log().contains("event block skipped"),
+        "{}",
+        server.log()
+    );
+}
