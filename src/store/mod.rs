@@ -1,6 +1,7 @@
 //! The stored data: one sled database holding everything the compactor derives from
-//! the write-ahead log (events in LZ4 blocks, persons, distinct ids, groups, the
-//! deduplication window) and its checkpoint; the key layouts and tree names that are
+//! the write-ahead log (events in LZ4 blocks, whose bytes are in the block files
+//! beside it, [`block::files`]; persons, distinct ids, groups, the deduplication
+//! window) and its checkpoint; the key layouts and tree names that are
 //! the on-disk format; the reads the read API and flag evaluation make (with the
 //! person cache `/decide` uses); the migration of older formats, run when the
 //! trees open; and the open database as the server shares it ([`live`]), which the
