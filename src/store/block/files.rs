@@ -269,7 +269,7 @@ impl Files {
     }
 
     /// At a start, before any append: cut the zeros off a file a crash left whole
-    /// (made to [`FILE_BYTES`] and never left), down to the end of the last block a
+    /// (made to `FILE_BYTES` and never left), down to the end of the last block a
     /// pointer in `tree` names; and remove files a crash left half made. Only a file of
     /// exactly the made size needs the pointers read.
     pub fn trim(&self, tree: &sled::Tree) -> Result<(), super::super::Error> {
