@@ -18,9 +18,9 @@ use std::fs::File;
 use std::io::{self, BufReader, BufWriter, Read, Write};
 use std::path::Path;
 
-use crate::store::block::files::hex;
 use crate::store::block::Files;
 use crate::store::EVENTS_TREE;
+use crate::support::hex;
 
 const MAGIC: &[u8] = b"flagpost-backup-trees 1\n";
 /// Pairs applied to sled in one batch on import.

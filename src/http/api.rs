@@ -18,6 +18,7 @@ use crate::capture::timestamp;
 use crate::persons::Person;
 use crate::store::query::{self, EventFilter};
 use crate::store::Group;
+use crate::support::hex;
 
 /// Events per page unless `limit` says otherwise, and the most it may say.
 const DEFAULT_LIMIT: usize = 100;
@@ -226,10 +227,6 @@ fn next_url(headers: &HeaderMap, path: &str, query: Option<&str>, cursor: &str) 
         Some(host) => format!("{scheme}://{host}{path}?{}", q.finish()),
         None => format!("{path}?{}", q.finish()),
     }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 fn unhex(s: &str) -> Option<Vec<u8>> {

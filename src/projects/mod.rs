@@ -25,6 +25,8 @@ use std::sync::Arc;
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
+use crate::support::hex;
+
 /// The longest project key the reference service accepts.
 const MAX_KEY_LEN: usize = 64;
 /// Personal API keys carry this prefix; they read data and never ingest.
@@ -89,10 +91,6 @@ pub struct Caller {
 /// SHA-256 of a key as lowercase hex, the form `projects.json` stores.
 pub fn hash_key(key: &str) -> String {
     hex(&Sha256::digest(key.as_bytes()))
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// `phx_...abcd`: enough to tell keys apart in a log, not enough to use one.

@@ -7,6 +7,8 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
 
+use crate::support::hex;
+
 use super::{block, keys, Trees};
 
 pub use crate::log::check::Report;
@@ -184,10 +186,6 @@ fn read_trees(db: &sled::Db, files: &block::Files, report: &mut Report) {
             false => report.notes.push(format!("tree {label}: {keys_read} keys")),
         }
     }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// While serving: a panic inside sled names the database and what to do. On sled's

@@ -3,7 +3,7 @@
 //! idles (`idle`), the request memory budget (`memory`), the service manager's
 //! notifications (`notify`), lock helpers that survive a panicked holder (`sync`), and
 //! the reload lock and change detection of the files the server reloads by itself
-//! (`watch`).
+//! (`watch`), and bytes as lowercase hex ([`hex`]).
 
 pub mod clock;
 pub mod idle;
@@ -11,3 +11,8 @@ pub(crate) mod memory;
 pub(crate) mod notify;
 pub(crate) mod sync;
 pub(crate) mod watch;
+
+/// Bytes as lowercase hex, two digits a byte: key hashes, sled keys in messages.
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}

@@ -33,9 +33,11 @@ use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 use super::Block;
+use crate::support::hex;
+use crate::support::sync::lock;
 
 /// The directory, inside the database's.
 pub const DIR_NAME: &str = "blocks";
@@ -150,10 +152,6 @@ pub enum ReadError {
     /// The bytes are not what was written (the file was cut short or changed).
     #[error("block file {0} does not hold the block's bytes at offset {1} (damaged or cut short)")]
     Damaged(String, u64),
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl Files {
@@ -457,10 +455,6 @@ fn leave(w: &Writing) {
     if let Err(e) = w.file.set_len(w.end) {
         tracing::warn!(file = w.number, error = %e, "cannot cut the unused end off a block file");
     }
-}
-
-pub fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[cfg(test)]
