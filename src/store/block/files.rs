@@ -159,20 +159,10 @@ impl Files {
     /// first append, so opening a database only to read it changes nothing.
     pub fn open(db_dir: &Path) -> io::Result<Files> {
         let dir = db_dir.join(DIR_NAME);
-        let next = match fs::read_dir(&dir) {
-            Ok(entries) => {
-                let mut highest = None;
-                for entry in entries {
-                    let name = entry?.file_name();
-                    if let Some(n) = name.to_str().and_then(file_number) {
-                        highest = highest.max(Some(n));
-                    }
-                }
-                highest.map_or(0, |n| n.saturating_add(1))
-            }
-            Err(e) if e.kind() == io::ErrorKind::NotFound => 0,
-            Err(e) => return Err(e),
-        };
+        let next = scan(&dir)?
+            .files
+            .last()
+            .map_or(0, |&(n, _)| n.saturating_add(1));
         Ok(Files {
             inner: Arc::new(Inner {
                 dir,
@@ -272,24 +262,16 @@ impl Files {
     /// exactly the made size needs the pointers read.
     pub fn trim(&self, tree: &sled::Tree) -> Result<(), super::super::Error> {
         let blocks = super::super::Error::Blocks;
-        let entries = match fs::read_dir(&self.inner.dir) {
-            Ok(entries) => entries,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-            Err(e) => return Err(blocks(e)),
-        };
-        let mut whole = HashMap::new();
-        for entry in entries {
-            let entry = entry.map_err(blocks)?;
-            let name = entry.file_name();
-            let name = name.to_string_lossy();
-            if name.ends_with(MAKING_SUFFIX) {
-                fs::remove_file(entry.path()).map_err(blocks)?;
-            } else if let Some(n) = file_number(&name) {
-                if entry.metadata().map_err(blocks)?.len() == FILE_BYTES {
-                    whole.insert(n, 0u64);
-                }
-            }
+        let found = scan(&self.inner.dir).map_err(blocks)?;
+        for making in found.making {
+            fs::remove_file(making).map_err(blocks)?;
         }
+        let mut whole: HashMap<u32, u64> = found
+            .files
+            .iter()
+            .filter(|&&(_, len)| len == FILE_BYTES)
+            .map(|&(n, _)| (n, 0))
+            .collect();
         if whole.is_empty() {
             return Ok(());
         }
@@ -405,48 +387,61 @@ impl Files {
             }
         }
         let writing = lock(&self.inner.writing).as_ref().map(|w| w.number);
-        let entries = match fs::read_dir(&self.inner.dir) {
-            Ok(entries) => entries,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(0),
-            Err(e) => return Err(e.into()),
-        };
         let mut removed = 0;
-        for entry in entries.flatten() {
-            let name = entry.file_name();
-            let Some(n) = name.to_str().and_then(file_number) else {
-                continue;
-            };
+        for (n, _) in scan(&self.inner.dir)?.files {
             if named.contains(&n) || Some(n) == writing {
                 continue;
             }
             lock(&self.inner.readers).remove(&n);
-            match fs::remove_file(entry.path()) {
+            let path = self.inner.dir.join(file_name(n));
+            match fs::remove_file(&path) {
                 Ok(()) => removed += 1,
                 Err(e) => {
-                    tracing::warn!(file = %entry.path().display(), error = %e, "cannot remove an unused block file")
+                    tracing::warn!(file = %path.display(), error = %e, "cannot remove an unused block file")
                 }
             }
         }
         Ok(removed)
     }
 
-    /// Every block file and its size, oldest first (for `check` and the backup).
+    /// Every block file and its size, oldest first.
+    #[cfg(test)]
     pub fn list(&self) -> io::Result<Vec<(u32, u64)>> {
-        let entries = match fs::read_dir(&self.inner.dir) {
-            Ok(entries) => entries,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => return Err(e),
-        };
-        let mut out = Vec::new();
-        for entry in entries {
-            let entry = entry?;
-            if let Some(n) = entry.file_name().to_str().and_then(file_number) {
-                out.push((n, entry.metadata()?.len()));
-            }
-        }
-        out.sort_unstable();
-        Ok(out)
+        Ok(scan(&self.inner.dir)?.files)
     }
+}
+
+/// What the block files' directory holds.
+struct Scan {
+    /// Each block file's number and size, oldest first.
+    files: Vec<(u32, u64)>,
+    /// Files a crash left half made.
+    making: Vec<PathBuf>,
+}
+
+/// The directory's files; none when it does not exist yet (nothing appended).
+fn scan(dir: &Path) -> io::Result<Scan> {
+    let mut found = Scan {
+        files: Vec::new(),
+        making: Vec::new(),
+    };
+    let entries = match fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(found),
+        Err(e) => return Err(e),
+    };
+    for entry in entries {
+        let entry = entry?;
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if name.ends_with(MAKING_SUFFIX) {
+            found.making.push(entry.path());
+        } else if let Some(n) = file_number(&name) {
+            found.files.push((n, entry.metadata()?.len()));
+        }
+    }
+    found.files.sort_unstable();
+    Ok(found)
 }
 
 /// A file appends no longer go to loses the zeros past its last block. Only space is
