@@ -177,18 +177,7 @@ mod tests {
 
     /// A block of two events, different for each `i`.
     fn one_block(i: u32) -> Vec<u8> {
-        let entry = |n: u32| crate::store::block::Entry {
-            timestamp: i64::from(i) * 10 + i64::from(n),
-            created_at: 0,
-            uuid: uuid::Uuid::from_u128(u128::from(i) << 8 | u128::from(n)),
-            person_id: None,
-            event: "e".into(),
-            distinct_id: format!("d{i}"),
-            properties: b"{}".to_vec(),
-        };
-        crate::store::block::build(vec![entry(0), entry(1)])
-            .remove(0)
-            .1
+        crate::store::block::tests::value(u128::from(i) * 2, 2)
     }
 
     #[test]

@@ -265,9 +265,19 @@ fn range((start, end): (u32, u32)) -> std::ops::Range<usize> {
 }
 
 #[cfg(test)]
-pub(super) mod tests {
+pub(crate) mod tests {
     use super::*;
     use serde_json::json;
+
+    /// One block's value: `n` events ([`entry`]) with uuids from `first`.
+    pub fn value(first: u128, n: u128) -> Vec<u8> {
+        let entries = (first..first + n)
+            .map(|i| entry(1_000 + i as i64, i, "e"))
+            .collect();
+        let mut built = build(entries);
+        assert_eq!(built.len(), 1);
+        built.remove(0).1
+    }
 
     pub fn entry(ts: i64, n: u128, name: &str) -> Entry {
         Entry {

@@ -5,16 +5,7 @@
 use super::*;
 
 fn a_block() -> Vec<u8> {
-    let entry = crate::store::block::Entry {
-        timestamp: 1_000,
-        created_at: 1_001,
-        uuid: uuid::Uuid::from_u128(7),
-        person_id: None,
-        event: "$pageview".into(),
-        distinct_id: "d".into(),
-        properties: br#"{"a":1}"#.to_vec(),
-    };
-    crate::store::block::build(vec![entry]).remove(0).1
+    crate::store::block::tests::value(7, 1)
 }
 
 /// A stopped database: sled with a checkpoint at 39 and two event blocks, 100 log

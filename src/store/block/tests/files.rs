@@ -1,15 +1,5 @@
 use super::*;
-use crate::store::block::{self, tests::entry};
-
-/// A block value of `n` events with uuids from `first`.
-fn value(first: u128, n: u128) -> Vec<u8> {
-    let entries = (first..first + n)
-        .map(|i| entry(1_000 + i as i64, i, "e"))
-        .collect();
-    let mut built = block::build(entries);
-    assert_eq!(built.len(), 1);
-    built.remove(0).1
-}
+use crate::store::block::{self, tests::value};
 
 fn names(dir: &Path) -> Vec<String> {
     let mut out: Vec<String> = match fs::read_dir(dir) {
