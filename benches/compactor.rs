@@ -197,7 +197,7 @@ fn step(c: &mut Criterion) {
         println!(
             "compactor/step/{name}: {} events applied, {} persons stored",
             stats.applied.load(Ordering::Relaxed),
-            fixture.trees.persons.len()
+            fixture.trees.persons.iter().count()
         );
     }
     group.finish();

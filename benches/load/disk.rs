@@ -61,6 +61,8 @@ pub struct Dir {
     pub log: Files,
     /// The event blocks' bytes (`blocks/`).
     pub blocks: Files,
+    /// The persons' and distinct ids' runs (`tables/`).
+    pub tables: Files,
     /// Anything else (`conf`, the log's marks).
     pub other: Files,
 }
@@ -73,6 +75,7 @@ impl Dir {
             self.sled_other,
             self.log,
             self.blocks,
+            self.tables,
             self.other,
         ] {
             t.count += f.count;
@@ -114,6 +117,8 @@ pub struct Report {
     pub running: Dir,
     pub stopped: Dir,
     pub trees: Vec<Tree>,
+    /// The layered tables (persons, distinct ids): run and delta merged.
+    pub tables: Vec<Tree>,
     pub blocks: Blocks,
     /// sled's own figure for the stopped database, opened again.
     pub size_on_disk: u64,
@@ -148,7 +153,7 @@ pub fn run(
     let running = measure_dir(db)?;
     flagpost.stop()?;
     let stopped = measure_dir(db)?;
-    let (trees, blocks, size_on_disk) = read_trees(db)?;
+    let (trees, tables, blocks, size_on_disk) = read_trees(db)?;
 
     Ok(Report {
         name,
@@ -159,6 +164,7 @@ pub fn run(
         running,
         stopped,
         trees,
+        tables,
         blocks,
         size_on_disk,
     })
@@ -191,6 +197,7 @@ fn measure_dir(db: &Path) -> Result<Dir, String> {
                 "db" => &mut dir.sled_db,
                 "blobs" => &mut dir.sled_other,
                 "blocks" => &mut dir.blocks,
+                "tables" => &mut dir.tables,
                 t if t.starts_with("snap.") => &mut dir.sled_other,
                 "wal" if relative.components().count() > 1 => {
                     let name = entry.file_name();
@@ -208,8 +215,9 @@ fn measure_dir(db: &Path) -> Result<Dir, String> {
     Ok(dir)
 }
 
-/// Per tree, keys and bytes; the event blocks decoded; sled's size on disk.
-fn read_trees(db: &Path) -> Result<(Vec<Tree>, Blocks, u64), String> {
+/// Per tree and per layered table, keys and bytes; the event blocks decoded; sled's
+/// size on disk.
+fn read_trees(db: &Path) -> Result<(Vec<Tree>, Vec<Tree>, Blocks, u64), String> {
     let sled_err = |e: sled::Error| format!("reading the stopped database: {e}");
     let opened = sled::Config::new().path(db).open().map_err(sled_err)?;
     let mut trees = Vec::new();
@@ -238,8 +246,29 @@ fn read_trees(db: &Path) -> Result<(Vec<Tree>, Blocks, u64), String> {
         }
         trees.push(t);
     }
+    let mut tables = Vec::new();
+    for name in [
+        flagpost::store::PERSONS_TREE,
+        flagpost::store::DISTINCT_IDS_TREE,
+    ] {
+        let table = flagpost::store::layered::Layered::open(&opened, db, name)
+            .map_err(|e| format!("reading the table {name}: {e}"))?;
+        let mut t = Tree {
+            name: name.to_owned(),
+            keys: 0,
+            key_bytes: 0,
+            value_bytes: 0,
+        };
+        for entry in table.iter() {
+            let (k, v) = entry.map_err(sled_err)?;
+            t.keys += 1;
+            t.key_bytes += k.len() as u64;
+            t.value_bytes += v.len() as u64;
+        }
+        tables.push(t);
+    }
     let size = opened.size_on_disk().map_err(sled_err)?;
-    Ok((trees, blocks, size))
+    Ok((trees, tables, blocks, size))
 }
 
 fn count_block(blocks: &mut Blocks, value: &[u8]) {
@@ -274,6 +303,7 @@ pub fn report(r: &Report) {
             ("sled blobs+snapshots", dir.sled_other),
             ("log segments", dir.log),
             ("event block files", dir.blocks),
+            ("person and id runs", dir.tables),
             ("other", dir.other),
             ("total", dir.total()),
         ] {
@@ -317,6 +347,16 @@ pub fn report(r: &Report) {
         bytes,
         per(bytes)
     );
+    for t in &r.tables {
+        println!(
+            "{:<16} {:>9} {:>12} {:>12} {:>10.1}  (table: run and delta)",
+            t.name,
+            t.keys,
+            t.key_bytes,
+            t.value_bytes,
+            per(t.key_bytes + t.value_bytes)
+        );
+    }
     let b = &r.blocks;
     if b.events > 0 {
         println!(

@@ -161,7 +161,7 @@ fn take(
         .and_then(|v| keys::seq(&v));
     let files = crate::store::block::Files::open(db_dir)
         .map_err(|e| io("cannot read the event block files", e))?;
-    let trees = trees::export(db, &files, &dest.join(TREES))
+    let trees = trees::export(db, db_dir, &files, &dest.join(TREES))
         .map_err(|e| io("cannot write trees.bin", e))?;
     paused.sink = None;
     let from = checkpoint.map_or(0, |c| c.saturating_add(1));

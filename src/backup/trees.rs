@@ -19,25 +19,44 @@ use std::io::{self, BufReader, BufWriter, Read, Write};
 use std::path::Path;
 
 use crate::store::block::Files;
-use crate::store::EVENTS_TREE;
+use crate::store::layered::Layered;
+use crate::store::{DISTINCT_IDS_TREE, EVENTS_TREE, PERSONS_TREE};
 use crate::support::hex;
 
 const MAGIC: &[u8] = b"flagpost-backup-trees 1\n";
 /// Pairs applied to sled in one batch on import.
 const BATCH: usize = 10_000;
 
-/// Write every tree of `db` to `path` (synced); the pairs per tree, by name.
-pub fn export(db: &sled::Db, files: &Files, path: &Path) -> io::Result<BTreeMap<String, u64>> {
+/// Write every tree of `db` (whose directory is `dir`) to `path` (synced); the pairs
+/// per tree, by name. A layered table (persons, distinct ids) goes out as one tree of
+/// what it holds, its run and its delta merged, and comes back as its delta.
+pub fn export(
+    db: &sled::Db,
+    dir: &Path,
+    files: &Files,
+    path: &Path,
+) -> io::Result<BTreeMap<String, u64>> {
     let mut out = BufWriter::new(File::create(path)?);
     out.write_all(MAGIC)?;
     let mut counts = BTreeMap::new();
     for name in db.tree_names() {
-        let tree = db.open_tree(&name).map_err(io::Error::other)?;
+        let layered = [PERSONS_TREE, DISTINCT_IDS_TREE]
+            .into_iter()
+            .find(|t| t.as_bytes() == &name[..]);
+        let pairs_in: Box<dyn Iterator<Item = sled::Result<(sled::IVec, sled::IVec)>>> =
+            match layered {
+                Some(table) => Box::new(
+                    Layered::open(db, dir, table)
+                        .map_err(io::Error::other)?
+                        .iter(),
+                ),
+                None => Box::new(db.open_tree(&name).map_err(io::Error::other)?.iter()),
+            };
         out.write_all(b"T")?;
         write_bytes(&mut out, &name)?;
         let is_events = name == EVENTS_TREE.as_bytes();
         let mut pairs = 0u64;
-        for pair in tree.iter() {
+        for pair in pairs_in {
             let (key, value) = pair.map_err(io::Error::other)?;
             // Blocks go out whole, whether the tree holds them or points at them.
             let value = match is_events {
@@ -201,8 +220,30 @@ mod tests {
         }
         files.sync().unwrap();
         db.open_tree("empty").unwrap();
+        // Persons in a run and in its delta: they go out merged, a removal left out.
+        let persons = Layered::open(&db, &dir.path().join("a"), PERSONS_TREE).unwrap();
+        for i in 0..100u32 {
+            persons
+                .delta()
+                .insert(i.to_be_bytes(), &b"old"[..])
+                .unwrap();
+        }
+        persons.fold().unwrap();
+        persons
+            .delta()
+            .insert(5u32.to_be_bytes(), &b"new"[..])
+            .unwrap();
+        persons
+            .delta()
+            .insert(7u32.to_be_bytes(), crate::store::layered::TOMBSTONE)
+            .unwrap();
+        persons
+            .delta()
+            .insert(500u32.to_be_bytes(), &b"added"[..])
+            .unwrap();
         let file = dir.path().join("trees.bin");
-        let counts = export(&db, &files, &file).unwrap();
+        let counts = export(&db, &dir.path().join("a"), &files, &file).unwrap();
+        assert_eq!(counts["persons"], 100);
         assert_eq!(counts["event_blocks"], 3_000);
         assert_eq!(counts["empty"], 0);
         assert_eq!(counts["__sled__default"], 1);
@@ -222,6 +263,13 @@ mod tests {
             copy.get(b"default-key").unwrap().as_deref(),
             Some(&b"d"[..])
         );
+        let persons = copy.open_tree(PERSONS_TREE).unwrap();
+        assert_eq!(persons.len(), 100);
+        let value = |i: u32| persons.get(i.to_be_bytes()).unwrap();
+        assert_eq!(value(4).as_deref(), Some(&b"old"[..]));
+        assert_eq!(value(5).as_deref(), Some(&b"new"[..]));
+        assert_eq!(value(7), None);
+        assert_eq!(value(500).as_deref(), Some(&b"added"[..]));
 
         // Cut in the middle of the events: refused, naming the tree.
         let bytes = std::fs::read(&file).unwrap();

@@ -12,14 +12,18 @@ use uuid::Uuid;
 use super::memo::{Learned, Memo};
 use crate::persons::{self, Person};
 use crate::store::keys;
+use crate::store::layered::{Layered, Run, TOMBSTONE};
 use crate::store::person_cache::Changes;
 
 type Result<T> = std::result::Result<T, UnabortableTransactionError>;
 
-/// The trees a record touches.
+/// The trees a record touches. Persons and distinct ids are [`Layered`]: their deltas
+/// here, their runs beside.
 pub struct Tx<'a> {
     pub persons: &'a TransactionalTree,
     pub distinct_ids: &'a TransactionalTree,
+    pub person_run: Option<&'a Run>,
+    pub id_run: Option<&'a Run>,
     pub groups: &'a TransactionalTree,
     pub group_types: &'a TransactionalTree,
 }
@@ -47,6 +51,8 @@ pub struct Cache<'m> {
     /// Group types named and groups written during the chunk, for the decide cache.
     group_types_added: Vec<(u64, String)>,
     groups_written: Vec<(u64, u8, String)>,
+    /// Bytes of distinct ids linked (keys and values), for the table's fold.
+    linked_bytes: u64,
 }
 
 impl<'m> Cache<'m> {
@@ -58,21 +64,20 @@ impl<'m> Cache<'m> {
         }
     }
 
-    /// Write every person changed during the chunk into the transaction.
-    pub fn write(&self, tx: &Tx<'_>) -> Result<()> {
+    /// Write every person changed during the chunk into the transaction (a deleted
+    /// one as a tombstone); the bytes written to persons and to distinct ids.
+    pub fn write(&self, tx: &Tx<'_>) -> Result<(u64, u64)> {
+        let mut bytes = 0;
         for key @ (project, id) in &self.dirty {
             let k = keys::with_uuid(*project, *id);
-            match self.persons.get(key) {
-                Some(Some(person)) => {
-                    tx.persons
-                        .insert(&k[..], serde_json::to_vec(person).unwrap_or_default())?;
-                }
-                _ => {
-                    tx.persons.remove(&k[..])?;
-                }
-            }
+            let value = match self.persons.get(key) {
+                Some(Some(person)) => serde_json::to_vec(person).unwrap_or_default(),
+                _ => TOMBSTONE.to_vec(),
+            };
+            bytes += (k.len() + value.len()) as u64;
+            tx.persons.insert(&k[..], value)?;
         }
-        Ok(())
+        Ok((bytes, self.linked_bytes))
     }
 
     /// How many persons [`Cache::write`] would write.
@@ -193,10 +198,9 @@ impl<'m> Cache<'m> {
         let slot = match self.persons.entry((project, id)) {
             std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
             std::collections::hash_map::Entry::Vacant(e) => {
-                let found = tx
-                    .persons
-                    .get(keys::with_uuid(project, id))?
-                    .and_then(|b| serde_json::from_slice(&b).ok());
+                let found =
+                    Layered::get_in(tx.persons, tx.person_run, &keys::with_uuid(project, id))?
+                        .and_then(|b| serde_json::from_slice(&b).ok());
                 e.insert(found)
             }
         };
@@ -231,21 +235,21 @@ impl persons::Store for TxPersons<'_, '_, '_> {
             .and_then(|m| m.person_of(self.project, distinct_id));
         let found = match remembered {
             Some(person) => Some(person),
-            None => self
-                .tx
-                .distinct_ids
-                .get(keys::with_str(self.project, distinct_id))?
-                .and_then(|b| Uuid::from_slice(&b).ok()),
+            None => Layered::get_in(
+                self.tx.distinct_ids,
+                self.tx.id_run,
+                &keys::with_str(self.project, distinct_id),
+            )?
+            .and_then(|b| Uuid::from_slice(&b).ok()),
         };
         ids.insert(distinct_id.to_owned(), found);
         Ok(found)
     }
 
     fn link(&mut self, distinct_id: &str, person: Uuid) -> Result<()> {
-        self.tx.distinct_ids.insert(
-            keys::with_str(self.project, distinct_id),
-            &person.as_bytes()[..],
-        )?;
+        let key = keys::with_str(self.project, distinct_id);
+        self.cache.linked_bytes += (key.len() + 16) as u64;
+        self.tx.distinct_ids.insert(key, &person.as_bytes()[..])?;
         self.cache
             .ids
             .entry(self.project)

@@ -28,6 +28,7 @@ mod cache;
 mod chunk;
 mod enrich;
 mod error;
+mod fold;
 mod groups;
 mod memo;
 pub mod overflow;
@@ -102,6 +103,8 @@ pub struct Compactor {
     stats: Arc<Stats>,
     settings: Compaction,
     geoip: Arc<crate::geoip::Database>,
+    /// When the persons' and distinct ids' tables may next be folded ([`fold`]).
+    folds: fold::Schedule,
     /// Test hook: fail the next transaction on this tree after this many records.
     #[cfg(test)]
     fail_at: Option<(chunk::Source, usize)>,
@@ -132,6 +135,7 @@ impl Compactor {
                 ..Stats::default()
             }),
             settings,
+            folds: fold::Schedule::default(),
             #[cfg(test)]
             fail_at: None,
         }

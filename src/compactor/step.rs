@@ -132,8 +132,8 @@ impl Compactor {
             &t.overflow,
             &t.events,
             &t.recent_ids,
-            &t.persons,
-            &t.distinct_ids,
+            t.persons.delta(),
+            t.distinct_ids.delta(),
             &t.groups,
             &t.group_types,
             &t.meta,
@@ -143,6 +143,8 @@ impl Compactor {
         );
         let to_outbox = self.settings.outbox;
         let blocks = &t.blocks;
+        // Only this thread folds, between chunks: the runs stay for the transaction.
+        let (person_run, id_run) = (t.persons.run(), t.distinct_ids.run());
         // A block file's failure aborts the transaction; it is kept here to report.
         let blocks_error: RefCell<Option<std::io::Error>> = RefCell::new(None);
         let blocks_failed = |e: std::io::Error| {
@@ -168,6 +170,8 @@ impl Compactor {
                 let tx = Tx {
                     persons,
                     distinct_ids,
+                    person_run: person_run.as_deref(),
+                    id_run: id_run.as_deref(),
                     groups,
                     group_types,
                 };
@@ -217,7 +221,7 @@ impl Compactor {
                         }
                     }
                 }
-                cache.write(&tx)?;
+                (counts.person_bytes, counts.id_bytes) = cache.write(&tx)?;
                 (counts.persons, counts.learned) = cache.into_reports();
                 // The console's rollups, with the events they count.
                 let mut pending = rollup::Pending::default();
@@ -285,6 +289,8 @@ impl Compactor {
             Err(TransactionError::Storage(e)) => return Err(e.into()),
         };
         state.next_block = counts.next_block;
+        self.trees.persons.note_written(counts.person_bytes);
+        self.trees.distinct_ids.note_written(counts.id_bytes);
         self.memo.learn(std::mem::take(&mut counts.learned));
         if let Some(persons) = &self.person_cache {
             persons.forget(&counts.persons);
@@ -370,6 +376,9 @@ struct Counts {
     /// What the chunk read and changed of persons, for the memo.
     learned: memo::Learned,
     next_block: u64,
+    /// Bytes written to the persons' and the distinct ids' deltas.
+    person_bytes: u64,
+    id_bytes: u64,
     applied: u64,
     duplicates: u64,
     historical: u64,

@@ -16,7 +16,7 @@ use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::Compactor;
+use super::{fold, Compactor};
 use crate::store::live::{is_disk_full, Live};
 
 /// With nothing to do, look again after this long (the lag floor at low load).
@@ -134,6 +134,11 @@ pub fn spawn(
                     if !stats.healthy.swap(true, Ordering::SeqCst) {
                         tracing::info!("compactor recovered");
                     }
+                    let moment = match report.is_idle() {
+                        true => fold::Moment::Idle,
+                        false => fold::Moment::Busy,
+                    };
+                    compactor.fold_tables(moment);
                     if report.is_idle() {
                         crate::support::idle::idle();
                         std::thread::park_timeout(IDLE_WAIT);
@@ -168,6 +173,7 @@ pub fn spawn(
         // Stopped: with the log's writer stopped first (as a clean shutdown does), the
         // log's files hold nothing a start would read once everything is applied.
         let _pass = gate.blocking_read();
+        compactor.fold_tables(fold::Moment::Stop);
         compactor.release_log_at_stop();
     })?;
     Ok(Handle { thread, stop })

@@ -156,21 +156,23 @@ impl Step {
 /// Read the next run after `from`: at least [`MIN_ROWS`] rows, or the rest of the
 /// phase's tree, in which case the progress moves to the next phase.
 pub fn next(sources: &Sources, from: &Progress, shape: Shape) -> sled::Result<Step> {
-    let tree = match from.phase {
-        Phase::Persons => &sources.persons,
-        Phase::DistinctIds => &sources.distinct_ids,
-        Phase::Groups => &sources.groups,
-        Phase::Events | Phase::Done => &sources.events,
-    };
     let start = match &from.after {
         Some(k) => Bound::Excluded(k.clone()),
         None => Bound::Unbounded,
+    };
+    let range = (start, Bound::Unbounded);
+    let entries: Box<dyn Iterator<Item = sled::Result<(sled::IVec, sled::IVec)>>> = match from.phase
+    {
+        Phase::Persons => Box::new(sources.persons.range(range)),
+        Phase::DistinctIds => Box::new(sources.distinct_ids.range(range)),
+        Phase::Groups => Box::new(sources.groups.range(range)),
+        Phase::Events | Phase::Done => Box::new(sources.events.range(range)),
     };
     let mut out = RowBinary::default();
     let (mut count, mut last) = (0u64, None);
     let mut exhausted = true;
     if from.phase != Phase::Done {
-        for kv in tree.range::<Vec<u8>, _>((start, Bound::Unbounded)) {
+        for kv in entries {
             let (k, v) = kv?;
             count += encode(sources, from, &k, &v, shape, &mut out);
             last = Some(k.to_vec());

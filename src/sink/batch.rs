@@ -35,8 +35,8 @@ pub struct Sources {
     pub events: sled::Tree,
     /// Where the event blocks' bytes are.
     pub blocks: crate::store::block::Files,
-    pub persons: sled::Tree,
-    pub distinct_ids: sled::Tree,
+    pub persons: crate::store::layered::Layered,
+    pub distinct_ids: crate::store::layered::Layered,
     pub groups: sled::Tree,
     /// The compactor's next block id, where blocks not yet written begin.
     pub meta: sled::Tree,

@@ -116,6 +116,7 @@ pub fn check(dir: &Path) -> Report {
         report.problems.push(damaged(dir, &panic_text(&*panic)));
         return report;
     }
+    read_runs(&db, dir, &mut report);
     let checkpoint = Trees::open_to_read(&db, dir)
         .ok()
         .and_then(|t| t.meta.get(keys::CHECKPOINT_KEY).ok().flatten())
@@ -184,6 +185,28 @@ fn read_trees(db: &sled::Db, files: &block::Files, report: &mut Report) {
                 "tree {label}: {keys_read} blocks, {events} events, {bad_blocks} damaged"
             )),
             false => report.notes.push(format!("tree {label}: {keys_read} keys")),
+        }
+    }
+}
+
+/// Read the persons' and distinct ids' runs through ([`super::layered`]).
+fn read_runs(db: &sled::Db, dir: &Path, report: &mut Report) {
+    for name in [super::PERSONS_TREE, super::DISTINCT_IDS_TREE] {
+        let table = match super::layered::Layered::open(db, dir, name) {
+            Ok(table) => table,
+            Err(e) => {
+                report.problems.push(format!("table {name}: {e}"));
+                continue;
+            }
+        };
+        match table.verify() {
+            None => report
+                .notes
+                .push(format!("table {name}: no run yet (all in its tree)")),
+            Some(Ok(entries)) => report
+                .notes
+                .push(format!("table {name}: run of {entries} keys read through")),
+            Some(Err(e)) => report.problems.push(format!("table {name}: {e}")),
         }
     }
 }

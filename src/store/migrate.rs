@@ -18,13 +18,16 @@ use super::event::StoredEvent;
 use super::keys::NEXT_BLOCK_KEY;
 use super::{block, dedup, keys, Trees};
 
-/// The format this build writes: 4 keeps new event blocks in the block files with a
+/// The format this build writes: 5 keeps persons and distinct ids in sorted runs
+/// beside their trees ([`super::layered`]), which an older build would not read;
+/// 4 keeps new event blocks in the block files with a
 /// pointer in the tree ([`block::files`]); 3 had blocks in the tree, possibly of block
 /// version 2 (columns, [`block`]); 2 had only block version 1. Blocks in the tree are
-/// still read, so a format-2 or -3 database needs no change; 1 (one key per event) had
+/// still read, and trees without runs are a table's delta, so a format-2, -3 or -4
+/// database needs no change; 1 (one key per event) had
 /// no key. An older build would skip what it cannot read as damaged: it refuses a
 /// newer format instead.
-pub const FORMAT: u64 = 4;
+pub const FORMAT: u64 = 5;
 pub const FORMAT_KEY: &[u8] = b"format";
 /// The first format's trees.
 const OLD_EVENTS: &[u8] = b"events";

@@ -15,6 +15,7 @@ pub mod check;
 pub mod dedup;
 pub mod event;
 pub mod keys;
+pub mod layered;
 pub mod live;
 mod migrate;
 pub mod outbox;
@@ -33,6 +34,10 @@ pub const WAL_TREE: &str = "wal";
 /// Event blocks. The earlier format kept one key per event in `events` (with a uuid
 /// index in `event_ids`); a new name keeps the two apart during a migration.
 pub const EVENTS_TREE: &str = "event_blocks";
+
+/// The persons' and distinct ids' delta trees, and their runs' names.
+pub const PERSONS_TREE: &str = "persons";
+pub const DISTINCT_IDS_TREE: &str = "distinct_ids";
 
 /// PostHog's limit: five group types per project, indexes 0-4.
 pub const MAX_GROUP_TYPES: u8 = 5;
@@ -56,6 +61,9 @@ pub enum Error {
     /// The block files' directory could not be read.
     #[error("event block files: {0}")]
     Blocks(std::io::Error),
+    /// A layered table's run could not be read or written.
+    #[error("persons and distinct ids: {0}")]
+    Tables(std::io::Error),
     /// The database could not be brought to this build's format.
     #[error(transparent)]
     Migrate(#[from] migrate::Error),
@@ -111,10 +119,10 @@ pub struct Trees {
     pub blocks: block::Files,
     /// Arrival time, id -> the uuids a chunk stored: the [`dedup`] window, persisted.
     pub recent_ids: sled::Tree,
-    /// Project, person uuid -> [`crate::persons::Person`] (JSON).
-    pub persons: sled::Tree,
-    /// Project, distinct id -> person uuid.
-    pub distinct_ids: sled::Tree,
+    /// Project, person uuid -> [`crate::persons::Person`] (JSON), [`layered`].
+    pub persons: layered::Layered,
+    /// Project, distinct id -> person uuid, [`layered`].
+    pub distinct_ids: layered::Layered,
     /// Project, group type index, group key -> [`Group`] (JSON).
     pub groups: sled::Tree,
     /// Project, group type name <-> index.
@@ -151,6 +159,9 @@ impl Trees {
         migrate::run(db, &trees, purpose)?;
         if purpose == migrate::Purpose::Write {
             trees.blocks.trim(&trees.events)?;
+            for table in [&trees.persons, &trees.distinct_ids] {
+                table.remove_strays().map_err(Error::Tables)?;
+            }
         }
         rollup::backfill::prepare(&trees)?;
         Ok(trees)
@@ -164,8 +175,8 @@ impl Trees {
             overflow: db.open_tree("lane_overflow")?,
             events: db.open_tree(EVENTS_TREE)?,
             recent_ids: db.open_tree("recent_ids")?,
-            persons: db.open_tree("persons")?,
-            distinct_ids: db.open_tree("distinct_ids")?,
+            persons: layered::Layered::open(db, dir, PERSONS_TREE)?,
+            distinct_ids: layered::Layered::open(db, dir, DISTINCT_IDS_TREE)?,
             groups: db.open_tree("groups")?,
             group_types: db.open_tree("group_types")?,
             meta: db.open_tree("meta")?,

@@ -134,7 +134,7 @@ pub struct Events {
     bounds: Bounds,
     loaded: Vec<Option<Loaded>>,
     heap: BinaryHeap<Next>,
-    distinct_ids: sled::Tree,
+    distinct_ids: super::layered::Layered,
     project: u64,
 }
 

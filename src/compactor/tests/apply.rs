@@ -51,11 +51,19 @@ fn in_chunk<T>(
     t: &Trees,
     apply: impl Fn(&Tx<'_>, &mut Cache) -> sled::transaction::ConflictableTransactionResult<T, ()>,
 ) -> T {
-    (&t.persons, &t.distinct_ids, &t.groups, &t.group_types)
+    let (person_run, id_run) = (t.persons.run(), t.distinct_ids.run());
+    (
+        t.persons.delta(),
+        t.distinct_ids.delta(),
+        &t.groups,
+        &t.group_types,
+    )
         .transaction(|(persons, distinct_ids, groups, group_types)| {
             let tx = Tx {
                 persons,
                 distinct_ids,
+                person_run: person_run.as_deref(),
+                id_run: id_run.as_deref(),
                 groups,
                 group_types,
             };

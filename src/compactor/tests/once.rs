@@ -88,7 +88,7 @@ fn a_failure_at_any_point_of_a_chunk_applies_nothing_and_a_retry_applies_all_onc
     fail_at_every_record(&records, Source::Log, |f, fail_at| {
         // Nothing of the failed chunk is visible, and the log still holds all of it.
         assert!(f.trees.events.is_empty(), "fail at {fail_at}");
-        assert!(f.trees.persons.is_empty() && f.trees.groups.is_empty());
+        assert!(f.trees.persons.is_empty().unwrap() && f.trees.groups.is_empty());
         assert_eq!(f.log.shared().depth(), records.len().div_ceil(3) as u64);
     });
 }
@@ -108,7 +108,7 @@ fn a_failure_in_a_lane_transaction_applies_nothing_of_it() {
         // The move to the lane committed; nothing of the lane's chunk did.
         assert!(f.log_empty());
         assert_eq!(f.trees.historical.len(), records.len());
-        assert!(f.trees.events.is_empty() && f.trees.persons.is_empty());
+        assert!(f.trees.events.is_empty() && f.trees.persons.is_empty().unwrap());
     });
 }
 

@@ -19,6 +19,7 @@ fn store(trees: &Trees, project: u64, distinct_id: &str, id: Uuid, properties: V
     };
     trees
         .persons
+        .delta()
         .insert(
             super::super::keys::with_uuid(project, id),
             serde_json::to_vec(&person).unwrap(),
@@ -26,6 +27,7 @@ fn store(trees: &Trees, project: u64, distinct_id: &str, id: Uuid, properties: V
         .unwrap();
     trees
         .distinct_ids
+        .delta()
         .insert(
             super::super::keys::with_str(project, distinct_id),
             &id.as_bytes()[..],

@@ -1,0 +1,91 @@
+//! When the compactor folds the persons' and distinct ids' deltas into their runs
+//! ([`crate::store::layered`]): after a step once a delta has grown past its share of
+//! the run, once the compactor has been idle for a while with changes not yet folded,
+//! and at a clean stop. Folds run on the compactor's thread between chunks, the only
+//! time nothing writes the deltas. A failed fold (a full disk) is logged, changes
+//! nothing, and is tried again after [`RETRY_AFTER`].
+
+use std::time::{Duration, Instant};
+
+use super::Compactor;
+use crate::store::layered::Layered;
+
+/// Idle this long before changes not yet folded are folded...
+const IDLE_BEFORE_FOLD: Duration = Duration::from_secs(10);
+/// ... and no sooner than this after the last fold, so a trickle of events does not
+/// rewrite a large run again and again.
+const IDLE_FOLD_SPACING: Duration = Duration::from_secs(60);
+/// After a failed fold.
+const RETRY_AFTER: Duration = Duration::from_secs(30);
+
+/// Why a fold is considered.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Moment {
+    /// A step applied records.
+    Busy,
+    /// A step found nothing to do.
+    Idle,
+    /// The compactor is stopping.
+    Stop,
+}
+
+#[derive(Default)]
+pub struct Schedule {
+    /// Since when steps have found nothing to do.
+    idle_since: Option<Instant>,
+    last_fold: Option<Instant>,
+    retry_at: Option<Instant>,
+}
+
+impl Compactor {
+    /// Fold whichever table is due at `moment` (see the module docs).
+    pub(super) fn fold_tables(&mut self, moment: Moment) {
+        let now = Instant::now();
+        let s = &mut self.folds;
+        match moment {
+            Moment::Busy => s.idle_since = None,
+            Moment::Idle => {
+                s.idle_since.get_or_insert(now);
+            }
+            Moment::Stop => {}
+        }
+        if moment != Moment::Stop && s.retry_at.is_some_and(|t| now < t) {
+            return;
+        }
+        let idle_enough = s.idle_since.is_some_and(|t| now - t >= IDLE_BEFORE_FOLD)
+            && s.last_fold.is_none_or(|t| now - t >= IDLE_FOLD_SPACING);
+        for table in [self.trees.persons.clone(), self.trees.distinct_ids.clone()] {
+            let due = match moment {
+                Moment::Busy => table.should_fold(),
+                Moment::Idle => table.should_fold() || (idle_enough && table.pending() > 0),
+                Moment::Stop => table.pending() > 0,
+            };
+            if due {
+                self.fold(&table, moment);
+            }
+        }
+    }
+
+    fn fold(&mut self, table: &Layered, moment: Moment) {
+        let s = &mut self.folds;
+        s.last_fold = Some(Instant::now());
+        match table.fold() {
+            Ok(f) => {
+                s.retry_at = None;
+                tracing::info!(
+                    table = table.name(),
+                    entries = f.entries,
+                    taken = f.taken,
+                    bytes = f.file_bytes,
+                    took_ms = f.took.as_millis() as u64,
+                    at = ?moment,
+                    "folded recent changes into the table's run"
+                );
+            }
+            Err(e) => {
+                s.retry_at = Some(Instant::now() + RETRY_AFTER);
+                tracing::warn!(table = table.name(), error = %e, "cannot fold recent changes into the table's run; they stay where they are and are read from there, and the fold is tried again");
+            }
+        }
+    }
+}

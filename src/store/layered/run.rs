@@ -1,0 +1,523 @@
+//! A sorted run: an immutable file of keys and their values in key order, written once
+//! by a fold ([`super::Layered::fold`]) and read in place.
+//!
+//! ```text
+//! "flagpost-run 1\n\0"                       16 bytes
+//! blocks     LZ4 (lz4_flex's block format) of about 16 KiB of entries:
+//!            per entry: key_len u32 LE, value_len u32 LE, key, value
+//! index      entries u64, raw bytes u64, blocks u32,
+//!            per block: offset u64, stored u32, raw u32, crc32 u32, first_key_len u32, first key
+//!            filter: probes u32, words u32, words (u64 LE)
+//! footer     index offset u64, index length u64, crc32 of the index u32, "FPRE"
+//! ```
+//!
+//! Opening reads the footer and the index (one first key a block, and a Bloom filter
+//! of about ten bits a key, so a key that is not in the run is almost never read for);
+//! a lookup reads and decompresses one block. A block that cannot be read (its bytes
+//! fail their CRC, or the read fails) is logged once, naming the file and the block, and
+//! its keys read as absent; the other blocks still read. [`Run::verify`] (`flagpost
+//! check`) reports it as an error, and the fold that replaces the run keeps the
+//! damaged file aside ([`Run::damage_seen`]).
+
+use std::fs::File;
+use std::io::{self, BufWriter, Write};
+use std::ops::Bound;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use twox_hash::XxHash64;
+
+const MAGIC: &[u8; 16] = b"flagpost-run 1\n\0";
+const FOOTER_MAGIC: &[u8; 4] = b"FPRE";
+const FOOTER_LEN: u64 = 8 + 8 + 4 + 4;
+/// A block is cut once its entries reach this many bytes.
+const BLOCK_BYTES: usize = 16 * 1024;
+/// No index is larger: a footer claiming more is damaged.
+const MAX_INDEX_BYTES: u64 = 1 << 32;
+/// Bits of the filter a key; seven probes suit ten (about 1 % false positives).
+const FILTER_BITS_PER_KEY: u64 = 10;
+const FILTER_PROBES: u32 = 7;
+
+/// One entry: a key and its value.
+pub type Entry = (Vec<u8>, Vec<u8>);
+
+#[derive(Debug)]
+struct BlockInfo {
+    offset: u64,
+    stored: u32,
+    raw: u32,
+    crc: u32,
+    first_key: Box<[u8]>,
+}
+
+/// An open run.
+#[derive(Debug)]
+pub struct Run {
+    path: PathBuf,
+    file: File,
+    blocks: Vec<BlockInfo>,
+    filter: Filter,
+    entries: u64,
+    raw_bytes: u64,
+    file_bytes: u64,
+    /// Blocks found damaged, each logged once.
+    reported: Vec<AtomicBool>,
+}
+
+fn damaged(path: &Path, what: impl std::fmt::Display) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        format!("{} is damaged: {what}", path.display()),
+    )
+}
+
+/// Bytes from `at`, with a bounds check that names `what` when they are not there.
+fn take<'a>(bytes: &'a [u8], at: &mut usize, n: usize) -> Option<&'a [u8]> {
+    let end = at.checked_add(n)?;
+    let out = bytes.get(*at..end)?;
+    *at = end;
+    Some(out)
+}
+
+fn u32_at(bytes: &[u8], at: &mut usize) -> Option<u32> {
+    take(bytes, at, 4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+}
+
+fn u64_at(bytes: &[u8], at: &mut usize) -> Option<u64> {
+    take(bytes, at, 8).map(|b| {
+        let mut a = [0u8; 8];
+        a.copy_from_slice(b);
+        u64::from_le_bytes(a)
+    })
+}
+
+impl Run {
+    /// Open the run at `path`: its footer and index are read and checked.
+    pub fn open(path: &Path) -> io::Result<Run> {
+        let file = File::open(path)?;
+        let file_bytes = file.metadata()?.len();
+        let min = MAGIC.len() as u64 + FOOTER_LEN;
+        if file_bytes < min {
+            return Err(damaged(path, format!("{file_bytes} bytes is too short")));
+        }
+        let mut magic = [0u8; 16];
+        file.read_exact_at(&mut magic, 0)?;
+        if &magic != MAGIC {
+            return Err(damaged(path, "it does not start as a run"));
+        }
+        let mut footer = [0u8; FOOTER_LEN as usize];
+        file.read_exact_at(&mut footer, file_bytes - FOOTER_LEN)?;
+        let mut at = 0;
+        let (index_at, index_len, crc) = match (
+            u64_at(&footer, &mut at),
+            u64_at(&footer, &mut at),
+            u32_at(&footer, &mut at),
+        ) {
+            (Some(a), Some(b), Some(c)) => (a, b, c),
+            _ => return Err(damaged(path, "its footer is cut")),
+        };
+        if &footer[20..24] != FOOTER_MAGIC {
+            return Err(damaged(path, "its footer is not whole"));
+        }
+        let fits = index_at
+            .checked_add(index_len)
+            .is_some_and(|end| end == file_bytes - FOOTER_LEN);
+        if !fits || index_len > MAX_INDEX_BYTES || index_at < MAGIC.len() as u64 {
+            return Err(damaged(path, "its footer names an index outside the file"));
+        }
+        let mut index = vec![0u8; index_len as usize];
+        file.read_exact_at(&mut index, index_at)?;
+        if crc32fast::hash(&index) != crc {
+            return Err(damaged(path, "its index fails its CRC"));
+        }
+        let cut = || damaged(path, "its index is cut");
+        let mut at = 0;
+        let entries = u64_at(&index, &mut at).ok_or_else(cut)?;
+        let raw_bytes = u64_at(&index, &mut at).ok_or_else(cut)?;
+        let count = u32_at(&index, &mut at).ok_or_else(cut)?;
+        let mut blocks = Vec::with_capacity((count as usize).min(index.len() / 24));
+        for _ in 0..count {
+            let offset = u64_at(&index, &mut at).ok_or_else(cut)?;
+            let stored = u32_at(&index, &mut at).ok_or_else(cut)?;
+            let raw = u32_at(&index, &mut at).ok_or_else(cut)?;
+            let crc = u32_at(&index, &mut at).ok_or_else(cut)?;
+            let key_len = u32_at(&index, &mut at).ok_or_else(cut)?;
+            let first_key = take(&index, &mut at, key_len as usize).ok_or_else(cut)?;
+            if offset
+                .checked_add(u64::from(stored))
+                .is_none_or(|end| end > index_at)
+            {
+                return Err(damaged(path, "its index names a block outside the file"));
+            }
+            blocks.push(BlockInfo {
+                offset,
+                stored,
+                raw,
+                crc,
+                first_key: first_key.into(),
+            });
+        }
+        let probes = u32_at(&index, &mut at).ok_or_else(cut)?;
+        let words = u32_at(&index, &mut at).ok_or_else(cut)?;
+        let bits = take(&index, &mut at, words as usize * 8).ok_or_else(cut)?;
+        let filter = Filter {
+            probes,
+            words: bits
+                .chunks_exact(8)
+                .map(|w| {
+                    let mut a = [0u8; 8];
+                    a.copy_from_slice(w);
+                    u64::from_le_bytes(a)
+                })
+                .collect(),
+        };
+        Ok(Run {
+            path: path.to_path_buf(),
+            file,
+            reported: blocks.iter().map(|_| AtomicBool::new(false)).collect(),
+            blocks,
+            filter,
+            entries,
+            raw_bytes,
+            file_bytes,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Keys in the run.
+    pub fn entries(&self) -> u64 {
+        self.entries
+    }
+
+    /// Bytes of its keys and values, uncompressed.
+    pub fn raw_bytes(&self) -> u64 {
+        self.raw_bytes
+    }
+
+    /// The file's size.
+    pub fn file_bytes(&self) -> u64 {
+        self.file_bytes
+    }
+
+    pub fn block_count(&self) -> usize {
+        self.blocks.len()
+    }
+
+    /// The value of `key`, if the run holds it.
+    pub fn get(&self, key: &[u8]) -> io::Result<Option<Vec<u8>>> {
+        if !self.filter.may_hold(key) {
+            return Ok(None);
+        }
+        let i = self.blocks.partition_point(|b| &*b.first_key <= key);
+        if i == 0 {
+            return Ok(None);
+        }
+        let Some(raw) = self.readable_block(i - 1) else {
+            return Ok(None);
+        };
+        for entry in entries(&raw) {
+            let Some((k, v)) = entry else {
+                self.report(i - 1, &self.bad_block(i - 1, "its entries are cut"));
+                break;
+            };
+            match k.cmp(key) {
+                std::cmp::Ordering::Less => continue,
+                std::cmp::Ordering::Equal => return Ok(Some(v.to_vec())),
+                std::cmp::Ordering::Greater => break,
+            }
+        }
+        Ok(None)
+    }
+
+    /// Up to `limit` entries from `from` on (and below `to`), in key order.
+    pub fn scan(
+        &self,
+        from: Bound<&[u8]>,
+        to: Bound<&[u8]>,
+        limit: usize,
+    ) -> io::Result<Vec<Entry>> {
+        let mut out = Vec::new();
+        let first = match from {
+            Bound::Unbounded => 0,
+            Bound::Included(k) | Bound::Excluded(k) => {
+                self.blocks.partition_point(|b| &*b.first_key <= k).max(1) - 1
+            }
+        };
+        for i in first..self.blocks.len() {
+            let Some(raw) = self.readable_block(i) else {
+                continue;
+            };
+            for entry in entries(&raw) {
+                let Some((k, v)) = entry else {
+                    self.report(i, &self.bad_block(i, "its entries are cut"));
+                    break;
+                };
+                let after_start = match from {
+                    Bound::Unbounded => true,
+                    Bound::Included(f) => k >= f,
+                    Bound::Excluded(f) => k > f,
+                };
+                if !after_start {
+                    continue;
+                }
+                let before_end = match to {
+                    Bound::Unbounded => true,
+                    Bound::Included(t) => k <= t,
+                    Bound::Excluded(t) => k < t,
+                };
+                if !before_end || out.len() >= limit {
+                    return Ok(out);
+                }
+                out.push((k.to_vec(), v.to_vec()));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Read every block through: the entries read, or the first damage met.
+    pub fn verify(&self) -> io::Result<u64> {
+        let mut count = 0u64;
+        let mut last: Option<Vec<u8>> = None;
+        for i in 0..self.blocks.len() {
+            let raw = self.block(i)?;
+            for entry in entries(&raw) {
+                let (k, _) = entry.ok_or_else(|| self.bad_block(i, "its entries are cut"))?;
+                if last.as_deref().is_some_and(|l| l >= k) {
+                    return Err(self.bad_block(i, "its keys are out of order"));
+                }
+                last = Some(k.to_vec());
+                count += 1;
+            }
+        }
+        if count != self.entries {
+            return Err(damaged(
+                &self.path,
+                format!("{count} entries read, the index says {}", self.entries),
+            ));
+        }
+        Ok(count)
+    }
+
+    /// Whether a read met a damaged block.
+    pub fn damage_seen(&self) -> bool {
+        self.reported.iter().any(|r| r.load(Ordering::Relaxed))
+    }
+
+    /// Block `i`, or `None` (logged once) when it cannot be read.
+    fn readable_block(&self, i: usize) -> Option<Vec<u8>> {
+        match self.block(i) {
+            Ok(raw) => Some(raw),
+            Err(e) => {
+                self.report(i, &e);
+                None
+            }
+        }
+    }
+
+    fn report(&self, i: usize, e: &io::Error) {
+        if !self.reported[i].swap(true, Ordering::Relaxed) {
+            tracing::error!(error = %e, "a block of persons or distinct ids cannot be read; its keys read as absent (run `flagpost check`)");
+        }
+    }
+
+    fn bad_block(&self, i: usize, what: impl std::fmt::Display) -> io::Error {
+        damaged(&self.path, format_args!("block {i}: {what}"))
+    }
+
+    /// Block `i`'s entries, decompressed.
+    fn block(&self, i: usize) -> io::Result<Vec<u8>> {
+        let b = &self.blocks[i];
+        let mut stored = vec![0u8; b.stored as usize];
+        self.file.read_exact_at(&mut stored, b.offset)?;
+        if crc32fast::hash(&stored) != b.crc {
+            return Err(self.bad_block(i, "its bytes fail their CRC"));
+        }
+        lz4_flex::block::decompress(&stored, b.raw as usize)
+            .map_err(|e| self.bad_block(i, format_args!("it does not decompress: {e}")))
+    }
+}
+
+/// The entries of a decompressed block; `None` where they are cut.
+fn entries(raw: &[u8]) -> impl Iterator<Item = Option<(&[u8], &[u8])>> {
+    let mut at = 0;
+    let mut failed = false;
+    std::iter::from_fn(move || {
+        if failed || at >= raw.len() {
+            return None;
+        }
+        let entry = (|| {
+            let k = u32_at(raw, &mut at)? as usize;
+            let v = u32_at(raw, &mut at)? as usize;
+            let key = take(raw, &mut at, k)?;
+            let value = take(raw, &mut at, v)?;
+            Some((key, value))
+        })();
+        failed = entry.is_none();
+        Some(entry)
+    })
+}
+
+/// A Bloom filter over the run's keys (double hashing of one XXH64).
+#[derive(Debug)]
+struct Filter {
+    probes: u32,
+    words: Vec<u64>,
+}
+
+impl Filter {
+    fn hash(key: &[u8]) -> (u64, u64) {
+        let h = XxHash64::oneshot(0, key);
+        (h, h.rotate_left(32) | 1)
+    }
+
+    fn build(hashes: &[u64]) -> Filter {
+        let bits = (hashes.len() as u64 * FILTER_BITS_PER_KEY).max(64);
+        let mut words = vec![0u64; bits.div_ceil(64) as usize];
+        let bits = words.len() as u64 * 64;
+        for &h in hashes {
+            let (mut x, step) = (h, h.rotate_left(32) | 1);
+            for _ in 0..FILTER_PROBES {
+                let bit = x % bits;
+                words[(bit / 64) as usize] |= 1 << (bit % 64);
+                x = x.wrapping_add(step);
+            }
+        }
+        Filter {
+            probes: FILTER_PROBES,
+            words,
+        }
+    }
+
+    fn may_hold(&self, key: &[u8]) -> bool {
+        let bits = self.words.len() as u64 * 64;
+        if bits == 0 {
+            return true;
+        }
+        let (mut x, step) = Filter::hash(key);
+        for _ in 0..self.probes {
+            let bit = x % bits;
+            if self.words[(bit / 64) as usize] & (1 << (bit % 64)) == 0 {
+                return false;
+            }
+            x = x.wrapping_add(step);
+        }
+        true
+    }
+}
+
+/// Writes a run; keys must come in ascending order.
+pub struct Writer {
+    path: PathBuf,
+    out: BufWriter<File>,
+    written: u64,
+    block: Vec<u8>,
+    first_key: Option<Vec<u8>>,
+    last_key: Option<Vec<u8>>,
+    blocks: Vec<BlockInfo>,
+    hashes: Vec<u64>,
+    entries: u64,
+    raw_bytes: u64,
+}
+
+impl Writer {
+    /// A new run at `path` (replacing any file there).
+    pub fn create(path: &Path) -> io::Result<Writer> {
+        let mut out = BufWriter::with_capacity(256 * 1024, File::create(path)?);
+        out.write_all(MAGIC)?;
+        Ok(Writer {
+            path: path.to_path_buf(),
+            out,
+            written: MAGIC.len() as u64,
+            block: Vec::with_capacity(BLOCK_BYTES * 2),
+            first_key: None,
+            last_key: None,
+            blocks: Vec::new(),
+            hashes: Vec::new(),
+            entries: 0,
+            raw_bytes: 0,
+        })
+    }
+
+    pub fn push(&mut self, key: &[u8], value: &[u8]) -> io::Result<()> {
+        if self.last_key.as_deref().is_some_and(|l| l >= key) {
+            return Err(io::Error::other(format!(
+                "{}: keys out of order",
+                self.path.display()
+            )));
+        }
+        let too_long = || io::Error::other("a key or value of 4 GiB or more");
+        let k = u32::try_from(key.len()).map_err(|_| too_long())?;
+        let v = u32::try_from(value.len()).map_err(|_| too_long())?;
+        if self.first_key.is_none() {
+            self.first_key = Some(key.to_vec());
+        }
+        self.block.extend_from_slice(&k.to_le_bytes());
+        self.block.extend_from_slice(&v.to_le_bytes());
+        self.block.extend_from_slice(key);
+        self.block.extend_from_slice(value);
+        self.hashes.push(Filter::hash(key).0);
+        self.entries += 1;
+        self.raw_bytes += (key.len() + value.len()) as u64;
+        self.last_key = Some(key.to_vec());
+        if self.block.len() >= BLOCK_BYTES {
+            self.cut()?;
+        }
+        Ok(())
+    }
+
+    fn cut(&mut self) -> io::Result<()> {
+        let Some(first_key) = self.first_key.take() else {
+            return Ok(());
+        };
+        let stored = lz4_flex::block::compress(&self.block);
+        let len = |n: usize| u32::try_from(n).map_err(io::Error::other);
+        self.blocks.push(BlockInfo {
+            offset: self.written,
+            stored: len(stored.len())?,
+            raw: len(self.block.len())?,
+            crc: crc32fast::hash(&stored),
+            first_key: first_key.into(),
+        });
+        self.out.write_all(&stored)?;
+        self.written += stored.len() as u64;
+        self.block.clear();
+        Ok(())
+    }
+
+    /// Write the index and footer and sync the file: what was pushed, on disk.
+    pub fn finish(mut self) -> io::Result<()> {
+        self.cut()?;
+        let mut index = Vec::new();
+        index.extend_from_slice(&self.entries.to_le_bytes());
+        index.extend_from_slice(&self.raw_bytes.to_le_bytes());
+        let count = u32::try_from(self.blocks.len()).map_err(io::Error::other)?;
+        index.extend_from_slice(&count.to_le_bytes());
+        for b in &self.blocks {
+            index.extend_from_slice(&b.offset.to_le_bytes());
+            index.extend_from_slice(&b.stored.to_le_bytes());
+            index.extend_from_slice(&b.raw.to_le_bytes());
+            index.extend_from_slice(&b.crc.to_le_bytes());
+            let key_len = u32::try_from(b.first_key.len()).map_err(io::Error::other)?;
+            index.extend_from_slice(&key_len.to_le_bytes());
+            index.extend_from_slice(&b.first_key);
+        }
+        let filter = Filter::build(&self.hashes);
+        index.extend_from_slice(&filter.probes.to_le_bytes());
+        let words = u32::try_from(filter.words.len()).map_err(io::Error::other)?;
+        index.extend_from_slice(&words.to_le_bytes());
+        for w in &filter.words {
+            index.extend_from_slice(&w.to_le_bytes());
+        }
+        self.out.write_all(&index)?;
+        self.out.write_all(&self.written.to_le_bytes())?;
+        self.out.write_all(&(index.len() as u64).to_le_bytes())?;
+        self.out.write_all(&crc32fast::hash(&index).to_le_bytes())?;
+        self.out.write_all(FOOTER_MAGIC)?;
+        let file = self.out.into_inner().map_err(|e| e.into_error())?;
+        file.sync_all()
+    }
+}

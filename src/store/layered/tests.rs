@@ -1,0 +1,309 @@
+use std::collections::BTreeMap;
+use std::ops::Bound;
+
+use super::run::{Run, Writer};
+use super::*;
+
+fn key(i: u32) -> Vec<u8> {
+    format!("k{i:08}").into_bytes()
+}
+
+/// A value of a few hundred bytes that compresses like a person's JSON.
+fn value(i: u32, version: u32) -> Vec<u8> {
+    format!(
+        r#"{{"id":"{i}","version":{version},"properties":{{"email":"user{i}@example.com","$initial_browser":"Chrome","n":{}}}}}"#,
+        i.wrapping_mul(2654435761)
+    )
+    .into_bytes()
+}
+
+fn write_run(path: &Path, entries: &BTreeMap<Vec<u8>, Vec<u8>>) {
+    let mut w = Writer::create(path).unwrap();
+    for (k, v) in entries {
+        w.push(k, v).unwrap();
+    }
+    w.finish().unwrap();
+}
+
+#[test]
+fn a_run_reads_back_what_was_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("r.run");
+    let entries: BTreeMap<_, _> = (0..5_000).map(|i| (key(i * 2), value(i, 1))).collect();
+    write_run(&path, &entries);
+    let run = Run::open(&path).unwrap();
+    assert_eq!(run.entries(), 5_000);
+    assert!(run.block_count() > 10, "{} blocks", run.block_count());
+    // Compressed: well under the raw bytes.
+    assert!(run.file_bytes() < run.raw_bytes() * 2 / 3);
+    for (k, v) in &entries {
+        assert_eq!(run.get(k).unwrap().as_ref(), Some(v));
+    }
+    // Absent keys: between, before and after every key.
+    for i in 0..5_000 {
+        assert_eq!(run.get(&key(i * 2 + 1)).unwrap(), None);
+    }
+    assert_eq!(run.get(b"a").unwrap(), None);
+    assert_eq!(run.get(b"z").unwrap(), None);
+    assert_eq!(run.verify().unwrap(), 5_000);
+
+    let from = key(100);
+    let to = key(120);
+    let got = run
+        .scan(Bound::Excluded(&from), Bound::Included(&to), 100)
+        .unwrap();
+    let want: Vec<_> = entries
+        .range((Bound::Excluded(from.clone()), Bound::Included(to.clone())))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    assert_eq!(got, want);
+    assert_eq!(got.len(), 10);
+    let limited = run.scan(Bound::Unbounded, Bound::Unbounded, 7).unwrap();
+    assert_eq!(limited.len(), 7);
+    assert_eq!(limited[0].0, key(0));
+}
+
+#[test]
+fn keys_out_of_order_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = Writer::create(&dir.path().join("r.run")).unwrap();
+    w.push(b"b", b"1").unwrap();
+    assert!(w.push(b"a", b"2").is_err());
+    assert!(w.push(b"b", b"2").is_err());
+}
+
+#[test]
+fn a_damaged_block_reads_as_absent_and_the_others_still_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("r.run");
+    let entries: BTreeMap<_, _> = (0..3_000).map(|i| (key(i), value(i, 1))).collect();
+    write_run(&path, &entries);
+    // Flip a byte early in the file: inside the first block.
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[40] ^= 0xFF;
+    std::fs::write(&path, &bytes).unwrap();
+    let run = Run::open(&path).unwrap();
+    assert!(!run.damage_seen());
+    assert_eq!(run.get(&key(0)).unwrap(), None);
+    assert!(run.damage_seen());
+    assert_eq!(run.get(&key(2_999)).unwrap(), Some(value(2_999, 1)));
+    let all = run
+        .scan(Bound::Unbounded, Bound::Unbounded, 10_000)
+        .unwrap();
+    assert!(all.len() > 2_500 && all.len() < 3_000, "{}", all.len());
+    let err = run.verify().unwrap_err().to_string();
+    assert!(err.contains("r.run is damaged: block 0"), "{err}");
+}
+
+#[test]
+fn a_cut_or_foreign_file_is_refused_at_open_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("r.run");
+    let entries: BTreeMap<_, _> = (0..100).map(|i| (key(i), value(i, 1))).collect();
+    write_run(&path, &entries);
+    let bytes = std::fs::read(&path).unwrap();
+    let cut = dir.path().join("cut.run");
+    std::fs::write(&cut, &bytes[..bytes.len() - 3]).unwrap();
+    let err = Run::open(&cut).unwrap_err().to_string();
+    assert!(err.contains("cut.run is damaged"), "{err}");
+    let mut index_hit = bytes.clone();
+    let at = index_hit.len() - 30;
+    index_hit[at] ^= 1;
+    std::fs::write(&cut, &index_hit).unwrap();
+    let err = Run::open(&cut).unwrap_err().to_string();
+    assert!(err.contains("damaged"), "{err}");
+    std::fs::write(&cut, b"not a run at all, just some text of some length").unwrap();
+    let err = Run::open(&cut).unwrap_err().to_string();
+    assert!(err.contains("does not start as a run"), "{err}");
+}
+
+struct Fixture {
+    dir: tempfile::TempDir,
+    db: sled::Db,
+    table: Layered,
+}
+
+fn fixture() -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let db = sled::open(dir.path().join("db")).unwrap();
+    let table = Layered::open(&db, dir.path(), "persons").unwrap();
+    Fixture { dir, db, table }
+}
+
+fn all(table: &Layered) -> Vec<(Vec<u8>, Vec<u8>)> {
+    table
+        .iter()
+        .map(|kv| {
+            let (k, v) = kv.unwrap();
+            (k.to_vec(), v.to_vec())
+        })
+        .collect()
+}
+
+#[test]
+fn reads_see_the_delta_over_the_run_before_and_after_folds() {
+    let f = fixture();
+    let t = &f.table;
+    let mut model = BTreeMap::new();
+    for i in 0..3_000 {
+        t.delta().insert(key(i), value(i, 1)).unwrap();
+        model.insert(key(i), value(i, 1));
+    }
+    t.note_written(3_000 * 200);
+    assert!(t.should_fold());
+    let folded = t.fold().unwrap();
+    assert_eq!((folded.entries, folded.taken), (3_000, 3_000));
+    assert!(t.delta().is_empty());
+    assert_eq!(t.pending(), 0);
+    assert!(!t.should_fold());
+    assert_eq!(all(t), model.clone().into_iter().collect::<Vec<_>>());
+
+    // Changes over the run: new values, removals (tombstones), new keys, a key that
+    // is removed without ever being in the run.
+    for i in (0..3_000).step_by(3) {
+        t.delta().insert(key(i), value(i, 2)).unwrap();
+        model.insert(key(i), value(i, 2));
+    }
+    for i in (1..3_000).step_by(7) {
+        t.delta().insert(key(i), TOMBSTONE).unwrap();
+        model.remove(&key(i));
+    }
+    for i in 3_000..3_500 {
+        t.delta().insert(key(i), value(i, 1)).unwrap();
+        model.insert(key(i), value(i, 1));
+    }
+    t.delta().insert(key(9_999), TOMBSTONE).unwrap();
+    let check = |t: &Layered, model: &BTreeMap<Vec<u8>, Vec<u8>>| {
+        for i in 0..3_600 {
+            assert_eq!(
+                t.get(key(i)).unwrap().map(|v| v.to_vec()),
+                model.get(&key(i)).cloned(),
+                "key {i}"
+            );
+        }
+        assert_eq!(t.get(key(9_999)).unwrap(), None);
+        assert_eq!(all(t), model.clone().into_iter().collect::<Vec<_>>());
+        // A prefix and a range cut in the middle of pages.
+        let prefix: Vec<_> = t
+            .scan_prefix(b"k0000012")
+            .map(|kv| kv.unwrap().0.to_vec())
+            .collect();
+        let want: Vec<_> = model
+            .keys()
+            .filter(|k| k.starts_with(b"k0000012"))
+            .cloned()
+            .collect();
+        assert_eq!(prefix, want);
+        let from = key(1_234);
+        let got: Vec<_> = t
+            .range((Bound::Excluded(from.clone()), Bound::Unbounded))
+            .map(|kv| kv.unwrap().0.to_vec())
+            .collect();
+        let want: Vec<_> = model
+            .range((Bound::Excluded(from), Bound::Unbounded))
+            .map(|(k, _)| k.clone())
+            .collect();
+        assert_eq!(got, want);
+    };
+    check(t, &model);
+    t.fold().unwrap();
+    assert!(t.delta().is_empty(), "the delta is emptied by the fold");
+    check(t, &model);
+
+    // Reopened: the newest run is the table's.
+    let reopened = Layered::open(&f.db, f.dir.path(), "persons").unwrap();
+    check(&reopened, &model);
+    assert_eq!(reopened.pending(), 0);
+    let runs = std::fs::read_dir(f.dir.path().join(DIR_NAME))
+        .unwrap()
+        .count();
+    assert_eq!(runs, 1, "the replaced runs are removed");
+}
+
+#[test]
+fn a_crash_before_the_rename_leaves_a_stray_that_is_removed() {
+    let f = fixture();
+    let t = &f.table;
+    t.delta().insert(key(1), value(1, 1)).unwrap();
+    t.fold().unwrap();
+    let dir = f.dir.path().join(DIR_NAME);
+    // What a crash leaves: a run being made, and an older run not yet removed.
+    std::fs::write(dir.join("persons.0000000002.run.new"), b"half").unwrap();
+    std::fs::copy(
+        dir.join("persons.0000000001.run"),
+        dir.join("persons.0000000000.run"),
+    )
+    .unwrap();
+    std::fs::write(dir.join("distinct_ids.0000000009.run"), b"another table's").unwrap();
+    let reopened = Layered::open(&f.db, f.dir.path(), "persons").unwrap();
+    assert_eq!(reopened.get(key(1)).unwrap().unwrap().to_vec(), value(1, 1));
+    reopened.remove_strays().unwrap();
+    let mut left: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    left.sort();
+    assert_eq!(
+        left,
+        ["distinct_ids.0000000009.run", "persons.0000000001.run"]
+    );
+}
+
+#[test]
+fn a_failed_fold_leaves_the_table_as_it_was() {
+    let f = fixture();
+    let t = &f.table;
+    for i in 0..100 {
+        t.delta().insert(key(i), value(i, 1)).unwrap();
+    }
+    t.fold().unwrap();
+    t.delta().insert(key(5), value(5, 2)).unwrap();
+    t.note_written(100);
+    // The runs' directory cannot take a new file: a file stands where it should be.
+    let dir = f.dir.path().join(DIR_NAME);
+    let moved = f.dir.path().join("moved");
+    std::fs::rename(&dir, &moved).unwrap();
+    std::fs::write(&dir, b"in the way").unwrap();
+    assert!(t.fold().is_err());
+    assert_eq!(t.pending(), 100);
+    assert_eq!(t.get(key(5)).unwrap().unwrap().to_vec(), value(5, 2));
+    assert_eq!(t.get(key(6)).unwrap().unwrap().to_vec(), value(6, 1));
+    std::fs::remove_file(&dir).unwrap();
+    std::fs::rename(&moved, &dir).unwrap();
+    t.fold().unwrap();
+    assert_eq!(t.get(key(5)).unwrap().unwrap().to_vec(), value(5, 2));
+    assert!(t.delta().is_empty());
+}
+
+#[test]
+fn a_fold_over_a_damaged_run_keeps_it_aside() {
+    let f = fixture();
+    let t = &f.table;
+    for i in 0..3_000 {
+        t.delta().insert(key(i), value(i, 1)).unwrap();
+    }
+    t.fold().unwrap();
+    let path = f.dir.path().join(DIR_NAME).join("persons.0000000001.run");
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[40] ^= 0xFF;
+    std::fs::write(&path, &bytes).unwrap();
+    let t = Layered::open(&f.db, f.dir.path(), "persons").unwrap();
+    assert_eq!(t.get(key(0)).unwrap(), None);
+    assert!(t.verify().unwrap().is_err());
+    t.delta().insert(key(0), value(0, 2)).unwrap();
+    t.fold().unwrap();
+    assert_eq!(t.get(key(0)).unwrap().unwrap().to_vec(), value(0, 2));
+    assert_eq!(
+        t.get(key(2_999)).unwrap().unwrap().to_vec(),
+        value(2_999, 1)
+    );
+    assert!(path.with_extension("run.damaged").exists());
+    assert!(t.verify().unwrap().is_ok());
+}
+
+#[test]
+fn successor_bounds_a_prefix() {
+    assert_eq!(successor(b"ab"), Some(b"ac".to_vec()));
+    assert_eq!(successor(b"a\xff"), Some(b"b".to_vec()));
+    assert_eq!(successor(b"\xff\xff"), None);
+}
