@@ -104,7 +104,7 @@ fn stored(db_dir: &Path, req: &Request) -> Result<Stored, EvalError> {
             "{shown} is not a flagpost database"
         )));
     }
-    let db = sled::Config::new().path(db_dir).open().map_err(|e| {
+    let db = crate::store::check::open(db_dir, crate::config::DEFAULT_CACHE_BYTES).map_err(|e| {
         EvalError::Database(format!(
             "cannot open the database {}: {e} (is a server still running on it? stop it, or leave out --db)",
             db_dir.display()

@@ -252,11 +252,12 @@ pub fn export(
             db_dir.display()
         )));
     }
-    let db = sled::Config::new().path(db_dir).open().map_err(|e| {
-        ExportError::Open(format!(
-            "{e} (is a server still running on it? stop it first)"
-        ))
-    })?;
+    let db =
+        crate::store::check::open(db_dir, crate::config::DEFAULT_CACHE_BYTES).map_err(|e| {
+            ExportError::Open(format!(
+                "{e} (is a server still running on it? stop it first)"
+            ))
+        })?;
     let trees = Trees::open_to_read(&db, db_dir).map_err(|e| ExportError::Open(e.to_string()))?;
     let mut total = 0u64;
     let mut projects = Vec::new();

@@ -155,7 +155,7 @@ fn insights_equal_exact_counts_and_an_old_database_is_backfilled() {
 
     // As an older version left it: no rollups tree, no rollups version.
     {
-        let db = sled::open(tmp.path().join("db")).unwrap();
+        let db = flagpost::store::check::open(&tmp.path().join("db"), 1 << 24).unwrap();
         assert!(db.drop_tree("rollups").unwrap());
         let meta = db.open_tree("meta").unwrap();
         assert!(meta.remove("rollups.version").unwrap().is_some());

@@ -63,7 +63,7 @@ fn a_stopped_database_comes_back_whole() {
 
     let restored = root.path().join("restored");
     assert_eq!(restore::restore(&dest, &restored).unwrap(), manifest);
-    let db = sled::open(&restored).unwrap();
+    let db = crate::store::check::open(&restored, 1 << 24).unwrap();
     let meta = db.open_tree("meta").unwrap();
     let checkpoint = meta.get(keys::CHECKPOINT_KEY).unwrap();
     assert_eq!(checkpoint.as_deref(), Some(&39u64.to_be_bytes()[..]));

@@ -20,7 +20,7 @@
 //! damaged file aside ([`Run::damage_seen`]).
 
 use std::fs::File;
-use std::io::{self, BufWriter, Write};
+use std::io;
 use std::ops::Bound;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -28,11 +28,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use twox_hash::XxHash64;
 
-const MAGIC: &[u8; 16] = b"flagpost-run 1\n\0";
-const FOOTER_MAGIC: &[u8; 4] = b"FPRE";
+pub(super) const MAGIC: &[u8; 16] = b"flagpost-run 1\n\0";
+pub(super) const FOOTER_MAGIC: &[u8; 4] = b"FPRE";
 const FOOTER_LEN: u64 = 8 + 8 + 4 + 4;
 /// A block is cut once its entries reach this many bytes.
-const BLOCK_BYTES: usize = 16 * 1024;
+pub(super) const BLOCK_BYTES: usize = 16 * 1024;
 /// No index is larger: a footer claiming more is damaged.
 const MAX_INDEX_BYTES: u64 = 1 << 32;
 /// Bits of the filter a key; seven probes suit ten (about 1 % false positives).
@@ -43,12 +43,12 @@ const FILTER_PROBES: u32 = 7;
 pub type Entry = (Vec<u8>, Vec<u8>);
 
 #[derive(Debug)]
-struct BlockInfo {
-    offset: u64,
-    stored: u32,
-    raw: u32,
-    crc: u32,
-    first_key: Box<[u8]>,
+pub(super) struct BlockInfo {
+    pub(super) offset: u64,
+    pub(super) stored: u32,
+    pub(super) raw: u32,
+    pub(super) crc: u32,
+    pub(super) first_key: Box<[u8]>,
 }
 
 /// An open run.
@@ -363,18 +363,18 @@ fn entries(raw: &[u8]) -> impl Iterator<Item = Option<(&[u8], &[u8])>> {
 
 /// A Bloom filter over the run's keys (double hashing of one XXH64).
 #[derive(Debug)]
-struct Filter {
-    probes: u32,
-    words: Vec<u64>,
+pub(super) struct Filter {
+    pub(super) probes: u32,
+    pub(super) words: Vec<u64>,
 }
 
 impl Filter {
-    fn hash(key: &[u8]) -> (u64, u64) {
+    pub(super) fn hash(key: &[u8]) -> (u64, u64) {
         let h = XxHash64::oneshot(0, key);
         (h, h.rotate_left(32) | 1)
     }
 
-    fn build(hashes: &[u64]) -> Filter {
+    pub(super) fn build(hashes: &[u64]) -> Filter {
         let bits = (hashes.len() as u64 * FILTER_BITS_PER_KEY).max(64);
         let mut words = vec![0u64; bits.div_ceil(64) as usize];
         let bits = words.len() as u64 * 64;
@@ -409,115 +409,6 @@ impl Filter {
     }
 }
 
-/// Writes a run; keys must come in ascending order.
-pub struct Writer {
-    path: PathBuf,
-    out: BufWriter<File>,
-    written: u64,
-    block: Vec<u8>,
-    first_key: Option<Vec<u8>>,
-    last_key: Option<Vec<u8>>,
-    blocks: Vec<BlockInfo>,
-    hashes: Vec<u64>,
-    entries: u64,
-    raw_bytes: u64,
-}
-
-impl Writer {
-    /// A new run at `path` (replacing any file there).
-    pub fn create(path: &Path) -> io::Result<Writer> {
-        let mut out = BufWriter::with_capacity(256 * 1024, File::create(path)?);
-        out.write_all(MAGIC)?;
-        Ok(Writer {
-            path: path.to_path_buf(),
-            out,
-            written: MAGIC.len() as u64,
-            block: Vec::with_capacity(BLOCK_BYTES * 2),
-            first_key: None,
-            last_key: None,
-            blocks: Vec::new(),
-            hashes: Vec::new(),
-            entries: 0,
-            raw_bytes: 0,
-        })
-    }
-
-    pub fn push(&mut self, key: &[u8], value: &[u8]) -> io::Result<()> {
-        if self.last_key.as_deref().is_some_and(|l| l >= key) {
-            return Err(io::Error::other(format!(
-                "{}: keys out of order",
-                self.path.display()
-            )));
-        }
-        let too_long = || io::Error::other("a key or value of 4 GiB or more");
-        let k = u32::try_from(key.len()).map_err(|_| too_long())?;
-        let v = u32::try_from(value.len()).map_err(|_| too_long())?;
-        if self.first_key.is_none() {
-            self.first_key = Some(key.to_vec());
-        }
-        self.block.extend_from_slice(&k.to_le_bytes());
-        self.block.extend_from_slice(&v.to_le_bytes());
-        self.block.extend_from_slice(key);
-        self.block.extend_from_slice(value);
-        self.hashes.push(Filter::hash(key).0);
-        self.entries += 1;
-        self.raw_bytes += (key.len() + value.len()) as u64;
-        self.last_key = Some(key.to_vec());
-        if self.block.len() >= BLOCK_BYTES {
-            self.cut()?;
-        }
-        Ok(())
-    }
-
-    fn cut(&mut self) -> io::Result<()> {
-        let Some(first_key) = self.first_key.take() else {
-            return Ok(());
-        };
-        let stored = lz4_flex::block::compress(&self.block);
-        let len = |n: usize| u32::try_from(n).map_err(io::Error::other);
-        self.blocks.push(BlockInfo {
-            offset: self.written,
-            stored: len(stored.len())?,
-            raw: len(self.block.len())?,
-            crc: crc32fast::hash(&stored),
-            first_key: first_key.into(),
-        });
-        self.out.write_all(&stored)?;
-        self.written += stored.len() as u64;
-        self.block.clear();
-        Ok(())
-    }
-
-    /// Write the index and footer and sync the file: what was pushed, on disk.
-    pub fn finish(mut self) -> io::Result<()> {
-        self.cut()?;
-        let mut index = Vec::new();
-        index.extend_from_slice(&self.entries.to_le_bytes());
-        index.extend_from_slice(&self.raw_bytes.to_le_bytes());
-        let count = u32::try_from(self.blocks.len()).map_err(io::Error::other)?;
-        index.extend_from_slice(&count.to_le_bytes());
-        for b in &self.blocks {
-            index.extend_from_slice(&b.offset.to_le_bytes());
-            index.extend_from_slice(&b.stored.to_le_bytes());
-            index.extend_from_slice(&b.raw.to_le_bytes());
-            index.extend_from_slice(&b.crc.to_le_bytes());
-            let key_len = u32::try_from(b.first_key.len()).map_err(io::Error::other)?;
-            index.extend_from_slice(&key_len.to_le_bytes());
-            index.extend_from_slice(&b.first_key);
-        }
-        let filter = Filter::build(&self.hashes);
-        index.extend_from_slice(&filter.probes.to_le_bytes());
-        let words = u32::try_from(filter.words.len()).map_err(io::Error::other)?;
-        index.extend_from_slice(&words.to_le_bytes());
-        for w in &filter.words {
-            index.extend_from_slice(&w.to_le_bytes());
-        }
-        self.out.write_all(&index)?;
-        self.out.write_all(&self.written.to_le_bytes())?;
-        self.out.write_all(&(index.len() as u64).to_le_bytes())?;
-        self.out.write_all(&crc32fast::hash(&index).to_le_bytes())?;
-        self.out.write_all(FOOTER_MAGIC)?;
-        let file = self.out.into_inner().map_err(|e| e.into_error())?;
-        file.sync_all()
-    }
-}
+#[cfg(test)]
+#[path = "tests/run.rs"]
+mod tests;

@@ -1,7 +1,6 @@
 use std::collections::BTreeMap;
 use std::ops::Bound;
 
-use super::run::{Run, Writer};
 use super::*;
 
 fn key(i: u32) -> Vec<u8> {
@@ -15,106 +14,6 @@ fn value(i: u32, version: u32) -> Vec<u8> {
         i.wrapping_mul(2654435761)
     )
     .into_bytes()
-}
-
-fn write_run(path: &Path, entries: &BTreeMap<Vec<u8>, Vec<u8>>) {
-    let mut w = Writer::create(path).unwrap();
-    for (k, v) in entries {
-        w.push(k, v).unwrap();
-    }
-    w.finish().unwrap();
-}
-
-#[test]
-fn a_run_reads_back_what_was_written() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("r.run");
-    let entries: BTreeMap<_, _> = (0..5_000).map(|i| (key(i * 2), value(i, 1))).collect();
-    write_run(&path, &entries);
-    let run = Run::open(&path).unwrap();
-    assert_eq!(run.entries(), 5_000);
-    assert!(run.block_count() > 10, "{} blocks", run.block_count());
-    // Compressed: well under the raw bytes.
-    assert!(run.file_bytes() < run.raw_bytes() * 2 / 3);
-    for (k, v) in &entries {
-        assert_eq!(run.get(k).unwrap().as_ref(), Some(v));
-    }
-    // Absent keys: between, before and after every key.
-    for i in 0..5_000 {
-        assert_eq!(run.get(&key(i * 2 + 1)).unwrap(), None);
-    }
-    assert_eq!(run.get(b"a").unwrap(), None);
-    assert_eq!(run.get(b"z").unwrap(), None);
-    assert_eq!(run.verify().unwrap(), 5_000);
-
-    let from = key(100);
-    let to = key(120);
-    let got = run
-        .scan(Bound::Excluded(&from), Bound::Included(&to), 100)
-        .unwrap();
-    let want: Vec<_> = entries
-        .range((Bound::Excluded(from.clone()), Bound::Included(to.clone())))
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
-    assert_eq!(got, want);
-    assert_eq!(got.len(), 10);
-    let limited = run.scan(Bound::Unbounded, Bound::Unbounded, 7).unwrap();
-    assert_eq!(limited.len(), 7);
-    assert_eq!(limited[0].0, key(0));
-}
-
-#[test]
-fn keys_out_of_order_are_refused() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut w = Writer::create(&dir.path().join("r.run")).unwrap();
-    w.push(b"b", b"1").unwrap();
-    assert!(w.push(b"a", b"2").is_err());
-    assert!(w.push(b"b", b"2").is_err());
-}
-
-#[test]
-fn a_damaged_block_reads_as_absent_and_the_others_still_read() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("r.run");
-    let entries: BTreeMap<_, _> = (0..3_000).map(|i| (key(i), value(i, 1))).collect();
-    write_run(&path, &entries);
-    // Flip a byte early in the file: inside the first block.
-    let mut bytes = std::fs::read(&path).unwrap();
-    bytes[40] ^= 0xFF;
-    std::fs::write(&path, &bytes).unwrap();
-    let run = Run::open(&path).unwrap();
-    assert!(!run.damage_seen());
-    assert_eq!(run.get(&key(0)).unwrap(), None);
-    assert!(run.damage_seen());
-    assert_eq!(run.get(&key(2_999)).unwrap(), Some(value(2_999, 1)));
-    let all = run
-        .scan(Bound::Unbounded, Bound::Unbounded, 10_000)
-        .unwrap();
-    assert!(all.len() > 2_500 && all.len() < 3_000, "{}", all.len());
-    let err = run.verify().unwrap_err().to_string();
-    assert!(err.contains("r.run is damaged: block 0"), "{err}");
-}
-
-#[test]
-fn a_cut_or_foreign_file_is_refused_at_open_naming_it() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("r.run");
-    let entries: BTreeMap<_, _> = (0..100).map(|i| (key(i), value(i, 1))).collect();
-    write_run(&path, &entries);
-    let bytes = std::fs::read(&path).unwrap();
-    let cut = dir.path().join("cut.run");
-    std::fs::write(&cut, &bytes[..bytes.len() - 3]).unwrap();
-    let err = Run::open(&cut).unwrap_err().to_string();
-    assert!(err.contains("cut.run is damaged"), "{err}");
-    let mut index_hit = bytes.clone();
-    let at = index_hit.len() - 30;
-    index_hit[at] ^= 1;
-    std::fs::write(&cut, &index_hit).unwrap();
-    let err = Run::open(&cut).unwrap_err().to_string();
-    assert!(err.contains("damaged"), "{err}");
-    std::fs::write(&cut, b"not a run at all, just some text of some length").unwrap();
-    let err = Run::open(&cut).unwrap_err().to_string();
-    assert!(err.contains("does not start as a run"), "{err}");
 }
 
 struct Fixture {

@@ -1,0 +1,169 @@
+//! [`Layered::fold`]: the delta merged into a new run.
+
+use std::fs;
+use std::io;
+use std::ops::Bound;
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+use sled::IVec;
+
+use super::run::{self, Run};
+use super::{run_path, Folded, Layered, PAGE};
+use crate::store::Error;
+
+impl Layered {
+    /// Merge the delta into a new run (see the module docs). Only one fold at a time:
+    /// the compactor's thread folds, between its chunks, and nothing else writes the
+    /// delta meanwhile. A failure (a full disk) leaves the table as it was.
+    pub fn fold(&self) -> Result<Folded, Error> {
+        let started = Instant::now();
+        let inner = &self.inner;
+        fs::create_dir_all(&inner.dir).map_err(Error::Tables)?;
+        let generation = inner.generation.load(Ordering::SeqCst) + 1;
+        let making = run_path(&inner.dir, &inner.name, generation, true);
+        let old = inner.run.load_full();
+        let mut taken = Vec::new();
+        let written = self.write_run(old.as_deref(), &making, &mut taken);
+        if let Err(e) = written {
+            let _ = fs::remove_file(&making);
+            return Err(e);
+        }
+        let path = run_path(&inner.dir, &inner.name, generation, false);
+        let placed = fs::rename(&making, &path)
+            .and_then(|()| fs::File::open(&inner.dir)?.sync_all())
+            .and_then(|()| Run::open(&path));
+        let run = match placed {
+            Ok(run) => Arc::new(run),
+            Err(e) => {
+                let _ = fs::remove_file(&making);
+                let _ = fs::remove_file(&path);
+                return Err(Error::Tables(e));
+            }
+        };
+        let (entries, file_bytes) = (run.entries(), run.file_bytes());
+        inner.run.store(Some(run));
+        inner.generation.store(generation, Ordering::SeqCst);
+        let mut kept = 0u64;
+        for (k, v) in &taken {
+            // Unchanged since it was taken: the run now holds it.
+            let swapped = inner
+                .delta
+                .compare_and_swap(k, Some(v), None as Option<&[u8]>)?;
+            if swapped.is_err() {
+                kept += (k.len() + v.len()) as u64;
+            }
+        }
+        // Nothing else writes the delta during a fold (see `fold`'s docs).
+        inner.pending.store(kept, Ordering::Relaxed);
+        if let Some(old) = old.as_ref().filter(|old| old.damage_seen()) {
+            let aside = old.path().with_extension("run.damaged");
+            tracing::error!(path = %old.path().display(), aside = %aside.display(), "the replaced run had damaged blocks, whose keys are not in the new one; it is kept aside");
+            if let Err(e) = fs::rename(old.path(), &aside) {
+                tracing::warn!(error = %e, "the damaged run could not be kept aside");
+            }
+        } else if let Some(old) = &old {
+            if let Err(e) = fs::remove_file(old.path()) {
+                tracing::warn!(path = %old.path().display(), error = %e, "a replaced run could not be removed; it is removed at the next start");
+            }
+        }
+        Ok(Folded {
+            entries,
+            taken: taken.len() as u64,
+            file_bytes,
+            took: started.elapsed(),
+        })
+    }
+
+    /// The run `old` and the delta, merged into a new run at `path`; the delta's
+    /// entries read go to `taken`.
+    fn write_run(
+        &self,
+        old: Option<&Run>,
+        path: &Path,
+        taken: &mut Vec<(IVec, IVec)>,
+    ) -> Result<(), Error> {
+        let tables = Error::Tables;
+        let mut out = super::Writer::create(path).map_err(tables)?;
+        let mut base = RunPages::new(old);
+        let mut delta = self.inner.delta.iter().peekable();
+        loop {
+            let next_base = base.peek().map_err(tables)?;
+            let next_delta = match delta.peek() {
+                Some(Ok((k, _))) => Some(k.clone()),
+                Some(Err(_)) => {
+                    if let Some(Err(e)) = delta.next() {
+                        return Err(e.into());
+                    }
+                    None
+                }
+                None => None,
+            };
+            match (next_base, next_delta) {
+                (None, None) => break,
+                (Some(b), Some(d)) if b.as_slice() < &d[..] => {
+                    let (k, v) = base.take();
+                    out.push(&k, &v).map_err(tables)?;
+                }
+                (Some(_), None) => {
+                    let (k, v) = base.take();
+                    out.push(&k, &v).map_err(tables)?;
+                }
+                (b, Some(d)) => {
+                    if b.is_some_and(|b| b.as_slice() == &d[..]) {
+                        base.take();
+                    }
+                    if let Some(Ok((k, v))) = delta.next() {
+                        if !v.is_empty() {
+                            out.push(&k, &v).map_err(tables)?;
+                        }
+                        taken.push((k, v));
+                    }
+                }
+            }
+        }
+        out.finish().map_err(tables)
+    }
+}
+
+/// A run read in pages, front to back.
+struct RunPages<'a> {
+    run: Option<&'a Run>,
+    page: std::collections::VecDeque<run::Entry>,
+    after: Option<Vec<u8>>,
+    done: bool,
+}
+
+impl<'a> RunPages<'a> {
+    fn new(run: Option<&'a Run>) -> RunPages<'a> {
+        RunPages {
+            run,
+            page: Default::default(),
+            after: None,
+            done: run.is_none(),
+        }
+    }
+
+    /// The next key, reading a page when needed.
+    fn peek(&mut self) -> io::Result<Option<Vec<u8>>> {
+        if self.page.is_empty() && !self.done {
+            if let Some(run) = self.run {
+                let from = match &self.after {
+                    Some(k) => Bound::Excluded(k.as_slice()),
+                    None => Bound::Unbounded,
+                };
+                let page = run.scan(from, Bound::Unbounded, PAGE * 8)?;
+                self.done = page.len() < PAGE * 8;
+                self.after = page.last().map(|(k, _)| k.clone());
+                self.page.extend(page);
+            }
+        }
+        Ok(self.page.front().map(|(k, _)| k.clone()))
+    }
+
+    fn take(&mut self) -> run::Entry {
+        self.page.pop_front().unwrap_or_default()
+    }
+}

@@ -1,0 +1,120 @@
+//! Writing a [`super::Run`]: its format is described there.
+
+use std::fs::File;
+use std::io::{self, BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use super::run::{BlockInfo, Filter, BLOCK_BYTES, FOOTER_MAGIC, MAGIC};
+
+/// Writes a run; keys must come in ascending order.
+pub struct Writer {
+    path: PathBuf,
+    out: BufWriter<File>,
+    written: u64,
+    block: Vec<u8>,
+    first_key: Option<Vec<u8>>,
+    last_key: Option<Vec<u8>>,
+    blocks: Vec<BlockInfo>,
+    hashes: Vec<u64>,
+    entries: u64,
+    raw_bytes: u64,
+}
+
+impl Writer {
+    /// A new run at `path` (replacing any file there).
+    pub fn create(path: &Path) -> io::Result<Writer> {
+        let mut out = BufWriter::with_capacity(256 * 1024, File::create(path)?);
+        out.write_all(MAGIC)?;
+        Ok(Writer {
+            path: path.to_path_buf(),
+            out,
+            written: MAGIC.len() as u64,
+            block: Vec::with_capacity(BLOCK_BYTES * 2),
+            first_key: None,
+            last_key: None,
+            blocks: Vec::new(),
+            hashes: Vec::new(),
+            entries: 0,
+            raw_bytes: 0,
+        })
+    }
+
+    pub fn push(&mut self, key: &[u8], value: &[u8]) -> io::Result<()> {
+        if self.last_key.as_deref().is_some_and(|l| l >= key) {
+            return Err(io::Error::other(format!(
+                "{}: keys out of order",
+                self.path.display()
+            )));
+        }
+        let too_long = || io::Error::other("a key or value of 4 GiB or more");
+        let k = u32::try_from(key.len()).map_err(|_| too_long())?;
+        let v = u32::try_from(value.len()).map_err(|_| too_long())?;
+        if self.first_key.is_none() {
+            self.first_key = Some(key.to_vec());
+        }
+        self.block.extend_from_slice(&k.to_le_bytes());
+        self.block.extend_from_slice(&v.to_le_bytes());
+        self.block.extend_from_slice(key);
+        self.block.extend_from_slice(value);
+        self.hashes.push(Filter::hash(key).0);
+        self.entries += 1;
+        self.raw_bytes += (key.len() + value.len()) as u64;
+        self.last_key = Some(key.to_vec());
+        if self.block.len() >= BLOCK_BYTES {
+            self.cut()?;
+        }
+        Ok(())
+    }
+
+    fn cut(&mut self) -> io::Result<()> {
+        let Some(first_key) = self.first_key.take() else {
+            return Ok(());
+        };
+        let stored = lz4_flex::block::compress(&self.block);
+        let len = |n: usize| u32::try_from(n).map_err(io::Error::other);
+        self.blocks.push(BlockInfo {
+            offset: self.written,
+            stored: len(stored.len())?,
+            raw: len(self.block.len())?,
+            crc: crc32fast::hash(&stored),
+            first_key: first_key.into(),
+        });
+        self.out.write_all(&stored)?;
+        self.written += stored.len() as u64;
+        self.block.clear();
+        Ok(())
+    }
+
+    /// Write the index and footer and sync the file: what was pushed, on disk.
+    pub fn finish(mut self) -> io::Result<()> {
+        self.cut()?;
+        let mut index = Vec::new();
+        index.extend_from_slice(&self.entries.to_le_bytes());
+        index.extend_from_slice(&self.raw_bytes.to_le_bytes());
+        let count = u32::try_from(self.blocks.len()).map_err(io::Error::other)?;
+        index.extend_from_slice(&count.to_le_bytes());
+        for b in &self.blocks {
+            index.extend_from_slice(&b.offset.to_le_bytes());
+            index.extend_from_slice(&b.stored.to_le_bytes());
+            index.extend_from_slice(&b.raw.to_le_bytes());
+            index.extend_from_slice(&b.crc.to_le_bytes());
+            let key_len = u32::try_from(b.first_key.len()).map_err(io::Error::other)?;
+            index.extend_from_slice(&key_len.to_le_bytes());
+            index.extend_from_slice(&b.first_key);
+        }
+        let filter = Filter::build(&self.hashes);
+        index.extend_from_slice(&filter.probes.to_le_bytes());
+        let words = u32::try_from(filter.words.len()).map_err(io::Error::other)?;
+        index.extend_from_slice(&words.to_le_bytes());
+        for w in &filter.words {
+            index.extend_from_slice(&w.to_le_bytes());
+        }
+        self.out.write_all(&index)?;
+        self.out.write_all(&self.written.to_le_bytes())?;
+        self.out.write_all(&(index.len() as u64).to_le_bytes())?;
+        self.out.write_all(&crc32fast::hash(&index).to_le_bytes())?;
+        self.out.write_all(FOOTER_MAGIC)?;
+        let file = self.out.into_inner().map_err(|e| e.into_error())?;
+        file.sync_all()
+    }
+}
