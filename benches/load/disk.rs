@@ -219,9 +219,7 @@ fn measure_dir(db: &Path) -> Result<Dir, String> {
 /// size on disk.
 fn read_trees(db: &Path) -> Result<(Vec<Tree>, Vec<Tree>, Blocks, u64), String> {
     let sled_err = |e: sled::Error| format!("reading the stopped database: {e}");
-    let opened = flagpost::store::check::sled_config(db)
-        .open()
-        .map_err(sled_err)?;
+    let opened = sled::Config::new().path(db).open().map_err(sled_err)?;
     let mut trees = Vec::new();
     let mut blocks = Blocks::default();
     let files = flagpost::store::block::Files::open(db)

@@ -38,11 +38,13 @@ impl Compactor {
             .and_then(|v| v.as_ref().try_into().ok())
             .map_or(0, u64::from_be_bytes);
         let s = &self.settings;
+        let (events, files) = (&self.trees.events, &self.trees.blocks);
         let window = dedup::Window::load(
             &self.trees.recent_ids,
             s.dedup_max_age_ms,
             s.dedup_max_ids,
             crate::support::clock::now_ms(),
+            |ranges| dedup::uuids_of_blocks(events, files, ranges),
         )?;
         tracing::debug!(uuids = window.len(), "deduplication window loaded");
         self.state = Some(State { window, next_block });
@@ -263,8 +265,13 @@ impl Compactor {
                 }
                 counts.ids = seen.into_iter().collect();
                 if !counts.ids.is_empty() {
+                    // Every uuid stored is in one of the chunk's blocks.
                     let key = keys::recent(now, first_block);
-                    recent_ids.insert(&key[..], dedup::encode(&counts.ids))?;
+                    let value = match next_block > first_block {
+                        true => dedup::encode_ranges(&[(first_block, next_block)]),
+                        false => dedup::encode(&counts.ids),
+                    };
+                    recent_ids.insert(&key[..], value)?;
                 }
                 counts.next_block = next_block;
                 if source == Source::Log {
@@ -297,9 +304,11 @@ impl Compactor {
         }
         if !counts.ids.is_empty() {
             let key = sled::IVec::from(&keys::recent(now, first_block)[..]);
+            let ranges = [(first_block, counts.next_block)];
+            let ranges = (counts.next_block > first_block).then_some(&ranges[..]);
             state
                 .window
-                .insert(key, now, &counts.ids, now)
+                .insert(key, now, &counts.ids, ranges, now)
                 .apply(&self.trees.recent_ids)?;
         }
         let s = &self.stats;

@@ -13,42 +13,6 @@ use super::{block, keys, Trees};
 
 pub use crate::log::check::Report;
 
-/// sled's segment size for a database made now. sled cleans its file a segment at a
-/// time, once at most half of one is live, and shortens the file only by free segments
-/// at its end; with what this build keeps in sled (the persons' and distinct ids'
-/// recent changes, moved out by folds, and small pointers) its default of 512 KiB left
-/// the file at 26.2 bytes an event at rest, 64 KiB segments at 11.5 (`BENCHMARKS.md`,
-/// disk at rest).
-pub const NEW_SEGMENT_BYTES: usize = 64 * 1024;
-
-/// How to open the sled database at `dir`: one made before keeps the segment size it
-/// was made with (sled refuses another), read from sled's `conf` file; a new one gets
-/// [`NEW_SEGMENT_BYTES`]. Every open of a flagpost database goes through this.
-pub fn sled_config(dir: &Path) -> sled::Config {
-    let config = sled::Config::new().path(dir);
-    match std::fs::read(dir.join("conf")) {
-        Ok(conf) => match recorded_segment_size(&conf) {
-            Some(size) => config.segment_size(size),
-            // Not sled's usual file: sled's own open says what is wrong with it.
-            None => config,
-        },
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            config.segment_size(NEW_SEGMENT_BYTES)
-        }
-        Err(_) => config,
-    }
-}
-
-/// The `segment_size: N` line of sled's `conf` file (text lines, then a CRC-32).
-fn recorded_segment_size(conf: &[u8]) -> Option<usize> {
-    let text = conf.get(..conf.len().checked_sub(4)?)?;
-    std::str::from_utf8(text)
-        .ok()?
-        .lines()
-        .find_map(|line| line.strip_prefix("segment_size: "))
-        .and_then(|n| n.trim().parse().ok())
-}
-
 /// Delete the snapshot files sled started and never finished (`snap.<lsn>.generating`).
 /// sled writes a snapshot under that name and renames it into place once synced, but
 /// counts a leftover one (a write that failed on a full disk) as the newest snapshot,
@@ -80,7 +44,10 @@ fn remove_unfinished_snapshots(dir: &Path) {
 pub fn open(dir: &Path, cache_bytes: u64) -> Result<sled::Db, super::Error> {
     remove_unfinished_snapshots(dir);
     let opened = catch_unwind(AssertUnwindSafe(|| {
-        sled_config(dir).cache_capacity(cache_bytes).open()
+        sled::Config::new()
+            .path(dir)
+            .cache_capacity(cache_bytes)
+            .open()
     }));
     match opened {
         Ok(Ok(db)) => Ok(db),
@@ -288,27 +255,5 @@ pub fn run(dir: &Path) -> Result<(), String> {
             "the database at {} has {n} problem(s)",
             dir.display()
         )),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_new_database_gets_small_segments_and_an_older_one_keeps_its_own() {
-        let dir = tempfile::tempdir().unwrap();
-        let new = dir.path().join("new");
-        drop(open(&new, 1 << 20).unwrap());
-        let conf = std::fs::read(new.join("conf")).unwrap();
-        assert_eq!(recorded_segment_size(&conf), Some(NEW_SEGMENT_BYTES));
-        // Made by sled's defaults (an earlier build): opened with its own size.
-        let old = dir.path().join("old");
-        drop(sled::open(&old).unwrap());
-        let conf = std::fs::read(old.join("conf")).unwrap();
-        assert_eq!(recorded_segment_size(&conf), Some(512 * 1024));
-        drop(crate::store::reopen_for_tests(&old));
-        assert_eq!(recorded_segment_size(b"segment_size: x\nCRC!"), None);
-        assert_eq!(recorded_segment_size(b"ab"), None);
     }
 }

@@ -1,9 +1,12 @@
 //! Deduplication by uuid without a key per event: an exact in-memory window of the
 //! uuids stored recently, persisted compactly in the `recent_ids` tree.
 //!
-//! The compactor writes one `recent_ids` entry per chunk (the chunk's stored uuids,
-//! sorted and packed) in the chunk's own transaction, so after a crash the window
-//! reloads exactly as committed. In memory, new uuids go to a hash set; once it holds
+//! The compactor writes one `recent_ids` entry per chunk in the chunk's own
+//! transaction, so after a crash the window reloads exactly as committed. The entry
+//! names the event blocks the chunk stored (its ids, [`encode_ranges`]): their uuids
+//! are the chunk's, so a start reads them from the blocks rather than keeping every
+//! uuid twice on disk. Databases written before hold the uuids themselves (sorted and
+//! packed, [`encode`]); both load. In memory, new uuids go to a hash set; once it holds
 //! [`SEGMENT_IDS`] or grows old it is frozen into a sorted array (binary search), and
 //! whole frozen segments are dropped once their newest uuid is older than the window's
 //! age or the rest of the window still holds the count. A uuid that arrived within the
@@ -73,6 +76,76 @@ pub fn encode(ids: &[Id]) -> Vec<u8> {
     out
 }
 
+/// A value naming blocks starts with this byte; it is 1 + 16 n bytes long, where the
+/// uuids' encoding is 12 + 16 n: the lengths tell them apart as well.
+const RANGES_TAG: u8 = 0xB2;
+
+/// Runs of event block ids as one `recent_ids` value: the tag, then per run the first
+/// id and the one after the last (u64 BE).
+pub fn encode_ranges(ranges: &[(u64, u64)]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(1 + 16 * ranges.len());
+    out.push(RANGES_TAG);
+    for (first, end) in ranges {
+        out.extend_from_slice(&first.to_be_bytes());
+        out.extend_from_slice(&end.to_be_bytes());
+    }
+    out
+}
+
+/// The runs of block ids of a value [`encode_ranges`] wrote, or `None` for another.
+pub fn decode_ranges(bytes: &[u8]) -> Option<Vec<(u64, u64)>> {
+    if bytes.first() != Some(&RANGES_TAG) || bytes.len() % 16 != 1 {
+        return None;
+    }
+    let u64_at = |b: &[u8]| b.try_into().ok().map(u64::from_be_bytes);
+    bytes[1..]
+        .chunks_exact(16)
+        .map(|r| Some((u64_at(&r[..8])?, u64_at(&r[8..])?)))
+        .collect()
+}
+
+/// The uuids of the stored event blocks whose ids fall in `ranges`, by block id: one
+/// pass over the `events` tree's keys, each block in a range read and decoded. A block
+/// that cannot be read is left out with a warning: its uuids leave the window early.
+pub fn uuids_of_blocks(
+    events: &sled::Tree,
+    files: &super::block::Files,
+    ranges: &[(u64, u64)],
+) -> Result<std::collections::HashMap<u64, Vec<Id>>, sled::Error> {
+    let mut sorted = ranges.to_vec();
+    sorted.sort_unstable();
+    let wanted = |id: u64| {
+        let i = sorted.partition_point(|&(first, _)| first <= id);
+        i > 0 && id < sorted[i - 1].1
+    };
+    let mut out = std::collections::HashMap::new();
+    for entry in events.iter() {
+        let (key, value) = entry?;
+        let id = key
+            .get(16..24)
+            .and_then(|b| b.try_into().ok())
+            .map(u64::from_be_bytes);
+        let project = key
+            .get(..8)
+            .and_then(|b| b.try_into().ok())
+            .map(u64::from_be_bytes);
+        let (Some(id), Some(project)) = (id, project) else {
+            continue;
+        };
+        if !wanted(id) {
+            continue;
+        }
+        match files.decode(&key, &value) {
+            Some(block) => {
+                let ids = block.heads().iter().map(|h| (project, h.uuid.as_u128()));
+                out.insert(id, ids.collect());
+            }
+            None => tracing::warn!(block = id, "deduplication window: an event block of the last chunks cannot be read; its uuids are not in the window"),
+        }
+    }
+    Ok(out)
+}
+
 pub fn decode(mut bytes: &[u8]) -> Option<Vec<Id>> {
     let mut out = Vec::with_capacity(bytes.len() / 16);
     while !bytes.is_empty() {
@@ -119,6 +192,10 @@ struct Active {
     oldest: Option<i64>,
     newest: i64,
     keys: Vec<IVec>,
+    /// The block ids its entries name, while every entry names blocks.
+    ranges: Vec<(u64, u64)>,
+    /// An entry holding uuids (an earlier format) joined: a combined entry holds uuids.
+    has_uuids: bool,
 }
 
 pub struct Window {
@@ -184,29 +261,61 @@ impl Window {
 
     /// The window as last committed: every entry of `recent_ids` still within it. Old
     /// entries are deleted from the tree.
+    /// `uuids_of` reads the uuids of the blocks entries name ([`uuids_of_blocks`]).
     pub fn load(
         tree: &sled::Tree,
         max_age_ms: i64,
         max_ids: usize,
         now: i64,
+        uuids_of: impl FnOnce(
+            &[(u64, u64)],
+        ) -> Result<std::collections::HashMap<u64, Vec<Id>>, sled::Error>,
     ) -> Result<Window, sled::Error> {
         let mut w = Window::new(max_age_ms, max_ids);
         let cutoff = now - w.max_age_ms;
         // Changes are applied once the tree has been read, not while reading it.
         let mut changes = Rewrite::default();
+        let mut entries = Vec::new();
         for entry in tree.iter() {
             let (key, value) = entry?;
             let arrival = key
                 .get(..8)
                 .and_then(|t| t.try_into().ok())
                 .map(keys::time_from);
-            match (arrival, decode(&value)) {
-                (Some(at), Some(ids)) if at >= cutoff => {
-                    let more = w.insert(key, at, &ids, now);
-                    changes.ops.extend(more.ops);
-                }
+            let content = match decode_ranges(&value) {
+                Some(ranges) => Some(Err(ranges)),
+                None => decode(&value).map(Ok),
+            };
+            match (arrival, content) {
+                (Some(at), Some(content)) if at >= cutoff => entries.push((key, at, content)),
                 _ => changes.remove(key),
             }
+        }
+        let ranges: Vec<(u64, u64)> = entries
+            .iter()
+            .filter_map(|(_, _, c)| c.as_ref().err())
+            .flatten()
+            .copied()
+            .collect();
+        let by_block = match ranges.is_empty() {
+            true => Default::default(),
+            false => uuids_of(&ranges)?,
+        };
+        for (key, at, content) in entries {
+            let more = match content {
+                Ok(ids) => w.insert(key, at, &ids, None, now),
+                Err(ranges) => {
+                    let ids: Vec<Id> = ranges
+                        .iter()
+                        .flat_map(|&(first, end)| first..end)
+                        .filter_map(|block| by_block.get(&block))
+                        .flatten()
+                        .copied()
+                        .collect();
+                    w.insert(key, at, &ids, Some(&ranges), now)
+                }
+            };
+            changes.ops.extend(more.ops);
         }
         changes.apply(tree)?;
         Ok(w)
@@ -224,9 +333,17 @@ impl Window {
         self.active.ids.contains(&id) || self.frozen.iter().any(|s| s.contains(id))
     }
 
-    /// Add a committed chunk's uuids, stored under `key` at `arrival`; returns what
-    /// the tree should do (rewrite small entries as one, drop old ones).
-    pub fn insert(&mut self, key: IVec, arrival: i64, ids: &[Id], now: i64) -> Rewrite {
+    /// Add a committed chunk's uuids, stored under `key` at `arrival` (its entry names
+    /// the blocks `ranges`, or holds the uuids); returns what the tree should do
+    /// (rewrite small entries as one, drop old ones).
+    pub fn insert(
+        &mut self,
+        key: IVec,
+        arrival: i64,
+        ids: &[Id],
+        ranges: Option<&[(u64, u64)]>,
+        now: i64,
+    ) -> Rewrite {
         let mut batch = Rewrite::default();
         // Measured from this chunk's arrival, not `now`: reloading entries hours old
         // must not freeze each into a segment of its own.
@@ -242,6 +359,10 @@ impl Window {
         a.oldest = Some(a.oldest.map_or(arrival, |t| t.min(arrival)));
         a.newest = a.newest.max(arrival);
         a.keys.push(key);
+        match ranges {
+            Some(r) => a.ranges.extend_from_slice(r),
+            None => a.has_uuids = true,
+        }
         if a.keys.len() > MAX_ENTRIES_PER_SEGMENT {
             self.combine(&mut batch);
         }
@@ -261,11 +382,26 @@ impl Window {
         let mut id = [0u8; 8];
         id.copy_from_slice(first_id);
         let key = IVec::from(&keys::recent(a.newest, u64::from_be_bytes(id))[..]);
-        let ids: Vec<Id> = a.ids.iter().copied().collect();
+        let value = match a.has_uuids {
+            false => {
+                // Runs that meet are one.
+                a.ranges.sort_unstable();
+                let mut merged: Vec<(u64, u64)> = Vec::with_capacity(a.ranges.len());
+                for &(first, end) in &a.ranges {
+                    match merged.last_mut() {
+                        Some(last) if first <= last.1 => last.1 = last.1.max(end),
+                        _ => merged.push((first, end)),
+                    }
+                }
+                a.ranges = merged;
+                encode_ranges(&a.ranges)
+            }
+            true => encode(&a.ids.iter().copied().collect::<Vec<_>>()),
+        };
         for k in a.keys.drain(..) {
             batch.remove(k);
         }
-        batch.insert(key.clone(), encode(&ids));
+        batch.insert(key.clone(), value);
         a.keys.push(key);
     }
 
@@ -317,151 +453,5 @@ impl Window {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::config::{DEFAULT_DEDUP_MAX_AGE_MS, DEFAULT_DEDUP_MAX_IDS};
-
-    const HOUR: i64 = 60 * 60 * 1000;
-
-    /// A `recent_ids` tree in a fresh database, removed when the dir is dropped.
-    fn recent_ids() -> (tempfile::TempDir, sled::Tree) {
-        let dir = tempfile::tempdir().unwrap();
-        let db = sled::open(dir.path()).unwrap();
-        let tree = db.open_tree("recent_ids").unwrap();
-        (dir, tree)
-    }
-
-    fn ids(from: u128, n: u128) -> Vec<Id> {
-        (from..from + n)
-            .map(|i| (1 + (i % 2) as u64, i * 7919))
-            .collect()
-    }
-
-    #[test]
-    fn values_round_trip_and_reject_damage() {
-        let mut chunk = ids(0, 100);
-        chunk.push((9, u128::MAX));
-        chunk.push(chunk[0]);
-        let bytes = encode(&chunk);
-        let mut back = decode(&bytes).unwrap();
-        chunk.sort_unstable();
-        chunk.dedup();
-        back.sort_unstable();
-        assert_eq!(back, chunk);
-        for n in [1, 8, 11, 13, bytes.len() - 1] {
-            assert_eq!(decode(&bytes[..n]), None, "prefix {n}");
-        }
-        assert_eq!(decode(&[]), Some(Vec::new()));
-    }
-
-    fn key(n: u64) -> IVec {
-        IVec::from(&keys::recent(0, n)[..])
-    }
-
-    #[test]
-    fn finds_every_id_in_the_window_and_nothing_else() {
-        let mut w = Window::new(DEFAULT_DEDUP_MAX_AGE_MS, DEFAULT_DEDUP_MAX_IDS);
-        // Enough for several frozen segments plus a partial hash set.
-        for c in 0..300u64 {
-            let _ = w.insert(key(c), 1000, &ids(c as u128 * 1000, 1000), 1000);
-        }
-        assert!(w.frozen.len() >= 4, "{} segments", w.frozen.len());
-        assert_eq!(w.len(), 300_000);
-        for i in (0..300_000u128).step_by(97) {
-            assert!(w.contains((1 + (i % 2) as u64, i * 7919)), "{i}");
-            // The same uuid in the other project was never seen.
-            assert!(!w.contains((2 - (i % 2) as u64, i * 7919)), "{i}");
-            assert!(!w.contains((1, i * 7919 + 1)), "{i}");
-        }
-    }
-
-    #[test]
-    fn prunes_by_count_keeping_at_least_the_count() {
-        let max = 3 * SEGMENT_IDS;
-        let mut w = Window::new(DEFAULT_DEDUP_MAX_AGE_MS, max);
-        let mut deleted = 0;
-        let n = SEGMENT_IDS as u128;
-        for c in 0..6u128 {
-            deleted += w.insert(key(c as u64), 0, &ids(c * n, n), 0).removals();
-        }
-        // Six segments inserted; the oldest go once the rest hold the count.
-        assert_eq!(w.len(), max);
-        assert!(!w.contains(ids(0, 1)[0]));
-        assert!(w.contains(ids(6 * n - 1, 1)[0]));
-        assert!(w.contains(ids(3 * n, 1)[0]));
-        assert_eq!(deleted, 3, "the dropped segments' entries are deleted");
-    }
-
-    #[test]
-    fn prunes_by_age() {
-        let day = 24 * HOUR;
-        let mut w = Window::new(day, DEFAULT_DEDUP_MAX_IDS);
-        let _ = w.insert(key(1), 0, &ids(0, 10), 0);
-        // Two hours later the old hash set is frozen (past an hour) ...
-        let _ = w.insert(key(2), 2 * HOUR, &ids(10, 10), 2 * HOUR);
-        assert!(w.contains(ids(0, 1)[0]) && w.contains(ids(10, 1)[0]));
-        // ... and a day after its newest arrival it is dropped, the later one kept.
-        let batch = w.prune(day + HOUR);
-        assert!(!w.contains(ids(0, 1)[0]));
-        assert!(w.contains(ids(10, 1)[0]));
-        assert_eq!(batch.removals(), 1);
-        assert_eq!(w.len(), 10);
-    }
-
-    #[test]
-    fn reloads_what_was_committed_without_the_expired() {
-        let (_dir, tree) = recent_ids();
-        let now = 100 * HOUR;
-        for (i, at) in [(1u64, now - 30 * HOUR), (2, now - 2 * HOUR), (3, now)] {
-            let chunk = ids(u128::from(i) * 100, 10);
-            tree.insert(keys::recent(at, i), encode(&chunk)).unwrap();
-        }
-        tree.insert(keys::recent(now, 4), &b"damaged"[..]).unwrap();
-        let w = Window::load(&tree, DEFAULT_DEDUP_MAX_AGE_MS, DEFAULT_DEDUP_MAX_IDS, now).unwrap();
-        assert_eq!(w.len(), 20);
-        assert!(!w.contains(ids(100, 1)[0]), "older than a day");
-        assert!(w.contains(ids(200, 1)[0]) && w.contains(ids(309, 1)[0]));
-        assert_eq!(
-            tree.len(),
-            2,
-            "the expired and the damaged entries are deleted"
-        );
-    }
-
-    /// Reloading a day of entries groups them by the hour they arrived in, as they
-    /// were grouped when stored, not one segment per entry: every lookup scans the
-    /// segments.
-    #[test]
-    fn reloaded_entries_are_frozen_by_arrival_hour() {
-        let (_dir, tree) = recent_ids();
-        let now = 100 * HOUR;
-        let entries = 1000u64;
-        for i in 0..entries {
-            let at = now - 20 * HOUR + (i as i64) * 20 * HOUR / entries as i64;
-            let chunk = ids(u128::from(i) * 10, 10);
-            tree.insert(keys::recent(at, i), encode(&chunk)).unwrap();
-        }
-        let w = Window::load(&tree, DEFAULT_DEDUP_MAX_AGE_MS, DEFAULT_DEDUP_MAX_IDS, now).unwrap();
-        assert_eq!(w.len(), 10_000);
-        assert!(w.frozen.len() <= 21, "{} segments", w.frozen.len());
-        assert!((0..10_000).step_by(7).all(|i| w.contains(ids(i, 1)[0])));
-    }
-
-    #[test]
-    fn many_small_chunks_become_one_entry() {
-        let (_dir, tree) = recent_ids();
-        let mut w = Window::new(DEFAULT_DEDUP_MAX_AGE_MS, DEFAULT_DEDUP_MAX_IDS);
-        for c in 0..1000u64 {
-            let chunk = ids(u128::from(c), 1);
-            let k = keys::recent(5, c);
-            tree.insert(k, encode(&chunk)).unwrap();
-            w.insert(IVec::from(&k[..]), 5, &chunk, 5)
-                .apply(&tree)
-                .unwrap();
-        }
-        assert!(tree.len() <= MAX_ENTRIES_PER_SEGMENT + 1, "{}", tree.len());
-        let back = Window::load(&tree, DEFAULT_DEDUP_MAX_AGE_MS, DEFAULT_DEDUP_MAX_IDS, 5).unwrap();
-        assert_eq!(back.len(), 1000);
-        assert!((0..1000).all(|c| back.contains(ids(c, 1)[0])));
-    }
-}
+#[path = "tests/dedup.rs"]
+mod tests;

@@ -265,6 +265,7 @@ mod tests {
             crate::config::DEFAULT_DEDUP_MAX_AGE_MS,
             crate::config::DEFAULT_DEDUP_MAX_IDS,
             now,
+            |_| panic!("the migration's entries hold uuids"),
         )
         .unwrap();
         assert_eq!(window.len(), 5000);

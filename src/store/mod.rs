@@ -84,7 +84,7 @@ impl Error {
 pub(crate) fn reopen_for_tests(path: &std::path::Path) -> sled::Db {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     loop {
-        match check::sled_config(path).open() {
+        match sled::open(path) {
             Ok(db) => return db,
             Err(e) => {
                 let e = Error::Sled(e);

@@ -196,3 +196,111 @@ fn a_full_disk_refuses_events_and_recovers_by_itself() {
     );
     assert_eq!(refused.status, 503);
 }
+
+/// Persons across kills while the compactor folds them into runs: each request brings
+/// new persons (a fold every few requests) and changes older ones with `$set`. After
+/// the kills, every distinct id whose event got a 2xx has its person, holding what its
+/// last acknowledged event set or what a later one did.
+#[test]
+fn persons_survive_random_kills_while_they_are_folded() {
+    const FOLD_KILLS: usize = 8;
+    const NEW_PER_REQUEST: u64 = 40;
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    eprintln!("fold crash test seed {seed}");
+    let mut rng = Lcg(seed);
+    let mut server = Server::start();
+    // Distinct id -> the value its last acknowledged event set.
+    let mut acked: HashMap<String, u64> = HashMap::new();
+    let (mut persons, mut seq) = (0u64, 0u64);
+    for cycle in 0..FOLD_KILLS {
+        let stop = AtomicBool::new(false);
+        let addr = server.addr;
+        let kill_after = Duration::from_millis(200 + rng.next() % 600);
+        let mut changes = Lcg(rng.next());
+        std::thread::scope(|s| {
+            let client = s.spawn(|| {
+                while !stop.load(Ordering::Relaxed) {
+                    let mut set: Vec<(String, u64)> = Vec::new();
+                    for n in persons..persons + NEW_PER_REQUEST {
+                        seq += 1;
+                        set.push((format!("p{n}"), seq));
+                    }
+                    for _ in 0..10.min(persons) {
+                        seq += 1;
+                        set.push((format!("p{}", changes.next() % persons), seq));
+                    }
+                    let batch: Vec<_> = set
+                        .iter()
+                        .map(|(id, v)| {
+                            json!({"event": "fold", "distinct_id": id,
+                                   "properties": {"$set": {"v": v, "cycle": cycle}}})
+                        })
+                        .collect();
+                    let body = json!({"api_key": KEY_ONE, "batch": batch}).to_string();
+                    match try_send(addr, Req::post("/batch/", body)) {
+                        Some(r) if r.status == 200 => {
+                            persons += NEW_PER_REQUEST;
+                            for (id, v) in set {
+                                acked.insert(id, v);
+                            }
+                        }
+                        _ => std::thread::sleep(Duration::from_millis(5)),
+                    }
+                }
+            });
+            std::thread::sleep(kill_after);
+            server.kill();
+            std::thread::sleep(Duration::from_millis(50));
+            stop.store(true, Ordering::Relaxed);
+            client.join().unwrap();
+        });
+        server = server.restart_hard();
+        assert_eq!(server.get("/_readiness").status, 200, "cycle {cycle}");
+    }
+    server.settle(1);
+    let mut wrong = Vec::new();
+    for (id, v) in &acked {
+        let r = server.api(
+            &format!("/api/projects/1/persons/?distinct_id={id}"),
+            PERSONAL_ONE,
+        );
+        assert_eq!(r.status, 200);
+        let stored = r.json()["results"][0]["properties"]["v"].as_u64();
+        if stored.is_none_or(|s| s < *v) {
+            wrong.push((id.clone(), *v, stored));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "{} of {} persons lost or behind, e.g. {:?}; the server's warnings and errors:\n{}",
+        wrong.len(),
+        acked.len(),
+        wrong.first(),
+        server
+            .log()
+            .lines()
+            .filter(|l| !l.contains(" INFO "))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    // The folds happened: runs of later generations than a few.
+    let generation = std::fs::read_dir(server.dir.join("db/tables"))
+        .unwrap()
+        .filter_map(|e| {
+            let name = e.unwrap().file_name().into_string().unwrap();
+            name.strip_prefix("persons.")?
+                .strip_suffix(".run")?
+                .parse::<u64>()
+                .ok()
+        })
+        .max()
+        .unwrap_or(0);
+    eprintln!(
+        "fold crash test: {FOLD_KILLS} kills, {} persons acknowledged, all found; persons' run generation {generation}",
+        acked.len()
+    );
+    assert!(generation >= 5, "only {generation} folds of the persons");
+}

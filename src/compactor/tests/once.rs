@@ -144,6 +144,49 @@ fn a_restart_keeps_deduplicating() {
     );
 }
 
+/// The window reloads from the blocks its entries name: every uuid of chunks of two
+/// projects is found after a restart, and an entry of the earlier format (the uuids
+/// themselves) still loads beside them.
+#[test]
+fn a_restart_reloads_the_window_from_the_chunks_blocks() {
+    let mut f = fixture(Compaction::default());
+    let mut all = Vec::new();
+    for chunk in 0..5i64 {
+        let records: Vec<_> = (0..300)
+            .map(|i| {
+                let n = chunk * 300 + i;
+                record(
+                    1 + (n % 2) as u64,
+                    n,
+                    json!({"event": "e", "distinct_id": format!("d{n}")}),
+                )
+            })
+            .collect();
+        f.push(&records);
+        f.drain();
+        all.extend(records);
+    }
+    for entry in f.trees.recent_ids.iter() {
+        let (_, value) = entry.unwrap();
+        assert!(
+            crate::store::dedup::decode_ranges(&value).is_some(),
+            "an entry names blocks"
+        );
+    }
+    let old = record(1, 99_999, json!({"event": "e", "distinct_id": "old"}));
+    let legacy = crate::store::dedup::encode(&[(1, old.uuid.as_u128())]);
+    let key = keys::recent(crate::support::clock::now_ms(), 1 << 40);
+    f.trees.recent_ids.insert(key, legacy).unwrap();
+    let stored = f.events(1).len() + f.events(2).len();
+    assert_eq!(stored, 1500);
+    f.restart();
+    all.push(old);
+    f.push(&all);
+    f.drain();
+    assert_eq!(f.events(1).len() + f.events(2).len(), 1500);
+    assert_eq!(f.compactor.stats.duplicates.load(Ordering::Relaxed), 1501);
+}
+
 #[test]
 fn the_same_uuid_in_two_projects_is_two_events() {
     let mut f = fixture(Compaction::default());

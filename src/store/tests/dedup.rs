@@ -1,0 +1,232 @@
+use super::*;
+use crate::config::{DEFAULT_DEDUP_MAX_AGE_MS, DEFAULT_DEDUP_MAX_IDS};
+
+const HOUR: i64 = 60 * 60 * 1000;
+
+/// For windows whose entries hold uuids: no entry names blocks.
+fn no_blocks(_: &[(u64, u64)]) -> Result<std::collections::HashMap<u64, Vec<Id>>, sled::Error> {
+    panic!("no entry names blocks")
+}
+
+/// A `recent_ids` tree in a fresh database, removed when the dir is dropped.
+fn recent_ids() -> (tempfile::TempDir, sled::Tree) {
+    let dir = tempfile::tempdir().unwrap();
+    let db = sled::open(dir.path()).unwrap();
+    let tree = db.open_tree("recent_ids").unwrap();
+    (dir, tree)
+}
+
+fn ids(from: u128, n: u128) -> Vec<Id> {
+    (from..from + n)
+        .map(|i| (1 + (i % 2) as u64, i * 7919))
+        .collect()
+}
+
+#[test]
+fn values_round_trip_and_reject_damage() {
+    let mut chunk = ids(0, 100);
+    chunk.push((9, u128::MAX));
+    chunk.push(chunk[0]);
+    let bytes = encode(&chunk);
+    let mut back = decode(&bytes).unwrap();
+    chunk.sort_unstable();
+    chunk.dedup();
+    back.sort_unstable();
+    assert_eq!(back, chunk);
+    for n in [1, 8, 11, 13, bytes.len() - 1] {
+        assert_eq!(decode(&bytes[..n]), None, "prefix {n}");
+    }
+    assert_eq!(decode(&[]), Some(Vec::new()));
+}
+
+fn key(n: u64) -> IVec {
+    IVec::from(&keys::recent(0, n)[..])
+}
+
+#[test]
+fn finds_every_id_in_the_window_and_nothing_else() {
+    let mut w = Window::new(DEFAULT_DEDUP_MAX_AGE_MS, DEFAULT_DEDUP_MAX_IDS);
+    // Enough for several frozen segments plus a partial hash set.
+    for c in 0..300u64 {
+        let _ = w.insert(key(c), 1000, &ids(c as u128 * 1000, 1000), None, 1000);
+    }
+    assert!(w.frozen.len() >= 4, "{} segments", w.frozen.len());
+    assert_eq!(w.len(), 300_000);
+    for i in (0..300_000u128).step_by(97) {
+        assert!(w.contains((1 + (i % 2) as u64, i * 7919)), "{i}");
+        // The same uuid in the other project was never seen.
+        assert!(!w.contains((2 - (i % 2) as u64, i * 7919)), "{i}");
+        assert!(!w.contains((1, i * 7919 + 1)), "{i}");
+    }
+}
+
+#[test]
+fn prunes_by_count_keeping_at_least_the_count() {
+    let max = 3 * SEGMENT_IDS;
+    let mut w = Window::new(DEFAULT_DEDUP_MAX_AGE_MS, max);
+    let mut deleted = 0;
+    let n = SEGMENT_IDS as u128;
+    for c in 0..6u128 {
+        deleted += w
+            .insert(key(c as u64), 0, &ids(c * n, n), None, 0)
+            .removals();
+    }
+    // Six segments inserted; the oldest go once the rest hold the count.
+    assert_eq!(w.len(), max);
+    assert!(!w.contains(ids(0, 1)[0]));
+    assert!(w.contains(ids(6 * n - 1, 1)[0]));
+    assert!(w.contains(ids(3 * n, 1)[0]));
+    assert_eq!(deleted, 3, "the dropped segments' entries are deleted");
+}
+
+#[test]
+fn prunes_by_age() {
+    let day = 24 * HOUR;
+    let mut w = Window::new(day, DEFAULT_DEDUP_MAX_IDS);
+    let _ = w.insert(key(1), 0, &ids(0, 10), None, 0);
+    // Two hours later the old hash set is frozen (past an hour) ...
+    let _ = w.insert(key(2), 2 * HOUR, &ids(10, 10), None, 2 * HOUR);
+    assert!(w.contains(ids(0, 1)[0]) && w.contains(ids(10, 1)[0]));
+    // ... and a day after its newest arrival it is dropped, the later one kept.
+    let batch = w.prune(day + HOUR);
+    assert!(!w.contains(ids(0, 1)[0]));
+    assert!(w.contains(ids(10, 1)[0]));
+    assert_eq!(batch.removals(), 1);
+    assert_eq!(w.len(), 10);
+}
+
+#[test]
+fn reloads_what_was_committed_without_the_expired() {
+    let (_dir, tree) = recent_ids();
+    let now = 100 * HOUR;
+    for (i, at) in [(1u64, now - 30 * HOUR), (2, now - 2 * HOUR), (3, now)] {
+        let chunk = ids(u128::from(i) * 100, 10);
+        tree.insert(keys::recent(at, i), encode(&chunk)).unwrap();
+    }
+    tree.insert(keys::recent(now, 4), &b"damaged"[..]).unwrap();
+    let w = Window::load(
+        &tree,
+        DEFAULT_DEDUP_MAX_AGE_MS,
+        DEFAULT_DEDUP_MAX_IDS,
+        now,
+        no_blocks,
+    )
+    .unwrap();
+    assert_eq!(w.len(), 20);
+    assert!(!w.contains(ids(100, 1)[0]), "older than a day");
+    assert!(w.contains(ids(200, 1)[0]) && w.contains(ids(309, 1)[0]));
+    assert_eq!(
+        tree.len(),
+        2,
+        "the expired and the damaged entries are deleted"
+    );
+}
+
+/// Reloading a day of entries groups them by the hour they arrived in, as they
+/// were grouped when stored, not one segment per entry: every lookup scans the
+/// segments.
+#[test]
+fn reloaded_entries_are_frozen_by_arrival_hour() {
+    let (_dir, tree) = recent_ids();
+    let now = 100 * HOUR;
+    let entries = 1000u64;
+    for i in 0..entries {
+        let at = now - 20 * HOUR + (i as i64) * 20 * HOUR / entries as i64;
+        let chunk = ids(u128::from(i) * 10, 10);
+        tree.insert(keys::recent(at, i), encode(&chunk)).unwrap();
+    }
+    let w = Window::load(
+        &tree,
+        DEFAULT_DEDUP_MAX_AGE_MS,
+        DEFAULT_DEDUP_MAX_IDS,
+        now,
+        no_blocks,
+    )
+    .unwrap();
+    assert_eq!(w.len(), 10_000);
+    assert!(w.frozen.len() <= 21, "{} segments", w.frozen.len());
+    assert!((0..10_000).step_by(7).all(|i| w.contains(ids(i, 1)[0])));
+}
+
+#[test]
+fn many_small_chunks_become_one_entry() {
+    let (_dir, tree) = recent_ids();
+    let mut w = Window::new(DEFAULT_DEDUP_MAX_AGE_MS, DEFAULT_DEDUP_MAX_IDS);
+    for c in 0..1000u64 {
+        let chunk = ids(u128::from(c), 1);
+        let k = keys::recent(5, c);
+        tree.insert(k, encode(&chunk)).unwrap();
+        w.insert(IVec::from(&k[..]), 5, &chunk, None, 5)
+            .apply(&tree)
+            .unwrap();
+    }
+    assert!(tree.len() <= MAX_ENTRIES_PER_SEGMENT + 1, "{}", tree.len());
+    let back = Window::load(
+        &tree,
+        DEFAULT_DEDUP_MAX_AGE_MS,
+        DEFAULT_DEDUP_MAX_IDS,
+        5,
+        no_blocks,
+    )
+    .unwrap();
+    assert_eq!(back.len(), 1000);
+    assert!((0..1000).all(|c| back.contains(ids(c, 1)[0])));
+}
+
+#[test]
+fn block_ranges_round_trip_and_are_told_apart_from_uuids() {
+    let ranges = [(0, 3), (7, 8), (u64::MAX - 1, u64::MAX)];
+    let bytes = encode_ranges(&ranges);
+    assert_eq!(decode_ranges(&bytes).unwrap(), ranges);
+    assert_eq!(decode_ranges(&bytes[..bytes.len() - 1]), None);
+    // A uuids value never reads as ranges, even of a project whose first byte is the tag.
+    for n in 0..40 {
+        let uuids = encode(&(0..n).map(|i| (0xB2, i)).collect::<Vec<_>>());
+        assert_eq!(decode_ranges(&uuids), None, "{n} uuids");
+    }
+}
+
+/// Entries naming blocks combine into one naming every block, the runs that meet
+/// joined; the window reloads from it through the blocks' uuids.
+#[test]
+fn entries_naming_blocks_combine_into_one_naming_them_all() {
+    let (_dir, tree) = recent_ids();
+    let mut w = Window::new(DEFAULT_DEDUP_MAX_AGE_MS, DEFAULT_DEDUP_MAX_IDS);
+    let block_ids = |b: u64| ids(u128::from(b) * 3, 3);
+    let mut stored = Vec::new();
+    for c in 0..1000u64 {
+        // Chunks of two blocks, one block skipped every hundred chunks.
+        let first = 2 * c + c / 100;
+        let ranges = [(first, first + 2)];
+        let chunk: Vec<Id> = (first..first + 2).flat_map(block_ids).collect();
+        stored.extend(first..first + 2);
+        let k = keys::recent(5, first);
+        tree.insert(k, encode_ranges(&ranges)).unwrap();
+        w.insert(IVec::from(&k[..]), 5, &chunk, Some(&ranges), 5)
+            .apply(&tree)
+            .unwrap();
+    }
+    assert!(tree.len() <= MAX_ENTRIES_PER_SEGMENT + 1, "{}", tree.len());
+    let combined = tree
+        .iter()
+        .map(|e| decode_ranges(&e.unwrap().1).unwrap().len())
+        .max()
+        .unwrap();
+    // Ten runs at most: one more than the blocks skipped.
+    assert!(combined <= 10, "runs that meet are joined: {combined}");
+    let back = Window::load(
+        &tree,
+        DEFAULT_DEDUP_MAX_AGE_MS,
+        DEFAULT_DEDUP_MAX_IDS,
+        5,
+        |r| {
+            Ok(r.iter()
+                .flat_map(|&(a, b)| a..b)
+                .map(|b| (b, block_ids(b)))
+                .collect())
+        },
+    )
+    .unwrap();
+    assert_eq!(back.len(), 6000);
+    assert!(stored.iter().all(|&b| back.contains(block_ids(b)[1])));
+}
