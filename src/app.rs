@@ -79,6 +79,9 @@ impl App {
     ) -> App {
         let budget = Budget::new(config.limits.max_inflight_body_bytes);
         let space = crate::log::space::Space::new(config.min_free_disk_bytes);
+        // Measured once before serving: a start on a full disk refuses from the first
+        // request, not from the first of the watcher's measurements.
+        space.check(&config.db_dir);
         let manage = crate::manage::Store::new(config.flags_dir(), &config.db_dir);
         App {
             config,
