@@ -94,6 +94,23 @@ pub struct Tree {
     pub value_bytes: u64,
 }
 
+impl Tree {
+    fn new(name: String) -> Tree {
+        Tree {
+            name,
+            keys: 0,
+            key_bytes: 0,
+            value_bytes: 0,
+        }
+    }
+
+    fn count(&mut self, key: &[u8], value: &[u8]) {
+        self.keys += 1;
+        self.key_bytes += key.len() as u64;
+        self.value_bytes += value.len() as u64;
+    }
+}
+
 /// The stored events' blocks, decoded.
 #[derive(Default)]
 pub struct Blocks {
@@ -226,17 +243,10 @@ fn read_trees(db: &Path) -> Result<(Vec<Tree>, Vec<Tree>, Blocks, u64), String> 
         .map_err(|e| format!("reading the block files: {e}"))?;
     for name in opened.tree_names() {
         let tree = opened.open_tree(&name).map_err(sled_err)?;
-        let mut t = Tree {
-            name: String::from_utf8_lossy(&name).into_owned(),
-            keys: 0,
-            key_bytes: 0,
-            value_bytes: 0,
-        };
+        let mut t = Tree::new(String::from_utf8_lossy(&name).into_owned());
         for entry in tree.iter() {
             let (k, v) = entry.map_err(sled_err)?;
-            t.keys += 1;
-            t.key_bytes += k.len() as u64;
-            t.value_bytes += v.len() as u64;
+            t.count(&k, &v);
             if t.name == flagpost::store::EVENTS_TREE {
                 let bytes = files
                     .resolve(&v)
@@ -253,17 +263,10 @@ fn read_trees(db: &Path) -> Result<(Vec<Tree>, Vec<Tree>, Blocks, u64), String> 
     ] {
         let table = flagpost::store::layered::Layered::open(&opened, db, name)
             .map_err(|e| format!("reading the table {name}: {e}"))?;
-        let mut t = Tree {
-            name: name.to_owned(),
-            keys: 0,
-            key_bytes: 0,
-            value_bytes: 0,
-        };
+        let mut t = Tree::new(name.to_owned());
         for entry in table.iter() {
             let (k, v) = entry.map_err(sled_err)?;
-            t.keys += 1;
-            t.key_bytes += k.len() as u64;
-            t.value_bytes += v.len() as u64;
+            t.count(&k, &v);
         }
         tables.push(t);
     }

@@ -411,4 +411,4 @@ impl Filter {
 
 #[cfg(test)]
 #[path = "tests/run.rs"]
-mod tests;
+pub(super) mod tests;

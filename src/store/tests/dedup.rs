@@ -8,6 +8,18 @@ fn no_blocks(_: &[(u64, u64)]) -> Result<std::collections::HashMap<u64, Vec<Id>>
     panic!("no entry names blocks")
 }
 
+/// The window of `tree`, whose entries hold uuids, at `now`.
+fn load(tree: &sled::Tree, now: i64) -> Window {
+    Window::load(
+        tree,
+        DEFAULT_DEDUP_MAX_AGE_MS,
+        DEFAULT_DEDUP_MAX_IDS,
+        now,
+        no_blocks,
+    )
+    .unwrap()
+}
+
 /// A `recent_ids` tree in a fresh database, removed when the dir is dropped.
 fn recent_ids() -> (tempfile::TempDir, sled::Tree) {
     let dir = tempfile::tempdir().unwrap();
@@ -104,14 +116,7 @@ fn reloads_what_was_committed_without_the_expired() {
         tree.insert(keys::recent(at, i), encode(&chunk)).unwrap();
     }
     tree.insert(keys::recent(now, 4), &b"damaged"[..]).unwrap();
-    let w = Window::load(
-        &tree,
-        DEFAULT_DEDUP_MAX_AGE_MS,
-        DEFAULT_DEDUP_MAX_IDS,
-        now,
-        no_blocks,
-    )
-    .unwrap();
+    let w = load(&tree, now);
     assert_eq!(w.len(), 20);
     assert!(!w.contains(ids(100, 1)[0]), "older than a day");
     assert!(w.contains(ids(200, 1)[0]) && w.contains(ids(309, 1)[0]));
@@ -135,14 +140,7 @@ fn reloaded_entries_are_frozen_by_arrival_hour() {
         let chunk = ids(u128::from(i) * 10, 10);
         tree.insert(keys::recent(at, i), encode(&chunk)).unwrap();
     }
-    let w = Window::load(
-        &tree,
-        DEFAULT_DEDUP_MAX_AGE_MS,
-        DEFAULT_DEDUP_MAX_IDS,
-        now,
-        no_blocks,
-    )
-    .unwrap();
+    let w = load(&tree, now);
     assert_eq!(w.len(), 10_000);
     assert!(w.frozen.len() <= 21, "{} segments", w.frozen.len());
     assert!((0..10_000).step_by(7).all(|i| w.contains(ids(i, 1)[0])));
@@ -161,14 +159,7 @@ fn many_small_chunks_become_one_entry() {
             .unwrap();
     }
     assert!(tree.len() <= MAX_ENTRIES_PER_SEGMENT + 1, "{}", tree.len());
-    let back = Window::load(
-        &tree,
-        DEFAULT_DEDUP_MAX_AGE_MS,
-        DEFAULT_DEDUP_MAX_IDS,
-        5,
-        no_blocks,
-    )
-    .unwrap();
+    let back = load(&tree, 5);
     assert_eq!(back.len(), 1000);
     assert!((0..1000).all(|c| back.contains(ids(c, 1)[0])));
 }

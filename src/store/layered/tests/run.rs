@@ -5,12 +5,12 @@ use std::path::Path;
 use super::*;
 use crate::store::layered::Writer;
 
-fn key(i: u32) -> Vec<u8> {
+pub(in crate::store::layered) fn key(i: u32) -> Vec<u8> {
     format!("k{i:08}").into_bytes()
 }
 
 /// A value of a few hundred bytes that compresses like a person's JSON.
-fn value(i: u32, version: u32) -> Vec<u8> {
+pub(in crate::store::layered) fn value(i: u32, version: u32) -> Vec<u8> {
     format!(
         r#"{{"id":"{i}","version":{version},"properties":{{"email":"user{i}@example.com","$initial_browser":"Chrome","n":{}}}}}"#,
         i.wrapping_mul(2654435761)

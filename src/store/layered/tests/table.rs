@@ -1,20 +1,8 @@
 use std::collections::BTreeMap;
 use std::ops::Bound;
 
+use super::run::tests::{key, value};
 use super::*;
-
-fn key(i: u32) -> Vec<u8> {
-    format!("k{i:08}").into_bytes()
-}
-
-/// A value of a few hundred bytes that compresses like a person's JSON.
-fn value(i: u32, version: u32) -> Vec<u8> {
-    format!(
-        r#"{{"id":"{i}","version":{version},"properties":{{"email":"user{i}@example.com","$initial_browser":"Chrome","n":{}}}}}"#,
-        i.wrapping_mul(2654435761)
-    )
-    .into_bytes()
-}
 
 struct Fixture {
     dir: tempfile::TempDir,
