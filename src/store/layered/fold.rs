@@ -46,6 +46,18 @@ impl Layered {
         let (entries, file_bytes) = (run.entries(), run.file_bytes());
         inner.run.store(Some(run));
         inner.generation.store(generation, Ordering::SeqCst);
+        // Readers still holding the old run read it through its open file.
+        if let Some(old) = old.as_ref().filter(|old| old.damage_seen()) {
+            let aside = old.path().with_extension("run.damaged");
+            tracing::error!(path = %old.path().display(), aside = %aside.display(), "the replaced run had damaged blocks, whose keys are not in the new one; it is kept aside");
+            if let Err(e) = fs::rename(old.path(), &aside) {
+                tracing::warn!(error = %e, "the damaged run could not be kept aside");
+            }
+        } else if let Some(old) = &old {
+            if let Err(e) = fs::remove_file(old.path()) {
+                tracing::warn!(path = %old.path().display(), error = %e, "a replaced run could not be removed; it is removed at the next start");
+            }
+        }
         let mut kept = 0u64;
         for (k, v) in &taken {
             // Unchanged since it was taken: the run now holds it.
@@ -58,17 +70,6 @@ impl Layered {
         }
         // Nothing else writes the delta during a fold (see `fold`'s docs).
         inner.pending.store(kept, Ordering::Relaxed);
-        if let Some(old) = old.as_ref().filter(|old| old.damage_seen()) {
-            let aside = old.path().with_extension("run.damaged");
-            tracing::error!(path = %old.path().display(), aside = %aside.display(), "the replaced run had damaged blocks, whose keys are not in the new one; it is kept aside");
-            if let Err(e) = fs::rename(old.path(), &aside) {
-                tracing::warn!(error = %e, "the damaged run could not be kept aside");
-            }
-        } else if let Some(old) = &old {
-            if let Err(e) = fs::remove_file(old.path()) {
-                tracing::warn!(path = %old.path().display(), error = %e, "a replaced run could not be removed; it is removed at the next start");
-            }
-        }
         Ok(Folded {
             entries,
             taken: taken.len() as u64,
