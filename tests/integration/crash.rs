@@ -205,6 +205,7 @@ fn a_full_disk_refuses_events_and_recovers_by_itself() {
 fn persons_survive_random_kills_while_they_are_folded() {
     const FOLD_KILLS: usize = 8;
     const NEW_PER_REQUEST: u64 = 40;
+    const REQUESTS_PER_CYCLE: usize = 15;
     let seed = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -222,7 +223,12 @@ fn persons_survive_random_kills_while_they_are_folded() {
         let mut changes = Lcg(rng.next());
         std::thread::scope(|s| {
             let client = s.spawn(|| {
-                while !stop.load(Ordering::Relaxed) {
+                // Paced and bounded, so kills land among requests and folds, and the
+                // check after (one request a person) stays short.
+                let mut sent = 0;
+                while !stop.load(Ordering::Relaxed) && sent < REQUESTS_PER_CYCLE {
+                    sent += 1;
+                    std::thread::sleep(Duration::from_millis(40));
                     let mut set: Vec<(String, u64)> = Vec::new();
                     for n in persons..persons + NEW_PER_REQUEST {
                         seq += 1;

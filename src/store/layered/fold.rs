@@ -14,6 +14,11 @@ use super::run::{self, Run};
 use super::{run_path, Folded, Layered, PAGE};
 use crate::store::Error;
 
+/// A fold takes at most this many bytes of the delta (keys and values, held until it
+/// removes them): a delta larger than that (a database of an earlier format, a
+/// restore) is folded in several steps.
+pub(super) const TAKE_BYTES: u64 = 64 * 1024 * 1024;
+
 impl Layered {
     /// Merge the delta into a new run (see the module docs). Only one fold at a time:
     /// the compactor's thread folds, between its chunks, and nothing else writes the
@@ -21,15 +26,47 @@ impl Layered {
     pub fn fold(&self) -> Result<Folded, Error> {
         let started = Instant::now();
         let inner = &self.inner;
-        fs::create_dir_all(&inner.dir).map_err(Error::Tables)?;
+        // What the run takes must be durable first: a chunk committed but not yet
+        // written out by sled is lost in a crash and applied again from the log, which
+        // must not find its own changes in the run already.
+        inner.delta.flush()?;
+        if !inner.dir.exists() {
+            fs::create_dir_all(&inner.dir).map_err(Error::Tables)?;
+            if let Some(parent) = inner.dir.parent() {
+                fs::File::open(parent)
+                    .and_then(|d| d.sync_all())
+                    .map_err(Error::Tables)?;
+            }
+        }
         let generation = inner.generation.load(Ordering::SeqCst) + 1;
         let making = run_path(&inner.dir, &inner.name, generation, true);
         let old = inner.run.load_full();
+        // A block that failed to read before and reads now was not damaged.
+        if let Some(old) = old.as_deref().filter(|o| o.damage_seen()) {
+            if old.verify().is_ok() {
+                old.forget_damage();
+            }
+        }
+        let pending_before = inner.pending.load(Ordering::Relaxed);
         let mut taken = Vec::new();
         let written = self.write_run(old.as_deref(), &making, &mut taken);
-        if let Err(e) = written {
-            let _ = fs::remove_file(&making);
-            return Err(e);
+        let complete = match written {
+            Ok(complete) => complete,
+            Err(e) => {
+                let _ = fs::remove_file(&making);
+                return Err(e);
+            }
+        };
+        if let Some(old) = old.as_deref().filter(|o| o.damage_seen()) {
+            if old.verify().is_ok() {
+                // Only a passing failure: fold again later rather than leave keys out.
+                old.forget_damage();
+                let _ = fs::remove_file(&making);
+                return Err(Error::Tables(io::Error::other(format!(
+                    "a block of {} failed to read and then read; the fold is tried again",
+                    old.path().display()
+                ))));
+            }
         }
         let path = run_path(&inner.dir, &inner.name, generation, false);
         let placed = fs::rename(&making, &path)
@@ -58,18 +95,25 @@ impl Layered {
                 tracing::warn!(path = %old.path().display(), error = %e, "a replaced run could not be removed; it is removed at the next start");
             }
         }
-        let mut kept = 0u64;
+        let (mut kept, mut removed) = (0u64, 0u64);
         for (k, v) in &taken {
+            let bytes = (k.len() + v.len()) as u64;
             // Unchanged since it was taken: the run now holds it.
             let swapped = inner
                 .delta
                 .compare_and_swap(k, Some(v), None as Option<&[u8]>)?;
-            if swapped.is_err() {
-                kept += (k.len() + v.len()) as u64;
+            match swapped {
+                Ok(()) => removed += bytes,
+                Err(_) => kept += bytes,
             }
         }
-        // Nothing else writes the delta during a fold (see `fold`'s docs).
-        inner.pending.store(kept, Ordering::Relaxed);
+        // Nothing else writes the delta during a fold (see `fold`'s docs). A fold that
+        // took only part of the delta leaves the rest pending: the next one takes more.
+        let pending = match complete {
+            true => kept,
+            false => pending_before.saturating_sub(removed).max(kept),
+        };
+        inner.pending.store(pending, Ordering::Relaxed);
         Ok(Folded {
             entries,
             taken: taken.len() as u64,
@@ -79,20 +123,27 @@ impl Layered {
     }
 
     /// The run `old` and the delta, merged into a new run at `path`; the delta's
-    /// entries read go to `taken`.
+    /// entries read go to `taken`, up to [`TAKE_BYTES`] of them (the rest, in key
+    /// order, stay in the delta and still shadow the run). Whether it took them all.
     fn write_run(
         &self,
         old: Option<&Run>,
         path: &Path,
         taken: &mut Vec<(IVec, IVec)>,
-    ) -> Result<(), Error> {
+    ) -> Result<bool, Error> {
+        let mut taken_bytes = 0u64;
         let tables = Error::Tables;
         let mut out = super::Writer::create(path).map_err(tables)?;
         let mut base = RunPages::new(old);
         let mut delta = self.inner.delta.iter().peekable();
+        let mut complete = true;
         loop {
             let next_base = base.peek().map_err(tables)?;
+            if complete && taken_bytes >= self.inner.take_bytes.load(Ordering::Relaxed) {
+                complete = delta.peek().is_none();
+            }
             let next_delta = match delta.peek() {
+                _ if !complete => None,
                 Some(Ok((k, _))) => Some(k.clone()),
                 Some(Err(_)) => {
                     if let Some(Err(e)) = delta.next() {
@@ -120,12 +171,14 @@ impl Layered {
                         if !v.is_empty() {
                             out.push(&k, &v).map_err(tables)?;
                         }
+                        taken_bytes += (k.len() + v.len()) as u64;
                         taken.push((k, v));
                     }
                 }
             }
         }
-        out.finish().map_err(tables)
+        out.finish().map_err(tables)?;
+        Ok(complete)
     }
 }
 

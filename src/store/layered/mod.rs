@@ -10,11 +10,12 @@
 //! still hold the key. A read looks in the delta first, then in the run. Once the
 //! bytes written to the delta pass a sixteenth of the run's (see [`FOLD_SHARE`]), and
 //! when the compactor is idle or stops, [`Layered::fold`] merges the two into a new
-//! run: written beside the old one, synced, renamed into place, the directory synced;
-//! then the delta entries it took are removed (each only if unchanged) and the old run
-//! deleted. A crash before the rename leaves a `.run.new` file, removed at the next
-//! start; after it, delta entries that equal the run's, which read the same. Neither
-//! changes what a read sees, so folds need no transaction with the compactor's chunks.
+//! run: sled flushed first (the run takes only durable changes), written beside the
+//! old one, synced, renamed into place, the directory synced; then the old run is
+//! deleted and the delta entries it took are removed (each only if unchanged). A crash
+//! before the rename leaves a `.run.new` file, removed at the next start; after it,
+//! delta entries that equal the run's, which read the same. Neither changes what a
+//! read sees, so folds need no transaction with the compactor's chunks.
 //!
 //! Reads while a fold switches runs: a point read consults the delta before loading
 //! the run, so a key already removed from the delta is found in the new run (the
@@ -76,6 +77,8 @@ struct Inner {
     generation: AtomicU64,
     /// Bytes (keys and values) written to the delta since the last fold, about.
     pending: AtomicU64,
+    /// The most a fold takes of the delta ([`fold::TAKE_BYTES`]; less in tests).
+    take_bytes: AtomicU64,
 }
 
 /// What a fold did.
@@ -130,6 +133,7 @@ impl Layered {
                 run: ArcSwapOption::new(run),
                 generation: AtomicU64::new(newest.unwrap_or(0)),
                 pending: AtomicU64::new(pending),
+                take_bytes: AtomicU64::new(fold::TAKE_BYTES),
             }),
         })
     }
@@ -221,6 +225,12 @@ impl Layered {
     /// Note `bytes` written to the delta (by a committed transaction).
     pub fn note_written(&self, bytes: u64) {
         self.inner.pending.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    /// Make folds take at most `bytes` of the delta.
+    #[cfg(test)]
+    pub fn set_take_bytes(&self, bytes: u64) {
+        self.inner.take_bytes.store(bytes, Ordering::Relaxed);
     }
 
     /// Bytes written to the delta since the last fold, about.

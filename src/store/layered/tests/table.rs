@@ -194,3 +194,54 @@ fn successor_bounds_a_prefix() {
     assert_eq!(successor(b"a\xff"), Some(b"b".to_vec()));
     assert_eq!(successor(b"\xff\xff"), None);
 }
+
+#[test]
+fn a_large_delta_is_folded_in_steps() {
+    let f = fixture();
+    let t = &f.table;
+    let mut model = BTreeMap::new();
+    for i in 0..3_000 {
+        t.delta().insert(key(i), value(i, 1)).unwrap();
+        model.insert(key(i), value(i, 1));
+    }
+    t.note_written(3_000 * 150);
+    t.set_take_bytes(64 * 1024);
+    let mut folds = 0;
+    while !t.delta().is_empty() {
+        t.fold().unwrap();
+        folds += 1;
+        // Between steps, the table reads whole: part in the run, the rest in the delta.
+        assert_eq!(all(t), model.clone().into_iter().collect::<Vec<_>>());
+        assert!(folds < 20);
+    }
+    assert!(
+        folds >= 4,
+        "a step takes at most 64 KiB here: {folds} folds"
+    );
+    assert_eq!(t.pending(), 0);
+    assert_eq!(t.run().unwrap().entries(), 3_000);
+}
+
+#[test]
+fn a_block_that_failed_to_read_once_is_folded_when_it_reads_again() {
+    let f = fixture();
+    let t = &f.table;
+    for i in 0..3_000 {
+        t.delta().insert(key(i), value(i, 1)).unwrap();
+    }
+    t.fold().unwrap();
+    let path = f.dir.path().join(DIR_NAME).join("persons.0000000001.run");
+    let good = std::fs::read(&path).unwrap();
+    let mut bad = good.clone();
+    bad[40] ^= 0xFF;
+    std::fs::write(&path, &bad).unwrap();
+    assert_eq!(t.get(key(0)).unwrap(), None);
+    assert!(t.run().unwrap().damage_seen());
+    // The read failure passes (the same bytes read back whole).
+    std::fs::write(&path, &good).unwrap();
+    t.delta().insert(key(5_000), value(5_000, 1)).unwrap();
+    t.fold().unwrap();
+    assert_eq!(t.get(key(0)).unwrap().unwrap().to_vec(), value(0, 1));
+    assert!(!path.with_extension("run.damaged").exists());
+    assert_eq!(t.run().unwrap().entries(), 3_001);
+}
