@@ -17,6 +17,10 @@ const IDLE_BEFORE_FOLD: Duration = Duration::from_secs(10);
 const IDLE_FOLD_SPACING: Duration = Duration::from_secs(60);
 /// After a failed fold.
 const RETRY_AFTER: Duration = Duration::from_secs(30);
+/// While busy, the next fold waits this many times as long as the last one took, so
+/// folds take at most about a quarter of the compactor's time however large the run
+/// (or slow the build): the delta grows meanwhile and the next fold takes more.
+const BUSY_SPACING: u32 = 3;
 
 /// Why a fold is considered.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -35,6 +39,8 @@ pub struct Schedule {
     idle_since: Option<Instant>,
     last_fold: Option<Instant>,
     retry_at: Option<Instant>,
+    /// No fold while busy before this ([`BUSY_SPACING`]).
+    busy_after: Option<Instant>,
 }
 
 impl Compactor {
@@ -50,6 +56,9 @@ impl Compactor {
             Moment::Stop => {}
         }
         if moment != Moment::Stop && s.retry_at.is_some_and(|t| now < t) {
+            return;
+        }
+        if moment == Moment::Busy && s.busy_after.is_some_and(|t| now < t) {
             return;
         }
         let idle_enough = s.idle_since.is_some_and(|t| now - t >= IDLE_BEFORE_FOLD)
@@ -72,6 +81,7 @@ impl Compactor {
         match table.fold() {
             Ok(f) => {
                 s.retry_at = None;
+                s.busy_after = Some(Instant::now() + f.took * BUSY_SPACING);
                 tracing::info!(
                     table = table.name(),
                     entries = f.entries,

@@ -479,13 +479,24 @@ impl Server {
         let marker = uuid::Uuid::now_v7().to_string();
         let body = serde_json::json!({"api_key": key, "event": "settle", "distinct_id": "settle", "uuid": marker});
         assert_eq!(self.post("/capture/", body.to_string()).status, 200);
-        wait_for("the marker event", || {
-            let events = self.stored_events(project);
-            events
-                .iter()
-                .any(|e| e["id"] == marker.as_str())
-                .then_some(())
-        });
+        let deadline = Instant::now() + WAIT;
+        while !self
+            .stored_events(project)
+            .iter()
+            .any(|e| e["id"] == marker.as_str())
+        {
+            // The server's own account says why: a failing compactor, a full disk.
+            if Instant::now() >= deadline {
+                let log = self.log();
+                let lines: Vec<&str> = log.lines().collect();
+                let tail = &lines[lines.len().saturating_sub(80)..];
+                panic!(
+                    "timed out waiting for the marker event; the server's log ends:\n{}",
+                    tail.join("\n")
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
         // The marker passes events parked in a slower lane (a historical import, or a
         // distinct id over its rate goes to the overflow lane): wait for those too.
         wait_for("the slower lanes to drain", || {

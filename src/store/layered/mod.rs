@@ -8,7 +8,7 @@
 //! Writes (the compactor's, inside its chunk transaction) go to the tree, the *delta*,
 //! as before; a removal is written as an empty value, a tombstone, since the run may
 //! still hold the key. A read looks in the delta first, then in the run. Once the
-//! bytes written to the delta pass a sixteenth of the run's (see [`FOLD_SHARE`]), and
+//! bytes written to the delta pass an eighth of the run's (see [`FOLD_SHARE`]), and
 //! when the compactor is idle or stops, [`Layered::fold`] merges the two into a new
 //! run: sled flushed first (the run takes only durable changes), written beside the
 //! old one, synced, renamed into place, the directory synced; then the old run is
@@ -50,12 +50,13 @@ pub const DIR_NAME: &str = "tables";
 pub const TOMBSTONE: &[u8] = b"";
 /// The delta is folded once the bytes written to it since the last fold pass the
 /// run's bytes over this. The smaller the share, the less sled's file holds at its
-/// largest (a sixteenth left it at 8 to 9 bytes an event at rest, a quarter at 26 to
-/// 30: `BENCHMARKS.md`, disk at rest) and the more often a fold rewrites the run: each
-/// byte written to the delta costs about this many bytes of fold.
-pub const FOLD_SHARE: u64 = 16;
+/// largest and the more often a fold rewrites the run: each byte written to the delta
+/// costs about this many bytes of fold. For the disk-at-rest workload a sixteenth left
+/// 91 to 92 bytes an event, an eighth 102 to 107, a quarter 110 to 115
+/// (`benches/HISTORY.md`); an eighth keeps the target with half the rewriting.
+pub const FOLD_SHARE: u64 = 8;
 /// ... and at least this many,
-pub const MIN_FOLD_BYTES: u64 = 64 * 1024;
+pub const MIN_FOLD_BYTES: u64 = 128 * 1024;
 /// ... and at most this many, however large the run.
 const MAX_FOLD_BYTES: u64 = 64 * 1024 * 1024;
 /// Entries an iterator reads from each side at a time.
