@@ -27,15 +27,21 @@ fn all(table: &Layered) -> Vec<(Vec<u8>, Vec<u8>)> {
         .collect()
 }
 
+/// `n` keys written to the delta; what the table should then hold.
+fn fill(t: &Layered, n: u32) -> BTreeMap<Vec<u8>, Vec<u8>> {
+    let mut model = BTreeMap::new();
+    for i in 0..n {
+        t.delta().insert(key(i), value(i, 1)).unwrap();
+        model.insert(key(i), value(i, 1));
+    }
+    model
+}
+
 #[test]
 fn reads_see_the_delta_over_the_run_before_and_after_folds() {
     let f = fixture();
     let t = &f.table;
-    let mut model = BTreeMap::new();
-    for i in 0..3_000 {
-        t.delta().insert(key(i), value(i, 1)).unwrap();
-        model.insert(key(i), value(i, 1));
-    }
+    let mut model = fill(t, 3_000);
     t.note_written(3_000 * 200);
     assert!(t.should_fold());
     let folded = t.fold().unwrap();
@@ -166,9 +172,7 @@ fn a_failed_fold_leaves_the_table_as_it_was() {
 fn a_fold_over_a_damaged_run_keeps_it_aside() {
     let f = fixture();
     let t = &f.table;
-    for i in 0..3_000 {
-        t.delta().insert(key(i), value(i, 1)).unwrap();
-    }
+    fill(t, 3_000);
     t.fold().unwrap();
     let path = f.dir.path().join(DIR_NAME).join("persons.0000000001.run");
     let mut bytes = std::fs::read(&path).unwrap();
@@ -199,11 +203,7 @@ fn successor_bounds_a_prefix() {
 fn a_large_delta_is_folded_in_steps() {
     let f = fixture();
     let t = &f.table;
-    let mut model = BTreeMap::new();
-    for i in 0..3_000 {
-        t.delta().insert(key(i), value(i, 1)).unwrap();
-        model.insert(key(i), value(i, 1));
-    }
+    let model = fill(t, 3_000);
     t.note_written(3_000 * 150);
     t.set_take_bytes(64 * 1024);
     let mut folds = 0;
@@ -226,9 +226,7 @@ fn a_large_delta_is_folded_in_steps() {
 fn a_block_that_failed_to_read_once_is_folded_when_it_reads_again() {
     let f = fixture();
     let t = &f.table;
-    for i in 0..3_000 {
-        t.delta().insert(key(i), value(i, 1)).unwrap();
-    }
+    fill(t, 3_000);
     t.fold().unwrap();
     let path = f.dir.path().join(DIR_NAME).join("persons.0000000001.run");
     let good = std::fs::read(&path).unwrap();
