@@ -278,10 +278,7 @@ fn encode(
             .encode(shape, out);
         }
         Phase::Events => {
-            let id = key
-                .get(16..24)
-                .and_then(|b| b.try_into().ok())
-                .map(u64::from_be_bytes);
+            let id = crate::store::keys::block_id(key);
             if id.is_none_or(|id| id < from.from_block || id >= from.below_block) {
                 return 0;
             }

@@ -121,14 +121,8 @@ pub fn uuids_of_blocks(
     let mut out = std::collections::HashMap::new();
     for entry in events.iter() {
         let (key, value) = entry?;
-        let id = key
-            .get(16..24)
-            .and_then(|b| b.try_into().ok())
-            .map(u64::from_be_bytes);
-        let project = key
-            .get(..8)
-            .and_then(|b| b.try_into().ok())
-            .map(u64::from_be_bytes);
+        let id = keys::block_id(&key);
+        let project = keys::split_block(&key).map(|(p, _)| p);
         let (Some(id), Some(project)) = (id, project) else {
             continue;
         };

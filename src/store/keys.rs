@@ -58,6 +58,11 @@ pub fn split_block(key: &[u8]) -> Option<(u64, i64)> {
     Some((u64::from_be_bytes(project), time_from(ts)))
 }
 
+/// The block id back out of an `events` key.
+pub fn block_id(key: &[u8]) -> Option<u64> {
+    Some(u64::from_be_bytes(key.get(16..24)?.try_into().ok()?))
+}
+
 /// `recent_ids`: when a chunk was stored, then the chunk's first block id, so keys sort
 /// by age.
 pub fn recent(arrival: i64, id: u64) -> [u8; 16] {

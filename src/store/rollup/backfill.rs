@@ -157,10 +157,7 @@ impl Backfill {
         };
         for entry in range.take(BATCH) {
             let (key, value) = entry?;
-            let id = key
-                .get(16..24)
-                .and_then(|b| b.try_into().ok())
-                .map(u64::from_be_bytes);
+            let id = keys::block_id(&key);
             let project = keys::split_block(&key).map(|(p, _)| p);
             if let (Some(id), Some(project)) = (id, project) {
                 if id < state.boundary {
