@@ -38,9 +38,7 @@ pub(super) fn checksum(seq: u64, payload: &[u8]) -> u32 {
     h.finalize()
 }
 
-pub(super) fn sync_dir(dir: &Path) -> io::Result<()> {
-    File::open(dir)?.sync_all()
-}
+pub(super) use crate::support::sync_dir;
 
 /// A new empty file at `path`, replacing any there.
 pub(super) fn create(path: &Path) -> io::Result<File> {

@@ -147,9 +147,7 @@ pub fn write_atomically(flags_dir: &Path, project: u64, bytes: &[u8]) -> Result<
         .map_err(|e| io("write the temporary file", e))?;
     drop(file);
     fs::rename(&temp, path(flags_dir, project)).map_err(|e| io("rename", e))?;
-    fs::File::open(flags_dir)
-        .and_then(|dir| dir.sync_all())
-        .map_err(|e| io("sync the flags directory", e))
+    crate::support::sync_dir(flags_dir).map_err(|e| io("sync the flags directory", e))
 }
 
 #[cfg(test)]

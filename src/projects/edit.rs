@@ -159,7 +159,7 @@ fn replace(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         let _ = fs::remove_file(&temp);
     }
     written?;
-    fs::File::open(dir)?.sync_all()
+    crate::support::sync_dir(dir)
 }
 
 #[cfg(test)]

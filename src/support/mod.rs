@@ -3,7 +3,8 @@
 //! idles (`idle`), the request memory budget (`memory`), the service manager's
 //! notifications (`notify`), lock helpers that survive a panicked holder (`sync`), and
 //! the reload lock and change detection of the files the server reloads by itself
-//! (`watch`), and bytes as lowercase hex ([`hex`]).
+//! (`watch`), bytes as lowercase hex ([`hex`]) and a directory's entries made durable
+//! ([`sync_dir`]).
 
 pub mod clock;
 pub mod idle;
@@ -11,6 +12,11 @@ pub(crate) mod memory;
 pub(crate) mod notify;
 pub(crate) mod sync;
 pub(crate) mod watch;
+
+/// Make the entries of `dir` durable (a file created, renamed or removed in it).
+pub fn sync_dir(dir: &std::path::Path) -> std::io::Result<()> {
+    std::fs::File::open(dir)?.sync_all()
+}
 
 /// Bytes as lowercase hex, two digits a byte: key hashes, sled keys in messages.
 pub fn hex(bytes: &[u8]) -> String {

@@ -311,7 +311,7 @@ impl Files {
             .checked_add(1)
             .ok_or_else(|| io::Error::other("block file numbers exhausted"))?;
         fs::rename(&making, &path)?;
-        File::open(&self.inner.dir)?.sync_all()?;
+        crate::support::sync_dir(&self.inner.dir)?;
         let file = OpenOptions::new().read(true).write(true).open(&path)?;
         Ok(Writing {
             number,

@@ -13,6 +13,7 @@ use sled::IVec;
 use super::run::{self, Run};
 use super::{run_path, Folded, Layered, PAGE};
 use crate::store::Error;
+use crate::support::sync_dir;
 
 /// A fold takes at most this many bytes of the delta (keys and values, held until it
 /// removes them): a delta larger than that (a database of an earlier format, a
@@ -33,9 +34,7 @@ impl Layered {
         if !inner.dir.exists() {
             fs::create_dir_all(&inner.dir).map_err(Error::Tables)?;
             if let Some(parent) = inner.dir.parent() {
-                fs::File::open(parent)
-                    .and_then(|d| d.sync_all())
-                    .map_err(Error::Tables)?;
+                sync_dir(parent).map_err(Error::Tables)?;
             }
         }
         let generation = inner.generation.load(Ordering::SeqCst) + 1;
@@ -70,7 +69,7 @@ impl Layered {
         }
         let path = run_path(&inner.dir, &inner.name, generation, false);
         let placed = fs::rename(&making, &path)
-            .and_then(|()| fs::File::open(&inner.dir)?.sync_all())
+            .and_then(|()| sync_dir(&inner.dir))
             .and_then(|()| Run::open(&path));
         let run = match placed {
             Ok(run) => Arc::new(run),
