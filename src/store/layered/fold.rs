@@ -137,7 +137,7 @@ impl Layered {
         let mut delta = self.inner.delta.iter().peekable();
         let mut complete = true;
         loop {
-            let next_base = base.peek().map_err(tables)?;
+            let next_base = base.peek();
             if complete && taken_bytes >= self.inner.take_bytes.load(Ordering::Relaxed) {
                 complete = delta.peek().is_none();
             }
@@ -200,20 +200,20 @@ impl<'a> RunPages<'a> {
     }
 
     /// The next key, reading a page when needed.
-    fn peek(&mut self) -> io::Result<Option<Vec<u8>>> {
+    fn peek(&mut self) -> Option<Vec<u8>> {
         if self.page.is_empty() && !self.done {
             if let Some(run) = self.run {
                 let from = match &self.after {
                     Some(k) => Bound::Excluded(k.as_slice()),
                     None => Bound::Unbounded,
                 };
-                let page = run.scan(from, Bound::Unbounded, PAGE * 8)?;
+                let page = run.scan(from, Bound::Unbounded, PAGE * 8);
                 self.done = page.len() < PAGE * 8;
                 self.after = page.last().map(|(k, _)| k.clone());
                 self.page.extend(page);
             }
         }
-        Ok(self.page.front().map(|(k, _)| k.clone()))
+        self.page.front().map(|(k, _)| k.clone())
     }
 
     fn take(&mut self) -> run::Entry {

@@ -4,7 +4,7 @@ use std::ops::Bound;
 
 use sled::IVec;
 
-use super::{run_error, Layered, PAGE};
+use super::{Layered, PAGE};
 
 /// The entries of a [`Layered`] table in key order, read in pages.
 pub struct Iter {
@@ -57,9 +57,7 @@ impl Iter {
         }
         // Loaded after the delta's page was read: see the module docs.
         let base = match inner.run.load_full() {
-            Some(run) => run
-                .scan(as_slice(&self.from), as_slice(&self.to), PAGE)
-                .map_err(run_error)?,
+            Some(run) => run.scan(as_slice(&self.from), as_slice(&self.to), PAGE),
             None => Vec::new(),
         };
         let delta_cut = (delta.len() >= PAGE).then(|| delta.last().map(|(k, _)| k.to_vec()));

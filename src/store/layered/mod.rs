@@ -94,13 +94,13 @@ pub struct Folded {
     pub took: Duration,
 }
 
-/// A read of a run failed: sled's error type, so callers handle both alike.
-fn run_error(e: io::Error) -> sled::Error {
-    sled::Error::Io(e)
-}
-
-fn not_tombstone(value: IVec) -> Option<IVec> {
-    (!value.is_empty()).then_some(value)
+/// The value of `key`, given what the delta holds for it (`found`) and the run.
+fn through(found: Option<IVec>, run: Option<&Run>, key: &[u8]) -> Option<IVec> {
+    match found {
+        // An empty value is a tombstone.
+        Some(v) => (!v.is_empty()).then_some(v),
+        None => run?.get(key).map(IVec::from),
+    }
 }
 
 impl Layered {
@@ -170,13 +170,8 @@ impl Layered {
     pub fn get<K: AsRef<[u8]>>(&self, key: K) -> sled::Result<Option<IVec>> {
         let key = key.as_ref();
         // The delta first, then the run: see the module docs.
-        if let Some(v) = self.inner.delta.get(key)? {
-            return Ok(not_tombstone(v));
-        }
-        match self.inner.run.load().as_deref() {
-            Some(run) => Ok(run.get(key).map_err(run_error)?.map(IVec::from)),
-            None => Ok(None),
-        }
+        let found = self.inner.delta.get(key)?;
+        Ok(through(found, self.inner.run.load().as_deref(), key))
     }
 
     /// [`Layered::get`] inside a transaction on the delta, with the run as it was when
@@ -186,16 +181,7 @@ impl Layered {
         run: Option<&Run>,
         key: &[u8],
     ) -> Result<Option<IVec>, UnabortableTransactionError> {
-        if let Some(v) = tx.get(key)? {
-            return Ok(not_tombstone(v));
-        }
-        match run {
-            Some(run) => Ok(run
-                .get(key)
-                .map_err(|e| UnabortableTransactionError::Storage(run_error(e)))?
-                .map(IVec::from)),
-            None => Ok(None),
-        }
+        Ok(through(tx.get(key)?, run, key))
     }
 
     /// Entries in key order within `range`.

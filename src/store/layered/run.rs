@@ -207,17 +207,18 @@ impl Run {
         self.blocks.len()
     }
 
-    /// The value of `key`, if the run holds it.
-    pub fn get(&self, key: &[u8]) -> io::Result<Option<Vec<u8>>> {
+    /// The value of `key`, if the run holds it (a block that cannot be read holds
+    /// nothing: see the module docs).
+    pub fn get(&self, key: &[u8]) -> Option<Vec<u8>> {
         if !self.filter.may_hold(key) {
-            return Ok(None);
+            return None;
         }
         let i = self.blocks.partition_point(|b| &*b.first_key <= key);
         if i == 0 {
-            return Ok(None);
+            return None;
         }
         let Some(raw) = self.readable_block(i - 1) else {
-            return Ok(None);
+            return None;
         };
         for entry in entries(&raw) {
             let Some((k, v)) = entry else {
@@ -226,20 +227,16 @@ impl Run {
             };
             match k.cmp(key) {
                 std::cmp::Ordering::Less => continue,
-                std::cmp::Ordering::Equal => return Ok(Some(v.to_vec())),
+                std::cmp::Ordering::Equal => return Some(v.to_vec()),
                 std::cmp::Ordering::Greater => break,
             }
         }
-        Ok(None)
+        None
     }
 
-    /// Up to `limit` entries from `from` on (and below `to`), in key order.
-    pub fn scan(
-        &self,
-        from: Bound<&[u8]>,
-        to: Bound<&[u8]>,
-        limit: usize,
-    ) -> io::Result<Vec<Entry>> {
+    /// Up to `limit` entries from `from` on (and below `to`), in key order; blocks
+    /// that cannot be read are passed over.
+    pub fn scan(&self, from: Bound<&[u8]>, to: Bound<&[u8]>, limit: usize) -> Vec<Entry> {
         let mut out = Vec::new();
         let first = match from {
             Bound::Unbounded => 0,
@@ -270,12 +267,12 @@ impl Run {
                     Bound::Excluded(t) => k < t,
                 };
                 if !before_end || out.len() >= limit {
-                    return Ok(out);
+                    return out;
                 }
                 out.push((k.to_vec(), v.to_vec()));
             }
         }
-        Ok(out)
+        out
     }
 
     /// Read every block through: the entries read, or the first damage met.

@@ -38,28 +38,26 @@ fn a_run_reads_back_what_was_written() {
     // Compressed: well under the raw bytes.
     assert!(run.file_bytes() < run.raw_bytes() * 2 / 3);
     for (k, v) in &entries {
-        assert_eq!(run.get(k).unwrap().as_ref(), Some(v));
+        assert_eq!(run.get(k).as_ref(), Some(v));
     }
     // Absent keys: between, before and after every key.
     for i in 0..5_000 {
-        assert_eq!(run.get(&key(i * 2 + 1)).unwrap(), None);
+        assert_eq!(run.get(&key(i * 2 + 1)), None);
     }
-    assert_eq!(run.get(b"a").unwrap(), None);
-    assert_eq!(run.get(b"z").unwrap(), None);
+    assert_eq!(run.get(b"a"), None);
+    assert_eq!(run.get(b"z"), None);
     assert_eq!(run.verify().unwrap(), 5_000);
 
     let from = key(100);
     let to = key(120);
-    let got = run
-        .scan(Bound::Excluded(&from), Bound::Included(&to), 100)
-        .unwrap();
+    let got = run.scan(Bound::Excluded(&from), Bound::Included(&to), 100);
     let want: Vec<_> = entries
         .range((Bound::Excluded(from.clone()), Bound::Included(to.clone())))
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
     assert_eq!(got, want);
     assert_eq!(got.len(), 10);
-    let limited = run.scan(Bound::Unbounded, Bound::Unbounded, 7).unwrap();
+    let limited = run.scan(Bound::Unbounded, Bound::Unbounded, 7);
     assert_eq!(limited.len(), 7);
     assert_eq!(limited[0].0, key(0));
 }
@@ -85,12 +83,10 @@ fn a_damaged_block_reads_as_absent_and_the_others_still_read() {
     std::fs::write(&path, &bytes).unwrap();
     let run = Run::open(&path).unwrap();
     assert!(!run.damage_seen());
-    assert_eq!(run.get(&key(0)).unwrap(), None);
+    assert_eq!(run.get(&key(0)), None);
     assert!(run.damage_seen());
-    assert_eq!(run.get(&key(2_999)).unwrap(), Some(value(2_999, 1)));
-    let all = run
-        .scan(Bound::Unbounded, Bound::Unbounded, 10_000)
-        .unwrap();
+    assert_eq!(run.get(&key(2_999)), Some(value(2_999, 1)));
+    let all = run.scan(Bound::Unbounded, Bound::Unbounded, 10_000);
     assert!(all.len() > 2_500 && all.len() < 3_000, "{}", all.len());
     let err = run.verify().unwrap_err().to_string();
     assert!(err.contains("r.run is damaged: block 0"), "{err}");
