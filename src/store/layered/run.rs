@@ -217,9 +217,7 @@ impl Run {
         if i == 0 {
             return None;
         }
-        let Some(raw) = self.readable_block(i - 1) else {
-            return None;
-        };
+        let raw = self.readable_block(i - 1)?;
         for entry in entries(&raw) {
             let Some((k, v)) = entry else {
                 self.report(i - 1, &self.bad_block(i - 1, "its entries are cut"));
