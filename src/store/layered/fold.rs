@@ -130,51 +130,41 @@ impl Layered {
         path: &Path,
         taken: &mut Vec<(IVec, IVec)>,
     ) -> Result<bool, Error> {
-        let mut taken_bytes = 0u64;
         let tables = Error::Tables;
+        let limit = self.inner.take_bytes.load(Ordering::Relaxed);
         let mut out = super::Writer::create(path).map_err(tables)?;
         let mut base = RunPages::new(old);
-        let mut delta = self.inner.delta.iter().peekable();
-        let mut complete = true;
+        let mut delta = self.inner.delta.iter();
+        let mut next_delta = delta.next().transpose()?;
+        let (mut taken_bytes, mut complete) = (0u64, true);
         loop {
-            let next_base = base.peek();
-            if complete && taken_bytes >= self.inner.take_bytes.load(Ordering::Relaxed) {
-                complete = delta.peek().is_none();
+            if next_delta.is_some() && taken_bytes >= limit {
+                // The rest stays in the delta.
+                (complete, next_delta) = (false, None);
             }
-            let next_delta = match delta.peek() {
-                _ if !complete => None,
-                Some(Ok((k, _))) => Some(k.clone()),
-                Some(Err(_)) => {
-                    if let Some(Err(e)) = delta.next() {
-                        return Err(e.into());
-                    }
-                    None
-                }
-                None => None,
-            };
-            match (next_base, next_delta) {
+            let order = match (base.front(), &next_delta) {
                 (None, None) => break,
-                (Some(b), Some(d)) if b.as_slice() < &d[..] => {
-                    let (k, v) = base.take();
-                    out.push(&k, &v).map_err(tables)?;
-                }
-                (Some(_), None) => {
-                    let (k, v) = base.take();
-                    out.push(&k, &v).map_err(tables)?;
-                }
-                (b, Some(d)) => {
-                    if b.is_some_and(|b| b.as_slice() == &d[..]) {
-                        base.take();
-                    }
-                    if let Some(Ok((k, v))) = delta.next() {
-                        if !v.is_empty() {
-                            out.push(&k, &v).map_err(tables)?;
-                        }
-                        taken_bytes += (k.len() + v.len()) as u64;
-                        taken.push((k, v));
-                    }
-                }
+                (Some(_), None) => std::cmp::Ordering::Less,
+                (None, Some(_)) => std::cmp::Ordering::Greater,
+                (Some(b), Some((d, _))) => b.cmp(&d[..]),
+            };
+            if order.is_lt() {
+                let (k, v) = base.take();
+                out.push(&k, &v).map_err(tables)?;
+                continue;
             }
+            if order.is_eq() {
+                // The delta's entry replaces the run's.
+                base.take();
+            }
+            if let Some((k, v)) = next_delta.take() {
+                if !v.is_empty() {
+                    out.push(&k, &v).map_err(tables)?;
+                }
+                taken_bytes += (k.len() + v.len()) as u64;
+                taken.push((k, v));
+            }
+            next_delta = delta.next().transpose()?;
         }
         out.finish().map_err(tables)?;
         Ok(complete)
@@ -200,7 +190,7 @@ impl<'a> RunPages<'a> {
     }
 
     /// The next key, reading a page when needed.
-    fn peek(&mut self) -> Option<Vec<u8>> {
+    fn front(&mut self) -> Option<&[u8]> {
         if self.page.is_empty() && !self.done {
             if let Some(run) = self.run {
                 let from = match &self.after {
@@ -213,7 +203,7 @@ impl<'a> RunPages<'a> {
                 self.page.extend(page);
             }
         }
-        self.page.front().map(|(k, _)| k.clone())
+        self.page.front().map(|(k, _)| k.as_slice())
     }
 
     fn take(&mut self) -> run::Entry {
