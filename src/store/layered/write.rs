@@ -59,7 +59,10 @@ impl Writer {
         self.hashes.push(Filter::hash(key).0);
         self.entries += 1;
         self.raw_bytes += (key.len() + value.len()) as u64;
-        self.last_key = Some(key.to_vec());
+        // Reused: one allocation for the run, not one a key.
+        let last = self.last_key.get_or_insert_with(Vec::new);
+        last.clear();
+        last.extend_from_slice(key);
         if self.block.len() >= BLOCK_BYTES {
             self.cut()?;
         }
