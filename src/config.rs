@@ -57,6 +57,10 @@ pub struct Config {
     pub data_dir: PathBuf,
     /// The sled database: write-ahead log, events, persons, groups.
     pub db_dir: PathBuf,
+    /// The flag files, which the management API and the console rewrite; `None` means
+    /// `<data dir>/flags`. A deployment whose data dir is read-only to the service
+    /// (`/etc/flagpost`) keeps them in its state directory instead.
+    pub flags_dir: Option<PathBuf>,
     pub limits: Limits,
     pub compactor: Compaction,
     /// The GeoIP database; `None` means `<data dir>/GeoLite2-City.mmdb` if it exists.
@@ -144,6 +148,7 @@ impl Config {
             listen: SocketAddr::from(([127, 0, 0, 1], 8000)),
             data_dir,
             db_dir,
+            flags_dir: None,
             limits: Limits::default(),
             compactor: Default::default(),
             geoip: None,
@@ -179,7 +184,10 @@ impl Config {
     }
 
     pub fn flags_dir(&self) -> PathBuf {
-        self.data_dir.join("flags")
+        match &self.flags_dir {
+            Some(dir) => dir.clone(),
+            None => self.data_dir.join("flags"),
+        }
     }
 
     pub fn surveys_dir(&self) -> PathBuf {

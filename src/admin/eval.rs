@@ -53,14 +53,14 @@ struct Stored {
 /// properties of the person and the groups come first, as `/decide` layers them.
 pub fn eval(
     data_dir: &Path,
+    flags_dir: &Path,
     db_dir: Option<&Path>,
     req: &Request,
 ) -> Result<Evaluation, EvalError> {
-    let flags_dir = data_dir.join("flags");
     let (surveys, _) = Catalog::<ProjectSurveys>::load(&data_dir.join("surveys"));
     let rules = Rules::new();
     rules.set_generated(crate::projects::surveys::generated(&surveys));
-    let report = rules.reload(&flags_dir);
+    let report = rules.reload(flags_dir);
     let id = i64::try_from(req.project).unwrap_or(i64::MAX);
     let file = flags_dir.join(format!("{id}.json"));
     let ours = |e: &&crate::flags::CompileError| e.file().is_none_or(|f| f == file);

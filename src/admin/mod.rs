@@ -29,10 +29,11 @@ pub struct CheckReport {
     pub notes: Vec<String>,
 }
 
-/// Validate a data dir: `projects.json`, every `flags/*.json` (naming the flag and
-/// field at fault), `surveys/*.json` and `early_access/*.json` (naming the survey or
-/// feature and the field), and the GeoIP database if there is one.
-pub fn check(data_dir: &Path, geoip_file: Option<&Path>) -> CheckReport {
+/// Validate a data dir: `projects.json`, every flag file in `flags_dir` (naming the flag
+/// and field at fault; `<data dir>/flags` unless the deployment keeps them elsewhere),
+/// `surveys/*.json` and `early_access/*.json` (naming the survey or feature and the
+/// field), and the GeoIP database if there is one.
+pub fn check(data_dir: &Path, flags_dir: &Path, geoip_file: Option<&Path>) -> CheckReport {
     let mut report = CheckReport::default();
     let projects_file = data_dir.join("projects.json");
     let projects = match Projects::load(&projects_file) {
@@ -49,10 +50,12 @@ pub fn check(data_dir: &Path, geoip_file: Option<&Path>) -> CheckReport {
     };
 
     let (surveys, features) = check_surveys_and_features(data_dir, &mut report);
-    let flags_dir = data_dir.join("flags");
+    if let Some(stray) = crate::manage::place::left_behind(&data_dir.join("flags"), flags_dir) {
+        report.errors.push(stray);
+    }
     let rules = Rules::new();
     rules.set_generated(crate::projects::surveys::generated(&surveys));
-    let loaded = rules.reload(&flags_dir);
+    let loaded = rules.reload(flags_dir);
     report
         .errors
         .extend(loaded.errors.iter().map(|e| e.to_string()));
@@ -63,7 +66,7 @@ pub fn check(data_dir: &Path, geoip_file: Option<&Path>) -> CheckReport {
             .iter()
             .map(|w| format!("{w} (the server turns this flag off until it is fixed)")),
     );
-    lint_flag_files(&flags_dir, &mut report);
+    lint_flag_files(flags_dir, &mut report);
     let snapshot = rules.current();
     for id in snapshot.project_ids() {
         let known = projects
@@ -93,7 +96,14 @@ pub fn check(data_dir: &Path, geoip_file: Option<&Path>) -> CheckReport {
         }
     }
 
-    check_flag_references(data_dir, &surveys, &features, &rules, &mut report);
+    check_flag_references(
+        data_dir,
+        flags_dir,
+        &surveys,
+        &features,
+        &rules,
+        &mut report,
+    );
 
     let default_geoip = data_dir.join("GeoLite2-City.mmdb");
     let geoip_file = geoip_file.unwrap_or(&default_geoip);
@@ -172,6 +182,7 @@ fn check_surveys_and_features(
 /// file (or be generated from the survey): a survey whose flag is missing never shows.
 fn check_flag_references(
     data_dir: &Path,
+    flags_dir: &Path,
     surveys: &Catalog<ProjectSurveys>,
     features: &Catalog<ProjectFeatures>,
     rules: &Rules,
@@ -196,7 +207,7 @@ fn check_flag_references(
     };
     let missing = |dir: &str, id: i64, what: String, field: &str, key: &str| {
         let file = data_dir.join(dir).join(format!("{id}.json"));
-        let flags = data_dir.join("flags").join(format!("{id}.json"));
+        let flags = flags_dir.join(format!("{id}.json"));
         let (file, flags) = (file.display(), flags.display());
         format!("{file}: {what}: {field}: no flag {key:?} in {flags}")
     };

@@ -45,6 +45,9 @@ struct Check {
     /// directory to check [env FLAGPOST_DATA_DIR, default ./data]
     #[argh(option)]
     data_dir: Option<PathBuf>,
+    /// the flag files, which the management API and console write [env FLAGPOST_FLAGS_DIR, default <data dir>/flags]
+    #[argh(option)]
+    flags_dir: Option<PathBuf>,
     /// the GeoIP database to check [env FLAGPOST_GEOIP, default <data dir>/GeoLite2-City.mmdb if present]
     #[argh(option)]
     geoip: Option<PathBuf>,
@@ -75,6 +78,9 @@ struct Serve {
     /// directory with projects.json, flags/ and the GeoIP database [env FLAGPOST_DATA_DIR, default ./data]
     #[argh(option)]
     data_dir: Option<PathBuf>,
+    /// the flag files, which the management API and console write [env FLAGPOST_FLAGS_DIR, default <data dir>/flags]
+    #[argh(option)]
+    flags_dir: Option<PathBuf>,
     /// database directory [env FLAGPOST_DB, default ./var/db]
     #[argh(option)]
     db: Option<PathBuf>,
@@ -165,6 +171,11 @@ fn or_env<T: std::str::FromStr>(flag: Option<T>, var: &str) -> Result<Option<T>,
     }
 }
 
+/// `--flags-dir`, else `FLAGPOST_FLAGS_DIR`, else `<data dir>/flags`.
+fn flags_dir(flag: Option<PathBuf>, data_dir: &std::path::Path) -> Result<PathBuf, String> {
+    Ok(or_env(flag, "FLAGPOST_FLAGS_DIR")?.unwrap_or_else(|| data_dir.join("flags")))
+}
+
 /// A timeout in milliseconds from its flag or `FLAGPOST_<name>`; zero would refuse
 /// every request, so it is an error.
 fn timeout(flag: Option<u64>, name: &str) -> Result<Option<Duration>, String> {
@@ -204,6 +215,7 @@ fn serve_config(args: Serve) -> Result<Config, String> {
     let data_dir = or_env(args.data_dir, "FLAGPOST_DATA_DIR")?.unwrap_or_else(|| "data".into());
     let db = or_env(args.db, "FLAGPOST_DB")?.unwrap_or_else(|| "var/db".into());
     let mut config = Config::new(data_dir, db);
+    config.flags_dir = or_env(args.flags_dir, "FLAGPOST_FLAGS_DIR")?;
     if let Some(listen) = or_env(args.listen, "FLAGPOST_LISTEN")? {
         config.listen = listen
             .parse()
@@ -294,8 +306,9 @@ fn check(args: Check) -> Result<(), String> {
         return flagpost::store::check::run(db);
     }
     let data_dir = or_env(args.data_dir, "FLAGPOST_DATA_DIR")?.unwrap_or_else(|| "data".into());
+    let flags_dir = flags_dir(args.flags_dir, &data_dir)?;
     let geoip = or_env(args.geoip, "FLAGPOST_GEOIP")?;
-    let report = flagpost::admin::check(&data_dir, geoip.as_deref());
+    let report = flagpost::admin::check(&data_dir, &flags_dir, geoip.as_deref());
     let mut out = Stdout::default();
     for note in &report.notes {
         out.line(format_args!("ok: {note}"))?;

@@ -35,6 +35,9 @@ pub(super) struct Eval {
     /// directory with flags/ and surveys/ [env FLAGPOST_DATA_DIR, default ./data]
     #[argh(option)]
     data_dir: Option<PathBuf>,
+    /// the flag files [env FLAGPOST_FLAGS_DIR, default <data dir>/flags]
+    #[argh(option)]
+    flags_dir: Option<PathBuf>,
     /// a stopped server's database, to use the stored person and group properties; not read unless given
     #[argh(option)]
     db: Option<PathBuf>,
@@ -106,8 +109,9 @@ pub(super) fn eval(args: Eval) -> Result<(), String> {
         let props = req.group_properties.entry(kind.to_owned()).or_default();
         props.insert(key.to_owned(), value_of(value));
     }
-    let evaluation =
-        flagpost::admin::eval(&data_dir, args.db.as_deref(), &req).map_err(|e| e.to_string())?;
+    let flags_dir = super::flags_dir(args.flags_dir, &data_dir)?;
+    let evaluation = flagpost::admin::eval(&data_dir, &flags_dir, args.db.as_deref(), &req)
+        .map_err(|e| e.to_string())?;
     let rendered = flagpost::admin::render(&evaluation);
     super::Stdout::default().write(format_args!("{rendered}"))
 }

@@ -11,12 +11,15 @@
 //! it, and refuses (409) to change one whose stored form has since changed until it has
 //! been fetched again; the file as a whole must also still be the bytes read when the
 //! change is written.
+//!
+//! `place` says at start-up when the flag files are where the service cannot write them.
 
 mod activity;
 mod cohorts;
 mod error;
 mod file;
 mod limit;
+pub mod place;
 pub(crate) mod session;
 mod shape;
 mod validate;

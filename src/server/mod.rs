@@ -61,6 +61,16 @@ pub async fn serve(
         sink_gate: pipeline.sink_gate.clone(),
     })?;
     let flags_dir = config.flags_dir();
+    let default_flags = config.data_dir.join("flags");
+    for problem in [
+        crate::manage::place::unwritable(&flags_dir),
+        crate::manage::place::left_behind(&default_flags, &flags_dir),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        tracing::warn!("{problem}");
+    }
     // The rules module logs what it loaded and every file it could not.
     let (rules, _report) = blocking(move || flags::Rules::load(&flags_dir)).await?;
     let app = app::App::new(config, projects, rules, geoip, metrics, &pipeline);
