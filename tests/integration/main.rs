@@ -22,6 +22,7 @@ mod layers;
 mod manage;
 mod nodes;
 mod ops;
+mod package;
 mod read_api;
 mod refusals;
 mod sdk;
