@@ -18,8 +18,10 @@
 //! Each file gets a fresh server. Blocks not marked are not run here, for these reasons
 //! and with these tests covering them instead: the deployment commands (sudo, systemd,
 //! `/etc`, nginx, certbot, ufw) need root and a VM: `ops.rs` runs the unit through
-//! `systemd/verify.sh` and the shipped nginx site in front of the real binary, and
-//! `nodes.rs` the several-nodes nginx configuration; the ClickHouse commands need
+//! `systemd/verify.sh` and the shipped nginx site in front of the real binary,
+//! `package/` builds and installs the Debian package and runs the installed unit's
+//! command (key commands, backups, the flags folder), and `nodes.rs` the several-nodes
+//! nginx configuration; the ClickHouse commands need
 //! `clickhouse-server`: `sink/end_to_end.rs` runs a server with the sink's flags, and
 //! `sink/queries.rs` and `sink/current.rs` run docs/clickhouse.md's SQL; fetching
 //! posthog-js (`npm pack`) and opening a page in a browser need the network and a
