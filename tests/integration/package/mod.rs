@@ -85,6 +85,8 @@ fn build(dir: &Path, version: &str) -> String {
             env!("CARGO_BIN_EXE_flagpost"),
             "--version",
             version,
+            "--compression",
+            "gzip",
         ])
         .arg("--out")
         .arg(dir));
@@ -335,6 +337,36 @@ fn the_package_installs_and_runs_as_the_unit_confines_it() {
     );
 
     assert_eq!(service.stop(), Some(0), "{}", service.log());
+
+    // The layout before --flags-dir, the flags under the read-only /etc, as issue 42
+    // found it: every write fails, and the server says why when it starts.
+    let mut old = unit.clone();
+    let at = old
+        .exec_start
+        .iter()
+        .position(|a| a == "--flags-dir")
+        .unwrap();
+    old.exec_start.drain(at..at + 2);
+    let service = Service::start(&old);
+    assert!(
+        service
+            .log()
+            .contains("the flags directory /etc/flagpost/flags cannot be written"),
+        "{}",
+        service.log()
+    );
+    let r = service.send(
+        Req::post(
+            "/api/projects/1/feature_flags/",
+            flag("refused").to_string(),
+        )
+        .header("Authorization", &bearer)
+        .header("Content-Type", "application/json"),
+    );
+    assert_eq!(r.status, 500, "{}", r.text());
+    assert_eq!(r.json()["code"], "flags_file_unusable");
+    drop(service);
+
     let service = Service::start(&unit);
     everything_kept(&service, &bearer, &api_key);
     drop(service);

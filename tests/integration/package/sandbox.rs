@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use crate::util::*;
 
 /// The `[Service]` settings of a unit file that the sandbox reproduces.
+#[derive(Clone)]
 pub struct Unit {
     pub exec_start: Vec<String>,
     pub user: String,
