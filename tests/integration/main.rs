@@ -19,6 +19,7 @@ mod hints;
 mod host;
 mod hostile;
 mod layers;
+mod layout;
 mod manage;
 mod nodes;
 mod ops;
