@@ -98,7 +98,11 @@ echo /etc/flagpost/flagpost.env >"$root/DEBIAN/conffiles"
 # dpkg-shlibdeps reads debian/control from where it runs; a minimal one will do.
 mkdir -p "$work/src/debian"
 printf 'Source: flagpost\n\nPackage: flagpost\nArchitecture: any\n' >"$work/src/debian/control"
-shlibs="$(cd "$work/src" && dpkg-shlibdeps -O "$root/usr/bin/flagpost" | sed -n 's/^shlibs:Depends=//p')"
+shlibs="$(cd "$work/src" && dpkg-shlibdeps -O "$root/usr/bin/flagpost" 2>/dev/null |
+    sed -n 's/^shlibs:Depends=//p')"
+[ -n "$shlibs" ] || { echo "build.sh: dpkg-shlibdeps found no libraries" >&2; exit 1; }
+# systemd runs the service, and its systemd-sysusers and systemd-tmpfiles make the
+# user and the folders at install.
 
 cat >"$root/DEBIAN/control" <<EOF
 Package: flagpost
@@ -106,7 +110,7 @@ Version: $version
 Architecture: $arch
 Maintainer: $maintainer
 Installed-Size: $(du -sk --exclude=DEBIAN "$root" | cut -f1)
-Depends: $shlibs, systemd | systemd-standalone-sysusers | systemd-sysusers
+Depends: $shlibs, systemd
 Suggests: nginx
 Section: web
 Priority: optional
