@@ -26,27 +26,26 @@ pub fn personal_key(headers: &HeaderMap) -> Result<&str, ApiError> {
 }
 
 /// The project whose personal key the request carries, and who the key says the caller
-/// is. An address with too many failed attempts is refused (429) before its key is
-/// looked at; a missing or unknown key is a failed attempt, a known key is not, whatever
-/// the caller then asks for (a key of another project gets 403 from the caller's check).
+/// is. Every attempt takes a token of the address's failed-authentication limit before
+/// its key is looked at (so an address out of tokens gets 429, whatever it sends); a
+/// known key gives it back, whatever the caller then asks for (a key of another project
+/// gets 403 from the caller's check), so only a missing or unknown key costs one.
 pub fn authenticate(
     app: &App,
     headers: &HeaderMap,
     peer: SocketAddr,
 ) -> Result<(Arc<Project>, Caller), ApiError> {
     let ip = super::client_ip(app, peer, headers);
-    app.failed_auth.check(ip).map_err(ApiError::Throttled)?;
+    let attempt = app.failed_auth.take(ip).map_err(ApiError::Throttled)?;
     let found = personal_key(headers).and_then(|key| {
         let projects = app.projects.load();
         projects
             .personal_key(key)
             .map(|(project, caller)| (project.clone(), caller))
             .ok_or(ApiError::NotAuthenticated)
-    });
-    if found.is_err() {
-        app.failed_auth.fail(ip);
-    }
-    found
+    })?;
+    attempt.passed();
+    Ok(found)
 }
 
 /// [`authenticate`], for a request about `project`: a key of another project gets 403,

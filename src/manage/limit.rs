@@ -1,11 +1,15 @@
-//! Failed authentications with personal API keys (on every endpoint that takes one:
-//! `http::personal` is their one way in), limited per client address with a small
-//! token bucket: each failure takes a token, tokens come back at a steady rate,
-//! and an address without tokens is refused (429) before its key is even looked at, so
-//! guessing keys costs minutes per few dozen tries. Successful requests take nothing.
+//! Failed authentications with keys (on every endpoint that takes a personal or project
+//! secret key, `http::personal` being their one way in, and the console's sign-in),
+//! limited per client address with a small token bucket: each attempt takes a token
+//! before its key is looked at or its body read, an attempt whose key turns out good
+//! gives it back, tokens come back at a steady rate, and an address without tokens is
+//! refused (429). Taking the token first is what makes the limit hold under
+//! concurrency: a hundred guesses sent at once, their bodies held back, cannot all pass
+//! the check before the first failure is counted. Guessing keys costs minutes per few
+//! dozen tries. IPv6 clients are counted by their /64, the block one subscriber holds.
 
 use std::collections::HashMap;
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv6Addr};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -38,29 +42,31 @@ impl Bucket {
     }
 }
 
+/// One attempt's token, taken. Dropped, the attempt counts as failed; [`Attempt::passed`]
+/// gives the token back.
+#[must_use = "drop it for a failure, or call passed()"]
+pub struct Attempt<'a> {
+    limit: &'a FailedAuth,
+    ip: IpAddr,
+}
+
+impl Attempt<'_> {
+    /// The key was good: the attempt costs nothing.
+    pub fn passed(self) {
+        self.limit.refund_at(self.ip, Instant::now());
+    }
+}
+
 impl FailedAuth {
-    /// `Err(seconds)` until the address may try again, when it has no tokens left.
-    pub fn check(&self, ip: IpAddr) -> Result<(), u64> {
-        self.check_at(ip, Instant::now())
+    /// Takes a token for an attempt about to be made, or `Err(seconds)` until the
+    /// address may try again when it has none left.
+    pub fn take(&self, ip: IpAddr) -> Result<Attempt<'_>, u64> {
+        let ip = counted_as(ip);
+        self.take_at(ip, Instant::now())?;
+        Ok(Attempt { limit: self, ip })
     }
 
-    /// Takes a token for a failed authentication.
-    pub fn fail(&self, ip: IpAddr) {
-        self.fail_at(ip, Instant::now());
-    }
-
-    fn check_at(&self, ip: IpAddr, now: Instant) -> Result<(), u64> {
-        let buckets = crate::support::sync::lock(&self.buckets);
-        match buckets.get(&ip).map(|b| b.refilled(now)) {
-            Some(b) if b.tokens < 1.0 => {
-                let wait = (1.0 - b.tokens) * REFILL_EVERY.as_secs_f64();
-                Err(wait.ceil().max(1.0) as u64)
-            }
-            _ => Ok(()),
-        }
-    }
-
-    fn fail_at(&self, ip: IpAddr, now: Instant) {
+    fn take_at(&self, ip: IpAddr, now: Instant) -> Result<(), u64> {
         let mut buckets = crate::support::sync::lock(&self.buckets);
         if buckets.len() >= MAX_ADDRESSES && !buckets.contains_key(&ip) {
             buckets.retain(|_, b| b.refilled(now).tokens < BURST);
@@ -72,13 +78,41 @@ impl FailedAuth {
             },
             |b| b.refilled(now),
         );
+        if b.tokens < 1.0 {
+            let wait = (1.0 - b.tokens) * REFILL_EVERY.as_secs_f64();
+            return Err(wait.ceil().max(1.0) as u64);
+        }
         buckets.insert(
             ip,
             Bucket {
-                tokens: (b.tokens - 1.0).max(0.0),
+                tokens: b.tokens - 1.0,
                 at: now,
             },
         );
+        Ok(())
+    }
+
+    fn refund_at(&self, ip: IpAddr, now: Instant) {
+        let mut buckets = crate::support::sync::lock(&self.buckets);
+        if let Some(b) = buckets.get_mut(&ip) {
+            let r = b.refilled(now);
+            *b = Bucket {
+                tokens: (r.tokens + 1.0).min(BURST),
+                at: now,
+            };
+        }
+    }
+}
+
+/// The address a bucket is kept for: an IPv6 client by its /64, so one subscriber's
+/// billions of addresses count as one.
+fn counted_as(ip: IpAddr) -> IpAddr {
+    match ip.to_canonical() {
+        IpAddr::V6(v6) => {
+            let [a, b, c, d, ..] = v6.segments();
+            IpAddr::V6(Ipv6Addr::new(a, b, c, d, 0, 0, 0, 0))
+        }
+        v4 => v4,
     }
 }
 
@@ -93,19 +127,57 @@ mod tests {
             ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
         let t0 = Instant::now();
         for _ in 0..20 {
-            assert_eq!(limit.check_at(ip, t0), Ok(()));
-            limit.fail_at(ip, t0);
+            assert_eq!(limit.take_at(ip, t0), Ok(()));
         }
-        assert_eq!(limit.check_at(ip, t0), Err(3));
+        assert_eq!(limit.take_at(ip, t0), Err(3));
         assert_eq!(
-            limit.check_at(other, t0),
+            limit.take_at(other, t0),
             Ok(()),
             "other addresses are not limited"
         );
         let later = t0 + REFILL_EVERY;
-        assert_eq!(limit.check_at(ip, later), Ok(()));
-        limit.fail_at(ip, later);
-        assert_eq!(limit.check_at(ip, later), Err(3));
-        assert_eq!(limit.check_at(ip, later + Duration::from_secs(60)), Ok(()));
+        assert_eq!(limit.take_at(ip, later), Ok(()));
+        assert_eq!(limit.take_at(ip, later), Err(3));
+        assert_eq!(limit.take_at(ip, later + Duration::from_secs(60)), Ok(()));
+    }
+
+    #[test]
+    fn a_good_key_gives_its_token_back() {
+        let limit = FailedAuth::default();
+        let ip: IpAddr = "10.0.0.1".parse().unwrap();
+        for _ in 0..100 {
+            limit.take(ip).unwrap().passed();
+        }
+        for _ in 0..20 {
+            drop(limit.take(ip).unwrap());
+        }
+        assert!(limit.take(ip).is_err(), "twenty failures use the burst up");
+    }
+
+    #[test]
+    fn tokens_held_by_pending_attempts_are_not_lent_twice() {
+        // Twenty attempts in flight at once (their bodies not yet read) hold every
+        // token: the twenty-first is refused before it is looked at.
+        let limit = FailedAuth::default();
+        let ip: IpAddr = "192.0.2.7".parse().unwrap();
+        let pending: Vec<_> = (0..20).map(|_| limit.take(ip).unwrap()).collect();
+        assert!(limit.take(ip).is_err());
+        for a in pending {
+            a.passed();
+        }
+        assert!(limit.take(ip).is_ok());
+    }
+
+    #[test]
+    fn an_ipv6_client_is_counted_by_its_64() {
+        let limit = FailedAuth::default();
+        for i in 0..20u16 {
+            let ip = IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 1, 2, i, i, i, i));
+            drop(limit.take(ip).unwrap());
+        }
+        let same = IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 1, 2, 9, 9, 9, 99));
+        let next = IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 1, 3, 0, 0, 0, 1));
+        assert!(limit.take(same).is_err());
+        assert!(limit.take(next).is_ok());
     }
 }

@@ -27,6 +27,7 @@ mod package;
 mod read_api;
 mod refusals;
 mod sdk;
+mod security;
 mod sink;
 mod startup;
 mod surveys;

@@ -181,8 +181,11 @@ async fn sign_in(
             "sign in with a JSON body from the console's own page",
         ));
     }
+    // The token is taken before the body is read: sign-ins whose bodies are held back
+    // each hold one, so however many are sent at once, no more than the address's
+    // tokens are ever checked.
     let ip = super::client_ip(app, peer, &parts.headers);
-    app.failed_auth.check(ip).map_err(ApiError::Throttled)?;
+    let attempt = app.failed_auth.take(ip).map_err(ApiError::Throttled)?;
     let mut held = Reservation::default();
     let raw = super::body::read(
         incoming,
@@ -203,12 +206,13 @@ async fn sign_in(
         .personal_key(&key)
         .map(|(_, caller)| caller);
     let Some(caller) = found else {
-        app.failed_auth.fail(ip);
+        drop(attempt);
         tokio::time::sleep(FAILED_SIGN_IN_DELAY).await;
         return Err(ApiError::SignedOut(
             "that is not a personal API key of any project",
         ));
     };
+    attempt.passed();
     let (id, s) = app
         .sessions
         .create(caller.project, &key, &caller.label)
