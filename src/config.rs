@@ -19,6 +19,10 @@ pub const DEFAULT_BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// Open connections beyond this are closed at accept: idle sockets cannot exhaust
 /// file descriptors or memory.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 4096;
+/// Without `--max-connections-per-address`, one address may hold this fraction of
+/// `--max-connections` at most (1/4: 1024 of the default 4096), so it cannot keep
+/// everyone else out, while a proxy on loopback still has room for a busy site.
+pub const DEFAULT_PER_ADDRESS_SHARE: usize = 4;
 /// Request bodies held in memory at once, across all connections. Past it, new
 /// requests get 503 with Retry-After instead of pushing the process out of memory.
 pub const DEFAULT_MAX_INFLIGHT_BODY_BYTES: usize = 256 * 1024 * 1024;
@@ -80,6 +84,10 @@ pub struct Config {
     pub sink: Option<Sink>,
     /// The web console at `/console/` (`--console off` answers 404 there instead).
     pub console: bool,
+    /// `scheme://host[:port]` this server is reached at from outside (`--public-url`):
+    /// the base of the absolute links it answers with. `None`: the request's Host when
+    /// it is one of the listener's own names (`http::links`).
+    pub public_url: Option<String>,
 }
 
 /// Request limits; see the constants for why each default is what it is.
@@ -90,7 +98,19 @@ pub struct Limits {
     pub header_read_timeout: Duration,
     pub body_read_timeout: Duration,
     pub max_connections: usize,
+    /// Open connections one client address may hold; `None` is a share of
+    /// `max_connections` ([`Limits::per_address`]).
+    pub max_connections_per_address: Option<usize>,
     pub max_inflight_body_bytes: usize,
+}
+
+impl Limits {
+    /// Connections one address may hold open at once.
+    pub fn per_address(&self) -> usize {
+        self.max_connections_per_address
+            .unwrap_or(self.max_connections / DEFAULT_PER_ADDRESS_SHARE)
+            .max(1)
+    }
 }
 
 /// How the compactor works: spike limits, retention, the deduplication window and its
@@ -136,6 +156,7 @@ impl Default for Limits {
             header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,
             body_read_timeout: DEFAULT_BODY_READ_TIMEOUT,
             max_connections: DEFAULT_MAX_CONNECTIONS,
+            max_connections_per_address: None,
             max_inflight_body_bytes: DEFAULT_MAX_INFLIGHT_BODY_BYTES,
         }
     }
@@ -159,6 +180,7 @@ impl Config {
             static_dir: None,
             sink: None,
             console: true,
+            public_url: None,
         }
     }
 

@@ -39,6 +39,10 @@ pub struct Metrics {
     pub events_accepted: Counter,
     pub events_dropped: Family<ReasonLabels, Counter>,
     pub connections_refused: Counter,
+    pub connections_refused_per_address: Counter,
+    pub connections_open: Gauge,
+    pub max_connections: Gauge,
+    pub max_connections_per_address: Gauge,
     pub wal_records: Gauge,
     pub wal_queued_requests: Gauge,
     pub wal_flushes: Gauge,
@@ -96,6 +100,10 @@ impl Metrics {
             events_accepted: Counter::default(),
             events_dropped: Family::default(),
             connections_refused: Counter::default(),
+            connections_refused_per_address: Counter::default(),
+            connections_open: Gauge::default(),
+            max_connections: Gauge::default(),
+            max_connections_per_address: Gauge::default(),
             wal_records: Gauge::default(),
             wal_queued_requests: Gauge::default(),
             wal_flushes: Gauge::default(),
@@ -156,6 +164,26 @@ impl Metrics {
             "connections_refused",
             "Connections closed at accept because the connection limit was reached",
             m.connections_refused.clone(),
+        );
+        registry.register(
+            "connections_refused_per_address",
+            "Connections closed at accept because their address held its share already",
+            m.connections_refused_per_address.clone(),
+        );
+        registry.register(
+            "connections_open",
+            "Connections open now",
+            m.connections_open.clone(),
+        );
+        registry.register(
+            "max_connections",
+            "Connections that may be open at once (--max-connections)",
+            m.max_connections.clone(),
+        );
+        registry.register(
+            "max_connections_per_address",
+            "Connections one client address may hold open (--max-connections-per-address)",
+            m.max_connections_per_address.clone(),
         );
         registry.register(
             "wal_appended_records",

@@ -93,6 +93,9 @@ struct Serve {
     /// most open connections [env FLAGPOST_MAX_CONNECTIONS, default 4096]
     #[argh(option)]
     max_connections: Option<usize>,
+    /// most open connections from one client address [env FLAGPOST_MAX_CONNECTIONS_PER_ADDRESS, default a quarter of --max-connections]
+    #[argh(option)]
+    max_connections_per_address: Option<usize>,
     /// milliseconds a client has to send the request line and headers [env FLAGPOST_HEADER_READ_TIMEOUT_MS, default 10000]
     #[argh(option)]
     header_read_timeout_ms: Option<u64>,
@@ -117,6 +120,9 @@ struct Serve {
     /// comma-separated proxies (IPs or CIDRs) whose X-Forwarded-For is believed [env FLAGPOST_TRUSTED_PROXIES, default 127.0.0.1,::1]
     #[argh(option)]
     trusted_proxies: Option<String>,
+    /// the URL clients reach this server at, e.g. https://flags.example.com: the base of next/previous links [env FLAGPOST_PUBLIC_URL, default the request's Host when it is one of the listener's names]
+    #[argh(option)]
+    public_url: Option<String>,
     /// free disk space in MiB below which new events get 503 [env FLAGPOST_MIN_FREE_DISK_MB, default 256]
     #[argh(option)]
     min_free_disk_mb: Option<u64>,
@@ -231,6 +237,10 @@ fn serve_config(args: Serve) -> Result<Config, String> {
     .unwrap_or(config::DEFAULT_MAX_DECOMPRESSED_BYTES);
     limits.max_connections = or_env(args.max_connections, "FLAGPOST_MAX_CONNECTIONS")?
         .unwrap_or(config::DEFAULT_MAX_CONNECTIONS);
+    limits.max_connections_per_address = or_env(
+        args.max_connections_per_address,
+        "FLAGPOST_MAX_CONNECTIONS_PER_ADDRESS",
+    )?;
     if let Some(t) = timeout(args.header_read_timeout_ms, "HEADER_READ_TIMEOUT_MS")? {
         limits.header_read_timeout = t;
     }
@@ -264,6 +274,9 @@ fn serve_config(args: Serve) -> Result<Config, String> {
     if let Some(list) = or_env(args.trusted_proxies, "FLAGPOST_TRUSTED_PROXIES")? {
         config.trusted_proxies =
             flagpost::geoip::TrustedProxies::parse(&list).map_err(|e| e.to_string())?;
+    }
+    if let Some(url) = or_env(args.public_url, "FLAGPOST_PUBLIC_URL")? {
+        config.public_url = Some(flagpost::http::links::public_url(&url)?);
     }
     config.console = match or_env(args.console, "FLAGPOST_CONSOLE")?.as_deref() {
         None | Some("on") => true,

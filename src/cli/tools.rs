@@ -62,8 +62,10 @@ enum KeyCommand {
 /// --personal, a personal API key (phx_...) for the read and management APIs. Where it
 /// goes in projects.json is said on standard error. With --project and --label, a
 /// personal key whose SHA-256 is stored with that label in the project's
-/// personal_api_keys instead (the rest of the file kept as it is; a running server
-/// takes it within seconds): the key itself is printed once and kept nowhere.
+/// personal_api_keys instead, limited to --scope if given; with --secret, a project
+/// secret key (phs_...) stored the same way in secret_api_keys (the rest of the file
+/// kept as it is; a running server takes it within seconds): the key itself is printed
+/// once and kept nowhere.
 #[argh(subcommand, name = "new")]
 struct KeyNew {
     /// the project the key is for, named in the hint
@@ -72,6 +74,12 @@ struct KeyNew {
     /// a personal API key (phx_...) instead of a project key
     #[argh(switch)]
     personal: bool,
+    /// a project secret key (phs_...) that reads the project's flag definitions and nothing else (needs --project and --label)
+    #[argh(switch)]
+    secret: bool,
+    /// a scope of the personal key, PostHog's names such as feature_flag:read (repeatable; none: every right; needs --label)
+    #[argh(option)]
+    scope: Vec<String>,
     /// store the new personal key's hash under this label in projects.json (needs --project; 1-40 characters, unique within the project)
     #[argh(option)]
     label: Option<String>,
@@ -141,21 +149,47 @@ fn value_of(text: &str) -> Value {
 }
 
 pub(super) fn key(args: Key) -> Result<(), String> {
+    use flagpost::projects::{KeyList, NewKey};
     let KeyCommand::New(args) = args.command;
     let stored = match (&args.label, args.project) {
         (Some(_), None) => return Err("--label needs --project: the project the key is for".into()),
         (Some(label), Some(project)) => Some((label.as_str(), project)),
         (None, _) => None,
     };
-    let personal = args.personal || stored.is_some();
-    let key = flagpost::projects::new_key(personal)
-        .map_err(|e| format!("the system's random number generator failed: {e}"))?;
+    if args.secret && (stored.is_none() || args.personal) {
+        return Err(
+            "--secret needs --project and --label, and no --personal: a secret key \
+                    is stored hashed in its project's secret_api_keys"
+                .into(),
+        );
+    }
+    if !args.scope.is_empty() && (stored.is_none() || args.secret) {
+        return Err(
+            "--scope needs --project and --label: the scopes are stored with a \
+                    personal key's hash"
+                .into(),
+        );
+    }
+    let personal = args.personal || (stored.is_some() && !args.secret);
+    let key = match args.secret {
+        true => flagpost::projects::new_secret_key(),
+        false => flagpost::projects::new_key(personal),
+    }
+    .map_err(|e| format!("the system's random number generator failed: {e}"))?;
     if let Some((label, project)) = stored {
         let data_dir = or_env(args.data_dir, "FLAGPOST_DATA_DIR")?.unwrap_or_else(|| "data".into());
         let path = data_dir.join("projects.json");
+        let new = NewKey {
+            list: if args.secret {
+                KeyList::Secret
+            } else {
+                KeyList::Personal
+            },
+            label,
+            scopes: &args.scope,
+        };
         // Stored before the key is shown: a key that could not be stored is never seen.
-        flagpost::projects::add_hashed_key(&path, project, label, &key)
-            .map_err(|e| e.to_string())?;
+        flagpost::projects::add_key(&path, project, &new, &key).map_err(|e| e.to_string())?;
         super::Stdout::default().line(format_args!("{key}"))?;
         eprintln!(
             "stored its SHA-256 as {label:?} in project {project} of {}; a running server \

@@ -10,7 +10,7 @@ mod proxy;
 #[cfg(test)]
 mod tests;
 
-pub use proxy::{client_ip, forwarded_for, TrustedProxies};
+pub use proxy::{client_ip, forwarded_for, subscriber, TrustedProxies};
 
 use std::collections::BTreeMap;
 use std::fmt;

@@ -1,5 +1,6 @@
-//! The client's address: the socket peer, or the leftmost `X-Forwarded-For` entry when
-//! the peer is a proxy we trust.
+//! The client's address: the socket peer, or, when the peer is a proxy we trust, the
+//! rightmost `X-Forwarded-For` entry that is not itself a trusted proxy (the chain walked
+//! from the right, the end our own proxies wrote).
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -85,20 +86,53 @@ fn parse_prefix(text: &str) -> Option<u8> {
     text.parse().ok()
 }
 
-/// The client's address: the leftmost `X-Forwarded-For` entry when the socket peer is a
-/// trusted proxy and the entry parses, else the peer. Pass the first header if several
-/// were sent. The result is canonical (`::ffff:1.2.3.4` becomes `1.2.3.4`), so `$ip` has
-/// one spelling per client.
+/// The client's address. When the socket peer is a trusted proxy, `X-Forwarded-For` is
+/// walked from the right: each entry a trusted proxy appended is passed over, and the
+/// first one that is not a trusted proxy is the client, since only the entries to its
+/// right were written by proxies we trust (whatever is left of it, the client wrote
+/// itself). An entry that does not parse ends the walk at the last good one (the peer,
+/// if it is the rightmost). Pass every `X-Forwarded-For` header joined with commas, in
+/// order. The result is canonical (`::ffff:1.2.3.4` becomes `1.2.3.4`), so `$ip` has one
+/// spelling per client.
 ///
-/// Leftmost is what PostHog uses, and it is only as honest as the proxy: nginx's
-/// `$proxy_add_x_forwarded_for` appends to whatever the client sent, so the proxy should
-/// replace the header (`proxy_set_header X-Forwarded-For $remote_addr;`).
+/// This is nginx's `real_ip_recursive on`: safe behind `$proxy_add_x_forwarded_for`
+/// (which appends the client's address to whatever it sent) as behind a proxy that
+/// overwrites the header, and behind a chain of proxies once each is in the list.
 pub fn client_ip(peer: IpAddr, x_forwarded_for: Option<&[u8]>, trusted: &TrustedProxies) -> IpAddr {
-    let peer = peer.to_canonical();
-    if !trusted.contains(peer) {
-        return peer;
+    let mut client = peer.to_canonical();
+    if !trusted.contains(client) {
+        return client;
     }
-    x_forwarded_for.and_then(forwarded_for).unwrap_or(peer)
+    let Some(chain) = x_forwarded_for else {
+        return client;
+    };
+    for entry in chain.rsplit(|&b| b == b',') {
+        let Some(ip) = entry_ip(entry) else {
+            break;
+        };
+        client = ip;
+        if !trusted.contains(ip) {
+            break;
+        }
+    }
+    client
+}
+
+/// The address an attempt or a connection is counted against: an IPv6 client by its
+/// /64, the block one subscriber holds, so its billions of addresses count as one.
+pub fn subscriber(ip: IpAddr) -> IpAddr {
+    match ip.to_canonical() {
+        IpAddr::V6(v6) => {
+            let [a, b, c, d, ..] = v6.segments();
+            IpAddr::V6(Ipv6Addr::new(a, b, c, d, 0, 0, 0, 0))
+        }
+        v4 => v4,
+    }
+}
+
+fn entry_ip(entry: &[u8]) -> Option<IpAddr> {
+    let text = std::str::from_utf8(entry.trim_ascii()).ok()?;
+    parse_host(text).map(|ip| ip.to_canonical())
 }
 
 /// The leftmost address of an `X-Forwarded-For` value, whoever sent it (/decide uses it for
@@ -106,9 +140,7 @@ pub fn client_ip(peer: IpAddr, x_forwarded_for: Option<&[u8]>, trusted: &Trusted
 /// `[::1]:80`; anything else in the first entry (`unknown`, an empty entry, bad UTF-8) is
 /// `None`. The result is canonical, as in [`client_ip`].
 pub fn forwarded_for(x_forwarded_for: &[u8]) -> Option<IpAddr> {
-    let first = x_forwarded_for.split(|&b| b == b',').next()?;
-    let text = std::str::from_utf8(first.trim_ascii()).ok()?;
-    parse_host(text).map(|ip| ip.to_canonical())
+    entry_ip(x_forwarded_for.split(|&b| b == b',').next()?)
 }
 
 fn parse_host(text: &str) -> Option<IpAddr> {

@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use hyper::header::{ACCEPT, HOST};
+use hyper::header::ACCEPT;
 use hyper::{HeaderMap, Response, StatusCode};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
@@ -35,6 +35,18 @@ pub enum Resource {
     Groups,
 }
 
+impl Resource {
+    /// The scope a personal key needs to read it, as PostHog names them: events are
+    /// read through its query API.
+    pub fn scope(self) -> &'static str {
+        match self {
+            Resource::Events => "query:read",
+            Resource::Persons => "person:read",
+            Resource::Groups => "group:read",
+        }
+    }
+}
+
 /// `/api/projects/{id}/{events|persons|groups}/`, trailing slash optional.
 pub fn parse_path(path: &str) -> Option<(u64, Resource)> {
     let rest = path.strip_prefix("/api/projects/")?;
@@ -57,7 +69,8 @@ pub async fn handle(
     uri: &hyper::Uri,
     peer: SocketAddr,
 ) -> Result<Response<Body>, ApiError> {
-    super::personal::authorize(app, headers, peer, project)?;
+    let (_, caller) = super::personal::authorize(app, headers, peer, project)?;
+    super::personal::require(&caller, resource.scope())?;
     serve(app, project, resource, headers, uri.path(), uri.query()).await
 }
 
@@ -92,7 +105,7 @@ pub async fn serve(
                 query::events_page(&trees.trees, project, filter, cursor.as_deref(), limit)
             })
             .await?;
-            let next = next.map(|key| next_url(headers, path, query, &hex(&key)));
+            let next = next.map(|key| next_url(app, headers, path, query, &hex(&key)));
             let results: Vec<Value> = events.iter().map(|e| e.to_api()).collect();
             Ok(response::json(
                 StatusCode::OK,
@@ -209,7 +222,13 @@ fn export(
 }
 
 /// The same request with the cursor of the next page.
-fn next_url(headers: &HeaderMap, path: &str, query: Option<&str>, cursor: &str) -> String {
+fn next_url(
+    app: &App,
+    headers: &HeaderMap,
+    path: &str,
+    query: Option<&str>,
+    cursor: &str,
+) -> String {
     let mut q = form_urlencoded::Serializer::new(String::new());
     for (k, v) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
         if k != "cursor" {
@@ -217,16 +236,7 @@ fn next_url(headers: &HeaderMap, path: &str, query: Option<&str>, cursor: &str) 
         }
     }
     q.append_pair("cursor", cursor);
-    let host = headers.get(HOST).and_then(|h| h.to_str().ok());
-    let scheme = headers
-        .get("x-forwarded-proto")
-        .and_then(|h| h.to_str().ok())
-        .filter(|s| *s == "https")
-        .unwrap_or("http");
-    match host {
-        Some(host) => format!("{scheme}://{host}{path}?{}", q.finish()),
-        None => format!("{path}?{}", q.finish()),
-    }
+    format!("{}{path}?{}", super::links::base(app, headers), q.finish())
 }
 
 fn unhex(s: &str) -> Option<Vec<u8>> {

@@ -200,14 +200,18 @@ pub async fn handle(
 }
 
 /// The seven GeoIP person properties of the specification for this request: from the
-/// leftmost `X-Forwarded-For` address when the header is present, else from the client
-/// address. Decide only affects the caller's own flags, so the header is taken as is.
+/// client address when the peer is a trusted proxy (the chain walked from the right, as
+/// everywhere), else from the leftmost `X-Forwarded-For` address when the header is
+/// present (decide only affects the caller's own flags, so a direct caller's header is
+/// taken as is), else from the peer.
 fn location(app: &App, peer: SocketAddr, headers: &HeaderMap) -> Map<String, Value> {
     if !app.geoip.is_enabled() {
         return Map::new();
     }
+    let direct = !app.config.trusted_proxies.contains(peer.ip());
     let ip = headers
         .get("x-forwarded-for")
+        .filter(|_| direct)
         .and_then(|v| crate::geoip::forwarded_for(v.as_bytes()))
         .unwrap_or_else(|| super::client_ip(app, peer, headers));
     app.geoip.decide_properties(ip)

@@ -1,5 +1,5 @@
 //! The flag endpoints for server-side SDKs, read with a personal API key of the
-//! project: the definitions feed they evaluate locally from
+//! project (or, for the feeds, its project secret key): the definitions feed they evaluate locally from
 //! (`/api/feature_flag/local_evaluation/`, `/flags/definitions`) and a remote config
 //! flag's payload (`/api/projects/@current/feature_flags/<key>/remote_config`).
 //!
@@ -22,15 +22,23 @@ use crate::app::App;
 use crate::flags::ProjectRules;
 use crate::projects::Project;
 
-/// The project a personal key may read flags of: its own, which `token` (the project
-/// key, when sent) must name too.
+/// The project a key may read flags of: its own, which `token` (the project key, when
+/// sent) must name too. The feeds take a project secret key or a personal key allowed
+/// `feature_flag:read`; a payload only the latter.
 fn project(
     app: &App,
     headers: &HeaderMap,
     peer: SocketAddr,
     token: Option<&str>,
+    feed: bool,
 ) -> Result<Arc<Project>, ApiError> {
-    let (owner, _) = super::personal::authenticate(app, headers, peer)?;
+    let owner = if feed {
+        super::personal::feed_reader(app, headers, peer)?
+    } else {
+        let (owner, caller) = super::personal::authenticate(app, headers, peer)?;
+        super::personal::require(&caller, super::personal::FEED_SCOPE)?;
+        owner
+    };
     if let Some(t) = token {
         let projects = app.projects.load();
         let named = projects.by_api_key(t).ok_or(DecideError::InvalidKey)?;
@@ -69,7 +77,7 @@ pub fn feed(
     peer: SocketAddr,
 ) -> Result<Response<Body>, ApiError> {
     let (token, send_cohorts) = query_pairs(query);
-    let project = project(app, headers, peer, token.as_deref())?;
+    let project = project(app, headers, peer, token.as_deref(), true)?;
     let rules = rules_of(app, &project);
     let built = app.feed.get(project.id, rules, send_cohorts);
     let mut r = if super::assets::none_match(headers, &built.etag) == Some(true) {
@@ -113,7 +121,7 @@ pub fn payload(
 ) -> Result<Response<Body>, ApiError> {
     let (in_path, flag) = payload_path(path).ok_or(ApiError::NotFound)?;
     let (token, _) = query_pairs(query);
-    let project = project(app, headers, peer, token.as_deref())?;
+    let project = project(app, headers, peer, token.as_deref(), false)?;
     if in_path.is_some_and(|id| id != project.id) {
         return Err(ApiError::Forbidden);
     }

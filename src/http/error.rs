@@ -33,6 +33,10 @@ pub enum ApiError {
     NotAuthenticated,
     /// A valid personal key of another project.
     Forbidden,
+    /// A personal key whose scopes do not hold the one named (`feature_flag:write`).
+    MissingScope(&'static str),
+    /// A project secret key anywhere but the definitions feeds.
+    SecretKeyElsewhere,
     /// A console request that may come from another site: its Origin is not the
     /// console's own, or it lacks the session's token. The reason is the body.
     CrossSite(&'static str),
@@ -231,6 +235,20 @@ impl ApiError {
                 AUTHENTICATION,
                 "permission_denied",
                 "this key cannot read this project".into(),
+            ),
+            ApiError::MissingScope(scope) => (
+                StatusCode::FORBIDDEN,
+                AUTHENTICATION,
+                "permission_denied",
+                format!("API key missing required scope '{scope}'"),
+            ),
+            ApiError::SecretKeyElsewhere => (
+                StatusCode::FORBIDDEN,
+                AUTHENTICATION,
+                "permission_denied",
+                "a project secret key (phs_) only reads flag definitions: \
+                 /flags/definitions and /api/feature_flag/local_evaluation"
+                    .into(),
             ),
             ApiError::BadQuery(detail) => (
                 StatusCode::BAD_REQUEST,

@@ -11,7 +11,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use hyper::body::Incoming;
-use hyper::header::HOST;
 use hyper::{HeaderMap, Method, Request, Response, StatusCode};
 use serde_json::{json, Value};
 
@@ -97,6 +96,18 @@ fn allowed(path: Path, method: &Method) -> bool {
     }
 }
 
+/// The scope a personal key needs for this request, as PostHog names them (flag
+/// activity is read with the flag).
+fn scope(path: Path, method: &Method) -> &'static str {
+    let read = method == Method::GET;
+    match (path, read) {
+        (Path::Flags | Path::Flag(_) | Path::FlagActivity(_), true) => "feature_flag:read",
+        (Path::Flags | Path::Flag(_) | Path::FlagActivity(_), false) => "feature_flag:write",
+        (Path::Cohorts | Path::Cohort(_), true) => "cohort:read",
+        (Path::Cohorts | Path::Cohort(_), false) => "cohort:write",
+    }
+}
+
 /// A request of a caller already known to hold a key of its project (checked by
 /// `authenticate`, or a console session): the one code path that reads and writes
 /// flags and cohorts, whoever asks.
@@ -111,11 +122,12 @@ pub async fn serve(
     if !allowed(path, &method) {
         return Err(ApiError::MethodNotAllowed);
     }
+    super::personal::require(&caller, scope(path, &method))?;
     let project = caller.project;
     if method == Method::GET {
         let query = parts.uri.query();
         let page = |count: usize, results: Vec<Value>, limit: usize, offset: usize| {
-            let link = |o| page_url(&parts.headers, parts.uri.path(), query, limit, o);
+            let link = |o| page_url(app, &parts.headers, parts.uri.path(), query, limit, o);
             let next = (offset + limit < count).then(|| link(Some(offset + limit)));
             let previous = (offset > 0).then(|| link(offset.checked_sub(limit).filter(|o| *o > 0)));
             json!({"count": count, "next": next, "previous": previous, "results": results})
@@ -154,7 +166,8 @@ pub async fn serve(
                 };
                 let (total, results) = blocking(app, move |s| s.activity(project, &aq)).await?;
                 let link = |p: usize| {
-                    let mut url = base_url(&parts.headers, parts.uri.path());
+                    let mut url = super::links::base(app, &parts.headers);
+                    url.push_str(parts.uri.path());
                     url.push_str(&with_params(
                         query,
                         &[("limit", Some(limit)), ("page", Some(p))],
@@ -257,34 +270,18 @@ async fn write(
     .map_err(ApiError::Manage)
 }
 
-/// `scheme://host/path` of this request, the scheme from X-Forwarded-Proto.
-fn base_url(headers: &HeaderMap, path: &str) -> String {
-    let host = headers
-        .get(HOST)
-        .and_then(|h| h.to_str().ok())
-        .unwrap_or("");
-    let scheme = headers
-        .get("x-forwarded-proto")
-        .and_then(|h| h.to_str().ok())
-        .filter(|s| *s == "https")
-        .unwrap_or("http");
-    if host.is_empty() {
-        path.to_owned()
-    } else {
-        format!("{scheme}://{host}{path}")
-    }
-}
-
 /// The same request with `limit` and `offset` set, or `offset` dropped (DRF's
 /// `LimitOffsetPagination` links).
 fn page_url(
+    app: &App,
     headers: &HeaderMap,
     path: &str,
     query: Option<&str>,
     limit: usize,
     offset: Option<usize>,
 ) -> String {
-    let mut url = base_url(headers, path);
+    let mut url = super::links::base(app, headers);
+    url.push_str(path);
     url.push_str(&with_params(
         query,
         &[("limit", Some(limit)), ("offset", offset)],

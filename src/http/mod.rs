@@ -14,6 +14,7 @@ pub mod error;
 pub mod flags_api;
 pub mod inflate;
 pub mod linger;
+pub mod links;
 pub mod not_kept;
 pub mod params;
 pub mod personal;
@@ -33,8 +34,25 @@ use crate::app::App;
 
 /// The client's address: the socket peer, or the leftmost `X-Forwarded-For` entry when
 /// the peer is one of the trusted proxies.
+/// The client's address (`geoip::client_ip`), with every `X-Forwarded-For` header read
+/// as one list, in order: a client's own extra header cannot hide the proxy's.
 pub fn client_ip(app: &App, peer: SocketAddr, headers: &HeaderMap) -> IpAddr {
-    let xff = headers.get("x-forwarded-for").map(|v| v.as_bytes());
+    let mut all = headers.get_all("x-forwarded-for").iter();
+    let (first, rest) = (all.next(), all.next());
+    let joined;
+    let xff = match (first, rest) {
+        (Some(one), None) => Some(one.as_bytes()),
+        (None, _) => None,
+        (Some(_), Some(_)) => {
+            let values: Vec<&[u8]> = headers
+                .get_all("x-forwarded-for")
+                .iter()
+                .map(|v| v.as_bytes())
+                .collect();
+            joined = values.join(&b","[..]);
+            Some(&joined[..])
+        }
+    };
     crate::geoip::client_ip(peer.ip(), xff, &app.config.trusted_proxies)
 }
 

@@ -1,11 +1,14 @@
 //! The accept loop: HTTP/1.1 with keep-alive, a header deadline, header size and count
-//! limits, a bound on open connections, a lingering close on every connection (so a
+//! limits, a bound on open connections and a smaller one per client address (so one
+//! address holding idle sockets cannot keep everyone else out), a lingering close on every connection (so a
 //! refusal sent before the body was read is not turned into a reset), and graceful
 //! shutdown that lets in-flight requests finish.
 
+use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::Future;
-use std::sync::Arc;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use hyper::server::conn::http1;
@@ -38,6 +41,10 @@ pub async fn run(listener: TcpListener, app: Arc<App>, shutdown: impl Future<Out
         .max_headers(MAX_HEADERS)
         .max_buf_size(MAX_HEADER_BYTES.max(8192));
     let connections = Arc::new(Semaphore::new(limits.max_connections));
+    let per_address = Arc::new(PerAddress::new(limits.per_address()));
+    let m = &app.metrics;
+    m.max_connections.set(limits.max_connections as i64);
+    m.max_connections_per_address.set(per_address.cap as i64);
     let graceful = GracefulShutdown::new();
     tokio::pin!(shutdown);
     loop {
@@ -52,12 +59,21 @@ pub async fn run(listener: TcpListener, app: Arc<App>, shutdown: impl Future<Out
             },
             () = &mut shutdown => break,
         };
+        // The socket peer, not X-Forwarded-For: a proxy's connections are its own, and
+        // the cap is taken before a byte of the request is read.
+        let Some(slot) = per_address.admit(peer.ip()) else {
+            app.metrics.connections_refused_per_address.inc();
+            drop(stream);
+            continue;
+        };
         let Ok(permit) = connections.clone().try_acquire_owned() else {
             app.metrics.connections_refused.inc();
             drop(stream);
             continue;
         };
+        app.metrics.connections_open.inc();
         let _ = stream.set_nodelay(true);
+        let open = app.metrics.connections_open.clone();
         let app = app.clone();
         let service = service_fn(move |req| {
             let app = app.clone();
@@ -70,7 +86,8 @@ pub async fn run(listener: TcpListener, app: Arc<App>, shutdown: impl Future<Out
             if let Err(e) = conn.await {
                 tracing::debug!(error = %e, %peer, "connection ended with an error");
             }
-            drop(permit);
+            open.dec();
+            drop((permit, slot));
         });
     }
     app.start_draining();
@@ -84,5 +101,89 @@ pub async fn run(listener: TcpListener, app: Arc<App>, shutdown: impl Future<Out
         () = tokio::time::sleep(SHUTDOWN_GRACE) => {
             tracing::warn!("in-flight requests did not finish within the grace period");
         }
+    }
+}
+
+/// Open connections by client address (an IPv6 client by its /64).
+struct PerAddress {
+    cap: usize,
+    /// Touched once at accept and once at close, never across an await.
+    open: Mutex<HashMap<IpAddr, usize>>,
+}
+
+/// One admitted connection; dropping it gives the address's place back.
+struct Slot {
+    table: Arc<PerAddress>,
+    ip: IpAddr,
+}
+
+impl PerAddress {
+    fn new(cap: usize) -> Self {
+        PerAddress {
+            cap,
+            open: Mutex::default(),
+        }
+    }
+
+    fn admit(self: &Arc<Self>, ip: IpAddr) -> Option<Slot> {
+        let ip = crate::geoip::subscriber(ip);
+        let mut open = crate::support::sync::lock(&self.open);
+        let n = open.entry(ip).or_insert(0);
+        if *n >= self.cap {
+            return None;
+        }
+        *n += 1;
+        Some(Slot {
+            table: self.clone(),
+            ip,
+        })
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut open = crate::support::sync::lock(&self.table.open);
+        if let Some(n) = open.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                // Only addresses with open connections are kept: the table is as large
+                // as the connections are many, never larger.
+                open.remove(&self.ip);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_address_holds_at_most_its_cap_and_gets_places_back() {
+        let table = Arc::new(PerAddress::new(2));
+        let (a, b): (IpAddr, IpAddr) = ("192.0.2.1".parse().unwrap(), "192.0.2.2".parse().unwrap());
+        let first = table.admit(a).unwrap();
+        let _second = table.admit(a).unwrap();
+        assert!(table.admit(a).is_none(), "a third from the same address");
+        assert!(table.admit(b).is_some(), "another address is not kept out");
+        drop(first);
+        assert!(
+            table.admit(a).is_some(),
+            "a closed connection frees its place"
+        );
+        let v6: IpAddr = "2001:db8::1".parse().unwrap();
+        let other_in_64: IpAddr = "2001:db8::2:3".parse().unwrap();
+        let _x = table.admit(v6).unwrap();
+        let _y = table.admit(other_in_64).unwrap();
+        assert!(table.admit("2001:db8::9".parse().unwrap()).is_none());
+    }
+
+    #[test]
+    fn the_table_forgets_addresses_without_connections() {
+        let table = Arc::new(PerAddress::new(8));
+        for i in 0..100u8 {
+            drop(table.admit(IpAddr::from([10, 0, 0, i])).unwrap());
+        }
+        assert!(crate::support::sync::lock(&table.open).is_empty());
     }
 }

@@ -67,7 +67,7 @@ pub fn handle(
             "created_at": null,
             "last_used_at": null,
             "user_id": null,
-            "scopes": SCOPES,
+            "scopes": caller.scopes.as_deref().map_or_else(|| json!(SCOPES), |s| json!(s)),
             "scoped_teams": [project.id],
             "scoped_organizations": [],
         }),

@@ -9,7 +9,7 @@
 //! dozen tries. IPv6 clients are counted by their /64, the block one subscriber holds.
 
 use std::collections::HashMap;
-use std::net::{IpAddr, Ipv6Addr};
+use std::net::IpAddr;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -61,7 +61,7 @@ impl FailedAuth {
     /// Takes a token for an attempt about to be made, or `Err(seconds)` until the
     /// address may try again when it has none left.
     pub fn take(&self, ip: IpAddr) -> Result<Attempt<'_>, u64> {
-        let ip = counted_as(ip);
+        let ip = crate::geoip::subscriber(ip);
         self.take_at(ip, Instant::now())?;
         Ok(Attempt { limit: self, ip })
     }
@@ -104,21 +104,10 @@ impl FailedAuth {
     }
 }
 
-/// The address a bucket is kept for: an IPv6 client by its /64, so one subscriber's
-/// billions of addresses count as one.
-fn counted_as(ip: IpAddr) -> IpAddr {
-    match ip.to_canonical() {
-        IpAddr::V6(v6) => {
-            let [a, b, c, d, ..] = v6.segments();
-            IpAddr::V6(Ipv6Addr::new(a, b, c, d, 0, 0, 0, 0))
-        }
-        v4 => v4,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::Ipv6Addr;
 
     #[test]
     fn a_burst_of_failures_then_one_try_per_refill() {

@@ -1,5 +1,6 @@
-//! Adding a hashed personal key to a project in `projects.json` (`flagpost key new
-//! --label`), the one change flagpost itself makes to that file. The file is the
+//! Adding a hashed key to a project in `projects.json` (`flagpost key new --label`: a
+//! personal key, with its scopes if any, or a project secret key), the one change
+//! flagpost itself makes to that file. The file is the
 //! operator's: the new entry is spliced into its text where it belongs, so every other
 //! byte (spacing, member order, other projects, plain keys) stays as it was, and the
 //! file is replaced atomically (a temporary file beside it, fsync, rename, fsync of the
@@ -26,23 +27,74 @@ struct Top<'a> {
     projects: Vec<&'a RawValue>,
 }
 
+/// Which of a project's key lists a new key joins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyList {
+    /// `personal_api_keys`: the read and management APIs, the console.
+    Personal,
+    /// `secret_api_keys`: the definitions feeds only.
+    Secret,
+}
+
+impl KeyList {
+    fn member(self) -> &'static str {
+        match self {
+            KeyList::Personal => "personal_api_keys",
+            KeyList::Secret => "secret_api_keys",
+        }
+    }
+
+    fn noun(self) -> &'static str {
+        match self {
+            KeyList::Personal => "personal key",
+            KeyList::Secret => "secret key",
+        }
+    }
+}
+
+/// A key about to be stored: where, under which label, with which scopes (personal
+/// keys only; none is every right).
+pub struct NewKey<'a> {
+    pub list: KeyList,
+    pub label: &'a str,
+    pub scopes: &'a [String],
+}
+
 /// Stores the SHA-256 of `key` with `label` in `project`'s `personal_api_keys` in the
-/// projects file at `path`. Refused, with the file untouched, when the file does not
-/// load as it is, when there is no such project, or when the project already has a key
-/// with that label (labels are how the activity log tells callers apart).
+/// projects file at `path` (see [`add_key`]).
 pub fn add_hashed_key(path: &Path, project: u64, label: &str, key: &str) -> Result<(), Error> {
-    check_label(label)?;
+    let new = NewKey {
+        list: KeyList::Personal,
+        label,
+        scopes: &[],
+    };
+    add_key(path, project, &new, key)
+}
+
+/// Stores the SHA-256 of `key` as `new` says in the projects file at `path`. Refused,
+/// with the file untouched, when the file does not load as it is, when there is no such
+/// project, when the project already has a key with that label in that list (labels are
+/// how the activity log tells callers apart), when a scope is not one, or when the
+/// project already has two secret keys (the current one and the next, for rotation).
+pub fn add_key(path: &Path, project: u64, new: &NewKey<'_>, key: &str) -> Result<(), Error> {
+    check_label(new.label)?;
+    super::check_scopes(new.scopes).map_err(Error)?;
     let bytes = Projects::load_bytes(path)?;
     Projects::parse_file(path, &bytes)?;
     let text =
         std::str::from_utf8(&bytes).map_err(|_| Error(format!("{}: not UTF-8", path.display())))?;
-    let spliced = splice(text, project, label, &hash_key(key))
+    let spliced = splice(text, project, new, &hash_key(key))
         .map_err(|e| Error(format!("{}: {e}", path.display())))?;
     // What is written must load, with the new key in the right project and label.
     let check = Projects::parse_file(path, spliced.as_bytes())?;
-    match check.personal_key(key) {
-        Some((p, caller)) if p.id == project && caller.label == label => {}
-        _ => return Err(Error("the new key did not land in its project".into())),
+    let landed = match new.list {
+        KeyList::Personal => check
+            .personal_key(key)
+            .map(|(p, caller)| (p.id, caller.label)),
+        KeyList::Secret => check.secret_key(key).map(|(p, label)| (p.id, label)),
+    };
+    if landed != Some((project, new.label.to_owned())) {
+        return Err(Error("the new key did not land in its project".into()));
     }
     replace(path, spliced.as_bytes())
         .map_err(|e| Error(format!("{}: cannot rewrite: {e}", path.display())))
@@ -66,7 +118,7 @@ fn offset(outer: &str, inner: &str) -> usize {
 /// `text` with the hashed key added to the project's list: after the list's last entry,
 /// or as a new last member of the project when it has no list, separated as the entries
 /// or members before it are (so a pretty-printed file stays pretty).
-fn splice(text: &str, project: u64, label: &str, hash: &str) -> Result<String, String> {
+fn splice(text: &str, project: u64, new: &NewKey<'_>, hash: &str) -> Result<String, String> {
     let top: Top = serde_json::from_str(text).map_err(|e| e.to_string())?;
     let mut found = None;
     for raw in top.projects {
@@ -80,9 +132,16 @@ fn splice(text: &str, project: u64, label: &str, hash: &str) -> Result<String, S
         }
     }
     let (object, members) = found.ok_or_else(|| format!("no project with id {project}"))?;
+    let label = new.label;
     let label_json = serde_json::to_string(label).map_err(|e| e.to_string())?;
-    let entry = format!("{{\"sha256\": \"{hash}\", \"label\": {label_json}}}");
-    let (at, insert) = match members.get("personal_api_keys") {
+    let mut entry = format!("{{\"sha256\": \"{hash}\", \"label\": {label_json}");
+    if !new.scopes.is_empty() {
+        let scopes = serde_json::to_string(new.scopes).map_err(|e| e.to_string())?;
+        entry.push_str(&format!(", \"scopes\": {}", scopes.replace(',', ", ")));
+    }
+    entry.push('}');
+    let (member, noun) = (new.list.member(), new.list.noun());
+    let (at, insert) = match members.get(member) {
         Some(list) => {
             let keys: Vec<PersonalKey> =
                 serde_json::from_str(list.get()).map_err(|e| e.to_string())?;
@@ -92,8 +151,15 @@ fn splice(text: &str, project: u64, label: &str, hash: &str) -> Result<String, S
             });
             if taken {
                 return Err(format!(
-                    "project {project} already has a personal key labelled {label_json}; \
+                    "project {project} already has a {noun} labelled {label_json}; \
                      choose another label, or remove that key from the file first"
+                ));
+            }
+            if new.list == KeyList::Secret && keys.len() >= super::MAX_SECRET_KEYS {
+                return Err(format!(
+                    "project {project} already has {} secret keys, the current one and the \
+                     next; remove the one no longer used from \"secret_api_keys\" first",
+                    keys.len()
                 ));
             }
             let entries: Vec<&RawValue> =
@@ -113,7 +179,7 @@ fn splice(text: &str, project: u64, label: &str, hash: &str) -> Result<String, S
             let inner = &object[1..object.len() - 1];
             let gap = spacing(&inner[..inner.len() - inner.trim_start().len()]);
             let end = object_at + 1 + inner.trim_end().len();
-            (end, format!(",{gap}\"personal_api_keys\": [{entry}]"))
+            (end, format!(",{gap}\"{member}\": [{entry}]"))
         }
     };
     let mut out = String::with_capacity(text.len() + insert.len());
@@ -168,17 +234,25 @@ mod tests {
 
     const HASH: &str = "ab";
 
+    fn personal(label: &str) -> NewKey<'_> {
+        NewKey {
+            list: KeyList::Personal,
+            label,
+            scopes: &[],
+        }
+    }
+
     #[test]
     fn appends_to_a_list_as_its_entries_are_spaced() {
         let text = "{\"projects\": [\n  {\"id\": 1, \"api_key\": \"phc_a\",\n   \"personal_api_keys\": [\n      \"phx_plain\"\n   ]},\n  {\"id\": 2, \"api_key\": \"phc_b\"}\n]}\n";
-        let out = splice(text, 1, "ci", HASH).unwrap();
+        let out = splice(text, 1, &personal("ci"), HASH).unwrap();
         assert_eq!(
             out,
             "{\"projects\": [\n  {\"id\": 1, \"api_key\": \"phc_a\",\n   \"personal_api_keys\": [\n      \"phx_plain\",\n      {\"sha256\": \"ab\", \"label\": \"ci\"}\n   ]},\n  {\"id\": 2, \"api_key\": \"phc_b\"}\n]}\n"
         );
         let empty = "{\"projects\": [{\"id\": 1, \"api_key\": \"k\", \"personal_api_keys\": [ ]}]}";
         assert_eq!(
-            splice(empty, 1, "a \"b\"", HASH).unwrap(),
+            splice(empty, 1, &personal("a \"b\""), HASH).unwrap(),
             "{\"projects\": [{\"id\": 1, \"api_key\": \"k\", \"personal_api_keys\": [{\"sha256\": \"ab\", \"label\": \"a \\\"b\\\"\"} ]}]}"
         );
     }
@@ -187,7 +261,7 @@ mod tests {
     fn adds_the_list_as_the_projects_last_member() {
         let text = "{\"projects\": [\n  {\n    \"id\": 2,\n    \"api_key\": \"phc_b\"\n  }\n]}";
         assert_eq!(
-            splice(text, 2, "ci", HASH).unwrap(),
+            splice(text, 2, &personal("ci"), HASH).unwrap(),
             "{\"projects\": [\n  {\n    \"id\": 2,\n    \"api_key\": \"phc_b\",\n    \"personal_api_keys\": [{\"sha256\": \"ab\", \"label\": \"ci\"}]\n  }\n]}"
         );
     }
@@ -196,12 +270,12 @@ mod tests {
     fn refuses_a_taken_label_and_an_unknown_project() {
         let text = r#"{"projects": [{"id": 1, "api_key": "k", "personal_api_keys": [{"sha256": "cd", "label": "ci"}]}]}"#;
         assert_eq!(
-            splice(text, 1, "ci", HASH).unwrap_err(),
+            splice(text, 1, &personal("ci"), HASH).unwrap_err(),
             "project 1 already has a personal key labelled \"ci\"; choose another label, \
              or remove that key from the file first"
         );
         assert_eq!(
-            splice(text, 3, "ci", HASH).unwrap_err(),
+            splice(text, 3, &personal("ci"), HASH).unwrap_err(),
             "no project with id 3"
         );
         assert!(check_label("").is_err());
@@ -234,5 +308,37 @@ mod tests {
         assert_eq!(fs::read_to_string(&path).unwrap(), after, "untouched");
         let left: Vec<_> = fs::read_dir(dir.path()).unwrap().collect();
         assert_eq!(left.len(), 1, "no temporary file left behind");
+    }
+
+    #[test]
+    fn secret_keys_and_scopes_have_their_own_places() {
+        let text = r#"{"projects": [{"id": 1, "api_key": "k"}]}"#;
+        let scopes = ["feature_flag:read".to_owned(), "query:read".to_owned()];
+        let read_only = NewKey {
+            list: KeyList::Personal,
+            label: "ro",
+            scopes: &scopes,
+        };
+        assert_eq!(
+            splice(text, 1, &read_only, HASH).unwrap(),
+            r#"{"projects": [{"id": 1, "api_key": "k", "personal_api_keys": [{"sha256": "ab", "label": "ro", "scopes": ["feature_flag:read", "query:read"]}]}]}"#
+        );
+        let secret = |label| NewKey {
+            list: KeyList::Secret,
+            label,
+            scopes: &[],
+        };
+        let one = splice(text, 1, &secret("a"), HASH).unwrap();
+        assert_eq!(
+            one,
+            r#"{"projects": [{"id": 1, "api_key": "k", "secret_api_keys": [{"sha256": "ab", "label": "a"}]}]}"#
+        );
+        assert!(splice(&one, 1, &secret("a"), HASH)
+            .unwrap_err()
+            .contains("already has a secret key labelled \"a\""));
+        let two = splice(&one, 1, &secret("b"), HASH).unwrap();
+        assert!(splice(&two, 1, &secret("c"), HASH)
+            .unwrap_err()
+            .contains("already has 2 secret keys"));
     }
 }

@@ -1,9 +1,13 @@
 //! Everything configured per project. This file: the projects a server hosts, read
 //! from `projects.json`: which project API key
-//! (`phc_...`) ingests into which project, and which personal keys (`phx_...`) may read it.
-//! A personal key is listed either as itself or, so it need not sit on disk in plain
+//! (`phc_...`) ingests into which project, which personal keys (`phx_...`) may read and
+//! manage it, and which project secret keys (`phs_...`, PostHog's feature flags secure
+//! API key: at most two, the current one and the next) may read its flag definitions.
+//! A key is listed either as itself or, so it need not sit on disk in plain
 //! text, as `{"sha256": "<hex>", "label": "ci"}`: the SHA-256 of the key, unsalted, as
-//! PostHog stores its personal keys (`sha256$<hex>`, which is accepted too).
+//! PostHog stores its personal keys (`sha256$<hex>`, which is accepted too). A hashed
+//! personal key may carry PostHog's `"scopes"` (`["feature_flag:read"]`); without them
+//! it has every right.
 //!
 //! Beside it, the rest of a project's configuration: what it tells posthog-js at start
 //! (`client_config`, its `remote_config` switches), its surveys (`surveys/`) and early
@@ -16,7 +20,7 @@ pub(crate) mod early_access;
 mod edit;
 pub(crate) mod surveys;
 
-pub use edit::{add_hashed_key, MAX_LABEL_CHARS};
+pub use edit::{add_hashed_key, add_key, KeyList, NewKey, MAX_LABEL_CHARS};
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -31,6 +35,12 @@ use crate::support::hex;
 const MAX_KEY_LEN: usize = 64;
 /// Personal API keys carry this prefix; they read data and never ingest.
 pub const PERSONAL_KEY_PREFIX: &str = "phx_";
+/// Project secret keys carry this prefix, as PostHog's feature flags secure API keys do;
+/// they read the flag definitions feeds and nothing else.
+pub const SECRET_KEY_PREFIX: &str = "phs_";
+/// Secret keys a project may have: the one in use and its successor while clients move
+/// over (PostHog's `secret_api_token` and `secret_api_token_backup`).
+pub const MAX_SECRET_KEYS: usize = 2;
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -41,6 +51,9 @@ pub struct Project {
     pub api_key: String,
     #[serde(default)]
     pub personal_api_keys: Vec<PersonalKey>,
+    /// Project secret keys, in the same two forms as personal keys (without scopes).
+    #[serde(default)]
+    pub secret_api_keys: Vec<PersonalKey>,
     /// Drop `$ip` from stored events once it has been used for enrichment.
     #[serde(default)]
     pub anonymize_ips: bool,
@@ -77,6 +90,9 @@ pub struct HashedKey {
     pub sha256: String,
     #[serde(default)]
     pub label: Option<String>,
+    /// PostHog's scope names (`feature_flag:read`, ...); `None` is every right.
+    #[serde(default)]
+    pub scopes: Option<Vec<String>>,
 }
 
 /// Who a personal key says the caller is, for logs and the activity log: the label of
@@ -86,6 +102,44 @@ pub struct HashedKey {
 pub struct Caller {
     pub project: u64,
     pub label: String,
+    /// The key's scopes; `None` (a key listed without any) is every right.
+    pub scopes: Option<Arc<[String]>>,
+}
+
+impl Caller {
+    /// Whether the key may do what `scope` names (`feature_flag:write`): its scopes hold
+    /// it, or `*`, or, for a `:read` scope, the same object's `:write`, as PostHog judges.
+    pub fn allows(&self, scope: &str) -> bool {
+        let Some(scopes) = &self.scopes else {
+            return true;
+        };
+        let write = scope
+            .strip_suffix(":read")
+            .map(|object| format!("{object}:write"));
+        scopes
+            .iter()
+            .any(|s| s == "*" || s == scope || Some(s) == write.as_ref())
+    }
+}
+
+/// Scope names as PostHog writes them: `*`, or `object:read` / `object:write` with a
+/// lowercase object (`feature_flag`, `query`, ...). A list names at least one.
+pub fn check_scopes(scopes: &[String]) -> Result<(), String> {
+    for scope in scopes {
+        let ok = scope == "*"
+            || scope.split_once(':').is_some_and(|(object, action)| {
+                !object.is_empty()
+                    && object.bytes().all(|b| b.is_ascii_lowercase() || b == b'_')
+                    && matches!(action, "read" | "write")
+            });
+        if !ok {
+            return Err(format!(
+                "scope {scope:?} is not one: write PostHog's names, such as feature_flag:read, \
+                 feature_flag:write or *"
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// SHA-256 of a key as lowercase hex, the form `projects.json` stores.
@@ -104,6 +158,53 @@ pub fn mask_key(key: &str) -> String {
         .rev()
         .collect();
     format!("{PERSONAL_KEY_PREFIX}...{tail}")
+}
+
+/// `phs_...abcd`, as [`mask_key`] does for personal keys.
+fn mask_secret(key: &str) -> String {
+    let tail = key.get(key.len().saturating_sub(4)..).unwrap_or("");
+    format!("{SECRET_KEY_PREFIX}...{tail}")
+}
+
+/// A hashed key's label, or one made from its hash when it has none.
+fn label_of(h: &HashedKey, hash: &str) -> String {
+    h.label
+        .clone()
+        .unwrap_or_else(|| format!("key sha256:{}", hash.get(..8).unwrap_or_default()))
+}
+
+/// `secret_api_keys`: at most [`MAX_SECRET_KEYS`], each `phs_...` or a hash, no scopes
+/// (a secret key has one right).
+fn check_secret_keys(keys: &[PersonalKey]) -> Result<(), String> {
+    if keys.len() > MAX_SECRET_KEYS {
+        return Err(format!(
+            "secret_api_keys holds {} keys; at most {MAX_SECRET_KEYS}, the current one and the next",
+            keys.len()
+        ));
+    }
+    for k in keys {
+        match k {
+            PersonalKey::Plain(k) if !k.starts_with(SECRET_KEY_PREFIX) || k.len() <= 4 => {
+                let shown: String = k.chars().take(4).collect();
+                return Err(format!(
+                    "secret_api_keys entry starting {shown:?} must look like phs_..."
+                ));
+            }
+            PersonalKey::Hashed(h) if normalise_hash(&h.sha256).is_none() => {
+                return Err(
+                    "secret_api_keys sha256 must be 64 hex digits (optionally sha256$...)".into(),
+                );
+            }
+            PersonalKey::Hashed(h) if h.scopes.is_some() => {
+                return Err(
+                    "secret_api_keys entries take no scopes: a secret key only reads flag definitions"
+                        .into(),
+                );
+            }
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 /// The 64 hex digits of a stored hash, lowercased, without PostHog's `sha256$` prefix.
@@ -125,8 +226,10 @@ pub struct Projects {
     by_key: HashMap<String, Arc<Project>>,
     by_id: HashMap<u64, Arc<Project>>,
     by_personal_key: HashMap<String, Arc<Project>>,
-    /// Hashed personal keys by their hex digest, with their labels.
-    by_key_hash: HashMap<String, (Arc<Project>, String)>,
+    /// Hashed personal keys by their hex digest, with who they say the caller is.
+    by_key_hash: HashMap<String, (Arc<Project>, Caller)>,
+    /// Project secret keys by their hex digest (plain ones hashed at load), with labels.
+    by_secret_hash: HashMap<String, (Arc<Project>, String)>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -140,6 +243,7 @@ pub fn key_shape_is_valid(key: &str) -> bool {
         && key.len() <= MAX_KEY_LEN
         && key.is_ascii()
         && !key.starts_with(PERSONAL_KEY_PREFIX)
+        && !key.starts_with(SECRET_KEY_PREFIX)
 }
 
 /// Project API keys carry this prefix, as PostHog's do.
@@ -156,10 +260,18 @@ const PERSONAL_KEY_CHARS: usize = 48;
 /// A new random key from the operating system's CSPRNG: a project API key
 /// (`phc_` and 43 characters) or a personal API key (`phx_` and 48).
 pub fn new_key(personal: bool) -> Result<String, getrandom::Error> {
-    let (prefix, chars) = match personal {
-        true => (PERSONAL_KEY_PREFIX, PERSONAL_KEY_CHARS),
-        false => (PROJECT_KEY_PREFIX, PROJECT_KEY_CHARS),
-    };
+    match personal {
+        true => random_key(PERSONAL_KEY_PREFIX, PERSONAL_KEY_CHARS),
+        false => random_key(PROJECT_KEY_PREFIX, PROJECT_KEY_CHARS),
+    }
+}
+
+/// A new random project secret key: `phs_` and 48 characters, as strong as a personal key.
+pub fn new_secret_key() -> Result<String, getrandom::Error> {
+    random_key(SECRET_KEY_PREFIX, PERSONAL_KEY_CHARS)
+}
+
+fn random_key(prefix: &str, chars: usize) -> Result<String, getrandom::Error> {
     let mut key = String::from(prefix);
     let mut bytes = [0u8; 64];
     while key.len() < prefix.len() + chars {
@@ -218,9 +330,22 @@ impl Projects {
                             "{at}: personal_api_keys sha256 must be 64 hex digits (optionally sha256$...)"
                         )));
                     }
+                    PersonalKey::Hashed(HashedKey {
+                        scopes: Some(scopes),
+                        ..
+                    }) => {
+                        if scopes.is_empty() {
+                            return Err(Error(format!(
+                                "{at}: personal_api_keys scopes must name at least one scope; \
+                                 leave \"scopes\" out for every right"
+                            )));
+                        }
+                        check_scopes(scopes).map_err(|e| Error(format!("{at}: {e}")))?;
+                    }
                     _ => {}
                 }
             }
+            check_secret_keys(&p.secret_api_keys).map_err(|e| Error(format!("{at}: {e}")))?;
             let mut p = p;
             p.decide_tails = [false, true].map(|surveys| {
                 crate::projects::client_config::decide_tail(
@@ -247,17 +372,36 @@ impl Projects {
                         .is_none(),
                     PersonalKey::Hashed(h) => {
                         let hash = normalise_hash(&h.sha256).unwrap_or_default();
-                        let label = h.label.clone().unwrap_or_else(|| {
-                            format!("key sha256:{}", hash.get(..8).unwrap_or_default())
-                        });
+                        let caller = Caller {
+                            project: p.id,
+                            label: label_of(h, &hash),
+                            scopes: h.scopes.clone().map(Arc::from),
+                        };
                         projects
                             .by_key_hash
-                            .insert(hash, (p.clone(), label))
+                            .insert(hash, (p.clone(), caller))
                             .is_none()
                     }
                 };
                 if !fresh {
                     return Err(Error(format!("{at}: personal key listed twice")));
+                }
+            }
+            for k in &p.secret_api_keys {
+                let (hash, label) = match k {
+                    PersonalKey::Plain(k) => (hash_key(k), mask_secret(k)),
+                    PersonalKey::Hashed(h) => {
+                        let hash = normalise_hash(&h.sha256).unwrap_or_default();
+                        let label = label_of(h, &hash);
+                        (hash, label)
+                    }
+                };
+                if projects
+                    .by_secret_hash
+                    .insert(hash, (p.clone(), label))
+                    .is_some()
+                {
+                    return Err(Error(format!("{at}: secret key listed twice")));
                 }
             }
         }
@@ -286,18 +430,24 @@ impl Projects {
                 Caller {
                     project: p.id,
                     label,
+                    scopes: None,
                 },
             ));
         }
         if self.by_key_hash.is_empty() {
             return None;
         }
-        let (p, label) = self.by_key_hash.get(&hash_key(key))?;
-        let caller = Caller {
-            project: p.id,
-            label: label.clone(),
-        };
-        Some((p, caller))
+        let (p, caller) = self.by_key_hash.get(&hash_key(key))?;
+        Some((p, caller.clone()))
+    }
+
+    /// The project a project secret key (`phs_...`) belongs to, and the key's label.
+    pub fn secret_key(&self, key: &str) -> Option<(&Arc<Project>, String)> {
+        if self.by_secret_hash.is_empty() || !key.starts_with(SECRET_KEY_PREFIX) {
+            return None;
+        }
+        let (p, label) = self.by_secret_hash.get(&hash_key(key))?;
+        Some((p, label.clone()))
     }
 
     pub fn iter(&self) -> impl Iterator<Item = &Arc<Project>> {
@@ -439,5 +589,80 @@ mod tests {
         assert!(!key_shape_is_valid(&"a".repeat(65)));
         assert!(key_shape_is_valid(&"a".repeat(64)));
         assert!(!key_shape_is_valid("phc_é"));
+    }
+
+    #[test]
+    fn secret_keys_and_scoped_personal_keys() {
+        let file = format!(
+            r#"{{"projects":[{{"id":1,"api_key":"phc_a",
+                "secret_api_keys":["phs_plain", {{"sha256":"{}","label":"next"}}],
+                "personal_api_keys":[{{"sha256":"{}","label":"ro","scopes":["feature_flag:read"]}},
+                                     {{"sha256":"{}","label":"all"}}]}}]}}"#,
+            hash_key("phs_hashed"),
+            hash_key("phx_ro"),
+            hash_key("phx_all")
+        );
+        let p = Projects::parse(file.as_bytes()).unwrap();
+        assert_eq!(
+            p.secret_key("phs_plain").map(|(p, l)| (p.id, l)),
+            Some((1, "phs_...lain".into()))
+        );
+        assert_eq!(
+            p.secret_key("phs_hashed").map(|(p, l)| (p.id, l)),
+            Some((1, "next".into()))
+        );
+        assert!(p.secret_key("phs_other").is_none());
+        assert!(
+            p.personal_key("phs_plain").is_none(),
+            "a secret key is no personal key"
+        );
+        let (_, ro) = p.personal_key("phx_ro").unwrap();
+        assert!(ro.allows("feature_flag:read"));
+        assert!(!ro.allows("feature_flag:write"));
+        assert!(!ro.allows("query:read"));
+        let (_, all) = p.personal_key("phx_all").unwrap();
+        assert!(all.allows("feature_flag:write") && all.allows("query:read"));
+        let writer = Caller {
+            project: 1,
+            label: "w".into(),
+            scopes: Some(Arc::from(vec!["feature_flag:write".to_owned()])),
+        };
+        assert!(writer.allows("feature_flag:read"), "write includes read");
+        assert!(!writer.allows("cohort:read"));
+        let star = Caller {
+            scopes: Some(Arc::from(vec!["*".to_owned()])),
+            ..writer
+        };
+        assert!(star.allows("cohort:write"));
+        assert!(!key_shape_is_valid("phs_abc"), "a secret key never ingests");
+        let secret = new_secret_key().unwrap();
+        assert!(
+            secret.starts_with("phs_") && secret.len() == 4 + 48,
+            "{secret}"
+        );
+    }
+
+    #[test]
+    fn rejects_bad_secret_keys_and_scopes() {
+        for (bad, why) in [
+            (r#""secret_api_keys":["phx_a"]"#, "phs_"),
+            (
+                r#""secret_api_keys":["phs_a","phs_b","phs_c"]"#,
+                "at most 2",
+            ),
+            (r#""secret_api_keys":["phs_a","phs_a"]"#, "listed twice"),
+            (
+                r#""personal_api_keys":[{"sha256":"0000000000000000000000000000000000000000000000000000000000000000","scopes":[]}]"#,
+                "at least one scope",
+            ),
+            (
+                r#""personal_api_keys":[{"sha256":"0000000000000000000000000000000000000000000000000000000000000000","scopes":["flags"]}]"#,
+                "is not one",
+            ),
+        ] {
+            let file = format!(r#"{{"projects":[{{"id":1,"api_key":"phc_a",{bad}}}]}}"#);
+            let err = Projects::parse(file.as_bytes()).unwrap_err().to_string();
+            assert!(err.contains(why), "{bad}: {err}");
+        }
     }
 }

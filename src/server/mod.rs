@@ -44,6 +44,11 @@ pub async fn serve(
     listener: TcpListener,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), Error> {
+    // Tests bind port 0: the links `http::links` falls back to name the real port.
+    let mut config = config;
+    if let Ok(bound) = listener.local_addr() {
+        config.listen = bound;
+    }
     let projects_file = app::Watched::default();
     let projects =
         app::read_projects(&config.projects_file(), &projects_file).map_err(Error::Projects)?;

@@ -22,7 +22,12 @@ fn find<'a>(events: &'a [Value], name: &str) -> &'a Value {
 #[test]
 fn events_and_persons_are_enriched_through_a_trusted_proxy() {
     let server = Server::start_with(&["--geoip", &test_db()]);
-    capture_from(&server, "81.2.69.160, 10.0.0.2", "from-london", "visitor");
+    capture_from(
+        &server,
+        "6.6.6.6, 81.2.69.160, 127.0.0.1",
+        "from-london",
+        "visitor",
+    );
     capture_from(&server, "2.125.160.216", "from-boxford", "visitor");
     capture_from(&server, "2001:218::1", "from-japan", "tokyo");
     capture_from(&server, "192.168.1.9", "from-lan", "lan");
@@ -34,7 +39,7 @@ fn events_and_persons_are_enriched_through_a_trusted_proxy() {
     let london = &find(&events, "from-london")["properties"];
     assert_eq!(
         london["$ip"], "81.2.69.160",
-        "leftmost X-Forwarded-For from a loopback proxy"
+        "the rightmost X-Forwarded-For entry that is not a trusted proxy"
     );
     assert_eq!(london["$geoip_city_name"], "London");
     assert_eq!(london["$geoip_country_code"], "GB");

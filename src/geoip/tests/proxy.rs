@@ -11,16 +11,51 @@ fn untrusted_peer_cannot_choose_its_address() {
 }
 
 #[test]
-fn trusted_peer_gives_leftmost_forwarded_address() {
+fn trusted_peer_gives_the_rightmost_untrusted_address() {
     let trusted = TrustedProxies::loopback_only();
     let peer = ip("127.0.0.1");
+    // nginx's $proxy_add_x_forwarded_for appended the real address to what the client
+    // sent: the client's own entries on the left are never believed.
+    let spoofed: &[u8] = b"6.6.6.6, 81.2.69.160";
+    assert_eq!(client_ip(peer, Some(spoofed), &trusted), ip("81.2.69.160"));
+    // Trusted hops on the right are passed over; the first other address is the client.
     let header: &[u8] = b"81.2.69.160, 10.0.0.1, 127.0.0.1";
-    assert_eq!(client_ip(peer, Some(header), &trusted), ip("81.2.69.160"));
+    assert_eq!(client_ip(peer, Some(header), &trusted), ip("10.0.0.1"));
+    let chain = TrustedProxies::parse("127.0.0.1, 10.0.0.0/8").unwrap();
+    assert_eq!(client_ip(peer, Some(header), &chain), ip("81.2.69.160"));
+    assert_eq!(
+        client_ip(peer, Some(b"1.1.1.1, 81.2.69.160, 10.0.0.1"), &chain),
+        ip("81.2.69.160")
+    );
+    // Every hop trusted: the leftmost is as far as the chain goes.
+    assert_eq!(
+        client_ip(peer, Some(b"10.0.0.2, 10.0.0.1"), &chain),
+        ip("10.0.0.2")
+    );
     assert_eq!(
         client_ip(ip("::1"), Some(b"2001:218::1"), &trusted),
         ip("2001:218::1")
     );
+    // An entry that does not parse stops the walk at the last good one.
+    assert_eq!(
+        client_ip(peer, Some(b"6.6.6.6, garbage, 81.2.69.160"), &trusted),
+        ip("81.2.69.160")
+    );
+    assert_eq!(
+        client_ip(peer, Some(b"6.6.6.6, garbage, 10.0.0.1"), &chain),
+        ip("10.0.0.1")
+    );
     assert_eq!(client_ip(peer, None, &trusted), peer);
+}
+
+#[test]
+fn an_ipv6_subscriber_is_its_64() {
+    assert_eq!(
+        subscriber(ip("2001:db8:1:2:aaaa:bbbb:cccc:dddd")),
+        ip("2001:db8:1:2::")
+    );
+    assert_eq!(subscriber(ip("::ffff:81.2.69.160")), ip("81.2.69.160"));
+    assert_eq!(subscriber(ip("81.2.69.160")), ip("81.2.69.160"));
 }
 
 #[test]
@@ -48,8 +83,19 @@ fn malformed_forwarded_header_falls_back_to_peer() {
             "{:?}",
             String::from_utf8_lossy(header)
         );
-        assert_eq!(client_ip(peer, Some(header), &trusted), peer);
+        // Read from the right, an entry that does not parse ends the walk there.
+        if !header.contains(&b',') {
+            assert_eq!(client_ip(peer, Some(header), &trusted), peer);
+        }
     }
+    assert_eq!(
+        client_ip(peer, Some(b", 81.2.69.160"), &trusted),
+        ip("81.2.69.160")
+    );
+    assert_eq!(
+        client_ip(peer, Some(b"81.2.69.160,garbage"), &trusted),
+        peer
+    );
 }
 
 #[test]

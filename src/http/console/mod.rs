@@ -107,7 +107,7 @@ async fn api(
             )),
             Method::POST => sign_in(app, req, peer).await,
             Method::DELETE => {
-                let (id, s) = signed_in(app, req.headers())?;
+                let (id, s, _) = signed_in(app, req.headers())?;
                 same_site(req.headers(), &s)?;
                 app.sessions.remove(&id);
                 let mut r = response::empty(StatusCode::NO_CONTENT);
@@ -117,14 +117,10 @@ async fn api(
             _ => Err(ApiError::MethodNotAllowed),
         };
     }
-    let s = current(app, req.headers())?;
+    let (_, s, caller) = signed_in(app, req.headers())?;
     if method != Method::GET && method != Method::HEAD {
         same_site(req.headers(), &s)?;
     }
-    let caller = Caller {
-        project: s.project,
-        label: s.label.clone(),
-    };
     if let Some(flags) = rest.strip_prefix("feature_flags") {
         let api_path = format!("/api/projects/{}/feature_flags{flags}", s.project);
         let (_, path) = super::flags_api::parse_path(&api_path).ok_or(ApiError::NotFound)?;
@@ -137,6 +133,18 @@ async fn api(
     let (headers, query) = (&parts.headers, parts.uri.query());
     let read =
         |resource| super::api::serve(app, s.project, resource, headers, parts.uri.path(), query);
+    // The session has its key's rights, no more: a scoped key's pages refuse as the
+    // API would.
+    let needs = match rest.as_str() {
+        "events" | "exposures" | "insights/counts" | "insights/top" | "insights/surveys" => {
+            Some("query:read")
+        }
+        "persons" | "person_flags" => Some("person:read"),
+        _ => None,
+    };
+    if let Some(scope) = needs {
+        super::personal::require(&caller, scope)?;
+    }
     match rest.as_str() {
         "events" => read(super::api::Resource::Events).await,
         "persons" => data::persons(app, s.project, headers, parts.uri.path(), query).await,
@@ -228,25 +236,31 @@ async fn sign_in(
 
 /// The session of this request's cookie, with its key still in `projects.json`.
 fn current(app: &App, headers: &HeaderMap) -> Result<Session, ApiError> {
-    signed_in(app, headers).map(|(_, s)| s)
+    signed_in(app, headers).map(|(_, s, _)| s)
 }
 
-fn signed_in(app: &App, headers: &HeaderMap) -> Result<(String, Session), ApiError> {
+/// The session's id, the session, and its key as `projects.json` has it now (with its
+/// scopes as they are now).
+fn signed_in(app: &App, headers: &HeaderMap) -> Result<(String, Session, Caller), ApiError> {
     let id = cookie(headers).ok_or(ApiError::SignedOut("sign in first"))?;
     let s = app
         .sessions
         .touch(&id)
         .ok_or(ApiError::SignedOut("the session ended; sign in again"))?;
-    let still = app
+    let caller = app
         .projects
         .load()
         .personal_key(&s.key)
-        .is_some_and(|(p, _)| p.id == s.project);
-    if !still {
+        .filter(|(p, _)| p.id == s.project)
+        .map(|(_, caller)| Caller {
+            label: s.label.clone(),
+            ..caller
+        });
+    let Some(caller) = caller else {
         app.sessions.remove(&id);
         return Err(ApiError::SignedOut("the key was removed; sign in again"));
-    }
-    Ok((id, s))
+    };
+    Ok((id, s, caller))
 }
 
 /// A state-changing request must come from the console's own origin and carry the

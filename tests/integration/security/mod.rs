@@ -5,4 +5,48 @@
 //! (project secret keys, scoped personal keys, posthog-node and posthog-python
 //! evaluating locally with a `phs_` key).
 
+mod connections;
+mod keys;
 mod limits;
+mod links;
+mod proxy;
+
+use std::io::Write;
+use std::net::{SocketAddr, TcpStream};
+
+use crate::util::*;
+
+/// A connection to `to` from the loopback address `source` (127.0.0.2, ...), so one test
+/// can be several clients.
+fn connect_from(source: &str, to: SocketAddr) -> TcpStream {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind(format!("{source}:0").parse().unwrap()).unwrap();
+    let stream = rt.block_on(socket.connect(to)).unwrap().into_std().unwrap();
+    stream.set_nonblocking(false).unwrap();
+    stream.set_read_timeout(Some(WAIT)).unwrap();
+    stream
+}
+
+/// A GET with the `Host` given (the util client always says localhost) and more
+/// headers, from `source`.
+fn get_as(source: &str, to: SocketAddr, path: &str, host: &str, extra: &[(&str, &str)]) -> Resp {
+    let mut s = connect_from(source, to);
+    let mut head = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n");
+    for (k, v) in extra {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str("\r\n");
+    s.write_all(head.as_bytes()).unwrap();
+    read_response(&mut s).expect("a response")
+}
+
+/// One sample of `/metrics`, asked from `source`.
+fn metric(server: &Server, source: &str, name: &str) -> Option<f64> {
+    let text = get_as(source, server.addr, "/metrics", "localhost", &[]).text();
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
