@@ -59,15 +59,15 @@ pub async fn run(listener: TcpListener, app: Arc<App>, shutdown: impl Future<Out
             },
             () = &mut shutdown => break,
         };
+        let Ok(permit) = connections.clone().try_acquire_owned() else {
+            app.metrics.connections_refused.inc();
+            drop(stream);
+            continue;
+        };
         // The socket peer, not X-Forwarded-For: a proxy's connections are its own, and
         // the cap is taken before a byte of the request is read.
         let Some(slot) = per_address.admit(peer.ip()) else {
             app.metrics.connections_refused_per_address.inc();
-            drop(stream);
-            continue;
-        };
-        let Ok(permit) = connections.clone().try_acquire_owned() else {
-            app.metrics.connections_refused.inc();
             drop(stream);
             continue;
         };

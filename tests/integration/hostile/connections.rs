@@ -81,8 +81,11 @@ fn too_many_or_too_large_headers() {
 
 #[test]
 fn thousands_of_idle_connections() {
+    // The total limit, whoever holds it: one address may take all of it here.
     let s = Server::start_with(&[
         "--max-connections",
+        "50",
+        "--max-connections-per-address",
         "50",
         "--header-read-timeout-ms",
         "3000",
