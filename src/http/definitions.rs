@@ -1,7 +1,8 @@
 //! The flag endpoints for server-side SDKs, read with a personal API key of the
-//! project (or, for the feeds, its project secret key): the definitions feed they evaluate locally from
-//! (`/api/feature_flag/local_evaluation/`, `/flags/definitions`) and a remote config
-//! flag's payload (`/api/projects/@current/feature_flags/<key>/remote_config`).
+//! project (or, for the feeds, its project secret key): the definitions feed they
+//! evaluate locally from (`/api/feature_flag/local_evaluation/`, `/flags/definitions`)
+//! and a remote config flag's payload
+//! (`/api/projects/@current/feature_flags/<key>/remote_config`).
 //!
 //! The feed is served as PostHog serves it: flag filters that name another flag get
 //! that flag's key and a `dependency_chain`, remote config flags are left out (see
