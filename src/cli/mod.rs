@@ -326,6 +326,9 @@ fn check(args: Check) -> Result<(), String> {
     for note in &report.notes {
         out.line(format_args!("ok: {note}"))?;
     }
+    for warning in &report.warnings {
+        out.line(format_args!("warning: {warning}"))?;
+    }
     for error in &report.errors {
         out.line(format_args!("error: {error}"))?;
     }

@@ -180,8 +180,9 @@ fn compile_flag(
     let mut found = Vec::new();
     let logic = match Logic::compile(&root, &key, ctx, &mut found) {
         Ok(logic) => logic,
-        // One flag PostHog could not evaluate either is left out alone.
-        Err(e) if e.is_unsupported() => {
+        // A filter type PostHog has and flagpost does not evaluate leaves the one flag
+        // out; an operator or type no flag may use is a mistake that refuses the file.
+        Err(e) if e.is_unsupported() && !e.is_unknown_name() => {
             flag.unsupported = true;
             warnings.push(e.in_flag(&key));
             return Ok(flag);

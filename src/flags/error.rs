@@ -7,6 +7,8 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+use super::vocabulary;
+
 /// What went wrong, independent of where.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -20,18 +22,19 @@ pub enum ErrorKind {
     /// A required field is absent or null.
     Missing,
     /// A field has the wrong JSON type.
-    WrongType {
-        expected: &'static str,
-    },
+    WrongType { expected: &'static str },
     /// A field has the right type but an unusable value.
     InvalidValue(String),
+    /// An operator no flag may use (see `vocabulary::OPERATORS`).
     UnknownOperator(String),
+    /// A filter type neither PostHog nor flagpost knows.
     UnknownFilterType(String),
+    /// A filter type PostHog's flags service reads but flagpost does not evaluate: it
+    /// switches the one flag off (a file from PostHog's feed may hold it).
+    UnsupportedFilterType(String),
     /// A field neither flagpost nor PostHog knows (reported by `check` only: serving
     /// ignores it), with the known field it most likely misspells.
-    UnknownField {
-        suggestion: Option<String>,
-    },
+    UnknownField { suggestion: Option<String> },
     /// Two live flags share a key.
     DuplicateKey(String),
     /// Warning: a `flag_evaluates_to` filter names no live flag.
@@ -93,12 +96,29 @@ impl CompileError {
         self
     }
 
-    /// An operator or filter type that cannot be evaluated: it disables the flag (or
-    /// cohort) using it, not the file.
+    /// An operator or filter type that cannot be evaluated. In a cohort (PostHog's
+    /// cohorts use operators and types flags do not) it disables the cohort; in a flag's
+    /// own conditions only [`ErrorKind::UnsupportedFilterType`] disables the flag, and the
+    /// rest are mistakes that refuse the file (see [`CompileError::is_unknown_name`]).
     pub fn is_unsupported(&self) -> bool {
+        self.is_unknown_name() || matches!(self.kind, ErrorKind::UnsupportedFilterType(_))
+    }
+
+    /// An operator or filter type that no flag may use.
+    pub fn is_unknown_name(&self) -> bool {
         matches!(
             self.kind,
             ErrorKind::UnknownOperator(_) | ErrorKind::UnknownFilterType(_)
+        )
+    }
+
+    /// A problem serving lets through with one flag off that is nonetheless a mistake no
+    /// PostHog-written file holds (PostHog's API refuses both), so a file with it is
+    /// refused and its previous rules kept, as `flagpost check` refuses it.
+    pub fn is_mistake(&self) -> bool {
+        matches!(
+            self.kind,
+            ErrorKind::MissingDependency(_) | ErrorKind::DependencyCycle
         )
     }
 
@@ -133,8 +153,23 @@ impl fmt::Display for ErrorKind {
             ErrorKind::Missing => f.write_str("missing"),
             ErrorKind::WrongType { expected } => write!(f, "expected {expected}"),
             ErrorKind::InvalidValue(msg) => f.write_str(msg),
-            ErrorKind::UnknownOperator(op) => write!(f, "unknown operator {op:?}"),
-            ErrorKind::UnknownFilterType(t) => write!(f, "unknown filter type {t:?}"),
+            ErrorKind::UnknownOperator(op) => match vocabulary::hint(op) {
+                Some(hint) => write!(f, "unknown operator {op:?} ({hint})"),
+                None => write!(f, "unknown operator {op:?}"),
+            },
+            ErrorKind::UnknownFilterType(t) => {
+                let known = [vocabulary::PROPERTY_TYPES, vocabulary::UNEVALUATED_TYPES].concat();
+                match vocabulary::closest(t, &known) {
+                    Some(k) => write!(f, "unknown filter type {t:?} (did you mean {k:?}?)"),
+                    None => write!(f, "unknown filter type {t:?}"),
+                }
+            }
+            ErrorKind::UnsupportedFilterType(t) => {
+                write!(
+                    f,
+                    "filter type {t:?} is PostHog's, but flagpost does not evaluate it"
+                )
+            }
             ErrorKind::UnknownField { suggestion: None } => f.write_str("unknown field"),
             ErrorKind::UnknownField {
                 suggestion: Some(known),

@@ -10,6 +10,7 @@ use serde_json::Value;
 use super::definition::Node;
 use super::error::{CompileError, ErrorKind};
 use super::property::{Matching, Operator};
+use super::vocabulary::UNEVALUATED_TYPES;
 
 /// The operator of flag-dependency filters.
 const FLAG_OPERATOR: &str = "flag_evaluates_to";
@@ -193,6 +194,9 @@ impl Leaf {
                 })
             }
             "flag" => Err(kind.invalid("flag filters cannot be used inside cohorts")),
+            known if UNEVALUATED_TYPES.contains(&known) => {
+                Err(kind.error(ErrorKind::UnsupportedFilterType(known.to_owned())))
+            }
             other => Err(kind.error(ErrorKind::UnknownFilterType(other.to_owned()))),
         }
     }

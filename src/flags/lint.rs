@@ -1,14 +1,16 @@
-//! What `flagpost check` holds against a flag file beyond what serving refuses: fields
-//! neither flagpost nor PostHog knows inside a flag's filters, condition groups, property
-//! filters and variants (a typo such as `rollout_percentge` is otherwise ignored, and the
-//! condition rolls out to everyone), and, in inactive flags, which serving never
-//! compiles, operators and filter types it could not evaluate once switched on.
+//! What a flag file is refused for beyond what the compiler reads, by serving and by
+//! `flagpost check` alike: fields neither flagpost nor PostHog knows inside a flag's
+//! filters, condition groups, property filters and variants (a typo such as
+//! `rollout_percentge` would otherwise be ignored, and the condition roll out to
+//! everyone), percentages outside 0-100, and, in inactive flags, which are never
+//! compiled, operators and filter types no flag may use.
 //!
-//! PostHog's own fields are accepted though flagpost does not read them: the lists below
-//! are the fields PostHog writes into flag filters (its flags service's `FlagFilters`,
-//! `FlagPropertyGroup`, `MultivariateFlagVariant` and `PropertyFilter`, the hypercache
-//! contract fixture, its editor's condition sets with `description` and `sort_key`, and
-//! the `Property` model whose fields cohort expansion copies into conditions).
+//! PostHog's own fields are accepted though flagpost does not read them: the lists in
+//! `vocabulary` are the fields PostHog writes into flag filters (its flags service's
+//! `FlagFilters`, `FlagPropertyGroup`, `MultivariateFlagVariant` and `PropertyFilter`, the
+//! hypercache contract fixture, its editor's condition sets with `description` and
+//! `sort_key`, and the `Property` model whose fields cohort expansion copies into
+//! conditions).
 
 use std::collections::HashMap;
 
@@ -18,66 +20,7 @@ use super::definition::Node;
 use super::error::{CompileError, ErrorKind};
 use super::filter::{Allow, Leaf, Scope};
 use super::property::Matching;
-
-/// `filters`; `early_exit` is flagpost's own.
-const FILTERS: &[&str] = &[
-    "groups",
-    "multivariate",
-    "aggregation_group_type_index",
-    "payloads",
-    "super_groups",
-    "feature_enrollment",
-    "holdout",
-    "holdout_groups",
-    "early_exit",
-];
-
-/// A condition group (`groups[]`, `super_groups[]`, `holdout_groups[]`).
-const GROUP: &[&str] = &[
-    "properties",
-    "rollout_percentage",
-    "variant",
-    "aggregation_group_type_index",
-    "description",
-    "sort_key",
-    "users_affected",
-];
-
-const MULTIVARIATE: &[&str] = &["variants"];
-
-const VARIANT: &[&str] = &["key", "name", "rollout_percentage"];
-
-const HOLDOUT: &[&str] = &["id", "exclusion_percentage"];
-
-/// A property filter in a condition group.
-const PROPERTY: &[&str] = &[
-    "key",
-    "value",
-    "operator",
-    "type",
-    "group_type_index",
-    "negation",
-    "label",
-    "cohort_name",
-    "group_key_names",
-    "dependency_chain",
-    "bytecode",
-    "bytecode_error",
-    "conditionHash",
-    // Fields of PostHog's Property model, copied when a cohort is expanded.
-    "event_type",
-    "event_filters",
-    "operator_value",
-    "time_value",
-    "time_interval",
-    "explicit_datetime",
-    "total_periods",
-    "min_periods",
-    "seq_event_type",
-    "seq_event",
-    "seq_time_value",
-    "seq_time_interval",
-];
+use super::vocabulary::{closest, FILTERS, GROUP, HOLDOUT, MULTIVARIATE, PROPERTY, VARIANT};
 
 /// Every problem of a parsed flag file that `check` reports besides the compiler's
 /// errors and warnings. Paths are relative to the flag, as the compiler's are.
@@ -111,6 +54,7 @@ fn lint_filters(filters: &Node<'_>, inactive: bool, errors: &mut Vec<CompileErro
         let groups = filters.get(name);
         for group in groups.items().unwrap_or_default() {
             unknown_fields(&group, GROUP, errors);
+            percentage(&group.get("rollout_percentage"), errors);
             let properties = group.get("properties");
             for property in properties.items().unwrap_or_default() {
                 unknown_fields(&property, PROPERTY, errors);
@@ -127,12 +71,28 @@ fn lint_filters(filters: &Node<'_>, inactive: bool, errors: &mut Vec<CompileErro
     let variants = multivariate.get("variants");
     for variant in variants.items().unwrap_or_default() {
         unknown_fields(&variant, VARIANT, errors);
+        percentage(&variant.get("rollout_percentage"), errors);
     }
-    unknown_fields(&filters.get("holdout"), HOLDOUT, errors);
+    let holdout = filters.get("holdout");
+    unknown_fields(&holdout, HOLDOUT, errors);
+    percentage(&holdout.get("exclusion_percentage"), errors);
 }
 
-/// An operator or filter type the server could not evaluate, found by compiling the
-/// filter alone: references to cohorts and flags are left unresolved, which is no error.
+/// A percentage outside 0-100 cannot work: 130 rolls out to everyone, -20 to nobody.
+/// PostHog's serializer refuses both with this message. A wrong type is the compiler's.
+fn percentage(node: &Node<'_>, errors: &mut Vec<CompileError>) {
+    let Some(number) = node.value().as_f64() else {
+        return;
+    };
+    if !(0.0..=100.0).contains(&number) {
+        let message = format!("must be between 0 and 100, got {}", node.value());
+        errors.push(node.invalid(message));
+    }
+}
+
+/// An operator or filter type no flag may use, found by compiling the filter alone:
+/// references to cohorts and flags are left unresolved, which is no error, and a filter
+/// type PostHog knows but flagpost does not evaluate only switches the flag off.
 fn unevaluable(property: &Node<'_>) -> Result<(), CompileError> {
     let scope = Scope {
         cohorts: HashMap::new(),
@@ -146,7 +106,7 @@ fn unevaluable(property: &Node<'_>) -> Result<(), CompileError> {
         },
     };
     match Leaf::compile(property, &scope, Allow::Everything) {
-        Err(e) if e.is_unsupported() => Err(e),
+        Err(e) if e.is_unknown_name() => Err(e),
         _ => Ok(()),
     }
 }
@@ -163,34 +123,6 @@ fn unknown_fields(node: &Node<'_>, known: &[&str], errors: &mut Vec<CompileError
             errors.push(node.get(name).error(kind));
         }
     }
-}
-
-/// The known name a typo most likely meant: at most two edits away (or a third of the
-/// name for long ones), the nearest first.
-fn closest<'a>(name: &str, known: &[&'a str]) -> Option<&'a str> {
-    let limit = (name.chars().count() / 3).max(2);
-    known
-        .iter()
-        .map(|k| (edit_distance(name, k), *k))
-        .filter(|(d, _)| *d <= limit)
-        .min_by_key(|(d, _)| *d)
-        .map(|(_, k)| k)
-}
-
-/// Levenshtein distance over Unicode scalar values.
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut diagonal = row[0];
-        row[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let substitute = diagonal + usize::from(ca != *cb);
-            diagonal = row[j + 1];
-            row[j + 1] = substitute.min(row[j] + 1).min(diagonal + 1);
-        }
-    }
-    row[b.len()]
 }
 
 #[cfg(test)]
@@ -263,6 +195,22 @@ mod tests {
     }
 
     #[test]
+    fn percentages_outside_0_to_100() {
+        let file = flag(json!({
+            "groups": [{"properties": [], "rollout_percentage": -20}, {"rollout_percentage": 100}],
+            "multivariate": {"variants": [{"key": "a", "rollout_percentage": 100.5}]},
+            "holdout": {"id": 1, "exclusion_percentage": 0}
+        }));
+        assert_eq!(
+            messages(file),
+            [
+                r#"flag "beta": filters.groups[0].rollout_percentage: must be between 0 and 100, got -20"#,
+                r#"flag "beta": filters.multivariate.variants[0].rollout_percentage: must be between 0 and 100, got 100.5"#,
+            ]
+        );
+    }
+
+    #[test]
     fn inactive_flags_are_checked_for_what_serving_would_refuse_once_on() {
         let file = json!({"flags": [
             {"id": 1, "key": "off", "active": false, "filters": {"groups": [{"properties": [
@@ -276,16 +224,9 @@ mod tests {
             messages(file),
             [
                 r#"flag "off": filters.groups[0].properties[0].operator: unknown operator "ends_wth""#,
-                r#"flag "off": filters.groups[0].properties[1].type: unknown filter type "persn""#,
+                r#"flag "off": filters.groups[0].properties[1].type: unknown filter type "persn" (did you mean "person"?)"#,
+                r#"flag "off": filters.groups[0].properties[2].operator: unknown operator "ends_with" (PostHog's flags have no such operator: use "regex")"#,
             ]
         );
-    }
-
-    #[test]
-    fn suggestions_only_for_near_misses() {
-        assert_eq!(closest("varient", GROUP), Some("variant"));
-        assert_eq!(closest("colour", GROUP), None);
-        assert_eq!(edit_distance("kitten", "sitting"), 3);
-        assert_eq!(edit_distance("", "ab"), 2);
     }
 }

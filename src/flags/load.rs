@@ -1,8 +1,10 @@
 //! Loading `flags/<project id>.json` files into a `Snapshot` and publishing it atomically.
 //! Requests read the current snapshot lock-free through `ArcSwap` and keep their `Arc` for
 //! the whole evaluation, so they see either the old or the new rules, never a mixture. A
-//! file that fails to compile keeps that project's previous rules: a typo in one project
-//! must not switch its flags off.
+//! file that fails to compile, or that `lint` or a mistake the compiler only warns about
+//! (a dependency on no flag, a cycle) finds fault with, keeps that project's previous
+//! rules: a typo in one project must neither ship nor switch its flags off. What is
+//! refused here is exactly what `flagpost check` refuses, as it loads files this way.
 
 use std::collections::HashMap;
 use std::fs;
@@ -199,7 +201,7 @@ impl Rules {
             };
             let extra = generated.get(&id).map_or(&[][..], Vec::as_slice);
             let compiled = bytes
-                .map_err(|e| CompileError::in_file(path, ErrorKind::Io(e.to_string())))
+                .map_err(|e| vec![CompileError::in_file(path, ErrorKind::Io(e.to_string()))])
                 .and_then(|bytes| compile_file(path, &bytes, extra));
             match compiled {
                 Ok(rules) => {
@@ -208,9 +210,9 @@ impl Rules {
                     projects.insert(id, Arc::new(rules));
                     report.loaded.push(id);
                 }
-                Err(error) => {
-                    record_failure(pass, &error);
-                    report.errors.push(error);
+                Err(errors) => {
+                    record_failures(pass, &errors);
+                    report.errors.extend(errors);
                     if let Some(kept) = previous.project(id) {
                         projects.insert(id, Arc::clone(kept));
                     }
@@ -252,21 +254,35 @@ impl Rules {
 }
 
 fn record_failure(pass: &Pass<'_, Arc<Generated>>, error: &CompileError) {
-    pass.failed();
-    tracing::warn!(%error, "flag file not loaded; previous rules kept");
+    record_failures(pass, std::slice::from_ref(error));
 }
 
+/// One file refused (counted once, for `/metrics`), each of its problems logged.
+fn record_failures(pass: &Pass<'_, Arc<Generated>>, errors: &[CompileError]) {
+    pass.failed();
+    for error in errors {
+        tracing::warn!(%error, "flag file not loaded; previous rules kept");
+    }
+}
+
+/// The file's rules, or every reason it is refused: the compiler's error, else what
+/// `lint` finds and the warnings that are mistakes, each naming the file.
 fn compile_file(
     path: &Path,
     bytes: &[u8],
     generated: &[serde_json::Value],
-) -> Result<ProjectRules, CompileError> {
+) -> Result<ProjectRules, Vec<CompileError>> {
     let rules = if generated.is_empty() {
         ProjectRules::compile(bytes)
     } else {
         super::generated::compile(Some(bytes), generated)
     }
-    .map_err(|e| e.with_file(path))?;
+    .map_err(|e| vec![e.with_file(path)])?;
+    let mut refused = super::lint::lint(rules.definitions_json());
+    refused.extend(rules.warnings().iter().filter(|w| w.is_mistake()).cloned());
+    if !refused.is_empty() {
+        return Err(refused.into_iter().map(|e| e.with_file(path)).collect());
+    }
     for warning in rules.warnings() {
         tracing::warn!(file = %path.display(), %warning, "flag disabled until fixed");
     }

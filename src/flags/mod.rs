@@ -15,8 +15,11 @@
 //!   `clock` ([`now`]) is the instant relative dates count back from.
 //! - `response` ([`response`], [`Tail`]): the response body for each protocol
 //!   version.
-//! - `lint` ([`lint`]): what `flagpost check` refuses beyond what serving does (unknown
-//!   fields, and filters of inactive flags serving could not evaluate once on).
+//! - `lint` ([`lint`]): what a file is refused for beyond what the compiler reads
+//!   (unknown fields, percentages outside 0-100, and filters of inactive flags no flag
+//!   may use); serving and `flagpost check` refuse the same files.
+//! - `vocabulary`: what a flag may say (PostHog's operators, filter types and fields),
+//!   the one list the compiler, `lint`, the management API and the console's form share.
 
 mod clock;
 mod cohort;
@@ -40,6 +43,7 @@ mod props;
 mod response;
 mod result;
 mod semver;
+pub mod vocabulary;
 
 #[cfg(test)]
 mod tests;

@@ -75,14 +75,6 @@ pub(super) enum Operator {
         needles: Vec<String>,
         negate: bool,
     },
-    StartsWith {
-        prefix: String,
-        negate: bool,
-    },
-    EndsWith {
-        suffix: String,
-        negate: bool,
-    },
     /// `None` when the pattern is invalid or over budget: then neither form matches.
     Regex {
         pattern: Option<Regex>,
@@ -91,11 +83,6 @@ pub(super) enum Operator {
     Number {
         cmp: NumberCmp,
         rhs: Option<f64>,
-    },
-    /// Inclusive `[low, high]`; `None` when the filter value is not two numbers.
-    Between {
-        range: Option<(f64, f64)>,
-        negate: bool,
     },
     IsSet,
     IsNotSet,
@@ -117,7 +104,8 @@ impl Operator {
     }
 
     /// Compiles `operator` (absent means `exact`) against the filter value; `None` when
-    /// the operator is not one PostHog's flags service evaluates.
+    /// the operator is not one a person or group filter of a flag may use (see
+    /// `vocabulary::OPERATORS`).
     pub(super) fn compile_with(
         operator: Option<&str>,
         value: &Value,
@@ -126,10 +114,7 @@ impl Operator {
         let name = operator.unwrap_or("exact");
         // The `not_` forms share their positive form's value handling.
         let (base, negate) = match name.strip_prefix("not_") {
-            Some(
-                base @ ("icontains" | "icontains_multi" | "starts_with" | "ends_with" | "regex"
-                | "between"),
-            ) => (base, true),
+            Some(base @ ("icontains" | "icontains_multi" | "regex")) => (base, true),
             _ => (name, false),
         };
         let lower = || ascii_lowered(value);
@@ -161,14 +146,6 @@ impl Operator {
                 },
                 negate,
             },
-            "starts_with" => Operator::StartsWith {
-                prefix: lower(),
-                negate,
-            },
-            "ends_with" => Operator::EndsWith {
-                suffix: lower(),
-                negate,
-            },
             "regex" => Operator::Regex {
                 pattern: compile_regex(value),
                 negate,
@@ -177,10 +154,6 @@ impl Operator {
             "gte" => number_cmp(NumberCmp::Gte),
             "lt" => number_cmp(NumberCmp::Lt),
             "lte" => number_cmp(NumberCmp::Lte),
-            "between" => Operator::Between {
-                range: range(value),
-                negate,
-            },
             "is_set" => Operator::IsSet,
             "is_not_set" => Operator::IsNotSet,
             "is_date_before" => date_cmp(DateCmp::Before),
@@ -207,12 +180,6 @@ impl Operator {
                 with_ascii_lowered(actual, |s| needles.iter().any(|n| s.contains(n.as_str())))
                     != *negate
             }
-            Operator::StartsWith { prefix, negate } => {
-                with_ascii_lowered(actual, |s| s.starts_with(prefix.as_str())) != *negate
-            }
-            Operator::EndsWith { suffix, negate } => {
-                with_ascii_lowered(actual, |s| s.ends_with(suffix.as_str())) != *negate
-            }
             Operator::Regex { pattern, negate } => match pattern {
                 Some(re) => re.is_match(&text(actual)) != *negate,
                 None => false,
@@ -226,10 +193,6 @@ impl Operator {
                 },
                 _ => false,
             },
-            Operator::Between { range, negate } => match (number(actual), range) {
-                (Some(n), Some((low, high))) => (*low <= n && n <= *high) != *negate,
-                _ => false,
-            },
             Operator::Date { cmp, target } => date_matches(*cmp, target.as_ref(), actual, now),
             Operator::Semver(test) => test.matches(actual),
             Operator::IsSet | Operator::IsNotSet | Operator::Never => false,
@@ -241,10 +204,7 @@ impl Operator {
     fn matches_absent(&self) -> bool {
         match self {
             Operator::IsNot(_) | Operator::IsNotSet => true,
-            Operator::Contains { negate, .. }
-            | Operator::StartsWith { negate, .. }
-            | Operator::EndsWith { negate, .. }
-            | Operator::Regex { negate, .. } => *negate,
+            Operator::Contains { negate, .. } | Operator::Regex { negate, .. } => *negate,
             _ => false,
         }
     }
@@ -348,15 +308,7 @@ fn number(value: &Value) -> Option<f64> {
     }
 }
 
-/// `[low, high]` of a `between` filter.
-fn range(value: &Value) -> Option<(f64, f64)> {
-    match value.as_array()?.as_slice() {
-        [low, high] => Some((number(low)?, number(high)?)),
-        _ => None,
-    }
-}
-
-fn compile_regex(value: &Value) -> Option<Regex> {
+pub(super) fn compile_regex(value: &Value) -> Option<Regex> {
     let pattern = text(value);
     if pattern.len() > MAX_REGEX_PATTERN_BYTES {
         return None;

@@ -1,10 +1,13 @@
 //! The checks PostHog's `FeatureFlagSerializer` makes before it stores a flag (key
 //! format and uniqueness, property types and operators, variants summing to 100,
 //! overrides and payload keys that exist, cohorts and flags that exist, no dependency
-//! cycle), with its messages and codes, followed by the check only flagpost can make:
-//! the project compiles with the change and no flag is disabled by it, judged by the
-//! same compiler that serves `/decide` (`flags::ProjectRules`), so the API never stores
-//! what serving would switch off.
+//! cycle, percentages within 0-100, regexes that compile), with its messages and codes,
+//! followed by the check only flagpost can make: the project compiles with the change,
+//! `flags::lint` finds nothing in the flag (an unknown field) and no flag is disabled by
+//! it, judged by the same compiler and lists that serve `/decide` and `flagpost check`
+//! (`flags::ProjectRules`, `flags::vocabulary`), so the API never stores what serving
+//! would refuse or switch off. PostHog lets an unchanged invalid regex through a PATCH;
+//! flagpost refuses it whenever the filters are sent.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 
@@ -13,45 +16,13 @@ use serde_json::{Map, Value};
 
 use super::error::{filters as invalid_filters, Error};
 use super::file::{flag_id, is_deleted, FlagFile};
+use crate::flags::vocabulary::{self, ALIASES, NOT_FOR_FLAGS, OPERATORS, PROPERTY_TYPES};
 use crate::flags::ProjectRules;
 
 /// PostHog's key rule (`validate_key`).
 const KEY_PATTERN: &str = r"^[a-zA-Z0-9_-]+$";
 /// The model's `max_length` for keys.
 const MAX_KEY_CHARS: usize = 400;
-
-/// Operators PostHog's flag serializer accepts (`FEATURE_FLAG_SUPPORTED_OPERATORS`).
-const OPERATORS: &[&str] = &[
-    "exact",
-    "is_not",
-    "icontains",
-    "not_icontains",
-    "icontains_multi",
-    "not_icontains_multi",
-    "regex",
-    "not_regex",
-    "gt",
-    "gte",
-    "lt",
-    "lte",
-    "semver_gt",
-    "semver_gte",
-    "semver_lt",
-    "semver_lte",
-    "semver_eq",
-    "semver_neq",
-    "semver_tilde",
-    "semver_caret",
-    "semver_wildcard",
-    "is_set",
-    "is_not_set",
-    "is_date_exact",
-    "is_date_after",
-    "is_date_before",
-    "in",
-    "not_in",
-    "flag_evaluates_to",
-];
 
 /// Operators whose value PostHog requires to be a string.
 const STRING_OPERATORS: &[&str] = &[
@@ -64,8 +35,6 @@ const STRING_OPERATORS: &[&str] = &[
     "gt",
     "lt",
 ];
-
-const PROPERTY_TYPES: &[&str] = &["person", "cohort", "group", "flag"];
 
 /// The key of a new or renamed flag: a string of PostHog's characters that no other
 /// live flag of the project uses.
@@ -108,11 +77,16 @@ pub fn filters(
     own_id: Option<i64>,
     file: &FlagFile,
 ) -> Result<(), Error> {
+    resolve_aliases(filters);
     let groups = match filters.get("groups") {
         Some(Value::Array(g)) => g.clone(),
         Some(Value::Null) | None => Vec::new(),
         Some(_) => return Err(invalid_filters("groups must be a list")),
     };
+    for (i, group) in groups.iter().enumerate() {
+        let path = format!("groups[{i}].rollout_percentage");
+        percentage(group.get("rollout_percentage"), &path, true)?;
+    }
     let aggregation = filters
         .get("aggregation_group_type_index")
         .and_then(Value::as_i64);
@@ -130,6 +104,7 @@ pub fn filters(
     for p in &properties {
         property_shape(p)?;
     }
+    regexes(&groups)?;
     fn kind<'a>(p: &&'a Value) -> &'a str {
         p.get("type").and_then(Value::as_str).unwrap_or("")
     }
@@ -197,12 +172,102 @@ fn property_shape(p: &Value) -> Result<(), Error> {
         Some(other) => return Err(choice(&other.to_string())),
         None => return Err(invalid_filters("This field is required.")),
     }
-    match p.get("operator") {
-        None | Some(Value::Null) => Ok(()),
-        Some(Value::String(op)) if OPERATORS.contains(&op.as_str()) => Ok(()),
-        Some(Value::String(op)) => Err(choice(op)),
-        Some(other) => Err(choice(&other.to_string())),
+    let op = match p.get("operator") {
+        None | Some(Value::Null) => return Ok(()),
+        Some(Value::String(op)) if OPERATORS.contains(&op.as_str()) => return Ok(()),
+        Some(Value::String(op)) => op.clone(),
+        Some(other) => other.to_string(),
+    };
+    if NOT_FOR_FLAGS.contains(&op.as_str()) {
+        let detail = format!("Unsupported operator for feature flags: {op}");
+        return Err(Error::invalid("unsupported_operator", detail).at("filters"));
     }
+    // PostHog's message, then what to write instead.
+    let detail = match vocabulary::hint(&op) {
+        Some(hint) => format!("Invalid operator: {op} ({hint})"),
+        None => format!("Invalid operator: {op}"),
+    };
+    Err(Error::invalid("invalid_operator", detail).at("filters"))
+}
+
+/// PostHog's serializer stores `min` and `max` as the operators they mean.
+fn resolve_aliases(filters: &mut Map<String, Value>) {
+    let Some(Value::Array(groups)) = filters.get_mut("groups") else {
+        return;
+    };
+    for group in groups {
+        let Some(Value::Array(properties)) = group.get_mut("properties") else {
+            continue;
+        };
+        for p in properties.iter_mut().filter_map(Value::as_object_mut) {
+            let op = p.get("operator").and_then(Value::as_str);
+            if let Some((_, to)) = ALIASES.iter().find(|(from, _)| Some(*from) == op) {
+                p.insert("operator".into(), Value::from(*to));
+            }
+        }
+    }
+}
+
+/// A rollout percentage: a number (or null, where allowed) within 0-100, in PostHog's
+/// words, which name the type as Python does.
+fn percentage(value: Option<&Value>, path: &str, allow_null: bool) -> Result<(), Error> {
+    let number = match value {
+        None | Some(Value::Null) if allow_null => return Ok(()),
+        None | Some(Value::Null) => {
+            return Err(invalid_filters(format!(
+                "{path} must be a number, got null"
+            )))
+        }
+        Some(Value::Number(n)) => n,
+        Some(other) => {
+            let expected = if allow_null {
+                "a number or null"
+            } else {
+                "a number"
+            };
+            let got = python_type(other);
+            return Err(invalid_filters(format!(
+                "{path} must be {expected}, got {got}"
+            )));
+        }
+    };
+    match number.as_f64() {
+        Some(n) if (0.0..=100.0).contains(&n) => Ok(()),
+        _ => Err(invalid_filters(format!(
+            "{path} must be between 0 and 100, got {number}"
+        ))),
+    }
+}
+
+fn python_type(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "NoneType",
+        Value::Bool(_) => "bool",
+        Value::Number(_) => "float",
+        Value::String(_) => "str",
+        Value::Array(_) => "list",
+        Value::Object(_) => "dict",
+    }
+}
+
+/// Every `regex` and `not_regex` pattern must compile as serving compiles it: one that
+/// does not never matches, so the flag would silently never match.
+fn regexes(groups: &[Value]) -> Result<(), Error> {
+    for (i, group) in groups.iter().enumerate() {
+        let properties = group.get("properties").and_then(Value::as_array);
+        for (j, p) in properties.into_iter().flatten().enumerate() {
+            let op = p.get("operator").and_then(Value::as_str);
+            let value = p.get("value").and_then(Value::as_str);
+            if let (Some("regex" | "not_regex"), Some(pattern)) = (op, value) {
+                if !vocabulary::regex_compiles(pattern) {
+                    let detail =
+                        format!("groups[{i}].properties[{j}].value: invalid regex pattern");
+                    return Err(invalid_filters(detail));
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 fn property_value(p: &Value, file: &FlagFile) -> Result<(), Error> {
@@ -236,6 +301,10 @@ fn variant_keys(filters: &Map<String, Value>) -> Result<BTreeSet<String>, Error>
     };
     let mut sum = 0.0;
     let mut keys = BTreeSet::new();
+    for (i, v) in variants.iter().enumerate() {
+        let path = format!("multivariate.variants[{i}].rollout_percentage");
+        percentage(v.get("rollout_percentage"), &path, false)?;
+    }
     for v in variants {
         let Some(k) = v.get("key").and_then(Value::as_str) else {
             return Err(invalid_filters("each variant needs a key"));
@@ -418,6 +487,15 @@ pub fn compiles(before: &FlagFile, after: &FlagFile, changed: Option<i64>) -> Re
         };
         Error::invalid("invalid_input", e.to_string()).at(attr)
     })?;
+    let key = changed.and_then(|id| {
+        let flag = after.flags().iter().find(|f| flag_id(f) == Some(id))?;
+        flag.get("key").and_then(Value::as_str)
+    });
+    let found = crate::flags::lint(rules.definitions_json());
+    if let Some(e) = found.iter().find(|e| key.is_some() && e.flag() == key) {
+        let field = e.field().strip_prefix("filters.").unwrap_or(e.field());
+        return Err(invalid_filters(format!("{field}: {}", e.kind())));
+    }
     let old: BTreeSet<String> = ProjectRules::from_value(Value::Object(before.doc.clone()))
         .map(|r| r.warnings().iter().map(ToString::to_string).collect())
         .unwrap_or_default();

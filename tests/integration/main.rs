@@ -12,6 +12,7 @@ mod damage;
 mod decide;
 mod docs;
 mod feed;
+mod flag_files;
 mod full_disk;
 mod fuzz_regressions;
 mod geoip;

@@ -65,7 +65,7 @@ fn file_level_errors() {
 #[test]
 fn flag_errors_name_the_flag_and_field() {
     assert_eq!(
-        warning(with_filters(
+        error(with_filters(
             json!({"groups": [{"properties": []}, {"properties": [{"key": "plan", "operator": "foo", "value": 1}]}]})
         )),
         r#"flag "beta": filters.groups[1].properties[0].operator: unknown operator "foo""#
@@ -75,16 +75,35 @@ fn flag_errors_name_the_flag_and_field() {
         r#"flag "beta": id: expected an integer"#
     );
     assert_eq!(
-        warning(with_property(
+        error(with_property(
             json!({"key": "$pageview", "type": "event", "value": 1})
         )),
         r#"flag "beta": filters.groups[0].properties[0].type: unknown filter type "event""#
     );
     assert_eq!(
-        warning(with_property(
+        error(with_property(
             json!({"key": "id", "type": "cohort", "value": 1, "operator": "maybe"})
         )),
         r#"flag "beta": filters.groups[0].properties[0].operator: unknown operator "maybe""#
+    );
+    assert_eq!(
+        error(with_property(
+            json!({"key": "email", "value": "@x.com", "operator": "ends_with"})
+        )),
+        r#"flag "beta": filters.groups[0].properties[0].operator: unknown operator "ends_with" (PostHog's flags have no such operator: use "regex")"#
+    );
+    assert_eq!(
+        error(with_property(
+            json!({"key": "email", "value": "a", "type": "persn"})
+        )),
+        r#"flag "beta": filters.groups[0].properties[0].type: unknown filter type "persn" (did you mean "person"?)"#
+    );
+    // PostHog's own filter type that flagpost does not evaluate switches the flag off.
+    assert_eq!(
+        warning(with_property(
+            json!({"key": "created_at", "value": "2024-01-01", "type": "person_metadata", "operator": "is_date_after"})
+        )),
+        r#"flag "beta": filters.groups[0].properties[0].type: filter type "person_metadata" is PostHog's, but flagpost does not evaluate it"#
     );
     assert_eq!(
         error(with_property(

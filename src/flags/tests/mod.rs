@@ -10,6 +10,7 @@ mod gates;
 mod groups;
 mod operators;
 mod parity;
+mod refusals;
 mod reload;
 mod responses;
 mod shared;

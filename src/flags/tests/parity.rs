@@ -130,7 +130,7 @@ fn a_filter_without_a_value_never_matches() {
 fn substring_operators_fold_ascii_only_and_exact_folds_fully() {
     assert!(!one("icontains", json!("MÜNCHEN"), json!("münchen")));
     assert!(one("icontains", json!("MüNCHEN"), json!("münchen")));
-    assert!(!one("starts_with", json!("É"), json!("école")));
+    assert!(!one("icontains", json!("É"), json!("école")));
     assert!(one("exact", json!("MÜNCHEN"), json!("münchen")));
 }
 
@@ -141,13 +141,7 @@ fn numbers_are_read_as_written() {
 }
 
 #[test]
-fn between_and_icontains_multi() {
-    assert!(one("between", json!([10, 20]), json!(10)));
-    assert!(one("between", json!(["10", 20]), json!("20")));
-    assert!(!one("between", json!([10, 20]), json!(21)));
-    assert!(one("not_between", json!([10, 20]), json!(21)));
-    assert!(!one("not_between", json!([10, 20]), json!("many")));
-    assert!(!one("between", json!(15), json!(15)), "needs [low, high]");
+fn icontains_multi() {
     assert!(one(
         "icontains_multi",
         json!(["gmail", "YAHOO"]),

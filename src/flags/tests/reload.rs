@@ -122,15 +122,16 @@ fn removed_files_remove_projects_and_bad_names_are_reported() {
 #[test]
 fn disabled_flags_are_reported_as_warnings() {
     let dir = TempDir::new();
-    let file = json!({"flags": [{"id": 1, "key": "dependent", "filters": {"groups": [{"properties": [
-        {"key": "missing", "type": "flag", "value": true}]}]}}]});
+    // A cohort the feed did not send, as PostHog's feed without `send_cohorts` may hold.
+    let file = json!({"flags": [{"id": 1, "key": "in-cohort", "filters": {"groups": [{"properties": [
+        {"key": "id", "type": "cohort", "value": 42}]}]}}]});
     dir.write("4.json", &file.to_string());
     let (rules, report) = Rules::load(&dir.0);
     assert!(report.errors.is_empty());
     assert_eq!(report.loaded, vec![4]);
     assert_eq!(report.warnings.len(), 1);
     assert!(report.warnings[0].to_string().ends_with(
-        r#"4.json: flag "dependent": filters.groups[0].properties[0]: depends on flag "missing", which does not exist"#
+        r#"4.json: flag "in-cohort": filters.groups[0].properties[0]: cohort 42 is missing, cyclic or refers to a missing cohort"#
     ));
     assert_eq!(
         rules.reload_failures(),

@@ -4,6 +4,7 @@
 mod durability;
 mod keys;
 mod limits;
+mod refusals;
 
 use std::time::{Duration, Instant};
 
@@ -70,7 +71,7 @@ fn within_a_second(server: &Server, what: &str, check: impl Fn(&Value) -> bool) 
     }
 }
 
-fn error(code: &str, detail: &str, attr: Option<&str>) -> Value {
+pub fn error(code: &str, detail: &str, attr: Option<&str>) -> Value {
     json!({"type": "validation_error", "code": code, "detail": detail, "attr": attr})
 }
 
@@ -225,8 +226,8 @@ fn validation_errors_are_posthogs() {
             json!({"key": "op", "filters": group(json!([{"key": "a", "type": "person", "operator": "near", "value": "x"}]))})
         ),
         error(
-            "invalid_choice",
-            "\"near\" is not a valid choice.",
+            "invalid_operator",
+            "Invalid operator: near",
             Some("filters")
         )
     );
