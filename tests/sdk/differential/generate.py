@@ -85,9 +85,6 @@ class Generator:
             return self.pick(REGEXES)
         if operator in ("icontains_multi", "not_icontains_multi"):
             return [self.pick(FILTER_TEXT) for _ in range(2)]
-        if operator in ("between", "not_between"):
-            low = self.r.randint(0, 30)
-            return [low, low + self.r.randint(0, 50)]
         return self.pick(FILTER_TEXT)
 
     def operator_for(self, key):
@@ -95,7 +92,7 @@ class Generator:
         common = ["exact", "is_not", "is_set", "is_not_set", "icontains", "not_icontains",
                   "regex", "not_regex", None]
         if kind is NUMBERS:
-            specific = ["gt", "gte", "lt", "lte", "between", "not_between"]
+            specific = ["gt", "gte", "lt", "lte"]
         elif kind is DATES:
             specific = ["is_date_before", "is_date_after", "is_date_before",
                         "is_date_after", "is_date_exact"]
@@ -105,8 +102,7 @@ class Generator:
         elif kind is BOOLS:
             specific = ["exact", "exact", "is_not"]
         else:
-            specific = ["starts_with", "not_starts_with", "ends_with", "not_ends_with",
-                        "icontains_multi", "not_icontains_multi"]
+            specific = ["icontains_multi", "not_icontains_multi"]
         return self.pick(common + specific * 2)
 
     def property_filter(self, group_index=None, negatable=False):
