@@ -3,7 +3,7 @@
 //! once, and the store must open every time.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -198,36 +198,53 @@ fn a_full_disk_refuses_events_and_recovers_by_itself() {
 }
 
 /// Persons across kills while the compactor folds them into runs: each request brings
-/// new persons (a fold every few requests) and changes older ones with `$set`. After
-/// the kills, every distinct id whose event got a 2xx has its person, holding what its
-/// last acknowledged event set or what a later one did.
+/// new persons and changes older ones with `$set`. A cycle sends until a fold of the
+/// persons has finished since it began (a new run on disk), then kills the server at a
+/// moment the seed chooses: as soon as the next fold is seen under way (a run being
+/// made), or after a few more acknowledged requests. Every cycle so folds at least once
+/// and is killed among folds, however slow the machine: what is waited for is the fold,
+/// never a length of time. After the kills, every distinct id whose event got a 2xx has
+/// its person, holding what its last acknowledged event set or what a later one did.
 #[test]
 fn persons_survive_random_kills_while_they_are_folded() {
     const FOLD_KILLS: usize = 8;
     const NEW_PER_REQUEST: u64 = 40;
-    const REQUESTS_PER_CYCLE: usize = 15;
-    let seed = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos() as u64;
-    eprintln!("fold crash test seed {seed}");
+    /// A cycle still without a fold after this many acknowledged requests fails: its
+    /// delta is then tens of times the size that makes a fold due.
+    const MAX_REQUESTS_PER_CYCLE: usize = 1000;
+    let seed = std::env::var("FLAGPOST_CRASH_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+        });
+    eprintln!("fold crash test seed {seed} (FLAGPOST_CRASH_SEED={seed} replays its choices)");
     let mut rng = Lcg(seed);
     let mut server = Server::start();
+    let tables = server.dir.join("db/tables");
     // Distinct id -> the value its last acknowledged event set.
     let mut acked: HashMap<String, u64> = HashMap::new();
     let (mut persons, mut seq) = (0u64, 0u64);
+    let mut killed_mid_fold = 0;
     for cycle in 0..FOLD_KILLS {
-        let stop = AtomicBool::new(false);
+        let (stop, done) = (AtomicBool::new(false), AtomicBool::new(false));
+        let requests = AtomicUsize::new(0);
         let addr = server.addr;
-        let kill_after = Duration::from_millis(200 + rng.next() % 600);
+        let (before, _) = persons_runs(&tables);
+        // Half the cycles are killed as the next fold runs (or, should it be over too
+        // fast to be seen, once it has finished); the others a few requests after one.
+        let into_next_fold = rng.next().is_multiple_of(2);
+        let extra = (rng.next() % 4) as usize;
         let mut changes = Lcg(rng.next());
         std::thread::scope(|s| {
             let client = s.spawn(|| {
-                // Paced and bounded, so kills land among requests and folds, and the
-                // check after (one request a person) stays short.
-                let mut sent = 0;
-                while !stop.load(Ordering::Relaxed) && sent < REQUESTS_PER_CYCLE {
-                    sent += 1;
+                while !stop.load(Ordering::Relaxed)
+                    && requests.load(Ordering::Relaxed) < MAX_REQUESTS_PER_CYCLE
+                {
+                    // Paced, so the compactor keeps up and the check after stays short.
                     std::thread::sleep(Duration::from_millis(40));
                     let mut set: Vec<(String, u64)> = Vec::new();
                     for n in persons..persons + NEW_PER_REQUEST {
@@ -252,14 +269,45 @@ fn persons_survive_random_kills_while_they_are_folded() {
                             for (id, v) in set {
                                 acked.insert(id, v);
                             }
+                            requests.fetch_add(1, Ordering::Relaxed);
                         }
-                        _ => std::thread::sleep(Duration::from_millis(5)),
+                        // Killed: the cycle is over.
+                        _ => break,
                     }
                 }
+                done.store(true, Ordering::Relaxed);
             });
-            std::thread::sleep(kill_after);
+            let mut folded_at = None;
+            loop {
+                let (finished, making) = persons_runs(&tables);
+                let sent = requests.load(Ordering::Relaxed);
+                if folded_at.is_none() && finished > before {
+                    folded_at = Some((sent, finished));
+                }
+                if let Some((at, first)) = folded_at {
+                    let due = match into_next_fold {
+                        true => finished > first,
+                        false => sent >= at + extra,
+                    };
+                    if making || due {
+                        killed_mid_fold += usize::from(making);
+                        eprintln!(
+                            "cycle {cycle}: a fold after {at} requests, killed after {sent}{}",
+                            if making { " during the next fold" } else { "" }
+                        );
+                        break;
+                    }
+                }
+                if done.load(Ordering::Relaxed) {
+                    stop.store(true, Ordering::Relaxed);
+                    panic!(
+                        "cycle {cycle}: no fold of the persons after {sent} acknowledged requests; the server's log:\n{}",
+                        server.log()
+                    );
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
             server.kill();
-            std::thread::sleep(Duration::from_millis(50));
             stop.store(true, Ordering::Relaxed);
             client.join().unwrap();
         });
@@ -292,21 +340,36 @@ fn persons_survive_random_kills_while_they_are_folded() {
             .collect::<Vec<_>>()
             .join("\n")
     );
-    // The folds happened: runs of later generations than a few.
-    let generation = std::fs::read_dir(server.dir.join("db/tables"))
-        .unwrap()
-        .filter_map(|e| {
-            let name = e.unwrap().file_name().into_string().unwrap();
-            name.strip_prefix("persons.")?
-                .strip_suffix(".run")?
-                .parse::<u64>()
-                .ok()
-        })
-        .max()
-        .unwrap_or(0);
+    // Each cycle saw a fold finish, and a finished run is the table's until a later
+    // one replaces it: at least one generation a cycle.
+    let (generation, _) = persons_runs(&tables);
     eprintln!(
-        "fold crash test: {FOLD_KILLS} kills, {} persons acknowledged, all found; persons' run generation {generation}",
+        "fold crash test: {FOLD_KILLS} kills ({killed_mid_fold} during a fold), {} persons acknowledged, all found; persons' run generation {generation}",
         acked.len()
     );
-    assert!(generation >= 5, "only {generation} folds of the persons");
+    assert!(
+        generation >= FOLD_KILLS as u64,
+        "generation {generation} after {FOLD_KILLS} cycles that each saw a fold"
+    );
+}
+
+/// The newest finished run of the persons in `tables`, and whether a run of a later
+/// generation is being made (a fold under way).
+fn persons_runs(tables: &std::path::Path) -> (u64, bool) {
+    let (mut finished, mut making) = (0u64, Vec::<u64>::new());
+    for entry in std::fs::read_dir(tables).into_iter().flatten() {
+        let name = entry.unwrap().file_name().into_string().unwrap();
+        let Some(rest) = name.strip_prefix("persons.") else {
+            continue;
+        };
+        if let Some(g) = rest.strip_suffix(".run.new").and_then(|g| g.parse().ok()) {
+            making.push(g);
+        } else if let Some(g) = rest
+            .strip_suffix(".run")
+            .and_then(|g| g.parse::<u64>().ok())
+        {
+            finished = finished.max(g);
+        }
+    }
+    (finished, making.iter().any(|&g| g > finished))
 }
