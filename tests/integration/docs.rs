@@ -3,7 +3,9 @@
 //!
 //! The convention, which the docs follow:
 //! - A fenced block opened with ```` ```sh tested ```` is run by `sh -e` in the
-//!   server's directory (its `data/` and `db/` beside each other, as in a checkout), with
+//!   server's directory (its `data/` and `db/` beside each other, as in a checkout, and
+//!   `var/tour` naming the same `data/`, as the README's tour starts the server on a
+//!   copy there), with
 //!   `localhost:8000` replaced by the server's address and `cargo run --release --` by
 //!   the built binary (also on `PATH` as `flagpost`). It must exit 0.
 //! - Lines starting with `#> ` in such a block are the output the commands above them
@@ -40,6 +42,8 @@ use crate::util::*;
 const REPO: &str = env!("CARGO_MANIFEST_DIR");
 /// How long a block whose output differs is retried.
 const RETRY_FOR: Duration = Duration::from_secs(5);
+/// Where the README's tour copies the demo data and serves it from.
+const TOUR_DATA: &str = "var/tour";
 /// Printed between the parts of a block's output that `#> ` lines check.
 const MARK: &str = "@@docs-part@@";
 
@@ -133,6 +137,9 @@ fn demo_server() -> (Server, tempfile::TempDir) {
         data.join("projects.json"),
     )
     .unwrap();
+    // The README's tour serves a copy of the demo data in var/tour.
+    std::fs::create_dir(tmp.path().join("var")).unwrap();
+    std::os::unix::fs::symlink("../data", tmp.path().join(TOUR_DATA)).unwrap();
     let bin = tmp.path().join("bin");
     std::fs::create_dir(&bin).unwrap();
     std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_flagpost"), bin.join("flagpost")).unwrap();
@@ -299,5 +306,35 @@ fn the_output_patterns_match_as_documented() {
             ("echo a\n".to_string(), vec!["a".to_string()]),
             ("echo b\n".to_string(), vec![]),
         ]
+    );
+}
+
+/// The tour changes files (a flag added, the console's writes), so it works on its copy
+/// in `var/tour`: every command of it that reads or serves a data dir names the copy,
+/// and it never tells the reader to edit the repository's `data/`.
+#[test]
+fn the_readme_tour_works_on_a_copy_of_the_demo_data() {
+    let text = std::fs::read_to_string(Path::new(REPO).join("README.md")).expect("README.md");
+    let start = text.find("## Five minutes").expect("the tour");
+    let end = start + text[start..].find("\n## ").expect("the section after it");
+    let tour = &text[start..end];
+    assert!(tour.contains(&format!("cp -r data {TOUR_DATA}")), "{tour}");
+    for command in ["serve", "check", "eval"] {
+        let run = format!("cargo run --release -- {command}");
+        let uses: Vec<&str> = tour.lines().filter(|l| l.contains(&run)).collect();
+        assert!(!uses.is_empty(), "the tour runs {command}");
+        for line in uses {
+            assert!(line.contains(&format!("--data-dir {TOUR_DATA}")), "{line}");
+        }
+    }
+    for edited in ["`data/flags/", "data/static/*", "p data/static"] {
+        assert!(
+            !tour.contains(edited),
+            "the tour edits the repository's {edited}"
+        );
+    }
+    assert!(
+        tour.contains("/console/"),
+        "the tour signs into the console"
     );
 }
