@@ -96,6 +96,16 @@ try {
   summary.duplicate_invalid = await page.getByLabel('Key', { exact: true }).getAttribute('aria-invalid')
   await page.getByRole('link', { name: 'Cancel' }).click()
 
+  step('a rollout over 100 refused beside its condition group')
+  await page.locator('#new-flag').click()
+  await page.getByLabel('Key', { exact: true }).fill('too-much')
+  await page.getByLabel('Rollout percentage').fill('130')
+  await page.getByRole('button', { name: 'Create flag' }).click()
+  await page.locator('#group-0-error .error').waitFor()
+  summary.rollout_error = (await page.locator('#group-0-error').textContent()).trim()
+  summary.rollout_invalid = await page.getByLabel('Rollout percentage').getAttribute('aria-invalid')
+  await page.getByRole('link', { name: 'Cancel' }).click()
+
   step('switch it off')
   const toggle = page.getByRole('switch', { name: 'console-made enabled' })
   await toggle.click()

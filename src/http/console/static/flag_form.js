@@ -6,7 +6,8 @@
 'use strict'
 ;(() => {
   const h = FP.h
-  // Every operator PostHog's flag serializer accepts, with how its value is entered.
+  // Every operator a flag may use (PostHog's, as src/flags/vocabulary.rs lists them; a
+  // test there keeps the two equal), with how its value is entered.
   const OPERATORS = [
     ['exact', 'equals one of', 'list'], ['is_not', 'equals none of', 'list'],
     ['icontains', 'contains', 'text'], ['not_icontains', 'does not contain', 'text'],
@@ -51,6 +52,9 @@
     const model = JSON.parse(JSON.stringify(flag.filters || {}))
     if (!Array.isArray(model.groups)) model.groups = []
     const errors = {}
+    // The API names a condition group's field by its place (`groups[1].rollout_percentage
+    // must be ...`): the message is shown in that group, its rollout marked invalid.
+    const groupErrors = []
     const field = (name, label, input, help) => {
       errors[name] = h('div', { id: `${name}-error`, 'aria-live': 'polite' })
       input.setAttribute('aria-describedby', `${name}-error`)
@@ -66,6 +70,7 @@
 
     const sync = () => { json.value = JSON.stringify(model, null, 2) }
     const redraw = () => {
+      groupErrors.length = 0
       groupsBox.replaceChildren(...model.groups.map((g, i) => groupView(g, i)), addGroupButton())
       variantsBox.replaceChildren(variantsView())
       sync()
@@ -84,6 +89,9 @@
       const roll = h('input', { id: rollId, type: 'number', min: 0, max: 100, step: 'any', inputmode: 'decimal',
         value: g.rollout_percentage === null || g.rollout_percentage === undefined ? 100 : g.rollout_percentage })
       roll.addEventListener('input', () => { g.rollout_percentage = roll.value === '' ? null : Number(roll.value); changed() })
+      const problem = h('div', { id: `group-${i}-error`, 'aria-live': 'polite' })
+      roll.setAttribute('aria-describedby', problem.id)
+      groupErrors[i] = { box: problem, rollout: roll }
       return h('fieldset', { 'data-group': i },
         h('legend', {}, `Condition group ${i + 1}`),
         g.properties.length ? g.properties.map((p, j) => propertyView(g, p, j, i)) : h('p', { class: 'muted' }, 'Matches everyone.'),
@@ -93,7 +101,8 @@
           } }, 'Add property filter'),
           h('button', { type: 'button', class: 'danger', onclick: () => { model.groups.splice(i, 1); redraw() } },
             `Remove group ${i + 1}`)),
-        h('div', { class: 'row' }, h('div', {}, h('label', { for: rollId }, 'Rollout percentage'), roll)))
+        h('div', { class: 'row' }, h('div', {}, h('label', { for: rollId }, 'Rollout percentage'), roll)),
+        problem)
     }
 
     function propertyView(g, p, j, i) {
@@ -213,6 +222,7 @@
     form.addEventListener('submit', async (ev) => {
       ev.preventDefault()
       for (const box of Object.values(errors)) box.replaceChildren()
+      for (const g of groupErrors) { g.box.replaceChildren(); g.rollout.removeAttribute('aria-invalid') }
       formError.replaceChildren()
       key.removeAttribute('aria-invalid')
       const filters = JSON.parse(JSON.stringify(model))
@@ -227,9 +237,13 @@
         return saved
       } catch (err) {
         const attr = err.body && err.body.attr
-        const target = errors[attr] || (attr === 'filters' || (attr && attr.startsWith('filters')) ? errors.filters : formError)
+        const place = attr === 'filters' && /^groups\[(\d+)\]\.(\w+)/.exec(err.message)
+        const group = place && groupErrors[Number(place[1])]
+        const target = group ? group.box
+          : errors[attr] || (attr === 'filters' || (attr && attr.startsWith('filters')) ? errors.filters : formError)
         target.replaceChildren(FP.errorBox(err.message))
         if (attr === 'key') { key.setAttribute('aria-invalid', 'true'); key.focus() }
+        else if (group && place[2] === 'rollout_percentage') { group.rollout.setAttribute('aria-invalid', 'true'); group.rollout.focus() }
         else target.scrollIntoView({ block: 'center' })
       } finally {
         save.disabled = false

@@ -60,6 +60,11 @@ fn the_console_in_chromium() {
         "There is already a feature flag with this key."
     );
     assert_eq!(s["duplicate_invalid"], "true");
+    assert_eq!(
+        s["rollout_error"],
+        "groups[0].rollout_percentage must be between 0 and 100, got 130"
+    );
+    assert_eq!(s["rollout_invalid"], "true");
     assert_eq!(s["decide_off_within"], "a second");
     assert_eq!((&s["live_rows"], &s["event_json"]), (&json!(1), &json!(1)));
     assert_eq!(
@@ -88,15 +93,11 @@ fn the_console_in_chromium() {
         json!({"foreign_origin": 403, "no_token": 403})
     );
     assert_eq!(s["after_sign_out"], 401);
-    // The only refusal is the duplicate key the script sends on purpose, and the
-    // browser's one console line about it.
-    assert_eq!(
-        s["failed_requests"],
-        json!([format!("POST {host}/console/api/feature_flags/: 400")])
-    );
-    assert_eq!(
-        s["console_errors"],
-        json!(["Failed to load resource: the server responded with a status of 400 (Bad Request)"])
-    );
+    // The only refusals are the duplicate key and the rollout of 130 the script sends
+    // on purpose, and the browser's console line about each.
+    let refused = format!("POST {host}/console/api/feature_flags/: 400");
+    assert_eq!(s["failed_requests"], json!([refused, refused]));
+    let line = "Failed to load resource: the server responded with a status of 400 (Bad Request)";
+    assert_eq!(s["console_errors"], json!([line, line]));
     assert_eq!(s["page_errors"], json!([]));
 }
