@@ -15,6 +15,10 @@ import random
 import sys
 
 GROUP_TYPES = {"0": "organization", "1": "company"}
+# flagpost refuses a flag file with an operator PostHog's flags do not have (docs/flags.md).
+INSTEAD_OF_NON_POSTHOG = {"starts_with": "icontains", "not_starts_with": "not_icontains",
+                          "ends_with": "icontains", "not_ends_with": "not_icontains",
+                          "between": "gte", "not_between": "lt"}
 
 # Property values by the kind of key; each list mixes the spellings clients send.
 TEXT = ["pro", "Pro", "PRO", "free", "team", "münchen", "MÜNCHEN", "Zürich", "école",
@@ -85,6 +89,9 @@ class Generator:
             return self.pick(REGEXES)
         if operator in ("icontains_multi", "not_icontains_multi"):
             return [self.pick(FILTER_TEXT) for _ in range(2)]
+        if operator in ("between", "not_between"):
+            low = self.r.randint(0, 30)
+            return [low, low + self.r.randint(0, 50)]
         return self.pick(FILTER_TEXT)
 
     def operator_for(self, key):
@@ -92,7 +99,7 @@ class Generator:
         common = ["exact", "is_not", "is_set", "is_not_set", "icontains", "not_icontains",
                   "regex", "not_regex", None]
         if kind is NUMBERS:
-            specific = ["gt", "gte", "lt", "lte"]
+            specific = ["gt", "gte", "lt", "lte", "between", "not_between"]
         elif kind is DATES:
             specific = ["is_date_before", "is_date_after", "is_date_before",
                         "is_date_after", "is_date_exact"]
@@ -102,7 +109,8 @@ class Generator:
         elif kind is BOOLS:
             specific = ["exact", "exact", "is_not"]
         else:
-            specific = ["icontains_multi", "not_icontains_multi"]
+            specific = ["starts_with", "not_starts_with", "ends_with", "not_ends_with",
+                        "icontains_multi", "not_icontains_multi"]
         return self.pick(common + specific * 2)
 
     def property_filter(self, group_index=None, negatable=False):
@@ -111,7 +119,13 @@ class Generator:
         else:
             key = self.pick(GROUP_KEYS)
         operator = self.operator_for(key)
-        leaf = {"key": key, "value": self.filter_value(operator or "exact", key),
+        value = self.filter_value(operator or "exact", key)
+        # Operators PostHog's flags lack are drawn as before, so each seed's cases stay
+        # as they were, and written as the PostHog operator flagpost refuses them for.
+        if operator in ("between", "not_between"):
+            value = value[0]
+        operator = INSTEAD_OF_NON_POSTHOG.get(operator, operator)
+        leaf = {"key": key, "value": value,
                 "type": "person" if group_index is None else "group"}
         if operator is not None:
             leaf["operator"] = operator
