@@ -23,6 +23,34 @@ pub struct ReasonLabels {
     pub reason: &'static str,
 }
 
+/// One reason a flag file is refused, each value escaped for the text format (see
+/// [`RefusedLabels::new`]).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RefusedLabels {
+    pub file: String,
+    pub flag: String,
+    pub field: String,
+    pub problem: String,
+}
+
+impl RefusedLabels {
+    /// The encoder writes label values as given; the text format wants `\`, `"` and
+    /// line breaks escaped, and a problem's text quotes what was likely meant.
+    pub fn new(file: &str, flag: &str, field: &str, problem: &str) -> RefusedLabels {
+        let escape = |s: &str| {
+            s.replace('\\', "\\\\")
+                .replace('"', "\\\"")
+                .replace('\n', "\\n")
+        };
+        RefusedLabels {
+            file: escape(file),
+            flag: escape(flag),
+            field: escape(field),
+            problem: escape(problem),
+        }
+    }
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct LaneLabels {
     pub lane: &'static str,
@@ -67,6 +95,7 @@ pub struct Metrics {
     pub decide_errors: Counter,
     pub flags_snapshot_version: Gauge,
     pub flags_reload_failures: Counter,
+    pub flags_refused: Family<RefusedLabels, Gauge>,
     pub surveys_reload_failures: Counter,
     pub early_access_reload_failures: Counter,
     pub disk_free_bytes: Gauge,
@@ -128,6 +157,7 @@ impl Metrics {
             decide_errors: Counter::default(),
             flags_snapshot_version: Gauge::default(),
             flags_reload_failures: Counter::default(),
+            flags_refused: Family::default(),
             surveys_reload_failures: Counter::default(),
             early_access_reload_failures: Counter::default(),
             disk_free_bytes: Gauge::default(),
@@ -304,6 +334,11 @@ impl Metrics {
             "flags_reload_failures",
             "Flag files that failed to load (the previous rules stayed)",
             m.flags_reload_failures.clone(),
+        );
+        registry.register(
+            "flags_refused",
+            "1 for each reason a flag file is refused while it is (its previous rules serve)",
+            m.flags_refused.clone(),
         );
         registry.register(
             "surveys_reload_failures",

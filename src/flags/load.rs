@@ -66,6 +66,8 @@ pub struct Rules {
     /// What the last reload could not use, each naming its file and field (the
     /// console's health page shows them).
     problems: Mutex<Arc<Vec<String>>>,
+    /// Why the last reload refused files (for `/metrics`, which names each).
+    refused: Mutex<Arc<Vec<CompileError>>>,
 }
 
 /// Flag definitions, in the file format, generated for each project from other files and
@@ -94,6 +96,7 @@ impl Rules {
             current: ArcSwap::from_pointee(Snapshot::default()),
             files: Watched::default(),
             problems: Mutex::default(),
+            refused: Mutex::default(),
         }
     }
 
@@ -130,7 +133,13 @@ impl Rules {
         crate::support::sync::lock(&self.problems).clone()
     }
 
+    /// Why the last reload refused files, each naming its file, flag and field.
+    pub fn refused(&self) -> Arc<Vec<CompileError>> {
+        crate::support::sync::lock(&self.refused).clone()
+    }
+
     fn remember(&self, report: &ReloadReport) {
+        *crate::support::sync::lock(&self.refused) = Arc::new(report.errors.clone());
         let lines = report
             .errors
             .iter()

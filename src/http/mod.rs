@@ -116,6 +116,16 @@ pub fn metrics_text(app: &App) -> String {
     let snapshot = app.rules.current();
     m.flags_snapshot_version.set(snapshot.version() as i64);
     mirror(&m.flags_reload_failures, app.rules.reload_failures());
+    m.flags_refused.clear();
+    for e in app.rules.refused().iter() {
+        let file = e
+            .file()
+            .map(|f| f.display().to_string())
+            .unwrap_or_default();
+        let (flag, problem) = (e.flag().unwrap_or(""), e.kind().to_string());
+        let labels = crate::metrics::RefusedLabels::new(&file, flag, e.field(), &problem);
+        m.flags_refused.get_or_create(&labels).set(1);
+    }
     mirror(&m.surveys_reload_failures, app.surveys.reload_failures());
     let early_access = app.early_access.reload_failures();
     mirror(&m.early_access_reload_failures, early_access);

@@ -1,8 +1,8 @@
 //! A running server refuses a flag file exactly as `flagpost check` does (issue 38): a
 //! mistyped field, an unknown operator or filter type is not published, the previous
-//! rules keep answering `/decide`, and the log, `/metrics` and the console's health page
-//! name the file, the flag and the field with what was likely meant; fixing the file
-//! publishes it.
+//! rules keep answering `/decide`, and the log, `/metrics` (`flagpost_flags_refused`)
+//! and the console's health page name the file, the flag and the field with what was
+//! likely meant; fixing the file publishes it.
 
 use serde_json::{json, Value};
 
@@ -58,18 +58,22 @@ fn a_refused_file_keeps_the_previous_rules_and_says_why_everywhere() {
     let cases = [
         (
             json!({"properties": [], "rollout_percentge": 0}),
-            r#"flag "beta": filters.groups[0].rollout_percentge: unknown field (did you mean "rollout_percentage"?)"#,
+            "filters.groups[0].rollout_percentge",
+            r#"unknown field (did you mean "rollout_percentage"?)"#,
         ),
         (
             json!({"properties": [{"key": "email", "value": "@x.com", "operator": "ends_wth"}], "rollout_percentage": 0}),
-            r#"flag "beta": filters.groups[0].properties[0].operator: unknown operator "ends_wth""#,
+            "filters.groups[0].properties[0].operator",
+            r#"unknown operator "ends_wth""#,
         ),
         (
             json!({"properties": [{"key": "email", "value": "x", "type": "persn"}], "rollout_percentage": 0}),
-            r#"flag "beta": filters.groups[0].properties[0].type: unknown filter type "persn" (did you mean "person"?)"#,
+            "filters.groups[0].properties[0].type",
+            r#"unknown filter type "persn" (did you mean "person"?)"#,
         ),
     ];
-    for (group, message) in cases {
+    for (group, field, problem) in cases {
+        let message = format!(r#"flag "beta": {field}: {problem}"#);
         let failures = reload_failures(&server);
         write_atomically(&path, flag_file(group));
         let expected = format!("{}: {message}", path.display());
@@ -78,6 +82,13 @@ fn a_refused_file_keeps_the_previous_rules_and_says_why_everywhere() {
         });
         assert_eq!(health(), json!([{"of": "flags", "problem": expected}]));
         assert!(server.log().contains(&expected), "{}", server.log());
+        let named = format!(
+            r#"flagpost_flags_refused{{file="{}",flag="beta",field="{field}",problem="{}"}} 1"#,
+            path.display(),
+            problem.replace('"', r#"\""#)
+        );
+        let metrics = server.get("/metrics").text();
+        assert!(metrics.lines().any(|l| l == named), "{named}\n{metrics}");
         for user in ["u1", "u2", "u3", "u4"] {
             assert_eq!(beta(&server, user), json!(false), "{message}");
         }
@@ -97,5 +108,7 @@ fn a_refused_file_keeps_the_previous_rules_and_says_why_everywhere() {
         (beta(&server, "u1") == json!(true)).then_some(())
     });
     assert_eq!(health(), json!([]));
+    let metrics = server.get("/metrics").text();
+    assert!(!metrics.contains("flagpost_flags_refused{"), "{metrics}");
     assert!(check(&server).0);
 }
