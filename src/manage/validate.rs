@@ -491,10 +491,20 @@ pub fn compiles(before: &FlagFile, after: &FlagFile, changed: Option<i64>) -> Re
         let flag = after.flags().iter().find(|f| flag_id(f) == Some(id))?;
         flag.get("key").and_then(Value::as_str)
     });
+    // What serving would refuse the file for: about the flag changed, in PostHog's
+    // words for a place in its filters; elsewhere (a flag that moved a dependency, say),
+    // naming that flag. What the file already held is the hand edit's to fix.
+    let held: BTreeSet<String> = crate::flags::lint(&Value::Object(before.doc.clone()))
+        .iter()
+        .map(ToString::to_string)
+        .collect();
     let found = crate::flags::lint(rules.definitions_json());
     if let Some(e) = found.iter().find(|e| key.is_some() && e.flag() == key) {
         let field = e.field().strip_prefix("filters.").unwrap_or(e.field());
         return Err(invalid_filters(format!("{field}: {}", e.kind())));
+    }
+    if let Some(e) = found.iter().find(|e| !held.contains(&e.to_string())) {
+        return Err(invalid_filters(e.to_string()));
     }
     let old: BTreeSet<String> = ProjectRules::from_value(Value::Object(before.doc.clone()))
         .map(|r| r.warnings().iter().map(ToString::to_string).collect())
