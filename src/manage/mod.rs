@@ -23,6 +23,7 @@ pub mod place;
 pub(crate) mod session;
 mod shape;
 mod validate;
+mod values;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
