@@ -38,8 +38,8 @@ enum Command {
 
 #[derive(FromArgs)]
 /// Validate a data dir (projects, every flag file, the GeoIP database); exits 1 on errors,
-/// among them unknown fields in a flag's filters, conditions, property filters and
-/// variants, and any flag the server would switch off.
+/// among them every flag file the server would refuse (an unknown field, operator or
+/// filter type, a percentage outside 0-100), and warns of flags it would serve off.
 #[argh(subcommand, name = "check")]
 struct Check {
     /// directory to check [env FLAGPOST_DATA_DIR, default ./data]

@@ -81,7 +81,10 @@ fn a_refused_file_keeps_the_previous_rules_and_says_why_everywhere() {
             (reload_failures(&server) == failures + 1).then_some(())
         });
         assert_eq!(health(), json!([{"of": "flags", "problem": expected}]));
-        assert!(server.log().contains(&expected), "{}", server.log());
+        // The server's stderr reaches the test through a pipe, and may trail the metric.
+        wait_for("the log naming the file, flag and field", || {
+            server.log().contains(&expected).then_some(())
+        });
         let named = format!(
             r#"flagpost_flags_refused{{file="{}",flag="beta",field="{field}",problem="{}"}} 1"#,
             path.display(),
