@@ -7,10 +7,15 @@
 //! are the chunk's, so a start reads them from the blocks rather than keeping every
 //! uuid twice on disk. Databases written before hold the uuids themselves (sorted and
 //! packed, [`encode`]); both load. In memory, new uuids go to a hash set; once it holds
-//! [`SEGMENT_IDS`] or grows old it is frozen into a sorted array (binary search), and
-//! whole frozen segments are dropped once their newest uuid is older than the window's
-//! age or the rest of the window still holds the count. A uuid that arrived within the
-//! window is therefore always found: the window is a lower bound, never an upper one.
+//! [`SEGMENT_IDS`] or grows old it is frozen into a sorted array, and whole frozen
+//! segments are dropped once their newest uuid is older than the window's age or the
+//! rest of the window still holds the count. A uuid that arrived within the window is
+//! therefore always found: the window is a lower bound, never an upper one.
+//!
+//! Membership costs the same however many segments the window holds: a uuid outside
+//! every frozen uuid of its project (a new time-ordered one) is answered by two
+//! comparisons, any other by one [`table::Table`] of fingerprints over all segments,
+//! whose matches are confirmed in the segment named.
 
 use std::collections::{HashSet, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
@@ -19,8 +24,13 @@ use sled::IVec;
 
 use super::keys;
 
-/// Uuids per frozen segment: few enough segments that a lookup stays cheap, small
-/// enough that dropping one forgets little.
+mod entry;
+mod table;
+
+pub use entry::{decode, decode_ranges, encode, encode_ranges, uuids_of_blocks};
+
+/// Uuids per frozen segment: small enough that dropping one forgets little, large
+/// enough that sorting one and dropping one (its uuids leave the table) are rare.
 const SEGMENT_IDS: usize = 65_536;
 /// The hash set is frozen at this fraction of the window's age at the latest, so age
 /// pruning works in steps of an hour (for the default day) even at low traffic.
@@ -59,103 +69,10 @@ impl Hasher for IdHasher {
 
 pub type IdSet = HashSet<Id, BuildHasherDefault<IdHasher>>;
 
-/// The uuids of a chunk as one `recent_ids` value: per project (ascending), the
-/// project (u64 LE), a count (u32 LE) and that many uuids (16 bytes), ascending.
-pub fn encode(ids: &[Id]) -> Vec<u8> {
-    let mut sorted = ids.to_vec();
-    sorted.sort_unstable();
-    sorted.dedup();
-    let mut out = Vec::with_capacity(16 * sorted.len() + 16);
-    for run in sorted.chunk_by(|a, b| a.0 == b.0) {
-        out.extend_from_slice(&run[0].0.to_le_bytes());
-        out.extend_from_slice(&(run.len() as u32).to_le_bytes());
-        for (_, id) in run {
-            out.extend_from_slice(&id.to_be_bytes());
-        }
-    }
-    out
-}
-
-/// A value naming blocks starts with this byte; it is 1 + 16 n bytes long, where the
-/// uuids' encoding is 12 + 16 n: the lengths tell them apart as well.
-const RANGES_TAG: u8 = 0xB2;
-
-/// Runs of event block ids as one `recent_ids` value: the tag, then per run the first
-/// id and the one after the last (u64 BE).
-pub fn encode_ranges(ranges: &[(u64, u64)]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(1 + 16 * ranges.len());
-    out.push(RANGES_TAG);
-    for (first, end) in ranges {
-        out.extend_from_slice(&first.to_be_bytes());
-        out.extend_from_slice(&end.to_be_bytes());
-    }
-    out
-}
-
-/// The runs of block ids of a value [`encode_ranges`] wrote, or `None` for another.
-pub fn decode_ranges(bytes: &[u8]) -> Option<Vec<(u64, u64)>> {
-    if bytes.first() != Some(&RANGES_TAG) || bytes.len() % 16 != 1 {
-        return None;
-    }
-    let u64_at = |b: &[u8]| b.try_into().ok().map(u64::from_be_bytes);
-    bytes[1..]
-        .chunks_exact(16)
-        .map(|r| Some((u64_at(&r[..8])?, u64_at(&r[8..])?)))
-        .collect()
-}
-
-/// The uuids of the stored event blocks whose ids fall in `ranges`, by block id: one
-/// pass over the `events` tree's keys, each block in a range read and decoded. A block
-/// that cannot be read is left out with a warning: its uuids leave the window early.
-pub fn uuids_of_blocks(
-    events: &sled::Tree,
-    files: &super::block::Files,
-    ranges: &[(u64, u64)],
-) -> Result<std::collections::HashMap<u64, Vec<Id>>, sled::Error> {
-    let mut sorted = ranges.to_vec();
-    sorted.sort_unstable();
-    let wanted = |id: u64| {
-        let i = sorted.partition_point(|&(first, _)| first <= id);
-        i > 0 && id < sorted[i - 1].1
-    };
-    let mut out = std::collections::HashMap::new();
-    for entry in events.iter() {
-        let (key, value) = entry?;
-        let id = keys::block_id(&key);
-        let project = keys::split_block(&key).map(|(p, _)| p);
-        let (Some(id), Some(project)) = (id, project) else {
-            continue;
-        };
-        if !wanted(id) {
-            continue;
-        }
-        match files.decode(&key, &value) {
-            Some(block) => {
-                let ids = block.heads().iter().map(|h| (project, h.uuid.as_u128()));
-                out.insert(id, ids.collect());
-            }
-            None => tracing::warn!(block = id, "deduplication window: an event block of the last chunks cannot be read; its uuids are not in the window"),
-        }
-    }
-    Ok(out)
-}
-
-pub fn decode(mut bytes: &[u8]) -> Option<Vec<Id>> {
-    let mut out = Vec::with_capacity(bytes.len() / 16);
-    while !bytes.is_empty() {
-        let project = u64::from_le_bytes(bytes.get(..8)?.try_into().ok()?);
-        let n = u32::from_le_bytes(bytes.get(8..12)?.try_into().ok()?) as usize;
-        let ids = bytes.get(12..12 + n.checked_mul(16)?)?;
-        for id in ids.chunks_exact(16) {
-            out.push((project, u128::from_be_bytes(id.try_into().ok()?)));
-        }
-        bytes = &bytes[12 + 16 * n..];
-    }
-    Some(out)
-}
-
 /// The uuids of one segment, sorted by project then uuid, with each project's range.
 struct Frozen {
+    /// Its place in the table: generations count up by one a segment.
+    generation: u16,
     /// Arrival time of the newest uuid in it.
     newest: i64,
     /// Its `recent_ids` keys, deleted with it.
@@ -198,6 +115,11 @@ pub struct Window {
     active: Active,
     frozen: VecDeque<Frozen>,
     frozen_len: usize,
+    /// Every frozen uuid by fingerprint.
+    table: table::Table,
+    next_generation: u16,
+    /// Per project, the least and greatest frozen uuid.
+    bounds: Vec<(u64, u128, u128)>,
 }
 
 /// Changes the window asks of the `recent_ids` tree, in order: entries of dropped
@@ -250,6 +172,9 @@ impl Window {
             active: Active::default(),
             frozen: VecDeque::new(),
             frozen_len: 0,
+            table: table::Table::default(),
+            next_generation: 0,
+            bounds: Vec::new(),
         }
     }
 
@@ -324,7 +249,38 @@ impl Window {
     }
 
     pub fn contains(&self, id: Id) -> bool {
-        self.active.ids.contains(&id) || self.frozen.iter().any(|s| s.contains(id))
+        self.active.ids.contains(&id) || self.frozen_contains(id)
+    }
+
+    fn frozen_contains(&self, id: Id) -> bool {
+        let (project, uuid) = id;
+        let within = self
+            .bounds
+            .iter()
+            .any(|&(p, lo, hi)| p == project && lo <= uuid && uuid <= hi);
+        let Some(first) = self.frozen.front().map(|s| s.generation) else {
+            return false;
+        };
+        within
+            && self.table.any(table::fingerprint(id), |g| {
+                let segment = self.frozen.get(usize::from(g.wrapping_sub(first)));
+                segment.is_some_and(|s| s.contains(id))
+            })
+    }
+
+    fn recompute_bounds(&mut self) {
+        self.bounds.clear();
+        for s in &self.frozen {
+            for &(project, start, end) in &s.projects {
+                let (Some(&lo), Some(&hi)) = (s.ids.get(start), s.ids.get(end - 1)) else {
+                    continue;
+                };
+                match self.bounds.iter_mut().find(|b| b.0 == project) {
+                    Some(b) => *b = (project, b.1.min(lo), b.2.max(hi)),
+                    None => self.bounds.push((project, lo, hi)),
+                }
+            }
+        }
     }
 
     /// Add a committed chunk's uuids, stored under `key` at `arrival` (its entry names
@@ -413,12 +369,19 @@ impl Window {
             start += run.len();
         }
         self.frozen_len += all.len();
+        let generation = self.next_generation;
+        self.next_generation = generation.wrapping_add(1);
+        for &id in &all {
+            self.table.insert(table::fingerprint(id), generation);
+        }
         self.frozen.push_back(Frozen {
+            generation,
             newest: active.newest,
             keys: active.keys,
             projects,
             ids: all.into_iter().map(|(_, id)| id).collect(),
         });
+        self.recompute_bounds();
     }
 
     /// Drop the segments past the window's age, and the oldest while the rest still
@@ -431,6 +394,7 @@ impl Window {
 
     fn prune_into(&mut self, now: i64, batch: &mut Rewrite) {
         let cutoff = now - self.max_age_ms;
+        let mut dropped = false;
         while let Some(oldest) = self.frozen.front() {
             let rest = self.len() - oldest.ids.len();
             if oldest.newest >= cutoff && rest < self.max_ids {
@@ -438,10 +402,20 @@ impl Window {
             }
             self.frozen_len -= oldest.ids.len();
             if let Some(gone) = self.frozen.pop_front() {
+                for &(project, start, end) in &gone.projects {
+                    for &uuid in &gone.ids[start..end] {
+                        let fingerprint = table::fingerprint((project, uuid));
+                        self.table.remove(fingerprint, gone.generation);
+                    }
+                }
                 for k in gone.keys {
                     batch.remove(k);
                 }
+                dropped = true;
             }
+        }
+        if dropped {
+            self.recompute_bounds();
         }
     }
 }

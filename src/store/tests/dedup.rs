@@ -221,3 +221,46 @@ fn entries_naming_blocks_combine_into_one_naming_them_all() {
     assert_eq!(back.len(), 6000);
     assert!(stored.iter().all(|&b| back.contains(block_ids(b)[1])));
 }
+
+/// Random (v4-like) uuids: every segment's range holds them, so only the table tells.
+fn scrambled(from: u128, n: u128) -> Vec<Id> {
+    (from..from + n)
+        .map(|i| {
+            let x = i.wrapping_mul(0x2545_f491_4f6c_dd1d_9e37_79b9_7f4a_7c15) ^ (i << 67);
+            (1 + (i % 3) as u64, x.rotate_left(41))
+        })
+        .collect()
+}
+
+#[test]
+fn random_uuids_are_found_in_any_segment_until_it_is_dropped() {
+    let n = SEGMENT_IDS as u128;
+    let mut w = Window::new(DEFAULT_DEDUP_MAX_AGE_MS, 4 * SEGMENT_IDS);
+    for c in 0..8u128 {
+        let _ = w.insert(key(c as u64), 0, &scrambled(c * n, n), None, 0);
+    }
+    // Eight segments in, the oldest dropped once the rest hold the count.
+    assert_eq!(w.len(), 4 * SEGMENT_IDS);
+    assert_eq!(
+        w.table.len(),
+        w.frozen_len,
+        "the table holds the frozen uuids"
+    );
+    let kept = 8 * n - 4 * n;
+    for i in (0..8 * n).step_by(61) {
+        let id = scrambled(i, 1)[0];
+        assert_eq!(w.contains(id), i >= kept, "uuid {i}");
+        // The same uuid in another project, and a neighbour, were never stored.
+        assert!(!w.contains((id.0 + 3, id.1)), "uuid {i}");
+        assert!(!w.contains((id.0, id.1 ^ 1)), "uuid {i}");
+    }
+    // A uuid stored again later (a duplicate the compactor did not catch) lives in two
+    // segments; dropping the older keeps the newer's.
+    let again = scrambled(7 * n, 1);
+    let _ = w.insert(key(99), 0, &again, None, 0);
+    for c in 8..12u128 {
+        let _ = w.insert(key(c as u64 + 100), 0, &scrambled(c * n, n), None, 0);
+    }
+    assert!(w.contains(again[0]));
+    assert_eq!(w.table.len(), w.frozen_len);
+}
