@@ -8,7 +8,7 @@
 use std::time::{Duration, Instant};
 
 use super::Compactor;
-use crate::store::layered::Layered;
+use crate::store::layered::{cache, Layered};
 
 /// Idle this long before changes not yet folded are folded...
 const IDLE_BEFORE_FOLD: Duration = Duration::from_secs(10);
@@ -82,6 +82,7 @@ impl Compactor {
             Ok(f) => {
                 s.retry_at = None;
                 s.busy_after = Some(Instant::now() + f.took * BUSY_SPACING);
+                let (hits, misses) = cache::global().counts();
                 tracing::info!(
                     table = table.name(),
                     entries = f.entries,
@@ -89,6 +90,8 @@ impl Compactor {
                     bytes = f.file_bytes,
                     took_ms = f.took.as_millis() as u64,
                     at = ?moment,
+                    block_cache_hits = hits,
+                    block_cache_misses = misses,
                     "folded recent changes into the table's run"
                 );
             }

@@ -22,6 +22,7 @@
 //! switch comes before the removals). Iteration goes in pages with the same order:
 //! a page of the delta, then the run's entries up to where that page ended.
 
+pub mod cache;
 mod fold;
 mod iter;
 pub mod run;

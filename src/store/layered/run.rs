@@ -13,7 +13,8 @@
 //!
 //! Opening reads the footer and the index (one first key a block, and a Bloom filter
 //! of about ten bits a key, so a key that is not in the run is almost never read for);
-//! a lookup reads and decompresses one block. A block that cannot be read (its bytes
+//! a lookup reads and decompresses one block, or finds it in the block
+//! [`cache`](super::cache) shared by every run (scans read around it). A block that cannot be read (its bytes
 //! fail their CRC, or the read fails) is logged once, naming the file and the block, and
 //! its keys read as absent; the other blocks still read. [`Run::verify`] (`flagpost
 //! check`) reports it as an error, and the fold that replaces the run keeps the
@@ -27,6 +28,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use twox_hash::XxHash64;
+
+use super::cache;
 
 pub(super) const MAGIC: &[u8; 16] = b"flagpost-run 1\n\0";
 pub(super) const FOOTER_MAGIC: &[u8; 4] = b"FPRE";
@@ -54,6 +57,8 @@ pub(super) struct BlockInfo {
 /// An open run.
 #[derive(Debug)]
 pub struct Run {
+    /// Its id in the block cache, never another run's.
+    id: u64,
     path: PathBuf,
     file: File,
     blocks: Vec<BlockInfo>,
@@ -173,6 +178,7 @@ impl Run {
                 .collect(),
         };
         Ok(Run {
+            id: cache::next_run_id(),
             path: path.to_path_buf(),
             file,
             reported: blocks.iter().map(|_| AtomicBool::new(false)).collect(),
@@ -217,7 +223,7 @@ impl Run {
         if i == 0 {
             return None;
         }
-        let raw = self.readable_block(i - 1)?;
+        let raw = self.cached_block(i - 1)?;
         for entry in entries(&raw) {
             let Some((k, v)) = entry else {
                 self.report(i - 1, &self.bad_block(i - 1, "its entries are cut"));
@@ -306,6 +312,18 @@ impl Run {
     pub fn forget_damage(&self) {
         for r in &self.reported {
             r.store(false, Ordering::Relaxed);
+        }
+    }
+
+    /// Block `i` through the block cache, or `None` (logged once) when it cannot be read.
+    fn cached_block(&self, i: usize) -> Option<cache::Block> {
+        let key = (self.id, i as u32);
+        match cache::global().get_or_load(key, || self.block(i)) {
+            Ok(raw) => Some(raw),
+            Err(e) => {
+                self.report(i, &e);
+                None
+            }
         }
     }
 
