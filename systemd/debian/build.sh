@@ -9,11 +9,15 @@
 # Usage: systemd/debian/build.sh [--bin FILE] [--out DIR] [--version VERSION] [--compression C]
 #   --bin          the binary to package (default: `cargo build --release`'s)
 #   --out          where to write the package (default: target/debian)
-#   --version      the package's version (default: Cargo.toml's)
+#   --version      the package's version (default: Cargo.toml's, then +git, the UTC
+#                  time of the build and the commit, so that every rebuild is an upgrade
+#                  to apt; a release build passes its own)
 #   --compression  dpkg-deb's -Z: xz (the default, smallest) or gzip (several times
 #                  faster to build; the tests use it)
 # Needs dpkg-dev and binutils (strip). The maintainer is DEBFULLNAME <DEBEMAIL> when set.
 set -euo pipefail
+# The package's files are 0644 and folders 0755 whatever the caller's umask.
+umask 022
 
 here="$(cd "$(dirname "$0")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
@@ -30,11 +34,16 @@ while [ $# -gt 0 ]; do
     *) echo "build.sh: unknown argument $1" >&2; exit 2 ;;
     esac
 done
-for tool in dpkg-deb dpkg-shlibdeps strip; do
+for tool in dpkg-deb dpkg-shlibdeps strip python3; do
     command -v "$tool" >/dev/null || { echo "build.sh: $tool is missing (apt install dpkg-dev binutils)" >&2; exit 1; }
 done
 if [ -z "$version" ]; then
+    # The time goes first so that dpkg --compare-versions orders rebuilds by it; the
+    # commit only names where the build came from.
     version="$(sed -n 's/^version = "\(.*\)"$/\1/p' "$repo/Cargo.toml" | head -n 1)"
+    version="$version+git$(date -u +%Y%m%d%H%M%S)"
+    commit="$(cd "$repo" && git rev-parse --short HEAD 2>/dev/null || true)"
+    [ -z "$commit" ] || version="$version.$commit"
 fi
 if [ -z "$bin" ]; then
     (cd "$repo" && cargo build --release)
@@ -44,8 +53,9 @@ fi
 arch="$(dpkg --print-architecture)"
 maintainer="${DEBFULLNAME:-flagpost maintainers} <${DEBEMAIL:-flagpost@example.org}>"
 # Units live where this release's systemd looks for packaged ones (/lib before
-# Debian 13's finished /usr merge, /usr/lib after).
-unitdir="$(sed -n 's/^systemd_system_unit_dir=//p' /usr/share/pkgconfig/systemd.pc 2>/dev/null || true)"
+# Debian 13's finished /usr merge, /usr/lib after); without pkg-config or systemd's
+# .pc (package systemd-dev), the older place, which the newer systemd still reads.
+unitdir="$(pkg-config --variable=systemd_system_unit_dir systemd 2>/dev/null || true)"
 case "$unitdir" in
 /*) ;;
 *) unitdir=/lib/systemd/system ;;
@@ -74,6 +84,8 @@ install -m 0644 "$here/flagpost.sysusers" "$root/usr/lib/sysusers.d/flagpost.con
 install -m 0644 "$here/flagpost.tmpfiles" "$root/usr/lib/tmpfiles.d/flagpost.conf"
 install -m 0644 "$here/flagpost.env" "$root/etc/flagpost/flagpost.env"
 install -m 0644 "$here/copyright" "$doc/copyright"
+# What the binary and the console carry of others' code, with their licences.
+(cd "$repo" && python3 "$here/notices.py") | gzip -9n >"$doc/third-party-notices.gz"
 sed "s#@UNITDIR@#${unitdir#/}#" "$here/lintian-overrides" >"$root/usr/share/lintian/overrides/flagpost"
 chmod 0644 "$root/usr/share/lintian/overrides/flagpost"
 install -m 0644 "$repo/systemd/nginx.conf" "$doc/examples/nginx.conf"
@@ -98,8 +110,12 @@ echo /etc/flagpost/flagpost.env >"$root/DEBIAN/conffiles"
 # dpkg-shlibdeps reads debian/control from where it runs; a minimal one will do.
 mkdir -p "$work/src/debian"
 printf 'Source: flagpost\n\nPackage: flagpost\nArchitecture: any\n' >"$work/src/debian/control"
-shlibs="$(cd "$work/src" && dpkg-shlibdeps -O "$root/usr/bin/flagpost" 2>/dev/null |
-    sed -n 's/^shlibs:Depends=//p')"
+if ! substvars="$(cd "$work/src" && dpkg-shlibdeps -O "$root/usr/bin/flagpost" 2>"$work/shlibdeps.err")"; then
+    echo "build.sh: dpkg-shlibdeps failed:" >&2
+    cat "$work/shlibdeps.err" >&2
+    exit 1
+fi
+shlibs="$(printf '%s\n' "$substvars" | sed -n 's/^shlibs:Depends=//p')"
 [ -n "$shlibs" ] || { echo "build.sh: dpkg-shlibdeps found no libraries" >&2; exit 1; }
 # systemd runs the service, and its systemd-sysusers and systemd-tmpfiles make the
 # user and the folders at install.
@@ -124,7 +140,9 @@ Description: product analytics server speaking PostHog's client protocol
  in a tight sandbox, to be put behind nginx for TLS. Install, then
  run "systemctl enable --now flagpost".
 EOF
-(cd "$root" && find . -type f ! -path './DEBIAN/*' -printf '%P\0' | sort -z |
+# Conffiles stay out, as dh_md5sums leaves them: dpkg keeps their sums itself.
+(cd "$root" && find . -type f ! -path './DEBIAN/*' -printf '/%P\n' | sort |
+    grep -vxF -f DEBIAN/conffiles | sed 's#^/##' | tr '\n' '\0' |
     xargs -0 md5sum >DEBIAN/md5sums)
 chmod 0644 "$root/DEBIAN/control" "$root/DEBIAN/conffiles" "$root/DEBIAN/md5sums"
 
