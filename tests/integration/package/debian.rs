@@ -46,26 +46,30 @@ pub(super) fn owner(path: &str) -> (String, String, u32) {
     )
 }
 
-pub(super) fn build(dir: &Path, version: &str) -> String {
+/// The package as `build.sh` makes it by default; its path and version, which must
+/// be Cargo.toml's, `+git`, the UTC time of the build and the commit.
+pub(super) fn build(dir: &Path) -> (String, String) {
     let out = run(Command::new("bash")
         .arg(format!("{REPO}/systemd/debian/build.sh"))
-        .args([
-            "--bin",
-            env!("CARGO_BIN_EXE_flagpost"),
-            "--version",
-            version,
-            "--compression",
-            "gzip",
-        ])
+        .args(["--bin", env!("CARGO_BIN_EXE_flagpost")])
+        .args(["--compression", "gzip"])
         .arg("--out")
         .arg(dir));
     let deb = out.trim().to_owned();
     let arch = run(Command::new("dpkg").arg("--print-architecture"));
-    assert!(
-        deb.ends_with(&format!("/flagpost_{version}_{}.deb", arch.trim())),
-        "{deb}"
-    );
-    deb
+    let name = deb.rsplit('/').next().unwrap();
+    let version = name
+        .strip_prefix("flagpost_")
+        .and_then(|n| n.strip_suffix(&format!("_{}.deb", arch.trim())))
+        .unwrap_or_else(|| panic!("{deb}"))
+        .to_owned();
+    let build = version
+        .strip_prefix(concat!(env!("CARGO_PKG_VERSION"), "+git"))
+        .unwrap_or_else(|| panic!("{version}"));
+    let (time, commit) = build.split_once('.').unwrap_or((build, ""));
+    let digits = time.len() == 14 && time.bytes().all(|b| b.is_ascii_digit());
+    assert!(digits && !commit.is_empty(), "{version}");
+    (deb, version)
 }
 
 /// What the package holds and declares, before it goes anywhere near the machine.
@@ -82,6 +86,7 @@ pub(super) fn check_package(deb: &str) {
         "./usr/lib/tmpfiles.d/flagpost.conf",
         "./etc/flagpost/flagpost.env",
         "./usr/share/doc/flagpost/copyright",
+        "./usr/share/doc/flagpost/third-party-notices.gz",
         "./usr/share/doc/flagpost/changelog.gz",
         "./usr/share/doc/flagpost/examples/nginx.conf",
         "./usr/share/doc/flagpost/examples/clickhouse.conf",
@@ -101,6 +106,10 @@ pub(super) fn check_package(deb: &str) {
         .arg(control.path()));
     let read = |name: &str| std::fs::read_to_string(control.path().join(name)).unwrap();
     assert_eq!(read("conffiles"), "/etc/flagpost/flagpost.env\n");
+    // dpkg keeps conffiles' sums itself, as dh_md5sums leaves them out.
+    let sums = read("md5sums");
+    assert!(sums.contains("  usr/bin/flagpost\n"), "{sums}");
+    assert!(!sums.contains("etc/flagpost"), "{sums}");
     let fields = read("control");
     assert!(fields.contains("\nDepends: libc6 (>= "), "{fields}");
     for script in ["postinst", "prerm", "postrm"] {
@@ -137,6 +146,19 @@ pub(super) fn check_installed() -> String {
     assert!(key.starts_with("phc_") && key.len() > 30, "{key}");
     let demo = std::fs::read_to_string(format!("{REPO}/data/projects.json")).unwrap();
     assert!(!demo.contains(&key), "a demo key: {key}");
+    let notices = run(Command::new("zcat").arg("/usr/share/doc/flagpost/third-party-notices.gz"));
+    for shipped in [
+        "Leon Sorokin",
+        "\n  hyper 1.",
+        "\n  tokio 1.",
+        "Apache License",
+    ] {
+        assert!(notices.contains(shipped), "{shipped} missing:\n{notices}");
+    }
+    // Only what runs in the binary: not the test crates, not the proc-macros.
+    for absent in ["\n  tempfile ", "\n  serde_derive "] {
+        assert!(!notices.contains(absent), "{absent} listed");
+    }
     let unit = installed_unit();
     let verify = Command::new(tool("systemd-analyze"))
         .args(["verify", "--man=no", &unit])

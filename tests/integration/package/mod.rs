@@ -4,12 +4,15 @@
 //! with `apt` (`debian`), then the installed binary run with the installed unit's own
 //! `ExecStart=` under the unit's view of the machine (`sandbox`): a key made with
 //! `flagpost key new`, flags created through the management API and through the
-//! console, an event, `flagpost backup` through the admin socket, a restart, the layout
-//! before `--flags-dir` refused as issue 42 found it, an upgrade, a removal that keeps
-//! the data and a purge that leaves the machine as it was.
+//! console, an event, `flagpost backup` as the service's user through the admin socket
+//! and from the stopped database, a restart, the layout before `--flags-dir` refused as
+//! issue 42 found it, an upgrade between two builds of default versions, a reinstall
+//! over a deleted conffile and flags left in `/etc`, a removal that keeps the data and a
+//! purge that leaves the machine as it was.
 //!
 //! It installs a package system-wide, so it needs root (as `.ci/run` runs), dpkg,
-//! apt and lintian, and refuses to run over a flagpost already installed.
+//! apt and lintian, and refuses to run over a flagpost already installed or over any
+//! folder of one left behind.
 
 mod debian;
 mod sandbox;
@@ -27,7 +30,10 @@ use sandbox::{Service, Unit};
 const REPO: &str = env!("CARGO_MANIFEST_DIR");
 const PROJECTS: &str = "/etc/flagpost/projects.json";
 const FLAGS: &str = "/var/lib/flagpost/flags/1.json";
+const BACKUPS: &str = "/var/backups/flagpost";
 const BACKUP: &str = "/var/backups/flagpost/ci";
+const STOPPED_BACKUP: &str = "/var/backups/flagpost/ci-stopped";
+const ENV: &str = "/etc/flagpost/flagpost.env";
 /// The util client's `Host: localhost` makes this the console's own origin.
 const ORIGIN: &str = "http://localhost";
 
@@ -36,15 +42,15 @@ const ORIGIN: &str = "http://localhost";
 fn the_package_installs_and_runs_as_the_unit_confines_it() {
     let _cleanup = fresh_machine();
     let dir = tempfile::tempdir().unwrap();
-    let version = env!("CARGO_PKG_VERSION");
-    let v1 = debian::build(&dir.path().join("v1"), &format!("{version}+ci1"));
-    let v2 = debian::build(&dir.path().join("v2"), &format!("{version}+ci2"));
+    // build.sh's default version, as an operator's rebuilds get it.
+    let (v1, version1) = debian::build(&dir.path().join("v1"));
     debian::check_package(&v1);
 
     apt(&["install", &v1]);
     let api_key = debian::check_installed();
     let unit = Unit::read(Path::new(&debian::installed_unit()));
-    assert_eq!(unit.exec_start[0], "/usr/bin/flagpost");
+    let bin = unit.exec_start[0].clone();
+    assert_eq!(bin, "/usr/bin/flagpost");
     let mut service = Service::start(&unit);
     let probe = service.inside("touch /etc/flagpost/probe 2>&1; touch /usr/probe 2>&1");
     let said = text(&probe.stdout);
@@ -55,17 +61,25 @@ fn the_package_installs_and_runs_as_the_unit_confines_it() {
         service.log()
     );
 
-    let bearer = format!("Bearer {}", personal_key(&service));
+    let bearer = format!("Bearer {}", personal_key(&service, &bin));
     create_flags(&service, &bearer);
     let event = json!({"api_key": api_key, "event": "installed", "distinct_id": "ops"});
     let r = service.send(Req::post("/capture/", event.to_string()));
     assert_eq!(r.text(), "{\"status\":1}");
-    backup_while_serving();
+    backup(&bin, BACKUP, "taken by the running server");
     assert_eq!(service.stop(), Some(0), "{}", service.log());
+    backup(&bin, STOPPED_BACKUP, "taken from the stopped database");
 
     old_layout_refuses_writes(&unit, &bearer);
     restart_keeps_everything(&unit, &bearer, &api_key);
+    // Built minutes after the first, so its default version is higher.
+    let (v2, version2) = debian::build(&dir.path().join("v2"));
+    let newer = ["--compare-versions", &version2, "gt", &version1];
+    run(Command::new("dpkg").args(newer));
     upgrade_keeps_everything(&v2);
+    reinstall_takes_old_flags(&v2);
+    // The unit as the upgrade left it, not as it was before.
+    let unit = Unit::read(Path::new(&debian::installed_unit()));
     restart_keeps_everything(&unit, &bearer, &api_key);
     remove_then_purge();
 }
@@ -89,10 +103,13 @@ fn fresh_machine() -> Cleanup {
     let status = Command::new("dpkg").args(["--status", "flagpost"]).output();
     let installed = status.unwrap().status.success();
     assert!(!installed, "flagpost is installed already; remove it first");
-    assert!(
-        !Path::new("/etc/flagpost").exists(),
-        "/etc/flagpost exists already"
-    );
+    // The test purges what it installed: a folder here already is someone's data.
+    for left in ["/etc/flagpost", "/var/lib/flagpost", BACKUPS] {
+        assert!(
+            !Path::new(left).exists(),
+            "{left} exists already: move it away before running this test"
+        );
+    }
     let user = Command::new("getent").args(["passwd", "flagpost"]).status();
     Cleanup {
         made_user: !user.unwrap().success(),
@@ -107,7 +124,11 @@ struct Cleanup {
 impl Drop for Cleanup {
     fn drop(&mut self) {
         let _ = Command::new("dpkg").args(["--purge", "flagpost"]).output();
-        let _ = std::fs::remove_dir_all("/var/backups/flagpost");
+        // The backups this test took, then their folder if nothing else is in it.
+        for made in [BACKUP, STOPPED_BACKUP] {
+            let _ = std::fs::remove_dir_all(made);
+        }
+        let _ = std::fs::remove_dir(BACKUPS);
         if self.made_user {
             let _ = Command::new("userdel").arg("flagpost").output();
             let _ = Command::new("groupdel").arg("flagpost").output();
@@ -117,9 +138,9 @@ impl Drop for Cleanup {
 
 /// A personal key made as the docs say (as root, stored hashed in `/etc`), once the
 /// running server takes it.
-fn personal_key(service: &Service) -> String {
+fn personal_key(service: &Service, bin: &str) -> String {
     let args = ["key", "new", "--project", "1", "--label", "ci"];
-    let out = run(Command::new("flagpost")
+    let out = run(Command::new(bin)
         .args(args)
         .args(["--data-dir", "/etc/flagpost"]));
     let key = out.trim().to_owned();
@@ -177,14 +198,20 @@ fn create_flags(service: &Service, bearer: &str) {
     assert!(both, "{flags}");
 }
 
-/// `flagpost backup` as root through the admin socket: the sandboxed server writes it
-/// into its backups folder.
-fn backup_while_serving() {
+/// `flagpost backup` as the docs say, as the service's user: through the admin socket
+/// the sandboxed server writes it, with the server stopped the command does; either way
+/// into the backups folder, and nothing in the state directory left to another owner.
+fn backup(bin: &str, to: &str, source: &str) {
     let db = "/var/lib/flagpost/db";
-    let said = run(Command::new("flagpost").args(["backup", "--db", db, "--to", BACKUP]));
-    assert!(said.contains("taken by the running server"), "{said}");
-    assert_eq!(owner(BACKUP).0, "flagpost");
-    assert!(Path::new(BACKUP).join("manifest.json").exists(), "{said}");
+    let said = run(Command::new("runuser")
+        .args(["-u", "flagpost", "--", bin])
+        .args(["backup", "--db", db, "--to", to]));
+    assert!(said.contains(source), "{said}");
+    assert_eq!(owner(to).0, "flagpost");
+    assert!(Path::new(to).join("manifest.json").exists(), "{said}");
+    let everything =
+        run(Command::new("find").args(["/var/lib/flagpost", "!", "-user", "flagpost"]));
+    assert_eq!(everything, "", "not the service's");
 }
 
 /// The layout before `--flags-dir`, the flags under the read-only `/etc`, as issue 42
@@ -205,14 +232,34 @@ fn old_layout_refuses_writes(unit: &Unit, bearer: &str) {
 
 /// An upgrade keeps the configuration (an edited conffile too), the flags and the data.
 fn upgrade_keeps_everything(deb: &str) {
-    let env = "/etc/flagpost/flagpost.env";
-    let edited = std::fs::read_to_string(env).unwrap() + "FLAGPOST_RETENTION_DAYS=400\n";
-    std::fs::write(env, &edited).unwrap();
+    let edited = std::fs::read_to_string(ENV).unwrap() + "FLAGPOST_RETENTION_DAYS=400\n";
+    std::fs::write(ENV, &edited).unwrap();
     let files = || [PROJECTS, FLAGS].map(|f| std::fs::read(f).unwrap());
     let before = files();
     apt(&["install", deb]);
     assert_eq!(files(), before);
-    assert_eq!(std::fs::read_to_string(env).unwrap(), edited);
+    assert_eq!(std::fs::read_to_string(ENV).unwrap(), edited);
+}
+
+/// Installed again over what an administrator may leave: the conffile deleted (dpkg
+/// keeps it deleted, and the postinst must not trip on it), and the flags where a
+/// deployment before `--flags-dir` kept them, which the postinst copies into the
+/// empty state directory.
+fn reinstall_takes_old_flags(deb: &str) {
+    std::fs::remove_file(ENV).unwrap();
+    let old = "/etc/flagpost/flags/1.json";
+    std::fs::create_dir("/etc/flagpost/flags").unwrap();
+    let flags = std::fs::read(FLAGS).unwrap();
+    std::fs::rename(FLAGS, old).unwrap();
+    let said = apt(&["install", "--reinstall", deb]);
+    assert!(
+        said.contains("copied the flag files of /etc/flagpost/flags"),
+        "{said}"
+    );
+    assert!(!Path::new(ENV).exists());
+    assert_eq!(std::fs::read(FLAGS).unwrap(), flags);
+    assert_eq!(owner(FLAGS).0, "flagpost");
+    std::fs::remove_dir_all("/etc/flagpost/flags").unwrap();
 }
 
 /// Removing keeps the data; purging takes it, and leaves the backups alone.
