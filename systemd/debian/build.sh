@@ -8,7 +8,9 @@
 #
 # Usage: systemd/debian/build.sh [--bin FILE] [--out DIR] [--version VERSION] [--compression C]
 #   --bin          the binary to package (default: `cargo build --release`'s)
-#   --out          where to write the package (default: target/debian)
+#   --out          where to write the package (default: target/debian); an earlier
+#                  build's flagpost_*.deb there is removed, so that
+#                  `apt install ./target/debian/flagpost_*.deb` names one package
 #   --version      the package's version (default: Cargo.toml's, then +git, the UTC
 #                  time of the build and the commit, so that every rebuild is an upgrade
 #                  to apt; a release build passes its own)
@@ -147,6 +149,7 @@ EOF
 chmod 0644 "$root/DEBIAN/control" "$root/DEBIAN/conffiles" "$root/DEBIAN/md5sums"
 
 mkdir -p "$out"
+rm -f "$out"/flagpost_*_"$arch".deb
 deb="$out/flagpost_${version}_${arch}.deb"
 dpkg-deb --root-owner-group -Z"$compression" --build "$root" "$deb" >/dev/null
 echo "$deb"
