@@ -34,6 +34,8 @@ const BACKUPS: &str = "/var/backups/flagpost";
 const BACKUP: &str = "/var/backups/flagpost/ci";
 const STOPPED_BACKUP: &str = "/var/backups/flagpost/ci-stopped";
 const ENV: &str = "/etc/flagpost/flagpost.env";
+/// Where flags were kept before `--flags-dir`.
+const OLD_FLAGS: &str = "/etc/flagpost/flags";
 /// The util client's `Host: localhost` makes this the console's own origin.
 const ORIGIN: &str = "http://localhost";
 
@@ -123,8 +125,10 @@ struct Cleanup {
 
 impl Drop for Cleanup {
     fn drop(&mut self) {
+        // The purge keeps what the package did not make: the old-layout flags folder
+        // the test made, the backups it took, then their folder if nothing else is in it.
+        let _ = std::fs::remove_dir_all(OLD_FLAGS);
         let _ = Command::new("dpkg").args(["--purge", "flagpost"]).output();
-        // The backups this test took, then their folder if nothing else is in it.
         for made in [BACKUP, STOPPED_BACKUP] {
             let _ = std::fs::remove_dir_all(made);
         }
@@ -247,10 +251,9 @@ fn upgrade_keeps_everything(deb: &str) {
 /// empty state directory.
 fn reinstall_takes_old_flags(deb: &str) {
     std::fs::remove_file(ENV).unwrap();
-    let old = "/etc/flagpost/flags/1.json";
-    std::fs::create_dir("/etc/flagpost/flags").unwrap();
+    std::fs::create_dir(OLD_FLAGS).unwrap();
     let flags = std::fs::read(FLAGS).unwrap();
-    std::fs::rename(FLAGS, old).unwrap();
+    std::fs::rename(FLAGS, Path::new(OLD_FLAGS).join("1.json")).unwrap();
     let said = apt(&["install", "--reinstall", deb]);
     assert!(
         said.contains("copied the flag files of /etc/flagpost/flags"),
@@ -259,7 +262,7 @@ fn reinstall_takes_old_flags(deb: &str) {
     assert!(!Path::new(ENV).exists());
     assert_eq!(std::fs::read(FLAGS).unwrap(), flags);
     assert_eq!(owner(FLAGS).0, "flagpost");
-    std::fs::remove_dir_all("/etc/flagpost/flags").unwrap();
+    std::fs::remove_dir_all(OLD_FLAGS).unwrap();
 }
 
 /// Removing keeps the data; purging takes it, and leaves the backups alone.
