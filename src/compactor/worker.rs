@@ -44,6 +44,24 @@ const REOPEN_PATIENCE: Duration = Duration::from_secs(30);
 /// at the first reopen that fails; a value that does not parse is ignored with a warning.
 const TEST_REOPEN_PATIENCE_VAR: &str = "FLAGPOST_TEST_REOPEN_PATIENCE_MS";
 
+/// The environment variable naming a file that, while it exists, holds the compactor
+/// between steps, for tests only: the backpressure tests need a compactor that is
+/// behind on demand. Read once; unset (always, in service) it costs nothing.
+const TEST_HOLD_VAR: &str = "FLAGPOST_TEST_COMPACTOR_HOLD";
+/// How often a held compactor looks for its hold file again.
+const HOLD_POLL: Duration = Duration::from_millis(20);
+
+/// Whether a test holds the compactor (see [`TEST_HOLD_VAR`]).
+fn held() -> bool {
+    static HOLD: OnceLock<Option<std::path::PathBuf>> = OnceLock::new();
+    let hold = HOLD.get_or_init(|| {
+        let path = std::env::var_os(TEST_HOLD_VAR)?;
+        tracing::warn!(path = ?path, "the compactor is held while the file {TEST_HOLD_VAR} names exists");
+        Some(path.into())
+    });
+    hold.as_ref().is_some_and(|path| path.exists())
+}
+
 /// [`REOPEN_PATIENCE`], unless a test shortened it (see [`TEST_REOPEN_PATIENCE_VAR`]).
 fn reopen_patience() -> Duration {
     static PATIENCE: OnceLock<Duration> = OnceLock::new();
@@ -122,6 +140,10 @@ pub fn spawn(
         let stats = compactor.stats();
         let mut last_retention: Option<Instant> = None;
         while !stop_flag.load(Ordering::SeqCst) {
+            if held() {
+                std::thread::park_timeout(HOLD_POLL);
+                continue;
+            }
             let _pass = gate.blocking_read();
             if last_retention.is_none_or(|t| t.elapsed() >= RETENTION_INTERVAL) {
                 last_retention = Some(Instant::now());
