@@ -1,7 +1,8 @@
 //! Months of traffic on one VM: `--scale-events` posthog-js shaped events (default 20
 //! million) from `--scale-persons` persons (default one million; see `scale_events`),
 //! posted as gzip'd 100-event `/batch/` bodies over `--connections` keep-alive
-//! connections as fast as they are accepted, a 503 sent again after its `Retry-After`.
+//! connections as fast as they are accepted (built beforehand), a 503 sent again after
+//! its `Retry-After`.
 //! At each tenth of the events accepted it reads accepted and applied events/s, the
 //! compactor's lag, the log's entries and bytes, the resident set and the database's
 //! size; once the log is empty, the lookups' latencies (a person by distinct id, a
@@ -11,7 +12,7 @@
 
 use std::net::SocketAddr;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -19,7 +20,6 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::header::{AUTHORIZATION, CONTENT_ENCODING, CONTENT_TYPE, HOST, RETRY_AFTER};
 use hyper::Request;
-use tokio::sync::{mpsc, Mutex};
 use tokio::task::JoinSet;
 
 use crate::scale_events::{user_id, Traffic};
@@ -28,9 +28,6 @@ use crate::{client, disk, flags, payloads};
 
 /// The scenario's name on the command line.
 pub const NAME: &str = "scale";
-/// Bodies built ahead of the senders: enough to keep 32 connections busy, few enough
-/// that the queue holds a few megabytes.
-const QUEUE: usize = 256;
 /// How long the compactor may take to empty the log after the ingest.
 const DRAIN_LIMIT: Duration = Duration::from_secs(3600);
 /// A 503 without `Retry-After` is sent again after this long.
@@ -194,6 +191,41 @@ fn restart(
     Ok((target, started.elapsed().as_secs_f64()))
 }
 
+/// Every batch body of `traffic`, built on every core before the clock starts: built
+/// while sending, they would take the cores the server is measured on (one thread
+/// builds about 25,000 events a second).
+fn build(traffic: &Arc<Traffic>) -> Arc<[(u64, Bytes)]> {
+    let started = Instant::now();
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get()) as u64;
+    let batches = traffic.batches();
+    let per = batches.div_ceil(threads);
+    let now = now_ms();
+    let parts: Vec<Vec<(u64, Bytes)>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                scope.spawn(move || {
+                    (t * per..((t + 1) * per).min(batches))
+                        .map(|b| ((traffic.events - b * 100).min(100), traffic.body(b, now)))
+                        .collect()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("a body maker panicked"))
+            .collect()
+    });
+    let bodies: Arc<[(u64, Bytes)]> = parts.into_iter().flatten().collect();
+    let bytes: usize = bodies.iter().map(|(_, b)| b.len()).sum();
+    println!(
+        "scale: {} bodies built ({:.1} MB gzip'd) in {:.1} s",
+        bodies.len(),
+        bytes as f64 / 1e6,
+        started.elapsed().as_secs_f64()
+    );
+    bodies
+}
+
 /// Post every batch of `traffic`, a refused one again after its `Retry-After`; one
 /// reading of the server at the end of each tenth.
 async fn ingest(
@@ -203,29 +235,22 @@ async fn ingest(
     traffic: &Arc<Traffic>,
     connections: usize,
 ) -> Result<(Vec<Tenth>, f64), String> {
-    let (tx, rx) = mpsc::channel::<(u64, Bytes)>(QUEUE);
-    let maker = traffic.clone();
-    let producer = std::thread::spawn(move || {
-        for b in 0..maker.batches() {
-            let events = (maker.events - b * 100).min(100);
-            if tx.blocking_send((events, maker.body(b, now_ms()))).is_err() {
-                return;
-            }
-        }
-    });
-    let rx = Arc::new(Mutex::new(rx));
+    let bodies = build(traffic);
+    let next = Arc::new(AtomicUsize::new(0));
     let accepted = Arc::new(AtomicU64::new(0));
     let refused = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
     let mut senders = JoinSet::new();
     for _ in 0..connections {
-        let (rx, accepted, refused) = (rx.clone(), accepted.clone(), refused.clone());
+        let (next, bodies) = (next.clone(), bodies.clone());
+        let (accepted, refused) = (accepted.clone(), refused.clone());
         senders.spawn(async move {
             let mut sender = client::connect(addr).await.map_err(|e| e.to_string())?;
             loop {
-                let Some((events, body)) = rx.lock().await.recv().await else {
+                let Some((events, body)) = bodies.get(next.fetch_add(1, Ordering::Relaxed)) else {
                     return Ok::<_, String>(());
                 };
+                let events = *events;
                 loop {
                     let request = batch_request(addr, body.clone());
                     sender.ready().await.map_err(|e| e.to_string())?;
@@ -299,9 +324,6 @@ async fn ingest(
         joined.map_err(|e| format!("an ingest connection failed: {e}"))??;
     }
     let ingest_seconds = started.elapsed().as_secs_f64();
-    producer
-        .join()
-        .map_err(|_| "the body maker panicked".to_string())?;
     let tenths = sampler
         .await
         .map_err(|e| format!("sampler failed: {e}"))??;

@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use super::{fold, Compactor};
 use crate::store::live::{is_disk_full, Live};
+use crate::store::rollup::hot::Moment;
 
 /// With nothing to do, look again after this long (the lag floor at low load).
 const IDLE_WAIT: Duration = Duration::from_millis(5);
@@ -162,6 +163,7 @@ pub fn spawn(
                     };
                     compactor.fold_tables(moment);
                     if report.is_idle() {
+                        write_rollups(&compactor, Some(Moment::Idle));
                         crate::support::idle::idle();
                         std::thread::park_timeout(IDLE_WAIT);
                     } else if report.realtime < FEW_RECORDS
@@ -195,10 +197,24 @@ pub fn spawn(
         // Stopped: with the log's writer stopped first (as a clean shutdown does), the
         // log's files hold nothing a start would read once everything is applied.
         let _pass = gate.blocking_read();
+        write_rollups(&compactor, None);
         compactor.fold_tables(fold::Moment::Stop);
         compactor.release_log_at_stop();
     })?;
     Ok(Handle { thread, stop })
+}
+
+/// Write the rollups' hot counts if they are due at `moment`, or always (`None`: at a
+/// stop). A failure leaves them in memory for the next try (and counted again from
+/// the events after a crash), so it is only logged.
+pub(super) fn write_rollups(compactor: &Compactor, moment: Option<Moment>) {
+    let mut hot = compactor.trees.rollups.hot();
+    if moment.is_some_and(|m| !hot.due(m, Instant::now())) {
+        return;
+    }
+    if let Err(e) = hot.write_now(&compactor.trees) {
+        tracing::warn!(error = %e, "cannot write the console's rollups yet; kept in memory");
+    }
 }
 
 /// Close the database and open it again once it can write; the compactor on the
