@@ -66,6 +66,14 @@ fn fill_until_refused(server: &Server) -> Vec<String> {
     panic!("never refused; the server's log:\n{}", server.log());
 }
 
+/// The server's log once it holds `line`.
+fn logged(server: &Server, line: &str) -> String {
+    wait_for(line, || {
+        let log = server.log();
+        log.contains(line).then_some(log)
+    })
+}
+
 fn metric(server: &Server, name: &str) -> Option<i64> {
     let text = server.get("/metrics").text();
     text.lines()
@@ -134,7 +142,9 @@ fn a_held_compactor_turns_capture_away_until_it_catches_up() {
     assert_eq!(health["log"]["backpressure"], true, "{health}");
     assert_eq!(health["log"]["max_bytes"], 3 << 20, "{health}");
     assert_eq!(health["accepts_writes"], false, "{health}");
-    assert_eq!(server.log().matches(REFUSING).count(), 1, "said once");
+    // The server's stderr is copied by a thread of the test's: wait for the line.
+    let log = logged(&server, REFUSING);
+    assert_eq!(log.matches(REFUSING).count(), 1, "said once: {log}");
 
     std::fs::remove_file(&hold).unwrap();
     wait_for("capture accepted again", || {
@@ -152,8 +162,9 @@ fn a_held_compactor_turns_capture_away_until_it_catches_up() {
         }
     });
     assert_eq!(metric(&server, "flagpost_log_backpressure"), Some(0));
-    assert_eq!(server.log().matches(REFUSING).count(), 1, "said once");
-    assert_eq!(server.log().matches(RESUMED).count(), 1);
+    let log = logged(&server, RESUMED);
+    assert_eq!(log.matches(REFUSING).count(), 1, "said once");
+    assert_eq!(log.matches(RESUMED).count(), 1);
     assert_stored_once(&server, &acked);
 }
 
