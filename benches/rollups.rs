@@ -79,7 +79,7 @@ fn fill(events: u64) -> Filled {
             i += 1;
         }
         let t = Instant::now();
-        (&trees.rollups,)
+        (&trees.rollups.tree,)
             .transaction(|(tree,)| {
                 pending.write(tree)?;
                 Ok::<_, ConflictableTransactionError<()>>(())

@@ -44,6 +44,8 @@ pub struct App {
     pub compactor: Arc<compactor::Stats>,
     /// Free disk space, measured every second by a background task.
     pub space: crate::log::space::Space,
+    /// The log's size against its bound, measured at each capture request.
+    pub backlog: crate::log::backlog::Backlog,
     pub metrics: Metrics,
     /// The published flag rules; swapped whole by the reloader.
     pub rules: crate::flags::Rules,
@@ -82,6 +84,8 @@ impl App {
         // Measured once before serving: a start on a full disk refuses from the first
         // request, not from the first of the watcher's measurements.
         space.check(&config.db_dir);
+        let backlog = crate::log::backlog::Backlog::new(config.max_log_bytes);
+        backlog.check(pipeline.log.bytes());
         let manage = crate::manage::Store::new(config.flags_dir(), &config.db_dir);
         App {
             config,
@@ -94,6 +98,7 @@ impl App {
             store: pipeline.store.clone(),
             compactor: pipeline.compactor.clone(),
             space,
+            backlog,
             metrics,
             rules,
             geoip,
@@ -120,11 +125,20 @@ impl App {
 
     /// Whether new events may be acknowledged: the log accepts writes, the compactor
     /// is not failing (acknowledging into a log nobody drains would only grow the
-    /// backlog) and the disk has room.
+    /// backlog) nor too far behind, and the disk has room.
     pub fn accepts_writes(&self) -> bool {
-        self.wal.stats().writable.load(Ordering::Relaxed)
-            && self.compactor.healthy.load(Ordering::Relaxed)
-            && self.space.is_ok()
+        self.wal.stats().writable.load(Ordering::Relaxed) && !self.refuses_events()
+    }
+
+    /// Whether capture refuses new events up front: the compactor is failing or too
+    /// far behind the log, or the disk is nearly full. A failed log write is not
+    /// among them: the next append retries it. Measures the log, so capture's own
+    /// requests keep the backlog's state current between scrapes.
+    pub fn refuses_events(&self) -> bool {
+        self.backlog.check(self.log.bytes());
+        !self.compactor.healthy.load(Ordering::Relaxed)
+            || !self.space.is_ok()
+            || !self.backlog.is_ok()
     }
 
     /// Alive: every component is working or recovering by itself. False once one

@@ -38,6 +38,10 @@ pub const DEFAULT_LOG_SEGMENT_BYTES: u64 = 16 * 1024 * 1024;
 /// Free disk space kept for sled's own growth (segment files, compaction) and for the
 /// compactor, which keeps writing while new events are refused.
 pub const DEFAULT_MIN_FREE_DISK_BYTES: u64 = 256 * 1024 * 1024;
+/// Log files past which new events are refused until the compactor catches up: about
+/// three million posthog-js events, a few seconds of capture at full speed and under a
+/// minute of the compactor's work, where a compactor that keeps up holds a few segments.
+pub const DEFAULT_MAX_LOG_BYTES: u64 = 2 * 1024 * 1024 * 1024;
 /// Spike detection per (project, distinct id): the reference service's defaults.
 pub const DEFAULT_OVERFLOW_RATE: f64 = 100.0;
 pub const DEFAULT_OVERFLOW_BURST: f64 = 1000.0;
@@ -73,6 +77,8 @@ pub struct Config {
     pub trusted_proxies: crate::geoip::TrustedProxies,
     /// Free disk space below which new events are refused.
     pub min_free_disk_bytes: u64,
+    /// Bytes of log files past which new events are refused; 0 for no bound.
+    pub max_log_bytes: u64,
     /// sled's page cache in bytes.
     pub cache_bytes: u64,
     /// The size of the write-ahead log's segment files.
@@ -175,6 +181,7 @@ impl Config {
             geoip: None,
             trusted_proxies: crate::geoip::TrustedProxies::loopback_only(),
             min_free_disk_bytes: DEFAULT_MIN_FREE_DISK_BYTES,
+            max_log_bytes: DEFAULT_MAX_LOG_BYTES,
             cache_bytes: DEFAULT_CACHE_BYTES,
             log_segment_bytes: DEFAULT_LOG_SEGMENT_BYTES,
             static_dir: None,

@@ -78,6 +78,8 @@ pub struct Metrics {
     pub wal_flush_seconds: Histogram,
     pub log_depth: Gauge,
     pub log_segments: Gauge,
+    pub log_bytes: Gauge,
+    pub log_backpressure: Gauge,
     pub log_torn: Counter,
     pub log_skipped: Counter,
     pub log_quarantined: Counter,
@@ -140,6 +142,8 @@ impl Metrics {
             wal_flush_seconds: Histogram::new(LATENCY_BUCKETS.iter().copied()),
             log_depth: Gauge::default(),
             log_segments: Gauge::default(),
+            log_bytes: Gauge::default(),
+            log_backpressure: Gauge::default(),
             log_torn: Counter::default(),
             log_skipped: Counter::default(),
             log_quarantined: Counter::default(),
@@ -249,6 +253,16 @@ impl Metrics {
             "log_segments",
             "Write-ahead log segment files in use (each --log-segment-mb), not counting the spare",
             m.log_segments.clone(),
+        );
+        registry.register(
+            "log_bytes",
+            "Bytes of write-ahead log segment files in use",
+            m.log_bytes.clone(),
+        );
+        registry.register(
+            "log_backpressure",
+            "1 while new events get 503 because the log holds more than --max-log-mb (the compactor is behind), else 0",
+            m.log_backpressure.clone(),
         );
         registry.register(
             "log_entries_torn",

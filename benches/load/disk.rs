@@ -188,7 +188,7 @@ pub fn run(
 }
 
 /// Every file under the database directory, by kind.
-fn measure_dir(db: &Path) -> Result<Dir, String> {
+pub fn measure_dir(db: &Path) -> Result<Dir, String> {
     let mut dir = Dir::default();
     let mut pending = vec![db.to_path_buf()];
     while let Some(path) = pending.pop() {
@@ -234,7 +234,7 @@ fn measure_dir(db: &Path) -> Result<Dir, String> {
 
 /// Per tree and per layered table, keys and bytes; the event blocks decoded; sled's
 /// size on disk.
-fn read_trees(db: &Path) -> Result<(Vec<Tree>, Vec<Tree>, Blocks, u64), String> {
+pub fn read_trees(db: &Path) -> Result<(Vec<Tree>, Vec<Tree>, Blocks, u64), String> {
     let sled_err = |e: sled::Error| format!("reading the stopped database: {e}");
     let opened = sled::Config::new().path(db).open().map_err(sled_err)?;
     let mut trees = Vec::new();

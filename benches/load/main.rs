@@ -25,6 +25,8 @@ mod memory;
 mod payloads;
 mod reference;
 mod report;
+mod scale;
+mod scale_events;
 mod sink;
 mod target;
 /// The tests' HTTP helpers, which the ClickHouse starter uses.
@@ -66,9 +68,10 @@ struct Args {
     /// ingest of --memory-events, then a soak), disk (--disk-events from
     /// --disk-persons, then the database's size at rest, per tree), sink (the ClickHouse sink at --rate,
     /// default 100000 events/s; needs clickhouse-server), console (batch and decide
-    /// alone, then beside console users) or wrk (capture and decide under Debian's
+    /// alone, then beside console users), scale (--scale-events from --scale-persons,
+    /// figures for each tenth, then disk at rest, restarts and lookups) or wrk (capture and decide under Debian's
     /// `wrk -t1 -c64`, for --seconds, --rounds times); repeat for several [default all
-    /// but memory, disk, sink, console and wrk]
+    /// but memory, disk, sink, console, scale and wrk]
     #[argh(option)]
     scenario: Vec<String>,
     /// disk scenario: events to ingest before measuring the database at rest
@@ -78,6 +81,12 @@ struct Args {
     /// disk scenario: distinct persons sending them, a multiple of 100 [default 20000]
     #[argh(option, default = "20_000")]
     disk_persons: usize,
+    /// scale scenario: events to send [default 20000000]
+    #[argh(option, default = "20_000_000")]
+    scale_events: u64,
+    /// scale scenario: persons sending them [default 1000000]
+    #[argh(option, default = "1_000_000")]
+    scale_persons: u64,
     /// memory scenario: events to ingest from 100,000 persons before reading the
     /// resident set [default 1000000]
     #[argh(option, default = "1_000_000")]
@@ -148,6 +157,8 @@ struct Config {
     console: Option<console::Settings>,
     /// The wrk scenario's settings, when it was asked for.
     wrk: Option<wrk::Settings>,
+    /// The scale scenario's settings, when it was asked for.
+    scale: Option<scale::Settings>,
 }
 
 fn main() -> ExitCode {
@@ -179,6 +190,7 @@ fn config(args: Args) -> Result<Config, String> {
     let with_console = args.scenario.iter().any(|name| name == console::NAME);
     let with_wrk = args.scenario.iter().any(|name| name == wrk::NAME);
     let with_disk = args.scenario.iter().any(|name| name == disk::NAME);
+    let with_scale = args.scenario.iter().any(|name| name == scale::NAME);
     let scenarios = if args.scenario.is_empty() {
         Scenario::ALL.to_vec()
     } else {
@@ -191,6 +203,7 @@ fn config(args: Args) -> Result<Config, String> {
                     console::NAME,
                     wrk::NAME,
                     disk::NAME,
+                    scale::NAME,
                 ]
                 .contains(&name.as_str())
             })
@@ -239,6 +252,11 @@ fn config(args: Args) -> Result<Config, String> {
             warmup: Duration::from_millis(args.warmup_ms),
             measure: Duration::from_secs(args.seconds),
             pause: Duration::from_millis(args.console_pause_ms),
+        }),
+        scale: with_scale.then(|| scale::Settings {
+            events: args.scale_events.max(1),
+            persons: args.scale_persons.max(1),
+            connections: args.connections,
         }),
         wrk: with_wrk.then(|| wrk::Settings {
             measure: Duration::from_secs(args.seconds),
@@ -299,6 +317,24 @@ fn run(config: Config) -> Result<(), String> {
                 &dir.path().join(db),
             )?;
             disk::report(&report);
+        }
+    }
+    if let Some(settings) = &config.scale {
+        let this_build = std::path::Path::new(env!("CARGO_BIN_EXE_flagpost"));
+        let mut targets = vec![("flagpost", this_build, "scale-db")];
+        if let Some(binary) = &config.baseline {
+            targets.push(("baseline", binary.as_path(), "scale-baseline-db"));
+        }
+        for (name, binary, db) in targets {
+            let report = scale::run(
+                &runtime,
+                settings,
+                name,
+                binary,
+                &data_dir,
+                &dir.path().join(db),
+            )?;
+            scale::report(&report);
         }
     }
     if let Some(settings) = &config.console {

@@ -130,6 +130,14 @@ impl Target {
         status_kib(self.pid(), "VmHWM").ok()
     }
 
+    /// SIGKILL, as a crash would: nothing is flushed.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
     /// SIGTERM, then wait for a clean exit.
     pub fn stop(&mut self) -> Result<(), String> {
         let name = self.name;

@@ -126,6 +126,9 @@ struct Serve {
     /// free disk space in MiB below which new events get 503 [env FLAGPOST_MIN_FREE_DISK_MB, default 256]
     #[argh(option)]
     min_free_disk_mb: Option<u64>,
+    /// write-ahead log size in MiB past which new events get 503 until the compactor catches up; 0 for no bound [env FLAGPOST_MAX_LOG_MB, default 2048]
+    #[argh(option)]
+    max_log_mb: Option<u64>,
     /// database page cache in MiB; sled uses more than this [env FLAGPOST_CACHE_MB, default 16]
     #[argh(option)]
     cache_mb: Option<u64>,
@@ -264,6 +267,9 @@ fn serve_config(args: Serve) -> Result<Config, String> {
     config.static_dir = or_env(args.static_dir, "FLAGPOST_STATIC_DIR")?;
     if let Some(mb) = or_env(args.min_free_disk_mb, "FLAGPOST_MIN_FREE_DISK_MB")? {
         config.min_free_disk_bytes = mb.saturating_mul(1024 * 1024);
+    }
+    if let Some(mb) = or_env(args.max_log_mb, "FLAGPOST_MAX_LOG_MB")? {
+        config.max_log_bytes = mb.saturating_mul(1024 * 1024);
     }
     if let Some(mb) = or_env(args.cache_mb, "FLAGPOST_CACHE_MB")? {
         config.cache_bytes = mb.max(1).saturating_mul(1024 * 1024);

@@ -20,6 +20,8 @@ impl Compactor {
         if self.settings.retention_days == 0 {
             return Ok(0);
         }
+        // The hot rollups first, so none of an hour deleted below is written back after.
+        super::worker::write_rollups(self, None);
         let cutoff = now - i64::from(self.settings.retention_days) * DAY_MS;
         // Blocks the outbox's reader has not sent yet are kept (store::outbox::retention).
         let keep_from = match self.settings.outbox {

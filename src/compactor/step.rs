@@ -141,7 +141,7 @@ impl Compactor {
             &t.meta,
             &t.quarantine,
             &t.outbox,
-            &t.rollups,
+            &t.rollups.tree,
         );
         let to_outbox = self.settings.outbox;
         let blocks = &t.blocks;
@@ -149,6 +149,10 @@ impl Compactor {
         let (person_run, id_run) = (t.persons.run(), t.distinct_ids.run());
         // A block file's failure aborts the transaction; it is kept here to report.
         let blocks_error: RefCell<Option<std::io::Error>> = RefCell::new(None);
+        // The rollups' hot counts, held through the commit (see rollup::hot).
+        let mut hot = t.rollups.hot();
+        let write_rollups = hot.due(rollup::hot::Moment::Busy, std::time::Instant::now());
+        let counted: RefCell<Option<rollup::Pending>> = RefCell::new(None);
         let blocks_failed = |e: std::io::Error| {
             *blocks_error.borrow_mut() = Some(e);
             ConflictableTransactionError::Abort(())
@@ -233,7 +237,8 @@ impl Compactor {
                         pending.add(*project, e.timestamp, name, e.person_id, who, &e.properties);
                     }
                 }
-                pending.write(rollups)?;
+                hot.stage(&pending, write_rollups, first_block, rollups, meta)?;
+                *counted.borrow_mut() = Some(pending);
                 let mut next_block = first_block;
                 let mut written = Vec::new();
                 for (project, list) in entries {
@@ -295,6 +300,8 @@ impl Compactor {
             }
             Err(TransactionError::Storage(e)) => return Err(e.into()),
         };
+        hot.committed(counted.take().unwrap_or_default(), write_rollups);
+        drop(hot);
         state.next_block = counts.next_block;
         self.trees.persons.note_written(counts.person_bytes);
         self.trees.distinct_ids.note_written(counts.id_bytes);

@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use super::{fold, Compactor};
 use crate::store::live::{is_disk_full, Live};
+use crate::store::rollup::hot::Moment;
 
 /// With nothing to do, look again after this long (the lag floor at low load).
 const IDLE_WAIT: Duration = Duration::from_millis(5);
@@ -43,6 +44,24 @@ const REOPEN_PATIENCE: Duration = Duration::from_secs(30);
 /// tests only: the integration test of giving up would otherwise wait 30 s. Read once,
 /// at the first reopen that fails; a value that does not parse is ignored with a warning.
 const TEST_REOPEN_PATIENCE_VAR: &str = "FLAGPOST_TEST_REOPEN_PATIENCE_MS";
+
+/// The environment variable naming a file that, while it exists, holds the compactor
+/// between steps, for tests only: the backpressure tests need a compactor that is
+/// behind on demand. Read once; unset (always, in service) it costs nothing.
+const TEST_HOLD_VAR: &str = "FLAGPOST_TEST_COMPACTOR_HOLD";
+/// How often a held compactor looks for its hold file again.
+const HOLD_POLL: Duration = Duration::from_millis(20);
+
+/// Whether a test holds the compactor (see [`TEST_HOLD_VAR`]).
+fn held() -> bool {
+    static HOLD: OnceLock<Option<std::path::PathBuf>> = OnceLock::new();
+    let hold = HOLD.get_or_init(|| {
+        let path = std::env::var_os(TEST_HOLD_VAR)?;
+        tracing::warn!(path = ?path, "the compactor is held while the file {TEST_HOLD_VAR} names exists");
+        Some(path.into())
+    });
+    hold.as_ref().is_some_and(|path| path.exists())
+}
 
 /// [`REOPEN_PATIENCE`], unless a test shortened it (see [`TEST_REOPEN_PATIENCE_VAR`]).
 fn reopen_patience() -> Duration {
@@ -122,6 +141,10 @@ pub fn spawn(
         let stats = compactor.stats();
         let mut last_retention: Option<Instant> = None;
         while !stop_flag.load(Ordering::SeqCst) {
+            if held() {
+                std::thread::park_timeout(HOLD_POLL);
+                continue;
+            }
             let _pass = gate.blocking_read();
             if last_retention.is_none_or(|t| t.elapsed() >= RETENTION_INTERVAL) {
                 last_retention = Some(Instant::now());
@@ -140,6 +163,7 @@ pub fn spawn(
                     };
                     compactor.fold_tables(moment);
                     if report.is_idle() {
+                        write_rollups(&compactor, Some(Moment::Idle));
                         crate::support::idle::idle();
                         std::thread::park_timeout(IDLE_WAIT);
                     } else if report.realtime < FEW_RECORDS
@@ -173,10 +197,24 @@ pub fn spawn(
         // Stopped: with the log's writer stopped first (as a clean shutdown does), the
         // log's files hold nothing a start would read once everything is applied.
         let _pass = gate.blocking_read();
+        write_rollups(&compactor, None);
         compactor.fold_tables(fold::Moment::Stop);
         compactor.release_log_at_stop();
     })?;
     Ok(Handle { thread, stop })
+}
+
+/// Write the rollups' hot counts if they are due at `moment`, or always (`None`: at a
+/// stop). A failure leaves them in memory for the next try (and counted again from
+/// the events after a crash), so it is only logged.
+pub(super) fn write_rollups(compactor: &Compactor, moment: Option<Moment>) {
+    let mut hot = compactor.trees.rollups.hot();
+    if moment.is_some_and(|m| !hot.due(m, Instant::now())) {
+        return;
+    }
+    if let Err(e) = hot.write_now(&compactor.trees) {
+        tracing::warn!(error = %e, "cannot write the console's rollups yet; kept in memory");
+    }
 }
 
 /// Close the database and open it again once it can write; the compactor on the

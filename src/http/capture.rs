@@ -3,7 +3,6 @@
 //! to the write-ahead log, and answer only once the events are durable.
 
 use std::net::SocketAddr;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -41,11 +40,9 @@ pub async fn handle(
     peer: SocketAddr,
     engage: bool,
 ) -> Result<Response<Body>, ApiError> {
-    // A failed log write is retried by the next append, so only the compactor and
-    // the disk reserve refuse up front.
     let (parts, incoming) = req.into_parts();
     let limits = &app.config.limits;
-    if !app.compactor.healthy.load(Ordering::Relaxed) || !app.space.is_ok() {
+    if app.refuses_events() {
         let refusal = ApiError::Wal(crate::log::writer::Error::Storage).into_response();
         return Ok(refuse(refusal, &parts.headers, incoming, limits).await);
     }

@@ -103,6 +103,10 @@ pub fn metrics_text(app: &App) -> String {
             .map_or(0, |open| crate::compactor::log_depth(&open.trees, &app.log)) as i64,
     );
     m.log_segments.set(app.log.segments() as i64);
+    app.backlog.check(app.log.bytes());
+    m.log_bytes
+        .set(i64::try_from(app.backlog.bytes()).unwrap_or(i64::MAX));
+    m.log_backpressure.set(i64::from(!app.backlog.is_ok()));
     let losses = &app.log.losses;
     mirror(&m.log_torn, losses.torn.load(Relaxed));
     mirror(&m.log_skipped, losses.skipped.load(Relaxed));

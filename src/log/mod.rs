@@ -3,7 +3,8 @@
 //! the group-commit thread requests append through ([`Wal`]); [`record`] is the format
 //! of one accepted event; the segment files are `segment.rs` (format), `appender.rs`
 //! (writing), `reader.rs` (the compactor's end) and `spares.rs` (ready-made segments);
-//! [`space`] refuses new events before the disk is full. It depends on nothing of the
+//! [`space`] refuses new events before the disk is full, [`backlog`] while the
+//! compactor is too far behind. It depends on nothing of the
 //! stages after it.
 //!
 //! The log's files: numbered entries appended to segment files, each made durable with
@@ -53,6 +54,7 @@
 //!   never acknowledged only when a clean stop recorded the log's end below it.
 
 mod appender;
+pub mod backlog;
 pub mod check;
 pub mod copy;
 mod marks;
@@ -138,6 +140,11 @@ impl Shared {
     /// Segment files in use.
     pub fn segments(&self) -> usize {
         lock(&self.segments).len()
+    }
+
+    /// Bytes of the segment files in use (each is allocated whole before it is written).
+    pub fn bytes(&self) -> u64 {
+        (self.segments() as u64).saturating_mul(self.segment_bytes)
     }
 
     /// The first sequence number not yet durable.

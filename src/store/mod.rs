@@ -135,7 +135,7 @@ pub struct Trees {
     /// has not yet sent ([`outbox`]); written only while the sink is on.
     pub outbox: sled::Tree,
     /// Project, kind, hour or event name -> the console's counts ([`rollup`]).
-    pub rollups: sled::Tree,
+    pub rollups: std::sync::Arc<rollup::Rollups>,
 }
 
 impl Trees {
@@ -164,6 +164,9 @@ impl Trees {
             }
         }
         rollup::backfill::prepare(&trees)?;
+        if purpose == migrate::Purpose::Write {
+            rollup::hot::recount(&trees)?;
+        }
         Ok(trees)
     }
 
@@ -182,7 +185,7 @@ impl Trees {
             meta: db.open_tree("meta")?,
             quarantine: db.open_tree("quarantine")?,
             outbox: db.open_tree(outbox::TREE)?,
-            rollups: db.open_tree(rollup::TREE)?,
+            rollups: std::sync::Arc::new(rollup::Rollups::new(db.open_tree(rollup::TREE)?)),
         })
     }
 }

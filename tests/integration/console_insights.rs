@@ -184,3 +184,19 @@ fn insights_equal_exact_counts_and_an_old_database_is_backfilled() {
     assert!(log.contains("rollups built"), "{log}");
     assert_eq!(server.stop(), Some(0));
 }
+
+/// The compactor holds a chunk's counts in memory for a while before writing them; a
+/// SIGKILL right after the events are stored loses them, and the next start counts
+/// those events' blocks again, so the insights still equal the stored events.
+#[test]
+fn insights_held_in_memory_are_counted_again_after_a_sigkill() {
+    let server = Server::start();
+    let sent = capture(&server);
+    let stored = server.wait_for_events(1, sent);
+    let s = sign_in(&server, PERSONAL_ONE);
+    check(&insights(&server, &s), &stored);
+    let server = server.restart_hard();
+    assert_eq!(server.stored_events(1).len(), sent);
+    let s = sign_in(&server, PERSONAL_ONE);
+    check(&insights(&server, &s), &stored);
+}

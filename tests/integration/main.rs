@@ -2,6 +2,7 @@
 //! every file here is a module of it.
 
 mod admin;
+mod backpressure;
 mod backup;
 mod capture;
 mod capture_v1;

@@ -9,7 +9,6 @@ pub mod error;
 mod headers;
 
 use std::net::SocketAddr;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -62,10 +61,8 @@ async fn accept(
     req: Request<Incoming>,
     peer: SocketAddr,
 ) -> Result<Response<Body>, Stop> {
-    // As at the other intake: only the compactor and the disk reserve refuse up
-    // front, a failed log write is retried by the next append.
     let (parts, incoming) = req.into_parts();
-    if !app.compactor.healthy.load(Ordering::Relaxed) || !app.space.is_ok() {
+    if app.refuses_events() {
         let refusal = Error::ServiceUnavailable.into_response();
         let limits = &app.config.limits;
         return Ok(super::capture::refuse(refusal, &parts.headers, incoming, limits).await);

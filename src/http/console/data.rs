@@ -118,6 +118,7 @@ pub fn health(app: &App) -> Value {
     reload_errors.extend(problems("flags", &app.rules.problems()));
     reload_errors.extend(problems("surveys", &app.surveys.problems()));
     reload_errors.extend(problems("early_access", &app.early_access.problems()));
+    app.backlog.check(app.log.bytes());
     json!({
         "version": env!("CARGO_PKG_VERSION"),
         "uptime_seconds": app.started.elapsed().as_secs(),
@@ -128,6 +129,11 @@ pub fn health(app: &App) -> Value {
             .get()
             .map_or(0, |open| crate::compactor::log_depth(&open.trees, &app.log)),
         "log_segments": app.log.segments(),
+        "log": {
+            "bytes": app.backlog.bytes(),
+            "max_bytes": app.backlog.max(),
+            "backpressure": !app.backlog.is_ok(),
+        },
         "compactor": {
             "healthy": c.healthy.load(Relaxed),
             "lag_seconds": c.lag_ms.load(Relaxed) as f64 / 1000.0,

@@ -285,7 +285,7 @@ fn scan_surveys(
 async fn over_hours<T: Send + 'static>(
     app: &Arc<App>,
     hours: i64,
-    from_rollups: impl FnOnce(&sled::Tree, i64, i64) -> Result<T, sled::Error> + Send + 'static,
+    from_rollups: impl FnOnce(&rollup::Rollups, i64, i64) -> Result<T, sled::Error> + Send + 'static,
     by_scan: impl FnOnce(&Trees, i64, i64) -> Result<T, sled::Error> + Send + 'static,
 ) -> Result<(T, Status), ApiError> {
     let now = crate::support::clock::now_ms();

@@ -62,6 +62,8 @@ pub fn prepare(trees: &Trees) -> Result<(), sled::Error> {
     }
     trees.rollups.clear()?;
     let mut batch = sled::Batch::default();
+    // Every block is the backfill's to count now, those held in memory too.
+    batch.remove(super::hot::FROM_KEY);
     if trees.events.is_empty() {
         batch.remove(STATE_KEY);
     } else {
@@ -171,7 +173,7 @@ impl Backfill {
             state.percent = self.percent(&key);
             state.cursor = key.to_vec();
         }
-        let outcome = (&trees.rollups, &trees.meta).transaction(|(rollups, meta)| {
+        let outcome = (&trees.rollups.tree, &trees.meta).transaction(|(rollups, meta)| {
             // Checked again inside: the state written is the one read.
             if meta.get(STATE_KEY)?.is_none() {
                 return Err(ConflictableTransactionError::Abort(()));
@@ -196,7 +198,13 @@ impl Backfill {
 
 /// Every event of a stored block into `pending`; a block that does not decode is
 /// skipped, as reads skip it.
-fn add_block(pending: &mut Pending, files: &Files, project: u64, key: &[u8], value: &[u8]) {
+pub(super) fn add_block(
+    pending: &mut Pending,
+    files: &Files,
+    project: u64,
+    key: &[u8],
+    value: &[u8],
+) {
     let Some(block) = files.decode(key, value) else {
         return;
     };

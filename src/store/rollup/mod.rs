@@ -5,7 +5,9 @@
 //! events in the same transaction that stores them ([`Pending`]: accumulated in memory,
 //! one read-modify-write per key per chunk), so rollups and events never disagree; a
 //! database written before rollups existed is filled in from its stored events by
-//! [`backfill`], and until then [`status`] says so and the console scans.
+//! [`backfill`], and until then [`status`] says so and the console scans. A chunk's
+//! counts are held in memory and written with a later chunk ([`hot`]), so sled's file
+//! does not fill with old copies of the current hour's keys.
 //!
 //! Keys (the on-disk format; times are [`keys::time`] of the hour's first millisecond,
 //! texts are prefixed with their length, u32 big-endian):
@@ -16,6 +18,7 @@
 //!   project, 3, hour, survey id, 1, answer -> version, count.
 
 pub mod backfill;
+pub mod hot;
 mod read;
 pub mod sketch;
 
@@ -25,6 +28,7 @@ use serde_json::Value;
 use sled::transaction::{TransactionalTree, UnabortableTransactionError};
 use uuid::Uuid;
 
+pub use hot::Rollups;
 pub use read::{events, exposures, series, surveys, top, Hours};
 pub use sketch::Sketch;
 

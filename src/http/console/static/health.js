@@ -17,6 +17,9 @@
       h('div', { class: 'grid', id: 'health-stats' },
         stat('Ready for traffic', s.ready ? 'yes' : 'no', s.ready),
         stat('Write-ahead log depth (records)', FP.fmt.int(s.log_depth), s.log_depth < 100000),
+        stat('Write-ahead log size', s.log.backpressure
+          ? `${FP.fmt.bytes(s.log.bytes)}: over ${FP.fmt.bytes(s.log.max_bytes)}, new events refused until the compactor catches up`
+          : FP.fmt.bytes(s.log.bytes), !s.log.backpressure),
         stat('Compactor lag', FP.fmt.seconds(s.compactor.lag_seconds), s.compactor.healthy && s.compactor.lag_seconds < 60),
         stat('Compactor', s.compactor.healthy ? 'healthy' : 'failing', s.compactor.healthy),
         stat('ClickHouse sink lag', s.sink.enabled ? FP.fmt.seconds(s.sink.lag_seconds) : 'sink off',

@@ -77,7 +77,7 @@ fn open() -> (tempfile::TempDir, sled::Db, Trees) {
 /// id and (when `rollups`) the chunk's rollups, in one transaction.
 fn store(trees: &Trees, events: &[(u64, Entry)], chunk: usize, rollups: bool) {
     for part in events.chunks(chunk) {
-        (&trees.events, &trees.meta, &trees.rollups)
+        (&trees.events, &trees.meta, &trees.rollups.tree)
             .transaction(|(ev, meta, ro)| {
                 let mut next = meta
                     .get(NEXT_BLOCK_KEY)?
