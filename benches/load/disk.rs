@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use crate::target::Target;
-use crate::{client, memory, payloads};
+use crate::{client, memory, payloads, person_events};
 
 /// The scenario's name on the command line.
 pub const NAME: &str = "disk";
@@ -139,6 +139,8 @@ pub struct Report {
     pub blocks: Blocks,
     /// sled's own figure for the stopped database, opened again.
     pub size_on_disk: u64,
+    /// A person's events through the read API, before the stop.
+    pub lookups: person_events::Latencies,
 }
 
 pub fn run(
@@ -167,6 +169,7 @@ pub fn run(
         tokio::time::sleep(SETTLE).await;
         Ok::<_, String>((ingest, drain.as_secs_f64()))
     })?;
+    let lookups = runtime.block_on(person_events::measure(flagpost.addr, settings.persons))?;
     let running = measure_dir(db)?;
     flagpost.stop()?;
     let stopped = measure_dir(db)?;
@@ -184,6 +187,7 @@ pub fn run(
         tables,
         blocks,
         size_on_disk,
+        lookups,
     })
 }
 
@@ -373,6 +377,16 @@ pub fn report(r: &Report) {
             b.texts as f64 / b.events as f64,
         );
     }
+    let l = &r.lookups;
+    println!(
+        "a person's events (?distinct_id=, limit 100), {} lookups returning {} events: \
+         p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms (target p99 < 20)",
+        l.sorted.len(),
+        l.events,
+        l.percentile_ms(0.5),
+        l.percentile_ms(0.99),
+        l.percentile_ms(1.0),
+    );
     let stopped = r.stopped.total().allocated;
     println!(
         "disk, {}: at rest (stopped) {:.2} MB for {} events: {:.1} bytes an event (target <= 120)",

@@ -23,6 +23,7 @@ mod disk;
 mod flags;
 mod memory;
 mod payloads;
+mod person_events;
 mod reference;
 mod report;
 mod scale;

@@ -27,21 +27,27 @@ const QUOTED_UUID_LEN: usize = 38;
 /// Fixed bytes per event in the columns, before the person and the texts.
 pub(super) const FIXED: usize = 8 + 8 + 16 + 1 + 4 + 4 + 4;
 
-/// The body of sorted `entries`.
-pub(super) fn encode(entries: &[Entry]) -> Vec<u8> {
+/// The body of sorted `entries`: properties packed back to back (version 2), or split
+/// into keys and values ([`super::props`], version 3) when `by_key`.
+pub(super) fn encode(entries: &[Entry], by_key: bool) -> Vec<u8> {
     let texts: usize = entries
         .iter()
         .map(|e| e.event.len() + e.distinct_id.len() + e.properties.len())
         .sum();
     let mut body = Vec::with_capacity(entries.len() * (FIXED + 16) + texts);
-    for e in entries {
-        body.extend_from_slice(&e.timestamp.to_le_bytes());
-    }
-    for e in entries {
-        body.extend_from_slice(&e.created_at.to_le_bytes());
-    }
-    for e in entries {
-        body.extend_from_slice(e.uuid.as_bytes());
+    match by_key {
+        true => put_fixed(entries, &mut body),
+        false => {
+            for e in entries {
+                body.extend_from_slice(&e.timestamp.to_le_bytes());
+            }
+            for e in entries {
+                body.extend_from_slice(&e.created_at.to_le_bytes());
+            }
+            for e in entries {
+                body.extend_from_slice(e.uuid.as_bytes());
+            }
+        }
     }
     for e in entries {
         body.push(u8::from(e.person_id.is_some()));
@@ -49,12 +55,15 @@ pub(super) fn encode(entries: &[Entry]) -> Vec<u8> {
     for person in entries.iter().filter_map(|e| e.person_id) {
         body.extend_from_slice(person.as_bytes());
     }
-    let mut packed = Vec::with_capacity(entries.iter().map(|e| e.properties.len()).sum());
-    let mut packed_lens = Vec::with_capacity(entries.len());
-    for e in entries {
-        let start = packed.len();
-        pack(&e.properties, &mut packed);
-        packed_lens.push((packed.len() - start) as u32);
+    let mut packed = Vec::new();
+    let mut packed_lens = Vec::new();
+    if !by_key {
+        packed.reserve(entries.iter().map(|e| e.properties.len()).sum());
+        for e in entries {
+            let start = packed.len();
+            pack(&e.properties, &mut packed);
+            packed_lens.push((packed.len() - start) as u32);
+        }
     }
     for e in entries {
         body.extend_from_slice(&(e.event.len() as u32).to_le_bytes());
@@ -71,17 +80,56 @@ pub(super) fn encode(entries: &[Entry]) -> Vec<u8> {
     for e in entries {
         body.extend_from_slice(e.distinct_id.as_bytes());
     }
-    body.extend_from_slice(&packed);
+    match by_key {
+        true => super::props::encode(entries.iter().map(|e| &e.properties[..]), &mut body),
+        false => body.extend_from_slice(&packed),
+    }
     body
 }
 
+/// Version 3's times and uuids: each time as the difference from the one before
+/// (sorted events: small numbers, mostly zero bytes), created_at as the difference
+/// from the event's time, and the uuids byte by byte (every first byte, then every
+/// second, ...: a version-7 uuid starts with its time, alike from event to event).
+fn put_fixed(entries: &[Entry], body: &mut Vec<u8>) {
+    let mut last = 0i64;
+    for e in entries {
+        body.extend_from_slice(&e.timestamp.wrapping_sub(last).to_le_bytes());
+        last = e.timestamp;
+    }
+    for e in entries {
+        body.extend_from_slice(&e.created_at.wrapping_sub(e.timestamp).to_le_bytes());
+    }
+    for i in 0..16 {
+        body.extend(entries.iter().map(|e| e.uuid.as_bytes()[i]));
+    }
+}
+
+/// [`put_fixed`]'s columns read back: each event's time, created_at and uuid.
+fn take_fixed(c: &mut Cursor, n: usize) -> Option<Vec<(i64, i64, [u8; 16])>> {
+    let deltas = c.column(n, 8)?;
+    let created = c.column(n, 8)?;
+    let uuids = c.take(n.checked_mul(16)?)?;
+    let mut last = 0i64;
+    let mut out = Vec::with_capacity(n);
+    for (i, (delta, created)) in deltas.zip(created).enumerate() {
+        last = last.wrapping_add(le64(delta)?);
+        let mut uuid = [0u8; 16];
+        for (b, byte) in uuid.iter_mut().enumerate() {
+            *byte = uuids[b * n + i];
+        }
+        out.push((last, last.wrapping_add(le64(created)?), uuid));
+    }
+    Some(out)
+}
+
 /// Reads fixed-width columns off the front of a body.
-struct Cursor<'a> {
-    rest: &'a [u8],
+pub(super) struct Cursor<'a> {
+    pub(super) rest: &'a [u8],
 }
 
 impl<'a> Cursor<'a> {
-    fn take(&mut self, len: usize) -> Option<&'a [u8]> {
+    pub(super) fn take(&mut self, len: usize) -> Option<&'a [u8]> {
         if len > self.rest.len() {
             return None;
         }
@@ -91,7 +139,11 @@ impl<'a> Cursor<'a> {
     }
 
     /// `n` items of `width` bytes.
-    fn column(&mut self, n: usize, width: usize) -> Option<std::slice::ChunksExact<'a, u8>> {
+    pub(super) fn column(
+        &mut self,
+        n: usize,
+        width: usize,
+    ) -> Option<std::slice::ChunksExact<'a, u8>> {
         Some(self.take(n.checked_mul(width)?)?.chunks_exact(width))
     }
 }
@@ -100,17 +152,26 @@ fn le64(b: &[u8]) -> Option<i64> {
     Some(i64::from_le_bytes(b.try_into().ok()?))
 }
 
-fn le32(b: &[u8]) -> Option<usize> {
+pub(super) fn le32(b: &[u8]) -> Option<usize> {
     Some(u32::from_le_bytes(b.try_into().ok()?) as usize)
 }
 
 /// The decoded texts (each event's name, distinct id and properties, back to back)
 /// and the events' headers pointing into them; None if the body is damaged.
-pub(super) fn decode(body: &[u8], n: usize) -> Option<(Vec<u8>, Vec<Head>)> {
+pub(super) fn decode(body: &[u8], n: usize, by_key: bool) -> Option<(Vec<u8>, Vec<Head>)> {
     let mut c = Cursor { rest: body };
-    let times = c.column(n, 8)?;
-    let created = c.column(n, 8)?;
-    let uuids = c.column(n, 16)?;
+    let fixed = match by_key {
+        true => take_fixed(&mut c, n)?,
+        false => {
+            let times = c.column(n, 8)?;
+            let created = c.column(n, 8)?;
+            let uuids = c.column(n, 16)?;
+            let columns = times.zip(created).zip(uuids);
+            columns
+                .map(|((t, c), u)| Some((le64(t)?, le64(c)?, u.try_into().ok()?)))
+                .collect::<Option<Vec<_>>>()?
+        }
+    };
     let flags = c.take(n)?;
     if flags.iter().any(|&f| f > 1) {
         return None;
@@ -119,7 +180,7 @@ pub(super) fn decode(body: &[u8], n: usize) -> Option<(Vec<u8>, Vec<Head>)> {
     let mut persons = c.column(with_person, 16)?;
     let name_lens = c.column(n, 4)?;
     let id_lens = c.column(n, 4)?;
-    let props_lens = c.column(n, 4)?;
+    let props_lens = c.column(if by_key { 0 } else { n }, 4)?;
     let names_len = name_lens
         .clone()
         .try_fold(0usize, |a, l| a.checked_add(le32(l)?))?;
@@ -133,11 +194,18 @@ pub(super) fn decode(body: &[u8], n: usize) -> Option<(Vec<u8>, Vec<Head>)> {
         rest: c.take(ids_len)?,
     };
     let mut props = c;
+    // Version 3: every event's properties first, each then copied into place.
+    let by_key = match by_key {
+        true => Some(super::props::decode(&mut props, n)?),
+        false => None,
+    };
+    let mut props_lens = props_lens.map(le32);
     let mut out = Vec::with_capacity(body.len() * 2);
     let mut heads = Vec::with_capacity(n);
-    let columns = times.zip(created).zip(uuids).zip(flags);
-    let lens = name_lens.zip(id_lens).zip(props_lens);
-    for ((((time, created), uuid), &flag), ((name_len, id_len), props_len)) in columns.zip(lens) {
+    let columns = fixed.into_iter().zip(flags);
+    for (i, (((time, created, uuid), &flag), (name_len, id_len))) in
+        columns.zip(name_lens.zip(id_lens)).enumerate()
+    {
         let person = match flag {
             1 => Some(Uuid::from_slice(persons.next()?).ok()?),
             _ => None,
@@ -145,12 +213,21 @@ pub(super) fn decode(body: &[u8], n: usize) -> Option<(Vec<u8>, Vec<Head>)> {
         let event = append(&mut out, names.take(le32(name_len)?)?)?;
         let distinct_id = append(&mut out, ids.take(le32(id_len)?)?)?;
         let start = u32::try_from(out.len()).ok()?;
-        unpack(props.take(le32(props_len)?)?, &mut out)?;
+        match &by_key {
+            Some((all, ends)) => {
+                let from = match i {
+                    0 => 0,
+                    _ => ends[i - 1],
+                };
+                out.extend_from_slice(all.get(from..*ends.get(i)?)?);
+            }
+            None => unpack(props.take(props_lens.next()??)?, &mut out)?,
+        }
         let properties = (start, u32::try_from(out.len()).ok()?);
         heads.push(Head {
-            timestamp: le64(time)?,
-            created_at: le64(created)?,
-            uuid: Uuid::from_slice(uuid).ok()?,
+            timestamp: time,
+            created_at: created,
+            uuid: Uuid::from_bytes(uuid),
             person_id: person,
             event,
             distinct_id,
