@@ -175,6 +175,7 @@ try {
   step('filter events by a property')
   await page.goto(`${host}/console/#/events`)
   await page.locator('#ev-rows tr').first().waitFor()
+  await page.getByLabel('Property', { exact: true }).focus()
   await until('property names offered', async () => (await page.locator('#ev-prop-names option[value="n"]').count()) === 1)
   await page.getByLabel('Property', { exact: true }).fill('n')
   await page.getByLabel('Operator').selectOption('gt')
@@ -205,6 +206,7 @@ try {
     flag_now: (await page.locator('#person tr[data-flag="console-made"] td').nth(1).textContent()).trim(),
   }
   await page.getByLabel('Find by').selectOption('property')
+  await page.getByLabel('Property name').focus()
   await until('property names offered', async () => (await page.locator('#p-prop-names option[value="email"]').count()) === 1)
   await page.getByLabel('Property name').fill('email')
   await page.getByLabel('Operator').selectOption('icontains')
@@ -268,7 +270,7 @@ try {
     await page.getByLabel('Events').fill(events)
     await page.getByLabel('Range').selectOption(range)
     await page.getByLabel('Interval').selectOption(interval)
-    await page.getByLabel('Count').selectOption(measure)
+    await page.getByLabel('Count', { exact: true }).selectOption(measure)
     await page.evaluate(() => document.getElementById('in-table') && document.getElementById('in-table').remove())
     await page.getByRole('button', { name: 'Show' }).click()
     await page.locator('#in-table').waitFor()

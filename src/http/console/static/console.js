@@ -108,13 +108,24 @@ FP.timeAxis = (seconds) => ({
   values: (u, ticks) => ticks.map((t) => (seconds >= 86400 ? FP.fmt.date(t * 1000) : FP.fmt.clock(t * 1000))),
 })
 
-/** A <datalist> of the property names captured (`of` events or persons), filled once
- * asked; inputs point at it with list="<id>". */
+/** A <datalist> of the property names captured (`of` events or persons); inputs point
+ * at it with list="<id>". Asked again whenever such an input gets focus, so names
+ * captured since the page opened are offered too. */
 FP.propertyNames = (of, id) => {
   const list = h('datalist', { id })
-  FP.api('GET', `properties?of=${of}`)
-    .then((r) => list.replaceChildren(...r.names.map((n) => h('option', { value: n }))))
-    .catch(() => {})
+  let asking = false
+  const refresh = () => {
+    if (asking) return
+    asking = true
+    FP.api('GET', `properties?of=${of}`)
+      .then((r) => list.replaceChildren(...r.names.map((n) => h('option', { value: n }))))
+      .catch(() => {})
+      .finally(() => { asking = false })
+  }
+  const onFocus = (ev) => { if (ev.target instanceof Element && ev.target.getAttribute('list') === id) refresh() }
+  document.addEventListener('focusin', onFocus)
+  FP.onLeave(() => document.removeEventListener('focusin', onFocus))
+  refresh()
   return list
 }
 
@@ -178,6 +189,9 @@ FP.OPERATORS = [
   ['is_date_before', 'date before'], ['is_date_after', 'date after'],
   ['semver_gte', 'version at least'], ['semver_lt', 'version below'],
 ]
+
+/** Replace an element's children as FP.h adds them: lists flattened, null left out. */
+FP.fill = (el, ...children) => el.replaceChildren(...children.flat(Infinity).filter((c) => c !== null && c !== undefined && c !== false))
 
 /** A paragraph saying what went wrong, announced to screen readers. */
 FP.errorBox = (message) => h('p', { class: 'error', role: 'alert' }, message)

@@ -100,7 +100,7 @@
   async function reachView(flag, box) {
     const r = await FP.api('GET', `flag_reach?key=${encodeURIComponent(flag.key)}`)
     const share = r.scanned ? Math.round((1000 * r.reached) / r.scanned) / 10 : 0
-    box.replaceChildren(
+    FP.fill(box,
       h('p', { id: 'flag-reach' }, `${FP.fmt.int(r.reached)} of ${FP.fmt.count(r.scanned, 'stored person', 'stored persons')} (${share}%) get it now.`),
       r.complete ? null : h('p', { class: 'muted' }, 'Only part of the persons was evaluated (a sample in id order); the share estimates the whole.'),
       Object.keys(r.values).length > 1 || (Object.keys(r.values)[0] || 'true') !== 'true'
@@ -118,13 +118,13 @@
     const status = h('p', { role: 'status', 'aria-live': 'polite', class: 'notice' })
     if (FP.flash) { status.textContent = FP.flash; FP.flash = null }
     const rules = h('div', {}, rulesInWords(flag))
-    const toggle = FP.flagSwitch(flag, status, () => rules.replaceChildren(...rulesInWords(flag).filter(Boolean)))
+    const toggle = FP.flagSwitch(flag, status, () => FP.fill(rules, rulesInWords(flag)))
     const remove = h('button', { type: 'button', class: 'danger' }, 'Delete')
     remove.addEventListener('click', () => FP.confirmDelete(flag, status, remove))
     const exposures = h('div', { id: 'flag-exposures' })
     const reach = h('div', { id: 'flag-reach-box' }, h('p', { class: 'muted' }, 'Evaluating…'))
     const history = await FP.api('GET', `feature_flags/${flag.id}/activity/?limit=20`)
-    main.replaceChildren(
+    FP.fill(main,
       h('p', {}, h('a', { href: '#/flags' }, '← All flags')),
       h('h1', {}, h('code', {}, flag.key)),
       flag.name ? h('p', {}, flag.name) : null,

@@ -68,7 +68,7 @@
       h('div', { class: 'toolbar' },
         h('a', { href: '#/flag/new', class: 'button primary', id: 'new-flag' }, 'New flag')),
       status,
-      list.count ? [tools, table] : h('p', { class: 'muted' }, 'No flags yet. Create the first one.'))
+      ...(list.count ? [tools, table] : [h('p', { class: 'muted' }, 'No flags yet. Create the first one.')]))
   }
 
   function row(flag, exposed, status) {
