@@ -103,10 +103,21 @@ FP.confirm = ({ title, text, yes, danger, opener }) => new Promise((resolve) => 
   no.focus()
 })
 
-/** Axis ticks in the browser's locale for a uPlot time axis of `seconds` buckets. */
-FP.timeAxis = (seconds) => ({
-  values: (u, ticks) => ticks.map((t) => (seconds >= 86400 ? FP.fmt.date(t * 1000) : FP.fmt.clock(t * 1000))),
-})
+/** A uPlot time axis for `seconds` buckets: ticks a whole bucket (or several) apart,
+ * labelled in the browser's locale; an hourly axis names the day at midnight. */
+FP.timeAxis = (seconds) => {
+  const DAY = 86400
+  const daily = seconds >= DAY
+  return {
+    space: daily ? 90 : 60,
+    incrs: daily ? [DAY, 2 * DAY, 7 * DAY, 14 * DAY, 30 * DAY]
+      : [3600, 2 * 3600, 3 * 3600, 6 * 3600, 12 * 3600, DAY, 2 * DAY, 7 * DAY],
+    values: (u, ticks) => ticks.map((t) => {
+      const d = new Date(t * 1000)
+      return daily || (d.getHours() === 0 && d.getMinutes() === 0) ? FP.fmt.date(d) : FP.fmt.clock(d)
+    }),
+  }
+}
 
 /** A <datalist> of the property names captured (`of` events or persons); inputs point
  * at it with list="<id>". Asked again whenever such an input gets focus, so names
