@@ -27,9 +27,9 @@ use crate::flags::{Context, ProjectRules};
 use crate::persons::Person;
 use crate::store::query;
 
-/// Persons a list or a search examines at most. Decoding a stored person costs about
-/// a microsecond and a half per hundred bytes, so a million persons (the bound) is a
-/// few seconds of one blocking thread; past it the answer says it is incomplete.
+/// Persons a list or a search examines at most; past it the answer says it is
+/// incomplete. What a pass costs at this bound is measured by `cargo bench --bench
+/// console_persons` (docs/console.md has the figures).
 pub const MAX_PERSONS_SCANNED: usize = 1_000_000;
 /// Events a property filter examines per page at most; the next page goes on from
 /// there. Blocks are decoded as the walk reaches them, so this bounds the work of one
@@ -160,6 +160,13 @@ pub async fn persons(
     ))
 }
 
+/// A stored person's first event, read without building the rest of it: a list
+/// without a test needs nothing else until it knows which persons it keeps.
+#[derive(serde::Deserialize)]
+struct Born {
+    created_at: i64,
+}
+
 /// The `keep` newest persons passing the test, newest first; how many were examined
 /// and whether that was all of them.
 pub fn newest_persons(
@@ -168,40 +175,55 @@ pub fn newest_persons(
     matcher: Option<&Matcher>,
     keep: usize,
 ) -> Result<(Vec<Person>, usize, bool), sled::Error> {
-    // A min-heap of the newest so far: the oldest of them is the one to drop.
-    let mut heap: BinaryHeap<Reverse<(i64, uuid::Uuid, usize)>> = BinaryHeap::new();
-    let mut held: HashMap<usize, Person> = HashMap::new();
+    // A min-heap of the newest so far, by first event then key: the oldest of them
+    // is the one to drop.
+    let mut heap: BinaryHeap<Reverse<(i64, sled::IVec)>> = BinaryHeap::new();
     let mut scanned = 0;
     let mut complete = true;
-    for (n, entry) in persons_of(trees, project).enumerate() {
-        if n >= MAX_PERSONS_SCANNED {
+    for entry in trees
+        .persons
+        .scan_prefix(crate::store::keys::project(project))
+    {
+        if scanned >= MAX_PERSONS_SCANNED {
             complete = false;
             break;
         }
         scanned += 1;
-        let Some(person) = entry? else { continue };
-        let passes = matcher.is_none_or(|m| {
-            let id = person.distinct_ids.first().map_or("", String::as_str);
-            m.matches(id, &person.properties)
-        });
-        if !passes {
-            continue;
-        }
-        let place = (person.created_at, person.id, n);
+        let (key, bytes) = entry?;
+        let created_at = match matcher {
+            None => match serde_json::from_slice::<Born>(&bytes) {
+                Ok(born) => born.created_at,
+                Err(_) => continue,
+            },
+            Some(m) => {
+                let Ok(person) = serde_json::from_slice::<Person>(&bytes) else {
+                    continue;
+                };
+                let id = person.distinct_ids.first().map_or("", String::as_str);
+                if !m.matches(id, &person.properties) {
+                    continue;
+                }
+                person.created_at
+            }
+        };
+        let place = (created_at, key);
         if heap.len() < keep {
             heap.push(Reverse(place));
-            held.insert(n, person);
         } else if heap.peek().is_some_and(|Reverse(oldest)| place > *oldest) {
-            if let Some(Reverse((_, _, gone))) = heap.pop() {
-                held.remove(&gone);
-            }
+            heap.pop();
             heap.push(Reverse(place));
-            held.insert(n, person);
         }
     }
-    let mut order: Vec<(i64, uuid::Uuid, usize)> = heap.into_iter().map(|r| r.0).collect();
+    let mut order: Vec<(i64, sled::IVec)> = heap.into_iter().map(|r| r.0).collect();
     order.sort_by(|a, b| b.cmp(a));
-    let newest = order.iter().filter_map(|p| held.remove(&p.2)).collect();
+    let mut newest = Vec::with_capacity(order.len());
+    for (_, key) in order {
+        if let Some(bytes) = trees.persons.get(&key)? {
+            if let Ok(person) = serde_json::from_slice::<Person>(&bytes) {
+                newest.push(person);
+            }
+        }
+    }
     Ok((newest, scanned, complete))
 }
 

@@ -9,7 +9,7 @@
 mod assets;
 mod counts;
 mod data;
-mod find;
+pub mod find;
 mod flag;
 mod insights;
 

@@ -314,6 +314,19 @@ try {
   await page.locator('tr[data-flag="console-made"]').waitFor()
   summary.phone_overflow = await page.evaluate(() => document.documentElement.scrollWidth > window.innerWidth)
   await shoot(page, 'phone-flags')
+  // The new pages too: the flag's page with its chart, persons, insights' table.
+  summary.phone_overflow_pages = {}
+  for (const [name, hash, ready] of [
+    ['flag', '#/flags', null], ['persons', '#/persons', '#p-out tr[data-person]'], ['insights', '#/insights', '#in-table'],
+  ]) {
+    await page.goto(`${host}/console/${hash}`)
+    if (name === 'flag') {
+      await page.locator('tr[data-flag="console-made"] a').first().click()
+      await page.locator('#fx-numbers table').waitFor()
+    } else await page.locator(ready).first().waitFor()
+    summary.phone_overflow_pages[name] = await page.evaluate(() => document.documentElement.scrollWidth > window.innerWidth)
+  }
+  await checkA11y(page, 'phone-flag-page')
   await page.setViewportSize({ width: 1200, height: 860 })
 
   step('cross-site requests refused')

@@ -47,6 +47,7 @@ fn the_console_in_chromium() {
         "persons",
         "persons-list",
         "flag-page",
+        "phone-flag-page",
         "insights",
         "health",
     ] {
@@ -144,6 +145,10 @@ fn the_console_in_chromium() {
     assert_eq!(shape.iter().filter(|d| **d).count(), 14, "{german}");
     assert_eq!(s["health_errors"], "Every file loaded.");
     assert_eq!(s["phone_overflow"], false);
+    assert_eq!(
+        s["phone_overflow_pages"],
+        json!({"flag": false, "persons": false, "insights": false})
+    );
     assert_eq!(
         s["cookie"],
         json!({"httpOnly": true, "sameSite": "Strict", "path": "/console/"})
