@@ -139,6 +139,7 @@ pub fn run(
         tables,
         blocks,
         size_on_disk,
+        lookups: None,
     };
 
     let (mut again, restart_clean_seconds) = restart(runtime, name, binary, data_dir, db)?;

@@ -222,7 +222,7 @@ fn export(
 }
 
 /// The same request with the cursor of the next page.
-fn next_url(
+pub(super) fn next_url(
     app: &App,
     headers: &HeaderMap,
     path: &str,
@@ -251,7 +251,7 @@ fn unhex(s: &str) -> Option<Vec<u8>> {
 
 /// The read API's parameters.
 impl Params {
-    fn limit(&self) -> Result<usize, ApiError> {
+    pub(super) fn limit(&self) -> Result<usize, ApiError> {
         match self.get("limit") {
             None => Ok(DEFAULT_LIMIT),
             Some(v) => match v.parse::<usize>() {
@@ -263,7 +263,7 @@ impl Params {
         }
     }
 
-    fn cursor(&self) -> Result<Option<Vec<u8>>, ApiError> {
+    pub(super) fn cursor(&self) -> Result<Option<Vec<u8>>, ApiError> {
         self.get("cursor")
             .map(|c| unhex(c).ok_or_else(|| ApiError::BadQuery("cursor is not valid".into())))
             .transpose()
@@ -285,7 +285,7 @@ impl Params {
             })
     }
 
-    fn filter(&self) -> Result<EventFilter, ApiError> {
+    pub(super) fn filter(&self) -> Result<EventFilter, ApiError> {
         Ok(EventFilter {
             after: self.time("after")?,
             before: self.time("before")?,

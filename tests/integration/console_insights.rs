@@ -1,7 +1,8 @@
 //! The console's insights read from rollups: the JSON endpoints its page calls
-//! (counts, unique persons, top events, exposures, survey responses) equal exact
-//! counts of the stored events, and a database without rollups (as an older version
-//! left it) is backfilled on start to the same answers.
+//! (counts, unique persons per bucket and over the whole range, top events, exposures,
+//! survey responses) equal exact counts of the stored events, a range given by its
+//! start and end buckets from the hour it starts in, and a database without rollups
+//! (as an older version left it) is backfilled on start to the same answers.
 
 use std::collections::{BTreeMap, HashSet};
 
@@ -59,10 +60,47 @@ fn insights(server: &Server, s: &Signed) -> Value {
     json!({
         "counts": get(server, s, &format!("/console/api/insights/counts?{q}")),
         "hours": get(server, s, "/console/api/insights/counts?hours=168&interval=hour&event=signup"),
+        "range": get(server, s, &format!("/console/api/insights/counts?interval=day&event=signup&from={}&to={}",
+            range().0, range().1)),
         "top": get(server, s, "/console/api/insights/top?hours=168"),
         "exposures": get(server, s, "/console/api/exposures?hours=168"),
         "surveys": get(server, s, "/console/api/insights/surveys?hours=168"),
     })
+}
+
+/// Three days up to now, starting at 05:00 UTC as a viewer's local midnight might.
+fn range() -> (i64, i64) {
+    let now = OffsetDateTime::now_utc();
+    let day = (now.unix_timestamp() / 86_400 - 3) * 86_400_000;
+    (
+        day + 5 * 3_600_000,
+        (now.unix_timestamp_nanos() / 1_000_000) as i64,
+    )
+}
+
+/// The distinct persons of an event over the buckets' whole span, as the read API
+/// stores them: the whole range's unique count is theirs, not the buckets' sum.
+fn expected_range(stored: &[Value], counts: &Value, event: &str) -> (u64, u64) {
+    let buckets = counts["buckets"].as_array().unwrap();
+    let step = counts["interval_seconds"].as_i64().unwrap() * 1000;
+    let first = ms(buckets[0].as_str().unwrap());
+    let end = first + step * buckets.len() as i64;
+    let mut total = 0;
+    let mut who = HashSet::new();
+    for e in stored.iter().filter(|e| e["event"] == event) {
+        let t = ms(e["timestamp"].as_str().unwrap());
+        if t >= first && t < end {
+            total += 1;
+            who.insert(
+                e["person_id"]
+                    .as_str()
+                    .or(e["distinct_id"].as_str())
+                    .unwrap()
+                    .to_owned(),
+            );
+        }
+    }
+    (total, who.len() as u64)
 }
 
 /// The chart's numbers counted from the stored events: per bucket, each event's
@@ -78,7 +116,11 @@ fn expected_series(stored: &[Value], counts: &Value, event: &str) -> (Vec<u64>, 
     let mut totals = vec![0u64; buckets.len()];
     let mut who = vec![HashSet::new(); buckets.len()];
     for e in stored.iter().filter(|e| e["event"] == event) {
-        let i = ((ms(e["timestamp"].as_str().unwrap()) - buckets[0]) / step) as usize;
+        let t = ms(e["timestamp"].as_str().unwrap());
+        let i = ((t - buckets[0]) / step) as usize;
+        if t < buckets[0] || i >= totals.len() {
+            continue;
+        }
         totals[i] += 1;
         let person = e["person_id"].as_str().or(e["distinct_id"].as_str());
         who[i].insert(person.unwrap().to_owned());
@@ -97,7 +139,34 @@ fn check(answers: &Value, stored: &[Value]) {
         assert_eq!(series["event"], *event);
         assert_eq!(series["total"], json!(total), "{event}");
         assert_eq!(series["unique"], json!(unique), "{event}");
+        let (total, unique) = expected_range(stored, counts, event);
+        assert_eq!(series["range_total"], total, "{event}");
+        assert_eq!(series["range_unique"], unique, "{event}");
     }
+    // Seven persons over five days: summing the days would count most of them twice.
+    let signup = &counts["series"][0];
+    let summed: u64 = signup["unique"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap())
+        .sum();
+    assert!(
+        signup["range_unique"].as_u64().unwrap() < summed,
+        "{signup}"
+    );
+
+    let ranged = &answers["range"];
+    let (from, to) = range();
+    assert_eq!(ms(ranged["buckets"][0].as_str().unwrap()), from);
+    let days = ranged["buckets"].as_array().unwrap().len() as i64;
+    assert_eq!(days, (to - from + 86_400_000 - 1) / 86_400_000);
+    let (total, unique) = expected_series(stored, ranged, "signup");
+    assert_eq!(ranged["series"][0]["total"], json!(total));
+    assert_eq!(ranged["series"][0]["unique"], json!(unique));
+    let (total, unique) = expected_range(stored, ranged, "signup");
+    assert_eq!(ranged["series"][0]["range_total"], total);
+    assert_eq!(ranged["series"][0]["range_unique"], unique);
     let hours = &answers["hours"];
     let (total, unique) = expected_series(stored, hours, "signup");
     assert_eq!(hours["series"][0]["total"], json!(total));

@@ -7,6 +7,7 @@ mod backup;
 mod capture;
 mod capture_v1;
 mod console;
+mod console_find;
 mod console_insights;
 mod crash;
 mod damage;

@@ -23,6 +23,11 @@ const FILES: &[(&str, &str, &[u8])] = &[
     ),
     ("/assets/flags.js", JS, include_bytes!("static/flags.js")),
     (
+        "/assets/flag_page.js",
+        JS,
+        include_bytes!("static/flag_page.js"),
+    ),
+    (
         "/assets/flag_form.js",
         JS,
         include_bytes!("static/flag_form.js"),

@@ -1,77 +1,18 @@
-//! The console's reads that the read API has no endpoint for: persons found by a
-//! property, the flags a person gets now (the evaluation `/decide` runs), and the
+//! The console's reads that the read API has no endpoint for: the flags a person
+//! gets now (the evaluation `/decide` runs), and the
 //! server's health (the numbers behind `/metrics` and readiness). Flag exposures are
 //! with the other insights (`insights`).
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
-use hyper::{HeaderMap, Response, StatusCode};
+use hyper::{Response, StatusCode};
 use serde_json::{json, Value};
 
-use super::super::api::{self, Resource};
 use super::super::error::ApiError;
 use super::super::params::Params;
 use super::super::response::{self, Body};
 use crate::app::App;
-
-/// Persons examined at most when looking one up by a property: the lookup scans, so
-/// it is bounded, and the answer says when it stopped early.
-const MAX_PERSONS_SCANNED: usize = 200_000;
-/// Persons a property lookup returns at most.
-const MAX_PERSONS_FOUND: usize = 100;
-
-/// `?distinct_id=` as the read API answers it; `?property=&value=` finds persons whose
-/// property equals the value (as text, so `42` finds the number and the string).
-pub async fn persons(
-    app: &Arc<App>,
-    project: u64,
-    headers: &HeaderMap,
-    path: &str,
-    query: Option<&str>,
-) -> Result<Response<Body>, ApiError> {
-    let params = Params::parse(query);
-    let Some(property) = params.get("property").map(str::to_owned) else {
-        return api::serve(app, project, Resource::Persons, headers, path, query).await;
-    };
-    let value = params.get("value").unwrap_or("").to_owned();
-    // Held for the request: a reopen of the database waits for it.
-    let open = app.store.get().ok_or(ApiError::Storage)?;
-    let (found, complete) = super::insights::blocking(move || {
-        let mut found = Vec::new();
-        let mut scanned = 0;
-        for entry in open
-            .trees
-            .persons
-            .scan_prefix(crate::store::keys::project(project))
-        {
-            let (_, bytes) = entry?;
-            scanned += 1;
-            if scanned > MAX_PERSONS_SCANNED {
-                return Ok::<_, sled::Error>((found, false));
-            }
-            let Ok(person) = serde_json::from_slice::<crate::persons::Person>(&bytes) else {
-                continue;
-            };
-            let matches = person.properties.get(&property).is_some_and(|v| match v {
-                Value::String(s) => *s == value,
-                other => serde_json::to_string(other).is_ok_and(|t| t == value),
-            });
-            if matches {
-                found.push(api::person_json(&person));
-                if found.len() >= MAX_PERSONS_FOUND {
-                    break;
-                }
-            }
-        }
-        Ok((found, true))
-    })
-    .await?;
-    Ok(response::json(
-        StatusCode::OK,
-        &json!({"results": found, "next": null, "complete": complete}),
-    ))
-}
 
 /// `?distinct_id=`: what `/flags?v=2` answers for that id right now.
 pub fn person_flags(
@@ -148,19 +89,4 @@ pub fn health(app: &App) -> Value {
         "reload_errors": reload_errors,
         "sessions": app.sessions.len(),
     })
-}
-
-/// The console's parameters.
-impl Params {
-    /// `hours`: 1 to 90 days' worth, 24 unless given.
-    pub fn hours(&self) -> Result<i64, ApiError> {
-        match self.get("hours") {
-            None => Ok(24),
-            Some(v) => v
-                .parse::<i64>()
-                .ok()
-                .filter(|h| (1..=90 * 24).contains(h))
-                .ok_or_else(|| ApiError::BadQuery("hours must be 1 to 2160".into())),
-        }
-    }
 }

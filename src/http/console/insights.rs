@@ -1,11 +1,10 @@
-//! The console's insights: event counts over time in hour or day buckets (total and
-//! unique persons, several events at once), the top events of a range, flag
-//! exposures by variant, and survey responses. Each is read from the rollups the
+//! The console's insights beside the counts over time (`counts`): the top events of a
+//! range, flag exposures by variant, and survey responses. Each is read from the rollups the
 //! compactor keeps (`store::rollup`: whole hours, unique persons estimated past 128 a
 //! bucket), or counted from the stored events of the range while a backfill is still
 //! building them; every answer says which (`rollups`).
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use hyper::{Response, StatusCode};
@@ -13,133 +12,16 @@ use serde_json::{json, Value};
 
 use super::super::error::ApiError;
 use super::super::response::{self, Body};
+use super::counts::Range;
 use crate::app::App;
 use crate::http::params::Params;
 use crate::store::event::StoredEvent;
 use crate::store::query::{self, EventFilter};
-use crate::store::rollup::{self, hour_of, Status};
+use crate::store::rollup::{self, Status};
 use crate::store::Trees;
 
-const HOUR_MS: i64 = 3_600_000;
-const DAY_MS: i64 = 24 * HOUR_MS;
-/// Events charted at once at most: a legend past this is unreadable anyway.
-const MAX_SERIES: usize = 10;
 /// Events the top list names.
 const TOP: usize = 20;
-
-/// `?event=a&event=b&interval=hour|day&hours=N`: per bucket, each event's count and
-/// its unique persons (an event without a person counts its distinct id). Buckets are
-/// whole hours or UTC days, each counted whole (the current one too).
-pub async fn counts(
-    app: &Arc<App>,
-    project: u64,
-    query: Option<&str>,
-) -> Result<Response<Body>, ApiError> {
-    let params = Params::parse(query);
-    let hours = params.hours()?;
-    let step = match params.get("interval").unwrap_or("day") {
-        "hour" => HOUR_MS,
-        "day" => DAY_MS,
-        _ => return Err(ApiError::BadQuery("interval must be hour or day".into())),
-    };
-    let mut events = params.all("event");
-    events.dedup();
-    if events.is_empty() || events.len() > MAX_SERIES {
-        return Err(ApiError::BadQuery(format!(
-            "name 1 to {MAX_SERIES} events with event="
-        )));
-    }
-    let now = crate::support::clock::now_ms();
-    let first = (now - hours * HOUR_MS).div_euclid(step) * step;
-    let buckets: Vec<i64> = (0..)
-        .map(|i| first + i * step)
-        .take_while(|t| *t <= now)
-        .collect();
-    // Held for the request: a reopen of the database waits for it.
-    let open = app.store.get().ok_or(ApiError::Storage)?;
-    let n = buckets.len();
-    let names = events.clone();
-    let (series, status) = blocking(move || {
-        let trees = &open.trees;
-        let status = rollup::status(&trees.meta)?;
-        let series = match status {
-            Status::Ready => {
-                let mut out = HashMap::new();
-                for name in names {
-                    let series = rollup::series(&trees.rollups, project, &name, (first, step, n))?;
-                    out.insert(name, series);
-                }
-                out
-            }
-            Status::Building(_) => scan_counts(trees, project, &names, first, step, n, now)?,
-        };
-        Ok((series, status))
-    })
-    .await?;
-    let series: Vec<Value> = events
-        .iter()
-        .map(|e| {
-            let zero = (vec![0u64; n], vec![0u64; n]);
-            let (total, unique) = series.get(e).unwrap_or(&zero);
-            json!({"event": e, "total": total, "unique": unique})
-        })
-        .collect();
-    let times: Vec<String> = buckets
-        .iter()
-        .map(|t| crate::support::clock::format_ms(*t))
-        .collect();
-    Ok(response::json(
-        StatusCode::OK,
-        &json!({"interval_seconds": step / 1000, "buckets": times, "series": series,
-                "rollups": describe(status)}),
-    ))
-}
-
-/// Each event's totals and unique persons per bucket.
-type Series = HashMap<String, (Vec<u64>, Vec<u64>)>;
-
-/// [`counts`] from the stored events themselves, while the rollups are being built.
-fn scan_counts(
-    trees: &Trees,
-    project: u64,
-    names: &[String],
-    first: i64,
-    step: i64,
-    n: usize,
-    now: i64,
-) -> Result<Series, sled::Error> {
-    let wanted: HashSet<&String> = names.iter().collect();
-    let mut totals: HashMap<String, Vec<u64>> = HashMap::new();
-    let mut seen: HashMap<String, Vec<HashSet<String>>> = HashMap::new();
-    scan(trees, project, first, now, |e| {
-        if !wanted.contains(&e.event) {
-            return;
-        }
-        let Ok(i) = usize::try_from((e.timestamp - first) / step) else {
-            return;
-        };
-        if i >= n {
-            return;
-        }
-        totals.entry(e.event.clone()).or_insert_with(|| vec![0; n])[i] += 1;
-        let who = e
-            .person_id
-            .map_or_else(|| e.distinct_id.clone(), |p| p.to_string());
-        seen.entry(e.event.clone())
-            .or_insert_with(|| vec![HashSet::new(); n])[i]
-            .insert(who);
-    })?;
-    Ok(totals
-        .into_iter()
-        .map(|(k, t)| {
-            let u = seen
-                .get(&k)
-                .map(|v| v.iter().map(|s| s.len() as u64).collect())
-                .unwrap_or_default();
-            (k, (t, u))
-        })
-        .collect())
-}
 
 /// The rollups' state as the page shows it.
 pub fn describe(status: Status) -> Value {
@@ -149,21 +31,16 @@ pub fn describe(status: Status) -> Value {
     }
 }
 
-/// The whole hours covering `hours` back from `now`, through the current one.
-fn hour_range(hours: i64, now: i64) -> (i64, i64) {
-    (hour_of(now - hours * HOUR_MS), hour_of(now) + HOUR_MS)
-}
-
 /// `?hours=N`: the most frequent events of the range, most first.
 pub async fn top(
     app: &Arc<App>,
     project: u64,
     query: Option<&str>,
 ) -> Result<Response<Body>, ApiError> {
-    let hours = Params::parse(query).hours()?;
-    let (counts, status) = over_hours(
+    let range = Range::parse(&Params::parse(query), crate::support::clock::now_ms())?;
+    let (counts, status) = over_range(
         app,
-        hours,
+        range,
         move |rollups, from, to| rollup::top(rollups, project, from, to),
         move |trees, after, before| {
             let mut counts: HashMap<String, u64> = HashMap::new();
@@ -183,7 +60,7 @@ pub async fn top(
         .collect();
     Ok(response::json(
         StatusCode::OK,
-        &json!({"hours": hours, "events": events, "rollups": describe(status)}),
+        &json!({"events": events, "rollups": describe(status)}),
     ))
 }
 
@@ -195,23 +72,23 @@ pub async fn exposures_page(
     project: u64,
     query: Option<&str>,
 ) -> Result<Response<Body>, ApiError> {
-    let hours = Params::parse(query).hours()?;
-    let (flags, status) = exposures(app, project, hours).await?;
+    let range = Range::parse(&Params::parse(query), crate::support::clock::now_ms())?;
+    let (flags, status) = exposures(app, project, range).await?;
     Ok(response::json(
         StatusCode::OK,
-        &json!({"hours": hours, "flags": flags, "rollups": describe(status)}),
+        &json!({"flags": flags, "rollups": describe(status)}),
     ))
 }
 
-/// Flag exposures in the last `hours`, by flag and returned value.
+/// Flag exposures in a range, by flag and returned value.
 pub async fn exposures(
     app: &Arc<App>,
     project: u64,
-    hours: i64,
+    range: Range,
 ) -> Result<(BTreeMap<String, BTreeMap<String, u64>>, Status), ApiError> {
-    over_hours(
+    over_range(
         app,
-        hours,
+        range,
         move |rollups, from, to| rollup::exposures(rollups, project, from, to),
         move |trees, after, before| scan_exposures(trees, project, after, before),
     )
@@ -224,10 +101,10 @@ pub async fn surveys(
     project: u64,
     query: Option<&str>,
 ) -> Result<Response<Body>, ApiError> {
-    let hours = Params::parse(query).hours()?;
-    let (by_survey, status) = over_hours(
+    let range = Range::parse(&Params::parse(query), crate::support::clock::now_ms())?;
+    let (by_survey, status) = over_range(
         app,
-        hours,
+        range,
         move |rollups, from, to| rollup::surveys(rollups, project, from, to),
         move |trees, after, before| scan_surveys(trees, project, after, before),
     )
@@ -240,7 +117,7 @@ pub async fn surveys(
         .collect();
     Ok(response::json(
         StatusCode::OK,
-        &json!({"hours": hours, "surveys": surveys, "rollups": describe(status)}),
+        &json!({"surveys": surveys, "rollups": describe(status)}),
     ))
 }
 
@@ -279,26 +156,25 @@ fn scan_surveys(
     Ok(by_survey)
 }
 
-/// A read over the last `hours`: from the rollups (whole hours through the current
-/// one) once they are built, else by scanning the stored events of the range; with the
-/// rollups' state, which the answer reports.
-async fn over_hours<T: Send + 'static>(
+/// A read over a range: from the rollups (the whole hours covering it) once they are
+/// built, else by scanning the stored events of the range; with the rollups' state,
+/// which the answer reports.
+async fn over_range<T: Send + 'static>(
     app: &Arc<App>,
-    hours: i64,
+    range: Range,
     from_rollups: impl FnOnce(&rollup::Rollups, i64, i64) -> Result<T, sled::Error> + Send + 'static,
     by_scan: impl FnOnce(&Trees, i64, i64) -> Result<T, sled::Error> + Send + 'static,
 ) -> Result<(T, Status), ApiError> {
-    let now = crate::support::clock::now_ms();
     // Held for the request: a reopen of the database waits for it.
     let open = app.store.get().ok_or(ApiError::Storage)?;
     blocking(move || {
         let status = rollup::status(&open.trees.meta)?;
         let value = match status {
             Status::Ready => {
-                let (from, to) = hour_range(hours, now);
+                let (from, to) = range.hours();
                 from_rollups(&open.trees.rollups, from, to)?
             }
-            Status::Building(_) => by_scan(&open.trees, now - hours * HOUR_MS, now)?,
+            Status::Building(_) => by_scan(&open.trees, range.from, range.to)?,
         };
         Ok((value, status))
     })
@@ -337,7 +213,7 @@ fn scan_exposures(
 }
 
 /// Every stored event of the project between two times.
-fn scan(
+pub(super) fn scan(
     trees: &Trees,
     project: u64,
     after: i64,

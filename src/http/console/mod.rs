@@ -7,7 +7,10 @@
 //! token; the cookie alone never suffices.
 
 mod assets;
+mod counts;
 mod data;
+pub mod find;
+mod flag;
 mod insights;
 
 use std::net::SocketAddr;
@@ -131,27 +134,31 @@ async fn api(
     }
     let (parts, _) = req.into_parts();
     let (headers, query) = (&parts.headers, parts.uri.query());
-    let read =
-        |resource| super::api::serve(app, s.project, resource, headers, parts.uri.path(), query);
     // The session has its key's rights, no more: a scoped key's pages refuse as the
     // API would.
     let needs = match rest.as_str() {
-        "events" | "exposures" | "insights/counts" | "insights/top" | "insights/surveys" => {
-            Some("query:read")
-        }
-        "persons" | "person_flags" => Some("person:read"),
+        "events" | "exposures" | "insights/counts" | "insights/top" | "insights/surveys"
+        | "flag_exposures" | "properties" => Some("query:read"),
+        "persons" | "person_flags" | "flag_reach" => Some("person:read"),
         _ => None,
     };
+    // Property names of persons are persons' data.
+    if rest == "properties" && super::params::Params::parse(query).get("of") == Some("persons") {
+        super::personal::require(&caller, "person:read")?;
+    }
     if let Some(scope) = needs {
         super::personal::require(&caller, scope)?;
     }
     match rest.as_str() {
-        "events" => read(super::api::Resource::Events).await,
-        "persons" => data::persons(app, s.project, headers, parts.uri.path(), query).await,
+        "events" => find::events(app, s.project, headers, parts.uri.path(), query).await,
+        "persons" => find::persons(app, s.project, headers, parts.uri.path(), query).await,
+        "properties" => find::properties(app, s.project, query).await,
+        "flag_exposures" => flag::exposures(app, s.project, query).await,
+        "flag_reach" => flag::reach(app, s.project, query).await,
         "person_flags" => data::person_flags(app, s.project, query),
         "exposures" => insights::exposures_page(app, s.project, query).await,
         "health" => Ok(response::json(StatusCode::OK, &data::health(app))),
-        "insights/counts" => insights::counts(app, s.project, query).await,
+        "insights/counts" => counts::counts(app, s.project, query).await,
         "insights/top" => insights::top(app, s.project, query).await,
         "insights/surveys" => insights::surveys(app, s.project, query).await,
         _ => Err(ApiError::NotFound),

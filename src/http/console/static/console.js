@@ -54,9 +54,18 @@ FP.api = async function api(method, path, body) {
   return data
 }
 
+// One date format everywhere, the browser's own locale: the tables, the charts' axes
+// and the date pickers (which the browser draws in that locale itself).
 FP.fmt = {
-  int: (n) => (n === null || n === undefined ? '–' : Number(n).toLocaleString('en-US')),
-  time: (iso) => (iso ? new Date(iso).toLocaleString('en-GB', { hour12: false }) : '–'),
+  int: (n) => (n === null || n === undefined ? '–' : Number(n).toLocaleString()),
+  time: (iso) => (iso ? new Date(iso).toLocaleString(undefined, { dateStyle: 'medium', timeStyle: 'medium' }) : '–'),
+  date: (d) => new Date(d).toLocaleDateString(undefined, { dateStyle: 'medium' }),
+  clock: (d) => new Date(d).toLocaleTimeString(undefined, { timeStyle: 'short' }),
+  /** A bucket's start as its table row and chart tick say it: a day, or a day and hour. */
+  bucket: (d, seconds) => (seconds >= 86400 ? FP.fmt.date(d)
+    : new Date(d).toLocaleString(undefined, { dateStyle: 'medium', timeStyle: 'short' })),
+  /** "1 property", "2 properties". */
+  count: (n, one, many) => `${FP.fmt.int(n)} ${n === 1 ? one : many}`,
   bytes(n) {
     const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB']
     let i = 0
@@ -71,6 +80,129 @@ FP.fmt = {
     return `${Math.round(s / 86400)} days`
   },
 }
+
+/** A modal question; resolves true when `yes` is chosen. Focus starts on Cancel and
+ * returns to `opener` when it closes. */
+FP.confirm = ({ title, text, yes, danger, opener }) => new Promise((resolve) => {
+  const ok = h('button', { type: 'button', class: danger ? 'danger' : 'primary', value: 'yes' }, yes)
+  const no = h('button', { type: 'button' }, 'Cancel')
+  const titleId = `confirm-${Date.now()}`
+  const dialog = h('dialog', { 'aria-labelledby': titleId, class: 'confirm' },
+    h('h2', { id: titleId }, title), h('p', {}, text), h('div', { class: 'toolbar' }, ok, no))
+  const close = (answer) => {
+    dialog.close()
+    dialog.remove()
+    if (opener) opener.focus()
+    resolve(answer)
+  }
+  ok.addEventListener('click', () => close(true))
+  no.addEventListener('click', () => close(false))
+  dialog.addEventListener('cancel', (ev) => { ev.preventDefault(); close(false) })
+  document.body.append(dialog)
+  dialog.showModal()
+  no.focus()
+})
+
+/** A uPlot time axis for `seconds` buckets: ticks a whole bucket (or several) apart,
+ * labelled in the browser's locale; an hourly axis names the day at midnight. */
+FP.timeAxis = (seconds) => {
+  const DAY = 86400
+  const daily = seconds >= DAY
+  return {
+    space: daily ? 90 : 60,
+    incrs: daily ? [DAY, 2 * DAY, 7 * DAY, 14 * DAY, 30 * DAY]
+      : [3600, 2 * 3600, 3 * 3600, 6 * 3600, 12 * 3600, DAY, 2 * DAY, 7 * DAY],
+    values: (u, ticks) => ticks.map((t) => {
+      const d = new Date(t * 1000)
+      return daily || (d.getHours() === 0 && d.getMinutes() === 0) ? FP.fmt.date(d) : FP.fmt.clock(d)
+    }),
+  }
+}
+
+/** A <datalist> of the property names captured (`of` events or persons); inputs point
+ * at it with list="<id>". Asked again whenever such an input gets focus, so names
+ * captured since the page opened are offered too. */
+FP.propertyNames = (of, id) => {
+  const list = h('datalist', { id })
+  let asking = false
+  const refresh = () => {
+    if (asking) return
+    asking = true
+    FP.api('GET', `properties?of=${of}`)
+      .then((r) => list.replaceChildren(...r.names.map((n) => h('option', { value: n }))))
+      .catch(() => {})
+      .finally(() => { asking = false })
+  }
+  const onFocus = (ev) => { if (ev.target instanceof Element && ev.target.getAttribute('list') === id) refresh() }
+  document.addEventListener('focusin', onFocus)
+  FP.onLeave(() => document.removeEventListener('focusin', onFocus))
+  refresh()
+  return list
+}
+
+/** Fill `list` with the captured values of property `key` (of events or persons). */
+FP.propertyValues = (of, key, list) => {
+  if (!key) return list.replaceChildren()
+  FP.api('GET', `properties?of=${of}&key=${encodeURIComponent(key)}`)
+    .then((r) => list.replaceChildren(...r.values.map((v) => h('option', { value: v }))))
+    .catch(() => {})
+}
+
+/** The ranges the insights and flag pages offer. Days are the browser's local days:
+ * "today" runs from local midnight to now, "last 7 days" from the midnight six days
+ * before today's, so the range holds seven whole local days, today the last. */
+FP.RANGES = [['today', 'Today'], ['yesterday', 'Yesterday'], ['7', 'Last 7 days'],
+  ['30', 'Last 30 days'], ['90', 'Last 90 days'], ['custom', 'Custom range']]
+
+/** {from, to} (Dates) of a range name; `custom` takes two yyyy-mm-dd texts, both days
+ * included. */
+FP.rangeOf = (name, first, last) => {
+  const midnight = (daysBack) => {
+    const d = new Date()
+    d.setHours(0, 0, 0, 0)
+    d.setDate(d.getDate() - daysBack)
+    return d
+  }
+  if (name === 'today') return { from: midnight(0), to: new Date() }
+  if (name === 'yesterday') return { from: midnight(1), to: midnight(0) }
+  if (name === 'custom') {
+    const [a, b] = [first, last].map((t) => (t ? new Date(`${t}T00:00:00`) : null))
+    if (!a || !b || isNaN(a) || isNaN(b)) throw new Error('Choose the first and the last day of the range.')
+    const end = new Date(b)
+    end.setDate(end.getDate() + 1)
+    if (end <= a) throw new Error('The last day must not be before the first.')
+    return { from: a, to: end }
+  }
+  return { from: midnight(Number(name) - 1), to: new Date() }
+}
+
+/** A line chart of buckets (ISO starts) and series [{label, values}], drawn with the
+ * vendored uPlot into `el`; returns the chart, to destroy when redrawn or left. */
+FP.chart = (el, buckets, seconds, series) => {
+  const COLOURS = ['#0b57d0', '#b45309', '#116329', '#9d174d', '#5b21b6', '#0e7490', '#4d7c0f', '#7c2d12', '#1e3a8a', '#701a75']
+  el.replaceChildren()
+  return new uPlot({
+    width: Math.max(280, el.clientWidth || document.getElementById('main').clientWidth - 32),
+    height: 320,
+    series: [{ value: (u, t) => (t === null ? '–' : FP.fmt.bucket(t * 1000, seconds)) },
+      ...series.map((s, i) => ({ label: s.label, stroke: COLOURS[i % COLOURS.length], width: 2 }))],
+    axes: [{ ...FP.timeAxis(seconds) }, { size: 60 }],
+    scales: { x: { time: true } },
+  }, [buckets.map((t) => Date.parse(t) / 1000), ...series.map((s) => s.values)], el)
+}
+
+/** PostHog's property operators as the search forms offer them: [operator, words]. */
+FP.OPERATORS = [
+  ['exact', 'equals'], ['is_not', 'does not equal'], ['icontains', 'contains'],
+  ['not_icontains', 'does not contain'], ['regex', 'matches regex'], ['not_regex', 'does not match regex'],
+  ['gt', 'greater than'], ['gte', 'at least'], ['lt', 'less than'], ['lte', 'at most'],
+  ['is_set', 'is set'], ['is_not_set', 'is not set'],
+  ['is_date_before', 'date before'], ['is_date_after', 'date after'],
+  ['semver_gte', 'version at least'], ['semver_lt', 'version below'],
+]
+
+/** Replace an element's children as FP.h adds them: lists flattened, null left out. */
+FP.fill = (el, ...children) => el.replaceChildren(...children.flat(Infinity).filter((c) => c !== null && c !== undefined && c !== false))
 
 /** A paragraph saying what went wrong, announced to screen readers. */
 FP.errorBox = (message) => h('p', { class: 'error', role: 'alert' }, message)

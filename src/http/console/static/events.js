@@ -1,4 +1,6 @@
-// Events page: the newest events with filters (name, distinct id, time range), each
+// Events page: the newest events with filters (name, distinct id, time range, a
+// property tested with PostHog's operators, its names and values offered from what was
+// captured), each
 // openable as its whole JSON, and a live tail that asks for events newer than the
 // newest shown every few seconds. Reads through the read API's own code.
 'use strict'
@@ -30,7 +32,12 @@
       distinct_id: h('input', { id: 'ev-distinct', name: 'distinct_id', autocomplete: 'off', value: prefill || '' }),
       after: h('input', { id: 'ev-after', name: 'after', type: 'datetime-local' }),
       before: h('input', { id: 'ev-before', name: 'before', type: 'datetime-local' }),
+      property: h('input', { id: 'ev-prop', name: 'property', autocomplete: 'off', list: 'ev-prop-names' }),
+      operator: h('select', { id: 'ev-op', name: 'operator' }, FP.OPERATORS.map(([o, words]) => h('option', { value: o }, words))),
+      value: h('input', { id: 'ev-value', name: 'value', autocomplete: 'off', list: 'ev-values' }),
     }
+    const values = h('datalist', { id: 'ev-values' })
+    fields.property.addEventListener('change', () => FP.propertyValues('events', fields.property.value.trim(), values))
     const live = h('input', { id: 'ev-live', type: 'checkbox' })
     const status = h('p', { role: 'status', 'aria-live': 'polite', class: 'muted', id: 'ev-status' })
     const body = h('tbody', { id: 'ev-rows' })
@@ -44,6 +51,9 @@
       distinct_id: fields.distinct_id.value.trim(),
       after: fields.after.value ? new Date(fields.after.value).toISOString() : '',
       before: fields.before.value ? new Date(fields.before.value).toISOString() : '',
+      ...(fields.property.value.trim() ? {
+        property: fields.property.value.trim(), operator: fields.operator.value, value: fields.value.value.trim(),
+      } : {}),
     })
     async function load() {
       const page = await FP.api('GET', `events?${query({ ...params(), limit: PAGE })}`)
@@ -51,7 +61,9 @@
       newest = page.results.length ? page.results[0].timestamp : newest
       next = page.next
       more.hidden = !next
-      status.textContent = page.results.length ? `${page.results.length} newest events shown.` : 'No events match.'
+      const examined = page.examined ? ` (${FP.fmt.int(page.examined)} events examined)` : ''
+      status.textContent = page.results.length ? `${FP.fmt.count(page.results.length, 'newest event', 'newest events')} shown${examined}.`
+        : next ? `None of the newest events match${examined}; look at older ones.` : 'No events match.'
     }
     async function older() {
       const cursor = new URL(next, location.href).searchParams.get('cursor')
@@ -91,6 +103,11 @@
         h('div', {}, h('label', { for: 'ev-after' }, 'After'), fields.after),
         h('div', {}, h('label', { for: 'ev-before' }, 'Before'), fields.before),
         h('div', {}, h('button', { type: 'submit', class: 'primary' }, 'Show events'))),
+      h('div', { class: 'row' },
+        h('div', {}, h('label', { for: 'ev-prop' }, 'Property'), fields.property),
+        h('div', {}, h('label', { for: 'ev-op' }, 'Operator'), fields.operator),
+        h('div', {}, h('label', { for: 'ev-value' }, 'Property value'), fields.value)),
+      FP.propertyNames('events', 'ev-prop-names'), values,
       h('div', { class: 'inline' }, live, ' ', h('label', { for: 'ev-live' }, `Live tail (every ${TAIL_EVERY_MS / 1000} s)`)))
     form.addEventListener('submit', (ev) => {
       ev.preventDefault()

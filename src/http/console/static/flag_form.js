@@ -109,7 +109,7 @@
       const ids = { type: id('ptype'), key: id('pkey'), op: id('pop'), value: id('pvalue') }
       const type = h('select', { id: ids.type },
         ['person', 'group', 'cohort', 'flag'].map((t) => h('option', { value: t, selected: p.type === t }, t)))
-      const pkey = h('input', { id: ids.key, value: p.key === undefined ? '' : String(p.key), autocomplete: 'off' })
+      const pkey = h('input', { id: ids.key, value: p.key === undefined ? '' : String(p.key), autocomplete: 'off', list: 'captured-person-properties' })
       const op = h('select', { id: ids.op },
         OPERATORS.map(([o, label]) => h('option', { value: o, selected: (p.operator || 'exact') === o }, `${label} (${o})`)))
       const value = h('input', { id: ids.value, value: showValue(p.value), autocomplete: 'off',
@@ -233,7 +233,8 @@
       save.disabled = true
       try {
         const saved = await FP.api(isNew ? 'POST' : 'PATCH', isNew ? 'feature_flags/' : `feature_flags/${flag.id}/`, body)
-        FP.go('#/flags')
+        FP.flash = `${saved.key} was ${isNew ? 'created' : 'saved'}.`
+        FP.go(`#/flag/${saved.id}`)
         return saved
       } catch (err) {
         const attr = err.body && err.body.attr
@@ -250,9 +251,9 @@
       }
     })
     redraw()
-    main.replaceChildren(form)
+    main.replaceChildren(form, FP.propertyNames('persons', 'captured-person-properties'))
     if (isNew) key.focus()
   }
 
-  FP.pages.flag = { id: 'flags', title: 'Flag', render }
+  FP.flagForm = render
 })()

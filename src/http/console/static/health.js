@@ -41,7 +41,7 @@
     const refresh = async () => {
       const s = await FP.api('GET', 'health')
       body.replaceChildren(...view(s))
-      stamp.textContent = `Updated ${new Date().toLocaleTimeString('en-GB', { hour12: false })}; refreshes every ${REFRESH_MS / 1000} s.`
+      stamp.textContent = `Updated ${FP.fmt.time(new Date())}; refreshes every ${REFRESH_MS / 1000} s.`
     }
     await refresh()
     main.replaceChildren(h('h1', {}, 'Health'), stamp, body)

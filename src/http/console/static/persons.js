@@ -1,6 +1,7 @@
-// Persons page: find a person by distinct id or by a property's value; show their
-// properties, distinct ids, recent events, and the flags they get right now from the
-// same evaluation /decide runs.
+// Persons page: the stored persons newest first, a page at a time, or those whose
+// property passes a test with PostHog's operators (names and values offered from what
+// was captured); or one person by distinct id, with their properties, distinct ids,
+// recent events, and the flags they get right now from the evaluation /decide runs.
 'use strict'
 ;(() => {
   const h = FP.h
@@ -32,7 +33,7 @@
       flagRows.length ? table('What /decide answers for this person now', ['Flag', 'Value', 'Why'], flagRows)
         : h('p', { class: 'muted' }, 'The project has no flags.'),
       h('h3', {}, 'Properties'),
-      props.length ? table(`${props.length} properties`, ['Property', 'Value'],
+      props.length ? table(FP.fmt.count(props.length, 'property', 'properties'), ['Property', 'Value'],
         props.map(([k, v]) => h('tr', {}, h('td', {}, h('code', {}, k)), h('td', {}, typeof v === 'string' ? v : JSON.stringify(v)))))
         : h('p', { class: 'muted' }, 'No properties.'),
       h('h3', {}, 'Recent events'),
@@ -41,44 +42,81 @@
       h('p', {}, h('a', { href: `#/events/${encodeURIComponent(distinctId)}` }, 'All events of this distinct id'))))
   }
 
+  /** A page of the list: who, since when, and the first few properties. */
+  function listTable(found, offset) {
+    const first = offset + 1
+    return table(`Persons ${FP.fmt.int(first)} to ${FP.fmt.int(offset + found.results.length)}, newest first`,
+      ['Distinct ids', 'First seen', 'Properties'], found.results.map((p) => h('tr', { 'data-person': p.id },
+        h('td', {}, p.distinct_ids.map((d, i) => [i ? ', ' : '', h('a', { href: `#/persons/${encodeURIComponent(d)}` }, d)])),
+        h('td', {}, FP.fmt.time(p.created_at)),
+        h('td', { class: 'hide-narrow' }, Object.entries(p.properties || {}).slice(0, 3)
+          .map(([k, v]) => `${k}: ${typeof v === 'string' ? v : JSON.stringify(v)}`).join(' · ')))))
+  }
+
   async function render(main, [prefill]) {
     const by = h('select', { id: 'p-by' },
       h('option', { value: 'distinct_id' }, 'Distinct id'),
       h('option', { value: 'property' }, 'Property'))
-    const prop = h('input', { id: 'p-prop', autocomplete: 'off', placeholder: 'email' })
+    const prop = h('input', { id: 'p-prop', autocomplete: 'off', placeholder: 'email', list: 'p-prop-names' })
+    const op = h('select', { id: 'p-op' }, FP.OPERATORS.map(([o, words]) => h('option', { value: o }, words)))
+    const values = h('datalist', { id: 'p-values' })
     const propBox = h('div', { hidden: true }, h('label', { for: 'p-prop' }, 'Property name'), prop)
-    const value = h('input', { id: 'p-value', autocomplete: 'off', required: true, value: prefill || '' })
+    const opBox = h('div', { hidden: true }, h('label', { for: 'p-op' }, 'Operator'), op)
+    const value = h('input', { id: 'p-value', autocomplete: 'off', value: prefill || '' })
     const out = h('div', { 'aria-live': 'polite', id: 'p-out' })
-    by.addEventListener('change', () => { propBox.hidden = by.value !== 'property' })
-    const form = h('form', { class: 'card', role: 'search', 'aria-label': 'Find a person' },
+    const pager = h('div', { class: 'toolbar', id: 'p-pager' })
+    by.addEventListener('change', () => {
+      propBox.hidden = opBox.hidden = by.value !== 'property'
+      if (by.value === 'property') value.setAttribute('list', 'p-values')
+      else value.removeAttribute('list')
+    })
+    prop.addEventListener('change', () => FP.propertyValues('persons', prop.value.trim(), values))
+    op.addEventListener('change', () => { value.disabled = op.value === 'is_set' || op.value === 'is_not_set' })
+    const form = h('form', { class: 'card', role: 'search', 'aria-label': 'Find persons' },
       h('div', { class: 'row' },
         h('div', {}, h('label', { for: 'p-by' }, 'Find by'), by),
-        propBox,
+        propBox, opBox,
         h('div', {}, h('label', { for: 'p-value' }, 'Value'), value),
-        h('div', {}, h('button', { type: 'submit', class: 'primary' }, 'Find'))))
+        h('div', {}, h('button', { type: 'submit', class: 'primary' }, 'Find')),
+        h('div', {}, h('button', { type: 'button', id: 'p-all', onclick: () => list(0).catch(shown) }, 'All persons'))),
+      FP.propertyNames('persons', 'p-prop-names'), values)
+    const shown = (err) => out.replaceChildren(FP.errorBox(err.message))
+
+    /** A page of persons, newest first, filtered by the property test if one is set. */
+    async function list(offset, filter) {
+      out.replaceChildren()
+      pager.replaceChildren()
+      const q = new URLSearchParams({ offset, limit: 50, ...(filter || {}) })
+      const found = await FP.api('GET', `persons?${q}`)
+      if (!found.results.length) {
+        return out.append(h('p', {}, filter ? 'No person matches.' : 'No persons stored yet.'))
+      }
+      if (!found.complete) out.append(h('p', { class: 'muted' }, `Only the first ${FP.fmt.int(found.scanned)} persons were searched; narrow the search.`))
+      out.append(listTable(found, offset))
+      if (offset > 0) pager.append(h('button', { type: 'button', onclick: () => list(Math.max(0, offset - 50), filter).catch(shown) }, 'Newer persons'))
+      if (found.next_offset) pager.append(h('button', { type: 'button', onclick: () => list(found.next_offset, filter).catch(shown) }, 'Older persons'))
+    }
+
     async function find() {
       out.replaceChildren()
+      pager.replaceChildren()
       const v = value.value.trim()
-      if (!v) return out.append(FP.errorBox('Enter what to look for.'))
       if (by.value === 'distinct_id') {
+        if (!v) return out.append(FP.errorBox('Enter a distinct id.'))
         const found = await FP.api('GET', `persons?distinct_id=${encodeURIComponent(v)}`)
         if (!found.results.length) return out.append(h('p', {}, `No person has the distinct id ${v}.`))
         return showPerson(out, found.results[0], v)
       }
-      const found = await FP.api('GET', `persons?property=${encodeURIComponent(prop.value.trim())}&value=${encodeURIComponent(v)}`)
-      if (!found.results.length) return out.append(h('p', {}, 'No person matches.'))
-      if (!found.complete) out.append(h('p', { class: 'muted' }, 'Only part of the persons was searched; narrow the search.'))
-      out.append(table(`${found.results.length} matching`, ['Distinct ids', 'Created'], found.results.map((p) =>
-        h('tr', {}, h('td', {}, p.distinct_ids.map((d, i) => [i ? ', ' : '', h('a', { href: `#/persons/${encodeURIComponent(d)}` }, d)])),
-          h('td', {}, FP.fmt.time(p.created_at))))))
+      if (!prop.value.trim()) return out.append(FP.errorBox('Enter a property name.'))
+      return list(0, { property: prop.value.trim(), operator: op.value, value: v })
     }
     form.addEventListener('submit', (ev) => {
       ev.preventDefault()
-      find().catch((err) => out.replaceChildren(FP.errorBox(err.message)))
+      find().catch(shown)
     })
-    main.replaceChildren(h('h1', {}, 'Persons'), form, out)
+    main.replaceChildren(h('h1', {}, 'Persons'), form, out, pager)
     if (prefill) await find()
-    else value.focus()
+    else await list(0)
   }
 
   FP.pages.persons = { id: 'persons', title: 'Persons', render }

@@ -1,6 +1,7 @@
 //! The console in Debian's Chromium, driven by playwright-core (tests/sdk/browser/
 //! console.mjs): every page used as a person would, axe-core on each, and nothing
-//! failing but the one refusal the script asks for. With
+//! failing but the one refusal the script asks for. The browser runs in New York's
+//! time zone, so the insights' local days are not UTC days. With
 //! `FLAGPOST_CONSOLE_SCREENSHOTS=docs/console` the run also refreshes the screenshots
 //! the documentation shows.
 
@@ -44,6 +45,9 @@ fn the_console_in_chromium() {
         "flags",
         "events",
         "persons",
+        "persons-list",
+        "flag-page",
+        "phone-flag-page",
         "insights",
         "health",
     ] {
@@ -55,6 +59,26 @@ fn the_console_in_chromium() {
     }
     assert_eq!(s["signed_in_as"], "one (project 1) · phx_..._one");
     assert_eq!(s["decide_on"], json!({"pro": true, "free": false}));
+    assert_eq!(s["created_notice"], "console-made was created.");
+    assert_eq!(
+        s["rules_in_words"],
+        "Group 1: 100% of users where plan is \"pro\"."
+    );
+    // Saying no to the confirmation changes nothing.
+    assert_eq!(
+        s["confirm_text"],
+        "Switch console-made off?Every user then gets false for it from /decide within a \
+         second.Switch offCancel"
+    );
+    assert_eq!(s["cancel_keeps"], json!({"switch": "true", "decide": true}));
+    assert_eq!(
+        s["confirm_on_text"],
+        "Switch console-made on?It then answers true (or a variant) to 100% where 1 \
+         condition.Switch onCancel"
+    );
+    assert_eq!(s["flag_search"], json!(["console-made"]));
+    assert_eq!(s["flag_filter_on_hides_it"], true);
+    assert_eq!(s["flag_filter_off"], json!(["console-made"]));
     assert_eq!(
         s["duplicate_error"],
         "There is already a feature flag with this key."
@@ -72,6 +96,28 @@ fn the_console_in_chromium() {
         json!({"distinct_ids": ["ada"], "flag_now": "true"})
     );
     assert_eq!(s["person_by_property"], json!(["ada"]));
+    assert_eq!(s["event_filter"], json!(["console live check"]));
+    assert_eq!(s["event_time_text"], s["event_time_expected"]);
+    // Newest first by first event: late-bird now, early-bird two days ago.
+    let newest = s["persons_newest_first"].as_array().unwrap();
+    assert_eq!(newest.first(), Some(&json!("late-bird")), "{newest:?}");
+    assert_eq!(newest.last(), Some(&json!("early-bird")), "{newest:?}");
+    assert_eq!(
+        s["persons_without_email"],
+        json!(["early-bird", "late-bird"])
+    );
+    assert_eq!(s["flag_exposures"], json!({"true": 2, "false": 1}));
+    let reach = s["flag_reach"].as_str().unwrap();
+    assert!(reach.starts_with("1 of "), "{reach}");
+    assert_eq!(s["flag_reach_examples"], json!(["ada"]));
+    assert_eq!(
+        s["flag_history"].as_array().unwrap().len(),
+        3,
+        "{}",
+        s["flag_history"]
+    );
+    assert_eq!(s["flag_history"][0], "active: false → true");
+    assert_eq!(s["flag_history"][1], "active: true → false");
     // The chart's numbers are the read API's.
     for event in ["console live check", "$identify"] {
         let r = server.api(
@@ -82,8 +128,27 @@ fn the_console_in_chromium() {
         assert_eq!(n, 1, "{event}");
         assert_eq!(s["chart_totals"][event], json!(n), "{event}");
     }
+    assert_eq!(s["chart_days"], 7);
+    assert_eq!(s["chart_day_label"], s["chart_day_expected"]);
+    // The range's unique persons are the union of the days': late-bird was seen on two.
+    assert_eq!(s["union"], json!({"buckets_summed": 3, "range_unique": 2}));
+    assert_eq!(s["today"]["total"], 1);
+    assert_eq!(s["today"]["hours"], s["today"]["hours_expected"]);
+    assert_eq!(s["custom_day"], json!({"rows": 1, "unique": 2, "total": 2}));
+    let german = s["german_event_time"].as_str().unwrap();
+    let shape: Vec<bool> = german.chars().map(|c| c.is_ascii_digit()).collect();
+    assert_eq!(
+        (german.len(), &german[2..3], &german[5..6], &german[10..12]),
+        (20, ".", ".", ", "),
+        "{german}"
+    );
+    assert_eq!(shape.iter().filter(|d| **d).count(), 14, "{german}");
     assert_eq!(s["health_errors"], "Every file loaded.");
     assert_eq!(s["phone_overflow"], false);
+    assert_eq!(
+        s["phone_overflow_pages"],
+        json!({"flag": false, "persons": false, "insights": false})
+    );
     assert_eq!(
         s["cookie"],
         json!({"httpOnly": true, "sameSite": "Strict", "path": "/console/"})
