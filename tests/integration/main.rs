@@ -8,6 +8,7 @@ mod capture;
 mod capture_v1;
 mod console;
 mod console_insights;
+mod console_origins;
 mod crash;
 mod damage;
 mod decide;
