@@ -392,6 +392,26 @@ mod tests {
         assert!(own_origin(&headers(&[("origin", "http://console.example")])).is_err());
     }
 
+    /// A state change needs both: the exact origin and the session's own token.
+    #[test]
+    fn a_state_change_needs_the_own_origin_and_the_session_token() {
+        let sessions = crate::manage::session::Sessions::default();
+        let (_, s) = sessions.create(1, "phx_k", "k").unwrap();
+        let host = ("host", "console.example");
+        let own = ("origin", "http://console.example");
+        let token = s.token.clone();
+        let same = |pairs: &[(&'static str, &str)]| same_site(&headers(pairs), &s).is_ok();
+        assert!(same(&[host, own, (TOKEN_HEADER, &token)]));
+        assert!(!same(&[host, own]), "no token");
+        assert!(!same(&[host, own, (TOKEN_HEADER, "0000")]), "another token");
+        let other = ("origin", "http://console.example.evil.example");
+        assert!(
+            !same(&[host, other, (TOKEN_HEADER, &token)]),
+            "another origin"
+        );
+        assert!(!same(&[host, (TOKEN_HEADER, &token)]), "no origin");
+    }
+
     #[test]
     fn the_cookie_is_found_among_others() {
         let h = headers(&[("cookie", "a=1; flagpost_console=abc; b=2")]);
