@@ -182,9 +182,7 @@ fn json_each_row(batch: &[Event], salt: u128) -> Vec<u8> {
 }
 
 fn row_binary_against_json_each_row() {
-    let Some(ch) = ClickHouse::start("sink_throughput") else {
-        return;
-    };
+    let ch = ClickHouse::start("sink_throughput");
     let mut dest = destination(&ch);
     let shape = dest.shape();
     assert_eq!(
@@ -298,9 +296,7 @@ fn worker_events_per_second() {
     use flagpost::sink::batch::Sources;
     use flagpost::sink::Worker;
 
-    let Some(ch) = ClickHouse::start("sink_worker_throughput") else {
-        return;
-    };
+    let ch = ClickHouse::start("sink_worker_throughput");
     let all = events(WORKER_CHUNKS * CHUNK_EVENTS);
     let total = (WORKER_CHUNKS * CHUNK_EVENTS) as u64;
     for batch_rows in WORKER_BATCHES {
@@ -351,9 +347,7 @@ enum Variant {
 
 fn insert_options() {
     use std::sync::Arc;
-    let Some(ch) = ClickHouse::start("sink_insert_options") else {
-        return;
-    };
+    let ch = ClickHouse::start("sink_insert_options");
     let mut dest = destination(&ch);
     let shape = dest.shape();
     let sql = Table::Event.insert_sql(shape);

@@ -74,13 +74,8 @@ impl Appender {
     /// Write what was pushed and sync it; every entry pushed so far is then durable.
     pub fn commit(&mut self) -> io::Result<()> {
         self.write_buffered()?;
-        // A failing sync, after the frames reached the file.
-        #[cfg(test)]
-        self.injected_failure()?;
-        if let Some(file) = &self.file {
-            file.sync_data()?;
-        }
-        self.shared.durable.store(self.next_seq, Ordering::Release);
+        self.sync_segment()?;
+        self.shared.set_durable(self.next_seq);
         self.written_end = Some(self.next_seq);
         // A large group's buffer is not kept for the small ones that follow.
         if self.buf.capacity() > BUFFER_KEPT {
@@ -133,6 +128,20 @@ impl Appender {
             Some(file) => file.sync_data(),
             None => sync_dir(&self.shared.dir),
         }
+    }
+
+    /// Sync what was written to the open segment: the one call that makes entries
+    /// durable, so tests see every such sync here (a failure injected after the write,
+    /// and how far each sync that returned reached).
+    fn sync_segment(&self) -> io::Result<()> {
+        #[cfg(test)]
+        self.injected_failure()?;
+        if let Some(file) = &self.file {
+            file.sync_data()?;
+            #[cfg(test)]
+            self.shared.synced(self.next_seq);
+        }
+        Ok(())
     }
 
     #[cfg(test)]
@@ -189,9 +198,7 @@ impl Appender {
     fn roll(&mut self, frame_len: u64) -> io::Result<()> {
         if !self.must_roll {
             self.write_buffered()?;
-            if let Some(file) = &self.file {
-                file.sync_data()?;
-            }
+            self.sync_segment()?;
         }
         // Entries synced above are durable even if what follows fails.
         let durable = self.next_seq;
@@ -218,7 +225,7 @@ impl Appender {
         self.capacity = file.metadata()?.len();
         lock(&self.shared.segments).push_back(first);
         if !self.must_roll {
-            self.shared.durable.store(durable, Ordering::Release);
+            self.shared.set_durable(durable);
         }
         self.file = Some(file);
         self.first = Some(first);

@@ -47,6 +47,8 @@
 //!   both count only what lies above the checkpoint.
 //! - After a failed write the writer continues in a new segment: numbers are skipped,
 //!   never reused, and recorded as skipped ([`marks`]) before the new segment is used.
+//!   A failed group's frames may be whole on disk (its write went through, its sync
+//!   failed): a reader never returns an entry under a skip.
 //! - A gap in the numbers that no record of a skip explains is a loss, logged at ERROR
 //!   and counted; a damaged entry with intact ones after it is damage: it is returned
 //!   marked for the quarantine and reading goes on. Only a bad entry with nothing
@@ -128,6 +130,12 @@ pub struct Shared {
     pub(crate) failing_commits: AtomicU64,
     #[cfg(test)]
     pub(crate) commits_tried: AtomicU64,
+    /// Test hook: segment syncs that returned, and the first number none of them
+    /// covered (every entry below it was written before a sync that returned).
+    #[cfg(test)]
+    pub(crate) syncs: AtomicU64,
+    #[cfg(test)]
+    pub(crate) synced_end: AtomicU64,
 }
 
 impl Shared {
@@ -154,6 +162,25 @@ impl Shared {
 
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// Entries below `end` are durable. Only after a sync that covered them returned:
+    /// under test a mark ahead of the syncs fails at once, wherever it is moved.
+    fn set_durable(&self, end: u64) {
+        #[cfg(test)]
+        assert!(
+            end <= self.synced_end.load(Ordering::SeqCst),
+            "the durable mark moved to {end} before a sync covered it (synced below {})",
+            self.synced_end.load(Ordering::SeqCst)
+        );
+        self.durable.store(end, Ordering::Release);
+    }
+
+    /// A segment sync returned with every entry below `end` written before it.
+    #[cfg(test)]
+    fn synced(&self, end: u64) {
+        self.syncs.fetch_add(1, Ordering::SeqCst);
+        self.synced_end.fetch_max(end, Ordering::SeqCst);
     }
 
     /// The writer and its spare maker have stopped for good.
@@ -202,6 +229,13 @@ pub fn open(
     }
     if let Some(clean_end) = clean {
         let found = end.unwrap_or(0);
+        if found > clean_end {
+            // Whole entries past a clean stop's end: a group written whose sync then
+            // failed (refused, never acknowledged) before the stop. Skipped like any
+            // failed write, so no start reads them.
+            marks::append_skipped(dir, clean_end, found)?;
+            marks::add(&mut skipped, clean_end, found);
+        }
         let applied = checkpoint.map_or(0, |c| c.saturating_add(1));
         if found < clean_end && applied < clean_end {
             tracing::error!(
@@ -250,6 +284,12 @@ pub fn open(
         failing_commits: AtomicU64::new(0),
         #[cfg(test)]
         commits_tried: AtomicU64::new(0),
+        #[cfg(test)]
+        syncs: AtomicU64::new(0),
+        // What the log held at the start was written by an earlier run, and numbers
+        // up to `next_seq` it did not hold are skipped, never acknowledged.
+        #[cfg(test)]
+        synced_end: AtomicU64::new(next_seq.max(durable)),
         spare_wanted: Condvar::new(),
         closed: AtomicBool::new(false),
     });
@@ -327,3 +367,7 @@ mod tests;
 #[cfg(test)]
 #[path = "tests/loss.rs"]
 mod loss_tests;
+
+#[cfg(test)]
+#[path = "tests/sync.rs"]
+mod sync_tests;

@@ -144,6 +144,8 @@ impl Reader {
             return Ok(None);
         }
         let bytes = match read_frame(file, self.offset, *len, self.next)? {
+            // Whole, but of a group whose sync failed: refused, never acknowledged.
+            Frame::Entry(_) if self.skipped(self.next) => return self.bad_frame(None, following),
             Frame::Entry(bytes) => bytes,
             Frame::End => return self.bad_frame(None, following),
             Frame::Damaged(bytes) => return self.bad_frame(Some(bytes), following),
@@ -155,6 +157,11 @@ impl Reader {
             bytes,
             intact: true,
         }))
+    }
+
+    /// Whether `seq` is a number no acknowledged entry has ([`super::marks`]).
+    fn skipped(&self, seq: u64) -> bool {
+        covering(&lock(&self.shared.skipped), seq).is_some()
     }
 
     /// The frame where entry `next` should be is not it: `damaged` holds what a frame

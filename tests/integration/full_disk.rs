@@ -525,6 +525,13 @@ fn kills_while_the_disk_is_full_lose_nothing_acknowledged() {
         server.kill();
         let outcome = posters.finish();
         std::fs::remove_file(&filler).unwrap();
+        // Each round puts something at stake: a round that acknowledged nothing would
+        // pass whatever the restart lost.
+        assert!(
+            outcome.acked.len() >= 20 * BATCH,
+            "round {round}: only {} events acknowledged",
+            outcome.acked.len()
+        );
         acked.extend(outcome.acked);
         // The space guard measures once a second: a kill before it saw the fill can
         // cut off a request whose events were already written.

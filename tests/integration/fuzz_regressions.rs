@@ -10,14 +10,14 @@ mod checks;
 #[path = "../../fuzz/src/lzstring.rs"]
 mod lzstring;
 
-/// The inputs kept for a target, by file name.
+/// The inputs kept for a target, by file name. A missing folder is an error, not an
+/// empty list: a replay of nothing would pass.
 fn inputs(target: &str) -> Vec<(String, Vec<u8>)> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures/fuzz")
         .join(target);
-    let Ok(entries) = std::fs::read_dir(&dir) else {
-        return Vec::new();
-    };
+    let entries = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: the kept inputs cannot be read: {e}", dir.display()));
     let mut out: Vec<(String, Vec<u8>)> = entries
         .map(|e| e.expect("a directory entry").path())
         .map(|p| {
@@ -29,9 +29,17 @@ fn inputs(target: &str) -> Vec<(String, Vec<u8>)> {
     out
 }
 
-/// Run every kept input of `target` through `check`; fail naming each input that fails.
-fn replay(target: &str, check: impl Fn(&[u8])) {
-    let failed: Vec<String> = inputs(target)
+/// Run every kept input of `target` through `check`; fail naming each input that fails,
+/// and when fewer than `at_least` inputs were found (the count committed today), so a
+/// folder emptied or renamed does not pass by replaying nothing.
+fn replay(target: &str, at_least: usize, check: impl Fn(&[u8])) {
+    let inputs = inputs(target);
+    assert!(
+        inputs.len() >= at_least,
+        "{target}: {} kept inputs, expected at least {at_least}",
+        inputs.len()
+    );
+    let failed: Vec<String> = inputs
         .into_iter()
         .filter(|(_, bytes)| catch_unwind(AssertUnwindSafe(|| check(bytes))).is_err())
         .map(|(name, _)| name)
@@ -41,33 +49,33 @@ fn replay(target: &str, check: impl Fn(&[u8])) {
 
 #[test]
 fn decode_body_regressions() {
-    replay("decode_body", checks::decode_body);
+    replay("decode_body", 5, checks::decode_body);
 }
 
 #[test]
 fn lz64_regressions() {
-    replay("lz64", checks::lz64);
+    replay("lz64", 2, checks::lz64);
 }
 
 #[test]
 fn capture_parse_regressions() {
-    replay("capture_parse", checks::capture_parse);
+    replay("capture_parse", 3, checks::capture_parse);
 }
 
 #[test]
 fn decide_request_regressions() {
-    replay("decide_request", checks::decide_request);
+    replay("decide_request", 2, checks::decide_request);
 }
 
 #[test]
 fn flag_definitions_regressions() {
-    replay("flag_definitions", checks::flag_definitions);
+    replay("flag_definitions", 1, checks::flag_definitions);
 }
 
 /// These inputs are [`checks::PropertyCase`]s written as JSON.
 #[test]
 fn property_match_regressions() {
-    replay("property_match", |bytes| {
+    replay("property_match", 6, |bytes| {
         let case: checks::PropertyCase = serde_json::from_slice(bytes).expect("a property case");
         checks::property_match(&case);
     });

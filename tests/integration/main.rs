@@ -9,6 +9,7 @@ mod capture_v1;
 mod console;
 mod console_find;
 mod console_insights;
+mod console_origins;
 mod crash;
 mod damage;
 mod decide;

@@ -185,3 +185,34 @@ fn failed_person_lookup_leaves_out_only_flags_that_read_it() {
             .errors
     );
 }
+
+/// An empty stored first-seen id (a person created before it was recorded) is no id:
+/// the flag buckets as if none were stored, by the request's anonymous id, else its
+/// distinct id; it never hashes the empty string.
+#[test]
+fn an_empty_stored_bucketing_id_is_passed_over() {
+    let mut f = flag(
+        1,
+        "sticky-variants",
+        json!({
+            "groups": [{"properties": [], "rollout_percentage": 100}],
+            "multivariate": three_way()
+        }),
+    );
+    f["ensure_experience_continuity"] = json!(true);
+    let rules = single(f);
+    let variant = |r: &Request| find(&r.evaluate(&rules), "sticky-variants").variant.clone();
+    let mut seen = std::collections::BTreeSet::new();
+    for i in 0..24 {
+        let (id, anon) = (format!("user-{i}"), format!("anon-{i}"));
+        let by_anon = variant(&Request::new(&id).anon(&anon));
+        seen.insert(by_anon.clone());
+        let stored_empty = Request::new(&id).hash_key_override("").anon(&anon);
+        assert_eq!(variant(&stored_empty), by_anon, "{id} {anon}");
+        let plain = variant(&Request::new(&id));
+        let both_empty = Request::new(&id).hash_key_override("").anon("");
+        assert_eq!(variant(&both_empty), plain, "{id}");
+    }
+    // The ids above fall in every variant, so a bucket of "" differs from some.
+    assert_eq!(seen.len(), 3, "{seen:?}");
+}

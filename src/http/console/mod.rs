@@ -365,6 +365,60 @@ mod tests {
         assert_eq!(origin_of(&HeaderMap::new()), None);
     }
 
+    /// Only the exact origin passes: a host that starts or ends like it, another port
+    /// or scheme, `null`, or the origin with anything around it is another site.
+    #[test]
+    fn look_alike_origins_are_not_the_own_origin() {
+        let own = |origin: &str, extra: &[(&'static str, &str)]| {
+            let mut pairs = vec![("host", "console.example:8000"), ("origin", origin)];
+            pairs.extend_from_slice(extra);
+            own_origin(&headers(&pairs)).is_ok()
+        };
+        assert!(own("http://console.example:8000", &[]));
+        for origin in [
+            "http://console.example:8000.evil.example",
+            "http://console.example:80001",
+            "http://console.example:800",
+            "http://console.example",
+            "https://console.example:8000",
+            "http://evil.console.example:8000",
+            "http://xconsole.example:8000",
+            "null",
+            "",
+            "http://console.example:8000/",
+            "http://evil.example/http://console.example:8000",
+            "http://console.example:8000, http://evil.example",
+        ] {
+            assert!(!own(origin, &[]), "{origin:?} taken for the own origin");
+        }
+        let https = [("x-forwarded-proto", "https")];
+        assert!(own("https://console.example:8000", &https));
+        assert!(!own("http://console.example:8000", &https));
+        // No Origin at all, or no Host to compare it with, is refused too.
+        assert!(own_origin(&headers(&[("host", "console.example")])).is_err());
+        assert!(own_origin(&headers(&[("origin", "http://console.example")])).is_err());
+    }
+
+    /// A state change needs both: the exact origin and the session's own token.
+    #[test]
+    fn a_state_change_needs_the_own_origin_and_the_session_token() {
+        let sessions = crate::manage::session::Sessions::default();
+        let (_, s) = sessions.create(1, "phx_k", "k").unwrap();
+        let host = ("host", "console.example");
+        let own = ("origin", "http://console.example");
+        let token = s.token.clone();
+        let same = |pairs: &[(&'static str, &str)]| same_site(&headers(pairs), &s).is_ok();
+        assert!(same(&[host, own, (TOKEN_HEADER, &token)]));
+        assert!(!same(&[host, own]), "no token");
+        assert!(!same(&[host, own, (TOKEN_HEADER, "0000")]), "another token");
+        let other = ("origin", "http://console.example.evil.example");
+        assert!(
+            !same(&[host, other, (TOKEN_HEADER, &token)]),
+            "another origin"
+        );
+        assert!(!same(&[host, (TOKEN_HEADER, &token)]), "no origin");
+    }
+
     #[test]
     fn the_cookie_is_found_among_others() {
         let h = headers(&[("cookie", "a=1; flagpost_console=abc; b=2")]);

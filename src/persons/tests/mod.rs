@@ -274,3 +274,65 @@ fn a_person_stored_with_a_random_id_keeps_it() {
     assert_eq!(m.persons.len(), 1);
     assert_eq!(m.of("u").properties["a"], json!(1));
 }
+
+/// `$create_alias` between two persons that both exist: the event's person merges into
+/// the alias's, whether or not it was identified (an alias is asked for explicitly;
+/// only `$identify` refuses to merge an identified person away).
+#[test]
+fn alias_merges_two_existing_persons_identified_or_not() {
+    for identified in [false, true] {
+        let mut m = Mem::default();
+        let target = m
+            .send(1, json!({"event": "e", "distinct_id": "account", "properties": {"$set": {"plan": "pro"}}}))
+            .unwrap();
+        let merged_away = if identified {
+            m.send(2, json!({"event": "$identify", "distinct_id": "login", "properties": {"$anon_distinct_id": "device", "$set": {"plan": "free", "name": "L"}}}))
+        } else {
+            m.send(2, json!({"event": "e", "distinct_id": "login", "properties": {"$set": {"plan": "free", "name": "L"}}}))
+        }
+        .unwrap();
+        assert_ne!(merged_away, target);
+        assert_eq!(m.of("login").is_identified, identified);
+        let p = m.send(3, json!({"event": "$create_alias", "distinct_id": "login", "properties": {"alias": "account"}}));
+        assert_eq!(p, Some(target), "identified: {identified}");
+        assert_eq!(m.persons.len(), 1, "identified: {identified}");
+        let person = m.of("account");
+        let mut ids = person.distinct_ids.clone();
+        ids.sort();
+        let expected: &[&str] = if identified {
+            &["account", "device", "login"]
+        } else {
+            &["account", "login"]
+        };
+        assert_eq!(ids, expected);
+        for id in expected {
+            assert_eq!(m.ids[*id], target, "{id}");
+        }
+        assert_eq!(
+            Value::Object(person.properties.clone()),
+            json!({"plan": "pro", "name": "L"})
+        );
+        assert_eq!(person.is_identified, identified);
+        assert_eq!(person.created_at, 1);
+        assert_eq!(person.first_distinct_id, "account");
+    }
+}
+
+/// The same two persons asked to merge by `$identify` instead: an identified person is
+/// never merged away, an anonymous one is.
+#[test]
+fn identify_merges_two_existing_persons_only_when_the_other_is_anonymous() {
+    for identified in [false, true] {
+        let mut m = Mem::default();
+        m.send(1, json!({"event": "e", "distinct_id": "account"}));
+        if identified {
+            m.send(2, json!({"event": "$identify", "distinct_id": "login", "properties": {"$anon_distinct_id": "device"}}));
+        } else {
+            m.send(2, json!({"event": "e", "distinct_id": "login"}));
+        }
+        m.send(3, json!({"event": "$identify", "distinct_id": "account", "properties": {"$anon_distinct_id": "login"}}));
+        let merged = m.ids["login"] == m.ids["account"];
+        assert_eq!(merged, !identified, "identified: {identified}");
+        assert_eq!(m.persons.len(), if identified { 2 } else { 1 });
+    }
+}

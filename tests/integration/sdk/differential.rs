@@ -19,7 +19,7 @@ use serde_json::{json, Map, Value};
 use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
 
-use super::{installed, run, sdk_dir};
+use super::{require, run, sdk_dir};
 use crate::util::*;
 
 /// Flags per generated file and requests per round: with the rounds below, some 11,000
@@ -51,11 +51,8 @@ fn node_sdk() -> PathBuf {
 #[ignore = "needs tests/sdk/install.sh (the SDKs, Chromium): run by .ci/run, cargo test -- --include-ignored"]
 fn flagpost_agrees_with_the_sdks_local_evaluation() {
     let python = python();
-    if !installed("posthog-python 7.x", &[&python])
-        || !installed("posthog-node 5.x", &[&node_sdk()])
-    {
-        return;
-    }
+    require("posthog-python 7.x", &[&python]);
+    require("posthog-node 5.x", &[&node_sdk()]);
     let mut totals = json!({});
     let mut found = Vec::new();
     // Exploring beyond CI's fixed seeds: FLAGPOST_DIFF_SEED_BASE shifts every seed.

@@ -153,7 +153,7 @@ fn stored(summary: &Value, server: &Server, prefix: &str) {
     let requests = array(&summary["requests"]);
     let stored = stored_exactly_what_was_sent(server, requests);
     assert_eq!(
-        app_events(&stored),
+        app_events(&stored, &[]),
         [
             "$create_alias",
             "$exception",

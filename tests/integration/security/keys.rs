@@ -7,7 +7,7 @@ use std::path::Path;
 
 use serde_json::{json, Value};
 
-use crate::sdk::{installed, run, sdk_dir};
+use crate::sdk::{require, run, sdk_dir};
 use crate::util::*;
 
 const FEEDS: [&str; 2] = [
@@ -275,9 +275,7 @@ fn with_secret() -> (Server, String) {
 #[ignore = "needs tests/sdk/install.sh (the SDKs, Chromium): run by .ci/run, cargo test -- --include-ignored"]
 fn posthog_python_7_evaluates_locally_with_a_secret_key() {
     let python = sdk_dir().join(".deps/py7/bin/python");
-    if !installed("posthog-python 7.x", &[&python]) {
-        return;
-    }
+    require("posthog-python 7.x", &[&python]);
     let (server, secret) = with_secret();
     let host = format!("http://{}", server.addr);
     let summary = run(&python, &["python/secret_key.py", &host, KEY_ONE, &secret]);
@@ -293,9 +291,7 @@ fn posthog_python_7_evaluates_locally_with_a_secret_key() {
 #[ignore = "needs tests/sdk/install.sh (the SDKs, Chromium): run by .ci/run, cargo test -- --include-ignored"]
 fn posthog_node_evaluates_locally_with_a_secret_key() {
     let dir = sdk_dir().join("node/node_modules/posthog-node");
-    if !installed("posthog-node", &[&dir]) {
-        return;
-    }
+    require("posthog-node", &[&dir]);
     let (server, secret) = with_secret();
     let host = format!("http://{}", server.addr);
     let summary = run(

@@ -12,6 +12,7 @@ mod merges;
 mod nodes;
 mod outage;
 mod queries;
+mod refused;
 mod server;
 mod tables;
 mod worker;

@@ -50,15 +50,14 @@ pub fn binary() -> Option<(PathBuf, Vec<String>)> {
         })
 }
 
-/// That the server is installed: true, or the test fails saying how to install it.
-/// (It never returns false: a test that cannot run fails rather than passes.)
-pub fn installed() -> bool {
+/// Panics, saying what to install, when clickhouse-server is missing: a test that
+/// needs it fails rather than passing without it.
+pub fn require_installed() {
     assert!(
         binary().is_some(),
         "the ClickHouse sink tests need clickhouse-server: run .ci/run, or \
          apt-get install clickhouse-server, or set CLICKHOUSE_SERVER"
     );
-    true
 }
 
 /// A running server and the database a test owns on it.
@@ -74,18 +73,16 @@ pub struct ClickHouse {
 }
 
 impl ClickHouse {
-    /// Start a server and create `database` on it; None (after saying so) if the
-    /// server is not installed.
-    pub fn start(database: &str) -> Option<ClickHouse> {
+    /// Start a server and create `database` on it; panics if the server is not
+    /// installed ([`require_installed`]).
+    pub fn start(database: &str) -> ClickHouse {
         ClickHouse::start_niced(database, 0)
     }
 
     /// The same with the server at nice value `nice`, as one may run a server beside
     /// flagpost on one machine (the load harness measures both ways).
-    pub fn start_niced(database: &str, nice: i32) -> Option<ClickHouse> {
-        if !installed() {
-            return None;
-        }
+    pub fn start_niced(database: &str, nice: i32) -> ClickHouse {
+        require_installed();
         let dir = tempfile::tempdir().expect("tempdir");
         let mut ch = ClickHouse {
             child: None,
@@ -106,7 +103,7 @@ impl ClickHouse {
         }
         ch.admin(&format!("DROP DATABASE IF EXISTS {database}"));
         ch.admin(&format!("CREATE DATABASE {database}"));
-        Some(ch)
+        ch
     }
 
     /// The URL the sink is given.

@@ -17,7 +17,7 @@ use super::*;
 
 /// Chunks of events, each one outbox entry; the worker sends them in batches of
 /// about [`BATCH_ROWS`].
-const CHUNKS: u64 = 5;
+pub(super) const CHUNKS: u64 = 5;
 /// Batches smaller than the sink's, so these few events make several.
 const BATCH_ROWS: u64 = 10_000;
 const EVENTS_PER_CHUNK: u64 = 4_000;
@@ -25,10 +25,10 @@ const PROJECT: u64 = 3;
 /// Long enough ago that no batch waits for company.
 const COMMITTED_AT: i64 = 1_700_000_000_000;
 
-struct Store {
+pub(super) struct Store {
     _dir: tempfile::TempDir,
-    trees: Trees,
-    outbox: Outbox,
+    pub(super) trees: Trees,
+    pub(super) outbox: Outbox,
 }
 
 /// The version of chunk `chunk`'s rows: its commit time's (no node id yet when the
@@ -44,7 +44,7 @@ fn person_id(n: u128) -> Uuid {
 /// A store as the compactor would leave it: events in blocks, person 1 holding
 /// `u1`..`u3` (`u3` moved from person 2 when they merged), group `acme`, and one
 /// outbox entry per chunk naming them.
-fn store() -> Store {
+pub(super) fn store() -> Store {
     store_with(0)
 }
 
@@ -146,14 +146,14 @@ fn store_with(sink_from: u64) -> Store {
     }
 }
 
-fn worker(ch: &ClickHouse, s: &Store) -> Worker {
+pub(super) fn worker(ch: &ClickHouse, s: &Store) -> Worker {
     Worker::new(settings(ch), s.outbox.clone(), Sources::of(&s.trees))
         .expect("worker")
         .with_batch_rows(BATCH_ROWS)
 }
 
 /// Step until the outbox is empty; returns the rows sent per pass.
-fn drain(worker: &mut Worker) -> Vec<u64> {
+pub(super) fn drain(worker: &mut Worker) -> Vec<u64> {
     let mut passes = Vec::new();
     block_on(async {
         while let flagpost::sink::worker::Pass::Sent { rows } = worker.step().await.expect("step") {
@@ -163,7 +163,7 @@ fn drain(worker: &mut Worker) -> Vec<u64> {
     passes
 }
 
-fn assert_all_there(ch: &ClickHouse, s: &Store) {
+pub(super) fn assert_all_there(ch: &ClickHouse, s: &Store) {
     let total = CHUNKS * EVENTS_PER_CHUNK;
     assert_eq!(
         ch.query("SELECT count(), uniqExact(uuid), sum(`$group_0` = 'acme') FROM events FINAL"),
@@ -210,9 +210,7 @@ fn assert_all_there(ch: &ClickHouse, s: &Store) {
 #[test]
 #[ignore = "needs clickhouse-server: run by .ci/run, cargo test -- --include-ignored"]
 fn the_worker_sends_everything_once_in_batches() {
-    let Some(ch) = ClickHouse::start("sink_worker") else {
-        return;
-    };
+    let ch = ClickHouse::start("sink_worker");
     let s = store();
     let mut w = worker(&ch, &s);
     let passes = drain(&mut w);
@@ -229,9 +227,7 @@ fn the_worker_sends_everything_once_in_batches() {
 #[test]
 #[ignore = "needs clickhouse-server: run by .ci/run, cargo test -- --include-ignored"]
 fn a_batch_acknowledged_by_clickhouse_but_not_the_outbox_is_resent_and_collapses() {
-    let Some(ch) = ClickHouse::start("sink_resend") else {
-        return;
-    };
+    let ch = ClickHouse::start("sink_resend");
     let s = store();
     // A worker's pass up to the inserts, then a crash before the acknowledgement.
     block_on(async {
@@ -263,9 +259,7 @@ fn a_batch_acknowledged_by_clickhouse_but_not_the_outbox_is_resent_and_collapses
 #[test]
 #[ignore = "needs clickhouse-server: run by .ci/run, cargo test -- --include-ignored"]
 fn nothing_leaves_the_outbox_while_clickhouse_is_down() {
-    let Some(mut ch) = ClickHouse::start("sink_down") else {
-        return;
-    };
+    let mut ch = ClickHouse::start("sink_down");
     let s = store();
     let mut w = worker(&ch, &s);
     ch.stop();
@@ -284,9 +278,7 @@ fn nothing_leaves_the_outbox_while_clickhouse_is_down() {
 #[test]
 #[ignore = "needs clickhouse-server: run by .ci/run, cargo test -- --include-ignored"]
 fn switched_on_later_the_sink_backfills_what_was_stored_before() {
-    let Some(ch) = ClickHouse::start("sink_backfill") else {
-        return;
-    };
+    let ch = ClickHouse::start("sink_backfill");
     // Four chunks stored before the sink, the merge's chunk after.
     let s = store_with(CHUNKS - 1);
     let mut w = worker(&ch, &s);
@@ -377,9 +369,7 @@ fn append(s: &Store, first: u64, chunks: u64, on: bool) {
 #[test]
 #[ignore = "needs clickhouse-server: run by .ci/run, cargo test -- --include-ignored"]
 fn switched_off_and_on_again_the_sink_sends_what_was_written_meanwhile() {
-    let Some(ch) = ClickHouse::start("sink_off_and_on") else {
-        return;
-    };
+    let ch = ClickHouse::start("sink_off_and_on");
     let s = store();
     drain(&mut worker(&ch, &s));
     let before = CHUNKS * EVENTS_PER_CHUNK;

@@ -21,9 +21,7 @@ fn the_console_in_chromium() {
         &modules.join("playwright-core"),
         &modules.join("axe-core/axe.min.js"),
     ];
-    if !installed("console", &deps) {
-        return;
-    }
+    require("console", &deps);
     let server = Server::start();
     let host = format!("http://{}", server.addr);
     let shots = tempfile::tempdir().unwrap();

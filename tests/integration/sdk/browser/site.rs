@@ -97,16 +97,14 @@ fn projects() -> Value {
 /// A flagpost whose project one has the features on, the survey and the early access
 /// feature, and posthog-js's `dist/` in its static directory; None (after saying why)
 /// when Chromium or the npm packages are not installed.
-fn start_site() -> Option<Server> {
+fn start_site() -> Server {
     let modules = sdk_dir().join("node/node_modules");
     let deps = [
         Path::new("/usr/bin/chromium"),
         &modules.join("playwright-core"),
         &modules.join("posthog-js"),
     ];
-    if !installed("posthog-js site", &deps) {
-        return None;
-    }
+    require("posthog-js site", &deps);
     let server = Server::start();
     let data = server.data();
     // What an operator does: copy the package's scripts into the static directory.
@@ -138,7 +136,7 @@ fn start_site() -> Option<Server> {
         let flags = server.post("/flags/?v=2", body).json();
         (on && flags["flags"].get(FEATURE_FLAG).is_some()).then_some(())
     });
-    Some(server)
+    server
 }
 
 /// Runs a scenario of `site.mjs`; returns its result.
@@ -201,7 +199,7 @@ fn stored(server: &Server, sent: &Value) -> Value {
 #[test]
 #[ignore = "needs tests/sdk/install.sh (the SDKs, Chromium): run by .ci/run, cargo test -- --include-ignored"]
 fn plain_loads_make_no_failed_request_and_no_console_error() {
-    let Some(server) = start_site() else { return };
+    let server = start_site();
     let result = visit(&server, "plain");
     let package = std::fs::read(posthog_js_dist().join("../package.json")).unwrap();
     let version = serde_json::from_slice::<Value>(&package).unwrap()["version"].clone();
@@ -275,7 +273,7 @@ fn plain_loads_make_no_failed_request_and_no_console_error() {
 #[test]
 #[ignore = "needs tests/sdk/install.sh (the SDKs, Chromium): run by .ci/run, cargo test -- --include-ignored"]
 fn heatmaps_dead_clicks_and_web_vitals_arrive_as_events() {
-    let Some(server) = start_site() else { return };
+    let server = start_site();
     let result = visit(&server, "autocapture");
     for way in WAYS {
         let visit = &result[way];
@@ -322,7 +320,7 @@ fn heatmaps_dead_clicks_and_web_vitals_arrive_as_events() {
 #[test]
 #[ignore = "needs tests/sdk/install.sh (the SDKs, Chromium): run by .ci/run, cargo test -- --include-ignored"]
 fn an_uncaught_error_arrives_as_an_exception_event() {
-    let Some(server) = start_site() else { return };
+    let server = start_site();
     let result = visit(&server, "exception");
     let message = "flagpost test: nobody catches this";
     for way in WAYS {
@@ -353,7 +351,7 @@ fn an_uncaught_error_arrives_as_an_exception_event() {
 #[test]
 #[ignore = "needs tests/sdk/install.sh (the SDKs, Chromium): run by .ci/run, cargo test -- --include-ignored"]
 fn the_survey_popover_is_answered_and_not_shown_again() {
-    let Some(server) = start_site() else { return };
+    let server = start_site();
     let result = visit(&server, "survey");
     clean("survey", &result);
     clean("survey after reload", &result["reload"]);
@@ -400,7 +398,7 @@ fn the_survey_popover_is_answered_and_not_shown_again() {
 #[test]
 #[ignore = "needs tests/sdk/install.sh (the SDKs, Chromium): run by .ci/run, cargo test -- --include-ignored"]
 fn early_access_features_are_listed_and_enrollment_flips_the_flag() {
-    let Some(server) = start_site() else { return };
+    let server = start_site();
     let result = visit(&server, "early-access");
     clean("early access", &result);
     assert_eq!(result["features"], early_access()["earlyAccessFeatures"]);
