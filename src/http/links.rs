@@ -1,9 +1,11 @@
-//! The base of the absolute links this server answers with (`next` and `previous` of
-//! the read and management APIs): the configured public URL, or, without one, the
-//! request's `Host` only when it names this server. A `Host` header is whatever the
-//! client wrote, so taking it as it comes would let anyone who can put a request in
-//! front of a victim's client (a cache, a proxy with a default site) make the answer
-//! point the next page, and the key the client sends with it, at their own host.
+//! The base of the links this server answers with (`next` and `previous` of the read
+//! and management APIs): the configured public URL, or, without one, the request's
+//! `Host` only when it names this server, else nothing (links relative to the host the
+//! client already reached). A `Host` header is whatever the client wrote, so taking it
+//! as it comes would let anyone who can put a request in front of a victim's client (a
+//! cache, a proxy with a default site) make the answer point the next page, and the key
+//! the client sends with it, at their own host. Nor is the listening address a safe
+//! fallback: behind nginx it is the client's own machine, which would receive the key.
 
 use hyper::header::HOST;
 use hyper::HeaderMap;
@@ -11,7 +13,8 @@ use hyper::HeaderMap;
 use crate::app::App;
 
 /// `scheme://host[:port]` (and a path prefix, if any) of every link in answers to this
-/// request, without a trailing slash.
+/// request, without a trailing slash; empty (links of path and query only) when there is
+/// no public URL and the `Host` is not one of the listener's names.
 pub fn base(app: &App, headers: &HeaderMap) -> String {
     if let Some(url) = &app.config.public_url {
         return url.clone();
@@ -26,7 +29,7 @@ pub fn base(app: &App, headers: &HeaderMap) -> String {
                 .is_some_and(|s| s.trim().eq_ignore_ascii_case("https"));
             format!("{}://{host}", if https { "https" } else { "http" })
         }
-        _ => format!("http://{listen}"),
+        _ => String::new(),
     }
 }
 
