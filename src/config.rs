@@ -19,10 +19,10 @@ pub const DEFAULT_BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// Open connections beyond this are closed at accept: idle sockets cannot exhaust
 /// file descriptors or memory.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 4096;
-/// Without `--max-connections-per-address`, one address may hold this fraction of
-/// `--max-connections` at most (1/4: 1024 of the default 4096), so it cannot keep
-/// everyone else out, while a proxy on loopback still has room for a busy site.
-pub const DEFAULT_PER_ADDRESS_SHARE: usize = 4;
+/// Without `--max-connections-per-address`, one address may hold this many connections
+/// at most: well above a browser's six per host or an SDK's pool, yet 64 such addresses
+/// are needed to fill the default 4096. Trusted proxies (nginx) are not counted.
+pub const DEFAULT_CONNECTIONS_PER_ADDRESS: usize = 64;
 /// Request bodies held in memory at once, across all connections. Past it, new
 /// requests get 503 with Retry-After instead of pushing the process out of memory.
 pub const DEFAULT_MAX_INFLIGHT_BODY_BYTES: usize = 256 * 1024 * 1024;
@@ -104,8 +104,8 @@ pub struct Limits {
     pub header_read_timeout: Duration,
     pub body_read_timeout: Duration,
     pub max_connections: usize,
-    /// Open connections one client address may hold; `None` is a share of
-    /// `max_connections` ([`Limits::per_address`]).
+    /// Open connections one client address may hold; `None` is
+    /// [`DEFAULT_CONNECTIONS_PER_ADDRESS`] ([`Limits::per_address`]).
     pub max_connections_per_address: Option<usize>,
     pub max_inflight_body_bytes: usize,
 }
@@ -114,8 +114,8 @@ impl Limits {
     /// Connections one address may hold open at once.
     pub fn per_address(&self) -> usize {
         self.max_connections_per_address
-            .unwrap_or(self.max_connections / DEFAULT_PER_ADDRESS_SHARE)
-            .max(1)
+            .unwrap_or(DEFAULT_CONNECTIONS_PER_ADDRESS)
+            .clamp(1, self.max_connections.max(1))
     }
 }
 

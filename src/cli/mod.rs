@@ -93,7 +93,7 @@ struct Serve {
     /// most open connections [env FLAGPOST_MAX_CONNECTIONS, default 4096]
     #[argh(option)]
     max_connections: Option<usize>,
-    /// most open connections from one client address [env FLAGPOST_MAX_CONNECTIONS_PER_ADDRESS, default a quarter of --max-connections]
+    /// most open connections from one client address [env FLAGPOST_MAX_CONNECTIONS_PER_ADDRESS, default 64; trusted proxies are not counted]
     #[argh(option)]
     max_connections_per_address: Option<usize>,
     /// milliseconds a client has to send the request line and headers [env FLAGPOST_HEADER_READ_TIMEOUT_MS, default 10000]

@@ -1,8 +1,9 @@
 //! The accept loop: HTTP/1.1 with keep-alive, a header deadline, header size and count
 //! limits, a bound on open connections and a smaller one per client address (so one
-//! address holding idle sockets cannot keep everyone else out), a lingering close on every connection (so a
-//! refusal sent before the body was read is not turned into a reset), and graceful
-//! shutdown that lets in-flight requests finish.
+//! address holding idle sockets cannot keep everyone else out; a trusted proxy carries
+//! everyone's connections and is not held to it), a lingering close on every connection
+//! (so a refusal sent before the body was read is not turned into a reset), and
+//! graceful shutdown that lets in-flight requests finish.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -64,12 +65,19 @@ pub async fn run(listener: TcpListener, app: Arc<App>, shutdown: impl Future<Out
             drop(stream);
             continue;
         };
-        // The socket peer, not X-Forwarded-For: a proxy's connections are its own, and
-        // the cap is taken before a byte of the request is read.
-        let Some(slot) = per_address.admit(peer.ip()) else {
-            app.metrics.connections_refused_per_address.inc();
-            drop(stream);
-            continue;
+        // The socket peer, not X-Forwarded-For: the cap is taken before a byte of the
+        // request is read. A trusted proxy (nginx) is exempt: its connections are all of
+        // its clients', so capping it would hand one attacker everyone's share; nginx's
+        // own limit_conn caps each client instead.
+        let slot = if app.config.trusted_proxies.contains(peer.ip()) {
+            None
+        } else {
+            let Some(slot) = per_address.admit(peer.ip()) else {
+                app.metrics.connections_refused_per_address.inc();
+                drop(stream);
+                continue;
+            };
+            Some(slot)
         };
         app.metrics.connections_open.inc();
         let _ = stream.set_nodelay(true);

@@ -254,6 +254,9 @@ impl Projects {
                         .is_none(),
                     PersonalKey::Hashed(h) => {
                         let hash = normalise_hash(&h.sha256).unwrap_or_default();
+                        if projects.by_secret_hash.contains_key(&hash) {
+                            return Err(both_lists(&at));
+                        }
                         let caller = Caller {
                             project: p.id,
                             label: label_of(h, &hash),
@@ -278,6 +281,9 @@ impl Projects {
                         (hash, label)
                     }
                 };
+                if projects.by_key_hash.contains_key(&hash) {
+                    return Err(both_lists(&at));
+                }
                 if projects
                     .by_secret_hash
                     .insert(hash, (p.clone(), label))
@@ -303,8 +309,13 @@ impl Projects {
         self.personal_key(key).map(|(p, _)| p)
     }
 
-    /// The project a personal API key belongs to and who it says the caller is.
+    /// The project a personal API key belongs to and who it says the caller is. Only a
+    /// `phx_` key is one, whatever hash a list holds: every caller (Bearer, console
+    /// sign-in, a session's recheck) looks keys up here.
     pub fn personal_key(&self, key: &str) -> Option<(&Arc<Project>, Caller)> {
+        if !key.starts_with(PERSONAL_KEY_PREFIX) {
+            return None;
+        }
         if let Some(p) = self.by_personal_key.get(key) {
             let label = mask_key(key);
             return Some((
@@ -343,6 +354,16 @@ impl Projects {
     pub fn is_empty(&self) -> bool {
         self.by_id.is_empty()
     }
+}
+
+/// One key hash in both a personal and a secret list would let the secret key (which
+/// a server holds, and which has no scopes) sign in to the console, or the other way
+/// round: refused when the file is read.
+fn both_lists(at: &str) -> Error {
+    Error(format!(
+        "{at}: a key hash is in both personal_api_keys and secret_api_keys \
+         (of this or another project); a key is one or the other"
+    ))
 }
 
 #[cfg(test)]

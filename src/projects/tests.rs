@@ -201,3 +201,37 @@ fn rejects_bad_secret_keys_and_scopes() {
         assert!(err.contains(why), "{bad}: {err}");
     }
 }
+
+#[test]
+fn one_hash_cannot_be_both_a_personal_and_a_secret_key() {
+    let hash = hash_key("phs_shared");
+    let personal = format!(r#"{{"sha256":"{hash}","label":"p"}}"#);
+    let secret = format!(r#"{{"sha256":"{hash}","label":"s"}}"#);
+    for file in [
+        format!(
+            r#"{{"projects":[{{"id":7,"api_key":"phc_a","personal_api_keys":[{personal}],
+                "secret_api_keys":[{secret}]}}]}}"#
+        ),
+        // Across projects, in either order.
+        format!(
+            r#"{{"projects":[{{"id":1,"api_key":"phc_a","secret_api_keys":[{secret}]}},
+                {{"id":7,"api_key":"phc_b","personal_api_keys":[{personal}]}}]}}"#
+        ),
+        format!(
+            r#"{{"projects":[{{"id":1,"api_key":"phc_a","personal_api_keys":[{personal}]}},
+                {{"id":7,"api_key":"phc_b","secret_api_keys":[{secret}]}}]}}"#
+        ),
+    ] {
+        let err = Projects::parse(file.as_bytes()).unwrap_err().to_string();
+        assert!(
+            err.contains("(id 7)") && err.contains("both personal_api_keys and secret_api_keys"),
+            "{err}"
+        );
+    }
+    // A hashed personal entry of a key without the prefix never matches.
+    let file = format!(
+        r#"{{"projects":[{{"id":1,"api_key":"phc_a","personal_api_keys":[{personal}]}}]}}"#
+    );
+    let p = Projects::parse(file.as_bytes()).unwrap();
+    assert!(p.personal_key("phs_shared").is_none());
+}

@@ -1,5 +1,5 @@
-//! One address cannot hold every connection: the per-address cap, and what `/metrics`
-//! says of it.
+//! One address cannot hold every connection: the per-address cap, what `/metrics`
+//! says of it, and the trusted proxies it does not hold.
 
 use std::net::TcpStream;
 
@@ -9,33 +9,35 @@ use crate::util::*;
 #[test]
 fn idle_connections_from_one_address_leave_room_for_others() {
     // The attack: as many idle connections as the server takes, from one place.
-    let server = Server::start_with(&["--max-connections", "100"]);
+    // Loopback is not a trusted proxy here, so the test's addresses are held to the cap.
+    let server =
+        Server::start_with(&["--max-connections", "100", "--trusted-proxies", "192.0.2.1"]);
     let idle: Vec<TcpStream> = (0..100)
         .map(|_| connect_from("127.0.0.1", server.addr))
         .collect();
-    // Without a setting, one address gets a quarter of --max-connections.
+    // Without a setting, one address gets 64, however large --max-connections is.
     let refused = wait_for("the connections past the cap to be refused", || {
         let n = metric(
             &server,
             "127.0.0.2",
             "flagpost_connections_refused_per_address_total",
         )?;
-        (n >= 75.0).then_some(n)
+        (n >= 36.0).then_some(n)
     });
-    assert_eq!(refused, 75.0);
-    // Another client is served while the 25 idle ones stay open.
+    assert_eq!(refused, 36.0);
+    // Another client is served while the 64 idle ones stay open.
     let r = get_as("127.0.0.3", server.addr, "/_liveness", "localhost", &[]);
     assert_eq!(r.status, 200);
     assert_eq!(
         metric(&server, "127.0.0.2", "flagpost_max_connections_per_address"),
-        Some(25.0)
+        Some(64.0)
     );
     assert_eq!(
         metric(&server, "127.0.0.2", "flagpost_max_connections"),
         Some(100.0)
     );
     let open = metric(&server, "127.0.0.2", "flagpost_connections_open").unwrap();
-    assert!((26.0..=27.0).contains(&open), "{open}");
+    assert!((65.0..=66.0).contains(&open), "{open}");
     assert_eq!(
         metric(&server, "127.0.0.2", "flagpost_connections_refused_total"),
         Some(0.0),
@@ -55,7 +57,12 @@ fn idle_connections_from_one_address_leave_room_for_others() {
 
 #[test]
 fn the_cap_per_address_is_a_setting() {
-    let server = Server::start_with(&["--max-connections-per-address", "3"]);
+    let server = Server::start_with(&[
+        "--max-connections-per-address",
+        "3",
+        "--trusted-proxies",
+        "192.0.2.1",
+    ]);
     let _held: Vec<TcpStream> = (0..3)
         .map(|_| connect_from("127.0.0.4", server.addr))
         .collect();
@@ -70,6 +77,37 @@ fn the_cap_per_address_is_a_setting() {
         metric(
             &server,
             "127.0.0.5",
+            "flagpost_connections_refused_per_address_total"
+        ),
+        Some(1.0)
+    );
+}
+
+#[test]
+fn a_trusted_proxy_is_not_held_to_the_cap() {
+    // nginx carries every client's connections: capping it would let one client spend
+    // everyone's share. Only the untrusted address is held to 2.
+    let server = Server::start_with(&[
+        "--max-connections-per-address",
+        "2",
+        "--trusted-proxies",
+        "127.0.0.6",
+    ]);
+    let _proxy: Vec<TcpStream> = (0..5)
+        .map(|_| connect_from("127.0.0.6", server.addr))
+        .collect();
+    let _held: Vec<TcpStream> = (0..2)
+        .map(|_| connect_from("127.0.0.7", server.addr))
+        .collect();
+    let mut third = connect_from("127.0.0.7", server.addr);
+    assert!(read_response(&mut third).is_none());
+    // The proxy's sixth connection is still served, with five idle ones open.
+    let r = get_as("127.0.0.6", server.addr, "/_liveness", "localhost", &[]);
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        metric(
+            &server,
+            "127.0.0.8",
             "flagpost_connections_refused_per_address_total"
         ),
         Some(1.0)

@@ -39,15 +39,33 @@ fn a_foreign_host_cannot_point_the_links_elsewhere() {
     let server = Server::start();
     two_flags(&server);
     let own = format!("http://{}", server.addr);
+    // A Host that is not the listener's gets links relative to whatever host the client
+    // reached: never the forged name, nor the listening address (the client's own machine
+    // when flagpost is behind nginx).
     let p = page(&server, "evil.example", &[("X-Forwarded-Proto", "https")]);
-    assert_eq!(p["previous"], format!("{own}{FLAGS}?limit=1"));
+    assert_eq!(p["previous"], format!("{FLAGS}?limit=1"));
     let p = page(&server, "localhost.evil.example:8000", &[]);
-    assert_eq!(p["previous"], format!("{own}{FLAGS}?limit=1"));
+    assert_eq!(p["previous"], format!("{FLAGS}?limit=1"));
+    assert_eq!(p["next"], Value::Null);
+    // Userinfo after a name of the listener's, or another port, is not taken either.
+    for host in [
+        "localhost:@evil.example",
+        "localhost:1@evil.example",
+        "localhost:1",
+    ] {
+        let p = page(&server, host, &[]);
+        assert_eq!(p["previous"], format!("{FLAGS}?limit=1"), "{host}");
+    }
     // The listener's own names are taken as sent, with the scheme nginx reports.
     let p = page(&server, "localhost", &[("X-Forwarded-Proto", "https")]);
     assert_eq!(p["previous"], format!("https://localhost{FLAGS}?limit=1"));
     let p = page(&server, &server.addr.to_string(), &[]);
     assert_eq!(p["previous"], format!("{own}{FLAGS}?limit=1"));
+    let p = page(&server, &format!("LocalHost:{}", server.addr.port()), &[]);
+    assert_eq!(
+        p["previous"],
+        format!("http://localhost:{}{FLAGS}?limit=1", server.addr.port())
+    );
 }
 
 #[test]
