@@ -21,6 +21,7 @@ use super::event::StoredEvent;
 
 mod columns;
 pub mod files;
+mod pack;
 mod props;
 
 pub use files::Files;

@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 
 use super::super::error::ApiError;
 use super::super::response::{self, Body};
-use super::counts::Range;
+use super::range::Range;
 use crate::app::App;
 use crate::http::params::Params;
 use crate::store::event::StoredEvent;

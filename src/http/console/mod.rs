@@ -12,6 +12,7 @@ mod data;
 pub mod find;
 mod flag;
 mod insights;
+mod range;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -3,7 +3,7 @@
 //! a dictionary, and the values laid out key by key (every event's `$browser`, then
 //! every event's `$current_url`, ...), so LZ4 finds a key's repeated values next to
 //! each other instead of one object's length apart. Values are packed as in version 2
-//! ([`super::columns::pack`]).
+//! ([`super::pack::pack`]).
 //!
 //! Layout for `n` events: the dictionary's size `k` (u32 LE), `k` key lengths (u32 LE)
 //! and the keys as they were written (quoted, escapes kept); `n` shapes (u8: 0 split,
@@ -16,7 +16,7 @@
 
 use std::collections::HashMap;
 
-use super::columns::{le32, pack, unpack, Cursor};
+use super::pack::{le32, pack, unpack, Cursor};
 
 const SPLIT: u8 = 0;
 const WHOLE: u8 = 1;

@@ -63,7 +63,7 @@ pub fn prepare(trees: &Trees) -> Result<(), sled::Error> {
     trees.rollups.clear()?;
     let mut batch = sled::Batch::default();
     // Every block is the backfill's to count now, those held in memory too.
-    batch.remove(super::hot::FROM_KEY);
+    batch.remove(super::FROM_KEY);
     if trees.events.is_empty() {
         batch.remove(STATE_KEY);
     } else {

@@ -25,11 +25,9 @@ use sled::transaction::{
 
 use super::super::keys;
 use super::super::Trees;
+pub use super::FROM_KEY;
 use super::{backfill, Delta, Pending};
 
-/// In `meta` while counts of stored blocks are only in memory: the first block id
-/// (u64 big-endian) whose events the rollups tree does not count yet.
-pub const FROM_KEY: &[u8] = b"rollups.from";
 /// While the compactor is busy, hot counts are written this often: each key once per
 /// interval instead of once per chunk, and at most this long to count again after a
 /// crash.

@@ -35,6 +35,9 @@ pub use sketch::Sketch;
 use super::keys;
 
 /// The tree's name, part of the on-disk format.
+/// In `meta` while counts of stored blocks are only in memory: the first block id
+/// (u64 big-endian) whose events the rollups tree does not count yet.
+pub const FROM_KEY: &[u8] = b"rollups.from";
 pub const TREE: &str = "rollups";
 /// The version byte of every value, and in `meta` under [`VERSION_KEY`] once the
 /// tree holds rollups of this version for every stored event (or a backfill is on

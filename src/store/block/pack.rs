@@ -1,0 +1,189 @@
+//! The bytes shared by the block layouts: a cursor over fixed-width columns, and the
+//! packing of the uuids written as text in the properties to their 16 bytes.
+//!
+//! Packing ([`pack`]) is reversible for any bytes, not only JSON: a lowercase,
+//! hyphenated uuid between two `"` becomes [`UUID`] and its 16 bytes, and the bytes
+//! [`UUID`] and [`LITERAL`] themselves (which compact JSON never holds: control
+//! characters are escaped inside strings) are kept as [`LITERAL`] and the byte.
+
+use uuid::Uuid;
+
+/// A quoted uuid's 16 bytes follow.
+const UUID: u8 = 0x01;
+/// The byte that follows stands for itself.
+const LITERAL: u8 = 0x02;
+/// `"`, 36 characters, `"`.
+const QUOTED_UUID_LEN: usize = 38;
+
+/// Reads fixed-width columns off the front of a body.
+pub(super) struct Cursor<'a> {
+    pub(super) rest: &'a [u8],
+}
+
+impl<'a> Cursor<'a> {
+    pub(super) fn take(&mut self, len: usize) -> Option<&'a [u8]> {
+        if len > self.rest.len() {
+            return None;
+        }
+        let (head, rest) = self.rest.split_at(len);
+        self.rest = rest;
+        Some(head)
+    }
+
+    /// `n` items of `width` bytes.
+    pub(super) fn column(
+        &mut self,
+        n: usize,
+        width: usize,
+    ) -> Option<std::slice::ChunksExact<'a, u8>> {
+        Some(self.take(n.checked_mul(width)?)?.chunks_exact(width))
+    }
+}
+
+pub(super) fn le32(b: &[u8]) -> Option<usize> {
+    Some(u32::from_le_bytes(b.try_into().ok()?) as usize)
+}
+
+/// `text` with its quoted lowercase uuids packed, added to `out` (see the module docs).
+pub fn pack(text: &[u8], out: &mut Vec<u8>) {
+    let mut at = 0;
+    while let Some(found) = memchr::memchr3(b'"', UUID, LITERAL, &text[at..]) {
+        let i = at + found;
+        out.extend_from_slice(&text[at..i]);
+        match text[i] {
+            b'"' => match text.get(i..i + QUOTED_UUID_LEN).and_then(quoted_uuid) {
+                Some(id) => {
+                    out.push(UUID);
+                    out.extend_from_slice(id.as_bytes());
+                    at = i + QUOTED_UUID_LEN;
+                    continue;
+                }
+                None => out.push(b'"'),
+            },
+            byte => out.extend_from_slice(&[LITERAL, byte]),
+        }
+        at = i + 1;
+    }
+    out.extend_from_slice(&text[at..]);
+}
+
+/// The packed `bytes` as they were, added to `out`; None if they are damaged.
+pub fn unpack(bytes: &[u8], out: &mut Vec<u8>) -> Option<()> {
+    let mut at = 0;
+    while let Some(found) = memchr::memchr2(UUID, LITERAL, &bytes[at..]) {
+        let i = at + found;
+        out.extend_from_slice(&bytes[at..i]);
+        if bytes[i] == LITERAL {
+            out.push(*bytes.get(i + 1)?);
+            at = i + 2;
+            continue;
+        }
+        let id = Uuid::from_slice(bytes.get(i + 1..i + 17)?).ok()?;
+        let mut text = [0u8; 36];
+        out.push(b'"');
+        out.extend_from_slice(id.hyphenated().encode_lower(&mut text).as_bytes());
+        out.push(b'"');
+        at = i + 17;
+    }
+    out.extend_from_slice(&bytes[at..]);
+    Some(())
+}
+
+/// The uuid in `"xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"`, lowercase only, so that
+/// unpacking writes back the same text.
+fn quoted_uuid(quoted: &[u8]) -> Option<Uuid> {
+    if quoted.len() != QUOTED_UUID_LEN || quoted[QUOTED_UUID_LEN - 1] != b'"' {
+        return None;
+    }
+    let text = &quoted[1..QUOTED_UUID_LEN - 1];
+    let mut bytes = [0u8; 16];
+    let mut digits = text
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| !matches!(i, 8 | 13 | 18 | 23));
+    for b in &mut bytes {
+        let (_, &hi) = digits.next()?;
+        let (_, &lo) = digits.next()?;
+        *b = (hex(hi)? << 4) | hex(lo)?;
+    }
+    [8, 13, 18, 23]
+        .iter()
+        .all(|&i| text[i] == b'-')
+        .then(|| Uuid::from_bytes(bytes))
+}
+
+fn hex(c: u8) -> Option<u8> {
+    match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn round_trip(text: &[u8]) -> Vec<u8> {
+        let mut packed = Vec::new();
+        pack(text, &mut packed);
+        let mut back = Vec::new();
+        unpack(&packed, &mut back).unwrap();
+        assert_eq!(back, text, "{}", String::from_utf8_lossy(text));
+        packed
+    }
+
+    #[test]
+    fn quoted_lowercase_uuids_pack_to_their_bytes() {
+        let id = "01a216c2-1c6c-7536-a8b3-bcbfd45bc4b1";
+        let json = format!(r#"{{"$device_id":"{id}","n":1}}"#);
+        let packed = round_trip(json.as_bytes());
+        let mut want = br#"{"$device_id":"#.to_vec();
+        want.push(UUID);
+        want.extend_from_slice(Uuid::parse_str(id).unwrap().as_bytes());
+        want.extend_from_slice(br#","n":1}"#);
+        assert_eq!(packed, want);
+        assert_eq!(packed.len(), json.len() - 21);
+    }
+
+    #[test]
+    fn anything_else_is_kept_as_it_is() {
+        let upper = r#"{"a":"01A216C2-1C6C-7536-A8B3-BCBFD45BC4B1"}"#;
+        assert_eq!(round_trip(upper.as_bytes()), upper.as_bytes());
+        for text in [
+            &br#"{"a":"01a216c2-1c6c-7536-a8b3-bcbfd45bc4b"}"#[..],
+            br#"{"a":"01a216c2-1c6c-7536-a8b3-bcbfd45bc4b12"}"#,
+            br#"{"a":"01a216c2x1c6c-7536-a8b3-bcbfd45bc4b1"}"#,
+            br#"{"a":"01a216c2-1c6c-7536-a8b3-bcbfd45bc4g1"}"#,
+            br#""01a216c2-1c6c-7536-a8b3-bcbfd45bc4b1"#,
+            b"",
+            b"\"",
+        ] {
+            assert_eq!(round_trip(text), text);
+        }
+        // The marker bytes themselves, alone, at the end, before a uuid.
+        let id = "\"01a216c2-1c6c-7536-a8b3-bcbfd45bc4b1\"";
+        let tricky = [
+            b"\x01".to_vec(),
+            b"\x02\x02".to_vec(),
+            id.as_bytes().to_vec(),
+            b"\x01".to_vec(),
+        ]
+        .concat();
+        let packed = round_trip(&tricky);
+        assert_eq!(&packed[..5], [LITERAL, UUID, LITERAL, LITERAL, LITERAL]);
+        assert_eq!(packed[5], LITERAL);
+        assert_eq!(packed[6], UUID);
+        assert_eq!(packed.len(), 2 + 4 + 17 + 2);
+        // Two uuids back to back share no quote: the second is not packed.
+        let two = format!("{id}{}", &id[1..]);
+        assert_eq!(round_trip(two.as_bytes()).len(), 17 + 37);
+    }
+
+    #[test]
+    fn damaged_packing_is_refused() {
+        let mut out = Vec::new();
+        assert_eq!(unpack(&[LITERAL], &mut out), None);
+        assert_eq!(unpack(&[b'a', UUID, 1, 2, 3], &mut out), None);
+    }
+}
