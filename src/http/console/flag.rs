@@ -16,7 +16,7 @@ use super::super::params::Params;
 use super::super::response::{self, Body};
 use super::find::persons_of;
 use super::insights::{blocking, describe};
-use super::range::{Range, HOUR_MS};
+use super::range::{Range, DAY_MS, HOUR_MS};
 use crate::app::App;
 use crate::flags::Context;
 use crate::store::query::{self, EventFilter};
@@ -29,7 +29,6 @@ use crate::store::rollup::{self, hour_of, Status};
 const MAX_REACH_SCANNED: usize = 100_000;
 /// Persons the reach names, as examples.
 const REACH_EXAMPLES: usize = 20;
-const DAY_MS: i64 = 24 * HOUR_MS;
 
 /// `?key=K&interval=hour|day` and a range: per bucket, the flag's calls by returned
 /// value: `{"buckets", "values": {value: [count per bucket]}, "rollups"}`.

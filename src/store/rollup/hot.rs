@@ -122,17 +122,7 @@ impl Hot {
         if self.is_empty() {
             return Ok(());
         }
-        let pending = &self.pending;
-        (&trees.rollups.tree, &trees.meta)
-            .transaction(|(rollups, meta)| {
-                pending.write(rollups)?;
-                meta.remove(FROM_KEY)?;
-                Ok::<_, ConflictableTransactionError<()>>(())
-            })
-            .map_err(|e| match e {
-                TransactionError::Storage(e) => e,
-                TransactionError::Abort(()) => sled::Error::Unsupported("aborted".into()),
-            })?;
+        write_counted(&self.pending, trees)?;
         *self = Hot::default();
         Ok(())
     }
@@ -219,6 +209,19 @@ pub fn recount(trees: &Trees) -> Result<(), sled::Error> {
             blocks += 1;
         }
     }
+    write_counted(&pending, trees)?;
+    tracing::info!(
+        from_block = from,
+        blocks,
+        ms = started.elapsed().as_millis() as u64,
+        "counted again the console's rollups the last run held in memory when it stopped"
+    );
+    Ok(())
+}
+
+/// `pending` written to the rollups and the in-memory mark cleared, in one transaction:
+/// after it the tree counts every stored block again.
+fn write_counted(pending: &Pending, trees: &Trees) -> Result<(), sled::Error> {
     (&trees.rollups.tree, &trees.meta)
         .transaction(|(rollups, meta)| {
             pending.write(rollups)?;
@@ -228,12 +231,5 @@ pub fn recount(trees: &Trees) -> Result<(), sled::Error> {
         .map_err(|e| match e {
             TransactionError::Storage(e) => e,
             TransactionError::Abort(()) => sled::Error::Unsupported("aborted".into()),
-        })?;
-    tracing::info!(
-        from_block = from,
-        blocks,
-        ms = started.elapsed().as_millis() as u64,
-        "counted again the console's rollups the last run held in memory when it stopped"
-    );
-    Ok(())
+        })
 }
