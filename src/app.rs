@@ -64,6 +64,8 @@ pub struct App {
     pub failed_auth: crate::manage::FailedAuth,
     /// The console's signed-in browsers.
     pub sessions: crate::manage::session::Sessions,
+    /// Edge mode's connection to upstream (`--upstream`); `None` when off.
+    pub upstream: Option<crate::edge::Client>,
     /// When serving started, for the console's uptime.
     pub started: std::time::Instant,
     /// Set at shutdown: readiness turns 503 so load balancers stop sending.
@@ -110,6 +112,7 @@ impl App {
             manage,
             failed_auth: Default::default(),
             sessions: Default::default(),
+            upstream: None,
             started: std::time::Instant::now(),
             draining: AtomicBool::new(false),
         }

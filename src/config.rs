@@ -94,6 +94,9 @@ pub struct Config {
     /// the base of the absolute links it answers with. `None`: the request's Host when
     /// it is one of the listener's own names (`http::links`).
     pub public_url: Option<String>,
+    /// Edge mode (`--upstream`): the PostHog (or flagpost) this server stands in front
+    /// of; off when `None`.
+    pub upstream: Option<Upstream>,
 }
 
 /// Request limits; see the constants for why each default is what it is.
@@ -188,6 +191,7 @@ impl Config {
             sink: None,
             console: true,
             public_url: None,
+            upstream: None,
         }
     }
 
@@ -263,6 +267,45 @@ impl Sink {
             database: DEFAULT_SINK_DATABASE.to_string(),
             user: DEFAULT_SINK_USER.to_string(),
             password: String::new(),
+        }
+    }
+}
+
+/// The definitions poll of edge mode: PostHog's SDKs poll every 30 s by default, and a
+/// conditional poll that answers 304 costs upstream almost nothing.
+pub const DEFAULT_UPSTREAM_POLL: Duration = Duration::from_secs(30);
+/// Events older than this travel upstream as `historical_migration` batches: PostHog
+/// routes those away from its live pipeline, and a day covers a client's own retries.
+pub const DEFAULT_UPSTREAM_HISTORICAL_AFTER: Duration = Duration::from_secs(24 * 60 * 60);
+/// How long `/decide` and `/flags` wait for upstream on a flag the edge cannot decide:
+/// PostHog's own flag routes time out at 5 s, and a page waits on this answer.
+pub const DEFAULT_UPSTREAM_FLAGS_BUDGET: Duration = Duration::from_millis(1500);
+
+/// Edge mode's settings (`--upstream` and its options); see `crate::edge`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Upstream {
+    /// `http[s]://host[:port]`, no path: PostHog's ingestion host (`https://eu.i.posthog.com`)
+    /// or another flagpost.
+    pub url: String,
+    /// How often each synced project's flag definitions are polled.
+    pub poll: Duration,
+    /// Events older than this are forwarded as `historical_migration` batches.
+    pub historical_after: Duration,
+    /// Bytes of events not yet forwarded past which capture answers 503; `None` is "until
+    /// the disk reserve" (`min_free_disk_bytes`).
+    pub max_backlog_bytes: Option<u64>,
+    /// How long a request may wait on upstream `/flags` for what the edge cannot decide.
+    pub flags_budget: Duration,
+}
+
+impl Upstream {
+    pub fn new(url: &str) -> Upstream {
+        Upstream {
+            url: url.trim_end_matches('/').to_string(),
+            poll: DEFAULT_UPSTREAM_POLL,
+            historical_after: DEFAULT_UPSTREAM_HISTORICAL_AFTER,
+            max_backlog_bytes: None,
+            flags_budget: DEFAULT_UPSTREAM_FLAGS_BUDGET,
         }
     }
 }

@@ -113,6 +113,7 @@ pub mod backup;
 pub mod capture;
 pub mod compactor;
 pub mod config;
+pub mod edge;
 pub mod flags;
 pub mod geoip;
 pub mod http;

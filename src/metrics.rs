@@ -105,6 +105,8 @@ pub struct Metrics {
     pub geoip_hits: Counter,
     /// The ClickHouse sink's, registered whether or not it is on.
     pub sink: crate::sink::Stats,
+    /// Edge mode's, registered whether or not it is on.
+    pub upstream: crate::edge::Stats,
     /// Serialises scrapes, so counters mirrored from other atomics advance once.
     scrape: std::sync::Mutex<()>,
 }
@@ -168,6 +170,7 @@ impl Metrics {
             geoip_lookups: Counter::default(),
             geoip_hits: Counter::default(),
             sink: Default::default(),
+            upstream: Default::default(),
             scrape: std::sync::Mutex::new(()),
             registry: Registry::default(),
         };
@@ -380,6 +383,7 @@ impl Metrics {
             m.geoip_hits.clone(),
         );
         m.sink.register(&mut registry);
+        m.upstream.register(&mut registry);
         for lane in ["historical", "overflow"] {
             m.compactor_routed
                 .get_or_create(&LaneLabels { lane })

@@ -10,6 +10,7 @@ use flagpost::config::{self, Config};
 
 mod backup;
 mod tools;
+mod upstream;
 
 #[derive(FromArgs)]
 /// A single-binary edge server for product analytics, compatible with PostHog's clients.
@@ -153,6 +154,21 @@ struct Serve {
     /// file holding the ClickHouse password [env FLAGPOST_CLICKHOUSE_PASSWORD_FILE]; the password itself may be in env FLAGPOST_CLICKHOUSE_PASSWORD, never a flag
     #[argh(option)]
     clickhouse_password_file: Option<PathBuf>,
+    /// edge mode: the PostHog this server stands in front of, e.g. https://eu.i.posthog.com (or another flagpost); off by default [env FLAGPOST_UPSTREAM]
+    #[argh(option)]
+    upstream: Option<String>,
+    /// edge mode: seconds between polls of each synced project's flag definitions; 30s, 5m also read [env FLAGPOST_UPSTREAM_POLL, default 30]
+    #[argh(option)]
+    upstream_poll: Option<String>,
+    /// edge mode: events older than this many seconds are forwarded as historical_migration; 24h also read [env FLAGPOST_UPSTREAM_HISTORICAL_AFTER, default 86400]
+    #[argh(option)]
+    upstream_historical_after: Option<String>,
+    /// edge mode: bytes of events not yet forwarded past which capture answers 503; 512M, 4G also read [env FLAGPOST_UPSTREAM_MAX_BACKLOG, default until the disk reserve]
+    #[argh(option)]
+    upstream_max_backlog: Option<String>,
+    /// edge mode: milliseconds /decide and /flags wait on upstream for a flag the edge cannot decide [env FLAGPOST_UPSTREAM_FLAGS_BUDGET_MS, default 1500]
+    #[argh(option)]
+    upstream_flags_budget_ms: Option<u64>,
 }
 
 impl Cli {
@@ -221,6 +237,7 @@ pub fn run(cli: Cli) -> Result<(), String> {
 
 fn serve_config(args: Serve) -> Result<Config, String> {
     let sink = sink_settings(&args)?;
+    let upstream = upstream::settings(&args)?;
     let data_dir = or_env(args.data_dir, "FLAGPOST_DATA_DIR")?.unwrap_or_else(|| "data".into());
     let db = or_env(args.db, "FLAGPOST_DB")?.unwrap_or_else(|| "var/db".into());
     let mut config = Config::new(data_dir, db);
@@ -289,7 +306,9 @@ fn serve_config(args: Serve) -> Result<Config, String> {
         Some("off") => false,
         Some(other) => return Err(format!("--console {other:?} must be on or off")),
     };
-    config.compactor.outbox = sink.is_some();
+    config.upstream = upstream;
+    // The sink and the forwarder both read what the compactor commits from the outbox.
+    config.compactor.outbox = sink.is_some() || config.upstream.is_some();
     config.sink = sink;
     Ok(config)
 }

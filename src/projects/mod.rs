@@ -58,6 +58,11 @@ pub struct Project {
     /// Project secret keys, in the same two forms as personal keys (without scopes).
     #[serde(default)]
     pub secret_api_keys: Vec<PersonalKey>,
+    /// Edge mode: the key the flag sync reads this project's definitions from upstream
+    /// with (a `phs_` feature flags secure API key, or a `phx_` personal key); without
+    /// it, the project's flags stay its own files.
+    #[serde(default)]
+    pub upstream_secret_key: Option<UpstreamKey>,
     /// Drop `$ip` from stored events once it has been used for enrichment.
     #[serde(default)]
     pub anonymize_ips: bool,
@@ -76,6 +81,42 @@ impl Project {
     /// an active survey.
     pub fn decide_tail(&self, surveys: bool) -> &str {
         &self.decide_tails[usize::from(surveys)]
+    }
+}
+
+/// An upstream credential: sent to upstream as it is, so kept in plain text, and never
+/// shown (its `Debug` masks it).
+#[derive(Clone, Deserialize)]
+#[serde(transparent)]
+pub struct UpstreamKey(String);
+
+impl UpstreamKey {
+    /// The key, for the `Authorization` header of requests to upstream only.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+
+    /// A `phs_` or `phx_` key of visible ASCII (it goes into a header).
+    fn check(&self) -> Result<(), String> {
+        let k = &self.0;
+        let shape = (k.starts_with(SECRET_KEY_PREFIX) || k.starts_with(PERSONAL_KEY_PREFIX))
+            && k.len() > 4
+            && k.bytes().all(|b| b.is_ascii_graphic());
+        if shape {
+            Ok(())
+        } else {
+            Err(
+                "upstream_secret_key must be upstream's phs_... feature flags secure API key \
+                 (or a phx_... personal key)"
+                    .into(),
+            )
+        }
+    }
+}
+
+impl std::fmt::Debug for UpstreamKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "UpstreamKey({}...)", self.0.get(..4).unwrap_or_default())
     }
 }
 
@@ -228,6 +269,9 @@ impl Projects {
                 }
             }
             check_secret_keys(&p.secret_api_keys).map_err(|e| Error(format!("{at}: {e}")))?;
+            if let Some(k) = &p.upstream_secret_key {
+                k.check().map_err(|e| Error(format!("{at}: {e}")))?;
+            }
             let mut p = p;
             p.decide_tails = [false, true].map(|surveys| {
                 crate::projects::client_config::decide_tail(

@@ -20,6 +20,9 @@ pub enum Error {
     /// The ClickHouse sink could not start.
     #[error("{0}")]
     Sink(sink::Error),
+    /// Edge mode's upstream cannot be reached as configured (no CA certificates, ...).
+    #[error("{0}")]
+    Upstream(crate::edge::Error),
     /// The listen address could not be bound.
     #[error("cannot listen on {0}: {1}; {advice}", advice = listen_advice(.1))]
     Listen(std::net::SocketAddr, std::io::Error),

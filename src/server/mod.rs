@@ -78,7 +78,12 @@ pub async fn serve(
     }
     // The rules module logs what it loaded and every file it could not.
     let (rules, _report) = blocking(move || flags::Rules::load(&flags_dir)).await?;
-    let app = app::App::new(config, projects, rules, geoip, metrics, &pipeline);
+    let upstream = match &config.upstream {
+        Some(u) => Some(crate::edge::Client::new(&u.url).map_err(Error::Upstream)?),
+        None => None,
+    };
+    let mut app = app::App::new(config, projects, rules, geoip, metrics, &pipeline);
+    app.upstream = upstream;
     let app = Arc::new(app.with_projects_file(projects_file));
     // Surveys and early access features, then the flags the surveys add to the rules.
     let loader = app.clone();

@@ -25,7 +25,7 @@ const LAYERS: &[&[&str]] = &[
     &["persons"],
     &["store"],
     // Both read or write the store; neither names the other.
-    &["sink", "compactor"],
+    &["sink", "compactor", "edge"],
     &["metrics"],
     &["pipeline", "admin", "backup"],
     &["app"],

@@ -235,3 +235,36 @@ fn one_hash_cannot_be_both_a_personal_and_a_secret_key() {
     let p = Projects::parse(file.as_bytes()).unwrap();
     assert!(p.personal_key("phs_shared").is_none());
 }
+
+#[test]
+fn upstream_secret_keys_are_kept_and_never_shown() {
+    let file = r#"{"projects":[{"id":1,"api_key":"phc_a","upstream_secret_key":"phs_abcdefgh"},
+        {"id":2,"api_key":"phc_b","upstream_secret_key":"phx_personal"},
+        {"id":3,"api_key":"phc_c"}]}"#;
+    let projects = Projects::parse(file.as_bytes()).unwrap();
+    let one = projects.by_id(1).unwrap();
+    let key = one.upstream_secret_key.as_ref().unwrap();
+    assert_eq!(key.expose(), "phs_abcdefgh");
+    let shown = format!("{one:?}");
+    assert!(!shown.contains("abcdefgh"), "{shown}");
+    assert_eq!(
+        projects
+            .by_id(2)
+            .unwrap()
+            .upstream_secret_key
+            .as_ref()
+            .unwrap()
+            .expose(),
+        "phx_personal"
+    );
+    assert!(projects.by_id(3).unwrap().upstream_secret_key.is_none());
+    for bad in [r#""phc_x""#, r#""phs_""#, r#""phs_a b""#, "7"] {
+        let file =
+            format!(r#"{{"projects":[{{"id":1,"api_key":"phc_a","upstream_secret_key":{bad}}}]}}"#);
+        let err = Projects::parse(file.as_bytes()).unwrap_err().to_string();
+        assert!(
+            err.contains("upstream_secret_key") || err.contains("invalid type"),
+            "{bad}: {err}"
+        );
+    }
+}

@@ -1,0 +1,23 @@
+//! Edge mode (`serve --upstream URL`, off by default): this server stands in front of
+//! an upstream PostHog (PostHog Cloud, a self-hosted PostHog, or another flagpost).
+//! Each project in `projects.json` is then the edge of the upstream project whose
+//! token is its `api_key`, so clients keep the key they already have. The contract is
+//! the "Edge mode" section of the design; the facts behind it (PostHog's endpoints,
+//! its answers, how it deduplicates) are in the edge research notes.
+//!
+//! ```text
+//! clients ──> capture (uuid, timestamp, $ip fixed) ──> log ──> compactor ──> outbox ──> forwarder ──POST /batch/──> upstream
+//! SDKs    <── /decide, /flags, definitions feeds <── synced rules <── sync loop ──GET /flags/definitions──┘
+//!                  └── what the edge cannot decide ──POST /flags (one call, flag_keys)──> upstream
+//! ```
+//!
+//! [`settings`] reads the command line's values, [`client`] speaks HTTP/1.1 (plain or
+//! TLS) to upstream with a small pool of kept-alive connections, and [`stats`] holds
+//! the `flagpost_upstream_*` metrics every part updates.
+
+pub mod client;
+pub mod settings;
+pub mod stats;
+
+pub use client::{Answer, Client, Error};
+pub use stats::Stats;
