@@ -66,6 +66,8 @@ pub struct App {
     pub sessions: crate::manage::session::Sessions,
     /// Edge mode's connection to upstream (`--upstream`); `None` when off.
     pub upstream: Option<crate::edge::Client>,
+    /// What the forwarder still owes upstream, which bounds capture in edge mode.
+    pub upstream_backlog: crate::edge::Backlog,
     /// When serving started, for the console's uptime.
     pub started: std::time::Instant,
     /// Set at shutdown: readiness turns 503 so load balancers stop sending.
@@ -89,6 +91,8 @@ impl App {
         let backlog = crate::log::backlog::Backlog::new(config.max_log_bytes);
         backlog.check(pipeline.log.bytes());
         let manage = crate::manage::Store::new(config.flags_dir(), &config.db_dir);
+        let upstream_backlog =
+            crate::edge::Backlog::new(config.upstream.as_ref().and_then(|u| u.max_backlog_bytes));
         App {
             config,
             projects,
@@ -113,6 +117,7 @@ impl App {
             failed_auth: Default::default(),
             sessions: Default::default(),
             upstream: None,
+            upstream_backlog,
             started: std::time::Instant::now(),
             draining: AtomicBool::new(false),
         }

@@ -12,12 +12,18 @@
 //! ```
 //!
 //! [`settings`] reads the command line's values, [`client`] speaks HTTP/1.1 (plain or
-//! TLS) to upstream with a small pool of kept-alive connections, and [`stats`] holds
-//! the `flagpost_upstream_*` metrics every part updates.
+//! TLS) to upstream with a small pool of kept-alive connections, [`answer`] says what
+//! each upstream answer to a delivery means and how long to back off, [`backlog`]
+//! bounds what capture accepts while upstream is behind, and [`stats`] holds the
+//! `flagpost_upstream_*` metrics every part updates.
 
+pub mod answer;
+pub mod backlog;
 pub mod client;
 pub mod settings;
 pub mod stats;
 
+pub use answer::{Backoff, Outcome};
+pub use backlog::Backlog;
 pub use client::{Answer, Client, Error};
 pub use stats::Stats;
