@@ -1,19 +1,27 @@
-//! The console's persons pages over a large project (`http::console::find`): a
+//! The console's persons pages over a large project (`http::console::persons`): a
 //! database holding N persons (1 million unless `PERSONS_BENCH_N` says otherwise),
 //! each stored as the compactor stores one (JSON under project and id, ids PostHog's
-//! UUIDv5 of the distinct id) and folded into the persons' run with the dozen properties posthog-js sets on a first
-//! visit (about 700 bytes); then the reads the persons page makes, each a whole pass
-//! over the persons because they are stored by id, not by time: the newest 50, the
-//! newest 50 whose email contains a text, and the 50 at the deepest offset a list
-//! allows (10,000).
+//! UUIDv5 of the distinct id, its distinct id linked) and folded into the persons'
+//! and distinct ids' runs, with the dozen properties posthog-js sets on a first visit
+//! (about 700 bytes). Then the first-seen index is built as an older database gets it
+//! (its time and its share of sled's file printed), and the reads the persons page
+//! makes are timed through it: the newest 50, the newest 50 whose email contains a
+//! text, the page 10,000 deep, a property search that matches no one (so it examines
+//! its whole bound), and a distinct id prefix. The scans the page made without the
+//! index are timed once each beside them (`PERSONS_BENCH_SCAN=0` skips them: at a
+//! million persons they take about a minute).
 
 use std::time::Instant;
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use flagpost::http::console::find::{newest_persons, Matcher, MAX_PERSONS_SCANNED};
+use flagpost::http::console::find::Matcher;
+use flagpost::http::console::persons::{
+    by_prefix, newest, newest_persons, Span, MAX_PERSONS_EXAMINED, MAX_PERSONS_SCANNED,
+};
 use flagpost::http::params::Params;
 use flagpost::persons::{self, Person};
-use flagpost::store::{keys, Trees};
+use flagpost::store::rollup::backfill::Step;
+use flagpost::store::{first_seen, keys, Trees};
 use serde_json::json;
 
 #[global_allocator]
@@ -64,24 +72,78 @@ fn fill(n: u64) -> Filled {
     let started = Instant::now();
     let mut bytes = 0usize;
     for first in (0..n).step_by(BATCH as usize) {
-        let mut batch = sled::Batch::default();
+        let (mut people, mut ids) = (sled::Batch::default(), sled::Batch::default());
         for i in first..(first + BATCH).min(n) {
             let p = person(i);
             let value = serde_json::to_vec(&p).unwrap();
             bytes += value.len();
-            batch.insert(&keys::with_uuid(PROJECT, p.id)[..], value);
+            people.insert(&keys::with_uuid(PROJECT, p.id)[..], value);
+            ids.insert(
+                keys::with_str(PROJECT, &p.distinct_ids[0]),
+                &p.id.as_bytes()[..],
+            );
         }
-        trees.persons.delta().apply_batch(batch).unwrap();
+        trees.persons.delta().apply_batch(people).unwrap();
+        trees.distinct_ids.delta().apply_batch(ids).unwrap();
     }
     db.flush().unwrap();
-    // Into the sorted run, where the compactor's folds keep all but recent changes.
+    // Into the sorted runs, where the compactor's folds keep all but recent changes.
     trees.persons.fold().unwrap();
+    trees.distinct_ids.fold().unwrap();
     eprintln!(
         "{n} persons, {} bytes each on average, written in {:.1} s",
         bytes as u64 / n.max(1),
         started.elapsed().as_secs_f64()
     );
+    build_index(&db, &trees, n);
     Filled { _dir: dir, trees }
+}
+
+/// Build the first-seen index as an older database gets it, printing how long it took
+/// and what it adds to sled's file.
+fn build_index(db: &sled::Db, trees: &Trees, n: u64) {
+    db.flush().unwrap();
+    let before = db.size_on_disk().unwrap();
+    let started = Instant::now();
+    first_seen::start_build(trees).unwrap();
+    let build = first_seen::Build::new(trees);
+    while build.step(trees).unwrap() != Step::Done {}
+    let took = started.elapsed().as_secs_f64();
+    db.flush().unwrap();
+    let after = db.size_on_disk().unwrap();
+    let grew = after.saturating_sub(before);
+    eprintln!(
+        "first-seen index of {} keys built in {took:.1} s; sled's file {before} -> {after} bytes, \
+         {grew} more ({:.1} bytes a person; keys are 32 bytes)",
+        trees.first_seen.len(),
+        grew as f64 / n.max(1) as f64
+    );
+}
+
+/// Once each, the passes the page made without the index (what main's build does).
+fn scans(f: &Filled, matcher: &Matcher) {
+    for (name, test, keep) in [
+        ("scan: newest 50", None, 50),
+        ("scan: newest 50 email icontains", Some(matcher), 50),
+        ("scan: offset 9,950", None, 10_000),
+    ] {
+        let started = Instant::now();
+        let (found, scanned, _) = newest_persons(&f.trees, PROJECT, test, keep).unwrap();
+        eprintln!(
+            "{name}: {:.2} s ({} found, {scanned} examined)",
+            started.elapsed().as_secs_f64(),
+            found.len()
+        );
+    }
+}
+
+fn span(cursor: Option<Vec<u8>>, offset: usize, limit: usize) -> Span {
+    Span {
+        cursor,
+        offset,
+        limit,
+        examine: MAX_PERSONS_EXAMINED,
+    }
 }
 
 fn bench(c: &mut Criterion) {
@@ -91,21 +153,42 @@ fn bench(c: &mut Criterion) {
         .unwrap_or(1_000_000);
     assert!(
         n as usize <= MAX_PERSONS_SCANNED,
-        "the bound would cut the pass short"
+        "the bound would cut the scan short"
     );
     let f = fill(n);
     let contains = Params::parse(Some("property=email&operator=icontains&value=GLOBEX"));
     let matcher = Matcher::from_params(&contains).unwrap().unwrap();
+    let nobody = Params::parse(Some("property=plan&value=enterprise"));
+    let nobody = Matcher::from_params(&nobody).unwrap().unwrap();
+    if std::env::var("PERSONS_BENCH_SCAN").as_deref() != Ok("0") {
+        scans(&f, &matcher);
+    }
+    // The cursor of the page 10,000 deep, as a reader paging on would hold it.
+    let deep = newest(&f.trees, PROJECT, None, span(None, 9_999, 1)).unwrap();
+    assert_eq!(deep.persons.len(), 1);
     let mut g = c.benchmark_group(format!("console_persons_{n}"));
     g.sample_size(10);
     g.bench_function("newest_50", |b| {
-        b.iter(|| newest_persons(&f.trees, PROJECT, None, 50).unwrap())
+        b.iter(|| newest(&f.trees, PROJECT, None, span(None, 0, 50)).unwrap())
     });
     g.bench_function("newest_50_email_icontains", |b| {
-        b.iter(|| newest_persons(&f.trees, PROJECT, Some(&matcher), 50).unwrap())
+        b.iter(|| newest(&f.trees, PROJECT, Some(&matcher), span(None, 0, 50)).unwrap())
     });
-    g.bench_function("deepest_page_offset_9950", |b| {
-        b.iter(|| newest_persons(&f.trees, PROJECT, None, 10_000).unwrap())
+    g.bench_function("page_10000_deep_by_cursor", |b| {
+        b.iter(|| newest(&f.trees, PROJECT, None, span(deep.next.clone(), 0, 50)).unwrap())
+    });
+    g.bench_function("offset_9950", |b| {
+        b.iter(|| newest(&f.trees, PROJECT, None, span(None, 9_950, 50)).unwrap())
+    });
+    g.bench_function("property_matching_no_one_whole_bound", |b| {
+        b.iter(|| {
+            let page = newest(&f.trees, PROJECT, Some(&nobody), span(None, 0, 50)).unwrap();
+            assert_eq!(page.examined, MAX_PERSONS_EXAMINED.min(n as usize));
+            page
+        })
+    });
+    g.bench_function("distinct_id_prefix_50", |b| {
+        b.iter(|| by_prefix(&f.trees, PROJECT, "user-0001", None, 50).unwrap())
     });
     g.finish();
 }

@@ -1,7 +1,8 @@
 //! The write side put together, and every worker it runs: [`Pipeline::open`] opens the
 //! sled database (migrating an older format), the write-ahead log's files, the log's
 //! group-commit writer thread, the compactor's thread and, for a database without
-//! current rollups, the thread that builds them; [`Pipeline::start_sink`] adds the
+//! current rollups or without the persons' first-seen index, the threads that build
+//! them; [`Pipeline::start_sink`] adds the
 //! ClickHouse sink's task when one is configured. [`Pipeline::close`] stops them all,
 //! waits for each and flushes. It sits above [`crate::log`], [`crate::compactor`],
 //! [`crate::store`] and [`crate::sink`] because it is the one place that needs them all.
@@ -20,7 +21,7 @@ use crate::projects::Projects;
 use crate::store::check as store_check;
 use crate::store::live::{Live, Open};
 use crate::store::rollup::{self, backfill::Step};
-use crate::store::{keys, person_cache, Error, Trees};
+use crate::store::{first_seen, keys, person_cache, Error, Trees};
 use crate::support::sync::Gate;
 
 /// The open database, its log writer, its compactor and, when configured, its sink.
@@ -40,8 +41,9 @@ pub struct Pipeline {
     pub sink_gate: Option<Arc<Gate>>,
     writer: wal::Writer,
     compactor_thread: compactor::Handle,
-    /// Building the console's rollups from stored events, when they were missing.
-    backfill: Option<Backfill>,
+    /// Building the console's rollups from stored events, and the persons' first-seen
+    /// index from stored persons, when they were missing.
+    backfills: Vec<Backfill>,
     sink: Option<Sink>,
 }
 
@@ -103,12 +105,17 @@ impl Pipeline {
         let compactor_gate = Arc::new(Gate::default());
         let compactor_thread =
             compactor::spawn(compactor, store.clone(), compactor_gate.clone()).map_err(io)?;
-        let backfill = match rollup::status(&trees_meta)? {
-            rollup::Status::Ready => None,
-            rollup::Status::Building(_) => {
-                Some(Backfill::spawn(store.clone(), compactor_gate.clone()).map_err(io)?)
-            }
-        };
+        let mut backfills = Vec::new();
+        if let rollup::Status::Building(_) = rollup::status(&trees_meta)? {
+            let job = Job::Rollups;
+            backfills
+                .push(Backfill::spawn(job, store.clone(), compactor_gate.clone()).map_err(io)?);
+        }
+        if first_seen::building(&trees_meta)? {
+            let job = Job::FirstSeen;
+            backfills
+                .push(Backfill::spawn(job, store.clone(), compactor_gate.clone()).map_err(io)?);
+        }
         Ok(Pipeline {
             store,
             wal,
@@ -119,7 +126,7 @@ impl Pipeline {
             sink_gate: None,
             writer,
             compactor_thread,
-            backfill,
+            backfills,
             sink: None,
         })
     }
@@ -156,14 +163,14 @@ impl Pipeline {
             store,
             writer,
             compactor_thread,
-            backfill,
+            backfills,
             sink,
             ..
         } = self;
         if let Some(Sink { task, runtime }) = sink {
             runtime.block_on(task.stop());
         }
-        if let Some(b) = backfill {
+        for b in backfills {
             b.stop();
         }
         writer.stop();
@@ -177,13 +184,61 @@ impl Pipeline {
     }
 }
 
-/// The thread that builds the console's rollups from stored events
-/// ([`rollup::backfill`]) while the server runs: a batch at a time, each on the
-/// database as it is then (so a reopen never waits long for it), resting as long as
-/// each batch took so capture and the compactor keep most of the machine.
+/// A thread that builds what an older database lacks while the server runs (the
+/// console's rollups from stored events, [`rollup::backfill`]; the persons' index by
+/// first seen, [`first_seen`]): a batch at a time, each on the database as it is then
+/// (so a reopen never waits long for it), resting as long as each batch took so
+/// capture and the compactor keep most of the machine.
 struct Backfill {
     thread: std::thread::JoinHandle<()>,
     stop: Arc<AtomicBool>,
+}
+
+/// What a [`Backfill`] builds.
+#[derive(Debug, Clone, Copy)]
+enum Job {
+    Rollups,
+    FirstSeen,
+}
+
+/// A build's plan, made on its first step.
+enum Plan {
+    Rollups(rollup::backfill::Backfill),
+    FirstSeen(first_seen::Build),
+}
+
+impl Job {
+    /// The thread's name, what the log says as it goes, and when it is done.
+    fn names(self) -> [&'static str; 3] {
+        match self {
+            Job::Rollups => [
+                "rollups",
+                "building rollups from stored events",
+                "rollups built: the console reads them from now on",
+            ],
+            Job::FirstSeen => [
+                "first-seen",
+                "indexing persons by first seen",
+                "persons indexed by first seen: the console lists them from the index",
+            ],
+        }
+    }
+
+    fn plan(self, trees: &Trees) -> Result<Plan, sled::Error> {
+        Ok(match self {
+            Job::Rollups => Plan::Rollups(rollup::backfill::Backfill::new(trees)?),
+            Job::FirstSeen => Plan::FirstSeen(first_seen::Build::new(trees)),
+        })
+    }
+}
+
+impl Plan {
+    fn step(&self, trees: &Trees) -> Result<Step, sled::Error> {
+        match self {
+            Plan::Rollups(b) => b.step(trees),
+            Plan::FirstSeen(b) => b.step(trees),
+        }
+    }
 }
 
 /// After a failed batch, wait before the next.
@@ -195,12 +250,12 @@ impl Backfill {
     /// `gate` is the compactor's: each batch holds it as a compactor step does, so a
     /// backup never copies the rollups and the backfill's position from either side
     /// of one batch.
-    fn spawn(live: Arc<Live>, gate: Arc<Gate>) -> std::io::Result<Backfill> {
+    fn spawn(job: Job, live: Arc<Live>, gate: Arc<Gate>) -> std::io::Result<Backfill> {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         let thread = std::thread::Builder::new()
-            .name("rollups".into())
-            .spawn(move || backfill(&live, &gate, &flag))?;
+            .name(job.names()[0].into())
+            .spawn(move || backfill(job, &live, &gate, &flag))?;
         Ok(Backfill { thread, stop })
     }
 
@@ -208,14 +263,15 @@ impl Backfill {
         self.stop.store(true, Ordering::SeqCst);
         self.thread.thread().unpark();
         if self.thread.join().is_err() {
-            tracing::error!("rollups backfill thread panicked");
+            tracing::error!("a backfill thread panicked");
         }
     }
 }
 
-fn backfill(live: &Live, gate: &Gate, stop: &AtomicBool) {
+fn backfill(job: Job, live: &Live, gate: &Gate, stop: &AtomicBool) {
+    let [what, going, done] = job.names();
     let started = Instant::now();
-    let mut plan = None;
+    let mut plan: Option<Plan> = None;
     let mut logged = 0u8;
     while !stop.load(Ordering::SeqCst) {
         let Some(open) = live.get() else {
@@ -225,8 +281,8 @@ fn backfill(live: &Live, gate: &Gate, stop: &AtomicBool) {
         let t = Instant::now();
         let pass = gate.blocking_read();
         let step = match &plan {
-            Some(plan) => rollup::backfill::Backfill::step(plan, &open.trees),
-            None => rollup::backfill::Backfill::new(&open.trees).map(|p| {
+            Some(plan) => plan.step(&open.trees),
+            None => job.plan(&open.trees).map(|p| {
                 plan = Some(p);
                 Step::Progress(0)
             }),
@@ -235,21 +291,18 @@ fn backfill(live: &Live, gate: &Gate, stop: &AtomicBool) {
         drop(pass);
         match step {
             Ok(Step::Done) => {
-                tracing::info!(
-                    seconds = started.elapsed().as_secs(),
-                    "rollups built: the console reads them from now on"
-                );
+                tracing::info!(seconds = started.elapsed().as_secs(), "{done}");
                 return;
             }
             Ok(Step::Progress(percent)) => {
                 if percent >= logged.saturating_add(BACKFILL_LOG_PERCENT) {
                     logged = percent - percent % BACKFILL_LOG_PERCENT;
-                    tracing::info!(percent, "building rollups from stored events");
+                    tracing::info!(percent, "{going}");
                 }
                 std::thread::park_timeout(t.elapsed());
             }
             Err(e) => {
-                tracing::warn!(error = %e, "rollups backfill batch failed; retrying");
+                tracing::warn!(error = %e, "{what}: a batch failed; retrying");
                 std::thread::park_timeout(BACKFILL_BACKOFF);
             }
         }

@@ -24,6 +24,8 @@ pub struct Tx<'a> {
     pub distinct_ids: &'a TransactionalTree,
     pub person_run: Option<&'a Run>,
     pub id_run: Option<&'a Run>,
+    /// Persons by first seen ([`crate::store::first_seen`]), kept with the persons.
+    pub first_seen: &'a TransactionalTree,
     pub groups: &'a TransactionalTree,
     pub group_types: &'a TransactionalTree,
 }
@@ -39,6 +41,9 @@ pub struct Cache<'m> {
     /// (project, person) -> the person, or None once deleted by a merge.
     persons: HashMap<(u64, Uuid), Option<Person>>,
     dirty: HashSet<(u64, Uuid)>,
+    /// (project, person) -> its first event's time as stored before the chunk, for
+    /// the persons read from the transaction: where its first-seen key is.
+    born: HashMap<(u64, Uuid), i64>,
     /// Project -> group type name -> index, once known.
     group_types: HashMap<u64, HashMap<String, u8>>,
     /// (project, person) -> the person operations (as text) applied to it last, by
@@ -76,8 +81,31 @@ impl<'m> Cache<'m> {
             };
             bytes += (k.len() + value.len()) as u64;
             tx.persons.insert(&k[..], value)?;
+            self.write_first_seen(tx, *project, *id)?;
         }
         Ok((bytes, self.linked_bytes))
+    }
+
+    /// Move a changed person's first-seen key if its first event changed (created,
+    /// merged away, or given an older one by a merge). A person saved without being
+    /// read is new to this chunk.
+    fn write_first_seen(&self, tx: &Tx<'_>, project: u64, id: Uuid) -> Result<()> {
+        let was = self.born.get(&(project, id)).copied();
+        let now = match self.persons.get(&(project, id)) {
+            Some(Some(person)) => Some(person.created_at),
+            _ => None,
+        };
+        if was != now {
+            if let Some(t) = was {
+                tx.first_seen
+                    .remove(&keys::first_seen(project, t, id)[..])?;
+            }
+            if let Some(t) = now {
+                tx.first_seen
+                    .insert(&keys::first_seen(project, t, id)[..], &[][..])?;
+            }
+        }
+        Ok(())
     }
 
     /// How many persons [`Cache::write`] would write.
@@ -198,9 +226,12 @@ impl<'m> Cache<'m> {
         let slot = match self.persons.entry((project, id)) {
             std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
             std::collections::hash_map::Entry::Vacant(e) => {
-                let found =
+                let found: Option<Person> =
                     Layered::get_in(tx.persons, tx.person_run, &keys::with_uuid(project, id))?
                         .and_then(|b| serde_json::from_slice(&b).ok());
+                if let Some(p) = &found {
+                    self.born.insert((project, id), p.created_at);
+                }
                 e.insert(found)
             }
         };

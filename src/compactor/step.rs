@@ -142,6 +142,7 @@ impl Compactor {
             &t.quarantine,
             &t.outbox,
             &t.rollups.tree,
+            &t.first_seen,
         );
         let to_outbox = self.settings.outbox;
         let blocks = &t.blocks;
@@ -172,12 +173,14 @@ impl Compactor {
                 quarantine,
                 outbox_tree,
                 rollups,
+                first_seen,
             )| {
                 let tx = Tx {
                     persons,
                     distinct_ids,
                     person_run: person_run.as_deref(),
                     id_run: id_run.as_deref(),
+                    first_seen,
                     groups,
                     group_types,
                 };

@@ -80,6 +80,24 @@ pub fn with_uuid(project: u64, uuid: Uuid) -> [u8; 24] {
     k
 }
 
+/// `persons_first_seen`: project, first event's time inverted (newest first in key
+/// order), person uuid.
+pub fn first_seen(project: u64, created_at: i64, uuid: Uuid) -> [u8; 32] {
+    let mut k = [0u8; 32];
+    k[..8].copy_from_slice(&project.to_be_bytes());
+    k[8..16].copy_from_slice(&(!u64::from_be_bytes(time(created_at))).to_be_bytes());
+    k[16..].copy_from_slice(uuid.as_bytes());
+    k
+}
+
+/// The time and uuid back out of a `persons_first_seen` key.
+pub fn split_first_seen(key: &[u8]) -> Option<(i64, Uuid)> {
+    let inverted: [u8; 8] = key.get(8..16)?.try_into().ok()?;
+    let id: [u8; 16] = key.get(16..32)?.try_into().ok()?;
+    let ts = time_from((!u64::from_be_bytes(inverted)).to_be_bytes());
+    Some((ts, Uuid::from_bytes(id)))
+}
+
 /// `distinct_ids`: project, distinct id.
 pub fn with_str(project: u64, s: &str) -> Vec<u8> {
     let mut k = Vec::with_capacity(8 + s.len());
@@ -160,5 +178,19 @@ mod tests {
         assert!(event_bound(1, 6).as_slice() > block(1, 5, u64::MAX).as_slice());
         assert_eq!(split_block(&block(3, -7, 9)), Some((3, -7)));
         assert!(recent(5, u64::MAX) < recent(6, 0));
+    }
+
+    #[test]
+    fn first_seen_keys_sort_by_project_then_newest_first() {
+        let (a, b) = (Uuid::nil(), Uuid::max());
+        assert!(first_seen(1, i64::MIN, b) < first_seen(2, i64::MAX, a));
+        assert!(first_seen(1, 6, b) < first_seen(1, 5, a));
+        assert!(first_seen(1, 1, b) < first_seen(1, -1, a));
+        assert!(first_seen(1, 5, a) < first_seen(1, 5, b));
+        assert_eq!(split_first_seen(&first_seen(3, -7, b)), Some((-7, b)));
+        assert_eq!(
+            split_first_seen(&first_seen(3, 1_700_000_000_000, a)),
+            Some((1_700_000_000_000, a))
+        );
     }
 }

@@ -14,6 +14,7 @@ pub mod block;
 pub mod check;
 pub mod dedup;
 pub mod event;
+pub mod first_seen;
 pub mod keys;
 pub mod layered;
 pub mod live;
@@ -123,6 +124,9 @@ pub struct Trees {
     pub persons: layered::Layered,
     /// Project, distinct id -> person uuid, [`layered`].
     pub distinct_ids: layered::Layered,
+    /// Project, first event's time (newest first), person uuid -> nothing:
+    /// [`first_seen`], the console's persons list.
+    pub first_seen: sled::Tree,
     /// Project, group type index, group key -> [`Group`] (JSON).
     pub groups: sled::Tree,
     /// Project, group type name <-> index.
@@ -165,6 +169,7 @@ impl Trees {
         }
         rollup::backfill::prepare(&trees)?;
         if purpose == migrate::Purpose::Write {
+            first_seen::prepare(&trees)?;
             rollup::hot::recount(&trees)?;
         }
         Ok(trees)
@@ -180,6 +185,7 @@ impl Trees {
             recent_ids: db.open_tree("recent_ids")?,
             persons: layered::Layered::open(db, dir, PERSONS_TREE)?,
             distinct_ids: layered::Layered::open(db, dir, DISTINCT_IDS_TREE)?,
+            first_seen: db.open_tree(first_seen::TREE)?,
             groups: db.open_tree("groups")?,
             group_types: db.open_tree("group_types")?,
             meta: db.open_tree("meta")?,

@@ -57,13 +57,15 @@ fn in_chunk<T>(
         t.distinct_ids.delta(),
         &t.groups,
         &t.group_types,
+        &t.first_seen,
     )
-        .transaction(|(persons, distinct_ids, groups, group_types)| {
+        .transaction(|(persons, distinct_ids, groups, group_types, first_seen)| {
             let tx = Tx {
                 persons,
                 distinct_ids,
                 person_run: person_run.as_deref(),
                 id_run: id_run.as_deref(),
+                first_seen,
                 groups,
                 group_types,
             };

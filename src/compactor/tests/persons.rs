@@ -283,6 +283,24 @@ fn the_memo_and_folds_change_nothing_that_is_stored() {
             (persons, links)
         };
         assert_eq!(everyone(&with), everyone(&without), "seed {seed}");
+        // The first-seen index names every person at its first event, and nothing else:
+        // merges move the survivor's key and remove the merged-away one's.
+        for f in [&with, &without] {
+            let mut indexed: Vec<_> = f
+                .trees
+                .first_seen
+                .iter()
+                .map(|kv| keys::split_first_seen(&kv.unwrap().0).unwrap())
+                .collect();
+            let mut stored: Vec<_> = query::persons(&f.trees, 1, 100)
+                .unwrap()
+                .into_iter()
+                .map(|p| (p.created_at, p.id))
+                .collect();
+            indexed.sort();
+            stored.sort();
+            assert_eq!(indexed, stored, "seed {seed}");
+        }
         for id in ids {
             let person = |f: &Fixture| {
                 query::person_by_distinct_id(&f.trees, 1, id)

@@ -1,23 +1,21 @@
-//! Finding things in the console: persons listed newest first or searched by a
-//! property, events filtered by a property, and the property names and values the
-//! forms offer. A property test is PostHog's: the filter is compiled as the release
+//! Finding things in the console: the property test that persons
+//! ([`super::persons`]) and events are searched with, events filtered by it, and the
+//! property names and values the forms offer. A property test is PostHog's: the filter is compiled as the release
 //! condition of a one-flag project and matched by the flag evaluation `/decide` runs
 //! ([`Matcher`]), so the console's `icontains`, `regex`, `gt`, `is_date_before`,
 //! `semver_gte` ... are exactly the flags'.
 //!
-//! Persons are stored by id, not by time, so a newest-first page scans them: every
-//! scan is bounded ([`MAX_PERSONS_SCANNED`]) and the answer says whether it saw them
-//! all. Event filters walk the events newest first and stop after
+//! Event filters walk the events newest first and stop after
 //! [`MAX_EVENTS_EXAMINED`]; the page's cursor resumes where they stopped.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use hyper::{HeaderMap, Response, StatusCode};
 use serde_json::{json, Map, Value};
 
-use super::super::api::{self, person_json, Resource};
+use super::super::api::{self, Resource};
 use super::super::error::ApiError;
 use super::super::params::Params;
 use super::super::response::{self, Body};
@@ -27,19 +25,10 @@ use crate::flags::{Context, ProjectRules};
 use crate::persons::Person;
 use crate::store::query;
 
-/// Persons a list or a search examines at most; past it the answer says it is
-/// incomplete. What a pass costs at this bound is measured by `cargo bench --bench
-/// console_persons` (docs/console.md has the figures).
-pub const MAX_PERSONS_SCANNED: usize = 1_000_000;
 /// Events a property filter examines per page at most; the next page goes on from
 /// there. Blocks are decoded as the walk reaches them, so this bounds the work of one
 /// request to about a hundred blocks.
 const MAX_EVENTS_EXAMINED: usize = 100_000;
-/// A page of persons.
-const PERSONS_PAGE: usize = 50;
-/// Persons a list pages through at most (offset plus page): a page holds the newest
-/// `offset + limit` in memory while it scans.
-const MAX_PERSONS_OFFSET: usize = 10_000;
 /// What the property suggestions sample: the newest events and the first persons in
 /// id order (hash order for most ids, so close to a random sample).
 const SAMPLE: usize = 2_000;
@@ -121,110 +110,6 @@ impl Matcher {
             .first()
             .is_some_and(|f| f.enabled)
     }
-}
-
-/// `persons?distinct_id=` as the read API answers it; otherwise a page of persons,
-/// newest first (`offset`, `limit`), only those passing the property test if one is
-/// given: `{"results", "next_offset", "scanned", "complete"}`.
-pub async fn persons(
-    app: &Arc<App>,
-    project: u64,
-    headers: &HeaderMap,
-    path: &str,
-    query: Option<&str>,
-) -> Result<Response<Body>, ApiError> {
-    let params = Params::parse(query);
-    if params.get("distinct_id").is_some() {
-        return api::serve(app, project, Resource::Persons, headers, path, query).await;
-    }
-    let matcher = Matcher::from_params(&params)?;
-    let offset = params.number("offset", 0)?;
-    let limit = params.number("limit", PERSONS_PAGE)?.clamp(1, 200);
-    if offset + limit > MAX_PERSONS_OFFSET {
-        return Err(ApiError::BadQuery(format!(
-            "a list goes {MAX_PERSONS_OFFSET} persons deep at most; search by a property instead"
-        )));
-    }
-    // Held for the request: a reopen of the database waits for it.
-    let open = app.store.get().ok_or(ApiError::Storage)?;
-    let (newest, scanned, complete) =
-        blocking(move || newest_persons(&open.trees, project, matcher.as_ref(), offset + limit))
-            .await?;
-    // A full page may have more behind it; a short one has not.
-    let more = newest.len() == offset + limit;
-    let results: Vec<Value> = newest.iter().skip(offset).map(person_json).collect();
-    Ok(response::json(
-        StatusCode::OK,
-        &json!({"results": results, "next_offset": more.then_some(offset + limit),
-                "scanned": scanned, "complete": complete}),
-    ))
-}
-
-/// A stored person's first event, read without building the rest of it: a list
-/// without a test needs nothing else until it knows which persons it keeps.
-#[derive(serde::Deserialize)]
-struct Born {
-    created_at: i64,
-}
-
-/// The `keep` newest persons passing the test, newest first; how many were examined
-/// and whether that was all of them.
-pub fn newest_persons(
-    trees: &crate::store::Trees,
-    project: u64,
-    matcher: Option<&Matcher>,
-    keep: usize,
-) -> Result<(Vec<Person>, usize, bool), sled::Error> {
-    // A min-heap of the newest so far, by first event then key: the oldest of them
-    // is the one to drop.
-    let mut heap: BinaryHeap<Reverse<(i64, sled::IVec)>> = BinaryHeap::new();
-    let mut scanned = 0;
-    let mut complete = true;
-    for entry in trees
-        .persons
-        .scan_prefix(crate::store::keys::project(project))
-    {
-        if scanned >= MAX_PERSONS_SCANNED {
-            complete = false;
-            break;
-        }
-        scanned += 1;
-        let (key, bytes) = entry?;
-        let created_at = match matcher {
-            None => match serde_json::from_slice::<Born>(&bytes) {
-                Ok(born) => born.created_at,
-                Err(_) => continue,
-            },
-            Some(m) => {
-                let Ok(person) = serde_json::from_slice::<Person>(&bytes) else {
-                    continue;
-                };
-                let id = person.distinct_ids.first().map_or("", String::as_str);
-                if !m.matches(id, &person.properties) {
-                    continue;
-                }
-                person.created_at
-            }
-        };
-        let place = (created_at, key);
-        if heap.len() < keep {
-            heap.push(Reverse(place));
-        } else if heap.peek().is_some_and(|Reverse(oldest)| place > *oldest) {
-            heap.pop();
-            heap.push(Reverse(place));
-        }
-    }
-    let mut order: Vec<(i64, sled::IVec)> = heap.into_iter().map(|r| r.0).collect();
-    order.sort_by(|a, b| b.cmp(a));
-    let mut newest = Vec::with_capacity(order.len());
-    for (_, key) in order {
-        if let Some(bytes) = trees.persons.get(&key)? {
-            if let Ok(person) = serde_json::from_slice::<Person>(&bytes) {
-                newest.push(person);
-            }
-        }
-    }
-    Ok((newest, scanned, complete))
 }
 
 /// The project's stored persons in id order; one that cannot be decoded is None.

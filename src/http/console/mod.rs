@@ -12,6 +12,7 @@ mod data;
 pub mod find;
 mod flag;
 mod insights;
+pub mod persons;
 mod range;
 
 use std::net::SocketAddr;
@@ -152,7 +153,7 @@ async fn api(
     }
     match rest.as_str() {
         "events" => find::events(app, s.project, headers, parts.uri.path(), query).await,
-        "persons" => find::persons(app, s.project, headers, parts.uri.path(), query).await,
+        "persons" => persons::persons(app, s.project, headers, parts.uri.path(), query).await,
         "properties" => find::properties(app, s.project, query).await,
         "flag_exposures" => flag::exposures(app, s.project, query).await,
         "flag_reach" => flag::reach(app, s.project, query).await,

@@ -1,0 +1,312 @@
+//! The console's persons list: newest first through the persons' first-seen index
+//! ([`crate::store::first_seen`]), a page at a time from a cursor (an index key), so a
+//! page costs its own persons however many are stored. Searches use what is cheap:
+//! an exact distinct id or a distinct id prefix reads the distinct-id table in key
+//! order; a property test has no index, so it walks the persons newest first,
+//! loading each, and stops after [`MAX_PERSONS_EXAMINED`] per request, saying how
+//! many it examined and where to go on. While an older database's index is still
+//! being built, the list falls back to a bounded scan of every person.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::sync::Arc;
+
+use hyper::{HeaderMap, Response, StatusCode};
+use serde_json::{json, Value};
+
+use super::super::api::{self, person_json, Resource};
+use super::super::error::ApiError;
+use super::super::params::Params;
+use super::super::response::{self, Body};
+use super::find::Matcher;
+use super::insights::blocking;
+use crate::app::App;
+use crate::persons::Person;
+use crate::store::{first_seen, keys, Trees};
+use crate::support::hex;
+
+/// Persons a property search examines per request at most; the answer then says
+/// where to go on. At this bound a request reads about 30 MB of persons at random
+/// (`cargo bench --bench console_persons`, BENCHMARKS.md has the figures).
+pub const MAX_PERSONS_EXAMINED: usize = 20_000;
+/// Persons the scan without the index examines at most (while an older database's
+/// index is built); past it the answer says it is incomplete.
+pub const MAX_PERSONS_SCANNED: usize = 1_000_000;
+/// A page of persons.
+const PERSONS_PAGE: usize = 50;
+/// Persons a list pages through by `offset` at most; a cursor goes on from anywhere.
+const MAX_PERSONS_OFFSET: usize = 10_000;
+/// Distinct ids a prefix search reads per request at most (a person may have many).
+const MAX_IDS_EXAMINED: usize = 1_000;
+
+/// One page: the persons, how many were examined, whether the end was reached, and
+/// the key to go on after (none at the end).
+pub struct Page {
+    pub persons: Vec<Person>,
+    pub examined: usize,
+    pub complete: bool,
+    pub next: Option<Vec<u8>>,
+}
+
+/// `persons?distinct_id=` as the read API answers it; `?distinct_id_prefix=` the
+/// persons with a distinct id starting so, in distinct id order; otherwise a page of
+/// persons, newest first, only those passing the property test if one is given:
+/// `{"results", "next_cursor", "next_offset", "scanned", "complete", "indexed"}`.
+pub async fn persons(
+    app: &Arc<App>,
+    project: u64,
+    headers: &HeaderMap,
+    path: &str,
+    query: Option<&str>,
+) -> Result<Response<Body>, ApiError> {
+    let params = Params::parse(query);
+    if params.get("distinct_id").is_some() {
+        return api::serve(app, project, Resource::Persons, headers, path, query).await;
+    }
+    let prefix = params.get("distinct_id_prefix").map(str::to_owned);
+    let matcher = Matcher::from_params(&params)?;
+    let offset = params.number("offset", 0)?;
+    let limit = params.number("limit", PERSONS_PAGE)?.clamp(1, 200);
+    let cursor = params.cursor()?;
+    if offset + limit > MAX_PERSONS_OFFSET {
+        return Err(ApiError::BadQuery(format!(
+            "a list goes {MAX_PERSONS_OFFSET} persons deep by offset at most; page on with the cursor"
+        )));
+    }
+    // Held for the request: a reopen of the database waits for it.
+    let open = app.store.get().ok_or(ApiError::Storage)?;
+    let (page, indexed) = blocking(move || {
+        let trees = &open.trees;
+        if let Some(prefix) = prefix {
+            return Ok((by_prefix(trees, project, &prefix, cursor, limit)?, true));
+        }
+        if !first_seen::ready(&trees.meta)? {
+            let (mut persons, examined, complete) =
+                newest_persons(trees, project, matcher.as_ref(), offset + limit)?;
+            let more = persons.len() == offset + limit;
+            persons.drain(..offset.min(persons.len()));
+            let page = Page {
+                persons,
+                examined,
+                complete: complete && !more,
+                next: None,
+            };
+            return Ok((page, false));
+        }
+        let span = Span {
+            cursor,
+            offset,
+            limit,
+            examine: MAX_PERSONS_EXAMINED,
+        };
+        let page = newest(trees, project, matcher.as_ref(), span)?;
+        Ok((page, true))
+    })
+    .await?;
+    let results: Vec<Value> = page.persons.iter().map(person_json).collect();
+    // A request that paged by offset is answered with the next offset too.
+    let by_offset = params.get("cursor").is_none() && params.get("distinct_id_prefix").is_none();
+    let next_offset = (by_offset && !page.complete).then_some(offset + limit);
+    Ok(response::json(
+        StatusCode::OK,
+        &json!({"results": results, "next_cursor": page.next.as_deref().map(hex),
+                "next_offset": next_offset, "scanned": page.examined,
+                "complete": page.complete, "indexed": indexed}),
+    ))
+}
+
+/// Where a page starts and how much it holds and may examine.
+#[derive(Debug, Clone)]
+pub struct Span {
+    /// The index key to go on after.
+    pub cursor: Option<Vec<u8>>,
+    /// Persons passing the test to skip first.
+    pub offset: usize,
+    pub limit: usize,
+    /// Persons a test examines at most ([`MAX_PERSONS_EXAMINED`]).
+    pub examine: usize,
+}
+
+/// A page of the project's persons newest first, only those passing `matcher`; a
+/// test stops after `span.examine` persons.
+pub fn newest(
+    trees: &Trees,
+    project: u64,
+    matcher: Option<&Matcher>,
+    span: Span,
+) -> Result<Page, sled::Error> {
+    let Span {
+        cursor,
+        offset,
+        limit,
+        examine,
+    } = span;
+    let mut page = Page {
+        persons: Vec::with_capacity(limit),
+        examined: 0,
+        complete: true,
+        next: None,
+    };
+    let mut skipped = 0;
+    let mut last = None;
+    for entry in first_seen::newest(trees, project, cursor.as_deref()) {
+        let (key, person) = entry?;
+        page.examined += 1;
+        last = Some(key);
+        let passes = matcher.is_none_or(|m| {
+            let id = person.distinct_ids.first().map_or("", String::as_str);
+            m.matches(id, &person.properties)
+        });
+        if passes {
+            if skipped < offset {
+                skipped += 1;
+            } else {
+                page.persons.push(person);
+            }
+        }
+        let searched_enough = matcher.is_some() && page.examined >= examine;
+        if page.persons.len() >= limit || searched_enough {
+            page.complete = false;
+            break;
+        }
+    }
+    if !page.complete {
+        page.next = last.map(|k| k.to_vec());
+        // A full page at the very end: one more key says whether anything follows.
+        if let Some(after) = &page.next {
+            if first_seen::newest(trees, project, Some(after))
+                .next()
+                .is_none()
+            {
+                page.complete = true;
+                page.next = None;
+            }
+        }
+    }
+    Ok(page)
+}
+
+/// The persons having a distinct id that starts with `prefix`, in distinct id order,
+/// from after the distinct-id key `cursor`; each person once a page.
+pub fn by_prefix(
+    trees: &Trees,
+    project: u64,
+    prefix: &str,
+    cursor: Option<Vec<u8>>,
+    limit: usize,
+) -> Result<Page, sled::Error> {
+    let start = keys::with_str(project, prefix);
+    let from = match cursor {
+        Some(c) if c.starts_with(&start) => std::ops::Bound::Excluded(c),
+        _ => std::ops::Bound::Included(start.clone()),
+    };
+    let to = match after_prefix(&start) {
+        Some(end) => std::ops::Bound::Excluded(end),
+        None => std::ops::Bound::Unbounded,
+    };
+    let mut page = Page {
+        persons: Vec::new(),
+        examined: 0,
+        complete: true,
+        next: None,
+    };
+    for entry in trees.distinct_ids.range((from, to)) {
+        let (key, value) = entry?;
+        page.examined += 1;
+        let person = match uuid::Uuid::from_slice(&value) {
+            Ok(id) => trees.persons.get(keys::with_uuid(project, id))?,
+            Err(_) => None,
+        };
+        if let Some(p) = person.and_then(|b| serde_json::from_slice::<Person>(&b).ok()) {
+            if !page.persons.iter().any(|q| q.id == p.id) {
+                page.persons.push(p);
+            }
+        }
+        if page.persons.len() >= limit || page.examined >= MAX_IDS_EXAMINED {
+            page.complete = false;
+            page.next = Some(key.to_vec());
+            break;
+        }
+    }
+    Ok(page)
+}
+
+/// The first key after every key starting with `prefix`, if there is one.
+fn after_prefix(prefix: &[u8]) -> Option<Vec<u8>> {
+    let mut s = prefix.to_vec();
+    while let Some(last) = s.pop() {
+        if last < u8::MAX {
+            s.push(last + 1);
+            return Some(s);
+        }
+    }
+    None
+}
+
+/// A stored person's first event, read without building the rest of it: a list
+/// without a test needs nothing else until it knows which persons it keeps.
+#[derive(serde::Deserialize)]
+struct Born {
+    created_at: i64,
+}
+
+/// Without the index: the `keep` newest persons passing the test, newest first, by a
+/// scan of every person; how many were examined and whether that was all of them.
+pub fn newest_persons(
+    trees: &Trees,
+    project: u64,
+    matcher: Option<&Matcher>,
+    keep: usize,
+) -> Result<(Vec<Person>, usize, bool), sled::Error> {
+    // A min-heap of the newest so far, by first event then key: the oldest of them
+    // is the one to drop.
+    let mut heap: BinaryHeap<Reverse<(i64, sled::IVec)>> = BinaryHeap::new();
+    let mut scanned = 0;
+    let mut complete = true;
+    for entry in trees.persons.scan_prefix(keys::project(project)) {
+        if scanned >= MAX_PERSONS_SCANNED {
+            complete = false;
+            break;
+        }
+        scanned += 1;
+        let (key, bytes) = entry?;
+        let created_at = match matcher {
+            None => match serde_json::from_slice::<Born>(&bytes) {
+                Ok(born) => born.created_at,
+                Err(_) => continue,
+            },
+            Some(m) => {
+                let Ok(person) = serde_json::from_slice::<Person>(&bytes) else {
+                    continue;
+                };
+                let id = person.distinct_ids.first().map_or("", String::as_str);
+                if !m.matches(id, &person.properties) {
+                    continue;
+                }
+                person.created_at
+            }
+        };
+        let place = (created_at, key);
+        if heap.len() < keep {
+            heap.push(Reverse(place));
+        } else if heap.peek().is_some_and(|Reverse(oldest)| place > *oldest) {
+            heap.pop();
+            heap.push(Reverse(place));
+        }
+    }
+    let mut order: Vec<(i64, sled::IVec)> = heap.into_iter().map(|r| r.0).collect();
+    order.sort_by(|a, b| b.cmp(a));
+    let mut newest = Vec::with_capacity(order.len());
+    for (_, key) in order {
+        if let Some(bytes) = trees.persons.get(&key)? {
+            if let Ok(person) = serde_json::from_slice::<Person>(&bytes) {
+                newest.push(person);
+            }
+        }
+    }
+    Ok((newest, scanned, complete))
+}
+
+#[cfg(test)]
+#[path = "tests/persons.rs"]
+mod tests;

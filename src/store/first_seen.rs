@@ -1,0 +1,182 @@
+//! Persons by first seen: a sled tree of (project, first event's time inverted, person
+//! uuid) keys with empty values, so the console lists a project's persons newest first
+//! by reading keys in order instead of scanning every person.
+//!
+//! The compactor keeps it in its chunk transaction (`compactor::cache` writes a key
+//! when a person is created, moves it when a merge gives the survivor an older first
+//! event, removes it with a merged-away person). A database written before the index
+//! existed gets it built in the background: [`prepare`] (when the trees open, before
+//! the compactor starts) records that a build is due, and [`Build::step`] adds the
+//! persons a batch at a time, saving its position in `meta`, so a restart resumes it;
+//! `pipeline` runs the steps on a thread of their own and logs the progress. Until the
+//! build is done, [`ready`] says no and the console scans instead.
+//!
+//! An entry is a hint checked against the person it names ([`newest`]): a key whose
+//! person is gone or has another first event (a build step racing a merge) is skipped,
+//! so a stale key never shows a wrong person. Such keys are rare and cost 32 bytes.
+//! Persons churn little (created once, moved only by a merge), so the keys arrive
+//! mostly in time order at the newest end and sled's leaves fill without the dead
+//! space that random rewrites leave; `cargo bench --bench console_persons` reports the
+//! tree's share of the file.
+
+use std::ops::Bound;
+
+use serde::Deserialize;
+use sled::IVec;
+use uuid::Uuid;
+
+use super::rollup::backfill::Step;
+use super::{keys, Trees};
+use crate::persons::Person;
+
+/// The tree's name, part of the on-disk format.
+pub const TREE: &str = "persons_first_seen";
+/// In `meta` once the compactor keeps the index (set with the build it may need).
+const VERSION_KEY: &[u8] = b"persons_first_seen.version";
+const VERSION: u8 = 1;
+/// In `meta` while a build is due: persons indexed so far (u64 BE), then the last
+/// persons key indexed (empty before the first).
+const STATE_KEY: &[u8] = b"persons_first_seen.build";
+/// Persons a build step indexes: one sled batch of about 100 KiB of keys, read in a
+/// few tens of milliseconds, so the compactor and capture keep most of the machine.
+const BUILD_BATCH: usize = 4096;
+
+/// The first event's time of a stored person, read without the rest of it.
+#[derive(Deserialize)]
+struct Born {
+    created_at: i64,
+}
+
+/// Make the index current: nothing to do if the compactor keeps it already; else a
+/// build is recorded if there are stored persons to index. Runs before the compactor.
+pub fn prepare(trees: &Trees) -> Result<(), sled::Error> {
+    if trees.meta.get(VERSION_KEY)?.as_deref() == Some(&[VERSION][..]) {
+        return Ok(());
+    }
+    if trees.persons.is_empty()? {
+        trees.meta.insert(VERSION_KEY, &[VERSION][..])?;
+    } else {
+        tracing::info!("persons are indexed by first seen in the background, for the console");
+        start_build(trees)?;
+    }
+    trees.meta.flush()?;
+    Ok(())
+}
+
+/// Record a build of the index from every stored person (and that the compactor keeps
+/// it from now on). The persons benchmark calls it after filling persons directly.
+pub fn start_build(trees: &Trees) -> Result<(), sled::Error> {
+    let mut batch = sled::Batch::default();
+    batch.insert(STATE_KEY, &0u64.to_be_bytes()[..]);
+    batch.insert(VERSION_KEY, &[VERSION][..]);
+    trees.meta.apply_batch(batch)
+}
+
+/// Whether every stored person is in the index (no build due).
+pub fn ready(meta: &sled::Tree) -> Result<bool, sled::Error> {
+    Ok(meta.get(STATE_KEY)?.is_none() && meta.get(VERSION_KEY)?.is_some())
+}
+
+/// Whether a build is due (for `pipeline`, deciding to run one).
+pub fn building(meta: &sled::Tree) -> Result<bool, sled::Error> {
+    Ok(meta.get(STATE_KEY)?.is_some())
+}
+
+/// A build of the index, with the number of persons it expects, for the progress.
+pub struct Build {
+    total: u64,
+}
+
+impl Build {
+    pub fn new(trees: &Trees) -> Build {
+        // The run holds all but recent changes; the delta's entries are at most an
+        // eighth more (see layered::FOLD_SHARE), so this is close enough for a percent.
+        let run = trees.persons.run().map_or(0, |r| r.entries());
+        let delta = trees.persons.delta().len() as u64;
+        Build {
+            total: (run + delta).max(1),
+        }
+    }
+
+    /// Index the next batch of persons; `Done` once all are (the state is then removed
+    /// from `meta`). A batch applied again after a crash writes the same keys.
+    pub fn step(&self, trees: &Trees) -> Result<Step, sled::Error> {
+        let Some(state) = trees.meta.get(STATE_KEY)? else {
+            return Ok(Step::Done);
+        };
+        let done = state
+            .get(..8)
+            .and_then(|b| b.try_into().ok())
+            .map_or(0, u64::from_be_bytes);
+        let from = match state.get(8..) {
+            Some(cursor) if !cursor.is_empty() => Bound::Excluded(cursor.to_vec()),
+            _ => Bound::Unbounded,
+        };
+        let mut batch = sled::Batch::default();
+        let mut last: Option<IVec> = None;
+        let mut n = 0u64;
+        for entry in trees
+            .persons
+            .range((from, Bound::Unbounded))
+            .take(BUILD_BATCH)
+        {
+            let (key, bytes) = entry?;
+            if let (Some(project), Some(id), Ok(born)) = (
+                key.get(..8).and_then(|b| b.try_into().ok()),
+                key.get(8..24).and_then(|b| Uuid::from_slice(b).ok()),
+                serde_json::from_slice::<Born>(&bytes),
+            ) {
+                let project = u64::from_be_bytes(project);
+                batch.insert(&keys::first_seen(project, born.created_at, id)[..], &[][..]);
+            }
+            last = Some(key);
+            n += 1;
+        }
+        trees.first_seen.apply_batch(batch)?;
+        let Some(last) = last else {
+            trees.meta.remove(STATE_KEY)?;
+            return Ok(Step::Done);
+        };
+        let done = done + n;
+        trees
+            .meta
+            .insert(STATE_KEY, [&done.to_be_bytes()[..], &last].concat())?;
+        Ok(Step::Progress((done * 100 / self.total).min(99) as u8))
+    }
+}
+
+/// The project's persons newest first (by first event, then uuid), from after the
+/// index key `after`: each with its index key, read through the index and checked
+/// against the stored person (a stale key is skipped).
+pub fn newest<'a>(
+    trees: &'a Trees,
+    project: u64,
+    after: Option<&[u8]>,
+) -> impl Iterator<Item = Result<(IVec, Person), sled::Error>> + 'a {
+    let prefix = keys::project(project);
+    let range = match after {
+        Some(key) if key.starts_with(&prefix) => trees
+            .first_seen
+            .range::<&[u8], _>((Bound::Excluded(key), Bound::Unbounded)),
+        _ => trees.first_seen.range::<&[u8], _>(&prefix[..]..),
+    };
+    range
+        .take_while(move |entry| entry.as_ref().map_or(true, |(k, _)| k.starts_with(&prefix)))
+        .filter_map(move |entry| {
+            let (key, _) = match entry {
+                Ok(kv) => kv,
+                Err(e) => return Some(Err(e)),
+            };
+            let (created_at, id) = keys::split_first_seen(&key)?;
+            let bytes = match trees.persons.get(keys::with_uuid(project, id)) {
+                Ok(found) => found?,
+                Err(e) => return Some(Err(e)),
+            };
+            let person: Person = serde_json::from_slice(&bytes).ok()?;
+            (person.created_at == created_at).then_some(Ok((key, person)))
+        })
+}
+
+#[cfg(test)]
+#[path = "tests/first_seen.rs"]
+mod tests;
