@@ -95,29 +95,48 @@ fn fill(n: u64) -> Filled {
         bytes as u64 / n.max(1),
         started.elapsed().as_secs_f64()
     );
-    build_index(&db, &trees, n);
+    build_index(&trees, n);
     Filled { _dir: dir, trees }
 }
 
 /// Build the first-seen index as an older database gets it, printing how long it took
-/// and what it adds to sled's file.
-fn build_index(db: &sled::Db, trees: &Trees, n: u64) {
-    db.flush().unwrap();
-    let before = db.size_on_disk().unwrap();
+/// and what its tree takes on disk.
+fn build_index(trees: &Trees, n: u64) {
     let started = Instant::now();
     first_seen::start_build(trees).unwrap();
     let build = first_seen::Build::new(trees);
     while build.step(trees).unwrap() != Step::Done {}
     let took = started.elapsed().as_secs_f64();
-    db.flush().unwrap();
-    let after = db.size_on_disk().unwrap();
-    let grew = after.saturating_sub(before);
     eprintln!(
-        "first-seen index of {} keys built in {took:.1} s; sled's file {before} -> {after} bytes, \
-         {grew} more ({:.1} bytes a person; keys are 32 bytes)",
+        "first-seen index of {} keys (32 bytes each) built in {took:.1} s; {}",
         trees.first_seen.len(),
-        grew as f64 / n.max(1) as f64
+        index_on_disk(trees, n)
     );
+}
+
+/// What the index's tree takes in a sled file of its own (the whole database's file
+/// moves with its other trees' garbage): written in time order as the compactor
+/// writes new persons, then flushed; less an empty database's file.
+fn index_on_disk(trees: &Trees, n: u64) -> String {
+    let size = |fill: bool| {
+        let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+        let db = sled::open(dir.path()).unwrap();
+        let tree = db.open_tree(first_seen::TREE).unwrap();
+        if fill {
+            // Oldest first, as persons arrive.
+            for kv in trees.first_seen.iter().rev() {
+                tree.insert(kv.unwrap().0, &[][..]).unwrap();
+            }
+        }
+        db.flush().unwrap();
+        db.size_on_disk().unwrap()
+    };
+    let (empty, full) = (size(false), size(true));
+    let bytes = full.saturating_sub(empty);
+    format!(
+        "its tree alone takes {bytes} bytes of sled's file ({:.1} bytes a person)",
+        bytes as f64 / n.max(1) as f64
+    )
 }
 
 /// Once each, the passes the page made without the index (what main's build does).

@@ -68,13 +68,56 @@ fn persons_and_events_are_found_by_what_was_captured() {
         (&json!(true), &json!(12))
     );
 
-    // Pages of five, newest first, then the short last one.
+    assert_eq!(all["indexed"], true);
+
+    // Pages of five, newest first through the first-seen index, then the short last
+    // one; by offset too.
     let first = ok(&server, &s, "/console/api/persons?limit=5");
     assert_eq!(ids(&first), newest[..5]);
     assert_eq!(first["next_offset"], 5);
+    let cursor = first["next_cursor"].as_str().unwrap();
+    let second = ok(
+        &server,
+        &s,
+        &format!("/console/api/persons?limit=5&cursor={cursor}"),
+    );
+    assert_eq!(ids(&second), newest[5..10]);
+    assert_eq!(second["next_offset"], Value::Null);
+    let cursor = second["next_cursor"].as_str().unwrap();
+    let third = ok(
+        &server,
+        &s,
+        &format!("/console/api/persons?limit=5&cursor={cursor}"),
+    );
+    assert_eq!(ids(&third), newest[10..]);
+    assert_eq!(
+        (&third["next_cursor"], &third["complete"]),
+        (&Value::Null, &json!(true))
+    );
     let last = ok(&server, &s, "/console/api/persons?limit=5&offset=10");
     assert_eq!(ids(&last), newest[10..]);
     assert_eq!(last["next_offset"], Value::Null);
+    let bad = get(&server, &s, "/console/api/persons?cursor=zz");
+    assert_eq!(
+        (bad.status, bad.json()["detail"].clone()),
+        (400, json!("cursor is not valid"))
+    );
+
+    // A distinct id prefix, through the distinct-id table, in distinct id order.
+    let prefix = ok(
+        &server,
+        &s,
+        "/console/api/persons?distinct_id_prefix=p1&limit=2",
+    );
+    assert_eq!(ids(&prefix), ["p1", "p10"]);
+    let cursor = prefix["next_cursor"].as_str().unwrap();
+    let rest = ok(
+        &server,
+        &s,
+        &format!("/console/api/persons?distinct_id_prefix=p1&limit=2&cursor={cursor}"),
+    );
+    assert_eq!(ids(&rest), ["p11"]);
+    assert_eq!(rest["next_cursor"], Value::Null);
 
     let search = |q: &str| ids(&ok(&server, &s, &format!("/console/api/persons?{q}")));
     assert_eq!(
@@ -147,6 +190,46 @@ fn persons_and_events_are_found_by_what_was_captured() {
         .as_array()
         .unwrap()
         .contains(&json!("n")));
+}
+
+/// A database written before the first-seen index: the next start builds it in the
+/// background, saying so in the log, and the list answers from it once built.
+#[test]
+fn an_older_database_gets_its_persons_indexed_in_the_background() {
+    let tmp = data_dir();
+    let mut server = Server::spawn(tmp.path(), &[]);
+    let sent = capture(&server);
+    server.wait_for_events(1, sent);
+    let s = sign_in(&server, PERSONAL_ONE);
+    let newest: Vec<String> = (0..12).rev().map(|i| format!("p{i}")).collect();
+    wait_for("the persons stored", || {
+        let page = ok(&server, &s, "/console/api/persons?limit=200");
+        (ids(&page) == newest).then_some(())
+    });
+    assert_eq!(server.stop(), Some(0));
+
+    // As an older version left it: no index, no index version.
+    {
+        let db = flagpost::store::check::open(&tmp.path().join("db"), 1 << 24).unwrap();
+        assert!(db.drop_tree("persons_first_seen").unwrap());
+        let meta = db.open_tree("meta").unwrap();
+        assert!(meta.remove("persons_first_seen.version").unwrap().is_some());
+        db.flush().unwrap();
+    }
+    let mut server = Server::spawn(tmp.path(), &[]);
+    let s = sign_in(&server, PERSONAL_ONE);
+    let page = wait_for("the index built", || {
+        let page = ok(&server, &s, "/console/api/persons?limit=200");
+        (page["indexed"] == true).then_some(page)
+    });
+    assert_eq!(ids(&page), newest);
+    let log = server.log();
+    assert!(
+        log.contains("persons are indexed by first seen in the background"),
+        "{log}"
+    );
+    assert!(log.contains("persons indexed by first seen"), "{log}");
+    assert_eq!(server.stop(), Some(0));
 }
 
 #[test]

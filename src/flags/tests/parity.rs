@@ -74,6 +74,87 @@ fn legacy_matching_compares_truthiness_of_boolean_filters() {
     assert!(exact(Some(2), json!("true"), json!("True")));
 }
 
+fn listed(version: Option<i64>, operator: &str, value: Value, actual: Option<Value>) -> bool {
+    let rules = compile(json!({
+        "property_matching_version": version,
+        "flags": [flag(1, "f", json!({"groups": [{"properties": [
+            {"key": "p", "value": value, "operator": operator, "type": "person"}]}]}))]
+    }));
+    let person = match actual {
+        Some(v) => json!({ "p": v }),
+        None => json!({}),
+    };
+    Request::new("u").person(person).evaluate(&rules).flags[0].enabled
+}
+
+/// The differential generator's lists at seed 2 (flags 4, 7 and 22), answered as
+/// PostHog's flags service answers them (`property_matching.rs`: a filter whose every
+/// value is true/false-like compares the truthiness of the whole list, `all` of its
+/// values, with the person's; any other list is any-of by lowercased text).
+/// posthog-python 7's `match_property` gives every answer below; posthog-node 5's
+/// `matchFeatureFlagProperty` too, but for a number against a list of text and a
+/// missing property, which it leaves undecided (and so asks the server).
+#[test]
+fn exact_lists_mixing_booleans_and_text() {
+    let both = json!([true, "FALSE"]);
+    // Version 1: the list's truthiness is false, so every falsy value matches.
+    for (actual, want) in [
+        (json!(false), true),
+        (json!("false"), true),
+        (json!("FALSE"), true),
+        (json!("no"), true),
+        (json!(0), true),
+        (json!(true), false),
+        (json!("True"), false),
+    ] {
+        let version_1 = listed(None, "exact", both.clone(), Some(actual.clone()));
+        assert_eq!(version_1, want, "exact {actual}");
+        let not = listed(Some(1), "is_not", both.clone(), Some(actual.clone()));
+        assert_eq!(not, !want, "is_not {actual}");
+    }
+    assert!(!listed(None, "exact", both.clone(), None));
+    assert!(listed(None, "is_not", both.clone(), None));
+    // Version 2: any of the texts "true" and "false".
+    for (actual, want) in [
+        (json!(true), true),
+        (json!("FALSE"), true),
+        (json!(false), true),
+        (json!("no"), false),
+        (json!(0), false),
+    ] {
+        let version_2 = listed(Some(2), "exact", both.clone(), Some(actual.clone()));
+        assert_eq!(version_2, want, "version 2, exact {actual}");
+    }
+    // A list with text that is not true/false is any-of by text, in both versions.
+    let city = json!(["False", true, "münchen"]);
+    for (actual, want) in [
+        (json!("MÜNCHEN"), true),
+        (json!(true), true),
+        (json!("false"), true),
+        (json!(false), true),
+        (json!("no"), false),
+        (json!(0), false),
+    ] {
+        for version in [None, Some(2)] {
+            let got = listed(version, "exact", city.clone(), Some(actual.clone()));
+            assert_eq!(got, want, "{version:?} exact {actual}");
+        }
+    }
+    let plan = json!(["pro", "", false]);
+    for (actual, want) in [
+        (Some(json!("PRO")), false),
+        (Some(json!("")), false),
+        (Some(json!(false)), false),
+        (Some(json!("FALSE")), false),
+        (Some(json!("free")), true),
+        (Some(json!(true)), true),
+        (None, true),
+    ] {
+        let got = listed(None, "is_not", plan.clone(), actual.clone());
+        assert_eq!(got, want, "is_not {actual:?}");
+    }
+}
+
 #[test]
 fn distinct_id_is_a_person_property_unless_the_person_has_one() {
     let rules = single(flag(

@@ -1,6 +1,8 @@
-// Persons page: the stored persons newest first, a page at a time, or those whose
-// property passes a test with PostHog's operators (names and values offered from what
-// was captured); or one person by distinct id, with their properties, distinct ids,
+// Persons page: the stored persons newest first, a page at a time (the server's
+// first-seen index, paged by cursor), or those whose property passes a test with
+// PostHog's operators (names and values offered from what was captured; a search
+// examines a bounded number of persons a page and says so), or whose distinct id starts
+// with a text; or one person by distinct id, with their properties, distinct ids,
 // recent events, and the flags they get right now from the evaluation /decide runs.
 'use strict'
 ;(() => {
@@ -43,9 +45,8 @@
   }
 
   /** A page of the list: who, since when, and the first few properties. */
-  function listTable(found, offset) {
-    const first = offset + 1
-    return table(`Persons ${FP.fmt.int(first)} to ${FP.fmt.int(offset + found.results.length)}, newest first`,
+  function listTable(found, first, order) {
+    return table(`Persons ${FP.fmt.int(first)} to ${FP.fmt.int(first + found.results.length - 1)}, ${order}`,
       ['Distinct ids', 'First seen', 'Properties'], found.results.map((p) => h('tr', { 'data-person': p.id },
         h('td', {}, p.distinct_ids.map((d, i) => [i ? ', ' : '', h('a', { href: `#/persons/${encodeURIComponent(d)}` }, d)])),
         h('td', {}, FP.fmt.time(p.created_at)),
@@ -56,6 +57,7 @@
   async function render(main, [prefill]) {
     const by = h('select', { id: 'p-by' },
       h('option', { value: 'distinct_id' }, 'Distinct id'),
+      h('option', { value: 'distinct_id_prefix' }, 'Distinct id starts with'),
       h('option', { value: 'property' }, 'Property'))
     const prop = h('input', { id: 'p-prop', autocomplete: 'off', placeholder: 'email', list: 'p-prop-names' })
     const op = h('select', { id: 'p-op' }, FP.OPERATORS.map(([o, words]) => h('option', { value: o }, words)))
@@ -78,23 +80,45 @@
         propBox, opBox,
         h('div', {}, h('label', { for: 'p-value' }, 'Value'), value),
         h('div', {}, h('button', { type: 'submit', class: 'primary' }, 'Find')),
-        h('div', {}, h('button', { type: 'button', id: 'p-all', onclick: () => list(0).catch(shown) }, 'All persons'))),
+        h('div', {}, h('button', { type: 'button', id: 'p-all', onclick: () => list(null, {}, []).catch(shown) }, 'All persons'))),
       FP.propertyNames('persons', 'p-prop-names'), values)
     const shown = (err) => out.replaceChildren(FP.errorBox(err.message))
 
-    /** A page of persons, newest first, filtered by the property test if one is set. */
-    async function list(offset, filter) {
+    /**
+     * A page of persons newest first (by distinct id for a prefix), filtered if
+     * `filter` is set, starting `at` ({cursor} or, before the index is built,
+     * {offset}); `back` holds where the pages before started and how many they showed.
+     */
+    async function list(filter, at, back) {
       out.replaceChildren()
       pager.replaceChildren()
-      const q = new URLSearchParams({ offset, limit: 50, ...(filter || {}) })
+      const q = new URLSearchParams({ limit: 50, ...(filter || {}), ...at })
       const found = await FP.api('GET', `persons?${q}`)
-      if (!found.results.length) {
-        return out.append(h('p', {}, filter ? 'No person matches.' : 'No persons stored yet.'))
+      const searching = filter && filter.property
+      const first = 1 + back.reduce((n, b) => n + b.shown, 0)
+      if (found.indexed === false) {
+        out.append(h('p', { class: 'muted' }, 'The persons are still being indexed by first seen (the log shows the progress): until then the list reads every person.'))
       }
-      if (!found.complete) out.append(h('p', { class: 'muted' }, `Only the first ${FP.fmt.int(found.scanned)} persons were searched; narrow the search.`))
-      out.append(listTable(found, offset))
-      if (offset > 0) pager.append(h('button', { type: 'button', onclick: () => list(Math.max(0, offset - 50), filter).catch(shown) }, 'Newer persons'))
-      if (found.next_offset) pager.append(h('button', { type: 'button', onclick: () => list(found.next_offset, filter).catch(shown) }, 'Older persons'))
+      if (searching) {
+        out.append(h('p', { class: 'muted', id: 'p-searched' }, found.complete
+          ? `Searched to the oldest person: ${FP.fmt.count(found.scanned, 'person', 'persons')} examined on this page.`
+          : `${FP.fmt.count(found.scanned, 'person', 'persons')} examined on this page, newest first; a property search reads each person, so it stops there. “${found.results.length < 50 ? 'Search on' : 'Older persons'}” goes on from the last one.`))
+      }
+      if (found.results.length) {
+        out.append(listTable(found, first, filter && filter.distinct_id_prefix ? 'by distinct id' : 'newest first'))
+      } else {
+        out.append(h('p', {}, filter ? 'No person matches on this page.' : 'No persons stored yet.'))
+      }
+      const page = { at, shown: found.results.length }
+      if (back.length) {
+        const before = back[back.length - 1]
+        pager.append(h('button', { type: 'button', onclick: () => list(filter, before.at, back.slice(0, -1)).catch(shown) }, 'Newer persons'))
+      }
+      const next = found.next_cursor ? { cursor: found.next_cursor } : found.next_offset ? { offset: found.next_offset } : null
+      if (next) {
+        const label = searching && found.results.length < 50 ? 'Search on' : 'Older persons'
+        pager.append(h('button', { type: 'button', id: 'p-next', onclick: () => list(filter, next, [...back, page]).catch(shown) }, label))
+      }
     }
 
     async function find() {
@@ -107,8 +131,12 @@
         if (!found.results.length) return out.append(h('p', {}, `No person has the distinct id ${v}.`))
         return showPerson(out, found.results[0], v)
       }
+      if (by.value === 'distinct_id_prefix') {
+        if (!v) return out.append(FP.errorBox('Enter the start of a distinct id.'))
+        return list({ distinct_id_prefix: v }, {}, [])
+      }
       if (!prop.value.trim()) return out.append(FP.errorBox('Enter a property name.'))
-      return list(0, { property: prop.value.trim(), operator: op.value, value: v })
+      return list({ property: prop.value.trim(), operator: op.value, value: v }, {}, [])
     }
     form.addEventListener('submit', (ev) => {
       ev.preventDefault()
@@ -116,7 +144,7 @@
     })
     main.replaceChildren(h('h1', {}, 'Persons'), form, out, pager)
     if (prefill) await find()
-    else await list(0)
+    else await list(null, {}, [])
   }
 
   FP.pages.persons = { id: 'persons', title: 'Persons', render }
