@@ -4,7 +4,7 @@
 //! UUIDv5 of the distinct id, its distinct id linked) and folded into the persons'
 //! and distinct ids' runs, with the dozen properties posthog-js sets on a first visit
 //! (about 700 bytes). Then the first-seen index is built as an older database gets it
-//! (its time and its share of sled's file printed), and the reads the persons page
+//! and folded into its run (the times and the run's size printed), and the reads the persons page
 //! makes are timed through it: the newest 50, the newest 50 whose email contains a
 //! text, the page 10,000 deep, a property search that matches no one (so it examines
 //! its whole bound), and a distinct id prefix. The scans the page made without the
@@ -99,44 +99,27 @@ fn fill(n: u64) -> Filled {
     Filled { _dir: dir, trees }
 }
 
-/// Build the first-seen index as an older database gets it, printing how long it took
-/// and what its tree takes on disk.
+/// Build the first-seen index as an older database gets it, then fold it into its run
+/// as the compactor does, printing how long each took and what the run takes on disk.
 fn build_index(trees: &Trees, n: u64) {
     let started = Instant::now();
     first_seen::start_build(trees).unwrap();
     let build = first_seen::Build::new(trees);
     while build.step(trees).unwrap() != Step::Done {}
     let took = started.elapsed().as_secs_f64();
+    let started = Instant::now();
+    while !trees.first_seen.delta().is_empty() {
+        trees.first_seen.fold().unwrap();
+    }
+    let folded = started.elapsed().as_secs_f64();
+    let run = trees.first_seen.run().unwrap();
     eprintln!(
-        "first-seen index of {} keys (32 bytes each) built in {took:.1} s; {}",
-        trees.first_seen.len(),
-        index_on_disk(trees, n)
+        "first-seen index of {} keys (32 bytes each) built in {took:.1} s, folded in \
+         {folded:.1} s: its run {} bytes ({:.1} bytes a person)",
+        run.entries(),
+        run.file_bytes(),
+        run.file_bytes() as f64 / n.max(1) as f64
     );
-}
-
-/// What the index's tree takes in a sled file of its own (the whole database's file
-/// moves with its other trees' garbage): written in time order as the compactor
-/// writes new persons, then flushed; less an empty database's file.
-fn index_on_disk(trees: &Trees, n: u64) -> String {
-    let size = |fill: bool| {
-        let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-        let db = sled::open(dir.path()).unwrap();
-        let tree = db.open_tree(first_seen::TREE).unwrap();
-        if fill {
-            // Oldest first, as persons arrive.
-            for kv in trees.first_seen.iter().rev() {
-                tree.insert(kv.unwrap().0, &[][..]).unwrap();
-            }
-        }
-        db.flush().unwrap();
-        db.size_on_disk().unwrap()
-    };
-    let (empty, full) = (size(false), size(true));
-    let bytes = full.saturating_sub(empty);
-    format!(
-        "its tree alone takes {bytes} bytes of sled's file ({:.1} bytes a person)",
-        bytes as f64 / n.max(1) as f64
-    )
 }
 
 /// Once each, the passes the page made without the index (what main's build does).

@@ -20,7 +20,7 @@ use std::path::Path;
 
 use crate::store::block::Files;
 use crate::store::layered::Layered;
-use crate::store::{DISTINCT_IDS_TREE, EVENTS_TREE, PERSONS_TREE};
+use crate::store::{EVENTS_TREE, LAYERED_TABLES};
 use crate::support::hex;
 
 const MAGIC: &[u8] = b"flagpost-backup-trees 1\n";
@@ -40,7 +40,7 @@ pub fn export(
     out.write_all(MAGIC)?;
     let mut counts = BTreeMap::new();
     for name in db.tree_names() {
-        let layered = [PERSONS_TREE, DISTINCT_IDS_TREE]
+        let layered = LAYERED_TABLES
             .into_iter()
             .find(|t| t.as_bytes() == &name[..]);
         let pairs_in: Box<dyn Iterator<Item = sled::Result<(sled::IVec, sled::IVec)>>> =
@@ -193,6 +193,7 @@ fn read_bytes(input: &mut impl Read) -> io::Result<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::PERSONS_TREE;
 
     /// A block of two events, different for each `i`.
     fn one_block(i: u32) -> Vec<u8> {

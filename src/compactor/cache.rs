@@ -11,9 +11,9 @@ use uuid::Uuid;
 
 use super::memo::{Learned, Memo};
 use crate::persons::{self, Person};
-use crate::store::keys;
 use crate::store::layered::{Layered, Run, TOMBSTONE};
 use crate::store::person_cache::Changes;
+use crate::store::{first_seen, keys};
 
 type Result<T> = std::result::Result<T, UnabortableTransactionError>;
 
@@ -70,9 +70,10 @@ impl<'m> Cache<'m> {
     }
 
     /// Write every person changed during the chunk into the transaction (a deleted
-    /// one as a tombstone); the bytes written to persons and to distinct ids.
-    pub fn write(&self, tx: &Tx<'_>) -> Result<(u64, u64)> {
-        let mut bytes = 0;
+    /// one as a tombstone); the bytes written to persons, distinct ids and the
+    /// first-seen index.
+    pub fn write(&self, tx: &Tx<'_>) -> Result<[u64; 3]> {
+        let (mut bytes, mut first_seen) = (0, 0);
         for key @ (project, id) in &self.dirty {
             let k = keys::with_uuid(*project, *id);
             let value = match self.persons.get(key) {
@@ -81,31 +82,33 @@ impl<'m> Cache<'m> {
             };
             bytes += (k.len() + value.len()) as u64;
             tx.persons.insert(&k[..], value)?;
-            self.write_first_seen(tx, *project, *id)?;
+            first_seen += self.write_first_seen(tx, *project, *id)?;
         }
-        Ok((bytes, self.linked_bytes))
+        Ok([bytes, self.linked_bytes, first_seen])
     }
 
     /// Move a changed person's first-seen key if its first event changed (created,
     /// merged away, or given an older one by a merge). A person saved without being
-    /// read is new to this chunk.
-    fn write_first_seen(&self, tx: &Tx<'_>, project: u64, id: Uuid) -> Result<()> {
+    /// read is new to this chunk. Returns the bytes written.
+    fn write_first_seen(&self, tx: &Tx<'_>, project: u64, id: Uuid) -> Result<u64> {
         let was = self.born.get(&(project, id)).copied();
         let now = match self.persons.get(&(project, id)) {
             Some(Some(person)) => Some(person.created_at),
             _ => None,
         };
-        if was != now {
-            if let Some(t) = was {
-                tx.first_seen
-                    .remove(&keys::first_seen(project, t, id)[..])?;
-            }
-            if let Some(t) = now {
-                tx.first_seen
-                    .insert(&keys::first_seen(project, t, id)[..], &[][..])?;
+        if was == now {
+            return Ok(0);
+        }
+        // A removal is a tombstone: the index's run may hold the key.
+        let mut bytes = 0;
+        for (t, value) in [(was, TOMBSTONE), (now, first_seen::PRESENT)] {
+            if let Some(t) = t {
+                let key = keys::first_seen(project, t, id);
+                tx.first_seen.insert(&key[..], value)?;
+                bytes += (key.len() + value.len()) as u64;
             }
         }
-        Ok(())
+        Ok(bytes)
     }
 
     /// How many persons [`Cache::write`] would write.

@@ -63,7 +63,12 @@ impl Compactor {
         }
         let idle_enough = s.idle_since.is_some_and(|t| now - t >= IDLE_BEFORE_FOLD)
             && s.last_fold.is_none_or(|t| now - t >= IDLE_FOLD_SPACING);
-        for table in [self.trees.persons.clone(), self.trees.distinct_ids.clone()] {
+        let t = &self.trees;
+        for table in [
+            t.persons.clone(),
+            t.distinct_ids.clone(),
+            t.first_seen.clone(),
+        ] {
             let due = match moment {
                 Moment::Busy => table.should_fold(),
                 Moment::Idle => table.should_fold() || (idle_enough && table.pending() > 0),

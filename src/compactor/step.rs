@@ -142,7 +142,7 @@ impl Compactor {
             &t.quarantine,
             &t.outbox,
             &t.rollups.tree,
-            &t.first_seen,
+            t.first_seen.delta(),
         );
         let to_outbox = self.settings.outbox;
         let blocks = &t.blocks;
@@ -230,7 +230,11 @@ impl Compactor {
                         }
                     }
                 }
-                (counts.person_bytes, counts.id_bytes) = cache.write(&tx)?;
+                [
+                    counts.person_bytes,
+                    counts.id_bytes,
+                    counts.first_seen_bytes,
+                ] = cache.write(&tx)?;
                 (counts.persons, counts.learned) = cache.into_reports();
                 // The console's rollups, with the events they count.
                 let mut pending = rollup::Pending::default();
@@ -308,6 +312,7 @@ impl Compactor {
         state.next_block = counts.next_block;
         self.trees.persons.note_written(counts.person_bytes);
         self.trees.distinct_ids.note_written(counts.id_bytes);
+        self.trees.first_seen.note_written(counts.first_seen_bytes);
         self.memo.learn(std::mem::take(&mut counts.learned));
         if let Some(persons) = &self.person_cache {
             persons.forget(&counts.persons);
@@ -398,6 +403,7 @@ struct Counts {
     /// Bytes written to the persons' and the distinct ids' deltas.
     person_bytes: u64,
     id_bytes: u64,
+    first_seen_bytes: u64,
     applied: u64,
     duplicates: u64,
     historical: u64,

@@ -189,9 +189,9 @@ fn read_trees(db: &sled::Db, files: &block::Files, report: &mut Report) {
     }
 }
 
-/// Read the persons' and distinct ids' runs through ([`super::layered`]).
+/// Read the layered tables' runs through ([`super::layered`]).
 fn read_runs(db: &sled::Db, dir: &Path, report: &mut Report) {
-    for name in [super::PERSONS_TREE, super::DISTINCT_IDS_TREE] {
+    for name in super::LAYERED_TABLES {
         let table = match super::layered::Layered::open(db, dir, name) {
             Ok(table) => table,
             Err(e) => {

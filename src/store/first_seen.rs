@@ -1,6 +1,6 @@
-//! Persons by first seen: a sled tree of (project, first event's time inverted, person
-//! uuid) keys with empty values, so the console lists a project's persons newest first
-//! by reading keys in order instead of scanning every person.
+//! Persons by first seen: a [`super::layered`] table of (project, first event's time
+//! inverted, person uuid) keys with a one-byte value, so the console lists a project's
+//! persons newest first by reading keys in order instead of scanning every person.
 //!
 //! The compactor keeps it in its chunk transaction (`compactor::cache` writes a key
 //! when a person is created, moves it when a merge gives the survivor an older first
@@ -13,11 +13,11 @@
 //!
 //! An entry is a hint checked against the person it names ([`newest`]): a key whose
 //! person is gone or has another first event (a build step racing a merge) is skipped,
-//! so a stale key never shows a wrong person. Such keys are rare and cost 32 bytes.
-//! Persons churn little (created once, moved only by a merge), so the keys arrive
-//! mostly in time order at the newest end and sled's leaves fill without the dead
-//! space that random rewrites leave; `cargo bench --bench console_persons` reports the
-//! tree's share of the file.
+//! so a stale key never shows a wrong person. Such keys are rare.
+//! Persons churn little (created once, moved only by a merge), but sled's file holds
+//! 32-byte keys at about 220 bytes each (measured with `cargo bench --bench
+//! console_persons`), so the keys are folded into a sorted run with the persons and
+//! distinct ids, where they take a few tens of bytes.
 
 use std::ops::Bound;
 
@@ -29,8 +29,10 @@ use super::rollup::backfill::Step;
 use super::{keys, Trees};
 use crate::persons::Person;
 
-/// The tree's name, part of the on-disk format.
+/// The table's name, part of the on-disk format.
 pub const TREE: &str = "persons_first_seen";
+/// A key's value: anything but empty, which is a removal in a layered table.
+pub const PRESENT: &[u8] = &[1];
 /// In `meta` once the compactor keeps the index (set with the build it may need).
 const VERSION_KEY: &[u8] = b"persons_first_seen.version";
 const VERSION: u8 = 1;
@@ -114,25 +116,28 @@ impl Build {
         };
         let mut batch = sled::Batch::default();
         let mut last: Option<IVec> = None;
-        let mut n = 0u64;
+        let (mut n, mut bytes) = (0u64, 0u64);
         for entry in trees
             .persons
             .range((from, Bound::Unbounded))
             .take(BUILD_BATCH)
         {
-            let (key, bytes) = entry?;
+            let (key, value) = entry?;
             if let (Some(project), Some(id), Ok(born)) = (
                 key.get(..8).and_then(|b| b.try_into().ok()),
                 key.get(8..24).and_then(|b| Uuid::from_slice(b).ok()),
-                serde_json::from_slice::<Born>(&bytes),
+                serde_json::from_slice::<Born>(&value),
             ) {
-                let project = u64::from_be_bytes(project);
-                batch.insert(&keys::first_seen(project, born.created_at, id)[..], &[][..]);
+                let key = keys::first_seen(u64::from_be_bytes(project), born.created_at, id);
+                batch.insert(&key[..], PRESENT);
+                bytes += (key.len() + PRESENT.len()) as u64;
             }
             last = Some(key);
             n += 1;
         }
-        trees.first_seen.apply_batch(batch)?;
+        // The compactor folds it into the table's run as it folds its own writes.
+        trees.first_seen.delta().apply_batch(batch)?;
+        trees.first_seen.note_written(bytes);
         let Some(last) = last else {
             trees.meta.remove(STATE_KEY)?;
             return Ok(Step::Done);
@@ -154,27 +159,27 @@ pub fn newest<'a>(
     after: Option<&[u8]>,
 ) -> impl Iterator<Item = Result<(IVec, Person), sled::Error>> + 'a {
     let prefix = keys::project(project);
-    let range = match after {
-        Some(key) if key.starts_with(&prefix) => trees
-            .first_seen
-            .range::<&[u8], _>((Bound::Excluded(key), Bound::Unbounded)),
-        _ => trees.first_seen.range::<&[u8], _>(&prefix[..]..),
+    let from = match after {
+        Some(key) if key.starts_with(&prefix) => Bound::Excluded(key.to_vec()),
+        _ => Bound::Included(prefix.to_vec()),
     };
-    range
-        .take_while(move |entry| entry.as_ref().map_or(true, |(k, _)| k.starts_with(&prefix)))
-        .filter_map(move |entry| {
-            let (key, _) = match entry {
-                Ok(kv) => kv,
-                Err(e) => return Some(Err(e)),
-            };
-            let (created_at, id) = keys::split_first_seen(&key)?;
-            let bytes = match trees.persons.get(keys::with_uuid(project, id)) {
-                Ok(found) => found?,
-                Err(e) => return Some(Err(e)),
-            };
-            let person: Person = serde_json::from_slice(&bytes).ok()?;
-            (person.created_at == created_at).then_some(Ok((key, person)))
-        })
+    let to = match project.checked_add(1) {
+        Some(next) => Bound::Excluded(keys::project(next).to_vec()),
+        None => Bound::Unbounded,
+    };
+    trees.first_seen.range((from, to)).filter_map(move |entry| {
+        let (key, _) = match entry {
+            Ok(kv) => kv,
+            Err(e) => return Some(Err(e)),
+        };
+        let (created_at, id) = keys::split_first_seen(&key)?;
+        let bytes = match trees.persons.get(keys::with_uuid(project, id)) {
+            Ok(found) => found?,
+            Err(e) => return Some(Err(e)),
+        };
+        let person: Person = serde_json::from_slice(&bytes).ok()?;
+        (person.created_at == created_at).then_some(Ok((key, person)))
+    })
 }
 
 #[cfg(test)]

@@ -39,6 +39,8 @@ pub const EVENTS_TREE: &str = "event_blocks";
 /// The persons' and distinct ids' delta trees, and their runs' names.
 pub const PERSONS_TREE: &str = "persons";
 pub const DISTINCT_IDS_TREE: &str = "distinct_ids";
+/// Every [`layered`] table: the two above and the persons' [`first_seen`] index.
+pub const LAYERED_TABLES: [&str; 3] = [PERSONS_TREE, DISTINCT_IDS_TREE, first_seen::TREE];
 
 /// PostHog's limit: five group types per project, indexes 0-4.
 pub const MAX_GROUP_TYPES: u8 = 5;
@@ -124,9 +126,9 @@ pub struct Trees {
     pub persons: layered::Layered,
     /// Project, distinct id -> person uuid, [`layered`].
     pub distinct_ids: layered::Layered,
-    /// Project, first event's time (newest first), person uuid -> nothing:
-    /// [`first_seen`], the console's persons list.
-    pub first_seen: sled::Tree,
+    /// Project, first event's time (newest first), person uuid -> a marker:
+    /// [`first_seen`], the console's persons list, [`layered`].
+    pub first_seen: layered::Layered,
     /// Project, group type index, group key -> [`Group`] (JSON).
     pub groups: sled::Tree,
     /// Project, group type name <-> index.
@@ -163,7 +165,7 @@ impl Trees {
         migrate::run(db, &trees, purpose)?;
         if purpose == migrate::Purpose::Write {
             trees.blocks.trim(&trees.events)?;
-            for table in [&trees.persons, &trees.distinct_ids] {
+            for table in [&trees.persons, &trees.distinct_ids, &trees.first_seen] {
                 table.remove_strays().map_err(Error::Tables)?;
             }
         }
@@ -185,7 +187,7 @@ impl Trees {
             recent_ids: db.open_tree("recent_ids")?,
             persons: layered::Layered::open(db, dir, PERSONS_TREE)?,
             distinct_ids: layered::Layered::open(db, dir, DISTINCT_IDS_TREE)?,
-            first_seen: db.open_tree(first_seen::TREE)?,
+            first_seen: layered::Layered::open(db, dir, first_seen::TREE)?,
             groups: db.open_tree("groups")?,
             group_types: db.open_tree("group_types")?,
             meta: db.open_tree("meta")?,

@@ -57,7 +57,7 @@ fn in_chunk<T>(
         t.distinct_ids.delta(),
         &t.groups,
         &t.group_types,
-        &t.first_seen,
+        t.first_seen.delta(),
     )
         .transaction(|(persons, distinct_ids, groups, group_types, first_seen)| {
             let tx = Tx {

@@ -242,6 +242,12 @@ try {
   // The click empties the list at once, so what appears is the search's answer.
   await until('the persons without an email', async () => (await page.locator('#p-out a').allTextContents()).includes('late-bird'))
   summary.persons_without_email = (await page.locator('#p-out a').allTextContents()).sort()
+  summary.persons_search_note = (await page.locator('#p-searched').textContent()).trim()
+  await page.getByLabel('Find by').selectOption('distinct_id_prefix')
+  await page.getByLabel('Value', { exact: true }).fill('early')
+  await page.getByRole('button', { name: 'Find' }).click()
+  await until('the persons by prefix', async () => (await page.locator('#p-out a').allTextContents()).includes('early-bird'))
+  summary.persons_by_prefix = await page.locator('#p-out a').allTextContents()
   await checkA11y(page, 'persons-list')
 
   step('the flag\'s page')

@@ -104,6 +104,12 @@ fn the_console_in_chromium() {
         s["persons_without_email"],
         json!(["early-bird", "late-bird"])
     );
+    let note = s["persons_search_note"].as_str().unwrap();
+    assert!(
+        note.starts_with("Searched to the oldest person: "),
+        "{note}"
+    );
+    assert_eq!(s["persons_by_prefix"], json!(["early-bird"]));
     assert_eq!(s["flag_exposures"], json!({"true": 2, "false": 1}));
     let reach = s["flag_reach"].as_str().unwrap();
     assert!(reach.starts_with("1 of "), "{reach}");
