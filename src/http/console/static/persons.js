@@ -67,13 +67,16 @@
     const value = h('input', { id: 'p-value', autocomplete: 'off', value: prefill || '' })
     const out = h('div', { 'aria-live': 'polite', id: 'p-out' })
     const pager = h('div', { class: 'toolbar', id: 'p-pager' })
+    // No value for is_set / is_not_set, and a value again for the other ways to find.
+    const valueNeeded = () => { value.disabled = by.value === 'property' && (op.value === 'is_set' || op.value === 'is_not_set') }
     by.addEventListener('change', () => {
+      valueNeeded()
       propBox.hidden = opBox.hidden = by.value !== 'property'
       if (by.value === 'property') value.setAttribute('list', 'p-values')
       else value.removeAttribute('list')
     })
     prop.addEventListener('change', () => FP.propertyValues('persons', prop.value.trim(), values))
-    op.addEventListener('change', () => { value.disabled = op.value === 'is_set' || op.value === 'is_not_set' })
+    op.addEventListener('change', valueNeeded)
     const form = h('form', { class: 'card', role: 'search', 'aria-label': 'Find persons' },
       h('div', { class: 'row' },
         h('div', {}, h('label', { for: 'p-by' }, 'Find by'), by),
