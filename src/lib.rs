@@ -119,7 +119,7 @@ pub mod geoip;
 pub mod http;
 pub mod log;
 pub mod lz64;
-mod manage;
+pub mod manage;
 mod metrics;
 pub mod persons;
 mod pipeline;
