@@ -96,13 +96,15 @@ fn allowed(path: Path, method: &Method) -> bool {
     }
 }
 
-/// The scope a personal key needs for this request, as PostHog names them (flag
-/// activity is read with the flag).
+/// The scope a personal key needs for this request, as PostHog's viewsets name them:
+/// a flag's history (both activity paths) is PostHog's activity log, which takes
+/// `activity_log:read` rather than the flag's own scope.
 fn scope(path: Path, method: &Method) -> &'static str {
     let read = method == Method::GET;
     match (path, read) {
-        (Path::Flags | Path::Flag(_) | Path::FlagActivity(_), true) => "feature_flag:read",
-        (Path::Flags | Path::Flag(_) | Path::FlagActivity(_), false) => "feature_flag:write",
+        (Path::FlagActivity(_), _) => "activity_log:read",
+        (Path::Flags | Path::Flag(_), true) => "feature_flag:read",
+        (Path::Flags | Path::Flag(_), false) => "feature_flag:write",
         (Path::Cohorts | Path::Cohort(_), true) => "cohort:read",
         (Path::Cohorts | Path::Cohort(_), false) => "cohort:write",
     }

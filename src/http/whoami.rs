@@ -16,16 +16,22 @@ use super::response::{self, Body};
 use crate::app::App;
 use crate::projects::{hash_key, mask_key};
 
-/// The PostHog scopes of the endpoints a personal key reaches here: flags and cohorts
-/// (read and write), their activity, persons and groups. Events are read too, but
-/// PostHog's `query` scope also names its query API, which flagpost does not serve.
+/// The PostHog scopes of the endpoints a key listed without scopes reaches here: flags
+/// and cohorts (read and write), their activity, events (PostHog's `query` scope covers
+/// its events API), persons, groups and `/api/users/@me`.
 pub const SCOPES: &[&str] = &[
     "feature_flag:write",
     "cohort:write",
     "activity_log:read",
+    "query:read",
     "person:read",
     "group:read",
+    "user:read",
 ];
+
+/// What `/api/users/@me` takes, as PostHog's user viewset does; a key's own
+/// description (`@current`) takes no scope, as in PostHog.
+pub const ME_SCOPE: &str = "user:read";
 
 /// Which of the two paths, trailing slash optional.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,6 +60,9 @@ pub fn handle(
     peer: SocketAddr,
 ) -> Result<Response<Body>, ApiError> {
     let (project, caller) = super::personal::authenticate(app, headers, peer)?;
+    if path == Path::Me {
+        super::personal::require(&caller, ME_SCOPE)?;
+    }
     let key = super::personal::personal_key(headers)?;
     // Stable for the key, and telling nothing about it.
     let id = Uuid::new_v5(&organization_id(), hash_key(key).as_bytes()).to_string();

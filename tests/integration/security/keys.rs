@@ -16,7 +16,7 @@ const FEEDS: [&str; 2] = [
 ];
 
 /// `flagpost key new` for project 1 of the server's data dir; the key it printed.
-fn new_key(server: &Server, args: &[&str]) -> String {
+pub(super) fn new_key(server: &Server, args: &[&str]) -> String {
     let data = server.data();
     let mut all = vec!["key", "new", "--project", "1", "--data-dir"];
     all.push(data.to_str().unwrap());
@@ -29,7 +29,13 @@ fn new_key(server: &Server, args: &[&str]) -> String {
     key
 }
 
-fn with_key(server: &Server, method: &str, path: &str, key: &str, body: Option<Value>) -> Resp {
+pub(super) fn with_key(
+    server: &Server,
+    method: &str,
+    path: &str,
+    key: &str,
+    body: Option<Value>,
+) -> Resp {
     let req = match body {
         Some(b) => Req::post(path, b.to_string()).method(method),
         None => Req::get(path).method(method),
@@ -43,7 +49,7 @@ fn with_key(server: &Server, method: &str, path: &str, key: &str, body: Option<V
 /// Waits until the running server has taken a new key from projects.json. Each try
 /// before then is a failed attempt of this address, so the tries are spaced out: the
 /// server rereads the file within a second, well inside the limit's burst.
-fn taken(server: &Server, path: &str, key: &str) {
+pub(super) fn taken(server: &Server, path: &str, key: &str) {
     for _ in 0..10 {
         match with_key(server, "GET", path, key, None).status {
             401 => std::thread::sleep(std::time::Duration::from_millis(500)),

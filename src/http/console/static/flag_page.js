@@ -123,7 +123,10 @@
     remove.addEventListener('click', () => FP.confirmDelete(flag, status, remove))
     const exposures = h('div', { id: 'flag-exposures' })
     const reach = h('div', { id: 'flag-reach-box' }, h('p', { class: 'muted' }, 'Evaluating…'))
+    // The history is PostHog's activity log, which a scoped key reads only with
+    // activity_log:read: without it the rest of the page still shows.
     const history = await FP.api('GET', `feature_flags/${flag.id}/activity/?limit=20`)
+      .catch((err) => { if (err.status === 403) return { denied: err.message }; throw err })
     FP.fill(main,
       h('p', {}, h('a', { href: '#/flags' }, '← All flags')),
       h('h1', {}, h('code', {}, flag.key)),
@@ -135,7 +138,8 @@
       h('h2', {}, 'People it reaches now'), reach,
       h('h2', {}, 'Exposures by value over time'), exposures,
       h('h2', {}, 'Change history'),
-      history.results.length
+      history.denied ? h('p', { class: 'muted', id: 'flag-history' }, history.denied)
+        : history.results.length
         ? h('ul', { id: 'flag-history' }, history.results.map(changeWords))
         : h('p', { class: 'muted', id: 'flag-history' }, 'No changes through the API or the console yet.'),
       history.next ? h('p', { class: 'muted' }, `The ${history.results.length} newest of ${FP.fmt.int(history.total_count)} changes.`) : null)
