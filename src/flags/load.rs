@@ -15,7 +15,7 @@ use arc_swap::ArcSwap;
 
 use super::compile::ProjectRules;
 use super::error::{CompileError, ErrorKind};
-use crate::support::watch::{list, project_id, Pass, Watched};
+use crate::support::watch::{list, project_id, Pass, Problem, Watched};
 
 /// Every project's compiled rules at one moment.
 #[derive(Debug, Default)]
@@ -63,9 +63,9 @@ pub struct Rules {
     /// The flag files, with the flag definitions made from other files (surveys'
     /// targeting flags) per project.
     files: Watched<Arc<Generated>>,
-    /// What the last reload could not use, each naming its file and field (the
-    /// console's health page shows them).
-    problems: Mutex<Arc<Vec<String>>>,
+    /// What the last reload could not use, each naming its file and field, with the
+    /// project of its file (the console's health page shows a project its own).
+    problems: Mutex<Arc<Vec<Problem>>>,
     /// Why the last reload refused files (for `/metrics`, which names each).
     refused: Mutex<Arc<Vec<CompileError>>>,
 }
@@ -130,6 +130,12 @@ impl Rules {
     /// What the last reload could not use (files rejected, and the flags disabled),
     /// one line each.
     pub fn problems(&self) -> Arc<Vec<String>> {
+        let all = crate::support::sync::lock(&self.problems).clone();
+        Arc::new(all.iter().map(|(_, line)| line.clone()).collect())
+    }
+
+    /// [`Rules::problems`], each with the project of its file.
+    pub fn problems_by_project(&self) -> Arc<Vec<Problem>> {
         crate::support::sync::lock(&self.problems).clone()
     }
 
@@ -144,7 +150,7 @@ impl Rules {
             .errors
             .iter()
             .chain(&report.warnings)
-            .map(ToString::to_string)
+            .map(|e| (e.file().and_then(project_id), e.to_string()))
             .collect();
         // A whole value swapped in one assignment: nothing to leave half-done.
         *crate::support::sync::lock(&self.problems) = Arc::new(lines);

@@ -64,6 +64,14 @@ impl Sessions {
         crate::support::sync::lock(&self.by_id).len()
     }
 
+    /// Sessions of `project`, the number its health page shows.
+    pub fn count_of(&self, project: u64) -> usize {
+        crate::support::sync::lock(&self.by_id)
+            .values()
+            .filter(|s| s.project == project)
+            .count()
+    }
+
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
 
-use crate::support::watch::{list, project_id, Pass, Watched};
+use crate::support::watch::{list, project_id, Pass, Problem, Watched};
 
 /// Larger files are refused unread: these are hand-written lists of a few dozen items,
 /// and each is parsed and held in memory whole.
@@ -93,9 +93,9 @@ pub struct Catalog<T> {
     /// Swapped whole, so readers never take a lock and never see a partial reload.
     current: ArcSwap<HashMap<i64, Arc<T>>>,
     files: Watched,
-    /// What the last reload could not use, each naming its file and field (the
-    /// console's health page shows them).
-    problems: Mutex<Arc<Vec<String>>>,
+    /// What the last reload could not use, each naming its file and field, with the
+    /// project of its file (the console's health page shows a project its own).
+    problems: Mutex<Arc<Vec<Problem>>>,
 }
 
 impl<T: Document> Default for Catalog<T> {
@@ -141,12 +141,16 @@ impl<T: Document> Catalog<T> {
     }
 
     /// What the last reload could not use (files rejected), one line each.
-    pub fn problems(&self) -> Arc<Vec<String>> {
+    pub fn problems(&self) -> Arc<Vec<Problem>> {
         crate::support::sync::lock(&self.problems).clone()
     }
 
     fn remember(&self, report: &Report) {
-        let lines = report.errors.iter().map(ToString::to_string).collect();
+        let lines = report
+            .errors
+            .iter()
+            .map(|e| (e.file.as_deref().and_then(project_id), e.to_string()))
+            .collect();
         // A whole value swapped in one assignment: nothing to leave half-done.
         *crate::support::sync::lock(&self.problems) = Arc::new(lines);
     }

@@ -243,6 +243,10 @@ pub(crate) fn list(dir: &Path) -> io::Result<Vec<PathBuf>> {
     Ok(out)
 }
 
+/// One line of what a reload could not use, and the project whose file it is about
+/// (`None` for a file named for no project, or the folder itself).
+pub type Problem = (Option<i64>, String);
+
 /// `<id>.json` with `id` written canonically, so `01.json` and `1.json` cannot both claim
 /// project 1.
 pub(crate) fn project_id(path: &Path) -> Option<i64> {

@@ -39,26 +39,16 @@ pub fn person_flags(
 }
 
 /// What an operator checks: is the server keeping up, is there disk, did a file fail.
-pub fn health(app: &App) -> Value {
+/// The numbers are the server's; the files' problems and the sessions are `project`'s
+/// own, as a key of one project must learn nothing of another's files.
+pub fn health(app: &App, project: u64) -> Value {
     let c = &app.compactor;
     let sink_lag = app
         .config
         .sink
         .as_ref()
         .map(|_| app.metrics.sink.lag_seconds.get());
-    let problems = |file: &str, lines: &[String]| -> Vec<Value> {
-        lines
-            .iter()
-            .map(|l| json!({"of": file, "problem": l}))
-            .collect()
-    };
-    let mut reload_errors = Vec::new();
-    if let Some(p) = crate::support::sync::lock(&app.projects_problem).clone() {
-        reload_errors.push(json!({"of": "projects", "problem": p}));
-    }
-    reload_errors.extend(problems("flags", &app.rules.problems()));
-    reload_errors.extend(problems("surveys", &app.surveys.problems()));
-    reload_errors.extend(problems("early_access", &app.early_access.problems()));
+    let reload_errors = reload_errors(app, project);
     app.backlog.check(app.log.bytes());
     json!({
         "version": env!("CARGO_PKG_VERSION"),
@@ -87,6 +77,34 @@ pub fn health(app: &App) -> Value {
         },
         "flags_version": app.rules.current().version(),
         "reload_errors": reload_errors,
-        "sessions": app.sessions.len(),
+        "sessions": app.sessions.count_of(project),
     })
+}
+
+/// The problems of the last reloads that are `project`'s: those of its own files
+/// (`flags/<id>.json`, `surveys/<id>.json`, `early_access/<id>.json`), or every one
+/// (`projects.json`'s, files named for no project or for a project not listed) when it
+/// is the server's only project, so nothing in them is another's.
+fn reload_errors(app: &App, project: u64) -> Vec<Value> {
+    let only = app.projects.load().len() == 1;
+    let mine = |of: Option<i64>| only || of.and_then(|id| u64::try_from(id).ok()) == Some(project);
+    let mut errors = Vec::new();
+    if only {
+        if let Some(p) = crate::support::sync::lock(&app.projects_problem).clone() {
+            errors.push(json!({"of": "projects", "problem": p}));
+        }
+    }
+    for (file, problems) in [
+        ("flags", app.rules.problems_by_project()),
+        ("surveys", app.surveys.problems()),
+        ("early_access", app.early_access.problems()),
+    ] {
+        errors.extend(
+            problems
+                .iter()
+                .filter(|(of, _)| mine(*of))
+                .map(|(_, line)| json!({"of": file, "problem": line})),
+        );
+    }
+    errors
 }

@@ -159,7 +159,10 @@ async fn api(
         "flag_reach" => flag::reach(app, s.project, query).await,
         "person_flags" => data::person_flags(app, s.project, query),
         "exposures" => insights::exposures_page(app, s.project, query).await,
-        "health" => Ok(response::json(StatusCode::OK, &data::health(app))),
+        "health" => Ok(response::json(
+            StatusCode::OK,
+            &data::health(app, s.project),
+        )),
         "insights/counts" => counts::counts(app, s.project, query).await,
         "insights/top" => insights::top(app, s.project, query).await,
         "insights/surveys" => insights::surveys(app, s.project, query).await,
