@@ -16,6 +16,10 @@ pub const DEFAULT_MAX_DECOMPRESSED_BYTES: usize = 100 * 1024 * 1024;
 pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// And this long to send the body, so a trickled body cannot hold a connection forever.
 pub const DEFAULT_BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// A client that has taken no byte of an answer for this long has stopped reading: its
+/// connection's place and the answer's buffers are let go. As long as a body gets to
+/// arrive, and far beyond a slow but live reader's pauses.
+pub const DEFAULT_WRITE_STALL_TIMEOUT: Duration = Duration::from_secs(30);
 /// Open connections beyond this are closed at accept: idle sockets cannot exhaust
 /// file descriptors or memory.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 4096;
@@ -106,6 +110,8 @@ pub struct Limits {
     pub max_decompressed_bytes: usize,
     pub header_read_timeout: Duration,
     pub body_read_timeout: Duration,
+    /// How long writing an answer may wait without the client taking a byte.
+    pub write_stall_timeout: Duration,
     pub max_connections: usize,
     /// Open connections one client address may hold; `None` is
     /// [`DEFAULT_CONNECTIONS_PER_ADDRESS`] ([`Limits::per_address`]).
@@ -164,6 +170,7 @@ impl Default for Limits {
             max_decompressed_bytes: DEFAULT_MAX_DECOMPRESSED_BYTES,
             header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,
             body_read_timeout: DEFAULT_BODY_READ_TIMEOUT,
+            write_stall_timeout: DEFAULT_WRITE_STALL_TIMEOUT,
             max_connections: DEFAULT_MAX_CONNECTIONS,
             max_connections_per_address: None,
             max_inflight_body_bytes: DEFAULT_MAX_INFLIGHT_BODY_BYTES,

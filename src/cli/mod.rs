@@ -103,6 +103,9 @@ struct Serve {
     /// milliseconds a client has to send the request body [env FLAGPOST_BODY_READ_TIMEOUT_MS, default 30000]
     #[argh(option)]
     body_read_timeout_ms: Option<u64>,
+    /// milliseconds writing an answer may wait for a client that reads none of it before the connection is closed [env FLAGPOST_WRITE_STALL_TIMEOUT_MS, default 30000]
+    #[argh(option)]
+    write_stall_timeout_ms: Option<u64>,
     /// events per second per distinct id before spike routing to the overflow lane [env FLAGPOST_OVERFLOW_RATE, default 100]
     #[argh(option)]
     overflow_rate: Option<f64>,
@@ -266,6 +269,9 @@ fn serve_config(args: Serve) -> Result<Config, String> {
     }
     if let Some(t) = timeout(args.body_read_timeout_ms, "BODY_READ_TIMEOUT_MS")? {
         limits.body_read_timeout = t;
+    }
+    if let Some(t) = timeout(args.write_stall_timeout_ms, "WRITE_STALL_TIMEOUT_MS")? {
+        limits.write_stall_timeout = t;
     }
     let compactor = &mut config.compactor;
     if let Some(rate) = or_env(args.overflow_rate, "FLAGPOST_OVERFLOW_RATE")? {

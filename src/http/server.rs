@@ -2,7 +2,8 @@
 //! limits, a bound on open connections and a smaller one per client address (so one
 //! address holding idle sockets cannot keep everyone else out; a trusted proxy carries
 //! everyone's connections and is not held to it), a lingering close on every connection
-//! (so a refusal sent before the body was read is not turned into a reset), and
+//! (so a refusal sent before the body was read is not turned into a reset) that also
+//! drops a connection whose client stops reading its answer (`linger`), and
 //! graceful shutdown that lets in-flight requests finish.
 
 use std::collections::HashMap;
@@ -82,14 +83,14 @@ pub async fn run(listener: TcpListener, app: Arc<App>, shutdown: impl Future<Out
         app.metrics.connections_open.inc();
         let _ = stream.set_nodelay(true);
         let open = app.metrics.connections_open.clone();
+        let stall_limit = app.config.limits.write_stall_timeout;
         let app = app.clone();
         let service = service_fn(move |req| {
             let app = app.clone();
             async move { Ok::<_, Infallible>(super::router::route(app, req, peer).await) }
         });
-        let conn = graceful.watch(
-            builder.serve_connection(TokioIo::new(super::linger::Lingering::new(stream)), service),
-        );
+        let stream = super::linger::Lingering::new(stream, stall_limit);
+        let conn = graceful.watch(builder.serve_connection(TokioIo::new(stream), service));
         tokio::spawn(async move {
             if let Err(e) = conn.await {
                 tracing::debug!(error = %e, %peer, "connection ended with an error");

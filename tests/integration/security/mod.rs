@@ -1,15 +1,20 @@
 //! The guards of issue 37, attacked from outside over loopback: the failed-key limit
 //! under concurrency (held-back bodies), the client's address behind a real nginx with a
 //! spoofed `X-Forwarded-For`, the per-address connection cap, `next`/`previous` links
-//! that a `Host` header cannot point elsewhere, and keys with only the rights they need
-//! (project secret keys, scoped personal keys, posthog-node and posthog-python
-//! evaluating locally with a `phs_` key).
+//! that a `Host` header cannot point elsewhere, keys with only the rights they need
+//! (project secret keys, scoped personal keys with the scope PostHog names for each
+//! endpoint, posthog-node and posthog-python evaluating locally with a `phs_` key),
+//! the console's health page kept to the key's project, and a client that stops
+//! reading its answer.
 
 mod connections;
+mod health;
 mod keys;
 mod limits;
 mod links;
 mod proxy;
+mod scopes;
+mod stalls;
 
 use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
