@@ -24,7 +24,12 @@ fn failed_auth(c: &mut Criterion) {
     let limit = FailedAuth::default();
     let known = v4(1);
     group.bench_function("good key, known address", |b| {
-        b.iter(|| limit.take(known).expect("a good key never runs out").passed())
+        b.iter(|| {
+            limit
+                .take(known)
+                .expect("a good key never runs out")
+                .passed()
+        })
     });
     let v6: IpAddr = "2001:db8::1".parse().expect("an address");
     group.bench_function("good key, ipv6 address", |b| {

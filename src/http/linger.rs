@@ -69,7 +69,11 @@ impl Lingering {
 
     /// What a write that `result` answered means, given the stall clock: progress
     /// stops the clock, waiting starts it (or finds it run out).
-    fn watch_stall<T>(&mut self, cx: &mut Context<'_>, result: Poll<io::Result<T>>) -> Poll<io::Result<T>> {
+    fn watch_stall<T>(
+        &mut self,
+        cx: &mut Context<'_>,
+        result: Poll<io::Result<T>>,
+    ) -> Poll<io::Result<T>> {
         if result.is_ready() {
             self.stalled = false;
             return result;
@@ -81,7 +85,9 @@ impl Lingering {
                 sleep.as_mut().reset(deadline);
                 sleep
             }
-            None => self.stall.insert(Box::pin(tokio::time::sleep_until(deadline))),
+            None => self
+                .stall
+                .insert(Box::pin(tokio::time::sleep_until(deadline))),
         };
         self.stalled = true;
         match sleep.as_mut().poll(cx) {

@@ -49,7 +49,8 @@ impl Bucket {
     }
 
     fn refilled(self, rate: Rate, now: Instant) -> Bucket {
-        let earned = now.saturating_duration_since(self.at).as_secs_f64() / rate.every.as_secs_f64();
+        let earned =
+            now.saturating_duration_since(self.at).as_secs_f64() / rate.every.as_secs_f64();
         Bucket {
             tokens: (self.tokens + earned).min(rate.burst),
             at: now.max(self.at),
@@ -154,7 +155,10 @@ impl Table {
                     .map_or(Bucket::full(rate, now), |b| b.refilled(rate, now));
                 (rate, b)
             }
-            Slot::Overflow => (self.overflow_rate, self.overflow.refilled(self.overflow_rate, now)),
+            Slot::Overflow => (
+                self.overflow_rate,
+                self.overflow.refilled(self.overflow_rate, now),
+            ),
         }
     }
 

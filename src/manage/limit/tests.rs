@@ -78,7 +78,11 @@ fn an_ipv6_address_has_its_own_burst_and_its_64_a_looser_one() {
     assert_eq!(failures_allowed(&limit, v6(1, 3), t0), 20);
     // ...but the /64 as a whole has had its 60: a fourth address gets nothing.
     assert_eq!(failures_allowed(&limit, v6(1, 4), t0), 0);
-    assert_eq!(limit.take_at(v6(1, 4), t0), Err(1), "a /64 token every second");
+    assert_eq!(
+        limit.take_at(v6(1, 4), t0),
+        Err(1),
+        "a /64 token every second"
+    );
     // Another /64 is someone else.
     assert_eq!(failures_allowed(&limit, v6(2, 1), t0), 20);
     // A second later the /64 has one token, which a fresh address may use.
@@ -179,7 +183,9 @@ fn full_buckets_make_room_earliest_full_first() {
     // The second and third still hold their failure; the next newcomer overflows, and
     // the overflow's 20 tokens less this one remain.
     assert!(limit.take_at(v4(11), t).is_ok());
-    let shared = (12..100).take_while(|&n| limit.take_at(v4(n), t).is_ok()).count();
+    let shared = (12..100)
+        .take_while(|&n| limit.take_at(v4(n), t).is_ok())
+        .count();
     assert_eq!(shared, 19);
     // The second address, still remembered, has 19 tokens plus what 2.5 s earned.
     assert_eq!(failures_allowed(&limit, v4(1), t), 19);

@@ -48,7 +48,10 @@ fn break_files(data: &std::path::Path) {
     }
     write_atomically(&data.join("flags/2.json"), r#"{"flags": ["#);
     write_atomically(&data.join("surveys/2.json"), "not json");
-    write_atomically(&data.join("early_access/1.json"), r#"{"earlyAccessFeatures": 7}"#);
+    write_atomically(
+        &data.join("early_access/1.json"),
+        r#"{"earlyAccessFeatures": 7}"#,
+    );
     write_atomically(&data.join("flags/02.json"), r#"{"flags": []}"#);
 }
 

@@ -13,8 +13,18 @@ const UNRELATED: &str = "survey:read";
 
 /// Method, path, body and the scope PostHog requires there.
 const ENDPOINTS: &[(&str, &str, Option<&str>, &str)] = &[
-    ("GET", "/api/projects/1/feature_flags/", None, "feature_flag:read"),
-    ("GET", "/api/projects/@current/feature_flags/", None, "feature_flag:read"),
+    (
+        "GET",
+        "/api/projects/1/feature_flags/",
+        None,
+        "feature_flag:read",
+    ),
+    (
+        "GET",
+        "/api/projects/@current/feature_flags/",
+        None,
+        "feature_flag:read",
+    ),
     (
         "POST",
         "/api/projects/1/feature_flags/",
@@ -23,8 +33,18 @@ const ENDPOINTS: &[(&str, &str, Option<&str>, &str)] = &[
     ),
     // PostHog's FeatureFlagViewSet: `activity` and `all_activity` take
     // required_scopes=["activity_log:read"], not the flag's own scope.
-    ("GET", "/api/projects/1/feature_flags/activity/", None, "activity_log:read"),
-    ("GET", "/api/projects/1/feature_flags/1/activity/", None, "activity_log:read"),
+    (
+        "GET",
+        "/api/projects/1/feature_flags/activity/",
+        None,
+        "activity_log:read",
+    ),
+    (
+        "GET",
+        "/api/projects/1/feature_flags/1/activity/",
+        None,
+        "activity_log:read",
+    ),
     ("GET", "/api/projects/1/cohorts/", None, "cohort:read"),
     (
         "POST",
@@ -76,11 +96,18 @@ fn each_endpoint_takes_the_scope_posthog_names() {
         .iter()
         .map(|&scope| {
             let label = scope.replace([':', '_'], "-");
-            (scope, new_key(&server, &["--label", &label, "--scope", scope]))
+            (
+                scope,
+                new_key(&server, &["--label", &label, "--scope", scope]),
+            )
         })
         .collect();
     let key_of = |scope: &str| &keys.iter().find(|(s, _)| *s == scope).unwrap().1;
-    taken(&server, "/api/personal_api_keys/@current", key_of(UNRELATED));
+    taken(
+        &server,
+        "/api/personal_api_keys/@current",
+        key_of(UNRELATED),
+    );
 
     for &(method, path, body, scope) in ENDPOINTS {
         let body = body.map(|b| serde_json::from_str(b).unwrap());
