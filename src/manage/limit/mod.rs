@@ -16,7 +16,7 @@ use std::net::IpAddr;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use table::{Key, Rate, Slot, Table};
+use table::{Key, Rate, Slot, Table, Two};
 
 /// Failures an address may have in a burst: enough for a person fixing a typo.
 pub const BURST: f64 = 20.0;
@@ -63,23 +63,23 @@ impl Default for FailedAuth {
 #[must_use = "drop it for a failure, or call passed()"]
 pub struct Attempt<'a> {
     limit: &'a FailedAuth,
-    slots: Vec<Slot>,
+    slots: Two<Slot>,
 }
 
 impl Attempt<'_> {
     /// The key was good: the attempt costs nothing.
     pub fn passed(self) {
-        self.limit.refund_at(&self.slots, Instant::now());
+        self.limit.refund_at(self.slots.as_slice(), Instant::now());
     }
 }
 
 /// The buckets an attempt from `ip` takes a token from.
-fn keys(ip: IpAddr) -> Vec<Key> {
+fn keys(ip: IpAddr) -> Two<Key> {
     match ip.to_canonical() {
-        IpAddr::V4(v4) => vec![Key::V4(u32::from(v4))],
+        IpAddr::V4(v4) => Two::one(Key::V4(u32::from(v4))),
         IpAddr::V6(v6) => {
             let bits = u128::from(v6);
-            vec![Key::V6(bits), Key::Net64((bits >> 64) as u64)]
+            Two::pair(Key::V6(bits), Key::Net64((bits >> 64) as u64))
         }
     }
 }
@@ -100,8 +100,8 @@ impl FailedAuth {
         Ok(Attempt { limit: self, slots })
     }
 
-    fn take_at(&self, ip: IpAddr, now: Instant) -> Result<Vec<Slot>, u64> {
-        crate::support::sync::lock(&self.table).take(&keys(ip), now)
+    fn take_at(&self, ip: IpAddr, now: Instant) -> Result<Two<Slot>, u64> {
+        crate::support::sync::lock(&self.table).take(keys(ip), now)
     }
 
     fn refund_at(&self, slots: &[Slot], now: Instant) {

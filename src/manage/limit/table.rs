@@ -27,6 +27,42 @@ pub(super) enum Slot {
     Overflow,
 }
 
+/// At most two of something (an attempt's keys, its slots), without allocating: the
+/// limit is taken on every request that carries a key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Two<T> {
+    items: [T; 2],
+    len: usize,
+}
+
+impl<T: Copy> Two<T> {
+    pub fn one(a: T) -> Self {
+        Two {
+            items: [a, a],
+            len: 1,
+        }
+    }
+
+    pub fn pair(a: T, b: T) -> Self {
+        Two {
+            items: [a, b],
+            len: 2,
+        }
+    }
+
+    pub fn as_slice(&self) -> &[T] {
+        &self.items[..self.len]
+    }
+
+    fn map<U: Copy>(&self, mut f: impl FnMut(T) -> U) -> Two<U> {
+        let first = f(self.items[0]);
+        match self.len {
+            1 => Two::one(first),
+            _ => Two::pair(first, f(self.items[1])),
+        }
+    }
+}
+
 /// A bucket's size and refill rate.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Rate {
@@ -93,10 +129,10 @@ impl Table {
 
     /// Takes one token from each of `keys`' buckets, all or none: `Err(seconds)` until
     /// every one of them has a token again when one has none.
-    pub fn take(&mut self, keys: &[Key], now: Instant) -> Result<Vec<Slot>, u64> {
-        let slots: Vec<Slot> = keys.iter().map(|&k| self.place(k, keys, now)).collect();
+    pub fn take(&mut self, keys: Two<Key>, now: Instant) -> Result<Two<Slot>, u64> {
+        let slots = keys.map(|k| self.place(k, keys.as_slice(), now));
         let mut wait: f64 = 0.0;
-        for &slot in &slots {
+        for &slot in slots.as_slice() {
             let (rate, b) = self.refilled(slot, now);
             if b.tokens < 1.0 {
                 wait = wait.max((1.0 - b.tokens) * rate.every.as_secs_f64());
@@ -105,7 +141,7 @@ impl Table {
         if wait > 0.0 {
             return Err(wait.ceil().max(1.0) as u64);
         }
-        for &slot in &slots {
+        for &slot in slots.as_slice() {
             self.add(slot, -1.0, now);
         }
         Ok(slots)
