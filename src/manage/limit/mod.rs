@@ -115,4 +115,5 @@ impl FailedAuth {
 }
 
 #[cfg(test)]
+#[path = "tests/counts.rs"]
 mod tests;
