@@ -16,17 +16,18 @@ use super::response::{self, Body};
 use crate::app::App;
 use crate::projects::{hash_key, mask_key};
 
-/// The PostHog scopes of the endpoints a key listed without scopes reaches here: flags
-/// and cohorts (read and write), their activity, events (PostHog's `query` scope covers
-/// its events API), persons, groups and `/api/users/@me`.
+/// The PostHog scopes a key listed without scopes is described with: those of the
+/// endpoints it reaches here whose PostHog scope names nothing else, so an agent that
+/// picks its tools by the key's scopes (PostHog's agent toolkit) offers only tools
+/// flagpost serves. Such a key is let in everywhere whatever this says: events
+/// (`query:read`, which also names PostHog's query API) and `/api/users/@me`
+/// (`user:read`, which also names its organizations) too.
 pub const SCOPES: &[&str] = &[
     "feature_flag:write",
     "cohort:write",
     "activity_log:read",
-    "query:read",
     "person:read",
     "group:read",
-    "user:read",
 ];
 
 /// What `/api/users/@me` takes, as PostHog's user viewset does; a key's own

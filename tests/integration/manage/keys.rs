@@ -149,7 +149,7 @@ fn a_key_says_who_it_is_as_posthog_answers() {
         json!({"id": id, "label": "phx_..._one", "value": null, "mask_value": "phx_..._one",
                "created_at": null, "last_used_at": null, "user_id": null,
                "scopes": ["feature_flag:write", "cohort:write", "activity_log:read",
-                          "query:read", "person:read", "group:read", "user:read"],
+                          "person:read", "group:read"],
                "scoped_teams": [1], "scoped_organizations": []})
     );
     let me = server.api("/api/users/@me/", PERSONAL_ONE).json();
