@@ -149,6 +149,13 @@ impl App {
             || !self.backlog.is_ok()
     }
 
+    /// Whether capture answers 503 to new events: [`App::refuses_events`], or in edge
+    /// mode the upstream backlog past `--upstream-max-backlog`. Readiness does not
+    /// look at the latter: an edge whose upstream is behind still serves flags.
+    pub fn refuses_capture(&self) -> bool {
+        self.refuses_events() || self.upstream_backlog.over()
+    }
+
     /// Alive: every component is working or recovering by itself. False once one
     /// cannot (the compactor panicked, the database cannot be reopened): only a
     /// restart helps, and `/_liveness` and the systemd watchdog ask for one.
@@ -290,6 +297,42 @@ mod tests {
         // Draining at shutdown: not ready, though writes in flight still finish.
         app.start_draining();
         assert!(!app.is_ready() && app.accepts_writes());
+        drop(app);
+        pipeline.close().unwrap();
+    }
+
+    #[test]
+    fn the_upstream_backlog_bounds_capture_not_readiness() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = Config::new(dir.path().join("data"), dir.path().join("db"));
+        let mut upstream = crate::config::Upstream::new("http://127.0.0.1:9");
+        upstream.max_backlog_bytes = Some(1000);
+        config.upstream = Some(upstream);
+        let projects = Arc::new(ArcSwap::from_pointee(Projects::default()));
+        let geoip = Arc::new(crate::geoip::Database::disabled());
+        let pipeline = crate::pipeline::Pipeline::open(
+            &config,
+            projects.clone(),
+            geoip.clone(),
+            Box::new(|_| {}),
+        )
+        .unwrap();
+        let app = App::new(
+            config,
+            projects,
+            crate::flags::Rules::new(),
+            geoip,
+            Metrics::new(),
+            &pipeline,
+        );
+        assert!(!app.refuses_capture());
+        app.upstream_backlog.set(1000, 7);
+        assert!(app.refuses_capture() && !app.refuses_events());
+        // The edge keeps serving flags while upstream is behind.
+        assert!(app.is_ready());
+        // Drained below the bound: capture accepts again by itself.
+        app.upstream_backlog.set(999, 6);
+        assert!(!app.refuses_capture() && app.is_ready());
         drop(app);
         pipeline.close().unwrap();
     }
