@@ -68,6 +68,10 @@ pub struct App {
     pub upstream: Option<crate::edge::Client>,
     /// What the forwarder still owes upstream, which bounds capture in edge mode.
     pub upstream_backlog: crate::edge::Backlog,
+    /// Edge mode's spool of session recordings (`/s/`); `None` when off.
+    pub recordings: Option<Arc<crate::edge::recordings::Spool>>,
+    /// Edge mode's copies of upstream's remote config, surveys and early access.
+    pub upstream_cache: Option<Arc<crate::edge::cache::Cache>>,
     /// When serving started, for the console's uptime.
     pub started: std::time::Instant,
     /// Set at shutdown: readiness turns 503 so load balancers stop sending.
@@ -118,6 +122,8 @@ impl App {
             sessions: Default::default(),
             upstream: None,
             upstream_backlog,
+            recordings: None,
+            upstream_cache: None,
             started: std::time::Instant::now(),
             draining: AtomicBool::new(false),
         }
