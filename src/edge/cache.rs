@@ -13,7 +13,7 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -46,6 +46,9 @@ pub struct Copy {
     pub body: Bytes,
     /// When upstream answered it, unix milliseconds.
     pub fetched_ms: i64,
+    /// What a handler derives from the body, worked out once per copy (the `/decide`
+    /// members of a remote config).
+    pub derived: OnceLock<Option<String>>,
 }
 
 /// What the cache has for a path.
@@ -115,6 +118,28 @@ impl Cache {
         self.fetch(path, endpoint, FIRST_FETCH_DEADLINE).await
     }
 
+    /// The copy of `path` at hand, without waiting: a copy in memory is returned (and
+    /// refreshed in the background when old); without one, the disk or upstream is
+    /// asked in the background for the next caller. For answers that must not wait on
+    /// upstream (`/decide`), called on the server's runtime.
+    pub fn peek(self: &Arc<Self>, path: &str, endpoint: &'static str) -> Option<Arc<Copy>> {
+        if tokio::runtime::Handle::try_current().is_err() {
+            return self.slot(path, |s| s.copy.clone());
+        }
+        if let Some(Found::Copy(copy)) = self.from_memory(path, endpoint) {
+            return Some(copy);
+        }
+        let start = self.slot(path, |s| !std::mem::replace(&mut s.refreshing, true));
+        if start {
+            let (cache, path) = (self.clone(), path.to_string());
+            tokio::spawn(async move {
+                cache.get(&path, endpoint).await;
+                cache.slot(&path, |s| s.refreshing = false);
+            });
+        }
+        None
+    }
+
     /// The copy in memory, starting a refresh when it is old.
     fn from_memory(self: &Arc<Self>, path: &str, endpoint: &'static str) -> Option<Found> {
         let now = now_ms();
@@ -171,6 +196,7 @@ impl Cache {
                     .to_string(),
                 body: answer.body,
                 fetched_ms: now,
+                derived: OnceLock::new(),
             });
             self.slot(path, |s| s.copy = Some(copy.clone()));
             self.save(path, &copy).await;
@@ -225,6 +251,7 @@ fn read_copy(dir: &std::path::Path, name: &str) -> Option<Copy> {
         content_type: header.get("content_type")?.as_str()?.to_string(),
         fetched_ms: header.get("fetched_at")?.as_i64()?,
         body: Bytes::copy_from_slice(&bytes[at + 1..]),
+        derived: OnceLock::new(),
     })
 }
 

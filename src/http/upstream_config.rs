@@ -20,8 +20,9 @@ use super::error::ApiError;
 use super::remote_config::{self, File};
 use super::response::{self, Body};
 use crate::app::App;
-use crate::edge::cache::{Cache, Found};
-use crate::projects::key_shape_is_valid;
+use crate::edge::cache::{Cache, Copy, Found};
+use crate::projects::client_config::DECIDE_ONLY;
+use crate::projects::{key_shape_is_valid, Project};
 
 /// As the edge's own config answers: browsers pick a change up within a minute.
 const CACHE_CONTROL_CONFIG: &str = "public, max-age=60";
@@ -34,10 +35,11 @@ pub async fn remote_config(
 ) -> Result<Response<Body>, ApiError> {
     let (token, file) = remote_config::parse_path(path).ok_or(ApiError::NotFound)?;
     let project = super::project_key::project_of(app, token)?;
-    let key = form_urlencoded::byte_serialize(project.api_key.as_bytes()).collect::<String>();
     let (upstream, endpoint) = match file {
-        File::Config => (format!("/array/{key}/config"), "config"),
-        File::ConfigJs | File::ArrayJs => (format!("/array/{key}/config.js"), "config_js"),
+        File::Config => (config_path(&project.api_key), "config"),
+        File::ConfigJs | File::ArrayJs => {
+            (format!("{}.js", config_path(&project.api_key)), "config_js")
+        }
     };
     let copy = match cache.get(&upstream, endpoint).await {
         Found::Copy(copy) => copy,
@@ -68,6 +70,61 @@ pub async fn remote_config(
         HeaderValue::from_static(CACHE_CONTROL_CONFIG),
     );
     Ok(r)
+}
+
+/// Members of upstream's remote config that a `/decide` answer has of its own.
+const DECIDE_OWN: &[&str] = &[
+    "token",
+    "hasFeatureFlags",
+    "flags",
+    "featureFlags",
+    "featureFlagPayloads",
+    "errorsWhileComputingFlags",
+    "requestId",
+    "evaluatedAt",
+    "quotaLimited",
+    "config",
+    "toolbarParams",
+    "isAuthenticated",
+];
+
+/// In edge mode, the copy of upstream's remote config whose members `/decide` and
+/// `/flags` end with ([`decide_members`]), so a browser asking `/flags?config=true`
+/// turns on what upstream says (session recording included). `None` until the cache
+/// has one: the edge's own members meanwhile.
+pub fn decide_tail(app: &App, project: &Project) -> Option<Arc<Copy>> {
+    let cache = app.upstream_cache.as_ref()?;
+    let copy = cache.peek(&config_path(&project.api_key), "config")?;
+    decide_members(&copy)?;
+    Some(copy)
+}
+
+/// The `/decide` members a remote config copy gives, JSON text without braces.
+pub fn decide_members(copy: &Copy) -> Option<&str> {
+    let derived = copy.derived.get_or_init(|| {
+        let config: serde_json::Map<String, serde_json::Value> =
+            serde_json::from_slice(&copy.body).ok()?;
+        let mut out = DECIDE_ONLY.to_string();
+        let mut first = true;
+        for (k, v) in config
+            .iter()
+            .filter(|(k, _)| !DECIDE_OWN.contains(&k.as_str()))
+        {
+            if !std::mem::take(&mut first) {
+                out.push(',');
+            }
+            out.push_str(&serde_json::to_string(k).ok()?);
+            out.push(':');
+            out.push_str(&serde_json::to_string(v).ok()?);
+        }
+        Some(out)
+    });
+    derived.as_deref()
+}
+
+fn config_path(token: &str) -> String {
+    let key = form_urlencoded::byte_serialize(token.as_bytes()).collect::<String>();
+    format!("/array/{key}/config")
 }
 
 /// `/api/surveys/?token=` and, with `early_access`, `/api/early_access_features/`.

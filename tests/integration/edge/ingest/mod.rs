@@ -255,11 +255,28 @@ fn start_up_answers_come_from_upstream_and_outlive_it() {
         edge.get(&format!("/array/{KEY_TWO}/config")).json()["heatmaps"],
         false
     );
+    // `/flags?config=true` ends with upstream's client config too.
+    let flags_heatmaps = |edge: &Server| {
+        let body = json!({"token": KEY_ONE, "distinct_id": "u"}).to_string();
+        let r = edge.post("/flags/?v=2&config=true", body);
+        assert_eq!(r.status, 200);
+        let answer = r.json();
+        (answer["heatmaps"] == true).then_some(answer)
+    };
+    let answer = wait_for("upstream's config in /flags", || flags_heatmaps(&edge));
+    assert_eq!(
+        answer["supportedCompression"],
+        config["supportedCompression"]
+    );
+    assert!(answer.get("token").is_none() && answer.get("hasFeatureFlags").is_none());
     // Upstream goes away: the copies in memory, then on disk after a hard restart.
     upstream.stop();
     check(&edge, "with upstream down");
     let edge = edge.restart_hard();
     check(&edge, "after a restart with upstream down");
+    wait_for("upstream's config in /flags from disk", || {
+        flags_heatmaps(&edge)
+    });
     // A key of no project is the edge's own refusal.
     assert_eq!(edge.get("/array/phc_nobody/config").status, 401);
     assert_eq!(edge.get("/api/surveys/?token=phc_nobody").status, 401);
