@@ -8,8 +8,8 @@
 //! slows a page), and it is replaced only by a 200. With no copy at all, upstream is
 //! asked within [`FIRST_FETCH_DEADLINE`]; if that fails, the handler answers from the
 //! edge's own files, and upstream is not asked again for that path within [`FRESH`].
-//! Upstream's refusals (4xx but 429) are passed on, not kept: an unknown token should
-//! read as one.
+//! Upstream's refusals (4xx but 429) are passed on, and kept in memory only, until
+//! the next try: an unknown token should read as one.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -66,6 +66,8 @@ struct Slot {
     copy: Option<Arc<Copy>>,
     /// The last request to upstream, unix milliseconds.
     tried_ms: i64,
+    /// Upstream's last answer when it was a refusal, passed on until the next try.
+    refused: Option<Answer>,
     refreshing: bool,
     /// The disk was looked at for this path since the start.
     looked_on_disk: bool,
@@ -109,11 +111,14 @@ impl Cache {
                 }
             }
         }
-        let recently_failed = self.slot(path, |s| {
-            now_ms() - s.tried_ms < FRESH.as_millis() as i64 && s.copy.is_none()
+        let recently = self.slot(path, |s| {
+            let recent = now_ms() - s.tried_ms < FRESH.as_millis() as i64 && s.copy.is_none();
+            recent.then(|| s.refused.clone())
         });
-        if recently_failed {
-            return Found::Nothing;
+        match recently {
+            Some(Some(refused)) => return Found::Refused(refused),
+            Some(None) => return Found::Nothing,
+            None => {}
         }
         self.fetch(path, endpoint, FIRST_FETCH_DEADLINE).await
     }
@@ -198,11 +203,15 @@ impl Cache {
                 fetched_ms: now,
                 derived: OnceLock::new(),
             });
-            self.slot(path, |s| s.copy = Some(copy.clone()));
+            self.slot(path, |s| {
+                s.copy = Some(copy.clone());
+                s.refused = None;
+            });
             self.save(path, &copy).await;
             return Found::Copy(copy);
         }
         if (400..500).contains(&status) && status != 429 {
+            self.slot(path, |s| s.refused = Some(answer.clone()));
             return Found::Refused(answer);
         }
         tracing::warn!(

@@ -33,12 +33,17 @@ const IDLE_RESCAN: Duration = Duration::from_secs(5);
 /// The metrics' endpoint label.
 const ENDPOINT: &str = "s";
 
-/// Send until `stop` turns true.
+/// Send until `stop` turns true. A send under way when it does is dropped: its file
+/// stays and goes again at the next start, so shutdown never waits on upstream.
 pub async fn run(spool: Arc<Spool>, client: Client, stats: Stats, mut stop: watch::Receiver<bool>) {
     let mut backoff = Backoff::default();
     let mut paused: HashMap<u64, Instant> = HashMap::new();
     loop {
-        let wait = pass(&spool, &client, &stats, &mut backoff, &mut paused, &stop).await;
+        let wait = tokio::select! {
+            biased;
+            _ = stop.wait_for(|s| *s) => return,
+            wait = pass(&spool, &client, &stats, &mut backoff, &mut paused) => wait,
+        };
         let woken = spool.arrived.notified();
         tokio::select! {
             _ = stop.wait_for(|s| *s) => return,
@@ -58,7 +63,6 @@ async fn pass(
     stats: &Stats,
     backoff: &mut Backoff,
     paused: &mut HashMap<u64, Instant>,
-    stop: &watch::Receiver<bool>,
 ) -> Option<Duration> {
     let listing = spool.clone();
     let names = tokio::task::spawn_blocking(move || listing.waiting())
@@ -67,9 +71,6 @@ async fn pass(
     let now = Instant::now();
     paused.retain(|_, until| *until > now);
     for name in names {
-        if *stop.borrow() {
-            return None;
-        }
         let reading = (spool.clone(), name.clone());
         let read = tokio::task::spawn_blocking(move || reading.0.read(&reading.1)).await;
         let (arrival, body) = match read {
