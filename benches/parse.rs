@@ -3,13 +3,15 @@
 //! `Record::encode`, for one ~600-byte `$pageview` and for a posthog batch of 100.
 //! Each stage is measured on its own, and the whole chain as the capture handler runs
 //! it (`encode_event` writes each event straight into its record), which is what a
-//! capture request pays before it queues for the log. Throughput is in events.
+//! capture request pays before it queues for the log; `all_edge` is the same chain in
+//! edge mode (`encode_fixed`: uuid, corrected timestamp, `$ignore_sent_at`, `$sent_at`
+//! and `$ip` written into each event), beside it. Throughput is in events.
 
 #[path = "common/mod.rs"]
 mod common;
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
-use flagpost::capture::{self, Context, Encoded, Outcome};
+use flagpost::capture::{self, Context, Encoded, Fixing, Outcome};
 use serde_json::{json, Value};
 
 use common::{pageview, API_KEY, NOW_MS};
@@ -44,18 +46,23 @@ fn batch() -> Vec<u8> {
 }
 
 /// Everything the capture handler does between decoding and the log: it writes each
-/// event straight into its encoded record (`encode_event`).
-fn records(bytes: &mut [u8], ctx: &Context) -> Vec<Vec<u8>> {
+/// event straight into its encoded record (`encode_event`, or in edge mode
+/// `encode_fixed`).
+fn records(bytes: &mut [u8], ctx: &Context, edge: Option<Fixing>) -> Vec<Vec<u8>> {
     let payload = capture::parse(bytes, false).expect("parses");
     assert_eq!(payload.key().expect("has a key"), API_KEY);
     payload
         .events()
-        .map(
-            |event| match capture::encode_event(event, ctx).expect("valid") {
+        .map(|event| {
+            let encoded = match edge {
+                None => capture::encode_event(event, ctx),
+                Some(fixing) => capture::encode_fixed(event, ctx, fixing),
+            };
+            match encoded.expect("valid") {
                 Encoded::Keep(record) => record,
                 Encoded::Drop(reason) => panic!("dropped: {}", reason.as_str()),
-            },
-        )
+            }
+        })
         .collect()
 }
 
@@ -102,7 +109,14 @@ fn stages(c: &mut Criterion, name: &str, body: &[u8], events: usize) {
     group.bench_function("all", |b| {
         b.iter_batched_ref(
             || body.to_vec(),
-            |bytes| records(bytes, &ctx),
+            |bytes| records(bytes, &ctx, None),
+            BatchSize::SmallInput,
+        )
+    });
+    group.bench_function("all_edge", |b| {
+        b.iter_batched_ref(
+            || body.to_vec(),
+            |bytes| records(bytes, &ctx, Some(Fixing::default())),
             BatchSize::SmallInput,
         )
     });

@@ -68,6 +68,10 @@ pub struct App {
     pub upstream: Option<crate::edge::Client>,
     /// What the forwarder still owes upstream, which bounds capture in edge mode.
     pub upstream_backlog: crate::edge::Backlog,
+    /// Edge mode's spool of session recordings (`/s/`); `None` when off.
+    pub recordings: Option<Arc<crate::edge::recordings::Spool>>,
+    /// Edge mode's copies of upstream's remote config, surveys and early access.
+    pub upstream_cache: Option<Arc<crate::edge::cache::Cache>>,
     /// When serving started, for the console's uptime.
     pub started: std::time::Instant,
     /// Set at shutdown: readiness turns 503 so load balancers stop sending.
@@ -118,6 +122,8 @@ impl App {
             sessions: Default::default(),
             upstream: None,
             upstream_backlog,
+            recordings: None,
+            upstream_cache: None,
             started: std::time::Instant::now(),
             draining: AtomicBool::new(false),
         }
@@ -147,6 +153,13 @@ impl App {
         !self.compactor.healthy.load(Ordering::Relaxed)
             || !self.space.is_ok()
             || !self.backlog.is_ok()
+    }
+
+    /// Whether capture answers 503 to new events: [`App::refuses_events`], or in edge
+    /// mode the upstream backlog past `--upstream-max-backlog`. Readiness does not
+    /// look at the latter: an edge whose upstream is behind still serves flags.
+    pub fn refuses_capture(&self) -> bool {
+        self.refuses_events() || self.upstream_backlog.over()
     }
 
     /// Alive: every component is working or recovering by itself. False once one
@@ -290,6 +303,42 @@ mod tests {
         // Draining at shutdown: not ready, though writes in flight still finish.
         app.start_draining();
         assert!(!app.is_ready() && app.accepts_writes());
+        drop(app);
+        pipeline.close().unwrap();
+    }
+
+    #[test]
+    fn the_upstream_backlog_bounds_capture_not_readiness() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = Config::new(dir.path().join("data"), dir.path().join("db"));
+        let mut upstream = crate::config::Upstream::new("http://127.0.0.1:9");
+        upstream.max_backlog_bytes = Some(1000);
+        config.upstream = Some(upstream);
+        let projects = Arc::new(ArcSwap::from_pointee(Projects::default()));
+        let geoip = Arc::new(crate::geoip::Database::disabled());
+        let pipeline = crate::pipeline::Pipeline::open(
+            &config,
+            projects.clone(),
+            geoip.clone(),
+            Box::new(|_| {}),
+        )
+        .unwrap();
+        let app = App::new(
+            config,
+            projects,
+            crate::flags::Rules::new(),
+            geoip,
+            Metrics::new(),
+            &pipeline,
+        );
+        assert!(!app.refuses_capture());
+        app.upstream_backlog.set(1000, 7);
+        assert!(app.refuses_capture() && !app.refuses_events());
+        // The edge keeps serving flags while upstream is behind.
+        assert!(app.is_ready());
+        // Drained below the bound: capture accepts again by itself.
+        app.upstream_backlog.set(999, 6);
+        assert!(!app.refuses_capture() && app.is_ready());
         drop(app);
         pipeline.close().unwrap();
     }

@@ -9,6 +9,7 @@ mod data;
 #[cfg(test)]
 #[path = "tests/equivalence.rs"]
 mod equivalence_tests;
+mod fixed;
 mod ids;
 pub mod json;
 mod normalise;
@@ -18,6 +19,7 @@ pub mod timestamp;
 pub mod v1;
 mod write;
 
+pub use fixed::{encode_fixed, Fixing};
 pub use normalise::{
     clean_distinct_id, encode_event, normalise, normalise_event, Context, DropReason, Encoded,
     Outcome, MAX_DISTINCT_ID_CHARS,

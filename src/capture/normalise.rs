@@ -107,7 +107,7 @@ pub enum Encoded {
 }
 
 /// An event that passed the rules, borrowing from the payload where it can.
-struct Normalised<'a> {
+pub(super) struct Normalised<'a> {
     name: Cow<'a, str>,
     distinct_id: Cow<'a, str>,
     uuid: Uuid,
@@ -115,7 +115,7 @@ struct Normalised<'a> {
 }
 
 impl Normalised<'_> {
-    fn head(&self, ctx: &Context) -> Head<'_> {
+    pub(super) fn head(&self, ctx: &Context) -> Head<'_> {
         Head {
             project: ctx.project,
             received_at: ctx.now,
@@ -132,7 +132,7 @@ impl Normalised<'_> {
 
 /// The rules, in the order the reference service applies them: an event without a
 /// name or a distinct id is dropped; fields of the wrong type are errors.
-fn resolve<'a>(
+pub(super) fn resolve<'a>(
     event: Event<'_, 'a>,
     ctx: &Context,
 ) -> Result<Result<Normalised<'a>, DropReason>, Error> {

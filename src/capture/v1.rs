@@ -17,7 +17,7 @@ use serde_json::value::RawValue;
 use serde_json::Value;
 use uuid::Uuid;
 
-use super::{encode_event, parse, Context, Encoded};
+use super::{encode_event, encode_fixed, parse, Context, Encoded, Fixing};
 
 /// Longer event names are dropped (`event_name_too_long`).
 pub const MAX_EVENT_NAME_BYTES: usize = 200;
@@ -281,7 +281,8 @@ fn push_json(out: &mut Vec<u8>, s: &str) {
 /// Store-ready records of the checked events, through the `/batch/` pipeline: each
 /// event's `/batch/` form is parsed and normalised as that path would. An event the
 /// pipeline drops or refuses becomes a `drop` here, with the reason as its details.
-pub fn encode(checked: &mut [Checked], ctx: &Context) -> Vec<Vec<u8>> {
+/// With `fixing` (edge mode), the keys forwarding relies on are fixed in each event.
+pub fn encode(checked: &mut [Checked], ctx: &Context, fixing: Option<Fixing>) -> Vec<Vec<u8>> {
     let mut records = Vec::with_capacity(checked.len());
     for c in checked.iter_mut() {
         let Some(mut json) = c.batch_json.take() else {
@@ -289,7 +290,10 @@ pub fn encode(checked: &mut [Checked], ctx: &Context) -> Vec<Vec<u8>> {
         };
         let outcome = parse(&mut json, false).and_then(|payload| {
             let event = payload.events().next().ok_or(super::Error::EmptyBatch)?;
-            encode_event(event, ctx)
+            match fixing {
+                None => encode_event(event, ctx),
+                Some(fixing) => encode_fixed(event, ctx, fixing),
+            }
         });
         match outcome {
             Ok(Encoded::Keep(record)) => records.push(record),

@@ -15,11 +15,16 @@
 //! TLS) to upstream with a small pool of kept-alive connections, [`answer`] says what
 //! each upstream answer to a delivery means and how long to back off, [`backlog`]
 //! bounds what capture accepts while upstream is behind, and [`stats`] holds the
-//! `flagpost_upstream_*` metrics every part updates.
+//! `flagpost_upstream_*` metrics every part updates. [`recordings`] spools `/s/` and
+//! forwards it, [`cache`] keeps upstream's remote config, surveys and early access,
+//! both writing through [`durable`].
 
 pub mod answer;
 pub mod backlog;
+pub mod cache;
 pub mod client;
+pub mod durable;
+pub mod recordings;
 pub mod settings;
 pub mod stats;
 

@@ -42,7 +42,7 @@ pub async fn handle(
 ) -> Result<Response<Body>, ApiError> {
     let (parts, incoming) = req.into_parts();
     let limits = &app.config.limits;
-    if app.refuses_events() {
+    if app.refuses_capture() {
         let refusal = ApiError::Wal(crate::log::writer::Error::Storage).into_response();
         return Ok(refuse(refusal, &parts.headers, incoming, limits).await);
     }
@@ -64,6 +64,7 @@ pub async fn handle(
         max_decoded: limits.max_decompressed_bytes,
         ip: Some(super::client_ip(app, peer, &parts.headers)),
         now: crate::support::clock::now_ms(),
+        edge: app.config.upstream.is_some(),
     };
     let beacon = request.query.beacon;
     let projects = app.projects.load_full();
@@ -151,6 +152,8 @@ struct Submission {
     max_decoded: usize,
     ip: Option<std::net::IpAddr>,
     now: i64,
+    /// Edge mode: the keys forwarding relies on are fixed in each event.
+    edge: bool,
 }
 
 /// Parse, authenticate and normalise: everything between the decoded bytes and the log.
@@ -175,8 +178,15 @@ fn accept(req: &Submission, bytes: &mut [u8], projects: &Projects) -> Result<Acc
         records: Vec::with_capacity(payload.len()),
         dropped: Vec::new(),
     };
+    let fixing = req.edge.then_some(capture::Fixing {
+        anonymize_ips: project.anonymize_ips,
+    });
     for event in payload.events() {
-        match capture::encode_event(event, &ctx)? {
+        let encoded = match fixing {
+            None => capture::encode_event(event, &ctx)?,
+            Some(fixing) => capture::encode_fixed(event, &ctx, fixing)?,
+        };
+        match encoded {
             Encoded::Keep(record) => accepted.records.push(record),
             Encoded::Drop(reason) => accepted.dropped.push(reason),
         }

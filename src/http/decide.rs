@@ -243,7 +243,15 @@ fn evaluate(
         .ok()
         .and_then(|id| snapshot.project(id).cloned());
     let request_id = request_id();
-    let common = super::remote_config::decide_tail(app, project);
+    // In edge mode, upstream's client config once the edge has a copy of it.
+    let upstream = super::upstream_config::decide_tail(app, project);
+    let common = match upstream
+        .as_deref()
+        .and_then(super::upstream_config::decide_members)
+    {
+        Some(members) => members,
+        None => super::remote_config::decide_tail(app, project),
+    };
     let tail = flags::Tail {
         evaluated_at: Some(now_ms()),
         common,

@@ -19,11 +19,13 @@ pub mod not_kept;
 pub mod params;
 pub mod personal;
 pub mod project_key;
+pub mod recordings;
 pub mod remote_config;
 pub mod response;
 pub mod router;
 pub mod server;
 pub mod surveys;
+pub mod upstream_config;
 pub mod whoami;
 
 use std::net::{IpAddr, SocketAddr};

@@ -210,7 +210,12 @@ async fn dispatch(
             if method != Method::GET && method != Method::HEAD {
                 return Err(ApiError::MethodNotAllowed);
             }
-            super::remote_config::handle(app, req.uri().path()).await
+            match &app.upstream_cache {
+                Some(cache) => {
+                    super::upstream_config::remote_config(app, cache, req.uri().path()).await
+                }
+                None => super::remote_config::handle(app, req.uri().path()).await,
+            }
         }
         Route::Static => {
             if method != Method::GET && method != Method::HEAD {
@@ -220,12 +225,24 @@ async fn dispatch(
             let rest = req.uri().path().trim_start_matches("/static/");
             super::assets::serve(&dir, named, rest, req.headers()).await
         }
-        Route::NotKept(p) => super::not_kept::handle(app, p, req.uri().query()),
+        Route::NotKept(p) => match &app.recordings {
+            Some(spool) if super::recordings::is_path(req.uri().path()) => {
+                if method != Method::POST {
+                    return Err(ApiError::MethodNotAllowed);
+                }
+                super::recordings::handle(app, spool, req, peer).await
+            }
+            _ => super::not_kept::handle(app, p, req.uri().query()),
+        },
         Route::Surveys | Route::EarlyAccess => {
             if method != Method::GET {
                 return Err(ApiError::MethodNotAllowed);
             }
             let query = req.uri().query();
+            if let Some(cache) = &app.upstream_cache {
+                let early_access = route == Route::EarlyAccess;
+                return super::upstream_config::surveys(app, cache, query, early_access).await;
+            }
             if route == Route::Surveys {
                 super::surveys::surveys(app, query)
             } else {

@@ -19,7 +19,7 @@ pub const ANALYTICS_ENDPOINT: &str = "/e/";
 /// Where exceptions go when autocaptured: the ordinary intake.
 pub const EXCEPTIONS_ENDPOINT: &str = "/e/";
 /// What `/decide` always said before remote config existed, and still says.
-const DECIDE_ONLY: &str =
+pub const DECIDE_ONLY: &str =
     r#""config":{"enable_collect_everything":true},"toolbarParams":{},"isAuthenticated":false,"#;
 
 /// A project's switches, `"remote_config": {...}` in `projects.json`. Every switch is

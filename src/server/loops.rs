@@ -45,6 +45,16 @@ impl Loops {
         loops.spawn("file watch", watch_files(app.clone(), stopping));
         let stopping = loops.stopping();
         loops.spawn("disk space", watch_space(app.clone(), stopping));
+        if let (Some(spool), Some(client)) = (&app.recordings, &app.upstream) {
+            let (spool, client) = (spool.clone(), client.clone());
+            let worker = crate::edge::recordings::worker::run(
+                spool,
+                client,
+                app.metrics.upstream.clone(),
+                loops.stop.subscribe(),
+            );
+            loops.spawn("recordings forward", worker);
+        }
         if let Some(every) = notify::watchdog_interval() {
             let stopping = loops.stopping();
             loops.spawn("watchdog", watchdog(app.clone(), every, stopping));

@@ -83,6 +83,15 @@ pub async fn serve(
         None => None,
     };
     let mut app = app::App::new(config, projects, rules, geoip, metrics, &pipeline);
+    if let Some(client) = &upstream {
+        let dir = app.config.db_dir.join("upstream");
+        app.recordings = Some(Arc::new(crate::edge::recordings::Spool::new(&dir)));
+        app.upstream_cache = Some(Arc::new(crate::edge::cache::Cache::new(
+            client.clone(),
+            dir.join("cache"),
+            app.metrics.upstream.clone(),
+        )));
+    }
     app.upstream = upstream;
     let app = Arc::new(app.with_projects_file(projects_file));
     // Surveys and early access features, then the flags the surveys add to the rules.

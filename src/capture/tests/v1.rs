@@ -106,7 +106,7 @@ fn encoded_as_batch_would_store_it() {
         None,
     )
     .unwrap();
-    let records = encode(&mut checked, &ctx());
+    let records = encode(&mut checked, &ctx(), None);
     assert_eq!(records.len(), 2);
     let first = Record::decode(&records[0]).unwrap();
     assert_eq!(first.uuid.to_string(), UUID);
@@ -137,10 +137,10 @@ fn skew_correction_off_keeps_the_timestamp() {
         None,
     )
     .unwrap();
-    let record = Record::decode(&encode(&mut checked, &fast)[0]).unwrap();
+    let record = Record::decode(&encode(&mut checked, &fast, None)[0]).unwrap();
     assert_eq!(record.timestamp, NOW - 1_500);
     let mut checked = check(batch(json!([event(json!({}))])), None).unwrap();
-    let record = Record::decode(&encode(&mut checked, &fast)[0]).unwrap();
+    let record = Record::decode(&encode(&mut checked, &fast, None)[0]).unwrap();
     assert_eq!(record.timestamp, NOW - 61_500);
 }
 

@@ -62,17 +62,17 @@ async fn accept(
     peer: SocketAddr,
 ) -> Result<Response<Body>, Stop> {
     let (parts, incoming) = req.into_parts();
-    if app.refuses_events() {
+    if app.refuses_capture() {
         let refusal = Error::ServiceUnavailable.into_response();
         let limits = &app.config.limits;
         return Ok(super::capture::refuse(refusal, &parts.headers, incoming, limits).await);
     }
     let head = headers::read(&parts.headers)?;
-    let project = app
+    let (project, anonymize_ips) = app
         .projects
         .load()
         .by_api_key(&head.key)
-        .map(|p| p.id)
+        .map(|p| (p.id, p.anonymize_ips))
         .ok_or(Error::InvalidApiToken)?;
     let limits = &app.config.limits;
     let mut held = Reservation::default();
@@ -102,6 +102,11 @@ async fn accept(
             historical: false,
             ip: Some(super::client_ip(app, peer, &parts.headers)),
         },
+        fixing: app
+            .config
+            .upstream
+            .is_some()
+            .then_some(crate::capture::Fixing { anonymize_ips }),
     };
     let small = match job.encoding {
         _ if job.raw.len() > INLINE_DECODE_BYTES => None,
@@ -153,6 +158,8 @@ struct Job {
     max_decoded: usize,
     sdk_info: String,
     ctx: Context,
+    /// Edge mode: the keys forwarding relies on are fixed in each event.
+    fixing: Option<crate::capture::Fixing>,
 }
 
 impl Job {
@@ -187,7 +194,7 @@ impl Job {
         self.ctx.historical = batch.historical_migration;
         let sdk = model::sdk_lib_and_version(&self.sdk_info);
         let mut checked = model::check(batch, sdk)?;
-        let records = model::encode(&mut checked, &self.ctx);
+        let records = model::encode(&mut checked, &self.ctx, self.fixing);
         Ok((checked, records))
     }
 }
