@@ -68,6 +68,8 @@ pub struct App {
     pub upstream: Option<crate::edge::Client>,
     /// What the forwarder still owes upstream, which bounds capture in edge mode.
     pub upstream_backlog: crate::edge::Backlog,
+    /// The forwarder's latest figures (backlog, lag, paused projects), for the console.
+    pub upstream_figures: Arc<Mutex<crate::edge::forward::Figures>>,
     /// When serving started, for the console's uptime.
     pub started: std::time::Instant,
     /// Set at shutdown: readiness turns 503 so load balancers stop sending.
@@ -118,6 +120,7 @@ impl App {
             sessions: Default::default(),
             upstream: None,
             upstream_backlog,
+            upstream_figures: Arc::default(),
             started: std::time::Instant::now(),
             draining: AtomicBool::new(false),
         }

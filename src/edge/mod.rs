@@ -20,6 +20,7 @@
 pub mod answer;
 pub mod backlog;
 pub mod client;
+pub mod forward;
 pub mod settings;
 pub mod stats;
 
