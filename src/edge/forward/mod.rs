@@ -212,7 +212,8 @@ impl Forwarder {
                 blocking(move || cursor::save(&reader, project, &state, true)).await?;
                 break;
             };
-            let mut pending = s.pending.take().unwrap_or_else(|| vec![0..events.len()]);
+            let whole: Pending = std::iter::once(0..events.len()).collect();
+            let mut pending = s.pending.take().unwrap_or(whole);
             let target = Target {
                 client: &self.client,
                 stats: &self.stats,
