@@ -316,3 +316,6 @@ async fn blocking<T: Send + 'static>(
         .await
         .map_err(|e| sled::Error::Io(std::io::Error::other(e)))?
 }
+
+#[cfg(test)]
+mod tests;
