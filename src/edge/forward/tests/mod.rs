@@ -152,7 +152,8 @@ async fn a_503_keeps_the_run_for_the_next_try() {
     let stats = Stats::default();
     let (ended, pending) = run(&url, dir.path(), &lines(4, None, None), &stats).await;
     assert_eq!(ended, Ended::Retry { after: None });
-    assert_eq!(pending, [0..4]);
+    assert_eq!(pending.first(), Some(&(0..4)));
+    assert_eq!(pending.len(), 1);
     let (ended, _) = run(&url, dir.path(), &lines(4, None, Some(0)), &stats).await;
     assert_eq!(ended, Ended::Retry { after: None });
     assert!(dead_letters(dir.path()).is_empty());
