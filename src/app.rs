@@ -72,6 +72,8 @@ pub struct App {
     pub recordings: Option<Arc<crate::edge::recordings::Spool>>,
     /// Edge mode's copies of upstream's remote config, surveys and early access.
     pub upstream_cache: Option<Arc<crate::edge::cache::Cache>>,
+    /// The forwarder's latest figures (backlog, lag, paused projects), for the console.
+    pub upstream_figures: Arc<Mutex<crate::edge::forward::Figures>>,
     /// When serving started, for the console's uptime.
     pub started: std::time::Instant,
     /// Set at shutdown: readiness turns 503 so load balancers stop sending.
@@ -124,6 +126,7 @@ impl App {
             upstream_backlog,
             recordings: None,
             upstream_cache: None,
+            upstream_figures: Arc::default(),
             started: std::time::Instant::now(),
             draining: AtomicBool::new(false),
         }

@@ -24,6 +24,7 @@ pub mod backlog;
 pub mod cache;
 pub mod client;
 pub mod durable;
+pub mod forward;
 pub mod recordings;
 pub mod settings;
 pub mod stats;

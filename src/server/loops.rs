@@ -14,6 +14,9 @@ use tokio::task::JoinHandle;
 use crate::app::App;
 use crate::support::notify;
 
+/// The forwarder starts over this long after its storage failed.
+const FORWARD_RETRY: Duration = Duration::from_secs(1);
+
 /// How often free disk space is measured.
 const SPACE_POLL: Duration = Duration::from_secs(1);
 
@@ -54,6 +57,10 @@ impl Loops {
                 loops.stop.subscribe(),
             );
             loops.spawn("recordings forward", worker);
+        }
+        if app.upstream.is_some() {
+            let stopping = loops.stopping();
+            loops.spawn("upstream forwarder", forward_events(app.clone(), stopping));
         }
         if let Some(every) = notify::watchdog_interval() {
             let stopping = loops.stopping();
@@ -131,6 +138,55 @@ async fn watch_space(app: Arc<App>, mut stopping: Stopping) {
             return;
         }
     }
+}
+
+/// Edge mode's event forwarder ([`crate::edge::forward`]), built over the store as
+/// it is now and built again after a storage error (the compactor may have reopened
+/// the database); its figures feed capture's backlog bound.
+async fn forward_events(app: Arc<App>, mut stopping: Stopping) {
+    let mut forwarder = None;
+    loop {
+        if forwarder.is_none() {
+            forwarder = new_forwarder(&app);
+        }
+        let wait = match &mut forwarder {
+            None => FORWARD_RETRY,
+            Some(f) => match stopping.unless_stopped(f.step()).await {
+                None => return,
+                Some(Ok(wait)) => wait,
+                Some(Err(e)) => {
+                    tracing::error!(error = %e, "forwarder: storage failed; starting over");
+                    forwarder = None;
+                    FORWARD_RETRY
+                }
+            },
+        };
+        let figures = crate::support::sync::lock(&app.upstream_figures).clone();
+        app.upstream_backlog
+            .set(figures.backlog_bytes, figures.backlog_events);
+        if !stopping.rest(wait).await {
+            return;
+        }
+    }
+}
+
+fn new_forwarder(app: &App) -> Option<crate::edge::forward::Forwarder> {
+    let (client, settings, open) = (
+        app.upstream.clone()?,
+        app.config.upstream.as_ref()?,
+        app.store.get()?,
+    );
+    let forwarder = crate::edge::forward::Forwarder::new(
+        client,
+        crate::store::outbox::Outbox::from_tree(open.trees.outbox.clone()),
+        open.trees.events.clone(),
+        open.trees.blocks.clone(),
+        app.projects.clone(),
+        app.metrics.upstream.clone(),
+        app.config.db_dir.clone(),
+        settings.historical_after,
+    );
+    Some(forwarder.with_figures(app.upstream_figures.clone()))
 }
 
 /// Tell systemd's watchdog the server is alive, twice per interval, for as long as

@@ -164,12 +164,27 @@ async fn open_pipeline(
     let on_flush: log::writer::FlushObserver = Box::new(move |d| flushes.observe(d.as_secs_f64()));
     store::check::report_sled_panics(&config.db_dir);
     let sink = config.sink.clone();
+    let upstream = config.upstream.is_some();
     let mut pipeline = blocking(move || {
         prepare_db_dir(&config.db_dir)?;
         Pipeline::open(&config, projects, geoip, on_flush)
             .map_err(|e| database_error(&config.db_dir, e))
     })
     .await??;
+    // The outbox's readers: an entry goes once each of these has passed it.
+    let readers: Vec<&str> = [
+        (sink.is_some(), store::outbox::SINK),
+        (upstream, store::outbox::FORWARD),
+    ]
+    .into_iter()
+    .filter_map(|(on, name)| on.then_some(name))
+    .collect();
+    if let (false, Some(open)) = (readers.is_empty(), pipeline.store.get()) {
+        let outbox = store::outbox::Outbox::from_tree(open.trees.outbox.clone());
+        blocking(move || outbox.set_readers(&readers))
+            .await?
+            .map_err(|e| Error::Store(e.into()))?;
+    }
     if let Some(settings) = sink {
         pipeline
             .start_sink(settings, metrics.sink.clone())

@@ -80,7 +80,7 @@ pub fn choose(outbox: &Outbox, now_ms: i64, min_rows: u64) -> sled::Result<Optio
     }
     let mut entries = Vec::new();
     let mut rows = 0;
-    for entry in outbox.entries(None)? {
+    for entry in outbox.reader(crate::store::outbox::SINK).entries()? {
         let entry = entry?;
         rows += entry.committed.rows();
         entries.push(entry);

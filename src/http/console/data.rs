@@ -71,6 +71,7 @@ pub fn health(app: &App, project: u64) -> Value {
             "applied": c.applied.load(Relaxed),
         },
         "sink": {"enabled": sink_lag.is_some(), "lag_seconds": sink_lag},
+        "upstream": upstream_forwarding(app),
         "disk": {
             "free_bytes": app.space.free_bytes(),
             "min_free_bytes": app.config.min_free_disk_bytes,
@@ -107,4 +108,27 @@ fn reload_errors(app: &App, project: u64) -> Vec<Value> {
         );
     }
     errors
+}
+
+/// Edge mode's forwarding: what is owed upstream, how late, what it refused.
+fn upstream_forwarding(app: &App) -> Value {
+    let Some(client) = &app.upstream else {
+        return json!({"enabled": false});
+    };
+    let f = crate::support::sync::lock(&app.upstream_figures).clone();
+    let paused: Vec<Value> = f
+        .paused
+        .iter()
+        .map(|(project, reason)| json!({"project": project, "reason": reason}))
+        .collect();
+    json!({
+        "enabled": true,
+        "url": client.base(),
+        "backlog_events": f.backlog_events,
+        "backlog_bytes": f.backlog_bytes,
+        "lag_seconds": f.lag_seconds,
+        "dead_letters": app.metrics.upstream.dead_letters.get(),
+        "paused": paused,
+        "retrying": f.retrying,
+    })
 }

@@ -24,7 +24,10 @@
 //! the reader's backfill progress (the sink's `backfill`); `h` -> the highest event
 //! block id recorded; `g` -> block ids written while the feed was off (first, end),
 //! found when an entry's blocks do not follow on from `h`, for the backfill to send.
+//! `a` + name -> an active reader; `r` + name + `/` + what -> a named reader's
+//! checkpoint and state ([`readers`]: the sink's are `c` and `f`, as above).
 
+pub mod readers;
 pub mod retention;
 pub mod row_version;
 
@@ -38,6 +41,7 @@ use uuid::Uuid;
 
 use super::person_cache::Changes;
 
+pub use readers::{Reader, FORWARD, SINK};
 pub use retention::{backfill_done, held, keep_from, MAX_HELD_EVENTS};
 pub use row_version::{version, VERSION_STEP};
 
@@ -238,10 +242,11 @@ impl Outbox {
             .unwrap_or(0))
     }
 
-    /// The oldest unsent entry's commit time, if any.
+    /// The oldest entry the sink has not sent: its commit time, if any.
     pub fn oldest(&self) -> sled::Result<Option<i64>> {
         Ok(self
-            .entries(None)?
+            .reader(SINK)
+            .entries()?
             .next()
             .transpose()?
             .map(|e| e.committed.at))
@@ -324,26 +329,11 @@ impl Outbox {
         Ok(())
     }
 
-    /// ClickHouse took `first..=last` in every table: remove those entries, clear
-    /// the batch in flight and move the checkpoint, in one transaction.
-    pub fn acknowledge(&self, first: u64, last: u64) -> sled::Result<()> {
-        let seqs: Vec<u64> = self
-            .entries(Some(first))?
-            .map(|e| e.map(|e| e.seq))
-            .take_while(|s| s.as_ref().map_or(true, |s| *s <= last))
-            .collect::<sled::Result<_>>()?;
-        self.tree
-            .transaction(|tx| {
-                for seq in &seqs {
-                    tx.remove(&entry_key(*seq)[..])?;
-                }
-                tx.remove(IN_FLIGHT)?;
-                // Only forward: clearing a stale batch in flight must not move it back.
-                let current = tx.get(CHECKPOINT)?.and_then(|v| be64(&v)).unwrap_or(0);
-                tx.insert(CHECKPOINT, &current.max(last).to_be_bytes()[..])?;
-                Ok::<_, ConflictableTransactionError<Infallible>>(())
-            })
-            .map_err(storage)
+    /// ClickHouse took `first..=last` in every table: clear the batch in flight and
+    /// move the checkpoint in one transaction, then remove the entries every active
+    /// reader has passed.
+    pub fn acknowledge(&self, _first: u64, last: u64) -> sled::Result<()> {
+        self.reader(SINK).advance(last, &[b"f"], false)
     }
 }
 

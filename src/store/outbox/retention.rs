@@ -1,5 +1,5 @@
-//! Retention and the outbox: event blocks its reader (the ClickHouse sink) has not
-//! passed on yet are kept past the retention period, so an outage never loses events
+//! Retention and the outbox: event blocks its readers (the ClickHouse sink, edge
+//! mode's forwarder) have not passed on yet are kept past the retention period, so an outage never loses events
 //! that retention would otherwise delete first. Up to a cap: once more than
 //! [`MAX_HELD_EVENTS`] events wait in the outbox, retention deletes as usual and says
 //! so loudly, and the sink counts each block it then misses
@@ -22,11 +22,13 @@ pub const MAX_HELD_EVENTS: u64 = 20_000_000;
 /// above), or None if the outbox holds nothing back.
 pub fn keep_from(outbox: &sled::Tree) -> sled::Result<Option<u64>> {
     let outbox = Outbox::from_tree(outbox.clone());
-    let backfilling = match outbox.backfill()? {
-        Some(v) => !backfill_done(&v),
-        // The reader has not started yet: it will backfill everything there is.
-        None => true,
-    };
+    // Only the sink backfills; without it (edge mode alone) nothing is held for one.
+    let backfilling = outbox.sink_reads()?
+        && match outbox.backfill()? {
+            Some(v) => !backfill_done(&v),
+            // The sink has not started yet: it will backfill everything there is.
+            None => true,
+        };
     let mut held = 0u64;
     let mut first = None;
     for entry in outbox.entries(None)? {

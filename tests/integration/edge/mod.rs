@@ -2,4 +2,6 @@
 //! second flagpost as the upstream or a scriptable fake where a flagpost cannot act
 //! the part.
 
+mod fake;
+mod forward;
 mod ingest;

@@ -1,4 +1,5 @@
-// Health page: is the server keeping up? Log depth, compactor and sink lag, free disk,
+// Health page: is the server keeping up? Log depth, compactor and sink lag, edge mode's
+// forwarding (backlog, lag, dead letters, paused projects), free disk,
 // files that failed to reload (with file and field), version and uptime; refreshed
 // every few seconds while shown.
 'use strict'
@@ -9,6 +10,18 @@
   function stat(label, value, ok) {
     return h('div', { class: 'stat' }, h('dl', {}, h('dt', {}, label),
       h('dd', { class: ok === undefined ? '' : ok ? 'good' : 'bad' }, value)))
+  }
+
+  // Edge mode: what the forwarder owes upstream; a paused project names itself.
+  function upstream(u) {
+    if (!u || !u.enabled) return []
+    const paused = u.paused.map((p) => `project ${p.project}: ${p.reason}`).join('; ')
+    return [
+      stat('Upstream backlog', `${FP.fmt.int(u.backlog_events)} events, ${FP.fmt.bytes(u.backlog_bytes)}`, u.lag_seconds < 60),
+      stat('Upstream lag', FP.fmt.seconds(u.lag_seconds), u.lag_seconds < 60 && u.retrying === 0),
+      stat('Upstream dead letters', FP.fmt.int(u.dead_letters), u.dead_letters === 0),
+      stat('Upstream paused projects', paused || 'none', !paused),
+    ]
   }
 
   function view(s) {
@@ -24,6 +37,7 @@
         stat('Compactor', s.compactor.healthy ? 'healthy' : 'failing', s.compactor.healthy),
         stat('ClickHouse sink lag', s.sink.enabled ? FP.fmt.seconds(s.sink.lag_seconds) : 'sink off',
           s.sink.enabled ? s.sink.lag_seconds < 60 : undefined),
+        ...upstream(s.upstream),
         stat('Free disk', FP.fmt.bytes(s.disk.free_bytes), s.disk.free_bytes > s.disk.min_free_bytes),
         stat('Version', s.version),
         stat('Uptime', FP.fmt.seconds(s.uptime_seconds)),

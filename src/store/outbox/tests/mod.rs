@@ -147,3 +147,70 @@ fn the_stored_bytes_are_the_format() {
         ]
     );
 }
+
+fn seqs(reader: &Reader) -> Vec<u64> {
+    reader.entries().unwrap().map(|e| e.unwrap().seq).collect()
+}
+
+fn kept(outbox: &Outbox) -> Vec<u64> {
+    outbox
+        .entries(None)
+        .unwrap()
+        .map(|e| e.unwrap().seq)
+        .collect()
+}
+
+#[test]
+fn entries_go_once_every_active_reader_passed_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = sled::open(dir.path()).unwrap();
+    let outbox = Outbox::open(&db).unwrap();
+    // A database from before named readers: the sink alone, on its old keys.
+    assert_eq!(outbox.readers().unwrap(), ["sink"]);
+    for i in 1..=4 {
+        write(&outbox, &committed(i * 10, 1));
+    }
+    outbox.acknowledge(1, 1).unwrap();
+    assert_eq!(outbox.checkpoint().unwrap(), 1);
+    assert_eq!(
+        db.open_tree(TREE).unwrap().get(b"c").unwrap().unwrap(),
+        &1u64.to_be_bytes()
+    );
+    assert_eq!(kept(&outbox), [2, 3, 4]);
+
+    outbox.set_readers(&[SINK, FORWARD]).unwrap();
+    let (sink, forward) = (outbox.reader(SINK), outbox.reader(FORWARD));
+    assert_eq!(seqs(&sink), [2, 3, 4]);
+    assert_eq!(
+        seqs(&forward),
+        [2, 3, 4],
+        "a new reader starts at the oldest kept"
+    );
+    // The sink runs ahead: entries stay for the forwarder.
+    outbox.acknowledge(2, 3).unwrap();
+    assert_eq!(seqs(&sink), [4]);
+    assert_eq!(kept(&outbox), [2, 3, 4]);
+    // The forwarder passes 2: only 2 goes; passing 4 frees 3, not 4 (the sink's).
+    forward.advance(2, &[], true).unwrap();
+    assert_eq!(kept(&outbox), [3, 4]);
+    forward.advance(4, &[], true).unwrap();
+    assert_eq!(kept(&outbox), [4]);
+    assert_eq!(seqs(&forward), Vec::<u64>::new());
+    // Checkpoints never move back.
+    forward.advance(1, &[], true).unwrap();
+    assert_eq!(forward.checkpoint().unwrap(), 4);
+    // State of its own, cleared with a move of its checkpoint.
+    forward.put(b"p1", b"x").unwrap();
+    forward.put(b"p2", b"y").unwrap();
+    assert_eq!(forward.scan(b"p").unwrap().len(), 2);
+    forward.advance(4, &[b"p1"], true).unwrap();
+    assert_eq!(
+        forward.scan(b"p").unwrap(),
+        [(b"p2".to_vec(), sled::IVec::from(b"y"))]
+    );
+
+    // The sink turned off: it no longer holds entries back.
+    outbox.set_readers(&[FORWARD]).unwrap();
+    assert_eq!(kept(&outbox), Vec::<u64>::new());
+    assert!(!outbox.sink_reads().unwrap());
+}

@@ -1,0 +1,135 @@
+#!/usr/bin/env python3
+"""Edge mode's forwarder, drained against a local upstream flagpost.
+
+Starts an edge flagpost (`--upstream` pointing at a port nothing listens on yet),
+captures N events into it in 1000-event `/batch/` requests from a few threads (the
+backlog builds while upstream is down), waits until the forwarder counts them all as
+its backlog, then starts an upstream flagpost on that port and times how long the
+edge takes to forward the backlog, from the first delivery to a backlog of 0, reading
+the edge's `/metrics`. Prints the capture rate and the drain rate.
+
+    cargo build --release --bin flagpost
+    python3 benches/forward_drain.py [--events 200000] [--binary target/release/flagpost]
+
+The databases go to a temporary directory, removed at the end.
+"""
+
+import argparse
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+import urllib.request
+import uuid
+
+KEY = "phc_forward_bench"
+BATCH = 1000
+THREADS = 4
+
+
+def data_dir(root):
+    os.makedirs(os.path.join(root, "data", "flags"))
+    with open(os.path.join(root, "data", "projects.json"), "w") as f:
+        json.dump({"projects": [{"id": 1, "name": "bench", "api_key": KEY}]}, f)
+    with open(os.path.join(root, "data", "flags", "1.json"), "w") as f:
+        f.write('{"flags": [], "group_type_mapping": {}, "cohorts": {}}')
+
+
+def start(binary, root, listen, extra):
+    p = subprocess.Popen(
+        [binary, "serve", "--listen", listen, "--data-dir", os.path.join(root, "data"),
+         "--db", os.path.join(root, "db")] + extra,
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        env=dict(os.environ, FLAGPOST_LOG="info"))
+    for line in p.stderr:
+        m = re.search(r"listening on (\S+)", line)
+        if m:
+            threading.Thread(target=lambda: [None for _ in p.stderr], daemon=True).start()
+            return p, m.group(1)
+    raise SystemExit("flagpost did not start")
+
+
+def metric(addr, name):
+    text = urllib.request.urlopen(f"http://{addr}/metrics").read().decode()
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[-1])
+    return 0.0
+
+
+def post_batches(addr, n_batches):
+    for _ in range(n_batches):
+        batch = [{"event": "$pageview", "distinct_id": f"user-{i % 5000}",
+                  "uuid": str(uuid.uuid4()),
+                  "properties": {"$current_url": "https://example.com/pricing", "i": i,
+                                 "$browser": "Chrome", "$os": "Linux"}}
+                 for i in range(BATCH)]
+        body = json.dumps({"api_key": KEY, "batch": batch}).encode()
+        req = urllib.request.Request(f"http://{addr}/batch/", body,
+                                     {"Content-Type": "application/json"})
+        urllib.request.urlopen(req).read()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--events", type=int, default=200_000)
+    ap.add_argument("--binary", default="target/release/flagpost")
+    args = ap.parse_args()
+    n = args.events // BATCH * BATCH
+    tmp = tempfile.mkdtemp(prefix="flagpost-forward-")
+    procs = []
+    try:
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        up_port = sock.getsockname()[1]
+        sock.close()
+        edge_root, up_root = os.path.join(tmp, "edge"), os.path.join(tmp, "upstream")
+        data_dir(edge_root)
+        data_dir(up_root)
+        edge, edge_addr = start(args.binary, edge_root, "127.0.0.1:0",
+                                ["--upstream", f"http://127.0.0.1:{up_port}"])
+        procs.append(edge)
+        started = time.monotonic()
+        threads = [threading.Thread(target=post_batches, args=(edge_addr, n // BATCH // THREADS))
+                   for _ in range(THREADS)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        n = n // BATCH // THREADS * THREADS * BATCH
+        captured = time.monotonic() - started
+        while metric(edge_addr, "flagpost_upstream_forward_backlog_events") < n:
+            time.sleep(0.2)
+        built = time.monotonic() - started
+        upstream, _ = start(args.binary, up_root, f"127.0.0.1:{up_port}", [])
+        procs.append(upstream)
+        first = None
+        while True:
+            backlog = metric(edge_addr, "flagpost_upstream_forward_backlog_events")
+            now = time.monotonic()
+            if first is None and backlog < n:
+                first = (now, backlog)
+            if backlog == 0:
+                break
+            time.sleep(0.05)
+        drained = now - first[0]
+        rate = first[1] / drained if drained > 0 else float("inf")
+        print(f"events: {n}")
+        print(f"captured in {captured:.1f} s ({n / captured:,.0f} events/s, this client's pace)")
+        print(f"stored and counted as backlog after {built:.1f} s ({n / built:,.0f} events/s)")
+        print(f"forwarded {first[1]:,.0f} events in {drained:.1f} s: {rate:,.0f} events/s")
+        print(f"drain vs build: {rate / (n / built):.1f}x")
+    finally:
+        for p in procs:
+            p.terminate()
+            p.wait()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,154 @@
+//! One request of a window, to its end: the answer table applied to it. A 2xx is
+//! done; a 400 is bisected until the one refused event is found, which goes to the
+//! dead-letter file while the rest goes on; a 413 is split the same way, a single
+//! event still too large dead-lettered; a 401/403 pauses the project; anything else
+//! (429, 5xx, a timeout, a reset, a refused connection) leaves the same events to be
+//! sent again, byte for byte, after a backoff.
+//!
+//! The runs still to send are kept between tries ([`Pending`]), so a retry resends
+//! exactly the run that failed, not the halves already delivered.
+
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::Request;
+
+use super::batch::{self, Line};
+use crate::edge::answer::Outcome;
+use crate::edge::{Client, Stats};
+
+/// How long one request may take, answer included: a 20 MB body over a slow link.
+pub const DEADLINE: Duration = Duration::from_secs(60);
+/// Upstream's answers are short; anything longer is cut.
+const MAX_ANSWER: usize = 64 * 1024;
+/// The dead-letter file, under the database directory.
+pub const DEAD_LETTER: &str = "upstream/dead-letter.ndjson";
+
+/// A request's runs of events (indices into its part's list) not yet delivered,
+/// the first one next.
+pub type Pending = Vec<Range<usize>>;
+
+/// How a request ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Ended {
+    /// Every event delivered or dead-lettered.
+    Done,
+    /// Upstream refused the project's token.
+    Unauthorized(String),
+    /// Try again later, no sooner than upstream asked.
+    Retry { after: Option<Duration> },
+}
+
+/// What a delivery needs besides its events.
+pub struct Target<'a> {
+    pub client: &'a Client,
+    pub stats: &'a Stats,
+    pub db_dir: &'a Path,
+    pub project: u64,
+    pub api_key: &'a str,
+    pub historical: bool,
+}
+
+/// Send `pending` runs of `events` (the part's lines, by index into `lines`) until
+/// all are through or one must wait.
+pub async fn deliver(
+    target: &Target<'_>,
+    lines: &[Line],
+    events: &[usize],
+    pending: &mut Pending,
+) -> Ended {
+    while let Some(run) = pending.first().cloned() {
+        let chosen = &events[run.clone()];
+        let body = batch::body(
+            target.api_key,
+            target.historical,
+            crate::support::clock::now_ms(),
+            chosen.iter().map(|i| lines[*i].json.as_slice()),
+        );
+        let request = Request::post("/batch/")
+            .header("content-type", "application/json")
+            .header("content-encoding", "gzip")
+            .body(Full::new(Bytes::from(body)));
+        let Ok(request) = request else {
+            // Only static headers: the request always builds.
+            return Ended::Retry { after: None };
+        };
+        let result = target.client.send(request, DEADLINE, MAX_ANSWER).await;
+        let status = match &result {
+            Ok(a) => a.status.as_u16().to_string(),
+            Err(e) => e.label().to_string(),
+        };
+        target.stats.answered("batch", &status);
+        let refused = match Outcome::of(&result) {
+            Outcome::Delivered => {
+                pending.remove(0);
+                continue;
+            }
+            Outcome::Refused(reason) => reason,
+            Outcome::TooLarge => "413 too large for upstream".to_string(),
+            Outcome::Unauthorized(reason) => return Ended::Unauthorized(reason),
+            Outcome::Retry { after } => return Ended::Retry { after },
+        };
+        pending.remove(0);
+        if run.len() == 1 {
+            let line = &lines[events[run.start]];
+            let path = target.db_dir.join(DEAD_LETTER);
+            let (project, json, why) = (target.project, line.json.clone(), refused.clone());
+            let kept =
+                tokio::task::spawn_blocking(move || dead_letter(&path, project, &json, &why))
+                    .await
+                    .map_err(std::io::Error::other)
+                    .and_then(|r| r);
+            if let Err(e) = kept {
+                // Not lost yet: the event stays in the window, tried again later.
+                tracing::error!(error = %e, "forwarder: cannot write the dead-letter file");
+                pending.insert(0, run);
+                return Ended::Retry { after: None };
+            }
+            target.stats.dead_letters.inc();
+            tracing::warn!(uuid = %line.uuid, reason = %refused, "forwarder: upstream refused an event; kept in {DEAD_LETTER}");
+        } else {
+            let [a, b] = batch::halves(run);
+            pending.insert(0, b);
+            pending.insert(0, a);
+        }
+    }
+    Ended::Done
+}
+
+/// Append one refused event to the dead-letter file, fsync'd: `{"at", "project",
+/// "reason", "event"}`, the event as it was sent.
+pub fn dead_letter(path: &Path, project: u64, event: &[u8], reason: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let mut line = Vec::with_capacity(event.len() + 200);
+    line.extend_from_slice(b"{\"at\":\"");
+    line.extend_from_slice(
+        crate::support::clock::format_ms(crate::support::clock::now_ms()).as_bytes(),
+    );
+    line.extend_from_slice(format!("\",\"project\":{project},\"reason\":").as_bytes());
+    serde_json::to_writer(&mut line, reason)?;
+    line.extend_from_slice(b",\"event\":");
+    match serde_json::from_slice::<&serde_json::value::RawValue>(event) {
+        Ok(_) => line.extend_from_slice(event),
+        // Not JSON after all: kept as text so the line stays one JSON object.
+        Err(_) => serde_json::to_writer(&mut line, &String::from_utf8_lossy(event))?,
+    }
+    line.extend_from_slice(b"}\n");
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)?;
+    file.write_all(&line)?;
+    file.sync_data()
+}
+
+/// Where the dead letters of the database at `db_dir` are.
+pub fn dead_letter_path(db_dir: &Path) -> PathBuf {
+    db_dir.join(DEAD_LETTER)
+}
