@@ -68,6 +68,8 @@ pub struct App {
     pub upstream: Option<crate::edge::Client>,
     /// What the forwarder still owes upstream, which bounds capture in edge mode.
     pub upstream_backlog: crate::edge::Backlog,
+    /// The flags upstream answers beyond its definitions feed, learned per project.
+    pub upstream_flags: crate::edge::fallback::Learned,
     /// When serving started, for the console's uptime.
     pub started: std::time::Instant,
     /// Set at shutdown: readiness turns 503 so load balancers stop sending.
@@ -118,6 +120,7 @@ impl App {
             sessions: Default::default(),
             upstream: None,
             upstream_backlog,
+            upstream_flags: Default::default(),
             started: std::time::Instant::now(),
             draining: AtomicBool::new(false),
         }

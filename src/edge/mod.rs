@@ -20,6 +20,8 @@
 pub mod answer;
 pub mod backlog;
 pub mod client;
+pub mod fallback;
+pub mod merge;
 pub mod settings;
 pub mod stats;
 
