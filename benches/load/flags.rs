@@ -267,7 +267,7 @@ fn other_flags() -> Vec<Value> {
 }
 
 /// The whole definitions file; flags are numbered in order.
-fn definitions() -> Value {
+pub fn definitions() -> Value {
     let mut flags: Vec<Value> = [
         boolean_rollouts(),
         person_conditions(),

@@ -47,12 +47,6 @@ impl ProjectRules {
         out
     }
 
-    /// Whether any active flag keeps experience continuity: such a flag buckets by a
-    /// first-seen id only upstream knows.
-    pub fn has_continuity_flags(&self) -> bool {
-        self.needs_continuity()
-    }
-
     /// The keys of the rules' flags, in definition order.
     pub fn keys(&self) -> impl Iterator<Item = &str> {
         self.flags.iter().map(|f| f.header.key.as_str())

@@ -14,6 +14,7 @@ mod crash;
 mod damage;
 mod decide;
 mod docs;
+mod edge;
 mod feed;
 mod flag_files;
 mod full_disk;

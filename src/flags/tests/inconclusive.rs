@@ -116,12 +116,9 @@ fn a_failed_person_lookup_leaves_person_flags_to_upstream() {
 }
 
 #[test]
-fn only_continuity_flags_are_flagged_as_such() {
-    let rules = rules();
-    assert!(rules.has_continuity_flags());
+fn an_anonymous_id_alone_sends_nothing_upstream() {
     let plain = compile(
         json!({"flags": [flag(1, "a", json!({"groups": [{"properties": [], "rollout_percentage": 50}]}))]}),
     );
-    assert!(!plain.has_continuity_flags());
     assert!(left(&plain, &Request::new("u1").anon("anon")).is_empty());
 }
