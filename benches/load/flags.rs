@@ -138,7 +138,7 @@ fn person_conditions() -> Vec<Value> {
         ),
         one(
             "example-domain",
-            person("email", "ends_with", json!("@example.com")),
+            person("email", "regex", json!("@example\\.com$")),
             100,
         ),
         one("big-teams", person("seats", "gt", json!(10)), 100),
