@@ -74,6 +74,8 @@ pub struct App {
     pub upstream_cache: Option<Arc<crate::edge::cache::Cache>>,
     /// The forwarder's latest figures (backlog, lag, paused projects), for the console.
     pub upstream_figures: Arc<Mutex<crate::edge::forward::Figures>>,
+    /// The flags upstream answers beyond its definitions feed, learned per project.
+    pub upstream_flags: crate::edge::fallback::Learned,
     /// When serving started, for the console's uptime.
     pub started: std::time::Instant,
     /// Set at shutdown: readiness turns 503 so load balancers stop sending.
@@ -127,6 +129,7 @@ impl App {
             recordings: None,
             upstream_cache: None,
             upstream_figures: Arc::default(),
+            upstream_flags: Default::default(),
             started: std::time::Instant::now(),
             draining: AtomicBool::new(false),
         }

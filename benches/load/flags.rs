@@ -138,7 +138,7 @@ fn person_conditions() -> Vec<Value> {
         ),
         one(
             "example-domain",
-            person("email", "ends_with", json!("@example.com")),
+            person("email", "regex", json!("@example\\.com$")),
             100,
         ),
         one("big-teams", person("seats", "gt", json!(10)), 100),
@@ -267,7 +267,7 @@ fn other_flags() -> Vec<Value> {
 }
 
 /// The whole definitions file; flags are numbered in order.
-fn definitions() -> Value {
+pub fn definitions() -> Value {
     let mut flags: Vec<Value> = [
         boolean_rollouts(),
         person_conditions(),

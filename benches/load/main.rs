@@ -20,6 +20,7 @@ mod common;
 mod compactor;
 mod console;
 mod disk;
+mod edge;
 mod flags;
 mod memory;
 mod payloads;
@@ -109,6 +110,10 @@ struct Args {
     /// baseline
     #[argh(switch)]
     with_sink: bool,
+    /// in the wrk scenario, also measure the decide cases at an edge (`serve --upstream`
+    /// in front of another flagpost on the same rules)
+    #[argh(switch)]
+    edge: bool,
     /// measure each scenario this many times (the compactor ones once), the baseline
     /// going first in every other round, and print the geometric mean of flagpost /
     /// baseline [default 1]
@@ -263,6 +268,7 @@ fn config(args: Args) -> Result<Config, String> {
             measure: Duration::from_secs(args.seconds),
             warmup: Duration::from_millis(args.warmup_ms),
             rounds: args.rounds.max(1),
+            edge: args.edge,
         }),
     })
 }

@@ -62,6 +62,9 @@ pub struct Settings {
     pub measure: Duration,
     pub warmup: Duration,
     pub rounds: usize,
+    /// Also measure the decide cases at an edge (`--edge`), and a case naming only the
+    /// flags the edge decides.
+    pub edge: bool,
 }
 
 /// What one wrk run reported.
@@ -80,6 +83,8 @@ pub struct Row {
     pub round: usize,
     pub flagpost: Run,
     pub reference: Run,
+    /// The same case at the edge, with `--edge`.
+    pub edge: Option<Run>,
 }
 
 struct Case {
@@ -135,9 +140,28 @@ pub fn run(
             ingests: false,
         },
     ];
+    let mut cases = Vec::from(cases);
+    if settings.edge {
+        let bodies = super::edge::conclusive(&payloads::decide_bodies(0, POOL))?;
+        cases.push(Case {
+            name: "decide, edge decides",
+            path: Scenario::Decide.path(),
+            bodies: write("decide-conclusive.txt", bodies)?,
+            ingests: false,
+        });
+    }
     let mut flagpost = Target::flagpost(data_dir, &dir.join("wrk-db"))?;
     let mut reference = Target::reference()?;
     runtime.block_on(store_persons(flagpost.addr))?;
+    let mut edge = match settings.edge {
+        true => Some(super::edge::start(data_dir, dir)?),
+        false => None,
+    };
+    if let Some((upstream, edge)) = &edge {
+        runtime.block_on(store_persons(upstream.addr))?;
+        runtime.block_on(store_persons(edge.addr))?;
+    }
+    let edge_addr = edge.as_ref().map(|(_, e)| e.addr);
 
     let measure = |addr: SocketAddr, case: &Case, duration: Duration| {
         let run = wrk(addr, &script, case, duration)?;
@@ -150,6 +174,9 @@ pub fn run(
     for case in &cases {
         measure(flagpost.addr, case, warmup)?;
         measure(reference.addr, case, warmup)?;
+        if let Some(addr) = edge_addr.filter(|_| !case.ingests) {
+            measure(addr, case, warmup)?;
+        }
     }
     let mut rows = Vec::new();
     for round in 0..settings.rounds {
@@ -162,16 +189,25 @@ pub fn run(
                 let theirs = measure(reference.addr, case, settings.measure)?;
                 (measure(flagpost.addr, case, settings.measure)?, theirs)
             };
+            let at_edge = match edge_addr {
+                Some(addr) if !case.ingests => Some(measure(addr, case, settings.measure)?),
+                _ => None,
+            };
             rows.push(Row {
                 case: case.name,
                 round,
                 flagpost: ours,
                 reference: theirs,
+                edge: at_edge,
             });
         }
     }
     flagpost.stop()?;
     reference.stop()?;
+    if let Some((mut upstream, mut edge)) = edge.take() {
+        edge.stop()?;
+        upstream.stop()?;
+    }
     Ok(rows)
 }
 
@@ -309,6 +345,21 @@ pub fn report(rows: &[Row]) {
             ours.rate / theirs.rate.max(f64::MIN_POSITIVE),
             ours.errors + theirs.errors,
         );
+    }
+    for row in rows {
+        if let Some(edge) = row.edge {
+            println!(
+                "{:<22} {:>5} edge {:>10.0} req/s, p50 {:.2} ms, p99 {:.2} ms; edge / flagpost {:.3}, edge / reference {:.3}; errors {}",
+                row.case,
+                row.round + 1,
+                edge.rate,
+                edge.p50_ms,
+                edge.p99_ms,
+                edge.rate / row.flagpost.rate.max(f64::MIN_POSITIVE),
+                edge.rate / row.reference.rate.max(f64::MIN_POSITIVE),
+                edge.errors,
+            );
+        }
     }
     let mut cases: Vec<&str> = Vec::new();
     for row in rows {

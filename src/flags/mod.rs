@@ -35,6 +35,7 @@ mod flag;
 mod generated;
 mod graph;
 mod hash;
+mod inconclusive;
 mod lint;
 mod load;
 mod outcome;

@@ -116,6 +116,17 @@ impl<'r> Outcomes<'r> {
         }
     }
 
+    /// Leave out the flags marked in `which` (one entry per flag, as
+    /// [`ProjectRules::inconclusive`] gives): an edge answers them from upstream, or not
+    /// at all with `errors` set.
+    pub fn leave_out(&mut self, which: &[bool]) {
+        for (slot, out) in self.slots.iter_mut().zip(which) {
+            if *out && matches!(slot, Slot::Done(_) | Slot::Failed(_)) {
+                *slot = Slot::Failed(FailureCause::Upstream);
+            }
+        }
+    }
+
     /// Some flag could not be computed; clients then merge instead of replacing.
     pub fn errors(&self) -> bool {
         self.slots.iter().any(|s| matches!(s, Slot::Failed(_)))

@@ -162,6 +162,8 @@ pub enum FailureCause {
     /// It uses something that cannot be evaluated: an operator or filter type PostHog's
     /// flags service does not evaluate, or a cohort that is missing or unusable.
     Unsupported,
+    /// Edge mode: only upstream can decide it, and upstream did not answer in time.
+    Upstream,
 }
 
 impl fmt::Display for FailureCause {
@@ -173,6 +175,7 @@ impl fmt::Display for FailureCause {
             }
             FailureCause::MissingDependency => f.write_str(ReasonCode::MissingDependency.as_str()),
             FailureCause::Unsupported => f.write_str("uses a filter that cannot be evaluated"),
+            FailureCause::Upstream => f.write_str("left to upstream, which did not answer"),
         }
     }
 }

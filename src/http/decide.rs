@@ -185,10 +185,16 @@ pub async fn handle(
         &raw,
     )
     .decode(MAX_DECIDE_BODY_BYTES.min(limits.max_decompressed_bytes))?;
+    // Edge mode keeps the decoded body: what the edge cannot decide goes upstream in it.
+    let original = app.upstream.is_some().then(|| bytes.to_vec());
     let request = DecideRequest::parse(&mut bytes)?;
     let project = project_of(app, &request.key)?;
     let geo = location(app, peer, &parts.headers);
-    let body = evaluate(app, &project, request, geo, version);
+    let (mut body, asked) = evaluate(app, &project, request, geo, version, original.is_some());
+    if let (Some(asked), Some(original)) = (asked, original) {
+        let caller = super::client_ip(app, peer, &parts.headers);
+        body = from_upstream(app, &project, asked, &original, caller, version, body).await;
+    }
     app.metrics
         .decide_seconds
         .observe(started.elapsed().as_secs_f64());
@@ -226,18 +232,58 @@ pub fn for_person(app: &App, project: &Project, distinct_id: &str) -> Vec<u8> {
         distinct_id: distinct_id.to_owned(),
         ..DecideRequest::default()
     };
-    evaluate(app, project, req, Map::new(), 4)
+    evaluate(app, project, req, Map::new(), 4, false).0
+}
+
+/// What an edge leaves to upstream for one request, and the rules it decided the rest by
+/// (`None`: the project has no rules here, so upstream answers every flag).
+struct Asked {
+    plan: crate::edge::fallback::Plan,
+    rules: Option<Arc<flags::ProjectRules>>,
+}
+
+/// The edge's answer `local` with upstream's for the flags in `asked`: one upstream call,
+/// within the budget; without its answer, `local` with `errorsWhileComputingFlags` set.
+async fn from_upstream(
+    app: &App,
+    project: &Project,
+    asked: Asked,
+    original: &[u8],
+    caller: std::net::IpAddr,
+    version: u8,
+    local: Vec<u8>,
+) -> Vec<u8> {
+    use crate::edge::{fallback, merge};
+    let (Some(client), Some(settings)) = (&app.upstream, &app.config.upstream) else {
+        return local;
+    };
+    let stats = &app.metrics.upstream;
+    let budget = settings.flags_budget;
+    let answer = fallback::ask(client, stats, budget, original, &asked.plan, caller).await;
+    if let (Some(answer), Some(rules), true) = (&answer, &asked.rules, asked.plan.learn) {
+        app.upstream_flags.learn(project.id, rules, answer);
+    }
+    let takes = |key: &str| {
+        asked.plan.keys.iter().any(|k| k == key)
+            || asked
+                .rules
+                .as_ref()
+                .is_none_or(|r| !r.keys().any(|k| k == key))
+    };
+    merge::merge(version, local, answer.as_ref(), takes)
 }
 
 /// Evaluate every flag of the project for the request and write the response body.
-/// Person properties are layered: stored, then GeoIP, then the request's own.
+/// Person properties are layered: stored, then GeoIP, then the request's own. At an
+/// `edge`, the flags it cannot decide are left out and come back as [`Asked`].
 fn evaluate(
     app: &App,
     project: &Project,
     mut req: DecideRequest,
     geo: Map<String, Value>,
     version: u8,
-) -> Vec<u8> {
+    edge: bool,
+) -> (Vec<u8>, Option<Asked>) {
     let snapshot = app.rules.current();
     let rules = i64::try_from(project.id)
         .ok()
@@ -258,7 +304,15 @@ fn evaluate(
     };
     let Some(rules) = rules.filter(|_| !req.disable_flags) else {
         let none = flags::Evaluation::default();
-        return flags::response_bytes_with(version, &none, request_id, &tail);
+        let asked = (edge && !req.disable_flags).then(|| Asked {
+            plan: crate::edge::fallback::Plan {
+                learn: req.flag_keys.is_none(),
+                keys: req.flag_keys.take().unwrap_or_default(),
+            },
+            rules: None,
+        });
+        let body = flags::response_bytes_with(version, &none, request_id, &tail);
+        return (body, asked.filter(|a| a.plan.needed()));
     };
     // One lookup serves both the stored properties and the continuity hash key.
     let needs_person = rules.needs_person_properties();
@@ -311,7 +365,23 @@ fn evaluate(
     if outcomes.errors() {
         app.metrics.decide_errors.inc();
     }
-    outcomes.response_bytes_with(version, request_id, &tail)
+    let asked = edge
+        .then(|| Asked {
+            plan: crate::edge::fallback::plan(
+                project.id,
+                &rules,
+                &ctx,
+                &mut outcomes,
+                req.flag_keys.as_deref(),
+                &app.upstream_flags,
+            ),
+            rules: Some(rules.clone()),
+        })
+        .filter(|a| a.plan.needed());
+    (
+        outcomes.response_bytes_with(version, request_id, &tail),
+        asked,
+    )
 }
 
 /// `evaluatedAt`: milliseconds since the epoch, as PostHog's flags service writes it.

@@ -8,6 +8,7 @@ mod dependencies;
 mod evaluation;
 mod gates;
 mod groups;
+mod inconclusive;
 mod operators;
 mod parity;
 mod refusals;

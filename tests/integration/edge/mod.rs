@@ -2,6 +2,7 @@
 //! second flagpost as the upstream or a scriptable fake where a flagpost cannot act
 //! the part.
 
+mod eval;
 mod fake;
 mod forward;
 mod ingest;
