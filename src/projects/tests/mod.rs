@@ -265,6 +265,9 @@ fn upstream_secret_keys_are_kept_and_never_shown() {
         assert!(
             err.contains("upstream_secret_key") || err.contains("invalid type"),
             "{bad}: {err}"
+        );
+    }
+}
 
 /// Scope names as PostHog writes them, and names that only look like them: an empty
 /// or capitalised object, another action, no action, a missing object.
