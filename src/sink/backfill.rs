@@ -201,6 +201,14 @@ pub fn next(sources: &Sources, from: &Progress, shape: Shape) -> sled::Result<St
     })
 }
 
+/// [`next`], with everything it read made durable before it is handed over to be
+/// sent, as [`super::batch::ready`] does for the outbox's batches. Blocking.
+pub fn ready(sources: &Sources, from: &Progress, shape: Shape) -> sled::Result<Step> {
+    let step = next(sources, from, shape)?;
+    sources.durable()?;
+    Ok(step)
+}
+
 /// One stored value as rows of the phase's table; returns how many (none for
 /// values that do not decode, or blocks the outbox sends).
 fn encode(

@@ -18,6 +18,7 @@ use crate::persons::Person;
 use crate::store::block::Block;
 use crate::store::outbox::{Entry, Outbox};
 use crate::store::{keys, Group};
+use crate::support::syncs::Syncs;
 
 /// A batch holds at least this many rows when the outbox has them: fewer, larger
 /// inserts are faster (against 10k-row batches: 1.11 to 1.78 times the events/s for
@@ -25,6 +26,8 @@ use crate::store::{keys, Group};
 /// servers refuse inserts past 300 parts per partition. About 35 MB of RowBinary for
 /// pageviews.
 pub const MIN_ROWS: u64 = 50_000;
+/// What [`Syncs`] calls the sync before a batch is sent.
+pub(crate) const SEND_SYNC: &str = "before sending";
 /// When the outbox holds fewer than [`MIN_ROWS`], its oldest entry waits this long
 /// for company before being sent in a small batch.
 pub const LINGER_MS: i64 = 1_000;
@@ -40,6 +43,8 @@ pub struct Sources {
     pub groups: sled::Tree,
     /// The compactor's next block id, where blocks not yet written begin.
     pub meta: sled::Tree,
+    /// The sync before sending goes through it ([`Sources::durable`]).
+    syncs: std::sync::Arc<Syncs>,
 }
 
 impl Sources {
@@ -51,7 +56,19 @@ impl Sources {
             distinct_ids: trees.distinct_ids.clone(),
             groups: trees.groups.clone(),
             meta: trees.meta.clone(),
+            syncs: Default::default(),
         }
+    }
+
+    /// Make everything read so far durable, the batch in flight included: a flush of
+    /// any tree is one of the whole database. Blocking.
+    pub fn durable(&self) -> sled::Result<()> {
+        self.syncs.run(SEND_SYNC, || self.events.flush().map(drop))
+    }
+
+    #[cfg(test)]
+    pub(crate) fn syncs(&self) -> &Syncs {
+        &self.syncs
     }
 
     /// The id the compactor gives its next event block.
@@ -98,6 +115,25 @@ pub fn choose(outbox: &Outbox, now_ms: i64, min_rows: u64) -> sled::Result<Optio
     let last = entries.last().map_or(0, |e| e.seq);
     outbox.fix(entries[0].seq, last)?;
     Ok(Some(entries))
+}
+
+/// The next batch, ready to send: chosen and fixed ([`choose`]), its rows read
+/// ([`build`]), then everything read made durable ([`Sources::durable`]), so no row
+/// sent can be rolled back by a crash (see [`super::worker`]). None if there is
+/// nothing to send yet. Blocking.
+pub fn ready(
+    outbox: &Outbox,
+    sources: &Sources,
+    now_ms: i64,
+    min_rows: u64,
+    shape: Shape,
+) -> sled::Result<Option<Batch>> {
+    let Some(entries) = choose(outbox, now_ms, min_rows)? else {
+        return Ok(None);
+    };
+    let batch = build(sources, &entries, shape)?;
+    sources.durable()?;
+    Ok(Some(batch))
 }
 
 /// A batch's rows, per table, in insert order.
@@ -357,3 +393,7 @@ mod tests {
         assert_eq!(seqs(choose(&outbox, 3_000, ROWS).unwrap()), Some(vec![4]));
     }
 }
+
+#[cfg(test)]
+#[path = "tests/ready.rs"]
+mod ready_tests;

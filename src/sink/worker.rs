@@ -161,18 +161,12 @@ impl Worker {
 
     /// Send the outbox's next batch, if it has one ready.
     async fn outbox_step(&mut self) -> Result<Option<Pass>, Error> {
-        let outbox = self.outbox.clone();
+        let (outbox, sources, shape) = (self.outbox.clone(), self.sources.clone(), self.shape()?);
         let (now, min_rows) = (crate::support::clock::now_ms(), self.batch_rows);
-        let Some(entries) = blocking(move || batch::choose(&outbox, now, min_rows)).await? else {
+        let ready = move || batch::ready(&outbox, &sources, now, min_rows, shape);
+        let Some(batch) = blocking(ready).await? else {
             return Ok(None);
         };
-        let (sources, shape) = (self.sources.clone(), self.shape()?);
-        let batch = blocking(move || {
-            let batch = batch::build(&sources, &entries, shape)?;
-            durable(&sources)?;
-            Ok(batch)
-        })
-        .await?;
         self.send(batch).await.map(Some)
     }
 
@@ -182,12 +176,7 @@ impl Worker {
             return Ok(None);
         };
         let (sources, shape, start) = (self.sources.clone(), self.shape()?, from.clone());
-        let step = blocking(move || {
-            let step = backfill::next(&sources, &start, shape)?;
-            durable(&sources)?;
-            Ok(step)
-        })
-        .await?;
+        let step = blocking(move || backfill::ready(&sources, &start, shape)).await?;
         let token = step.token(self.node, &from);
         if step.count > 0 {
             let dest = self
@@ -304,12 +293,6 @@ impl Worker {
         }
         self.health = now;
     }
-}
-
-/// Make everything read so far durable: a flush of any tree is one of the whole
-/// database. Blocking.
-fn durable(sources: &Sources) -> sled::Result<()> {
-    sources.events.flush().map(drop)
 }
 
 /// Run a storage call on the blocking pool.

@@ -5,6 +5,7 @@ mod events;
 mod lanes;
 mod once;
 mod persons;
+mod synced;
 mod worker;
 
 use std::collections::BTreeMap;

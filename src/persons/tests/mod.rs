@@ -10,6 +10,9 @@ use super::*;
 struct Mem {
     ids: HashMap<String, Uuid>,
     persons: HashMap<Uuid, Person>,
+    /// Writes made, as the compactor's store would send them downstream.
+    saved: usize,
+    deleted: Vec<Uuid>,
 }
 
 impl Store for Mem {
@@ -29,10 +32,12 @@ impl Store for Mem {
     }
     fn save(&mut self, p: &Person) -> Result<(), Infallible> {
         self.persons.insert(p.id, p.clone());
+        self.saved += 1;
         Ok(())
     }
     fn delete(&mut self, id: Uuid) -> Result<(), Infallible> {
         self.persons.remove(&id);
+        self.deleted.push(id);
         Ok(())
     }
 }
@@ -334,5 +339,56 @@ fn identify_merges_two_existing_persons_only_when_the_other_is_anonymous() {
         let merged = m.ids["login"] == m.ids["account"];
         assert_eq!(merged, !identified, "identified: {identified}");
         assert_eq!(m.persons.len(), if identified { 2 } else { 1 });
+    }
+}
+
+/// Ids that already share a person, linked again by each kind of event: nothing is
+/// written (a person merged into itself would be saved, a change sent downstream,
+/// and deleted on the way).
+#[test]
+fn linking_ids_of_one_person_again_writes_nothing() {
+    let mut m = Mem::default();
+    let identify = json!({"event": "$identify", "distinct_id": "user", "properties": {"$anon_distinct_id": "anon"}});
+    m.send(1, identify.clone());
+    let person = m.of("user").clone();
+    assert_eq!(m.of("anon").id, person.id);
+    let saved = m.saved;
+    m.send(2, identify);
+    m.send(
+        3,
+        json!({"event": "$create_alias", "distinct_id": "user", "properties": {"alias": "anon"}}),
+    );
+    m.send(
+        4,
+        json!({"event": "$create_alias", "distinct_id": "anon", "properties": {"alias": "user"}}),
+    );
+    m.send(5, json!({"event": "$merge_dangerously", "distinct_id": "anon", "properties": {"alias": "user"}}));
+    assert_eq!(m.saved, saved, "nothing saved");
+    assert!(m.deleted.is_empty(), "nothing deleted: {:?}", m.deleted);
+    assert_eq!(m.of("user"), &person);
+    assert_eq!(m.persons.len(), 1);
+}
+
+/// A merge keeps the older person's creation time and first distinct id, whichever of
+/// the two survives; at the same instant the surviving person keeps its own.
+#[test]
+fn a_merge_keeps_the_older_creation_and_first_id() {
+    for (merged_away_at, survivor_at, created_at, first) in [
+        (1, 5, 1, "login"),
+        (5, 1, 1, "account"),
+        (3, 3, 3, "account"),
+    ] {
+        let mut m = Mem::default();
+        m.send(survivor_at, json!({"event": "e", "distinct_id": "account"}));
+        m.send(
+            merged_away_at,
+            json!({"event": "e", "distinct_id": "login"}),
+        );
+        m.send(9, json!({"event": "$create_alias", "distinct_id": "login", "properties": {"alias": "account"}}));
+        assert_eq!(m.persons.len(), 1);
+        let person = m.of("account");
+        let case = (merged_away_at, survivor_at);
+        assert_eq!(person.created_at, created_at, "{case:?}");
+        assert_eq!(person.first_distinct_id, first, "{case:?}");
     }
 }

@@ -268,3 +268,40 @@ fn upstream_secret_keys_are_kept_and_never_shown() {
         );
     }
 }
+
+/// Scope names as PostHog writes them, and names that only look like them: an empty
+/// or capitalised object, another action, no action, a missing object.
+#[test]
+fn scope_names_are_posthogs() {
+    let ok = [
+        "*",
+        "feature_flag:read",
+        "feature_flag:write",
+        "query:read",
+        "cohort:write",
+    ];
+    for scope in ok {
+        assert_eq!(check_scopes(&[scope.to_owned()]), Ok(()), "{scope}");
+    }
+    let bad = [
+        ":read",
+        ":write",
+        "Feature_flag:read",
+        "feature-flag:read",
+        "feature_flag1:read",
+        "feature_flag:delete",
+        "feature_flag:Read",
+        "feature_flag:",
+        "feature_flag",
+        "feature_flag:read:write",
+        "",
+        "**",
+    ];
+    for scope in bad {
+        let refused = check_scopes(&["feature_flag:read".to_owned(), scope.to_owned()]);
+        assert!(
+            refused.is_err_and(|e| e.contains(&format!("{scope:?}"))),
+            "{scope}"
+        );
+    }
+}

@@ -38,6 +38,7 @@ use std::sync::{Arc, Mutex};
 use super::Block;
 use crate::support::hex;
 use crate::support::sync::lock;
+use crate::support::syncs::Syncs;
 
 /// The directory, inside the database's.
 pub const DIR_NAME: &str = "blocks";
@@ -52,6 +53,9 @@ const FILE_BYTES: u64 = if cfg!(test) {
 } else {
     16 * 1024 * 1024
 };
+/// What [`Syncs`] calls a block file's sync, and the directory's once a file is named.
+pub(crate) const FILE_SYNC: &str = "block file";
+pub(crate) const DIR_SYNC: &str = "block directory";
 /// A file being made is named so until it is whole.
 const MAKING_SUFFIX: &str = ".blk.new";
 /// Open files kept for reading; all are closed when more are needed.
@@ -129,6 +133,8 @@ struct Inner {
     /// The next file number to create.
     next: Mutex<u32>,
     readers: Mutex<HashMap<u32, Arc<File>>>,
+    /// Every sync a pointer's durability rests on goes through it.
+    syncs: Syncs,
 }
 
 /// The block files of one database; cheap to clone, shared by readers and the
@@ -169,6 +175,7 @@ impl Files {
                 writing: Mutex::new(None),
                 next: Mutex::new(next),
                 readers: Mutex::new(HashMap::new()),
+                syncs: Syncs::default(),
             }),
         })
     }
@@ -193,7 +200,7 @@ impl Files {
                 // file appends go to, so this one is synced as it is left. A failure
                 // gives it up like any other, and fails the chunk.
                 let synced = match old.dirty {
-                    true => old.file.sync_data(),
+                    true => self.sync_data(&old),
                     false => Ok(()),
                 };
                 leave(&old);
@@ -232,7 +239,7 @@ impl Files {
         if !w.dirty {
             return Ok(());
         }
-        match w.file.sync_data() {
+        match self.sync_data(w) {
             Ok(()) => {
                 w.dirty = false;
                 Ok(())
@@ -244,6 +251,12 @@ impl Files {
                 Err(e)
             }
         }
+    }
+
+    /// Sync the data appended to `w` so far: the one call that makes blocks durable.
+    fn sync_data(&self, w: &Writing) -> io::Result<()> {
+        let syncs = &self.inner.syncs;
+        syncs.run_at(FILE_SYNC, w.number.into(), w.end, || w.file.sync_data())
     }
 
     /// At a clean stop: the file being appended to loses the zeros past its last
@@ -311,7 +324,10 @@ impl Files {
             .checked_add(1)
             .ok_or_else(|| io::Error::other("block file numbers exhausted"))?;
         fs::rename(&making, &path)?;
-        crate::support::sync_dir(&self.inner.dir)?;
+        let syncs = &self.inner.syncs;
+        syncs.run_at(DIR_SYNC, number.into(), 0, || {
+            crate::support::sync_dir(&self.inner.dir)
+        })?;
         let file = OpenOptions::new().read(true).write(true).open(&path)?;
         Ok(Writing {
             number,
@@ -402,6 +418,11 @@ impl Files {
             }
         }
         Ok(removed)
+    }
+
+    #[cfg(test)]
+    pub(crate) fn syncs(&self) -> &Syncs {
+        &self.inner.syncs
     }
 
     /// Every block file and its size, oldest first.

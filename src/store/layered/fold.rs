@@ -11,7 +11,7 @@ use std::time::Instant;
 use sled::IVec;
 
 use super::run::{self, Run};
-use super::{run_path, Folded, Layered, PAGE};
+use super::{run_path, Folded, Layered, DELTA_SYNC, DIR_SYNC, NEW_DIR_SYNC, PAGE, RUN_SYNC};
 use crate::store::Error;
 use crate::support::sync_dir;
 
@@ -30,11 +30,17 @@ impl Layered {
         // What the run takes must be durable first: a chunk committed but not yet
         // written out by sled is lost in a crash and applied again from the log, which
         // must not find its own changes in the run already.
-        inner.delta.flush()?;
+        let syncs = &inner.syncs;
+        syncs.run(DELTA_SYNC, || inner.delta.flush())?;
         if !inner.dir.exists() {
             fs::create_dir_all(&inner.dir).map_err(Error::Tables)?;
             if let Some(parent) = inner.dir.parent() {
-                sync_dir(parent).map_err(Error::Tables)?;
+                if let Err(e) = syncs.run(NEW_DIR_SYNC, || sync_dir(parent)) {
+                    // Made but not durably: removed, so the next fold makes and syncs
+                    // it again rather than find it and name a run in it unsynced.
+                    let _ = fs::remove_dir(&inner.dir);
+                    return Err(Error::Tables(e));
+                }
             }
         }
         let generation = inner.generation.load(Ordering::SeqCst) + 1;
@@ -69,7 +75,7 @@ impl Layered {
         }
         let path = run_path(&inner.dir, &inner.name, generation, false);
         let placed = fs::rename(&making, &path)
-            .and_then(|()| sync_dir(&inner.dir))
+            .and_then(|()| syncs.run(DIR_SYNC, || sync_dir(&inner.dir)))
             .and_then(|()| Run::open(&path));
         let run = match placed {
             Ok(run) => Arc::new(run),
@@ -166,7 +172,9 @@ impl Layered {
             }
             next_delta = delta.next().transpose()?;
         }
-        out.finish().map_err(tables)?;
+        let file = out.finish().map_err(tables)?;
+        let syncs = &self.inner.syncs;
+        syncs.run(RUN_SYNC, || file.sync_all()).map_err(tables)?;
         Ok(complete)
     }
 }

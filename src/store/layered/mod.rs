@@ -40,6 +40,7 @@ use arc_swap::ArcSwapOption;
 use sled::transaction::{TransactionalTree, UnabortableTransactionError};
 use sled::IVec;
 
+use crate::support::syncs::Syncs;
 use iter::successor;
 pub use iter::Iter;
 pub use run::Run;
@@ -62,6 +63,13 @@ pub const MIN_FOLD_BYTES: u64 = 128 * 1024;
 const MAX_FOLD_BYTES: u64 = 64 * 1024 * 1024;
 /// Entries an iterator reads from each side at a time.
 const PAGE: usize = 512;
+/// What [`Syncs`] calls a fold's syncs: sled's flush of the delta before it is read,
+/// the new run's file before its rename, the runs' directory after it (and after
+/// making it, with the database's directory).
+pub(crate) const DELTA_SYNC: &str = "delta";
+pub(crate) const RUN_SYNC: &str = "run";
+pub(crate) const DIR_SYNC: &str = "runs' directory";
+pub(crate) const NEW_DIR_SYNC: &str = "database directory";
 const RUN_SUFFIX: &str = ".run";
 const MAKING_SUFFIX: &str = ".run.new";
 
@@ -81,6 +89,8 @@ struct Inner {
     pending: AtomicU64,
     /// The most a fold takes of the delta ([`fold::TAKE_BYTES`]; less in tests).
     take_bytes: AtomicU64,
+    /// Every sync a fold's next step rests on goes through it.
+    syncs: Syncs,
 }
 
 /// What a fold did.
@@ -136,6 +146,7 @@ impl Layered {
                 generation: AtomicU64::new(newest.unwrap_or(0)),
                 pending: AtomicU64::new(pending),
                 take_bytes: AtomicU64::new(fold::TAKE_BYTES),
+                syncs: Syncs::default(),
             }),
         })
     }
@@ -221,6 +232,11 @@ impl Layered {
         self.inner.take_bytes.store(bytes, Ordering::Relaxed);
     }
 
+    #[cfg(test)]
+    pub(crate) fn syncs(&self) -> &Syncs {
+        &self.inner.syncs
+    }
+
     /// Bytes written to the delta since the last fold, about.
     pub fn pending(&self) -> u64 {
         self.inner.pending.load(Ordering::Relaxed)
@@ -279,3 +295,7 @@ fn list(dir: &Path, name: &str) -> io::Result<Vec<(u64, bool)>> {
 #[cfg(test)]
 #[path = "tests/table.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "tests/synced.rs"]
+mod synced_tests;

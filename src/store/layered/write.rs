@@ -88,8 +88,9 @@ impl Writer {
         Ok(())
     }
 
-    /// Write the index and footer and sync the file: what was pushed, on disk.
-    pub fn finish(mut self) -> io::Result<()> {
+    /// Write the index and footer. The file is returned unsynced: whoever names it
+    /// syncs it first (a fold does, through its counted sync, [`super::RUN_SYNC`]).
+    pub fn finish(mut self) -> io::Result<File> {
         self.cut()?;
         let mut index = Vec::new();
         index.extend_from_slice(&self.entries.to_le_bytes());
@@ -117,7 +118,6 @@ impl Writer {
         self.out.write_all(&(index.len() as u64).to_le_bytes())?;
         self.out.write_all(&crc32fast::hash(&index).to_le_bytes())?;
         self.out.write_all(FOOTER_MAGIC)?;
-        let file = self.out.into_inner().map_err(|e| e.into_error())?;
-        file.sync_all()
+        self.out.into_inner().map_err(|e| e.into_error())
     }
 }

@@ -264,3 +264,41 @@ fn random_uuids_are_found_in_any_segment_until_it_is_dropped() {
     assert!(w.contains(again[0]));
     assert_eq!(w.table.len(), w.frozen_len);
 }
+
+/// Two uuids sharing a fingerprint (made so: the fingerprint mixes the lower half with
+/// the project, then takes the upper half in by xor, which the second undoes) are
+/// never one: only the stored uuid is a duplicate, in the hash set and once frozen.
+#[test]
+fn a_uuid_sharing_a_fingerprint_with_a_stored_one_is_not_taken_for_it() {
+    let project = 3u64;
+    let mixed = |low: u64| {
+        let h = low ^ project.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        (h ^ (h >> 31)).wrapping_mul(0xbf58_476d_1ce4_e5b9)
+    };
+    let uuid = |high: u64, low: u64| (u128::from(high) << 64) | u128::from(low);
+    let (high, low, other_low) = (
+        0x0190_0000_0000_7000,
+        0x8000_0000_0000_0001,
+        0x8000_0000_0000_0002,
+    );
+    let stored = (project, uuid(high, low));
+    let lookalike = (
+        project,
+        uuid(high ^ mixed(low) ^ mixed(other_low), other_low),
+    );
+    assert_ne!(stored, lookalike);
+    assert_eq!(table::fingerprint(stored), table::fingerprint(lookalike));
+    // The project's lowest and highest uuids around both, so neither is out of range.
+    let chunk = [(project, 1), stored, (project, u128::MAX - 1)];
+    let mut w = Window::new(DEFAULT_DEDUP_MAX_AGE_MS, DEFAULT_DEDUP_MAX_IDS);
+    let _ = w.insert(key(1), 0, &chunk, None, 0);
+    assert!(w.contains(stored) && !w.contains(lookalike));
+    // The next chunk, hours later, freezes the first into a segment.
+    let _ = w.insert(key(2), 2 * HOUR, &[(project, 5)], None, 2 * HOUR);
+    assert_eq!(w.frozen.len(), 1);
+    assert!(w.contains(stored), "frozen");
+    assert!(
+        !w.contains(lookalike),
+        "a shared fingerprint is not the same uuid"
+    );
+}
