@@ -76,6 +76,8 @@ pub struct App {
     pub upstream_figures: Arc<Mutex<crate::edge::forward::Figures>>,
     /// The flags upstream answers beyond its definitions feed, learned per project.
     pub upstream_flags: crate::edge::fallback::Learned,
+    /// Each synced project's flag sync state, for the health page.
+    pub flag_sync: crate::edge::sync::Board,
     /// When serving started, for the console's uptime.
     pub started: std::time::Instant,
     /// Set at shutdown: readiness turns 503 so load balancers stop sending.
@@ -130,6 +132,7 @@ impl App {
             upstream_cache: None,
             upstream_figures: Arc::default(),
             upstream_flags: Default::default(),
+            flag_sync: Default::default(),
             started: std::time::Instant::now(),
             draining: AtomicBool::new(false),
         }

@@ -30,6 +30,7 @@ pub mod merge;
 pub mod recordings;
 pub mod settings;
 pub mod stats;
+pub mod sync;
 
 pub use answer::{Backoff, Outcome};
 pub use backlog::Backlog;

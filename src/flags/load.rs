@@ -6,7 +6,7 @@
 //! rules: a typo in one project must neither ship nor switch its flags off. What is
 //! refused here is exactly what `flagpost check` refuses, as it loads files this way.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fs;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -15,13 +15,17 @@ use arc_swap::ArcSwap;
 
 use super::compile::ProjectRules;
 use super::error::{CompileError, ErrorKind};
+use super::synced::Overlay;
 use crate::support::watch::{list, project_id, Pass, Problem, Watched};
 
 /// Every project's compiled rules at one moment.
 #[derive(Debug, Default)]
 pub struct Snapshot {
-    projects: HashMap<i64, Arc<ProjectRules>>,
+    pub(super) projects: HashMap<i64, Arc<ProjectRules>>,
     version: u64,
+    /// Synced projects upstream has quota-limited (edge mode): no rules, and flags
+    /// answer `quota_limited`.
+    quota_limited: HashSet<i64>,
 }
 
 impl Snapshot {
@@ -32,6 +36,11 @@ impl Snapshot {
     /// Increments with every published snapshot; 0 is the empty start.
     pub fn version(&self) -> u64 {
         self.version
+    }
+
+    /// Whether upstream said this synced project's flag quota is used up.
+    pub fn quota_limited(&self, id: i64) -> bool {
+        self.quota_limited.contains(&id)
     }
 
     /// The project ids with rules, sorted.
@@ -59,15 +68,18 @@ pub struct ReloadReport {
 /// The published flag rules of all projects, and what is needed to reload them.
 pub struct Rules {
     /// Swapped whole, so readers never take a lock and never see a partial reload.
-    current: ArcSwap<Snapshot>,
+    pub(super) current: ArcSwap<Snapshot>,
     /// The flag files, with the flag definitions made from other files (surveys'
     /// targeting flags) per project.
-    files: Watched<Arc<Generated>>,
+    pub(super) files: Watched<Arc<Generated>>,
     /// What the last reload could not use, each naming its file and field, with the
     /// project of its file (the console's health page shows a project its own).
     problems: Mutex<Arc<Vec<Problem>>>,
     /// Why the last reload refused files (for `/metrics`, which names each).
     refused: Mutex<Arc<Vec<CompileError>>>,
+    /// Projects whose rules come from upstream (edge mode), laid over the files' on
+    /// every publish; its lock is held while a snapshot is published.
+    pub(super) synced: Mutex<Overlay>,
 }
 
 /// Flag definitions, in the file format, generated for each project from other files and
@@ -97,6 +109,7 @@ impl Rules {
             files: Watched::default(),
             problems: Mutex::default(),
             refused: Mutex::default(),
+            synced: Mutex::default(),
         }
     }
 
@@ -203,6 +216,10 @@ impl Rules {
             warnings: Vec::new(),
         };
         let generated = Arc::clone(pass.extra);
+        let synced_ids: HashSet<i64> = crate::support::sync::lock(&self.synced)
+            .keys()
+            .copied()
+            .collect();
         for path in entries {
             let bytes = fs::read(path);
             if let Ok(bytes) = &bytes {
@@ -214,6 +231,10 @@ impl Rules {
                 report.errors.push(error);
                 continue;
             };
+            if synced_ids.contains(&id) {
+                // Its rules come from upstream; the sync names the ignored file.
+                continue;
+            }
             let extra = generated.get(&id).map_or(&[][..], Vec::as_slice);
             let compiled = bytes
                 .map_err(|e| vec![CompileError::in_file(path, ErrorKind::Io(e.to_string()))])
@@ -253,18 +274,37 @@ impl Rules {
             }
         }
         report.loaded.sort_unstable();
-        let snapshot = Snapshot {
-            projects,
-            version: report.version,
-        };
-        let count = snapshot.projects.len();
-        self.current.store(Arc::new(snapshot));
+        let mut overlay = crate::support::sync::lock(&self.synced);
+        let (version, count) = self.publish(&mut overlay, projects, &generated);
+        report.version = version;
         tracing::info!(
             version = report.version,
             projects = count,
             "flag rules published"
         );
         report
+    }
+}
+
+impl Rules {
+    /// Publish `projects` (the files' rules) with the synced projects laid over them,
+    /// under the synced projects' lock, so a sync and a file reload never drop each
+    /// other's change. Returns the new version and the number of projects.
+    pub(super) fn publish(
+        &self,
+        overlay: &mut Overlay,
+        mut projects: HashMap<i64, Arc<ProjectRules>>,
+        generated: &Generated,
+    ) -> (u64, usize) {
+        let quota_limited = super::synced::apply(overlay, &mut projects, generated);
+        let version = self.current.load().version + 1;
+        let count = projects.len();
+        self.current.store(Arc::new(Snapshot {
+            projects,
+            version,
+            quota_limited,
+        }));
+        (version, count)
     }
 }
 

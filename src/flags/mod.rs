@@ -44,6 +44,7 @@ mod props;
 mod response;
 mod result;
 mod semver;
+mod synced;
 pub mod vocabulary;
 
 #[cfg(test)]

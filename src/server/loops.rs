@@ -32,7 +32,10 @@ pub(super) struct Loops {
 impl Loops {
     /// Start every loop over `app`. The SIGHUP handler is installed here, before the
     /// server says it is ready, so an early SIGHUP reloads rather than kills.
-    pub(super) fn start(app: &Arc<App>) -> std::io::Result<Loops> {
+    pub(super) fn start(
+        app: &Arc<App>,
+        sync: Option<Arc<crate::edge::sync::Syncer>>,
+    ) -> std::io::Result<Loops> {
         let hangup = signal(SignalKind::hangup())?;
         let (stop, _) = watch::channel(false);
         let mut loops = Loops {
@@ -61,6 +64,10 @@ impl Loops {
         if app.upstream.is_some() {
             let stopping = loops.stopping();
             loops.spawn("upstream forwarder", forward_events(app.clone(), stopping));
+        }
+        if let Some(sync) = sync {
+            let stop = loops.stop.subscribe();
+            loops.spawn("flag sync", sync.run(stop));
         }
         if let Some(every) = notify::watchdog_interval() {
             let stopping = loops.stopping();

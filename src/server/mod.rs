@@ -8,6 +8,7 @@
 
 mod error;
 mod loops;
+mod sync;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -102,7 +103,8 @@ pub async fn serve(
         }
     })
     .await?;
-    let loops = Loops::start(&app)?;
+    let sync = sync::start(&app).await;
+    let loops = Loops::start(&app, sync)?;
 
     tracing::info!(
         projects = app.projects.load().len(),

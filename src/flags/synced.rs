@@ -1,0 +1,158 @@
+//! Rules a project takes from an upstream instead of from its flag file (edge mode's
+//! flag sync): the sync hands over upstream's definitions body, compiled here with the
+//! same compiler as a file (and the project's surveys' targeting flags appended, as for
+//! a file), and every published [`super::Snapshot`] lays these over what the files gave.
+//! A synced project never falls back to its file: until the first answer it has no
+//! rules, and while upstream says its quota is used up it has none either and is marked
+//! so that `/decide` and `/flags` can answer as upstream does.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use super::compile::ProjectRules;
+use super::error::CompileError;
+use super::load::Generated;
+
+/// What a synced project serves.
+#[derive(Clone)]
+pub(super) enum State {
+    /// No answer from upstream yet (and none on disk): no rules.
+    Waiting,
+    /// Upstream's last good definitions, compiled.
+    Serving {
+        body: Arc<[u8]>,
+        rules: Arc<ProjectRules>,
+        /// The generated flags they were compiled with.
+        extra: Vec<Value>,
+    },
+    /// Upstream answered 402: no rules, and flags answer `quota_limited`.
+    QuotaLimited,
+}
+
+/// The synced projects by id.
+pub(super) type Overlay = HashMap<i64, State>;
+
+/// Compile upstream's definitions with the project's generated flags appended.
+pub(super) fn compile(body: &[u8], extra: &[Value]) -> Result<ProjectRules, CompileError> {
+    if extra.is_empty() {
+        ProjectRules::compile(body)
+    } else {
+        super::generated::compile(Some(body), extra)
+    }
+}
+
+/// Lay the synced projects over `projects` (what the files gave), recompiling a synced
+/// body whose generated flags changed since it was compiled (on failure it keeps the
+/// rules it had). Returns the quota-limited projects.
+pub(super) fn apply(
+    overlay: &mut Overlay,
+    projects: &mut HashMap<i64, Arc<ProjectRules>>,
+    generated: &Generated,
+) -> HashSet<i64> {
+    let mut quota_limited = HashSet::new();
+    for (&id, state) in overlay.iter_mut() {
+        match state {
+            State::Waiting => {
+                projects.remove(&id);
+            }
+            State::QuotaLimited => {
+                projects.remove(&id);
+                quota_limited.insert(id);
+            }
+            State::Serving { body, rules, extra } => {
+                let wanted = generated.get(&id).map_or(&[][..], Vec::as_slice);
+                if extra.as_slice() != wanted {
+                    match compile(body, wanted) {
+                        Ok(fresh) => {
+                            *rules = Arc::new(fresh);
+                            *extra = wanted.to_vec();
+                        }
+                        Err(error) => {
+                            tracing::warn!(project = id, %error, "synced flags with the surveys' flags not compiled; previous rules kept");
+                        }
+                    }
+                }
+                projects.insert(id, Arc::clone(rules));
+            }
+        }
+    }
+    quota_limited
+}
+
+impl super::Rules {
+    /// The generated flags (surveys' targeting flags) of every project, as last handed
+    /// over.
+    fn generated(&self) -> Arc<Generated> {
+        let mut seen = Arc::default();
+        self.files.update(|current| {
+            seen = Arc::clone(current);
+            false
+        });
+        seen
+    }
+
+    /// Publish the current rules with `id`'s synced state set to `state`.
+    fn set_synced(&self, id: i64, state: State) -> u64 {
+        let generated = self.generated();
+        let mut overlay = crate::support::sync::lock(&self.synced);
+        overlay.insert(id, state);
+        let projects = self.current.load().projects.clone();
+        self.publish(&mut overlay, projects, &generated).0
+    }
+
+    /// Take `id`'s rules from upstream from now on: its file is ignored, and until
+    /// [`super::Rules::sync_install`] it has no rules. Nothing happens if it already is.
+    pub fn sync_begin(&self, id: i64) {
+        if !crate::support::sync::lock(&self.synced).contains_key(&id) {
+            self.set_synced(id, State::Waiting);
+        }
+    }
+
+    /// Compile upstream's definitions for `id` and publish them; the version published.
+    /// A body that does not compile changes nothing (the last good rules stay).
+    pub fn sync_install(&self, id: i64, body: &[u8]) -> Result<u64, CompileError> {
+        let generated = self.generated();
+        let extra = generated.get(&id).cloned().unwrap_or_default();
+        let rules = compile(body, &extra)?;
+        Ok(self.set_synced(
+            id,
+            State::Serving {
+                body: body.into(),
+                rules: Arc::new(rules),
+                extra,
+            },
+        ))
+    }
+
+    /// Upstream answered 402: `id` has no rules and its flags answer `quota_limited`.
+    pub fn sync_quota_limited(&self, id: i64) {
+        self.set_synced(id, State::QuotaLimited);
+    }
+
+    /// Stop taking `id`'s rules from upstream; the next reload of the files gives it
+    /// its file's rules again (the caller reloads).
+    pub fn sync_end(&self, id: i64) {
+        let generated = self.generated();
+        let mut overlay = crate::support::sync::lock(&self.synced);
+        if overlay.remove(&id).is_some() {
+            let mut projects = self.current.load().projects.clone();
+            projects.remove(&id);
+            self.publish(&mut overlay, projects, &generated);
+        }
+        drop(overlay);
+        // The file was skipped while synced: make the next check read it again.
+        self.files.update(|_| true);
+    }
+
+    /// The projects whose rules come from upstream.
+    pub fn synced_projects(&self) -> Vec<i64> {
+        let mut ids: Vec<i64> = crate::support::sync::lock(&self.synced)
+            .keys()
+            .copied()
+            .collect();
+        ids.sort_unstable();
+        ids
+    }
+}
