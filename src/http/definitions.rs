@@ -79,6 +79,17 @@ pub fn feed(
 ) -> Result<Response<Body>, ApiError> {
     let (token, send_cohorts) = query_pairs(query);
     let project = project(app, headers, peer, token.as_deref(), true)?;
+    if i64::try_from(project.id).is_ok_and(|id| app.rules.current().quota_limited(id)) {
+        // As upstream answered the edge, so SDKs clear their flags too.
+        return Ok(response::json(
+            StatusCode::PAYMENT_REQUIRED,
+            &serde_json::json!({
+                "type": "quota_limited",
+                "code": "payment_required",
+                "detail": "You have exceeded your feature flag request quota",
+            }),
+        ));
+    }
     let rules = rules_of(app, &project);
     let built = app.feed.get(project.id, rules, send_cohorts);
     let mut r = if super::assets::none_match(headers, &built.etag) == Some(true) {

@@ -88,6 +88,18 @@ pub async fn handle(
     serve(app, caller, path, req).await
 }
 
+/// The upstream a project's flags and cohorts are synced from (edge mode, with an
+/// `upstream_secret_key`): they are changed there, not here.
+pub fn synced_from(app: &App, project: u64) -> Option<&str> {
+    let upstream = app.upstream.as_ref()?;
+    let projects = app.projects.load();
+    projects
+        .by_id(project)?
+        .upstream_secret_key
+        .as_ref()
+        .map(|_| upstream.base())
+}
+
 fn allowed(path: Path, method: &Method) -> bool {
     match path {
         Path::Flags | Path::Cohorts => method == Method::GET || method == Method::POST,
@@ -185,6 +197,15 @@ pub async fn serve(
             }
         };
         return Ok(response::json(StatusCode::OK, &value));
+    }
+    if let Some(upstream) = synced_from(app, project) {
+        let what = match path {
+            Path::Cohorts | Path::Cohort(_) => "cohorts",
+            _ => "flags",
+        };
+        return Err(ApiError::Manage(crate::manage::Error::Conflict(format!(
+            "project {project}'s {what} are synced from {upstream}; change them there"
+        ))));
     }
     let mut held = Reservation::default();
     let raw = body::read(

@@ -48,6 +48,9 @@ pub struct Store {
     /// One entry per project touched; each project's `Mutex` is held for a whole
     /// read-check-write, so two writes to one project never interleave.
     projects: Mutex<HashMap<u64, Arc<Mutex<Seen>>>>,
+    /// Projects whose flags are synced from upstream (edge mode): reads show the
+    /// synced definitions instead of the file's (writes are refused before here).
+    synced: Mutex<HashMap<u64, Arc<Map<String, Value>>>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -126,7 +129,18 @@ impl Store {
             flags_dir,
             log: activity::Log::new(activity::dir(db_dir)),
             projects: Mutex::new(HashMap::new()),
+            synced: Mutex::default(),
         }
+    }
+
+    /// Show `definitions` (upstream's, for a synced project) instead of the project's
+    /// file; `None` shows the file again.
+    pub fn show_synced(&self, project: u64, definitions: Option<Map<String, Value>>) {
+        let mut synced = crate::support::sync::lock(&self.synced);
+        match definitions {
+            Some(doc) => synced.insert(project, Arc::new(doc)),
+            None => synced.remove(&project),
+        };
     }
 
     /// Runs `f` holding the project's lock, with its file as read now.
@@ -142,7 +156,16 @@ impl Store {
         // A panic mid-write leaves the file old or new (atomic rename) and at worst a
         // stale fingerprint, which only asks for a refresh.
         let mut seen = crate::support::sync::lock(&lock);
-        let file = FlagFile::read(&self.flags_dir, project)?;
+        let synced = crate::support::sync::lock(&self.synced)
+            .get(&project)
+            .cloned();
+        let file = match synced {
+            Some(doc) => FlagFile {
+                doc: (*doc).clone(),
+                digest: None,
+            },
+            None => FlagFile::read(&self.flags_dir, project)?,
+        };
         seen.first_read(&file);
         f(&mut seen, file)
     }

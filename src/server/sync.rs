@@ -18,6 +18,26 @@ impl Host for AppHost {
     fn reload_flag_files(&self) {
         self.0.rules.reload(&self.0.config.flags_dir());
     }
+
+    fn published(&self, project: u64) {
+        let app = &self.0;
+        let synced =
+            i64::try_from(project).is_ok_and(|id| app.rules.synced_projects().contains(&id));
+        let shown = synced.then(|| {
+            let rules = i64::try_from(project)
+                .ok()
+                .and_then(|id| app.rules.current().project(id).cloned());
+            match rules.map(|r| r.definitions_json().clone()) {
+                Some(serde_json::Value::Object(doc)) => doc,
+                _ => serde_json::Map::from_iter([
+                    ("flags".to_string(), serde_json::json!([])),
+                    ("group_type_mapping".to_string(), serde_json::json!({})),
+                    ("cohorts".to_string(), serde_json::json!({})),
+                ]),
+            }
+        });
+        app.manage.show_synced(project, shown);
+    }
 }
 
 /// The sync, with its first pass done (each synced project's stored answer installed,

@@ -46,6 +46,7 @@ pub(super) async fn follow(sync: Arc<Syncer>, id: u64, wanted: Wanted, mut etag:
                     (sync.clone(), body.clone(), tag.clone(), dir.clone());
                 let installed = tokio::task::spawn_blocking(move || {
                     let version = s2.host.rules().sync_install(rules_id, &body2)?;
+                    s2.host.published(id);
                     if let Err(e) = disk::store(&dir2, &body2, tag2.as_deref()) {
                         tracing::warn!(project = id, error = %e, "synced flag definitions not kept on disk; served from memory");
                     }
@@ -99,6 +100,7 @@ pub(super) async fn follow(sync: Arc<Syncer>, id: u64, wanted: Wanted, mut etag:
                 let (s2, dir2) = (sync.clone(), dir.clone());
                 let _ = tokio::task::spawn_blocking(move || {
                     s2.host.rules().sync_quota_limited(rules_id);
+                    s2.host.published(id);
                     if let Err(e) = disk::clear(&dir2) {
                         tracing::warn!(project = id, error = %e, "stored flag definitions not removed");
                     }

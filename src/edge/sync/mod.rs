@@ -37,6 +37,9 @@ pub trait Host: Send + Sync + 'static {
     /// Read the flag files again (a project no longer synced gets its file's rules
     /// back). Blocks on file reads.
     fn reload_flag_files(&self);
+    /// A synced project's rules were published (or it stopped being synced): what
+    /// shows its flags follows. Blocks briefly.
+    fn published(&self, project: u64);
 }
 
 /// One synced project's state, as the health page shows it.
@@ -235,14 +238,17 @@ impl Syncer {
                 tracing::warn!(project = id, file = %file.display(), "flag file ignored: this project's flags are synced from upstream");
             }
             this.host.rules().sync_begin(rules_id);
-            let stored = disk::load(&disk::dir(&this.db_dir, id))?;
-            match this.host.rules().sync_install(rules_id, &stored.body) {
-                Ok(_) => Some(stored),
-                Err(error) => {
-                    tracing::warn!(project = id, %error, "stored flag definitions not usable; waiting for upstream");
-                    None
+            let stored = disk::load(&disk::dir(&this.db_dir, id)).and_then(|stored| {
+                match this.host.rules().sync_install(rules_id, &stored.body) {
+                    Ok(_) => Some(stored),
+                    Err(error) => {
+                        tracing::warn!(project = id, %error, "stored flag definitions not usable; waiting for upstream");
+                        None
+                    }
                 }
-            }
+            });
+            this.host.published(id);
+            stored
         })
         .await
         .ok()
@@ -295,6 +301,7 @@ impl Syncer {
         let _ = tokio::task::spawn_blocking(move || {
             host.rules().sync_end(rules_id);
             host.reload_flag_files();
+            host.published(id);
         })
         .await;
     }

@@ -77,6 +77,10 @@ pub fn health(app: &App, project: u64) -> Value {
             "min_free_bytes": app.config.min_free_disk_bytes,
         },
         "flags_version": app.rules.current().version(),
+        "upstream": {
+            "url": app.upstream.as_ref().map(|u| u.base()),
+            "flag_sync": app.flag_sync.to_json(),
+        },
         "reload_errors": reload_errors,
         "sessions": app.sessions.count_of(project),
     })

@@ -177,7 +177,7 @@ fn describe(app: &App, s: &Session) -> Value {
     let name = projects.by_id(s.project).map(|p| p.name.clone());
     json!({
         "signed_in": true,
-        "project": {"id": s.project, "name": name},
+        "project": {"id": s.project, "name": name, "synced_from": super::flags_api::synced_from(app, s.project)},
         "signed_in_as": s.label,
         "token": s.token,
         "idle_expiry_seconds": session::IDLE_EXPIRY.as_secs(),

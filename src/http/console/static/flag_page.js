@@ -112,6 +112,9 @@
   }
 
   async function render(main, [which, sub]) {
+    if ((which === 'new' || sub === 'edit') && FP.syncedFrom()) {
+      return main.replaceChildren(h('p', { class: 'notice' }, `These flags are synced from ${FP.syncedFrom()}; change them there.`))
+    }
     if (which === 'new' || sub === 'edit') return FP.flagForm(main, [which])
     const flag = await FP.api('GET', `feature_flags/${encodeURIComponent(which)}/`)
     FP.title(flag.key)
@@ -132,8 +135,10 @@
       h('h1', {}, h('code', {}, flag.key)),
       flag.name ? h('p', {}, flag.name) : null,
       status,
-      h('div', { class: 'toolbar' }, h('span', { id: 'flag-switch-label' }, 'Enabled'), toggle,
-        h('a', { href: `#/flag/${flag.id}/edit`, class: 'button' }, 'Edit'), remove),
+      FP.syncedFrom()
+        ? h('p', { class: 'notice', id: 'synced-from' }, `${flag.active ? 'On' : 'Off'}. Read-only: synced from `, h('code', {}, FP.syncedFrom()), '; change it there.')
+        : h('div', { class: 'toolbar' }, h('span', { id: 'flag-switch-label' }, 'Enabled'), toggle,
+          h('a', { href: `#/flag/${flag.id}/edit`, class: 'button' }, 'Edit'), remove),
       h('h2', {}, 'Who gets it'), rules,
       h('h2', {}, 'People it reaches now'), reach,
       h('h2', {}, 'Exposures by value over time'), exposures,

@@ -63,10 +63,13 @@
     const tools = h('form', { class: 'toolbar', role: 'search', 'aria-label': 'Find flags', onsubmit: (ev) => ev.preventDefault() },
       h('div', {}, h('label', { for: 'flag-search' }, 'Search flags'), search),
       h('div', {}, h('label', { for: 'flag-state' }, 'Status'), state))
+    const upstream = FP.syncedFrom()
     main.replaceChildren(
       h('h1', {}, 'Feature flags'),
-      h('div', { class: 'toolbar' },
-        h('a', { href: '#/flag/new', class: 'button primary', id: 'new-flag' }, 'New flag')),
+      upstream
+        ? h('p', { class: 'notice', id: 'synced-from' }, 'Read-only: these flags are synced from ', h('code', {}, upstream), '; change them there.')
+        : h('div', { class: 'toolbar' },
+          h('a', { href: '#/flag/new', class: 'button primary', id: 'new-flag' }, 'New flag')),
       status,
       ...(list.count ? [tools, table] : [h('p', { class: 'muted' }, 'No flags yet. Create the first one.')]))
   }
@@ -80,13 +83,17 @@
     const tr = h('tr', { 'data-flag': flag.key },
       h('td', {}, h('a', { href: `#/flag/${flag.id}` }, h('code', {}, flag.key))),
       h('td', { class: 'hide-narrow' }, flag.name || ''),
-      h('td', {}, toggle),
+      h('td', {}, FP.syncedFrom() ? (flag.active ? 'on' : 'off') : toggle),
       h('td', { class: 'hide-narrow' }, rollout(flag)),
       h('td', { class: 'num', title: split || 'no exposures' }, FP.fmt.int(total)),
-      h('td', {}, h('a', { href: `#/flag/${flag.id}/edit`, 'aria-label': `Edit ${flag.key}` }, 'Edit'), ' ', remove))
+      h('td', {}, FP.syncedFrom() ? h('span', { class: 'muted' }, 'synced')
+        : [h('a', { href: `#/flag/${flag.id}/edit`, 'aria-label': `Edit ${flag.key}` }, 'Edit'), ' ', remove]))
     tr.flag = flag
     return tr
   }
+
+  /** The upstream this project's flags are synced from (edge mode), or null. */
+  FP.syncedFrom = () => (FP.session && FP.session.project && FP.session.project.synced_from) || null
 
   /** Who switching the flag on would reach, in words, for the confirmation. */
   function reachWords(flag) {

@@ -24,6 +24,26 @@
     ]
   }
 
+  /** Edge mode: each synced project's flag sync. */
+  function syncView(up) {
+    if (!up || !up.url) return []
+    const rows = up.flag_sync.map((p) => h('tr', { 'data-project': p.project },
+      h('th', { scope: 'row' }, String(p.project)),
+      h('td', { class: p.quota_limited ? 'bad' : '' }, p.quota_limited ? `${p.last_status} (quota limited)` : p.last_status),
+      h('td', {}, p.last_success ? FP.fmt.time(new Date(p.last_success * 1000)) : 'never'),
+      h('td', { class: p.age_seconds !== null && p.age_seconds < 300 ? 'good' : 'bad' }, p.age_seconds === null ? 'none' : FP.fmt.seconds(p.age_seconds)),
+      h('td', { class: 'num' }, FP.fmt.int(p.failures_in_a_row)),
+      h('td', {}, p.etag ? h('code', {}, p.etag) : '')))
+    return [
+      h('h2', {}, 'Flags synced from ', h('code', {}, up.url)),
+      rows.length
+        ? h('div', { class: 'table-wrap' }, h('table', { id: 'flag-sync' },
+          h('thead', {}, h('tr', {}, ['Project', 'Last answer', 'Last success', 'Age', 'Failures in a row', 'ETag'].map((t) => h('th', { scope: 'col' }, t)))),
+          h('tbody', {}, rows)))
+        : h('p', { class: 'muted', id: 'flag-sync' }, 'No project has an upstream_secret_key.'),
+    ]
+  }
+
   function view(s) {
     const errors = s.reload_errors
     return [
@@ -42,6 +62,7 @@
         stat('Version', s.version),
         stat('Uptime', FP.fmt.seconds(s.uptime_seconds)),
         stat('Flag rules version', FP.fmt.int(s.flags_version))),
+      ...syncView(s.upstream),
       h('h2', {}, 'Reload errors'),
       errors.length
         ? h('ul', { id: 'reload-errors' }, errors.map((e) => h('li', {}, h('strong', {}, `${e.of}: `), h('code', {}, e.problem))))
