@@ -6,3 +6,4 @@ mod eval;
 mod fake;
 mod forward;
 mod ingest;
+mod sync;
