@@ -239,7 +239,9 @@ fn an_edge_restarted_while_upstream_is_down_serves_the_rules_on_disk() {
     wait_for_flag(&edge, "beta", json!(true));
     let stored = edge.dir.join("db/upstream/1");
     // Kept on disk right after it is published.
-    let etag = wait_for("the stored ETag", || std::fs::read_to_string(stored.join("etag")).ok());
+    let etag = wait_for("the stored ETag", || {
+        std::fs::read_to_string(stored.join("etag")).ok()
+    });
     let body: Value =
         serde_json::from_slice(&std::fs::read(stored.join("definitions.json")).unwrap()).unwrap();
     assert_eq!(body["flags"][0]["key"], "beta");
