@@ -15,7 +15,7 @@ use arc_swap::ArcSwap;
 
 use super::compile::ProjectRules;
 use super::error::{CompileError, ErrorKind};
-use super::synced::Overlay;
+use super::synced::{Generated, Overlay};
 use crate::support::watch::{list, project_id, Pass, Problem, Watched};
 
 /// Every project's compiled rules at one moment.
@@ -81,10 +81,6 @@ pub struct Rules {
     /// every publish; its lock is held while a snapshot is published.
     pub(super) synced: Mutex<Overlay>,
 }
-
-/// Flag definitions, in the file format, generated for each project from other files and
-/// appended to its own (see `flags::generated`).
-pub type Generated = HashMap<i64, Vec<serde_json::Value>>;
 
 impl std::fmt::Debug for Rules {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

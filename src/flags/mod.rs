@@ -54,9 +54,11 @@ pub use clock::now;
 pub use compile::ProjectRules;
 pub use error::{CompileError, ErrorKind};
 pub use lint::lint;
-pub use load::{Generated, ReloadReport, Rules, Snapshot};
+pub use load::{ReloadReport, Rules, Snapshot};
 pub use outcome::Outcomes;
 pub use response::{
-    response, response_bytes, response_bytes_with, response_with, Tail, COMMON_FIELDS,
+    quota_limited, response, response_bytes, response_bytes_with, response_with, Tail,
+    COMMON_FIELDS,
 };
 pub use result::{Context, Evaluation, FailureCause, FlagFailure, FlagResult, Reason, ReasonCode};
+pub use synced::Generated;

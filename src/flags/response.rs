@@ -122,6 +122,18 @@ pub fn response_bytes(version: u8, eval: &Evaluation, request_id: Uuid) -> Vec<u
     response_bytes_with(version, eval, request_id, &Tail::default())
 }
 
+/// `common` (a [`Tail`]'s closing members) with PostHog's `"quotaLimited":
+/// ["feature_flags"]`, which its flags service adds, with no flags, for a project over
+/// its quota (an edge's synced project whose upstream answered 402).
+pub fn quota_limited(common: &str) -> String {
+    const QUOTA_LIMITED: &str = r#""quotaLimited":["feature_flags"]"#;
+    if common.trim().is_empty() {
+        QUOTA_LIMITED.to_string()
+    } else {
+        format!("{QUOTA_LIMITED},{common}")
+    }
+}
+
 /// [`response_bytes`] with the caller's [`Tail`].
 pub fn response_bytes_with(
     version: u8,

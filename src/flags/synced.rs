@@ -13,7 +13,10 @@ use serde_json::Value;
 
 use super::compile::ProjectRules;
 use super::error::CompileError;
-use super::load::Generated;
+
+/// Flag definitions, in the file format, generated for each project from other files and
+/// appended to its own (see `flags::generated`).
+pub type Generated = HashMap<i64, Vec<Value>>;
 
 /// What a synced project serves.
 #[derive(Clone)]
@@ -154,5 +157,70 @@ impl super::Rules {
             .collect();
         ids.sort_unstable();
         ids
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::Rules;
+    use serde_json::json;
+
+    fn flags(key: &str) -> String {
+        json!({"flags": [{"id": 1, "key": key, "active": true,
+            "filters": {"groups": [{"properties": [], "rollout_percentage": 100}]}}],
+            "group_type_mapping": {}, "cohorts": {}})
+        .to_string()
+    }
+
+    fn key_of(rules: &Rules, id: i64) -> Option<String> {
+        let snapshot = rules.current();
+        let r = snapshot.project(id)?;
+        r.definitions_json()["flags"][0]["key"]
+            .as_str()
+            .map(str::to_string)
+    }
+
+    #[test]
+    fn synced_rules_replace_the_file_through_reloads_until_the_sync_ends() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("1.json"), flags("from-file")).unwrap();
+        std::fs::write(dir.path().join("2.json"), flags("other")).unwrap();
+        let (rules, _) = Rules::load(dir.path());
+        assert_eq!(key_of(&rules, 1).as_deref(), Some("from-file"));
+
+        // Synced, nothing from upstream yet: no rules, and a reload keeps it so.
+        rules.sync_begin(1);
+        assert_eq!(key_of(&rules, 1), None);
+        rules.reload(dir.path());
+        assert_eq!(key_of(&rules, 1), None);
+        assert_eq!(key_of(&rules, 2).as_deref(), Some("other"));
+
+        let before = rules.current().version();
+        let version = rules
+            .sync_install(1, flags("from-upstream").as_bytes())
+            .unwrap();
+        assert!(version > before);
+        assert_eq!(key_of(&rules, 1).as_deref(), Some("from-upstream"));
+        // A file change reloads the files; the synced rules stay.
+        std::fs::write(dir.path().join("1.json"), flags("edited-file")).unwrap();
+        rules.reload(dir.path());
+        assert_eq!(key_of(&rules, 1).as_deref(), Some("from-upstream"));
+        assert_eq!(rules.synced_projects(), vec![1]);
+
+        // A body that does not compile changes nothing.
+        assert!(rules.sync_install(1, b"{\"flags\": 3}").is_err());
+        assert_eq!(key_of(&rules, 1).as_deref(), Some("from-upstream"));
+
+        rules.sync_quota_limited(1);
+        assert_eq!(key_of(&rules, 1), None);
+        assert!(rules.current().quota_limited(1));
+        assert!(!rules.current().quota_limited(2));
+
+        // The sync ends: the file serves again at the next check.
+        rules.sync_end(1);
+        assert!(rules.reload_if_changed(dir.path()).is_some());
+        assert_eq!(key_of(&rules, 1).as_deref(), Some("edited-file"));
+        assert!(!rules.current().quota_limited(1));
+        assert!(rules.synced_projects().is_empty());
     }
 }

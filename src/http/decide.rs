@@ -291,21 +291,17 @@ fn evaluate(
     let request_id = request_id();
     // In edge mode, upstream's client config once the edge has a copy of it.
     let upstream = super::upstream_config::decide_tail(app, project);
-    let mut common = match upstream
+    let common = match upstream
         .as_deref()
         .and_then(super::upstream_config::decide_members)
     {
         Some(members) => members,
         None => super::remote_config::decide_tail(app, project),
     };
-    // A synced project upstream has quota-limited answers as upstream's flags service
-    // does: no flags, and `quotaLimited` naming them.
-    let limited;
+    // A synced project upstream has quota-limited answers as upstream does.
     let quota_limited = i64::try_from(project.id).is_ok_and(|id| snapshot.quota_limited(id));
-    if quota_limited {
-        limited = quota_limited_tail(common);
-        common = &limited;
-    }
+    let limited = quota_limited.then(|| flags::quota_limited(common));
+    let common = limited.as_deref().unwrap_or(common);
     let tail = flags::Tail {
         evaluated_at: Some(now_ms()),
         common,
@@ -390,16 +386,6 @@ fn evaluate(
         outcomes.response_bytes_with(version, request_id, &tail),
         asked,
     )
-}
-
-/// The response's closing members with PostHog's `"quotaLimited": ["feature_flags"]`.
-fn quota_limited_tail(common: &str) -> String {
-    const QUOTA_LIMITED: &str = r#""quotaLimited":["feature_flags"]"#;
-    if common.trim().is_empty() {
-        QUOTA_LIMITED.to_string()
-    } else {
-        format!("{QUOTA_LIMITED},{common}")
-    }
 }
 
 /// `evaluatedAt`: milliseconds since the epoch, as PostHog's flags service writes it.

@@ -22,6 +22,7 @@ mod limit;
 pub mod place;
 pub(crate) mod session;
 mod shape;
+mod synced;
 mod validate;
 mod values;
 
@@ -48,8 +49,7 @@ pub struct Store {
     /// One entry per project touched; each project's `Mutex` is held for a whole
     /// read-check-write, so two writes to one project never interleave.
     projects: Mutex<HashMap<u64, Arc<Mutex<Seen>>>>,
-    /// Projects whose flags are synced from upstream (edge mode): reads show the
-    /// synced definitions instead of the file's (writes are refused before here).
+    /// Synced projects' definitions, shown instead of their files (see `synced`).
     synced: Mutex<HashMap<u64, Arc<Map<String, Value>>>>,
 }
 
@@ -133,16 +133,6 @@ impl Store {
         }
     }
 
-    /// Show `definitions` (upstream's, for a synced project) instead of the project's
-    /// file; `None` shows the file again.
-    pub fn show_synced(&self, project: u64, definitions: Option<Map<String, Value>>) {
-        let mut synced = crate::support::sync::lock(&self.synced);
-        match definitions {
-            Some(doc) => synced.insert(project, Arc::new(doc)),
-            None => synced.remove(&project),
-        };
-    }
-
     /// Runs `f` holding the project's lock, with its file as read now.
     fn with<T>(
         &self,
@@ -156,16 +146,7 @@ impl Store {
         // A panic mid-write leaves the file old or new (atomic rename) and at worst a
         // stale fingerprint, which only asks for a refresh.
         let mut seen = crate::support::sync::lock(&lock);
-        let synced = crate::support::sync::lock(&self.synced)
-            .get(&project)
-            .cloned();
-        let file = match synced {
-            Some(doc) => FlagFile {
-                doc: (*doc).clone(),
-                digest: None,
-            },
-            None => FlagFile::read(&self.flags_dir, project)?,
-        };
+        let file = self.read_shown(project)?;
         seen.first_read(&file);
         f(&mut seen, file)
     }
