@@ -31,16 +31,7 @@ pub fn everyone(key: &str, rollout: u32) -> Value {
 /// is left for project 1, which a synced edge must ignore.
 pub fn data_dir_with(root: &Path, extra: &str) {
     fill_data_dir(root);
-    std::fs::write(
-        root.join("data/projects.json"),
-        format!(
-            r#"{{"projects": [
-                {{"id": 1, "name": "one", "api_key": "{KEY_ONE}", "personal_api_keys": ["{PERSONAL_ONE}"], {extra}}},
-                {{"id": 2, "name": "two", "api_key": "{KEY_TWO}", "personal_api_keys": ["{PERSONAL_TWO}"]}}
-            ]}}"#
-        ),
-    )
-    .unwrap();
+    std::fs::write(root.join("data/projects.json"), projects_json(extra)).unwrap();
     std::fs::write(
         root.join("data/flags/1.json"),
         json!({"flags": [{"id": 9, "key": "from-the-file", "active": true,
@@ -49,6 +40,21 @@ pub fn data_dir_with(root: &Path, extra: &str) {
         .to_string(),
     )
     .unwrap();
+}
+
+/// `projects.json` with `extra` members (none when empty) on project 1.
+pub fn projects_json(extra: &str) -> String {
+    let extra = if extra.is_empty() {
+        String::new()
+    } else {
+        format!(", {extra}")
+    };
+    format!(
+        r#"{{"projects": [
+            {{"id": 1, "name": "one", "api_key": "{KEY_ONE}", "personal_api_keys": ["{PERSONAL_ONE}"]{extra}}},
+            {{"id": 2, "name": "two", "api_key": "{KEY_TWO}", "personal_api_keys": ["{PERSONAL_TWO}"]}}
+        ]}}"#
+    )
 }
 
 /// A flagpost upstream whose project 1 reads its feed with [`SECRET`].
@@ -263,4 +269,112 @@ fn an_edge_restarted_while_upstream_is_down_serves_the_rules_on_disk() {
     assert_eq!(decide(&edge, "ada")["featureFlags"]["beta"], json!(true));
     assert_eq!(edge.get("/_readiness").status, 200);
     assert_eq!(std::fs::read_to_string(stored.join("etag")).unwrap(), etag);
+}
+
+#[test]
+fn the_console_shows_synced_flags_read_only_and_the_sync_on_its_health_page() {
+    let up = upstream();
+    let r = call(
+        &up,
+        "POST",
+        "/api/projects/1/feature_flags/",
+        PERSONAL_ONE,
+        Some(everyone("beta", 100)),
+    );
+    assert_eq!(r.status, 201, "{}", r.text());
+    let url = format!("http://{}", up.addr);
+    let edge = edge(&url, &[]);
+    wait_for_flag(&edge, "beta", json!(true));
+
+    let session = edge.request(
+        Req::post(
+            "/console/api/session",
+            json!({"key": PERSONAL_ONE}).to_string(),
+        )
+        .header("Content-Type", "application/json")
+        .header("Origin", "http://localhost"),
+    );
+    assert_eq!(session.status, 200, "{}", session.text());
+    let described = session.json();
+    assert_eq!(described["project"]["synced_from"], json!(url));
+    let cookie = session
+        .header("set-cookie")
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_string();
+    let token = described["token"].as_str().unwrap().to_string();
+    let console = |method: &str, path: &str, body: Option<Value>| {
+        let req = match body {
+            Some(b) => Req::post(path, b.to_string()).method(method),
+            None => Req::get(path),
+        };
+        edge.request(
+            req.header("Cookie", &cookie)
+                .header("Content-Type", "application/json")
+                .header("Origin", "http://localhost")
+                .header("X-Flagpost-Token", &token),
+        )
+    };
+    let list = console("GET", "/console/api/feature_flags/", None);
+    assert_eq!(list.json()["results"][0]["key"], "beta");
+    let refused = console(
+        "PATCH",
+        "/console/api/feature_flags/1/",
+        Some(json!({"active": false})),
+    );
+    assert_eq!(refused.status, 409, "{}", refused.text());
+    assert!(refused.json()["detail"].as_str().unwrap().contains(&url));
+
+    // The health page: the last answer, the last success, the age, the ETag.
+    let sync = wait_for("a conditional poll on the health page", || {
+        let health = console("GET", "/console/api/health", None).json();
+        let sync = health["upstream"]["flag_sync"][0].clone();
+        (sync["last_status"] == "304").then_some((health, sync))
+    });
+    let (health, sync) = sync;
+    assert_eq!(health["upstream"]["url"], json!(url));
+    assert_eq!(sync["project"], 1);
+    assert_eq!(sync["endpoint"], "flags_definitions");
+    assert_eq!(sync["failures_in_a_row"], 0);
+    assert!(
+        sync["last_success"].as_u64().is_some() && sync["age_seconds"].as_u64().is_some(),
+        "{sync}"
+    );
+    let stored = std::fs::read_to_string(edge.dir.join("db/upstream/1/etag")).unwrap();
+    assert_eq!(sync["etag"], json!(stored));
+}
+
+#[test]
+fn a_project_loses_its_sync_when_its_upstream_key_leaves_projects_json() {
+    let up = upstream();
+    let r = call(
+        &up,
+        "POST",
+        "/api/projects/1/feature_flags/",
+        PERSONAL_ONE,
+        Some(everyone("beta", 100)),
+    );
+    assert_eq!(r.status, 201, "{}", r.text());
+    let edge = edge(&format!("http://{}", up.addr), &[]);
+    wait_for_flag(&edge, "beta", json!(true));
+    // No upstream key: the project's own flag file serves again, and writes are allowed.
+    write_atomically(&edge.data().join("projects.json"), projects_json(""));
+    let d = wait_for_flag(&edge, "from-the-file", json!(true));
+    assert!(d["featureFlags"].get("beta").is_none(), "{d}");
+    assert!(edge.log().contains("flag sync stopped"), "{}", edge.log());
+    let r = call(
+        &edge,
+        "POST",
+        "/api/projects/1/feature_flags/",
+        PERSONAL_ONE,
+        Some(everyone("mine", 100)),
+    );
+    assert_eq!(r.status, 201, "{}", r.text());
+    // And back: the key again syncs it again.
+    let synced = projects_json(&format!(r#""upstream_secret_key": "{SECRET}""#));
+    write_atomically(&edge.data().join("projects.json"), synced);
+    let d = wait_for_flag(&edge, "beta", json!(true));
+    assert!(d["featureFlags"].get("mine").is_none(), "{d}");
 }
