@@ -9,6 +9,7 @@ use std::time::SystemTime;
 use super::poll::{self, Endpoint, Polled};
 use super::{disk, Syncer, Wanted};
 use crate::edge::answer::{Backoff, BACKOFF_CAP};
+use crate::support::watch::digest;
 
 /// The kind of state last logged.
 #[derive(PartialEq, Eq)]
@@ -19,7 +20,15 @@ enum Said {
     QuotaLimited,
 }
 
-pub(super) async fn follow(sync: Arc<Syncer>, id: u64, wanted: Wanted, mut etag: Option<String>) {
+/// Poll project `id` for good. `etag` and `held` are those of the stored answer
+/// installed at start, if any (`held` is its body's digest).
+pub(super) async fn follow(
+    sync: Arc<Syncer>,
+    id: u64,
+    wanted: Wanted,
+    mut etag: Option<String>,
+    mut held: Option<[u8; 20]>,
+) {
     let rules_id = i64::try_from(id).unwrap_or_default();
     let dir = disk::dir(&sync.db_dir, id);
     let mut endpoint = Endpoint::Definitions;
@@ -41,6 +50,20 @@ pub(super) async fn follow(sync: Arc<Syncer>, id: u64, wanted: Wanted, mut etag:
             s.last_status = status.clone();
         });
         let wait = match poll::classify(endpoint, result) {
+            // An upstream that ignores If-None-Match (PostHog does when it cannot read
+            // its ETag) sends the same body again: nothing to compile.
+            Polled::Changed { body, etag: tag } if held == Some(digest(&body)) => {
+                etag = tag;
+                confirmed(&sync, id, etag.clone(), false);
+                backoff.succeeded();
+                say(
+                    &mut said,
+                    Said::Serving,
+                    id,
+                    "flag definitions confirmed by upstream",
+                );
+                sync.poll
+            }
             Polled::Changed { body, etag: tag } => {
                 let (s2, body2, tag2, dir2) =
                     (sync.clone(), body.clone(), tag.clone(), dir.clone());
@@ -56,6 +79,7 @@ pub(super) async fn follow(sync: Arc<Syncer>, id: u64, wanted: Wanted, mut etag:
                 match installed {
                     Ok(Ok(_version)) => {
                         etag = tag;
+                        held = Some(digest(&body));
                         confirmed(&sync, id, etag.clone(), true);
                         backoff.succeeded();
                         say(
@@ -96,7 +120,7 @@ pub(super) async fn follow(sync: Arc<Syncer>, id: u64, wanted: Wanted, mut etag:
                 continue;
             }
             Polled::QuotaLimited => {
-                etag = None;
+                (etag, held) = (None, None);
                 let (s2, dir2) = (sync.clone(), dir.clone());
                 let _ = tokio::task::spawn_blocking(move || {
                     s2.host.rules().sync_quota_limited(rules_id);

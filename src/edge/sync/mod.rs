@@ -253,6 +253,9 @@ impl Syncer {
         .await
         .ok()
         .flatten();
+        let held = stored
+            .as_ref()
+            .map(|s| crate::support::watch::digest(&s.body));
         let etag = match &stored {
             Some(s) => {
                 tracing::info!(
@@ -274,7 +277,7 @@ impl Syncer {
             }
         };
         tracing::info!(project = id, upstream = %self.client.base(), "flag sync started");
-        let task = tokio::spawn(follow::follow(self.clone(), id, wanted.clone(), etag));
+        let task = tokio::spawn(follow::follow(self.clone(), id, wanted.clone(), etag, held));
         crate::support::sync::lock(&self.running).insert(id, (wanted, task));
     }
 

@@ -61,6 +61,22 @@ fn the_weak_etag_goes_back_byte_for_byte_and_a_304_compiles_nothing() {
 }
 
 #[test]
+fn the_same_body_again_compiles_nothing() {
+    // As PostHog answers when it cannot read its ETag: a 200 every time.
+    let fake = Fake::start(|_| Reply::new(200).header("etag", WEAK).body(&definitions(100)));
+    let edge = edge(&fake.url(), &[]);
+    wait_for_flag(&edge, "beta", json!(true));
+    let first = fake.wait_for_requests(2);
+    let version = metric(&edge, VERSION);
+    fake.wait_for_requests(first.len() + 3);
+    assert_eq!(
+        metric(&edge, VERSION),
+        version,
+        "an unchanged body published new rules"
+    );
+}
+
+#[test]
 fn an_upstream_without_flags_definitions_is_polled_on_local_evaluation() {
     let fake = Fake::start(|seen| match seen.path.starts_with("/flags/definitions") {
         true => Reply::new(404),
