@@ -175,9 +175,14 @@ async fn api(
 fn describe(app: &App, s: &Session) -> Value {
     let projects = app.projects.load();
     let name = projects.by_id(s.project).map(|p| p.name.clone());
+    let mut project = json!({"id": s.project, "name": name});
+    // Only in edge mode, for a project whose flags are synced (read-only here).
+    if let Some(upstream) = super::flags_api::synced_from(app, s.project) {
+        project["synced_from"] = json!(upstream);
+    }
     json!({
         "signed_in": true,
-        "project": {"id": s.project, "name": name, "synced_from": super::flags_api::synced_from(app, s.project)},
+        "project": project,
         "signed_in_as": s.label,
         "token": s.token,
         "idle_expiry_seconds": session::IDLE_EXPIRY.as_secs(),
