@@ -101,8 +101,15 @@ impl Fake {
         *self.script.lock().unwrap() = Box::new(script);
     }
 
+    /// The definitions polls seen so far (the edge's other parts also ask upstream,
+    /// for its config, surveys and more: those are not the sync's).
     pub fn seen(&self) -> Vec<Seen> {
-        self.seen.lock().unwrap().clone()
+        let polls = ["/flags/definitions", "/api/feature_flag/local_evaluation"];
+        let seen = self.seen.lock().unwrap();
+        seen.iter()
+            .filter(|s| polls.iter().any(|p| s.path.starts_with(p)))
+            .cloned()
+            .collect()
     }
 
     pub fn url(&self) -> String {
