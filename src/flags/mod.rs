@@ -57,8 +57,8 @@ pub use lint::lint;
 pub use load::{ReloadReport, Rules, Snapshot};
 pub use outcome::Outcomes;
 pub use response::{
-    quota_limited, response, response_bytes, response_bytes_with, response_with, Tail,
-    COMMON_FIELDS,
+    quota_limited, quota_limited_tail, response, response_bytes, response_bytes_with,
+    response_with, Tail, COMMON_FIELDS,
 };
 pub use result::{Context, Evaluation, FailureCause, FlagFailure, FlagResult, Reason, ReasonCode};
 pub use synced::Generated;

@@ -134,6 +134,16 @@ pub fn quota_limited(common: &str) -> String {
     }
 }
 
+/// [`quota_limited`]'s tail when upstream has quota-limited `project` (edge mode).
+pub fn quota_limited_tail(
+    snapshot: &super::Snapshot,
+    project: u64,
+    common: &str,
+) -> Option<String> {
+    let limited = i64::try_from(project).is_ok_and(|id| snapshot.quota_limited(id));
+    limited.then(|| quota_limited(common))
+}
+
 /// [`response_bytes`] with the caller's [`Tail`].
 pub fn response_bytes_with(
     version: u8,

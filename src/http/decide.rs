@@ -298,10 +298,8 @@ fn evaluate(
         Some(members) => members,
         None => super::remote_config::decide_tail(app, project),
     };
-    // A synced project upstream has quota-limited answers as upstream does.
-    let quota_limited = i64::try_from(project.id).is_ok_and(|id| snapshot.quota_limited(id));
-    let limited = quota_limited.then(|| flags::quota_limited(common));
-    let common = limited.as_deref().unwrap_or(common);
+    let limited = flags::quota_limited_tail(&snapshot, project.id, common);
+    let (quota_limited, common) = (limited.is_some(), limited.as_deref().unwrap_or(common));
     let tail = flags::Tail {
         evaluated_at: Some(now_ms()),
         common,
