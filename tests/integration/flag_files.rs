@@ -80,7 +80,12 @@ fn a_refused_file_keeps_the_previous_rules_and_says_why_everywhere() {
         wait_for("the file refused", || {
             (reload_failures(&server) == failures + 1).then_some(())
         });
-        assert_eq!(health(), json!([{"of": "flags", "problem": expected}]));
+        // The refusal is counted while the file compiles, and the health page's list is
+        // replaced once the whole reload is done: wait for that list, exactly.
+        let listed = json!([{"of": "flags", "problem": expected}]);
+        wait_for("the health page naming the file, flag and field", || {
+            (health() == listed).then_some(())
+        });
         // The server's stderr reaches the test through a pipe, and may trail the metric.
         wait_for("the log naming the file, flag and field", || {
             server.log().contains(&expected).then_some(())
