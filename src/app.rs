@@ -279,10 +279,8 @@ fn parse_projects(
 mod tests {
     use super::*;
 
-    #[test]
-    fn readiness_follows_the_log_the_compactor_the_disk_and_shutdown() {
-        let dir = tempfile::tempdir().unwrap();
-        let config = Config::new(dir.path().join("data"), dir.path().join("db"));
+    /// An app over a fresh pipeline for `config`, with no projects, rules or GeoIP.
+    fn open(config: Config) -> (App, crate::pipeline::Pipeline) {
         let projects = Arc::new(ArcSwap::from_pointee(Projects::default()));
         let geoip = Arc::new(crate::geoip::Database::disabled());
         let pipeline = crate::pipeline::Pipeline::open(
@@ -300,6 +298,14 @@ mod tests {
             Metrics::new(),
             &pipeline,
         );
+        (app, pipeline)
+    }
+
+    #[test]
+    fn readiness_follows_the_log_the_compactor_the_disk_and_shutdown() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = Config::new(dir.path().join("data"), dir.path().join("db"));
+        let (app, pipeline) = open(config);
         assert!(app.is_ready() && app.accepts_writes());
         // A failing compactor: no new writes, not ready.
         app.compactor.healthy.store(false, Ordering::SeqCst);
@@ -323,23 +329,7 @@ mod tests {
         let mut upstream = crate::config::Upstream::new("http://127.0.0.1:9");
         upstream.max_backlog_bytes = Some(1000);
         config.upstream = Some(upstream);
-        let projects = Arc::new(ArcSwap::from_pointee(Projects::default()));
-        let geoip = Arc::new(crate::geoip::Database::disabled());
-        let pipeline = crate::pipeline::Pipeline::open(
-            &config,
-            projects.clone(),
-            geoip.clone(),
-            Box::new(|_| {}),
-        )
-        .unwrap();
-        let app = App::new(
-            config,
-            projects,
-            crate::flags::Rules::new(),
-            geoip,
-            Metrics::new(),
-            &pipeline,
-        );
+        let (app, pipeline) = open(config);
         assert!(!app.refuses_capture());
         app.upstream_backlog.set(1000, 7);
         assert!(app.refuses_capture() && !app.refuses_events());
