@@ -34,6 +34,8 @@ pub enum Route {
     FlagPayload,
     /// Paths of features flagpost does not keep, each with a deliberate answer.
     NotKept(super::not_kept::Path),
+    /// `/s/` in edge mode: session recordings, kept and forwarded upstream.
+    Recordings,
     /// `/api/surveys/?token=`.
     Surveys,
     /// `/api/early_access_features/?token=`.
@@ -103,6 +105,7 @@ impl Route {
             Route::Static => "static",
             Route::FlagPayload => "flag_payload",
             Route::NotKept(p) => p.label(),
+            Route::Recordings => "recordings",
             Route::Surveys => "surveys",
             Route::EarlyAccess => "early_access_features",
             Route::Liveness => "liveness",
@@ -131,6 +134,7 @@ impl Route {
                 | Route::RemoteConfig
                 | Route::Static
                 | Route::NotKept(_)
+                | Route::Recordings
                 | Route::NotFound
                 | Route::Surveys
                 | Route::EarlyAccess
@@ -139,7 +143,15 @@ impl Route {
 }
 
 pub async fn route(app: Arc<App>, req: Request<Incoming>, peer: SocketAddr) -> Response<Body> {
-    let route = Route::of(req.uri().path());
+    let route = match Route::of(req.uri().path()) {
+        // Where the edge keeps recordings, `/s/` is a route of its own, counted apart.
+        Route::NotKept(_)
+            if app.recordings.is_some() && super::recordings::is_path(req.uri().path()) =>
+        {
+            Route::Recordings
+        }
+        route => route,
+    };
     let request_headers = route.is_cors().then(|| req.headers().clone());
     let mut response = if req.method() == Method::OPTIONS && route.is_cors() {
         response::preflight(req.headers())
@@ -225,15 +237,16 @@ async fn dispatch(
             let rest = req.uri().path().trim_start_matches("/static/");
             super::assets::serve(&dir, named, rest, req.headers()).await
         }
-        Route::NotKept(p) => match &app.recordings {
-            Some(spool) if super::recordings::is_path(req.uri().path()) => {
-                if method != Method::POST {
-                    return Err(ApiError::MethodNotAllowed);
-                }
-                super::recordings::handle(app, spool, req, peer).await
+        Route::Recordings => {
+            let Some(spool) = &app.recordings else {
+                return Err(ApiError::NotFound);
+            };
+            if method != Method::POST {
+                return Err(ApiError::MethodNotAllowed);
             }
-            _ => super::not_kept::handle(app, p, req.uri().query()),
-        },
+            super::recordings::handle(app, spool, req, peer).await
+        }
+        Route::NotKept(p) => super::not_kept::handle(app, p, req.uri().query()),
         Route::Surveys | Route::EarlyAccess => {
             if method != Method::GET {
                 return Err(ApiError::MethodNotAllowed);

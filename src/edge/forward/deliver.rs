@@ -9,7 +9,7 @@
 //! exactly the run that failed, not the halves already delivered.
 
 use std::ops::Range;
-use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -17,6 +17,7 @@ use http_body_util::Full;
 use hyper::Request;
 
 use super::batch::{self, Line};
+use super::dead::{DeadLetters, DEAD_LETTER};
 use crate::edge::answer::Outcome;
 use crate::edge::{Client, Stats};
 
@@ -24,8 +25,6 @@ use crate::edge::{Client, Stats};
 pub const DEADLINE: Duration = Duration::from_secs(60);
 /// Upstream's answers are short; anything longer is cut.
 const MAX_ANSWER: usize = 64 * 1024;
-/// The dead-letter file, under the database directory.
-pub const DEAD_LETTER: &str = "upstream/dead-letter.ndjson";
 
 /// A request's runs of events (indices into its part's list) not yet delivered,
 /// the first one next.
@@ -46,7 +45,7 @@ pub enum Ended {
 pub struct Target<'a> {
     pub client: &'a Client,
     pub stats: &'a Stats,
-    pub db_dir: &'a Path,
+    pub dead: &'a Arc<DeadLetters>,
     pub project: u64,
     pub api_key: &'a str,
     pub historical: bool,
@@ -95,21 +94,28 @@ pub async fn deliver(
         pending.remove(0);
         if run.len() == 1 {
             let line = &lines[events[run.start]];
-            let path = target.db_dir.join(DEAD_LETTER);
-            let (project, json, why) = (target.project, line.json.clone(), refused.clone());
-            let kept =
-                tokio::task::spawn_blocking(move || dead_letter(&path, project, &json, &why))
-                    .await
-                    .map_err(std::io::Error::other)
-                    .and_then(|r| r);
-            if let Err(e) = kept {
-                // Not lost yet: the event stays in the window, tried again later.
-                tracing::error!(error = %e, "forwarder: cannot write the dead-letter file");
-                pending.insert(0, run);
-                return Ended::Retry { after: None };
+            let (dead, project, uuid) = (target.dead.clone(), target.project, line.uuid);
+            let (json, why) = (line.json.clone(), refused.clone());
+            let kept = tokio::task::spawn_blocking(move || dead.keep(project, uuid, &json, &why))
+                .await
+                .map_err(std::io::Error::other)
+                .and_then(|r| r);
+            match kept {
+                Ok(true) => {
+                    target.stats.dead_letters.inc();
+                    tracing::warn!(uuid = %line.uuid, reason = %refused, "forwarder: upstream refused an event; kept in {DEAD_LETTER}");
+                }
+                // Found again after a restart cut its request's bisection short.
+                Ok(false) => {
+                    tracing::debug!(uuid = %line.uuid, "forwarder: refused again; kept already")
+                }
+                Err(e) => {
+                    // Not lost yet: the event stays in the window, tried again later.
+                    tracing::error!(error = %e, "forwarder: cannot write the dead-letter file");
+                    pending.insert(0, run);
+                    return Ended::Retry { after: None };
+                }
             }
-            target.stats.dead_letters.inc();
-            tracing::warn!(uuid = %line.uuid, reason = %refused, "forwarder: upstream refused an event; kept in {DEAD_LETTER}");
         } else {
             let [a, b] = batch::halves(run);
             pending.insert(0, b);
@@ -117,38 +123,4 @@ pub async fn deliver(
         }
     }
     Ended::Done
-}
-
-/// Append one refused event to the dead-letter file, fsync'd: `{"at", "project",
-/// "reason", "event"}`, the event as it was sent.
-pub fn dead_letter(path: &Path, project: u64, event: &[u8], reason: &str) -> std::io::Result<()> {
-    use std::io::Write;
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    let mut line = Vec::with_capacity(event.len() + 200);
-    line.extend_from_slice(b"{\"at\":\"");
-    line.extend_from_slice(
-        crate::support::clock::format_ms(crate::support::clock::now_ms()).as_bytes(),
-    );
-    line.extend_from_slice(format!("\",\"project\":{project},\"reason\":").as_bytes());
-    serde_json::to_writer(&mut line, reason)?;
-    line.extend_from_slice(b",\"event\":");
-    match serde_json::from_slice::<&serde_json::value::RawValue>(event) {
-        Ok(_) => line.extend_from_slice(event),
-        // Not JSON after all: kept as text so the line stays one JSON object.
-        Err(_) => serde_json::to_writer(&mut line, &String::from_utf8_lossy(event))?,
-    }
-    line.extend_from_slice(b"}\n");
-    let mut file = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)?;
-    file.write_all(&line)?;
-    file.sync_data()
-}
-
-/// Where the dead letters of the database at `db_dir` are.
-pub fn dead_letter_path(db_dir: &Path) -> PathBuf {
-    db_dir.join(DEAD_LETTER)
 }

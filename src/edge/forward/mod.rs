@@ -17,6 +17,7 @@
 
 pub mod batch;
 pub mod cursor;
+pub mod dead;
 pub mod deliver;
 
 use std::collections::HashMap;
@@ -28,6 +29,7 @@ use arc_swap::ArcSwap;
 
 use self::batch::Line;
 use self::cursor::{Cache, State, Window};
+use self::dead::DeadLetters;
 use self::deliver::{Ended, Pending, Target};
 use super::answer::{Backoff, PAUSE_RETRY};
 use super::{Client, Stats};
@@ -73,7 +75,7 @@ pub struct Forwarder {
     files: Files,
     projects: Arc<ArcSwap<Projects>>,
     stats: Stats,
-    db_dir: PathBuf,
+    dead: Arc<DeadLetters>,
     historical_after: Duration,
     cache: Cache,
     sending: HashMap<u64, Sending>,
@@ -101,7 +103,7 @@ impl Forwarder {
             files,
             projects,
             stats,
-            db_dir,
+            dead: Arc::new(DeadLetters::new(&db_dir)),
             historical_after,
             cache: Cache::new(),
             sending: HashMap::new(),
@@ -217,7 +219,7 @@ impl Forwarder {
             let target = Target {
                 client: &self.client,
                 stats: &self.stats,
-                db_dir: &self.db_dir,
+                dead: &self.dead,
                 project,
                 api_key: &api_key,
                 historical,

@@ -10,6 +10,7 @@ use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
 
 use super::batch::Line;
+use super::dead::{DeadLetters, DEAD_LETTER};
 use super::deliver::{deliver, Ended, Pending, Target};
 use crate::edge::{Client, Stats};
 
@@ -71,11 +72,14 @@ fn lines(n: usize, poison: Option<usize>, big: Option<usize>) -> Vec<Line> {
             } else {
                 String::new()
             };
+            let uuid = uuid::Uuid::from_u128(i as u128);
             Line {
-                uuid: uuid::Uuid::from_u128(i as u128),
+                uuid,
                 timestamp: 0,
-                json: format!(r#"{{"uuid":"{i}","event":"{name}","properties":{{"p":"{pad}"}}}}"#)
-                    .into_bytes(),
+                json: format!(
+                    r#"{{"uuid":"{uuid}","event":"{name}","properties":{{"p":"{pad}"}}}}"#
+                )
+                .into_bytes(),
             }
         })
         .collect()
@@ -83,10 +87,12 @@ fn lines(n: usize, poison: Option<usize>, big: Option<usize>) -> Vec<Line> {
 
 async fn run(url: &str, dir: &std::path::Path, lines: &[Line], stats: &Stats) -> (Ended, Pending) {
     let client = Client::new(url).unwrap();
+    // A new one each run, as after a restart: it reads what the file holds.
+    let dead = Arc::new(DeadLetters::new(dir));
     let target = Target {
         client: &client,
         stats,
-        db_dir: dir,
+        dead: &dead,
         project: 1,
         api_key: "phc_k",
         historical: false,
@@ -98,7 +104,7 @@ async fn run(url: &str, dir: &std::path::Path, lines: &[Line], stats: &Stats) ->
 }
 
 fn dead_letters(dir: &std::path::Path) -> Vec<serde_json::Value> {
-    std::fs::read_to_string(dir.join(super::deliver::DEAD_LETTER))
+    std::fs::read_to_string(dir.join(DEAD_LETTER))
         .unwrap_or_default()
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
@@ -114,12 +120,22 @@ async fn a_400_is_bisected_down_to_the_one_refused_event() {
     assert_eq!((ended, pending.len()), (Ended::Done, 0));
     let letters = dead_letters(dir.path());
     assert_eq!(letters.len(), 1);
-    assert_eq!(letters[0]["event"]["uuid"], "5");
+    assert_eq!(
+        letters[0]["event"]["uuid"],
+        uuid::Uuid::from_u128(5).to_string()
+    );
     assert_eq!(letters[0]["reason"], "400 no");
     assert_eq!(stats.dead_letters.get(), 1);
     // Halves in order, the refused half halved again: 16 and 8 refused, 4 taken, 4
     // and 2 refused, 1 taken, 1 dead-lettered, then the untried halves taken.
     assert_eq!(*seen.lock().unwrap(), [16, 8, 4, 4, 2, 1, 1, 2, 8]);
+    // The same request bisected again, as after a crash cut it short: the event is
+    // refused again and kept once.
+    let again = Stats::default();
+    let (ended, _) = run(&url, dir.path(), &lines(16, Some(5), None), &again).await;
+    assert_eq!(ended, Ended::Done);
+    assert_eq!(dead_letters(dir.path()).len(), 1);
+    assert_eq!(again.dead_letters.get(), 0);
 }
 
 #[tokio::test]

@@ -184,12 +184,26 @@ fn recordings_reach_upstream_intact_across_an_outage_and_a_restart() {
     assert_eq!(edge.post("/s/", unknown.to_string()).status, 401);
     assert_eq!(edge.post("/s/", "not json").status, 400);
     assert_eq!(std::fs::read_dir(&spool).unwrap().count(), 0);
-    // Outside edge mode, /s/ is not kept, as before.
-    assert_eq!(
-        Server::start()
-            .post("/s/", snapshot_batch().to_string())
-            .status,
-        404
+    // The edge before the restart took the recording; this one counts its own
+    // requests under their route, not under the paths flagpost does not keep.
+    let r = edge.post("/s/", gzip(snapshot_batch().to_string().as_bytes()));
+    assert_eq!(r.status, 200);
+    let metrics = edge.get("/metrics").text();
+    for counted in [
+        r#"flagpost_http_requests_total{route="recordings",status="200"} 1"#,
+        r#"flagpost_http_requests_total{route="recordings",status="401"} 1"#,
+        r#"flagpost_http_requests_total{route="recordings",status="400"} 1"#,
+    ] {
+        assert!(metrics.contains(counted), "{counted} in {metrics}");
+    }
+    assert!(!metrics.contains(r#"route="not_kept""#), "{metrics}");
+    // Outside edge mode, /s/ is not kept, as before, and counted so.
+    let plain = Server::start();
+    assert_eq!(plain.post("/s/", snapshot_batch().to_string()).status, 404);
+    let metrics = plain.get("/metrics").text();
+    assert!(
+        metrics.contains(r#"flagpost_http_requests_total{route="not_kept",status="404"} 1"#),
+        "{metrics}"
     );
 }
 
