@@ -25,7 +25,9 @@
 //! block id recorded; `g` -> block ids written while the feed was off (first, end),
 //! found when an entry's blocks do not follow on from `h`, for the backfill to send.
 //! `a` + name -> an active reader; `r` + name + `/` + what -> a named reader's
-//! checkpoint and state ([`readers`]: the sink's are `c` and `f`, as above).
+//! checkpoint and state ([`readers`]: the sink's are `c` and `f`, as above); `l` -> the
+//! first block the sink had not sent when it was switched off while the forwarder
+//! kept the feed on ([`readers`]).
 
 pub mod readers;
 pub mod retention;

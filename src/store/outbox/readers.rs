@@ -9,12 +9,21 @@
 //! are active is stored under `a` + name, set at each start from the configuration
 //! ([`Outbox::set_readers`]); a database with none recorded has the sink alone, as
 //! before. A reader dropped from the configuration stops holding entries back.
+//!
+//! The sink switched off while the forwarder keeps the feed on would then miss the
+//! entries written and passed meanwhile, and unlike a feed switched off entirely, the
+//! block ids leave no gap to notice. So when the sink leaves, the first event block it
+//! had not sent is noted (`l`), and when it comes back, the blocks from there to the
+//! first one the outbox still names are recorded as the gap its backfill sends, with
+//! the persons, distinct ids and groups whole again, as after any time off.
 
 use std::convert::Infallible;
 
 use sled::transaction::ConflictableTransactionError;
 
-use super::{be64, entry_key, storage, Entry, Outbox, CHECKPOINT, IN_FLIGHT};
+use super::{
+    be64, entry_key, pair, pair_bytes, storage, Entry, Outbox, CHECKPOINT, GAP, HIGHEST, IN_FLIGHT,
+};
 
 /// The ClickHouse sink's name; its keys are the outbox's original ones.
 pub const SINK: &str = "sink";
@@ -24,6 +33,9 @@ pub const FORWARD: &str = "forward";
 const ACTIVE: u8 = b'a';
 /// Prefix of every named reader's keys but the sink's.
 const READER: u8 = b'r';
+/// The first event block the sink had not sent when it was switched off while
+/// another reader kept the feed on.
+const SINK_LEFT: &[u8] = b"l";
 
 /// One reader's side of the outbox: its checkpoint and its own state keys.
 #[derive(Clone)]
@@ -136,7 +148,17 @@ impl Outbox {
     /// Record which readers are active (at start, from the configuration). A reader
     /// new to the outbox starts at the oldest entry still kept.
     pub fn set_readers(&self, names: &[&str]) -> sled::Result<()> {
-        for old in self.readers()? {
+        let before = self.readers()?;
+        let (was, is) = (before.iter().any(|n| n == SINK), names.contains(&SINK));
+        // Only a sink that ran (and so saved its backfill) has a place to resume from.
+        if was && !is && !names.is_empty() && self.backfill()?.is_some() {
+            let from = self.first_unsent_block()?;
+            self.tree.insert(SINK_LEFT, &from.to_be_bytes()[..])?;
+        }
+        if is && !was {
+            self.note_sink_back()?;
+        }
+        for old in before {
             if !names.contains(&old.as_str()) {
                 self.tree.remove([&[ACTIVE], old.as_bytes()].concat())?;
             }
@@ -146,6 +168,45 @@ impl Outbox {
                 .insert([&[ACTIVE], name.as_bytes()].concat(), &[][..])?;
         }
         self.release()?;
+        Ok(())
+    }
+
+    /// The lowest event block id the sink has not passed: the first one an entry
+    /// after its checkpoint names, or the next one to be written.
+    fn first_unsent_block(&self) -> sled::Result<u64> {
+        for entry in self.reader(SINK).entries()? {
+            let blocks = entry?.committed.blocks;
+            if let Some(id) = blocks
+                .iter()
+                .filter_map(|k| k.get(16..24).and_then(be64))
+                .min()
+            {
+                return Ok(id);
+            }
+        }
+        let highest = self.tree.get(HIGHEST)?.and_then(|v| be64(&v));
+        Ok(highest.map_or(0, |h| h + 1))
+    }
+
+    /// The sink is back after [`SINK_LEFT`] was noted: the blocks between there and
+    /// those the outbox still holds for it become the gap its backfill sends.
+    fn note_sink_back(&self) -> sled::Result<()> {
+        let Some(from) = self.tree.get(SINK_LEFT)?.and_then(|v| be64(&v)) else {
+            return Ok(());
+        };
+        let end = self.first_unsent_block()?;
+        if end > from {
+            let (first, end) = match self.tree.get(GAP)?.and_then(|v| pair(&v)) {
+                Some((f, e)) => (from.min(f), end.max(e)),
+                None => (from, end),
+            };
+            tracing::warn!(
+                blocks = end - first,
+                "sink: switched off while the forwarder went on; what it missed is sent again"
+            );
+            self.tree.insert(GAP, pair_bytes(first, end))?;
+        }
+        self.tree.remove(SINK_LEFT)?;
         Ok(())
     }
 

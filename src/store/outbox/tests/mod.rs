@@ -214,3 +214,54 @@ fn entries_go_once_every_active_reader_passed_them() {
     assert_eq!(kept(&outbox), Vec::<u64>::new());
     assert!(!outbox.sink_reads().unwrap());
 }
+
+fn block_entry(id: u64) -> Committed {
+    Committed {
+        at: 1,
+        blocks: vec![crate::store::keys::block(1, 0, id).to_vec()],
+        events: 1,
+        ..Committed::default()
+    }
+}
+
+#[test]
+fn a_sink_off_while_the_forwarder_reads_gets_what_it_missed_as_a_gap() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = sled::open(dir.path()).unwrap();
+    let outbox = Outbox::open(&db).unwrap();
+    // A sink that never ran leaves nothing to resume: its first backfill sends all.
+    outbox.set_readers(&[FORWARD]).unwrap();
+    outbox.set_readers(&[SINK, FORWARD]).unwrap();
+    assert_eq!(outbox.gap().unwrap(), None);
+
+    outbox.set_backfill(b"{}").unwrap();
+    for id in 1..=3 {
+        write(&outbox, &block_entry(id));
+    }
+    // The sink sent block 1 and is switched off; the forwarder goes on past 3.
+    outbox.acknowledge(1, 1).unwrap();
+    outbox.set_readers(&[FORWARD]).unwrap();
+    let forward = outbox.reader(FORWARD);
+    forward.advance(3, &[], true).unwrap();
+    write(&outbox, &block_entry(4));
+    write(&outbox, &block_entry(5));
+    forward.advance(4, &[], true).unwrap();
+    assert_eq!(kept(&outbox), [5], "the sink holds nothing back while off");
+    // Back: blocks 2 to 4 went while it was off; 5 it reads from the outbox.
+    outbox.set_readers(&[SINK, FORWARD]).unwrap();
+    assert_eq!(outbox.gap().unwrap(), Some((2, 5)));
+    assert_eq!(seqs(&outbox.reader(SINK)), [5]);
+
+    // Off and on again with nothing passed meanwhile: the gap stays as it was.
+    outbox.set_readers(&[FORWARD]).unwrap();
+    outbox.set_readers(&[SINK, FORWARD]).unwrap();
+    assert_eq!(outbox.gap().unwrap(), Some((2, 5)));
+    // Off with everything sent, then blocks written and forwarded: all of them.
+    outbox.take_gap(b"{}").unwrap();
+    outbox.acknowledge(5, 5).unwrap();
+    outbox.set_readers(&[FORWARD]).unwrap();
+    write(&outbox, &block_entry(6));
+    forward.advance(6, &[], true).unwrap();
+    outbox.set_readers(&[SINK, FORWARD]).unwrap();
+    assert_eq!(outbox.gap().unwrap(), Some((6, 7)));
+}
