@@ -44,10 +44,11 @@ pub struct Delivery {
 pub struct State {
     pub deliveries: Vec<Delivery>,
     pub script: VecDeque<Act>,
-    /// Close every connection as soon as it is accepted.
+    /// Close every connection as soon as it is accepted, and one kept alive from
+    /// before at its next request, unanswered.
     pub down: bool,
-    /// A batch holding an event with this uuid is answered 400.
-    pub poison: Option<String>,
+    /// A batch holding an event with one of these uuids is answered 400.
+    pub poison: Vec<String>,
     /// A batch larger than this many events is answered 413.
     pub max_events: Option<usize>,
     /// Keys other than these are answered 401.
@@ -191,6 +192,9 @@ async fn answer(
         .collect();
     let (act, slow, upstream) = {
         let mut s = state.lock().unwrap();
+        if s.down {
+            return Err(std::io::Error::other("down"));
+        }
         s.requests += 1;
         let act = s.script.pop_front();
         let act = act.or_else(|| {
@@ -200,8 +204,7 @@ async fn answer(
             if s.max_events.is_some_and(|m| events.len() > m) {
                 return Some(Act::Status(413, None));
             }
-            let poison = s.poison.clone();
-            if poison.is_some_and(|p| events.iter().any(|(u, _)| *u == p)) {
+            if events.iter().any(|(u, _)| s.poison.contains(u)) {
                 return Some(Act::Status(400, None));
             }
             None

@@ -9,6 +9,11 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
+mod bisect;
+mod clients;
+mod ip;
+mod sink;
+
 use super::fake::{Act, Fake};
 use crate::util::{wait_for, Server, KEY_ONE, KEY_TWO};
 
@@ -207,7 +212,7 @@ fn a_poison_event_is_dead_lettered_and_its_batch_mates_arrive() {
     let fake = Fake::start(None);
     let poison = uuid::Uuid::now_v7().to_string();
     fake.with(|s| {
-        s.poison = Some(poison.clone());
+        s.poison = vec![poison.clone()];
         // Too large past 64 events: requests are split down to that.
         s.max_events = Some(64);
     });

@@ -39,7 +39,7 @@ pub fn sdk_dir() -> PathBuf {
 }
 
 /// Flags with exact answers for anyone: 0 and 100 % rollouts, one variant at 100 %.
-fn rules() -> Value {
+pub fn rules() -> Value {
     json!({
         "flags": [
             {"id": 1, "key": "always-on", "active": true, "version": 1,
