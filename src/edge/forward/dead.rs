@@ -78,26 +78,35 @@ impl DeadLetters {
     }
 }
 
-/// The events the file at `path` holds, its torn last line cut off first.
+/// The events the file at `path` holds, its torn last line cut off first. Read a
+/// line at a time: the file may have grown large over the months.
 fn read(path: &Path) -> std::io::Result<HashSet<(u64, Uuid)>> {
-    let text = match std::fs::read(path) {
-        Ok(t) => t,
+    use std::io::BufRead;
+    let file = match std::fs::File::open(path) {
+        Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(HashSet::new()),
         Err(e) => return Err(e),
     };
-    let whole = text.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
-    if whole < text.len() {
-        tracing::warn!(
-            bytes = text.len() - whole,
-            "forwarder: the dead-letter file ends in a line cut short by a crash; removed"
-        );
-        let file = std::fs::OpenOptions::new().write(true).open(path)?;
-        file.set_len(whole as u64)?;
-        file.sync_data()?;
-    }
-    let mut set = HashSet::new();
-    for l in text[..whole].split(|b| *b == b'\n') {
-        let Ok(k) = serde_json::from_slice::<Kept>(l) else {
+    let mut reader = std::io::BufReader::new(file);
+    let (mut set, mut line, mut whole) = (HashSet::new(), Vec::new(), 0u64);
+    loop {
+        line.clear();
+        let n = reader.read_until(b'\n', &mut line)?;
+        if n == 0 {
+            break;
+        }
+        if line.last() != Some(&b'\n') {
+            tracing::warn!(
+                bytes = n,
+                "forwarder: the dead-letter file ends in a line cut short by a crash; removed"
+            );
+            let file = std::fs::OpenOptions::new().write(true).open(path)?;
+            file.set_len(whole)?;
+            file.sync_data()?;
+            break;
+        }
+        whole += n as u64;
+        let Ok(k) = serde_json::from_slice::<Kept>(&line) else {
             continue;
         };
         if let Ok(e) = serde_json::from_str::<Event>(k.event.get()) {
