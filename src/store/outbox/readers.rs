@@ -15,7 +15,10 @@
 //! block ids leave no gap to notice. So when the sink leaves, the first event block it
 //! had not sent is noted (`l`), and when it comes back, the blocks from there to the
 //! first one the outbox still names are recorded as the gap its backfill sends, with
-//! the persons, distinct ids and groups whole again, as after any time off.
+//! the persons, distinct ids and groups whole again, as after any time off. Any other
+//! reader back after a time off starts again from its checkpoint, its own state
+//! dropped: what it missed meanwhile is not sent, and nothing still in the outbox is
+//! skipped.
 
 use std::convert::Infallible;
 
@@ -122,6 +125,30 @@ impl Reader {
     }
 }
 
+impl Reader {
+    /// Back after a time off the readers: the entries it had not passed may be gone,
+    /// so its own state, which may name them (the forwarder's windows), goes too, and
+    /// it starts again from its checkpoint. What it sent past there goes again.
+    fn start_over(&self) -> sled::Result<()> {
+        let state = self.scan(b"")?;
+        let stale: Vec<&Vec<u8>> = state
+            .iter()
+            .map(|(k, _)| k)
+            .filter(|k| *k != b"c")
+            .collect();
+        if !stale.is_empty() {
+            tracing::info!(
+                reader = %self.name,
+                "outbox: a reader back after a time off starts again from its checkpoint"
+            );
+        }
+        for what in stale {
+            self.outbox.tree.remove(self.key(what))?;
+        }
+        Ok(())
+    }
+}
+
 impl Outbox {
     /// The reader called `name` (the sink's is [`SINK`]).
     pub fn reader(&self, name: &str) -> Reader {
@@ -158,12 +185,15 @@ impl Outbox {
         if is && !was {
             self.note_sink_back()?;
         }
-        for old in before {
+        for old in &before {
             if !names.contains(&old.as_str()) {
                 self.tree.remove([&[ACTIVE], old.as_bytes()].concat())?;
             }
         }
         for name in names {
+            if !before.iter().any(|b| b == name) && *name != SINK {
+                self.reader(name).start_over()?;
+            }
             self.tree
                 .insert([&[ACTIVE], name.as_bytes()].concat(), &[][..])?;
         }

@@ -265,3 +265,30 @@ fn a_sink_off_while_the_forwarder_reads_gets_what_it_missed_as_a_gap() {
     outbox.set_readers(&[SINK, FORWARD]).unwrap();
     assert_eq!(outbox.gap().unwrap(), Some((6, 7)));
 }
+
+#[test]
+fn a_reader_back_after_a_time_off_starts_again_from_its_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = sled::open(dir.path()).unwrap();
+    let outbox = Outbox::open(&db).unwrap();
+    outbox.set_readers(&[SINK, FORWARD]).unwrap();
+    for id in 1..=4 {
+        write(&outbox, &block_entry(id));
+    }
+    let forward = outbox.reader(FORWARD);
+    forward.advance(1, &[], true).unwrap();
+    // A window over entries 2 to 4, partly sent.
+    forward.put(b"p1", b"window 2..=4, part 1").unwrap();
+    // A restart with the same readers keeps it.
+    outbox.set_readers(&[SINK, FORWARD]).unwrap();
+    assert_eq!(forward.scan(b"p").unwrap().len(), 1);
+    // Off: the sink alone passes 2 and 3, which go.
+    outbox.set_readers(&[SINK]).unwrap();
+    outbox.acknowledge(2, 3).unwrap();
+    assert_eq!(kept(&outbox), [4]);
+    // Back: the window named entries that are gone; it starts over from 1.
+    outbox.set_readers(&[SINK, FORWARD]).unwrap();
+    assert!(forward.scan(b"p").unwrap().is_empty());
+    assert_eq!(forward.checkpoint().unwrap(), 1);
+    assert_eq!(seqs(&forward), [4]);
+}
