@@ -46,17 +46,18 @@ fn batch() -> Vec<u8> {
 }
 
 /// Everything the capture handler does between decoding and the log: it writes each
-/// event straight into its encoded record (`encode_event`, or in edge mode
-/// `encode_fixed`).
+/// event straight into its encoded record (`encode_event`, or in edge mode a
+/// `Fixer`'s, made once per request).
 fn records(bytes: &mut [u8], ctx: &Context, edge: Option<Fixing>) -> Vec<Vec<u8>> {
     let payload = capture::parse(bytes, false).expect("parses");
     assert_eq!(payload.key().expect("has a key"), API_KEY);
+    let fixer = edge.map(|fixing| capture::Fixer::new(ctx, fixing));
     payload
         .events()
         .map(|event| {
-            let encoded = match edge {
+            let encoded = match &fixer {
                 None => capture::encode_event(event, ctx),
-                Some(fixing) => capture::encode_fixed(event, ctx, fixing),
+                Some(fixer) => fixer.encode(event),
             };
             match encoded.expect("valid") {
                 Encoded::Keep(record) => record,

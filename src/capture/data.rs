@@ -24,6 +24,12 @@ pub fn write(out: &mut Vec<u8>, event: Event<'_, '_>) {
 /// The event's stored bytes as they are in the body, if they are there: an event
 /// without keys, an implied `$identify`, or a body without a copy are written instead.
 pub fn as_sent<'t>(event: Event<'t, '_>) -> Option<&'t [u8]> {
+    as_sent_at(event).map(|(bytes, _)| bytes)
+}
+
+/// [`as_sent`], with the address a tape string of the event would have if it sat at
+/// the start of the bytes: a key's position in them is its address less that one.
+pub fn as_sent_at<'t>(event: Event<'t, '_>) -> Option<(&'t [u8], usize)> {
     let sent = event.sent?;
     let (first, _) = event.object.iter().next()?;
     if event.implied_identify() {
@@ -40,7 +46,7 @@ pub fn as_sent<'t>(event: Event<'t, '_>) -> Option<&'t [u8]> {
     let bytes = sent.original.get(start..walk.at)?;
     // Without a backslash no string of the event was unescaped (so each is in the
     // body as the tape has it), and without a control character none needs escaping.
-    plain(bytes).then_some(bytes)
+    plain(bytes).then_some((bytes, sent.base + start))
 }
 
 /// Where `s` starts in the buffer at `base`.

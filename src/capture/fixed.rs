@@ -14,19 +14,25 @@
 //!   forwarded batch mixes many clients and no request header can name them all. Not
 //!   for a project with `anonymize_ips`: the edge stores and forwards no address then.
 //!
-//! Outside edge mode none of this runs: [`encode_event`](super::encode_event) stores
-//! the event as sent.
+//! An event already in the stored form (see `data`) is copied from the body with the
+//! replaced entries left out and the fixed ones appended, as [`written`] would write
+//! it; the request's `sent_at` and address are formatted once per request
+//! ([`Fixer`]). Outside edge mode none of this runs:
+//! [`encode_event`](super::encode_event) stores the event as sent.
+
+use std::ops::Range;
 
 use serde_json::{Map, Value};
 use simd_json::{Node, StaticNode};
 use uuid::Uuid;
 
+use super::data;
 use super::normalise::{resolve, Context, Encoded};
 use super::parse::{Event, IDENTIFY};
 use super::tape::{self, Object, Value as TapeValue};
 use super::write::{self, Keys, RepeatedKey};
 use super::Error;
-use crate::support::clock::format_ms;
+use crate::support::clock::{format_ms, write_ms};
 
 /// Room for the keys added to an event: a uuid, two times, an address and the names.
 const ADDED_BYTES: usize = 192;
@@ -38,39 +44,79 @@ pub struct Fixing {
     pub anonymize_ips: bool,
 }
 
-/// [`encode_event`](super::encode_event) with the keys fixed in the stored event.
-pub fn encode_fixed(event: Event<'_, '_>, ctx: &Context, fixing: Fixing) -> Result<Encoded, Error> {
-    let n = match resolve(event, ctx)? {
-        Ok(n) => n,
-        Err(reason) => return Ok(Encoded::Drop(reason)),
-    };
-    let head = n.head(ctx);
-    let keys = Added {
-        uuid: head.uuid,
-        timestamp: format_ms(head.timestamp),
-        sent_at: ctx.sent_at.map(format_ms),
-        ip: ctx
-            .ip
-            .filter(|_| !fixing.anonymize_ips)
-            .map(|ip| ip.to_string()),
-    };
-    let hint = event.size_hint + ADDED_BYTES;
-    Ok(Encoded::Keep(head.encode_with(hint, |out| {
-        let start = out.len();
-        if written(out, event, &keys).is_err() {
-            // A key sent twice somewhere: serde_json keeps one entry of it.
-            out.truncate(start);
-            via_serde(out, event, &keys);
+/// One request's events with their keys fixed: what every event of the request
+/// shares is formatted once.
+pub struct Fixer {
+    ctx: Context,
+    sent_at: Option<String>,
+    ip: Option<String>,
+}
+
+impl Fixer {
+    pub fn new(ctx: &Context, fixing: Fixing) -> Fixer {
+        Fixer {
+            ctx: *ctx,
+            sent_at: ctx.sent_at.map(format_ms),
+            ip: ctx
+                .ip
+                .filter(|_| !fixing.anonymize_ips)
+                .map(|ip| ip.to_string()),
         }
-    })))
+    }
+
+    /// [`encode_event`](super::encode_event) with the keys fixed in the stored event.
+    pub fn encode(&self, event: Event<'_, '_>) -> Result<Encoded, Error> {
+        let ctx = &self.ctx;
+        let n = match resolve(event, ctx)? {
+            Ok(n) => n,
+            Err(reason) => return Ok(Encoded::Drop(reason)),
+        };
+        let head = n.head(ctx);
+        let keys = Added {
+            uuid: head.uuid,
+            timestamp: head.timestamp,
+            sent_at: self.sent_at.as_deref(),
+            ip: self.ip.as_deref(),
+        };
+        if let Some((sent, origin)) = data::as_sent_at(event) {
+            let hint = sent.len() + ADDED_BYTES;
+            return Ok(Encoded::Keep(head.encode_with(hint, |out| {
+                let start = out.len();
+                if spliced(out, event.object, sent, origin, &keys).is_none() {
+                    // Bytes not laid out as checked: never seen, written instead.
+                    out.truncate(start);
+                    write_fixed(out, event, &keys);
+                }
+            })));
+        }
+        let hint = event.size_hint + ADDED_BYTES;
+        Ok(Encoded::Keep(
+            head.encode_with(hint, |out| write_fixed(out, event, &keys)),
+        ))
+    }
+}
+
+/// [`Fixer::encode`] of one event.
+pub fn encode_fixed(event: Event<'_, '_>, ctx: &Context, fixing: Fixing) -> Result<Encoded, Error> {
+    Fixer::new(ctx, fixing).encode(event)
+}
+
+fn write_fixed(out: &mut Vec<u8>, event: Event<'_, '_>, keys: &Added<'_>) {
+    let start = out.len();
+    if written(out, event, keys).is_err() {
+        // A key sent twice somewhere: serde_json keeps one entry of it.
+        out.truncate(start);
+        via_serde(out, event, keys);
+    }
 }
 
 /// The keys written into the event.
-struct Added {
+struct Added<'a> {
     uuid: Uuid,
-    timestamp: String,
-    sent_at: Option<String>,
-    ip: Option<String>,
+    /// Unix milliseconds.
+    timestamp: i64,
+    sent_at: Option<&'a str>,
+    ip: Option<&'a str>,
 }
 
 /// Top-level keys replaced by the fixed ones.
@@ -78,7 +124,7 @@ const REPLACED: [&str; 3] = ["uuid", "timestamp", "offset"];
 
 /// The event from the tape with the keys fixed: its own entries in order (the
 /// replaced ones left out, `properties` edited in place), then what it lacked.
-fn written(out: &mut Vec<u8>, event: Event<'_, '_>, keys: &Added) -> Result<(), RepeatedKey> {
+fn written(out: &mut Vec<u8>, event: Event<'_, '_>, keys: &Added<'_>) -> Result<(), RepeatedKey> {
     let o = event.object;
     let mut seen = Keys::default();
     let mut first = true;
@@ -113,33 +159,123 @@ fn written(out: &mut Vec<u8>, event: Event<'_, '_>, keys: &Added) -> Result<(), 
         out.extend_from_slice(br#""properties":"#);
         properties(out, None, keys)?;
     }
-    comma(out);
-    out.extend_from_slice(br#""uuid":""#);
+    closing(out, keys, event.implied_identify());
+    Ok(())
+}
+
+/// The fixed top-level keys after the properties, and the event's closing brace.
+fn closing(out: &mut Vec<u8>, keys: &Added<'_>, implied_identify: bool) {
+    out.extend_from_slice(br#","uuid":""#);
     out.extend_from_slice(
         keys.uuid
             .hyphenated()
             .encode_lower(&mut Uuid::encode_buffer())
             .as_bytes(),
     );
-    out.extend_from_slice(br#"","timestamp":"#);
-    write::string(out, &keys.timestamp);
-    if event.implied_identify() {
+    out.extend_from_slice(br#"","timestamp":""#);
+    write_ms(out, keys.timestamp);
+    out.push(b'"');
+    if implied_identify {
         out.extend_from_slice(br#","event":"$identify""#);
     }
     out.push(b'}');
-    Ok(())
+}
+
+/// [`written`] from the event's bytes as sent, already in the stored form (a tape
+/// string sits at its address less `origin` in them): each kept entry copied whole,
+/// the properties' too. `None` when a key is not where the bytes were checked to
+/// have it.
+fn spliced(
+    out: &mut Vec<u8>,
+    o: Object<'_, '_>,
+    sent: &[u8],
+    origin: usize,
+    keys: &Added<'_>,
+) -> Option<()> {
+    let close = sent.len().checked_sub(1)?;
+    let mut first = true;
+    let mut has_properties = false;
+    out.push(b'{');
+    each_entry(o, origin, close, |key, v, entry| {
+        if REPLACED.contains(&key) {
+            return Some(());
+        }
+        let props = match (key == "properties", v.as_object()) {
+            (false, _) => None,
+            (true, Some(props)) => Some(props),
+            // `resolve` refused any other type; null is taken as none.
+            (true, None) => return Some(()),
+        };
+        if !std::mem::take(&mut first) {
+            out.push(b',');
+        }
+        let Some(props) = props else {
+            out.extend_from_slice(sent.get(entry)?);
+            return Some(());
+        };
+        // `"properties":{`, then its entries up to its closing brace.
+        let open = entry.start.checked_add(key.len() + 3)?;
+        let props_close = entry.end.checked_sub(1)?;
+        (sent.get(open..=props_close)?.first() == Some(&b'{')).then_some(())?;
+        out.extend_from_slice(sent.get(entry.start..=open)?);
+        let ip = added_ip(Some(props), keys);
+        let mut first_prop = true;
+        each_entry(props, origin, props_close, |key, _, entry| {
+            if !replaced(key, ip, keys) {
+                if !std::mem::take(&mut first_prop) {
+                    out.push(b',');
+                }
+                out.extend_from_slice(sent.get(entry)?);
+            }
+            Some(())
+        })?;
+        appended(out, first_prop, ip, keys);
+        has_properties = true;
+        Some(())
+    })?;
+    if !has_properties {
+        if !first {
+            out.push(b',');
+        }
+        out.extend_from_slice(br#""properties":{"#);
+        appended(out, true, added_ip(None, keys), keys);
+    }
+    closing(out, keys, false);
+    Some(())
+}
+
+/// Call `f` with each entry of `o` and where the entry is in the bytes: from its
+/// key's opening quote to the comma after its value, or to `close`, the object's
+/// closing brace.
+fn each_entry<'t, 'a>(
+    o: Object<'t, 'a>,
+    origin: usize,
+    close: usize,
+    mut f: impl FnMut(&'a str, TapeValue<'t, 'a>, Range<usize>) -> Option<()>,
+) -> Option<()> {
+    let at = |s: &str| (s.as_ptr() as usize).checked_sub(origin);
+    let mut entries = o.iter().peekable();
+    while let Some((key, v)) = entries.next() {
+        let start = at(key)?.checked_sub(1)?;
+        let end = match entries.peek() {
+            Some((next, _)) => at(next)?.checked_sub(2)?,
+            None => close,
+        };
+        if start >= end {
+            return None;
+        }
+        f(key, v, start..end)?;
+    }
+    Some(())
 }
 
 /// The properties object with `$ip`, `$sent_at` and `$ignore_sent_at` fixed.
 fn properties(
     out: &mut Vec<u8>,
     props: Option<Object<'_, '_>>,
-    keys: &Added,
+    keys: &Added<'_>,
 ) -> Result<(), RepeatedKey> {
-    let ip = match props.and_then(|p| p.get("$ip")) {
-        Some(v) if !falsy(v) => None,
-        _ => keys.ip.as_deref(),
-    };
+    let ip = added_ip(props, keys);
     let mut seen = Keys::default();
     let mut first = true;
     out.push(b'{');
@@ -147,13 +283,7 @@ fn properties(
         if let Some(p) = props {
             seen.check(p, i, key)?;
         }
-        let replaced = match key {
-            "$ignore_sent_at" => true,
-            "$sent_at" => keys.sent_at.is_some(),
-            "$ip" => ip.is_some(),
-            _ => false,
-        };
-        if replaced {
+        if replaced(key, ip, keys) {
             continue;
         }
         if !std::mem::take(&mut first) {
@@ -163,7 +293,33 @@ fn properties(
         out.push(b':');
         write::value(out, v)?;
     }
-    let added = [("$ip", ip), ("$sent_at", keys.sent_at.as_deref())];
+    appended(out, first, ip, keys);
+    Ok(())
+}
+
+/// The address written into the properties: the request's, unless they hold a
+/// truthy one.
+fn added_ip<'a>(props: Option<Object<'_, '_>>, keys: &Added<'a>) -> Option<&'a str> {
+    match props.and_then(|p| p.get("$ip")) {
+        Some(v) if !falsy(v) => None,
+        _ => keys.ip,
+    }
+}
+
+/// Whether the properties' own `key` gives way to a fixed one.
+fn replaced(key: &str, ip: Option<&str>, keys: &Added<'_>) -> bool {
+    match key {
+        "$ignore_sent_at" => true,
+        "$sent_at" => keys.sent_at.is_some(),
+        "$ip" => ip.is_some(),
+        _ => false,
+    }
+}
+
+/// The fixed properties after the kept ones (`first`: none was kept), and the
+/// object's closing brace.
+fn appended(out: &mut Vec<u8>, mut first: bool, ip: Option<&str>, keys: &Added<'_>) {
+    let added = [("$ip", ip), ("$sent_at", keys.sent_at)];
     for (name, value) in added.into_iter().filter_map(|(n, v)| Some((n, v?))) {
         if !std::mem::take(&mut first) {
             out.push(b',');
@@ -176,7 +332,6 @@ fn properties(
         out.push(b',');
     }
     out.extend_from_slice(br#""$ignore_sent_at":true}"#);
-    Ok(())
 }
 
 /// JavaScript's falsy values as JSON has them: what PostHog's `!properties['$ip']`
@@ -203,7 +358,7 @@ fn falsy_json(v: &Value) -> bool {
 
 /// [`written`] for an event with a repeated key, through a `serde_json` map (the
 /// last of a repeated key wins, as everywhere).
-fn via_serde(out: &mut Vec<u8>, event: Event<'_, '_>, keys: &Added) {
+fn via_serde(out: &mut Vec<u8>, event: Event<'_, '_>, keys: &Added<'_>) {
     let mut map = match tape::to_serde(TapeValue::from(event.object)) {
         Value::Object(map) => map,
         _ => Map::new(),
@@ -216,18 +371,18 @@ fn via_serde(out: &mut Vec<u8>, event: Event<'_, '_>, keys: &Added) {
         *props = Value::Object(Map::new());
     }
     if let Value::Object(props) = props {
-        if let Some(ip) = &keys.ip {
+        if let Some(ip) = keys.ip {
             if props.get("$ip").is_none_or(falsy_json) {
-                props.insert("$ip".into(), Value::String(ip.clone()));
+                props.insert("$ip".into(), Value::String(ip.into()));
             }
         }
-        if let Some(sent_at) = &keys.sent_at {
-            props.insert("$sent_at".into(), Value::String(sent_at.clone()));
+        if let Some(sent_at) = keys.sent_at {
+            props.insert("$sent_at".into(), Value::String(sent_at.into()));
         }
         props.insert("$ignore_sent_at".into(), Value::Bool(true));
     }
     map.insert("uuid".into(), Value::String(keys.uuid.to_string()));
-    map.insert("timestamp".into(), Value::String(keys.timestamp.clone()));
+    map.insert("timestamp".into(), Value::String(format_ms(keys.timestamp)));
     if event.implied_identify() {
         map.insert("event".into(), Value::String(IDENTIFY.into()));
     }

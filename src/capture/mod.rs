@@ -19,7 +19,7 @@ pub mod timestamp;
 pub mod v1;
 mod write;
 
-pub use fixed::{encode_fixed, Fixing};
+pub use fixed::{encode_fixed, Fixer, Fixing};
 pub use normalise::{
     clean_distinct_id, encode_event, normalise, normalise_event, Context, DropReason, Encoded,
     Outcome, MAX_DISTINCT_ID_CHARS,

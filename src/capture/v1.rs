@@ -17,7 +17,7 @@ use serde_json::value::RawValue;
 use serde_json::Value;
 use uuid::Uuid;
 
-use super::{encode_event, encode_fixed, parse, Context, Encoded, Fixing};
+use super::{encode_event, parse, Context, Encoded, Fixer, Fixing};
 
 /// Longer event names are dropped (`event_name_too_long`).
 pub const MAX_EVENT_NAME_BYTES: usize = 200;
@@ -284,15 +284,16 @@ fn push_json(out: &mut Vec<u8>, s: &str) {
 /// With `fixing` (edge mode), the keys forwarding relies on are fixed in each event.
 pub fn encode(checked: &mut [Checked], ctx: &Context, fixing: Option<Fixing>) -> Vec<Vec<u8>> {
     let mut records = Vec::with_capacity(checked.len());
+    let fixer = fixing.map(|fixing| Fixer::new(ctx, fixing));
     for c in checked.iter_mut() {
         let Some(mut json) = c.batch_json.take() else {
             continue;
         };
         let outcome = parse(&mut json, false).and_then(|payload| {
             let event = payload.events().next().ok_or(super::Error::EmptyBatch)?;
-            match fixing {
+            match &fixer {
                 None => encode_event(event, ctx),
-                Some(fixing) => encode_fixed(event, ctx, fixing),
+                Some(fixer) => fixer.encode(event),
             }
         });
         match outcome {

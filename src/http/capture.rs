@@ -178,13 +178,16 @@ fn accept(req: &Submission, bytes: &mut [u8], projects: &Projects) -> Result<Acc
         records: Vec::with_capacity(payload.len()),
         dropped: Vec::new(),
     };
-    let fixing = req.edge.then_some(capture::Fixing {
-        anonymize_ips: project.anonymize_ips,
+    let fixer = req.edge.then(|| {
+        let fixing = capture::Fixing {
+            anonymize_ips: project.anonymize_ips,
+        };
+        capture::Fixer::new(&ctx, fixing)
     });
     for event in payload.events() {
-        let encoded = match fixing {
+        let encoded = match &fixer {
             None => capture::encode_event(event, &ctx)?,
-            Some(fixing) => capture::encode_fixed(event, &ctx, fixing)?,
+            Some(fixer) => fixer.encode(event)?,
         };
         match encoded {
             Encoded::Keep(record) => accepted.records.push(record),

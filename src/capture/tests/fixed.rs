@@ -169,3 +169,88 @@ fn drops_and_errors_are_those_of_capture() {
     ));
     assert!(encode_fixed(events.next().unwrap(), &ctx(None), Fixing::default()).is_err());
 }
+
+/// The event copied from the body with its keys fixed, and written from the tape
+/// (`None` when it is not in the stored form and so never copied).
+fn both_ways(body: &str, fixer: &Fixer) -> Vec<(Option<Vec<u8>>, Vec<u8>)> {
+    let mut bytes = body.as_bytes().to_vec();
+    let payload = parse(&mut bytes, false).unwrap();
+    payload
+        .events()
+        .map(|e| {
+            let keys = Added {
+                uuid: uuid::Uuid::from_u128(0x0190_f7b4_6a36_7c5d_8b8e_4c6a_2d5e_9f01),
+                timestamp: NOW - 1500,
+                sent_at: fixer.sent_at.as_deref(),
+                ip: fixer.ip.as_deref(),
+            };
+            let copied = crate::capture::data::as_sent_at(e).map(|(sent, origin)| {
+                let mut out = b"head".to_vec();
+                spliced(&mut out, e.object, sent, origin, &keys).unwrap();
+                out.split_off(4)
+            });
+            let mut reference = Vec::new();
+            written(&mut reference, e, &keys).unwrap();
+            (copied, reference)
+        })
+        .collect()
+}
+
+#[test]
+fn events_copied_from_the_body_are_written_byte_for_byte_the_same() {
+    let bodies = [
+        r#"{"event":"e","distinct_id":"d"}"#,
+        r#"{"event":"e","distinct_id":"d","properties":{}}"#,
+        r#"{"event":"e","distinct_id":"d","properties":null}"#,
+        r#"{"properties":null,"event":"e","distinct_id":"d"}"#,
+        r#"{"uuid":"0190f7b4-6a36-7c5d-8b8e-4c6a2d5e9f01","event":"e","distinct_id":"d"}"#,
+        r#"{"event":"e","timestamp":"2023-11-14T22:13:18Z","offset":5,"distinct_id":"d","uuid":"x"}"#,
+        r#"{"timestamp":"2023-11-14T22:13:18Z","event":"e","distinct_id":"d"}"#,
+        r#"{"event":"e","properties":{"$ip":"","a":[1,{"$ip":"x"}],"$sent_at":"y","$ignore_sent_at":false},"distinct_id":"d"}"#,
+        r#"{"event":"e","properties":{"$ignore_sent_at":true},"distinct_id":"d"}"#,
+        r#"{"event":"e","properties":{"$ip":"198.51.100.1","b":{"c":"é 日本"}},"distinct_id":"d","x":[]}"#,
+        r#"{"event":"e","properties":{"$ip":0,"$sent_at":null,"z":1.5},"distinct_id":"d","offset":3}"#,
+        r#"{"batch":[{"event":"a","distinct_id":"d","properties":{"distinct_id":"p","k":"v"}},{"event":"b","distinct_id":"d","uuid":"u","properties":{"$ip":false}}],"api_key":"k"}"#,
+    ];
+    let contexts = [
+        ctx(None),
+        ctx(Some(NOW + HOUR)),
+        Context {
+            ip: None,
+            ..ctx(Some(NOW))
+        },
+    ];
+    let mut copies = 0;
+    for c in &contexts {
+        for fixing in [
+            Fixing::default(),
+            Fixing {
+                anonymize_ips: true,
+            },
+        ] {
+            let fixer = Fixer::new(c, fixing);
+            for body in bodies {
+                for (copied, reference) in both_ways(body, &fixer) {
+                    let copied = copied.unwrap_or_else(|| panic!("not copied: {body}"));
+                    assert_eq!(
+                        String::from_utf8_lossy(&copied),
+                        String::from_utf8_lossy(&reference),
+                        "{body}"
+                    );
+                    copies += 1;
+                }
+            }
+        }
+    }
+    assert_eq!(copies, 6 * (bodies.len() + 1));
+    // What is not in the stored form is written, through the same keys.
+    let [(copied, reference)] = &both_ways(
+        r#"{"event" : "e","distinct_id":"d"}"#,
+        &Fixer::new(&ctx(None), Fixing::default()),
+    )[..] else {
+        panic!("one event")
+    };
+    assert_eq!(*copied, None);
+    let v: Value = serde_json::from_slice(reference).unwrap();
+    assert_eq!(v["properties"]["$ip"], "203.0.113.7");
+}
