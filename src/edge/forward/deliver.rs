@@ -52,21 +52,26 @@ pub struct Target<'a> {
 }
 
 /// Send `pending` runs of `events` (the part's lines, by index into `lines`) until
-/// all are through or one must wait.
+/// all are through or one must wait. `ready` is the body of all of `events`, made
+/// beforehand ([`encode`]); it goes first if the whole part is pending.
 pub async fn deliver(
     target: &Target<'_>,
     lines: &[Line],
     events: &[usize],
     pending: &mut Pending,
+    mut ready: Option<Vec<u8>>,
 ) -> Ended {
     while let Some(run) = pending.first().cloned() {
         let chosen = &events[run.clone()];
-        let body = batch::body(
-            target.api_key,
-            target.historical,
-            crate::support::clock::now_ms(),
-            chosen.iter().map(|i| lines[*i].json.as_slice()),
-        );
+        let body = match ready.take() {
+            Some(body) if run == (0..events.len()) => body,
+            _ => batch::body(
+                target.api_key,
+                target.historical,
+                crate::support::clock::now_ms(),
+                chosen.iter().map(|i| lines[*i].json.as_slice()),
+            ),
+        };
         let request = Request::post("/batch/")
             .header("content-type", "application/json")
             .header("content-encoding", "gzip")
@@ -123,4 +128,24 @@ pub async fn deliver(
         }
     }
     Ended::Done
+}
+
+/// The gzip'd body of all of `events`, made on a blocking thread: compressing a
+/// thousand events takes milliseconds the reactor's other work should not wait for,
+/// and the forwarder makes the next request's body while one is in flight.
+pub fn encode(
+    api_key: &str,
+    historical: bool,
+    lines: &Arc<Vec<Line>>,
+    events: &[usize],
+) -> tokio::task::JoinHandle<Vec<u8>> {
+    let (api_key, lines, events) = (api_key.to_string(), Arc::clone(lines), events.to_vec());
+    tokio::task::spawn_blocking(move || {
+        batch::body(
+            &api_key,
+            historical,
+            crate::support::clock::now_ms(),
+            events.iter().map(|i| lines[*i].json.as_slice()),
+        )
+    })
 }

@@ -7,10 +7,12 @@
 //! checkpoint past what every project delivered and fixes a window of entries for
 //! each project with events to send ([`cursor`]), then sends each project's window as
 //! gzip'd requests of one token each, recent and historical events apart ([`batch`]),
-//! one request at a time per project, handling every answer ([`deliver`]). A
-//! project's progress is flushed to disk after each request upstream took, and only
-//! then; after a crash the request in flight is sent again, which upstream
-//! deduplicates by uuid.
+//! one request at a time per project, handling every answer ([`deliver`]), the next
+//! request's body compressed while one is in flight. A project's progress is
+//! recorded after each request upstream took and flushed to disk when its window is
+//! through, and only then; after a crash the window's requests since its last flush
+//! are sent again, the same events byte for byte, which upstream deduplicates by
+//! uuid.
 //!
 //! The figures go to the `flagpost_upstream_*` metrics ([`crate::edge::Stats`]) and to
 //! [`Figures`], which the server copies into capture's backlog bound and the console.
@@ -31,7 +33,7 @@ use self::batch::Line;
 use self::cursor::{Cache, State, Window};
 use self::dead::DeadLetters;
 use self::deliver::{Ended, Pending, Target};
-use super::answer::{Backoff, PAUSE_RETRY};
+use super::answer::{Backoff, BACKOFF_START, PAUSE_RETRY};
 use super::{Client, Stats};
 use crate::projects::Projects;
 use crate::store::block::Files;
@@ -39,6 +41,11 @@ use crate::store::outbox::{Outbox, Reader, FORWARD};
 
 /// How often an outbox with nothing to send is looked at again.
 pub const POLL: Duration = Duration::from_millis(200);
+
+/// The longest wait between tries to deliver: edge mode's research caps retries at
+/// five minutes, but a backlog must drain well within the time it built up in, so an
+/// outage's end is noticed within half a minute (one small request a project).
+pub const RETRY_CAP: Duration = Duration::from_secs(30);
 
 /// What the forwarder owes upstream, for capture's bound and the console.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -203,6 +210,8 @@ impl Forwarder {
             return Ok(false);
         };
         let mut progress = false;
+        // The next part's body, made while the current one is in flight.
+        let mut next: Option<(usize, tokio::task::JoinHandle<Vec<u8>>)> = None;
         while let Some(mut w) = s.state.window.clone() {
             let Some((events, historical)) = s.parts.get(w.part).cloned() else {
                 // Every part through: the window is done.
@@ -215,7 +224,19 @@ impl Forwarder {
                 break;
             };
             let whole: Pending = std::iter::once(0..events.len()).collect();
+            let fresh = s.pending.is_none();
             let mut pending = s.pending.take().unwrap_or(whole);
+            let ready = match next.take() {
+                Some((part, body)) if part == w.part => body.await.ok(),
+                _ if fresh => deliver::encode(&api_key, historical, &s.lines, &events)
+                    .await
+                    .ok(),
+                _ => None,
+            };
+            if let Some((following, historical)) = s.parts.get(w.part + 1) {
+                let body = deliver::encode(&api_key, *historical, &s.lines, following);
+                next = Some((w.part + 1, body));
+            }
             let target = Target {
                 client: &self.client,
                 stats: &self.stats,
@@ -224,7 +245,7 @@ impl Forwarder {
                 api_key: &api_key,
                 historical,
             };
-            match deliver::deliver(&target, &s.lines, &events, &mut pending).await {
+            match deliver::deliver(&target, &s.lines, &events, &mut pending, ready).await {
                 Ended::Done => {
                     if let Some(why) = s.paused.take() {
                         tracing::info!(project, was = %why, "forwarder: upstream takes this project's events again");
@@ -236,8 +257,12 @@ impl Forwarder {
                     s.next_try = None;
                     w.part += 1;
                     s.state.window = Some(w);
+                    // Not flushed: the window's end is. A crash before it sends the
+                    // window's taken parts again, the same events byte for byte,
+                    // which upstream deduplicates by uuid; one flush a window
+                    // instead of one a request.
                     let (reader, state) = (self.reader.clone(), s.state.clone());
-                    blocking(move || cursor::save(&reader, project, &state, true)).await?;
+                    blocking(move || cursor::save(&reader, project, &state, false)).await?;
                     progress = true;
                 }
                 Ended::Unauthorized(why) => {
@@ -292,7 +317,7 @@ impl Forwarder {
             lines: Arc::new(lines),
             parts,
             pending: None,
-            backoff: Backoff::default(),
+            backoff: Backoff::new(BACKOFF_START, RETRY_CAP),
             next_try: None,
             paused: None,
             paused_key: None,

@@ -99,7 +99,7 @@ async fn run(url: &str, dir: &std::path::Path, lines: &[Line], stats: &Stats) ->
     };
     let events: Vec<usize> = (0..lines.len()).collect();
     let mut pending: Pending = std::iter::once(0..events.len()).collect();
-    let ended = deliver(&target, lines, &events, &mut pending).await;
+    let ended = deliver(&target, lines, &events, &mut pending, None).await;
     (ended, pending)
 }
 
