@@ -22,6 +22,7 @@ mod console;
 mod disk;
 mod edge;
 mod flags;
+mod forward;
 mod memory;
 mod payloads;
 mod person_events;
@@ -71,11 +72,21 @@ struct Args {
     /// --disk-persons, then the database's size at rest, per tree), sink (the ClickHouse sink at --rate,
     /// default 100000 events/s; needs clickhouse-server), console (batch and decide
     /// alone, then beside console users), scale (--scale-events from --scale-persons,
-    /// figures for each tenth, then disk at rest, restarts and lookups) or wrk (capture and decide under Debian's
-    /// `wrk -t1 -c64`, for --seconds, --rounds times); repeat for several [default all
-    /// but memory, disk, sink, console, scale and wrk]
+    /// figures for each tenth, then disk at rest, restarts and lookups), wrk (capture and decide under Debian's
+    /// `wrk -t1 -c64`, for --seconds, --rounds times) or forward (an edge in front of an
+    /// upstream flagpost: --forward-events drained, wrk capture with forwarding on and
+    /// off, an outage of --outage-seconds at --rate); repeat for several [default all
+    /// but memory, disk, sink, console, scale, wrk and forward]
     #[argh(option)]
     scenario: Vec<String>,
+    /// forward scenario: events captured while upstream is down, then drained
+    /// [default 200000]
+    #[argh(option, default = "200_000")]
+    forward_events: usize,
+    /// forward scenario: seconds upstream is down while capture goes on at --rate
+    /// (default 20000 events/s) [default 60]
+    #[argh(option, default = "60")]
+    outage_seconds: u64,
     /// disk scenario: events to ingest before measuring the database at rest
     /// [default 200000]
     #[argh(option, default = "200_000")]
@@ -165,6 +176,8 @@ struct Config {
     wrk: Option<wrk::Settings>,
     /// The scale scenario's settings, when it was asked for.
     scale: Option<scale::Settings>,
+    /// The forward scenario's settings, when it was asked for.
+    forward: Option<forward::Settings>,
 }
 
 fn main() -> ExitCode {
@@ -197,6 +210,7 @@ fn config(args: Args) -> Result<Config, String> {
     let with_wrk = args.scenario.iter().any(|name| name == wrk::NAME);
     let with_disk = args.scenario.iter().any(|name| name == disk::NAME);
     let with_scale = args.scenario.iter().any(|name| name == scale::NAME);
+    let with_forward = args.scenario.iter().any(|name| name == forward::NAME);
     let scenarios = if args.scenario.is_empty() {
         Scenario::ALL.to_vec()
     } else {
@@ -210,6 +224,7 @@ fn config(args: Args) -> Result<Config, String> {
                     wrk::NAME,
                     disk::NAME,
                     scale::NAME,
+                    forward::NAME,
                 ]
                 .contains(&name.as_str())
             })
@@ -263,6 +278,18 @@ fn config(args: Args) -> Result<Config, String> {
             events: args.scale_events.max(1),
             persons: args.scale_persons.max(1),
             connections: args.connections,
+        }),
+        forward: with_forward.then(|| forward::Settings {
+            events: args.forward_events.max(payloads::BATCH_EVENTS),
+            outage: Duration::from_secs(args.outage_seconds.max(1)),
+            rate: args
+                .rate
+                .filter(|r| *r > 0.0)
+                .unwrap_or(forward::DEFAULT_RATE),
+            connections: args.connections,
+            measure: Duration::from_secs(args.seconds),
+            warmup: Duration::from_millis(args.warmup_ms),
+            rounds: args.rounds.max(1),
         }),
         wrk: with_wrk.then(|| wrk::Settings {
             measure: Duration::from_secs(args.seconds),
@@ -351,6 +378,10 @@ fn run(config: Config) -> Result<(), String> {
     if let Some(settings) = &config.wrk {
         let rows = wrk::run(&runtime, settings, &data_dir, dir.path())?;
         wrk::report(&rows);
+    }
+    if let Some(settings) = &config.forward {
+        let report = forward::run(&runtime, settings, &data_dir, dir.path())?;
+        forward::report(&report);
     }
     if let Some(settings) = &config.sink {
         let report = sink::run(&runtime, settings, &data_dir, &dir.path().join("sink"))?;

@@ -60,10 +60,23 @@ impl Target {
         db_dir: &Path,
         options: &Options,
     ) -> Result<Target, String> {
+        Target::flagpost_on(name, binary, data_dir, db_dir, "127.0.0.1:0", options)
+    }
+
+    /// [`Target::flagpost_with`] listening on `listen`, say an address a client was
+    /// given before the server started.
+    pub fn flagpost_on(
+        name: &'static str,
+        binary: &Path,
+        data_dir: &Path,
+        db_dir: &Path,
+        listen: &str,
+        options: &Options,
+    ) -> Result<Target, String> {
         let mut command = Command::new(binary);
         command
             .arg("serve")
-            .args(["--listen", "127.0.0.1:0"])
+            .args(["--listen", listen])
             .arg("--data-dir")
             .arg(data_dir)
             .arg("--db")

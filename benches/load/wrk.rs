@@ -25,7 +25,7 @@ pub const NAME: &str = "wrk";
 /// wrk's connections, as the issue of record measures: `wrk -t1 -c64`.
 const CONNECTIONS: usize = 64;
 /// Bodies per case; each decide body is another caller.
-const POOL: usize = 2048;
+pub const POOL: usize = 2048;
 /// Callers with no stored person get distinct ids from here on, which nothing stores.
 const UNSTORED_FROM: usize = 1_000_000;
 /// The compactor stores the callers' persons within this after their batches.
@@ -34,7 +34,7 @@ const STORE_LIMIT: Duration = Duration::from_secs(120);
 const RESULT: &str = "WRK_RESULT ";
 
 /// The script wrk runs: `wrk ... -s <script> <url> -- <bodies file> <path>`.
-const SCRIPT: &str = r#"-- Written by flagpost's load harness (benches/load/wrk.rs).
+pub const SCRIPT: &str = r#"-- Written by flagpost's load harness (benches/load/wrk.rs).
 local formatted = {}
 local next_one = 0
 function init(args)
@@ -87,12 +87,12 @@ pub struct Row {
     pub edge: Option<Run>,
 }
 
-struct Case {
-    name: &'static str,
-    path: &'static str,
-    bodies: PathBuf,
+pub struct Case {
+    pub name: &'static str,
+    pub path: &'static str,
+    pub bodies: PathBuf,
     /// flagpost's log is drained after each of its runs (capture leaves work behind).
-    ingests: bool,
+    pub ingests: bool,
 }
 
 /// Runs the scenario on a flagpost of its own and a reference server.
@@ -212,7 +212,7 @@ pub fn run(
 }
 
 /// wrk is Debian's package, not a crate: say how to get it rather than fail obscurely.
-fn check_wrk() -> Result<(), String> {
+pub fn check_wrk() -> Result<(), String> {
     match Command::new("wrk").arg("--version").output() {
         Ok(_) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(
@@ -284,7 +284,12 @@ async fn persons(addr: SocketAddr, distinct_id: &str) -> Result<usize, String> {
         .ok_or_else(|| format!("GET {path}: {status} {value}"))
 }
 
-fn wrk(addr: SocketAddr, script: &Path, case: &Case, duration: Duration) -> Result<Run, String> {
+pub fn wrk(
+    addr: SocketAddr,
+    script: &Path,
+    case: &Case,
+    duration: Duration,
+) -> Result<Run, String> {
     let output = Command::new("wrk")
         .arg("-t1")
         .arg(format!("-c{CONNECTIONS}"))

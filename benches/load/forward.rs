@@ -1,0 +1,375 @@
+//! The `forward` scenario: edge mode's forwarder on loopback, an edge flagpost
+//! (`serve --upstream`) in front of an upstream flagpost, both started here. Three
+//! figures, as issue 40 asks for them:
+//! - drain: `--forward-events` captured while upstream is down, then upstream
+//!   started; the events/s from its start (and from the first delivery) until the
+//!   edge's backlog is empty;
+//! - capture under `wrk -t1 -c64` at the edge with forwarding on, beside the same
+//!   binary with edge mode off, the order alternating between `--rounds`;
+//! - outage: capture at `--rate` (default 20,000 events/s) for `--outage-seconds`
+//!   with upstream down, then upstream started again while capture goes on; how much
+//!   faster the backlog drains than it built up (the issue: at least 5x after ten
+//!   minutes).
+//!
+//! The backlog is the edge's `flagpost_upstream_forward_backlog_events`.
+
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+
+use crate::client::{self, Load};
+use crate::payloads::{Scenario, BATCH_EVENTS};
+use crate::target::{Options, Target};
+use crate::wrk;
+
+/// The scenario's name on the command line.
+pub const NAME: &str = "forward";
+/// The capture rate while upstream is down, in events/s, without `--rate`: a busy
+/// site, well within what one edge captures.
+pub const DEFAULT_RATE: f64 = 20_000.0;
+/// How often the backlog is read.
+const POLL: Duration = Duration::from_millis(50);
+/// The longest wait for a backlog to build or drain before giving up.
+const LIMIT: Duration = Duration::from_secs(900);
+/// While capture goes on, the backlog counts as drained below this many seconds of
+/// it: what the compactor and one forwarder pass hold at any time.
+const DRAINED_SECONDS: f64 = 1.0;
+const BACKLOG: &str = "flagpost_upstream_forward_backlog_events";
+
+/// The scenario's settings, from the command line.
+pub struct Settings {
+    pub events: usize,
+    pub outage: Duration,
+    pub rate: f64,
+    pub connections: usize,
+    pub measure: Duration,
+    pub warmup: Duration,
+    pub rounds: usize,
+}
+
+/// A backlog drained into upstream.
+pub struct Drain {
+    pub events: f64,
+    /// From upstream's start, backoff included, and from the first delivery.
+    pub from_start: Duration,
+    pub from_first: Duration,
+    /// How long the edge took to capture and count the backlog.
+    pub built: Duration,
+}
+
+pub struct Report {
+    pub drain: Drain,
+    /// Each round's capture at the edge with edge mode off, then on.
+    pub wrk: Vec<(wrk::Run, wrk::Run)>,
+    pub outage: Duration,
+    pub outage_drain: Drain,
+    pub load_average: (String, String),
+}
+
+/// Runs the scenario on databases of its own under `dir`.
+pub fn run(
+    runtime: &tokio::runtime::Runtime,
+    settings: &Settings,
+    data_dir: &Path,
+    dir: &Path,
+) -> Result<Report, String> {
+    wrk::check_wrk()?;
+    let load_before = load_average();
+    let binary = Path::new(env!("CARGO_BIN_EXE_flagpost"));
+    let port = free_port()?;
+    let upstream_listen = format!("127.0.0.1:{port}");
+    let start_upstream = || {
+        let db = dir.join("forward-upstream-db");
+        Target::flagpost_on(
+            "upstream",
+            binary,
+            data_dir,
+            &db,
+            &upstream_listen,
+            &Options::default(),
+        )
+    };
+    let options = Options {
+        args: vec!["--upstream".into(), format!("http://{upstream_listen}")],
+        env: Vec::new(),
+    };
+    let edge_db = dir.join("forward-edge-db");
+    let mut edge = Target::flagpost_with("edge", binary, data_dir, &edge_db, &options)?;
+    let mut plain = Target::flagpost_at("plain", binary, data_dir, &dir.join("forward-plain-db"))?;
+    let bodies: Arc<[Bytes]> = Scenario::Batch.bodies().into();
+
+    let drain = runtime.block_on(async {
+        let started = Instant::now();
+        let sent = capture(edge.addr, &bodies, settings.events, settings.connections).await?;
+        wait_until(edge.addr, |backlog| backlog >= sent as f64).await?;
+        let built = started.elapsed();
+        let mut upstream = start_upstream()?;
+        let drained = time_drain(edge.addr, sent as f64, 0.0).await;
+        upstream.stop()?;
+        let (from_start, from_first) = drained?;
+        Ok::<_, String>(Drain {
+            events: sent as f64,
+            from_start,
+            from_first,
+            built,
+        })
+    })?;
+
+    let mut upstream = start_upstream()?;
+    let rounds = capture_rounds(runtime, settings, dir, edge.addr, plain.addr)?;
+    upstream.stop()?;
+
+    let (outage_drain, outage) = runtime.block_on(async {
+        let load = Load {
+            scenario: Scenario::Batch,
+            bodies: bodies.clone(),
+            connections: settings.connections,
+            warmup: Duration::ZERO,
+            measure: settings.outage,
+            interval: Some(Duration::from_secs_f64(
+                settings.connections as f64 * BATCH_EVENTS as f64 / settings.rate,
+            )),
+        };
+        let started = Instant::now();
+        load.run(edge.addr).await;
+        let outage = started.elapsed();
+        let backlog = client::metric(edge.addr, BACKLOG).await?;
+        // Capture goes on at the same pace while the backlog drains.
+        let during = Load {
+            measure: settings.outage,
+            ..load
+        };
+        let addr = edge.addr;
+        let capturing = tokio::spawn(async move { during.run(addr).await });
+        let mut upstream = start_upstream()?;
+        let drained = time_drain(edge.addr, backlog, settings.rate * DRAINED_SECONDS).await;
+        capturing.abort();
+        upstream.stop()?;
+        let (from_start, from_first) = drained?;
+        let report = Drain {
+            events: backlog,
+            from_start,
+            from_first,
+            built: outage,
+        };
+        Ok::<_, String>((report, outage))
+    })?;
+    edge.stop()?;
+    plain.stop()?;
+    Ok(Report {
+        drain,
+        wrk: rounds,
+        outage,
+        outage_drain,
+        load_average: (load_before, load_average()),
+    })
+}
+
+/// A loopback port nothing listens on now, for an upstream started later.
+fn free_port() -> Result<u16, String> {
+    let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("cannot bind: {e}"))?;
+    listener
+        .local_addr()
+        .map(|a| a.port())
+        .map_err(|e| format!("cannot read a bound address: {e}"))
+}
+
+/// Send at least `events` events as 100-event batches over `connections`; answers
+/// how many were accepted.
+async fn capture(
+    addr: SocketAddr,
+    bodies: &Arc<[Bytes]>,
+    events: usize,
+    connections: usize,
+) -> Result<usize, String> {
+    let requests = events.div_ceil(BATCH_EVENTS);
+    let connections = connections.clamp(1, requests.max(1));
+    let mut tasks = tokio::task::JoinSet::new();
+    for first in 0..connections {
+        let bodies = bodies.clone();
+        tasks.spawn(async move {
+            let mut sender = client::connect(addr).await.map_err(|e| e.to_string())?;
+            let mut sent = 0;
+            for n in (first..requests).step_by(connections) {
+                let body = bodies[n % bodies.len()].clone();
+                let status =
+                    client::send(&mut sender, client::request(Scenario::Batch, addr, body))
+                        .await
+                        .map_err(|e| e.to_string())?;
+                if !status.is_success() {
+                    return Err(format!("the edge answered {status} to a batch"));
+                }
+                sent += BATCH_EVENTS;
+            }
+            Ok::<_, String>(sent)
+        });
+    }
+    let mut sent = 0;
+    while let Some(joined) = tasks.join_next().await {
+        sent += joined.map_err(|e| e.to_string())??;
+    }
+    Ok(sent)
+}
+
+/// Wait until the backlog satisfies `done`.
+async fn wait_until(addr: SocketAddr, done: impl Fn(f64) -> bool) -> Result<(), String> {
+    let started = Instant::now();
+    loop {
+        let backlog = client::metric(addr, BACKLOG).await?;
+        if done(backlog) {
+            return Ok(());
+        }
+        if started.elapsed() > LIMIT {
+            return Err(format!("the backlog is {backlog} after {LIMIT:?}"));
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// Time a backlog of `from` events draining to at most `floor`: from now (upstream
+/// just started) and from the first delivery.
+async fn time_drain(
+    addr: SocketAddr,
+    from: f64,
+    floor: f64,
+) -> Result<(Duration, Duration), String> {
+    let started = Instant::now();
+    let mut first = None;
+    loop {
+        let backlog = client::metric(addr, BACKLOG).await?;
+        let now = Instant::now();
+        if first.is_none() && backlog < from {
+            first = Some(now);
+        }
+        if backlog <= floor {
+            let first = first.unwrap_or(now);
+            return Ok((now - started, now - first));
+        }
+        if started.elapsed() > LIMIT {
+            return Err(format!("the backlog is still {backlog} after {LIMIT:?}"));
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// `wrk` capture at the edge (forwarding on) and at the plain flagpost, in turn.
+fn capture_rounds(
+    runtime: &tokio::runtime::Runtime,
+    settings: &Settings,
+    dir: &Path,
+    edge: SocketAddr,
+    plain: SocketAddr,
+) -> Result<Vec<(wrk::Run, wrk::Run)>, String> {
+    let work = dir.join("forward-wrk");
+    std::fs::create_dir_all(&work).map_err(|e| format!("cannot create {work:?}: {e}"))?;
+    let script = work.join("bodies.lua");
+    std::fs::write(&script, wrk::SCRIPT).map_err(|e| format!("cannot write the script: {e}"))?;
+    let bodies: PathBuf = work.join("capture.txt");
+    let mut text = Vec::new();
+    for body in Scenario::Capture.bodies().iter().take(wrk::POOL) {
+        text.extend_from_slice(body);
+        text.push(b'\n');
+    }
+    std::fs::write(&bodies, text).map_err(|e| format!("cannot write {bodies:?}: {e}"))?;
+    let case = wrk::Case {
+        name: "capture",
+        path: Scenario::Capture.path(),
+        bodies,
+        ingests: true,
+    };
+    // Each run's work (the compactor's, and at the edge the forwarder's) is done
+    // before the next run starts.
+    let measure = |addr: SocketAddr, duration: Duration| {
+        let run = wrk::wrk(addr, &script, &case, duration)?;
+        runtime.block_on(client::settle(addr));
+        if addr == edge {
+            runtime.block_on(wait_until(edge, |backlog| backlog == 0.0))?;
+        }
+        Ok::<_, String>(run)
+    };
+    let warmup = settings.warmup.max(Duration::from_secs(1));
+    measure(plain, warmup)?;
+    measure(edge, warmup)?;
+    let mut rounds = Vec::new();
+    for round in 0..settings.rounds {
+        let pair = if round % 2 == 0 {
+            let off = measure(plain, settings.measure)?;
+            (off, measure(edge, settings.measure)?)
+        } else {
+            let on = measure(edge, settings.measure)?;
+            (measure(plain, settings.measure)?, on)
+        };
+        rounds.push(pair);
+    }
+    Ok(rounds)
+}
+
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+/// The figures, with what the issue asks of each.
+pub fn report(r: &Report) {
+    println!();
+    println!(
+        "forward: an edge flagpost in front of an upstream flagpost on loopback (load average {} before, {} after)",
+        r.load_average.0, r.load_average.1
+    );
+    let d = &r.drain;
+    println!(
+        "backlog of {:.0} events captured and counted in {:.1} s ({:.0} events/s)",
+        d.events,
+        d.built.as_secs_f64(),
+        d.events / d.built.as_secs_f64().max(f64::MIN_POSITIVE)
+    );
+    println!(
+        "drained in {:.1} s from upstream's start ({:.0} events/s), {:.1} s from the first delivery ({:.0} events/s; target 100000)",
+        d.from_start.as_secs_f64(),
+        d.events / d.from_start.as_secs_f64().max(f64::MIN_POSITIVE),
+        d.from_first.as_secs_f64(),
+        d.events / d.from_first.as_secs_f64().max(f64::MIN_POSITIVE),
+    );
+    println!(
+        "{:<8} {:>12} {:>9} {:>12} {:>9} {:>7} {:>7}",
+        "round", "off req/s", "off p99", "on req/s", "on p99", "on/off", "errors"
+    );
+    let mut logs = Vec::new();
+    for (i, (off, on)) in r.wrk.iter().enumerate() {
+        let ratio = on.rate / off.rate.max(f64::MIN_POSITIVE);
+        logs.push(ratio.ln());
+        println!(
+            "{:<8} {:>12.0} {:>9.2} {:>12.0} {:>9.2} {:>7.3} {:>7}",
+            i + 1,
+            off.rate,
+            off.p99_ms,
+            on.rate,
+            on.p99_ms,
+            ratio,
+            off.errors + on.errors
+        );
+    }
+    if !logs.is_empty() {
+        let mean = (logs.iter().sum::<f64>() / logs.len() as f64).exp();
+        println!(
+            "capture with forwarding on / edge mode off: {mean:.3} over {} round(s) (target at least 0.90)",
+            logs.len()
+        );
+    }
+    let o = &r.outage_drain;
+    let factor =
+        |took: Duration| r.outage.as_secs_f64() / took.as_secs_f64().max(f64::MIN_POSITIVE);
+    println!(
+        "outage of {:.0} s: a backlog of {:.0} events; drained (capture going on) in {:.1} s from upstream's return ({:.1}x faster than it built), {:.1} s from the first delivery ({:.1}x; target 5x)",
+        r.outage.as_secs_f64(),
+        o.events,
+        o.from_start.as_secs_f64(),
+        factor(o.from_start),
+        o.from_first.as_secs_f64(),
+        factor(o.from_first),
+    );
+}
