@@ -20,8 +20,6 @@
 //! ([`Fixer`]). Outside edge mode none of this runs:
 //! [`encode_event`](super::encode_event) stores the event as sent.
 
-use std::ops::Range;
-
 use serde_json::{Map, Value};
 use simd_json::{Node, StaticNode};
 use uuid::Uuid;
@@ -33,6 +31,10 @@ use super::tape::{self, Object, Value as TapeValue};
 use super::write::{self, Keys, RepeatedKey};
 use super::Error;
 use crate::support::clock::{format_ms, write_ms};
+
+mod splice;
+
+use splice::Sent;
 
 /// Room for the keys added to an event: a uuid, two times, an address and the names.
 const ADDED_BYTES: usize = 192;
@@ -50,17 +52,36 @@ pub struct Fixer {
     ctx: Context,
     sent_at: Option<String>,
     ip: Option<String>,
+    /// The properties' fixed entries and closing brace, as [`appended`] writes them
+    /// after no kept entry: without `$ip`, then with the request's (when it has one).
+    tails: [Vec<u8>; 2],
 }
 
 impl Fixer {
     pub fn new(ctx: &Context, fixing: Fixing) -> Fixer {
-        Fixer {
+        let mut fixer = Fixer {
             ctx: *ctx,
             sent_at: ctx.sent_at.map(format_ms),
             ip: ctx
                 .ip
                 .filter(|_| !fixing.anonymize_ips)
                 .map(|ip| ip.to_string()),
+            tails: Default::default(),
+        };
+        let keys = fixer.keys(Uuid::nil(), 0);
+        let mut tails: [Vec<u8>; 2] = Default::default();
+        appended(&mut tails[0], true, None, &keys);
+        appended(&mut tails[1], true, keys.ip, &keys);
+        fixer.tails = tails;
+        fixer
+    }
+
+    fn keys(&self, uuid: Uuid, timestamp: i64) -> Added<'_> {
+        Added {
+            uuid,
+            timestamp,
+            sent_at: self.sent_at.as_deref(),
+            ip: self.ip.as_deref(),
         }
     }
 
@@ -72,17 +93,16 @@ impl Fixer {
             Err(reason) => return Ok(Encoded::Drop(reason)),
         };
         let head = n.head(ctx);
-        let keys = Added {
-            uuid: head.uuid,
-            timestamp: head.timestamp,
-            sent_at: self.sent_at.as_deref(),
-            ip: self.ip.as_deref(),
-        };
+        let keys = self.keys(head.uuid, head.timestamp);
         if let Some((sent, origin)) = data::as_sent_at(event) {
             let hint = sent.len() + ADDED_BYTES;
             return Ok(Encoded::Keep(head.encode_with(hint, |out| {
                 let start = out.len();
-                if spliced(out, event.object, sent, origin, &keys).is_none() {
+                let bytes = Sent {
+                    bytes: sent,
+                    origin,
+                };
+                if self.spliced(out, event.object, bytes, &keys).is_none() {
                     // Bytes not laid out as checked: never seen, written instead.
                     out.truncate(start);
                     write_fixed(out, event, &keys);
@@ -179,94 +199,6 @@ fn closing(out: &mut Vec<u8>, keys: &Added<'_>, implied_identify: bool) {
         out.extend_from_slice(br#","event":"$identify""#);
     }
     out.push(b'}');
-}
-
-/// [`written`] from the event's bytes as sent, already in the stored form (a tape
-/// string sits at its address less `origin` in them): each kept entry copied whole,
-/// the properties' too. `None` when a key is not where the bytes were checked to
-/// have it.
-fn spliced(
-    out: &mut Vec<u8>,
-    o: Object<'_, '_>,
-    sent: &[u8],
-    origin: usize,
-    keys: &Added<'_>,
-) -> Option<()> {
-    let close = sent.len().checked_sub(1)?;
-    let mut first = true;
-    let mut has_properties = false;
-    out.push(b'{');
-    each_entry(o, origin, close, |key, v, entry| {
-        if REPLACED.contains(&key) {
-            return Some(());
-        }
-        let props = match (key == "properties", v.as_object()) {
-            (false, _) => None,
-            (true, Some(props)) => Some(props),
-            // `resolve` refused any other type; null is taken as none.
-            (true, None) => return Some(()),
-        };
-        if !std::mem::take(&mut first) {
-            out.push(b',');
-        }
-        let Some(props) = props else {
-            out.extend_from_slice(sent.get(entry)?);
-            return Some(());
-        };
-        // `"properties":{`, then its entries up to its closing brace.
-        let open = entry.start.checked_add(key.len() + 3)?;
-        let props_close = entry.end.checked_sub(1)?;
-        (sent.get(open..=props_close)?.first() == Some(&b'{')).then_some(())?;
-        out.extend_from_slice(sent.get(entry.start..=open)?);
-        let ip = added_ip(Some(props), keys);
-        let mut first_prop = true;
-        each_entry(props, origin, props_close, |key, _, entry| {
-            if !replaced(key, ip, keys) {
-                if !std::mem::take(&mut first_prop) {
-                    out.push(b',');
-                }
-                out.extend_from_slice(sent.get(entry)?);
-            }
-            Some(())
-        })?;
-        appended(out, first_prop, ip, keys);
-        has_properties = true;
-        Some(())
-    })?;
-    if !has_properties {
-        if !first {
-            out.push(b',');
-        }
-        out.extend_from_slice(br#""properties":{"#);
-        appended(out, true, added_ip(None, keys), keys);
-    }
-    closing(out, keys, false);
-    Some(())
-}
-
-/// Call `f` with each entry of `o` and where the entry is in the bytes: from its
-/// key's opening quote to the comma after its value, or to `close`, the object's
-/// closing brace.
-fn each_entry<'t, 'a>(
-    o: Object<'t, 'a>,
-    origin: usize,
-    close: usize,
-    mut f: impl FnMut(&'a str, TapeValue<'t, 'a>, Range<usize>) -> Option<()>,
-) -> Option<()> {
-    let at = |s: &str| (s.as_ptr() as usize).checked_sub(origin);
-    let mut entries = o.iter().peekable();
-    while let Some((key, v)) = entries.next() {
-        let start = at(key)?.checked_sub(1)?;
-        let end = match entries.peek() {
-            Some((next, _)) => at(next)?.checked_sub(2)?,
-            None => close,
-        };
-        if start >= end {
-            return None;
-        }
-        f(key, v, start..end)?;
-    }
-    Some(())
 }
 
 /// The properties object with `$ip`, `$sent_at` and `$ignore_sent_at` fixed.

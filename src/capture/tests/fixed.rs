@@ -184,9 +184,10 @@ fn both_ways(body: &str, fixer: &Fixer) -> Vec<(Option<Vec<u8>>, Vec<u8>)> {
                 sent_at: fixer.sent_at.as_deref(),
                 ip: fixer.ip.as_deref(),
             };
-            let copied = crate::capture::data::as_sent_at(e).map(|(sent, origin)| {
+            let copied = crate::capture::data::as_sent_at(e).map(|(bytes, origin)| {
                 let mut out = b"head".to_vec();
-                spliced(&mut out, e.object, sent, origin, &keys).unwrap();
+                let sent = Sent { bytes, origin };
+                fixer.spliced(&mut out, e.object, sent, &keys).unwrap();
                 out.split_off(4)
             });
             let mut reference = Vec::new();
