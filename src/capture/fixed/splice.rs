@@ -18,9 +18,9 @@ pub(super) struct Sent<'b> {
 }
 
 impl Fixer {
-    /// [`written`](super::written) from the event's bytes as sent: each run of kept entries copied
-    /// whole, the properties' too. `None` when a key is not where the bytes were
-    /// checked to have it.
+    /// [`written`](super::written) from the event's bytes as sent: the runs of kept
+    /// entries between the replaced ones copied whole, the properties' too. `None`
+    /// when a key is not where the bytes were checked to have it.
     pub(super) fn spliced(
         &self,
         out: &mut Vec<u8>,
@@ -31,21 +31,11 @@ impl Fixer {
         let close = sent.bytes.len().checked_sub(1)?;
         let mut has_properties = false;
         let mut runs = Runs::new(out);
-        each_entry(
-            o,
-            sent,
-            close,
-            |runs, key, v, entry| {
-                if REPLACED.contains(&key) {
-                    return runs.flush(sent);
-                }
-                if key != "properties" {
-                    runs.keep(entry);
-                    return Some(());
-                }
-                runs.flush(sent)?;
-                // `resolve` refused any other type; null is taken as none.
-                let Some(props) = v.as_object() else {
+        let cut = |key: &str, _: TapeValue<'_, '_>| key == "properties" || REPLACED.contains(&key);
+        let mut replace =
+            |runs: &mut Runs<'_>, key: &str, v: TapeValue<'_, '_>, entry: Range<usize>| {
+                // `resolve` refused any other type than an object; null is taken as none.
+                let (true, Some(props)) = (key == "properties", v.as_object()) else {
                     return Some(());
                 };
                 // `"properties":{`, then its entries up to its closing brace.
@@ -56,10 +46,8 @@ impl Fixer {
                 self.properties(runs.out, props, sent, props_close, keys)?;
                 has_properties = true;
                 Some(())
-            },
-            &mut runs,
-        )?;
-        runs.flush(sent)?;
+            };
+        cut_out(o, sent, close, &mut runs, cut, &mut replace)?;
         if !has_properties {
             runs.emit(br#""properties":{"#);
             runs.out
@@ -81,33 +69,20 @@ impl Fixer {
     ) -> Option<()> {
         let mut add_ip = keys.ip.is_some();
         let mut runs = Runs::new(out);
-        each_entry(
-            props,
-            sent,
-            close,
-            |runs, key, v, entry| {
-                let replaced = match key {
-                    "$ignore_sent_at" => true,
-                    "$sent_at" => keys.sent_at.is_some(),
-                    // A truthy `$ip` of the client's stays; a falsy one gives way.
-                    "$ip" if add_ip && !falsy(v) => {
-                        add_ip = false;
-                        false
-                    }
-                    "$ip" => add_ip,
-                    _ => false,
-                };
-                match replaced {
-                    true => runs.flush(sent),
-                    false => {
-                        runs.keep(entry);
-                        Some(())
-                    }
-                }
-            },
-            &mut runs,
-        )?;
-        runs.flush(sent)?;
+        let cut = |key: &str, v: TapeValue<'_, '_>| match key {
+            "$ignore_sent_at" => true,
+            "$sent_at" => keys.sent_at.is_some(),
+            // A truthy `$ip` of the client's stays; a falsy one gives way.
+            "$ip" if add_ip && !falsy(v) => {
+                add_ip = false;
+                false
+            }
+            "$ip" => add_ip,
+            _ => false,
+        };
+        cut_out(props, sent, close, &mut runs, cut, &mut |_, _, _, _| {
+            Some(())
+        })?;
         if !runs.first {
             runs.out.push(b',');
         }
@@ -116,42 +91,22 @@ impl Fixer {
     }
 }
 
-/// Entries written out in runs: consecutive kept entries are one copy.
+/// Entries written one after another, commas between them.
 struct Runs<'o> {
     out: &'o mut Vec<u8>,
     /// Nothing written yet after the object's opening brace.
     first: bool,
-    run: Option<Range<usize>>,
 }
 
 impl<'o> Runs<'o> {
     /// Opens the object.
     fn new(out: &'o mut Vec<u8>) -> Runs<'o> {
         out.push(b'{');
-        Runs {
-            out,
-            first: true,
-            run: None,
-        }
+        Runs { out, first: true }
     }
 
-    /// An entry that stays: it joins the run it follows.
-    fn keep(&mut self, entry: Range<usize>) {
-        self.run = Some(match self.run.take() {
-            Some(run) => run.start..entry.end,
-            None => entry,
-        });
-    }
-
-    /// Write the current run, as an entry would be.
-    fn flush(&mut self, sent: Sent<'_>) -> Option<()> {
-        if let Some(run) = self.run.take() {
-            self.emit(sent.bytes.get(run)?);
-        }
-        Some(())
-    }
-
-    /// Write `bytes`, a comma before them unless they come first.
+    /// Write `bytes`, one or more entries, a comma before them unless they come
+    /// first.
     fn emit(&mut self, bytes: &[u8]) {
         if !std::mem::take(&mut self.first) {
             self.out.push(b',');
@@ -160,28 +115,55 @@ impl<'o> Runs<'o> {
     }
 }
 
-/// Call `f` with each entry of `o` and where the entry is in the bytes: from its
-/// key's opening quote to the comma after its value, or to `close`, the object's
-/// closing brace.
-fn each_entry<'t, 'a, S>(
+/// Copy the entries of `o` (whose closing brace is at `close`) into `runs`, but for
+/// those `cut` picks, which are handed to `replace` with where they are in the bytes
+/// (from the key's opening quote to the comma after the value, or to `close`), in
+/// their place. An entry kept costs a look at its key: the bytes between two cut
+/// entries are copied at once.
+fn cut_out<'t, 'a>(
     o: Object<'t, 'a>,
     sent: Sent<'_>,
     close: usize,
-    mut f: impl FnMut(&mut S, &'a str, TapeValue<'t, 'a>, Range<usize>) -> Option<()>,
-    state: &mut S,
+    runs: &mut Runs<'_>,
+    mut cut: impl FnMut(&'a str, TapeValue<'t, 'a>) -> bool,
+    replace: &mut impl FnMut(&mut Runs<'_>, &'a str, TapeValue<'t, 'a>, Range<usize>) -> Option<()>,
 ) -> Option<()> {
     let at = |s: &str| (s.as_ptr() as usize).checked_sub(sent.origin);
-    let mut entries = o.iter().peekable();
-    while let Some((key, v)) = entries.next() {
-        let start = at(key)?.checked_sub(1)?;
-        let end = match entries.peek() {
-            Some((next, _)) => at(next)?.checked_sub(2)?,
-            None => close,
-        };
+    // The first byte not yet copied, and the entry cut last, whose end is the comma
+    // before the next key.
+    let mut copied: Option<usize> = None;
+    let mut pending: Option<(&'a str, TapeValue<'t, 'a>, usize)> = None;
+    let mut end_of = |runs: &mut Runs<'_>,
+                      copied: &mut Option<usize>,
+                      pending: (&'a str, TapeValue<'t, 'a>, usize),
+                      end: usize| {
+        let (key, v, start) = pending;
+        if let Some(from) = copied.take() {
+            // The kept entries before it, without the comma that follows them.
+            runs.emit(sent.bytes.get(from..start.checked_sub(1)?)?);
+        }
         if start >= end {
             return None;
         }
-        f(state, key, v, start..end)?;
+        replace(runs, key, v, start..end)?;
+        Some(())
+    };
+    for (key, v) in o.iter() {
+        let start = at(key)?.checked_sub(1)?;
+        if let Some(p) = pending.take() {
+            end_of(runs, &mut copied, p, start.checked_sub(1)?)?;
+        }
+        if cut(key, v) {
+            pending = Some((key, v, start));
+        } else if copied.is_none() {
+            copied = Some(start);
+        }
+    }
+    if let Some(p) = pending.take() {
+        end_of(runs, &mut copied, p, close)?;
+    }
+    if let Some(from) = copied {
+        runs.emit(sent.bytes.get(from..close)?);
     }
     Some(())
 }
