@@ -364,9 +364,10 @@ pub fn report(r: &Report) {
     let factor =
         |took: Duration| r.outage.as_secs_f64() / took.as_secs_f64().max(f64::MIN_POSITIVE);
     println!(
-        "outage of {:.0} s: a backlog of {:.0} events; drained (capture going on) in {:.1} s from upstream's return ({:.1}x faster than it built), {:.1} s from the first delivery ({:.1}x; target 5x)",
+        "outage of {:.0} s: a backlog of {:.0} events ({:.0} events/s accepted); drained (capture going on) in {:.1} s from upstream's return ({:.1}x faster than it built), {:.1} s from the first delivery ({:.1}x; target 5x)",
         r.outage.as_secs_f64(),
         o.events,
+        o.events / r.outage.as_secs_f64().max(f64::MIN_POSITIVE),
         o.from_start.as_secs_f64(),
         factor(o.from_start),
         o.from_first.as_secs_f64(),
