@@ -118,3 +118,7 @@ pub fn require(caller: &Caller, scope: &'static str) -> Result<(), ApiError> {
         Err(ApiError::MissingScope(scope))
     }
 }
+
+#[cfg(test)]
+#[path = "tests/personal.rs"]
+mod tests;
