@@ -423,3 +423,7 @@ impl Window {
 #[cfg(test)]
 #[path = "tests/dedup.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "tests/dedup_entries.rs"]
+mod entries_tests;

@@ -180,6 +180,21 @@ fn numeric_comparisons_parse_numeric_strings() {
     assert!(!check("lt", json!(0), Some(Value::Null)));
 }
 
+/// Each comparison on equal values, where only the operator tells `<` from `<=`: as
+/// PostHog compares (`lt` strict, `lte` not; a date strictly before or after).
+#[test]
+fn comparisons_on_equal_values() {
+    assert!(!is("lt", json!(10), json!(10)));
+    assert!(is("lte", json!(10), json!(10)));
+    assert!(is("lte", json!("10"), json!(9.5)));
+    assert!(!is("lte", json!(10), json!(10.5)));
+    assert!(!is("gte", json!(10), json!(9.5)));
+    assert!(is("gt", json!(10), json!("10.5")));
+    let midnight = json!("2024-01-01T00:00:00Z");
+    assert!(!is("is_date_after", json!("2024-01-01"), midnight.clone()));
+    assert!(!is("is_date_before", json!("2024-01-01"), midnight));
+}
+
 #[test]
 fn is_set_and_is_not_set_count_null_as_present() {
     assert!(check("is_set", json!("is_set"), Some(json!("x"))));

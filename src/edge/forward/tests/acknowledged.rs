@@ -7,6 +7,7 @@
 //! projects back. A restart then sends exactly the requests not yet taken, byte for
 //! byte as before.
 
+mod checkpoint;
 mod upstream;
 
 use std::sync::Arc;
@@ -337,4 +338,43 @@ async fn a_project_upstream_fails_holds_the_checkpoint_but_not_the_others() {
     let taken = upstream.taken();
     assert_eq!(taken[..150], edge.uuids[0]);
     assert_eq!(taken[150..], edge.uuids[1]);
+}
+
+#[tokio::test]
+async fn a_failed_project_waits_for_its_retry_and_a_refused_key_for_a_new_one() {
+    let edge = edge(&["e"; 10], |_| 1);
+    let seqs = edge.entries();
+    let upstream = Upstream::start().await;
+    let requests = || upstream.seen().len();
+
+    // A 503 asking for ten minutes: the next passes send nothing.
+    upstream.fail_key(KEYS[0], 503);
+    let mut forwarder = edge.forwarder(&upstream);
+    forwarder.step().await.unwrap();
+    assert_eq!(requests(), 1);
+    forwarder.step().await.unwrap();
+    forwarder.step().await.unwrap();
+    assert_eq!(requests(), 1, "retried before upstream's Retry-After");
+
+    // A 401 pauses the project while its key stays the one refused.
+    upstream.fail_key(KEYS[0], 401);
+    let mut forwarder = edge.forwarder(&upstream);
+    forwarder.step().await.unwrap();
+    assert_eq!(requests(), 2);
+    forwarder.step().await.unwrap();
+    assert_eq!(requests(), 2, "the refused key tried again unchanged");
+    assert_eq!(edge.progress().0, 0);
+
+    // projects.json gives the project a new key: tried at once, and taken.
+    let json = r#"{"projects":[{"id":1,"api_key":"phc_new"},{"id":2,"api_key":"phc_two"}]}"#;
+    edge.projects
+        .store(Arc::new(Projects::parse(json.as_bytes()).unwrap()));
+    forwarder.step().await.unwrap();
+    let seen = upstream.seen();
+    assert_eq!(seen.len(), 3);
+    assert_eq!((seen[2].api_key.as_str(), seen[2].status), ("phc_new", 200));
+    forwarder.step().await.unwrap();
+    assert_eq!(upstream.taken(), edge.uuids[0]);
+    assert_eq!(edge.progress(), (*seqs.last().unwrap(), None, None));
+    assert_eq!(edge.entries(), Vec::<u64>::new());
 }

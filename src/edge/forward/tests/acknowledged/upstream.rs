@@ -10,6 +10,9 @@ use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
 use serde_json::Value;
 
+/// Upstream's `Retry-After` on every answer (the forwarder heeds it on a 429 or 5xx).
+const RETRY_AFTER_SECONDS: &str = "600";
+
 /// One request upstream received.
 #[derive(Debug, Clone)]
 pub struct Seen {
@@ -61,7 +64,12 @@ impl Upstream {
                             let gz = BodyExt::collect(req.into_body()).await?.to_bytes();
                             let status = answer(&gz, &a, &s);
                             let body = Full::new(Bytes::from_static(b"{\"detail\":\"no\"}"));
-                            let response = Response::builder().status(status).body(body);
+                            // A wait far longer than any test: a retry before it is
+                            // one the forwarder should not have made.
+                            let response = Response::builder()
+                                .status(status)
+                                .header("retry-after", RETRY_AFTER_SECONDS)
+                                .body(body);
                             Ok::<_, hyper::Error>(response.unwrap())
                         }
                     });
