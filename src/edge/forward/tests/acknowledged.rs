@@ -18,7 +18,7 @@ use serde_json::{json, Value};
 use uuid::Uuid;
 
 use super::super::cursor::{self, State, Window};
-use super::super::deliver::DEAD_LETTER;
+use super::super::dead::DEAD_LETTER;
 use super::super::Forwarder;
 use crate::compactor::Compactor;
 use crate::config::Compaction;
