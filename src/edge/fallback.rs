@@ -135,7 +135,14 @@ pub fn plan(
 pub struct Flags {
     pub flags: Map<String, Value>,
     pub errors: bool,
+    /// Upstream's `quotaLimited` when it names `feature_flags`: the project is over its
+    /// flag quota, and PostHog then answers no flag at all.
+    pub quota_limited: Option<Value>,
 }
+
+/// What PostHog's flags service puts in `quotaLimited` for a project over its flag
+/// quota (`billing::check_limits`: `ServiceName::FeatureFlags`).
+pub const FEATURE_FLAGS_QUOTA: &str = "feature_flags";
 
 /// Ask upstream `/flags/?v=2` for `plan`'s keys with the caller's `body` (its JSON,
 /// decoded) and address; `None` when no usable answer came within `budget`.
@@ -195,5 +202,14 @@ fn read_answer(body: &[u8]) -> Option<Flags> {
         return None;
     }
     let errors = answer.get("errorsWhileComputingFlags") == Some(&Value::Bool(true));
-    Some(Flags { flags, errors })
+    let quota_limited = answer.remove("quotaLimited").filter(|limited| {
+        limited
+            .as_array()
+            .is_some_and(|l| l.iter().any(|r| r == FEATURE_FLAGS_QUOTA))
+    });
+    Some(Flags {
+        flags,
+        errors,
+        quota_limited,
+    })
 }

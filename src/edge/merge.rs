@@ -2,15 +2,18 @@
 //! answer in the version the client asked for: the v4 (`/flags?v=2`) detail objects as
 //! upstream sent them (value, payload, reason and metadata), and in the older shapes the
 //! values and payloads derived from them as each version writes them. Upstream wins for
-//! its keys; every other flag keeps the edge's answer.
+//! its keys; every other flag keeps the edge's answer. An answer saying the project is
+//! over its flag quota (`quotaLimited: ["feature_flags"]`) stands for the whole body:
+//! no flags, as PostHog answers then.
 
 use serde_json::{Map, Value};
 
 use super::fallback::Flags;
 
 /// The body `local` (the edge's answer in `version`'s shape, the flags left to upstream
-/// absent) with upstream's `answer` for each key `takes` accepts; without an answer,
-/// `local` with `errorsWhileComputingFlags` set. `local` comes back unchanged if it is
+/// absent) with upstream's `answer` for each key `takes` accepts (or, when it is
+/// quota-limited, with no flags and its `quotaLimited`); without an answer, `local`
+/// with `errorsWhileComputingFlags` set. `local` comes back unchanged if it is
 /// not a JSON object (it always is: the edge wrote it).
 pub fn merge(
     version: u8,
@@ -22,6 +25,14 @@ pub fn merge(
         return local;
     };
     let errors = match answer {
+        Some(Flags {
+            quota_limited: Some(limited),
+            errors,
+            ..
+        }) => {
+            quota_limited(&mut body, limited);
+            *errors
+        }
         Some(answer) => {
             for (key, detail) in answer.flags.iter().filter(|(k, _)| takes(k)) {
                 apply(version, &mut body, key, detail);
@@ -34,6 +45,22 @@ pub fn merge(
         body.insert("errorsWhileComputingFlags".into(), Value::Bool(errors));
     }
     serde_json::to_vec(&body).unwrap_or(local)
+}
+
+/// Upstream says the project is over its flag quota: as PostHog's flags service
+/// answers then, no flag at all (the edge's own included, so its rules do not get
+/// round the quota) and upstream's `quotaLimited`, in whichever shape was asked for.
+fn quota_limited(body: &mut Map<String, Value>, limited: &Value) {
+    for (member, value) in body.iter_mut() {
+        match (member.as_str(), value) {
+            ("featureFlags", Value::Array(keys)) => keys.clear(),
+            ("featureFlags" | "featureFlagPayloads" | "flags", Value::Object(flags)) => {
+                flags.clear()
+            }
+            _ => {}
+        }
+    }
+    body.insert("quotaLimited".into(), limited.clone());
 }
 
 /// One upstream flag into the body.
@@ -109,6 +136,7 @@ mod tests {
         Flags {
             flags,
             errors: false,
+            quota_limited: None,
         }
     }
 
@@ -143,6 +171,55 @@ mod tests {
         assert_eq!(v4["flags"]["on"], answer.flags["on"]);
         assert_eq!(v4["flags"]["off"], answer.flags["off"]);
         assert!(v4["flags"].get("other").is_none());
+    }
+
+    #[test]
+    fn a_quota_limited_answer_leaves_no_flag_in_any_version() {
+        let answer = Flags {
+            flags: Map::new(),
+            errors: false,
+            quota_limited: Some(json!(["feature_flags"])),
+        };
+        let locals = [
+            (
+                1,
+                json!({"featureFlags": ["kept"], "sessionRecording": false}),
+            ),
+            (
+                2,
+                json!({"featureFlags": {"kept": true}, "sessionRecording": false}),
+            ),
+            (
+                3,
+                json!({"featureFlags": {"kept": true}, "featureFlagPayloads": {"kept": 1},
+                       "errorsWhileComputingFlags": true, "sessionRecording": false}),
+            ),
+            (
+                4,
+                json!({"flags": {"kept": {"enabled": true}}, "errorsWhileComputingFlags": true,
+                       "sessionRecording": false}),
+            ),
+        ];
+        for (version, local) in locals {
+            let out = merged(version, local, Some(&answer));
+            assert_eq!(out["quotaLimited"], json!(["feature_flags"]), "{version}");
+            assert_eq!(out["sessionRecording"], false, "{version}: config kept");
+            let flags = out.get("flags").unwrap_or(&out["featureFlags"]);
+            assert!(
+                flags
+                    .as_array()
+                    .map(Vec::len)
+                    .unwrap_or_else(|| flags.as_object().unwrap().len())
+                    == 0,
+                "{version}: {out}"
+            );
+            if let Some(payloads) = out.get("featureFlagPayloads") {
+                assert_eq!(payloads, &json!({}));
+            }
+            if let Some(errors) = out.get("errorsWhileComputingFlags") {
+                assert_eq!(errors, false);
+            }
+        }
     }
 
     #[test]

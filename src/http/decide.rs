@@ -260,7 +260,9 @@ async fn from_upstream(
     let stats = &app.metrics.upstream;
     let budget = settings.flags_budget;
     let answer = fallback::ask(client, stats, budget, original, &asked.plan, caller).await;
-    if let (Some(answer), Some(rules), true) = (&answer, &asked.rules, asked.plan.learn) {
+    // A quota-limited answer names no flag, so it teaches nothing about the feed.
+    let learnt = answer.as_ref().filter(|a| a.quota_limited.is_none());
+    if let (Some(answer), Some(rules), true) = (learnt, &asked.rules, asked.plan.learn) {
         app.upstream_flags.learn(project.id, rules, answer);
     }
     let takes = |key: &str| {

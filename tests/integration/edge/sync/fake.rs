@@ -1,10 +1,11 @@
 //! A scripted upstream for what a flagpost upstream does not do: weak ETags, 402, 429
-//! with `Retry-After`, 503, slow answers, refused connections. Plain HTTP/1.1 with
-//! kept-alive connections on 127.0.0.1:0; each request is recorded (path, headers,
-//! arrival) and answered with what the script returns for it. Closing the fake drops
+//! with `Retry-After`, 503, slow answers, refused connections, a quota-limited `/flags`
+//! answer. Plain HTTP/1.1 with kept-alive connections on 127.0.0.1:0; each request is
+//! recorded (path, headers, body, arrival) and answered with what the script returns
+//! for it. Closing the fake drops
 //! its listener and its connections, so the next connection is refused.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -15,6 +16,7 @@ use std::time::{Duration, Instant};
 pub struct Seen {
     pub path: String,
     pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
     pub at: Instant,
 }
 
@@ -112,6 +114,15 @@ impl Fake {
             .collect()
     }
 
+    /// Every request seen whose path starts with `prefix`.
+    pub fn seen_at(&self, prefix: &str) -> Vec<Seen> {
+        let seen = self.seen.lock().unwrap();
+        seen.iter()
+            .filter(|s| s.path.starts_with(prefix))
+            .cloned()
+            .collect()
+    }
+
     pub fn url(&self) -> String {
         format!("http://{}", self.addr)
     }
@@ -146,7 +157,6 @@ fn serve(stream: TcpStream, seen: &Mutex<Vec<Seen>>, script: &Mutex<Script>, clo
     loop {
         let mut lines = Vec::new();
         let mut line = String::new();
-        // Requests here are GETs: a request line and headers, no body.
         loop {
             if closed.load(Ordering::SeqCst) {
                 return;
@@ -173,14 +183,23 @@ fn serve(stream: TcpStream, seen: &Mutex<Vec<Seen>>, script: &Mutex<Script>, clo
             continue;
         };
         let path = request_line.split(' ').nth(1).unwrap_or("").to_string();
-        let headers = lines[1..]
+        let headers: Vec<(String, String)> = lines[1..]
             .iter()
             .filter_map(|l| l.split_once(':'))
             .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
             .collect();
+        let length = headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case("content-length"))
+            .and_then(|(_, v)| v.parse().ok())
+            .unwrap_or(0);
+        let Some(body) = read_body(&mut reader, length, closed) else {
+            return;
+        };
         let request = Seen {
             path,
             headers,
+            body,
             at: Instant::now(),
         };
         seen.lock().unwrap().push(request.clone());
@@ -203,4 +222,31 @@ fn serve(stream: TcpStream, seen: &Mutex<Vec<Seen>>, script: &Mutex<Script>, clo
             return;
         }
     }
+}
+
+/// A request's `length` bytes of body (the edge's `/flags` calls are POSTs), through
+/// the short read timeouts that let the fake notice it was closed.
+fn read_body(
+    reader: &mut BufReader<TcpStream>,
+    length: usize,
+    closed: &AtomicBool,
+) -> Option<Vec<u8>> {
+    let mut body = vec![0; length];
+    let mut got = 0;
+    while got < length {
+        if closed.load(Ordering::SeqCst) {
+            return None;
+        }
+        match reader.read(&mut body[got..]) {
+            Ok(0) => return None,
+            Ok(n) => got += n,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(_) => return None,
+        }
+    }
+    Some(body)
 }
