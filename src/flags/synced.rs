@@ -3,8 +3,9 @@
 //! same compiler as a file (and the project's surveys' targeting flags appended, as for
 //! a file), and every published [`super::Snapshot`] lays these over what the files gave.
 //! A synced project never falls back to its file: until the first answer it has no
-//! rules, and while upstream says its quota is used up it has none either and is marked
-//! so that `/decide` and `/flags` can answer as upstream does.
+//! rules (or, when it gained its upstream key while serving, the rules it served
+//! then), and while upstream says its quota is used up it has none either and is
+//! marked so that `/decide` and `/flags` can answer as upstream does.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -21,8 +22,9 @@ pub type Generated = HashMap<i64, Vec<Value>>;
 /// What a synced project serves.
 #[derive(Clone)]
 pub(super) enum State {
-    /// No answer from upstream yet (and none on disk): no rules.
-    Waiting,
+    /// No answer from upstream yet (and none on disk): the rules it served before
+    /// the sync began, if it began while serving, else none.
+    Waiting { kept: Option<Arc<ProjectRules>> },
     /// Upstream's last good definitions, compiled.
     Serving {
         body: Arc<[u8]>,
@@ -57,7 +59,10 @@ pub(super) fn apply(
     let mut quota_limited = HashSet::new();
     for (&id, state) in overlay.iter_mut() {
         match state {
-            State::Waiting => {
+            State::Waiting { kept: Some(rules) } => {
+                projects.insert(id, Arc::clone(rules));
+            }
+            State::Waiting { kept: None } => {
                 projects.remove(&id);
             }
             State::QuotaLimited => {
@@ -106,10 +111,14 @@ impl super::Rules {
     }
 
     /// Take `id`'s rules from upstream from now on: its file is ignored, and until
-    /// [`super::Rules::sync_install`] it has no rules. Nothing happens if it already is.
-    pub fn sync_begin(&self, id: i64) {
+    /// [`super::Rules::sync_install`] it has no rules, or with `keep` the rules it has
+    /// now (a project that gains its upstream key while the server runs keeps serving
+    /// its file's flags until upstream answers). Nothing happens if it already is.
+    pub fn sync_begin(&self, id: i64, keep: bool) {
         if !crate::support::sync::lock(&self.synced).contains_key(&id) {
-            self.set_synced(id, State::Waiting);
+            let kept = keep.then(|| self.current.load().project(id).cloned());
+            let kept = kept.flatten();
+            self.set_synced(id, State::Waiting { kept });
         }
     }
 
@@ -189,7 +198,7 @@ mod tests {
         assert_eq!(key_of(&rules, 1).as_deref(), Some("from-file"));
 
         // Synced, nothing from upstream yet: no rules, and a reload keeps it so.
-        rules.sync_begin(1);
+        rules.sync_begin(1, false);
         assert_eq!(key_of(&rules, 1), None);
         rules.reload(dir.path());
         assert_eq!(key_of(&rules, 1), None);
@@ -222,5 +231,23 @@ mod tests {
         assert_eq!(key_of(&rules, 1).as_deref(), Some("edited-file"));
         assert!(!rules.current().quota_limited(1));
         assert!(rules.synced_projects().is_empty());
+    }
+
+    #[test]
+    fn a_sync_begun_while_serving_keeps_the_files_rules_until_upstream_answers() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("1.json"), flags("from-file")).unwrap();
+        let (rules, _) = Rules::load(dir.path());
+        rules.sync_begin(1, true);
+        assert_eq!(rules.synced_projects(), vec![1]);
+        assert_eq!(key_of(&rules, 1).as_deref(), Some("from-file"));
+        // What it served, not the file as it is now: the file no longer counts.
+        std::fs::write(dir.path().join("1.json"), flags("edited-file")).unwrap();
+        rules.reload(dir.path());
+        assert_eq!(key_of(&rules, 1).as_deref(), Some("from-file"));
+        rules
+            .sync_install(1, flags("from-upstream").as_bytes())
+            .unwrap();
+        assert_eq!(key_of(&rules, 1).as_deref(), Some("from-upstream"));
     }
 }

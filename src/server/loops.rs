@@ -45,10 +45,13 @@ impl Loops {
         let stopping = loops.stopping();
         loops.spawn(
             "SIGHUP reload",
-            reload_on_sighup(app.clone(), hangup, stopping),
+            reload_on_sighup(app.clone(), sync.clone(), hangup, stopping),
         );
         let stopping = loops.stopping();
-        loops.spawn("file watch", watch_files(app.clone(), stopping));
+        loops.spawn(
+            "file watch",
+            watch_files(app.clone(), sync.clone(), stopping),
+        );
         let stopping = loops.stopping();
         loops.spawn("disk space", watch_space(app.clone(), stopping));
         if let (Some(spool), Some(client)) = (&app.recordings, &app.upstream) {
@@ -119,11 +122,14 @@ impl Stopping {
     }
 }
 
-async fn reload_on_sighup(app: Arc<App>, mut hup: Signal, mut stopping: Stopping) {
+/// The flag sync, if any, told that `projects.json` was just read again.
+type Sync = Option<Arc<crate::edge::sync::Syncer>>;
+
+async fn reload_on_sighup(app: Arc<App>, sync: Sync, mut hup: Signal, mut stopping: Stopping) {
     while let Some(Some(())) = stopping.unless_stopped(hup.recv()).await {
         tracing::info!("SIGHUP received: reloading");
         notify::reloading();
-        reload_files(&app, true).await;
+        reload_files(&app, &sync, true).await;
         notify::ready();
     }
 }
@@ -131,9 +137,9 @@ async fn reload_on_sighup(app: Arc<App>, mut hup: Signal, mut stopping: Stopping
 /// Reload the projects when `projects.json` changes, the flag rules whenever a file in
 /// the flags directory does, the surveys and early access features when theirs do,
 /// and the GeoIP database when its file does.
-async fn watch_files(app: Arc<App>, mut stopping: Stopping) {
+async fn watch_files(app: Arc<App>, sync: Sync, mut stopping: Stopping) {
     while stopping.rest(FLAGS_POLL).await {
-        reload_files(&app, false).await;
+        reload_files(&app, &sync, false).await;
     }
 }
 
@@ -219,14 +225,15 @@ async fn watchdog(app: Arc<App>, every: Duration, mut stopping: Stopping) {
 /// Reload `projects.json`, the flag rules (after the surveys and early access files,
 /// whose surveys add flags) and the GeoIP database, always or only what changed, on the
 /// blocking pool (all read files). Each keeps its previous version when its file is bad.
-async fn reload_files(app: &Arc<App>, always: bool) {
+/// New projects wake the flag sync, so a project given an upstream key syncs at once.
+async fn reload_files(app: &Arc<App>, sync: &Sync, always: bool) {
     let (app, dir) = (app.clone(), app.config.flags_dir());
-    let _ = tokio::task::spawn_blocking(move || {
+    let reloaded = tokio::task::spawn_blocking(move || {
         let projects = match always {
             true => Some(app.reload_projects()),
             false => app.reload_projects_if_changed(),
         };
-        if let Some(Err(e)) = projects {
+        if let Some(Err(e)) = &projects {
             tracing::warn!(error = %e, "projects not reloaded; keeping the previous ones");
         }
         let geoip = if always {
@@ -243,8 +250,12 @@ async fn reload_files(app: &Arc<App>, always: bool) {
         } else {
             app.rules.reload_if_changed(&dir);
         }
+        matches!(projects, Some(Ok(())))
     })
     .await;
+    if let (Ok(true), Some(sync)) = (reloaded, sync) {
+        sync.wake();
+    }
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use super::poll::{self, Endpoint, Polled};
-use super::{disk, Syncer, Wanted};
+use super::{disk, Serving, Syncer, Wanted};
 use crate::edge::answer::{Backoff, BACKOFF_CAP};
 use crate::support::watch::digest;
 
@@ -132,6 +132,7 @@ pub(super) async fn follow(
                 .await;
                 sync.board.update(id, |s| {
                     s.quota_limited = true;
+                    s.serving = Serving::QuotaLimited;
                     s.etag = None;
                     s.failures_in_a_row = 0;
                     s.confirmed = Some(SystemTime::now());
@@ -156,6 +157,7 @@ fn confirmed(sync: &Syncer, id: u64, etag: Option<String>, compiled: bool) {
         s.failures_in_a_row = 0;
         s.etag = etag;
         s.quota_limited = false;
+        s.serving = Serving::Upstream;
         if compiled {
             s.compiles += 1;
         }

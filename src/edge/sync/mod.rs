@@ -4,8 +4,9 @@
 //! 200's definitions in the published rules and on disk, and keeps the last good
 //! rules through 401, 403, 429, 5xx and silence, backing off; a 402 clears them (the
 //! flags then answer `quota_limited`, as upstream's do). A supervisor starts and stops
-//! those tasks as `projects.json` changes, and keeps the definitions' age current for
-//! `/metrics`. The handler layer drives it through [`Host`]; [`Board`] is what the
+//! those tasks as `projects.json` changes (woken at once by its reload), and keeps the
+//! definitions' age current for `/metrics`. A project that gains its key while the
+//! server runs serves its flag file's rules until upstream's first answer. The handler layer drives it through [`Host`]; [`Board`] is what the
 //! console's health page reads.
 
 pub mod disk;
@@ -14,12 +15,13 @@ pub mod poll;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use arc_swap::ArcSwap;
 use serde_json::{json, Value};
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
 use tokio::task::JoinHandle;
 
 use super::client::Client;
@@ -59,6 +61,37 @@ pub struct Status {
     pub quota_limited: bool,
     /// Definitions compiled and published since start (a 304 compiles nothing).
     pub compiles: u64,
+    /// Where the rules served come from.
+    pub serving: Serving,
+}
+
+/// Where a synced project's served rules come from, as the health page says it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Serving {
+    /// Nothing yet: no answer from upstream, none on disk.
+    #[default]
+    Nothing,
+    /// The project's flag file, as it was when the project gained its upstream key,
+    /// until upstream's first answer.
+    FlagFile,
+    /// The answer kept on disk, loaded at start, until upstream confirms or replaces it.
+    Stored,
+    /// Upstream's answer.
+    Upstream,
+    /// None: upstream said the flag quota is used up.
+    QuotaLimited,
+}
+
+impl Serving {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Serving::Nothing => "nothing",
+            Serving::FlagFile => "flag file",
+            Serving::Stored => "stored",
+            Serving::Upstream => "upstream",
+            Serving::QuotaLimited => "quota limited",
+        }
+    }
 }
 
 /// Every synced project's [`Status`], shared with the health page.
@@ -102,6 +135,7 @@ impl Board {
                     "etag": s.etag,
                     "quota_limited": s.quota_limited,
                     "compiles": s.compiles,
+                    "serving": s.serving.as_str(),
                 })
             })
             .collect();
@@ -131,6 +165,10 @@ pub struct Syncer {
     pub(super) board: Board,
     pub(super) host: Arc<dyn Host>,
     running: Mutex<HashMap<u64, (Wanted, JoinHandle<()>)>>,
+    /// Set after the first pass: a project started later began while serving.
+    serving: AtomicBool,
+    /// Rings when `projects.json` was reloaded, so a new key starts its sync at once.
+    wake: Notify,
 }
 
 impl Syncer {
@@ -155,7 +193,14 @@ impl Syncer {
             board,
             host,
             running: Mutex::default(),
+            serving: AtomicBool::new(false),
+            wake: Notify::new(),
         })
+    }
+
+    /// `projects.json` was reloaded: look at it now rather than at the next tick.
+    pub fn wake(&self) {
+        self.wake.notify_one();
     }
 
     /// Start and stop projects' syncs to match `projects.json`, and refresh the
@@ -195,8 +240,9 @@ impl Syncer {
         for id in stale {
             self.stop_project(id, wanted.contains_key(&id)).await;
         }
+        let while_serving = self.serving.swap(true, Ordering::SeqCst);
         for (id, w) in fresh {
-            self.start_project(id, w).await;
+            self.start_project(id, w, while_serving).await;
         }
         let board = crate::support::sync::lock(&self.board.0).clone();
         for (id, status) in board {
@@ -219,6 +265,7 @@ impl Syncer {
                 // An error means the sender is gone, which only happens at shutdown.
                 changed = stop.changed() => if changed.is_err() { break },
                 _ = tokio::time::sleep(SUPERVISE_EVERY) => self.pass().await,
+                _ = self.wake.notified() => self.pass().await,
             }
         }
         let running = std::mem::take(&mut *crate::support::sync::lock(&self.running));
@@ -227,7 +274,9 @@ impl Syncer {
         }
     }
 
-    async fn start_project(self: &Arc<Self>, id: u64, wanted: Wanted) {
+    /// Start `id`'s poll task, its stored answer installed first; `while_serving`, a
+    /// project without one keeps the rules it serves now until upstream answers.
+    async fn start_project(self: &Arc<Self>, id: u64, wanted: Wanted, while_serving: bool) {
         let Ok(rules_id) = i64::try_from(id) else {
             return;
         };
@@ -237,7 +286,7 @@ impl Syncer {
             if file.exists() {
                 tracing::warn!(project = id, file = %file.display(), "flag file ignored: this project's flags are synced from upstream");
             }
-            this.host.rules().sync_begin(rules_id);
+            this.host.rules().sync_begin(rules_id, while_serving);
             let stored = disk::load(&disk::dir(&this.db_dir, id)).and_then(|stored| {
                 match this.host.rules().sync_install(rules_id, &stored.body) {
                     Ok(_) => Some(stored),
@@ -267,12 +316,27 @@ impl Syncer {
                     st.confirmed = s.written;
                     st.etag = s.etag.clone();
                     st.compiles += 1;
+                    st.serving = Serving::Stored;
                 });
                 s.etag.clone()
             }
             None => {
-                self.board
-                    .update(id, |st| st.last_status = "waiting".into());
+                let kept = i64::try_from(id)
+                    .is_ok_and(|id| self.host.rules().current().project(id).is_some());
+                let serving = match while_serving && kept {
+                    true => {
+                        tracing::info!(
+                            project = id,
+                            "the project's flag file serves until upstream answers"
+                        );
+                        Serving::FlagFile
+                    }
+                    false => Serving::Nothing,
+                };
+                self.board.update(id, |st| {
+                    st.last_status = "waiting".into();
+                    st.serving = serving;
+                });
                 None
             }
         };

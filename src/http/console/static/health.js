@@ -24,12 +24,22 @@
     ]
   }
 
+  // Where a synced project's flags come from right now.
+  const SERVING = {
+    upstream: 'rules synced from upstream',
+    stored: 'rules kept on disk',
+    'flag file': 'its flag file, until upstream answers',
+    nothing: 'no flags, until upstream answers',
+    'quota limited': 'no flags (quota limited)',
+  }
+
   /** Edge mode: each synced project's flag sync. */
   function syncView(up) {
     if (!up || !up.url) return []
     const rows = up.flag_sync.map((p) => h('tr', { 'data-project': p.project },
       h('th', { scope: 'row' }, String(p.project)),
       h('td', { class: p.quota_limited ? 'bad' : '' }, p.quota_limited ? `${p.last_status} (quota limited)` : p.last_status),
+      h('td', { class: p.serving === 'upstream' || p.serving === 'stored' ? '' : 'bad' }, SERVING[p.serving] || p.serving),
       h('td', {}, p.last_success ? FP.fmt.time(new Date(p.last_success * 1000)) : 'never'),
       h('td', { class: p.age_seconds !== null && p.age_seconds < 300 ? 'good' : 'bad' }, p.age_seconds === null ? 'none' : FP.fmt.seconds(p.age_seconds)),
       h('td', { class: 'num' }, FP.fmt.int(p.failures_in_a_row)),
@@ -38,7 +48,7 @@
       h('h2', {}, 'Flags synced from ', h('code', {}, up.url)),
       rows.length
         ? h('div', { class: 'table-wrap' }, h('table', { id: 'flag-sync' },
-          h('thead', {}, h('tr', {}, ['Project', 'Last answer', 'Last success', 'Age', 'Failures in a row', 'ETag'].map((t) => h('th', { scope: 'col' }, t)))),
+          h('thead', {}, h('tr', {}, ['Project', 'Last answer', 'Serving', 'Last success', 'Age', 'Failures in a row', 'ETag'].map((t) => h('th', { scope: 'col' }, t)))),
           h('tbody', {}, rows)))
         : h('p', { class: 'muted', id: 'flag-sync' }, 'No project has an upstream_secret_key.'),
     ]
