@@ -66,6 +66,18 @@ fn call(
     server.request(req)
 }
 
+/// A console request as the console's own page sends it: the session's cookie, its
+/// token and the console's origin.
+pub(crate) fn signed_call(
+    server: &Server,
+    s: &Signed,
+    method: &str,
+    path: &str,
+    body: Option<Value>,
+) -> Resp {
+    call(server, s, method, path, body, Some(OWN), Some(&s.token))
+}
+
 fn flag_keys(server: &Server, s: &Signed) -> Vec<String> {
     let r = call(
         server,

@@ -30,6 +30,14 @@ const MAX_REACH_SCANNED: usize = 100_000;
 /// Persons the reach names, as examples.
 const REACH_EXAMPLES: usize = 20;
 
+/// The flag a page is about: `?key=K`, which both reads require.
+fn flag_key(params: &Params) -> Result<String, ApiError> {
+    params
+        .get("key")
+        .map(str::to_owned)
+        .ok_or_else(|| ApiError::BadQuery("key is required".into()))
+}
+
 /// `?key=K&interval=hour|day` and a range: per bucket, the flag's calls by returned
 /// value: `{"buckets", "values": {value: [count per bucket]}, "rollups"}`.
 pub async fn exposures(
@@ -38,10 +46,7 @@ pub async fn exposures(
     query: Option<&str>,
 ) -> Result<Response<Body>, ApiError> {
     let params = Params::parse(query);
-    let key = params
-        .get("key")
-        .ok_or_else(|| ApiError::BadQuery("key is required".into()))?
-        .to_owned();
+    let key = flag_key(&params)?;
     let range = Range::parse(&params, crate::support::clock::now_ms())?;
     let step = match params.get("interval").unwrap_or("day") {
         "hour" => HOUR_MS,
@@ -117,10 +122,7 @@ pub async fn reach(
     query: Option<&str>,
 ) -> Result<Response<Body>, ApiError> {
     let params = Params::parse(query);
-    let key = params
-        .get("key")
-        .ok_or_else(|| ApiError::BadQuery("key is required".into()))?
-        .to_owned();
+    let key = flag_key(&params)?;
     let rules = i64::try_from(project)
         .ok()
         .and_then(|id| app.rules.current().project(id).cloned())

@@ -70,10 +70,20 @@ pub fn upstream() -> Server {
 
 const EMPTY: &str = r#"{"flags": [], "group_type_mapping": {}, "cohorts": {}}"#;
 
+/// Project 1's members at an edge that syncs it with [`SECRET`].
+pub fn synced_key() -> String {
+    format!(r#""upstream_secret_key": "{SECRET}""#)
+}
+
 /// An edge in front of `url` polling every second, its project 1 synced with [`SECRET`].
 pub fn edge(url: &str, env: &[(&str, &std::ffi::OsStr)]) -> Server {
+    edge_with(url, &synced_key(), env)
+}
+
+/// An edge in front of `url` polling every second, its project 1 given `extra` members.
+pub fn edge_with(url: &str, extra: &str, env: &[(&str, &std::ffi::OsStr)]) -> Server {
     let tmp = tempfile::tempdir().unwrap();
-    data_dir_with(tmp.path(), &format!(r#""upstream_secret_key": "{SECRET}""#));
+    data_dir_with(tmp.path(), extra);
     let mut server = Server::spawn_env(
         tmp.path(),
         &["--upstream", url, "--upstream-poll", "1"],
@@ -81,6 +91,38 @@ pub fn edge(url: &str, env: &[(&str, &std::ffi::OsStr)]) -> Server {
     );
     server.keep(tmp);
     server
+}
+
+/// An [`upstream`] whose project 1 has `key` on for everyone, made through its
+/// management API; the flag's id.
+pub fn upstream_with(key: &str) -> (Server, i64) {
+    let up = upstream();
+    let flag = call(
+        &up,
+        "POST",
+        "/api/projects/1/feature_flags/",
+        PERSONAL_ONE,
+        Some(everyone(key, 100)),
+    );
+    assert_eq!(flag.status, 201, "{}", flag.text());
+    let id = flag.json()["id"].as_i64().unwrap();
+    (up, id)
+}
+
+/// An [`upstream_with`] `beta`, and an [`edge`] in front of it serving it.
+pub fn synced_pair() -> (Server, Server, i64) {
+    let (up, id) = upstream_with("beta");
+    let edge = edge(&format!("http://{}", up.addr), &[]);
+    wait_for_flag(&edge, "beta", json!(true));
+    (up, edge, id)
+}
+
+/// The health page's entry for project 1's flag sync, read through the console.
+pub fn flag_sync_health(edge: &Server) -> Value {
+    let session = crate::console::sign_in(edge, PERSONAL_ONE);
+    let health = crate::console::signed_call(edge, &session, "GET", "/console/api/health", None);
+    assert_eq!(health.status, 200, "{}", health.text());
+    health.json()["upstream"]["flag_sync"][0].clone()
 }
 
 /// What `/decide` answers at `server` for `distinct_id` in project 1.
@@ -115,20 +157,10 @@ pub fn metric(server: &Server, sample: &str) -> f64 {
 
 #[test]
 fn the_edge_serves_upstreams_rules_and_follows_their_changes() {
-    let up = upstream();
-    let flag = call(
-        &up,
-        "POST",
-        "/api/projects/1/feature_flags/",
-        PERSONAL_ONE,
-        Some(everyone("beta", 100)),
-    );
-    assert_eq!(flag.status, 201, "{}", flag.text());
-    let id = flag.json()["id"].as_i64().unwrap();
-    let edge = edge(&format!("http://{}", up.addr), &[]);
+    let (up, edge, id) = synced_pair();
 
     // Upstream's rules, not the edge's own file, answer /decide.
-    let d = wait_for_flag(&edge, "beta", json!(true));
+    let d = decide(&edge, "ada");
     assert!(d["featureFlags"].get("from-the-file").is_none(), "{d}");
     assert!(edge.log().contains("flag file ignored"), "{}", edge.log());
 
@@ -232,17 +264,7 @@ fn the_edge_serves_upstreams_rules_and_follows_their_changes() {
 
 #[test]
 fn an_edge_restarted_while_upstream_is_down_serves_the_rules_on_disk() {
-    let mut up = upstream();
-    let flag = call(
-        &up,
-        "POST",
-        "/api/projects/1/feature_flags/",
-        PERSONAL_ONE,
-        Some(everyone("beta", 100)),
-    );
-    assert_eq!(flag.status, 201, "{}", flag.text());
-    let edge = edge(&format!("http://{}", up.addr), &[]);
-    wait_for_flag(&edge, "beta", json!(true));
+    let (mut up, edge, _) = synced_pair();
     let stored = edge.dir.join("db/upstream/1");
     // Kept on disk right after it is published.
     let etag = wait_for("the stored ETag", || {
@@ -273,50 +295,14 @@ fn an_edge_restarted_while_upstream_is_down_serves_the_rules_on_disk() {
 
 #[test]
 fn the_console_shows_synced_flags_read_only_and_the_sync_on_its_health_page() {
-    let up = upstream();
-    let r = call(
-        &up,
-        "POST",
-        "/api/projects/1/feature_flags/",
-        PERSONAL_ONE,
-        Some(everyone("beta", 100)),
-    );
-    assert_eq!(r.status, 201, "{}", r.text());
+    let (up, edge, _) = synced_pair();
     let url = format!("http://{}", up.addr);
-    let edge = edge(&url, &[]);
-    wait_for_flag(&edge, "beta", json!(true));
-
-    let session = edge.request(
-        Req::post(
-            "/console/api/session",
-            json!({"key": PERSONAL_ONE}).to_string(),
-        )
-        .header("Content-Type", "application/json")
-        .header("Origin", "http://localhost"),
-    );
-    assert_eq!(session.status, 200, "{}", session.text());
-    let described = session.json();
-    assert_eq!(described["project"]["synced_from"], json!(url));
-    let cookie = session
-        .header("set-cookie")
-        .unwrap()
-        .split(';')
-        .next()
-        .unwrap()
-        .to_string();
-    let token = described["token"].as_str().unwrap().to_string();
+    let session = crate::console::sign_in(&edge, PERSONAL_ONE);
     let console = |method: &str, path: &str, body: Option<Value>| {
-        let req = match body {
-            Some(b) => Req::post(path, b.to_string()).method(method),
-            None => Req::get(path),
-        };
-        edge.request(
-            req.header("Cookie", &cookie)
-                .header("Content-Type", "application/json")
-                .header("Origin", "http://localhost")
-                .header("X-Flagpost-Token", &token),
-        )
+        crate::console::signed_call(&edge, &session, method, path, body)
     };
+    let described = console("GET", "/console/api/session", None).json();
+    assert_eq!(described["project"]["synced_from"], json!(url));
     let list = console("GET", "/console/api/feature_flags/", None);
     assert_eq!(list.json()["results"][0]["key"], "beta");
     let refused = console(
@@ -338,6 +324,7 @@ fn the_console_shows_synced_flags_read_only_and_the_sync_on_its_health_page() {
     assert_eq!(sync["project"], 1);
     assert_eq!(sync["endpoint"], "flags_definitions");
     assert_eq!(sync["failures_in_a_row"], 0);
+    assert_eq!(sync["serving"], "upstream");
     assert!(
         sync["last_success"].as_u64().is_some() && sync["age_seconds"].as_u64().is_some(),
         "{sync}"
@@ -348,17 +335,7 @@ fn the_console_shows_synced_flags_read_only_and_the_sync_on_its_health_page() {
 
 #[test]
 fn a_project_loses_its_sync_when_its_upstream_key_leaves_projects_json() {
-    let up = upstream();
-    let r = call(
-        &up,
-        "POST",
-        "/api/projects/1/feature_flags/",
-        PERSONAL_ONE,
-        Some(everyone("beta", 100)),
-    );
-    assert_eq!(r.status, 201, "{}", r.text());
-    let edge = edge(&format!("http://{}", up.addr), &[]);
-    wait_for_flag(&edge, "beta", json!(true));
+    let (_up, edge, _) = synced_pair();
     // No upstream key: the project's own flag file serves again, and writes are allowed.
     write_atomically(&edge.data().join("projects.json"), projects_json(""));
     // (`beta` may still come back, asked of upstream's /flags as a key the file lacks.)
@@ -373,8 +350,10 @@ fn a_project_loses_its_sync_when_its_upstream_key_leaves_projects_json() {
     );
     assert_eq!(r.status, 201, "{}", r.text());
     // And back: the key again syncs it again.
-    let synced = projects_json(&format!(r#""upstream_secret_key": "{SECRET}""#));
-    write_atomically(&edge.data().join("projects.json"), synced);
+    write_atomically(
+        &edge.data().join("projects.json"),
+        projects_json(&synced_key()),
+    );
     wait_for("the synced rules in place of the file's", || {
         let d = decide(&edge, "ada");
         let f = &d["featureFlags"];

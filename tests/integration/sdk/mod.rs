@@ -20,6 +20,7 @@ mod differential;
 mod lite;
 mod node_flags;
 mod posthog_rs;
+pub mod secret_key;
 mod server_side;
 
 use std::io::Read;

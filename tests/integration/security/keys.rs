@@ -3,11 +3,9 @@
 //! are refused with PostHog's 403 where a scope is missing; posthog-python 7 and
 //! posthog-node 5 configured with a `phs_` key evaluate locally.
 
-use std::path::Path;
-
 use serde_json::{json, Value};
 
-use crate::sdk::{require, run, sdk_dir};
+use crate::sdk::secret_key;
 use crate::util::*;
 
 const FEEDS: [&str; 2] = [
@@ -242,31 +240,13 @@ fn a_scoped_personal_key_is_refused_in_posthogs_words_where_a_scope_is_missing()
     );
 }
 
-/// Flags with exact answers, to tell a locally evaluated answer from none.
-fn rules() -> Value {
-    json!({"flags": [
-        {"id": 1, "key": "always-on", "active": true,
-         "filters": {"groups": [{"properties": [], "rollout_percentage": 100}]}},
-        {"id": 2, "key": "never", "active": true,
-         "filters": {"groups": [{"properties": [], "rollout_percentage": 0}]}},
-        {"id": 3, "key": "pro-only", "active": true,
-         "filters": {"groups": [{"properties": [{"key": "plan", "value": ["pro"], "operator": "exact", "type": "person"}],
-                                 "rollout_percentage": 100}]}},
-        {"id": 4, "key": "checkout", "active": true,
-         "filters": {"groups": [{"properties": [], "rollout_percentage": 100}],
-                     "multivariate": {"variants": [{"key": "control", "rollout_percentage": 0},
-                                                   {"key": "test", "rollout_percentage": 100}]}}}
-    ], "group_type_mapping": {}, "cohorts": {}})
-}
-
-fn expected() -> Value {
-    json!({"always-on": true, "never": false, "pro-only": true, "checkout": "test"})
-}
-
 /// A server with the rules and a secret key for project 1.
 fn with_secret() -> (Server, String) {
     let server = Server::start();
-    write_atomically(&server.data().join("flags/1.json"), rules().to_string());
+    write_atomically(
+        &server.data().join("flags/1.json"),
+        secret_key::rules().to_string(),
+    );
     server.sighup();
     let secret = new_key(&server, &["--secret", "--label", "sdk"]);
     taken(&server, FEEDS[0], &secret);
@@ -280,38 +260,15 @@ fn with_secret() -> (Server, String) {
 #[test]
 #[ignore = "needs tests/sdk/install.sh (the SDKs, Chromium): run by .ci/run, cargo test -- --include-ignored"]
 fn posthog_python_7_evaluates_locally_with_a_secret_key() {
-    let python = sdk_dir().join(".deps/py7/bin/python");
-    require("posthog-python 7.x", &[&python]);
     let (server, secret) = with_secret();
     let host = format!("http://{}", server.addr);
-    let summary = run(&python, &["python/secret_key.py", &host, KEY_ONE, &secret]);
-    eprintln!("posthog-python {}", summary["version"]);
-    assert_eq!(summary["flags"], expected(), "{summary}");
-    assert_eq!(
-        summary["loaded"],
-        json!(["always-on", "never", "pro-only", "checkout"])
-    );
+    secret_key::python_evaluates_locally(&host, KEY_ONE, &secret);
 }
 
 #[test]
 #[ignore = "needs tests/sdk/install.sh (the SDKs, Chromium): run by .ci/run, cargo test -- --include-ignored"]
 fn posthog_node_evaluates_locally_with_a_secret_key() {
-    let dir = sdk_dir().join("node/node_modules/posthog-node");
-    require("posthog-node", &[&dir]);
     let (server, secret) = with_secret();
     let host = format!("http://{}", server.addr);
-    let summary = run(
-        Path::new("node"),
-        &["node/secret_key.mjs", &host, KEY_ONE, &secret],
-    );
-    eprintln!("posthog-node {}", summary["version"]);
-    assert_eq!(summary["flags"], expected(), "{summary}");
-    // Only the feed was asked, with the secret key: nothing was evaluated remotely.
-    let requests = summary["requests"].as_array().unwrap();
-    assert!(!requests.is_empty());
-    for r in requests {
-        assert_eq!(r["path"], "/flags/definitions", "{r}");
-        assert_eq!(r["authorization"], format!("Bearer {secret}"));
-        assert_eq!(r["status"], 200);
-    }
+    secret_key::node_evaluates_locally(&host, KEY_ONE, &secret);
 }

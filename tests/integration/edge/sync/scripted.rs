@@ -1,14 +1,19 @@
 //! The sync against a scripted upstream: the weak ETag sent back byte for byte and a
 //! 304 that compiles nothing, the fallback to the legacy endpoint, 429 with
 //! `Retry-After`, 402 (quota limited, no stale flags), and 503, refused connections and
-//! slow answers, through all of which the last good rules stay.
+//! slow answers, through all of which the last good rules stay; upstream's
+//! quota-limited `/flags` answer passed on in every shape; a project given its key
+//! while serving keeps its file's flags until upstream first answers.
 
 use std::time::Duration;
 
 use serde_json::json;
 
 use super::fake::{Fake, Reply, Seen};
-use super::{decide, edge, metric, wait_for_flag, SECRET};
+use super::{
+    decide, edge, edge_with, flag_sync_health, metric, projects_json, synced_key, wait_for_flag,
+    SECRET,
+};
 use crate::util::*;
 
 const WEAK: &str = r#"W/"0a1b2c""#;
@@ -196,4 +201,98 @@ fn the_last_good_rules_stay_through_503s_refused_connections_and_slow_answers() 
     // Each state was logged once, not once a poll.
     let log = edge.log();
     assert!(log.matches("flag sync failing").count() <= 3, "{log}");
+}
+
+/// What PostHog's flags service answers a project over its flag quota
+/// (`billing::check_limits`): no flags, `quotaLimited`, no error.
+const QUOTA_LIMITED_FLAGS: &str = r#"{"errorsWhileComputingFlags":false,"flags":{},"quotaLimited":["feature_flags"],"requestId":"0190d1a2-0000-7000-8000-000000000000"}"#;
+
+/// The synced definitions from [`posthog`]; `/flags` answered by `flags`.
+fn posthog_with_flags(flags: &'static str) -> impl FnMut(&Seen) -> Reply + Send + 'static {
+    move |seen| match seen.path.starts_with("/flags/?") {
+        true => Reply::new(200)
+            .header("content-type", "application/json")
+            .body(flags),
+        false => posthog(seen),
+    }
+}
+
+#[test]
+fn upstreams_quota_limited_flags_answer_is_passed_on_in_every_shape() {
+    let fake = Fake::start(posthog);
+    let edge = edge(&fake.url(), &[]);
+    wait_for_flag(&edge, "beta", json!(true));
+    fake.script(posthog_with_flags(QUOTA_LIMITED_FLAGS));
+    // A request for every flag goes upstream (for the flags the feed leaves out), and a
+    // flag the rules lack does too: upstream's quota answer stands for the whole body,
+    // the edge's own `beta` included, as PostHog's would.
+    let every = json!({"api_key": KEY_ONE, "distinct_id": "ada"});
+    let unknown =
+        json!({"api_key": KEY_ONE, "distinct_id": "ada", "flag_keys": ["beta", "elsewhere"]});
+    // (path, where the flags are, their empty value)
+    let shapes = [
+        ("/flags/?v=2", "flags", json!({})),
+        ("/flags/", "featureFlags", json!({})),
+        ("/decide/?v=3", "featureFlags", json!({})),
+        ("/decide/?v=2", "featureFlags", json!({})),
+        ("/decide/", "featureFlags", json!([])),
+    ];
+    for body in [&every, &unknown] {
+        for (path, member, empty) in &shapes {
+            let asked = fake.seen_at("/flags/?v=2").len();
+            let r = edge.post(path, body.to_string());
+            assert_eq!(r.status, 200, "{path}: {}", r.text());
+            let answer = r.json();
+            assert_eq!(
+                answer["quotaLimited"],
+                json!(["feature_flags"]),
+                "{path} {body}: {answer}"
+            );
+            assert_eq!(&answer[*member], empty, "{path} {body}: {answer}");
+            if let Some(payloads) = answer.get("featureFlagPayloads") {
+                assert_eq!(payloads, &json!({}), "{path}");
+            }
+            if let Some(errors) = answer.get("errorsWhileComputingFlags") {
+                assert_eq!(errors, &json!(false), "{path}");
+            }
+            let calls = fake.seen_at("/flags/?v=2");
+            assert_eq!(calls.len(), asked + 1, "{path} {body}: one upstream call");
+            let sent: serde_json::Value = serde_json::from_slice(&calls[asked].body).unwrap();
+            assert_eq!(sent["distinct_id"], "ada");
+        }
+    }
+    // Quota back upstream: the flags come back, without `quotaLimited`.
+    let answered = r#"{"errorsWhileComputingFlags":false,"flags":{"elsewhere":{"key":"elsewhere","enabled":true,"variant":null,"reason":{"code":"condition_match","condition_index":0,"description":"Matched condition set 1"},"metadata":{"id":2,"version":1,"description":null,"payload":null}}},"requestId":"0190d1a2-0000-7000-8000-000000000001"}"#;
+    fake.script(posthog_with_flags(answered));
+    let d = edge.post("/decide/?v=3", unknown.to_string()).json();
+    assert!(d.get("quotaLimited").is_none(), "{d}");
+    assert_eq!(d["featureFlags"], json!({"beta": true, "elsewhere": true}));
+}
+
+#[test]
+fn a_project_given_its_key_while_serving_keeps_its_file_until_upstream_answers() {
+    let fake = Fake::start(|_| Reply::new(503).body("upstream unavailable"));
+    let edge = edge_with(&fake.url(), "", &[]);
+    wait_for_flag(&edge, "from-the-file", json!(true));
+    write_atomically(
+        &edge.data().join("projects.json"),
+        projects_json(&synced_key()),
+    );
+    // The sync starts and upstream fails: the file's flags stay, and health says so.
+    let sync = wait_for("the failing sync on the health page", || {
+        let sync = flag_sync_health(&edge);
+        (sync["last_status"] == "503").then_some(sync)
+    });
+    assert_eq!(sync["serving"], "flag file", "{sync}");
+    assert_eq!(sync["last_success"], json!(null));
+    let d = decide(&edge, "ada");
+    assert_eq!(d["featureFlags"]["from-the-file"], json!(true), "{d}");
+    // Upstream's first answer replaces them.
+    fake.script(posthog);
+    let d = wait_for_flag(&edge, "beta", json!(true));
+    assert!(d["featureFlags"].get("from-the-file").is_none(), "{d}");
+    // (The health page is told just after the rules are published.)
+    wait_for("upstream's rules on the health page", || {
+        (flag_sync_health(&edge)["serving"] == "upstream").then_some(())
+    });
 }

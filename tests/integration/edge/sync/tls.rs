@@ -8,8 +8,7 @@ use std::process::Command;
 
 use serde_json::json;
 
-use super::{edge, everyone, metric, upstream};
-use crate::manage::call;
+use super::{edge, metric, upstream_with};
 use crate::ops::{tool, NginxProcess};
 use crate::util::*;
 
@@ -42,15 +41,7 @@ fn the_sync_runs_over_tls_with_the_certificate_from_ssl_cert_file() {
         .expect("run openssl");
     assert!(made.status.success(), "{}", text(&made.stderr));
 
-    let up = upstream();
-    let r = call(
-        &up,
-        "POST",
-        "/api/projects/1/feature_flags/",
-        PERSONAL_ONE,
-        Some(everyone("over-tls", 100)),
-    );
-    assert_eq!(r.status, 201, "{}", r.text());
+    let (up, _) = upstream_with("over-tls");
     let (cert_path, key_path, to) = (
         cert.display().to_string(),
         key.display().to_string(),
