@@ -76,11 +76,10 @@ impl Learned {
 
     /// Remember what upstream answered beyond `rules` for a request for every flag.
     pub fn learn(&self, project: u64, rules: &Arc<ProjectRules>, answer: &Flags) {
-        let ours: std::collections::HashSet<&str> = rules.keys().collect();
         let keys = answer
             .flags
             .keys()
-            .filter(|k| !ours.contains(k.as_str()))
+            .filter(|k| rules.index_of(k).is_none())
             .cloned()
             .collect();
         let excluded = Excluded {
@@ -93,8 +92,9 @@ impl Learned {
     }
 }
 
-/// Decide what to ask upstream, and leave those flags out of `outcomes` (which already
-/// holds only the requested flags) so that without upstream they are absent.
+/// Decide what to ask upstream, and leave those flags out of `outcomes` (already
+/// narrowed to `requested` by [`Outcomes::retain_keys`]) so that without upstream they
+/// are absent.
 pub fn plan(
     project: u64,
     rules: &Arc<ProjectRules>,
@@ -114,14 +114,15 @@ pub fn plan(
     outcomes.leave_out(&inconclusive);
     let mut learn = false;
     match requested {
-        Some(requested) => {
-            let ours: std::collections::HashSet<&str> = rules.keys().collect();
+        // (`outcomes` was narrowed to `requested`, which told it whether any is unknown.)
+        Some(requested) if outcomes.names_unknown_keys() => {
             for key in requested {
-                if !ours.contains(key.as_str()) && !keys.contains(key) {
+                if rules.index_of(key).is_none() && !keys.contains(key) {
                     keys.push(key.clone());
                 }
             }
         }
+        Some(_) => {}
         None => match learned.known(project, rules) {
             Some(excluded) => keys.extend(excluded),
             None => learn = true,

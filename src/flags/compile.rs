@@ -4,6 +4,7 @@
 //! by name and cannot loop.
 
 use std::collections::{BTreeMap, HashMap};
+use std::hash::{BuildHasherDefault, Hasher};
 
 use serde_json::Value;
 
@@ -36,6 +37,10 @@ pub struct ProjectRules {
     /// The slot of the `distinct_id` property, when a filter reads it: PostHog adds the
     /// request's distinct id to the person properties a flag sees.
     pub(super) distinct_id_slot: Option<usize>,
+    /// Each flag's index by key, for requests naming their flags (`flag_keys`): one
+    /// lookup a named key instead of comparing it with every flag's key. The keys are
+    /// the rules' own, so a fast unkeyed hash is safe here.
+    by_key: HashMap<String, usize, BuildHasherDefault<KeyHasher>>,
 }
 
 /// The person property PostHog fills with the distinct id when the person has none.
@@ -91,6 +96,11 @@ impl ProjectRules {
         let property_keys = scope.property_keys.borrow().len();
         let predicates = share_predicates(&mut flags, &mut cohorts.trees);
         let distinct_id_slot = scope.property_keys.borrow().get(DISTINCT_ID).copied();
+        let by_key = scope
+            .flags_by_key
+            .iter()
+            .map(|(k, i)| (k.clone(), *i))
+            .collect();
         let order = graph::plan(&mut flags, &mut warnings);
         let logic = |i: &usize| flags[*i].logic.as_ref();
         let needs_person = order.iter().filter_map(logic).any(Logic::reads_person);
@@ -109,6 +119,7 @@ impl ProjectRules {
             property_keys,
             predicates,
             distinct_id_slot,
+            by_key,
         })
     }
 
@@ -157,6 +168,11 @@ impl ProjectRules {
     pub fn flag_count(&self) -> usize {
         self.flags.len()
     }
+
+    /// The index of the flag with `key` in definition order, if the rules have it.
+    pub fn index_of(&self, key: &str) -> Option<usize> {
+        self.by_key.get(key).copied()
+    }
 }
 
 fn compile_flag(
@@ -171,6 +187,7 @@ fn compile_flag(
         logic: None,
         broken: false,
         unsupported: false,
+        deps: Vec::new(),
     };
     // Inactive flags are never evaluated, so their filters are not held against the file.
     if !flag.header.active {
@@ -309,4 +326,41 @@ fn index_keys(
         }
     }
     Ok(out)
+}
+
+/// The hash of [`ProjectRules::index_of`]: eight bytes a step with FxHash's mix. With
+/// SipHash (or xxHash's set-up per key), hashing the 40-odd keys a request names cost
+/// more than comparing each with every flag's key.
+#[derive(Default)]
+struct KeyHasher(u64);
+
+impl KeyHasher {
+    fn mix(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+}
+
+impl Hasher for KeyHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        let mut words = bytes.chunks_exact(8);
+        for chunk in &mut words {
+            let mut word = [0u8; 8];
+            word.copy_from_slice(chunk);
+            self.mix(u64::from_le_bytes(word));
+        }
+        let rest = words.remainder();
+        if !rest.is_empty() {
+            let mut word = [0u8; 8];
+            word[..rest.len()].copy_from_slice(rest);
+            self.mix(u64::from_le_bytes(word));
+        }
+    }
+
+    fn write_u8(&mut self, byte: u8) {
+        self.mix(u64::from(byte));
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
 }

@@ -95,7 +95,11 @@ impl ProjectRules {
                 Err(cause) => Slot::Failed(cause),
             };
         }
-        Outcomes { rules: self, slots }
+        Outcomes {
+            rules: self,
+            slots,
+            unknown_named: false,
+        }
     }
 }
 

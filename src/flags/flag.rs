@@ -69,6 +69,8 @@ pub(super) struct Flag {
     /// type PostHog's flags service does not evaluate, a missing or unusable cohort): it
     /// is left out of every response, with `errorsWhileComputingFlags`.
     pub(super) unsupported: bool,
+    /// The active flags this one reads, by index (set by `graph::plan`).
+    pub(super) deps: Vec<usize>,
 }
 
 /// A group aggregation: the group type index and its name, `None` when the index is

@@ -52,6 +52,9 @@ pub(super) fn plan(flags: &mut [Flag], warnings: &mut Vec<CompileError>) -> Vec<
         }
     }
     topo.retain(|&i| !flags[i].broken);
+    for (flag, deps) in flags.iter_mut().zip(deps) {
+        flag.deps = deps;
+    }
     topo
 }
 

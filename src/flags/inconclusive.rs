@@ -10,35 +10,56 @@
 //! reads something the edge lacks, not only the first condition that would decide:
 //! the answer carries the deciding condition's index and reason, and a condition the
 //! edge cannot read might have been the one upstream decided by.
+//!
+//! Only the flags the request is answered (and what they depend on) are walked, and a
+//! person property is looked up once a request however many filters read it: this
+//! runs on every `/decide` at an edge, beside the evaluation itself.
 
-use serde_json::{Map, Value};
+use std::cell::Cell;
+
+use serde_json::Map;
 
 use super::cohort::Tree;
 use super::compile::ProjectRules;
+use super::compile::DISTINCT_ID;
 use super::filter::{CohortRef, FlagRef, Leaf, Source};
 use super::flag::{Aggregation, Condition, Logic};
 use super::outcome::{Outcomes, Slot};
-use super::props::{find, person_get};
+use super::props::find;
 use super::result::Context;
 
 impl ProjectRules {
     /// One entry per flag of the rules, in definition order: true when the flag, as
     /// `outcomes` computed it for `ctx`, may differ from upstream's answer. Flags that
-    /// failed locally are inconclusive too: upstream may be able to compute them.
+    /// failed locally are inconclusive too: upstream may be able to compute them. A
+    /// flag `outcomes` leaves unanswered (not named, or inactive) gets a verdict only
+    /// when an answered flag depends on it; the others read false.
     pub fn inconclusive(&self, ctx: &Context<'_>, outcomes: &Outcomes<'_>) -> Vec<bool> {
         let mut out = vec![false; self.flags.len()];
+        let known = vec![Cell::new(None); self.property_keys];
         let walk = Walk {
             rules: self,
             ctx,
-            distinct: Value::String(ctx.distinct_id.to_owned()),
+            known: &known,
         };
+        let answered = |i: usize| !matches!(outcomes.slots[i], Slot::Skipped);
+        let mut wanted: Vec<bool> = (0..self.flags.len()).map(answered).collect();
+        // Dependents come after their dependencies in `order`: walking it backwards
+        // marks what each wanted flag depends on before that flag is reached.
+        for &i in self.order.iter().rev() {
+            if wanted[i] {
+                for &j in &self.flags[i].deps {
+                    wanted[j] = true;
+                }
+            }
+        }
         for (i, (flag, slot)) in self.flags.iter().zip(&outcomes.slots).enumerate() {
             if flag.unsupported || matches!(slot, Slot::Failed(_)) {
                 out[i] = true;
             }
         }
         // Dependency order, so a flag reads its dependencies' verdicts.
-        for &i in &self.order {
+        for &i in self.order.iter().filter(|&&i| wanted[i]) {
             let Some(logic) = &self.flags[i].logic else {
                 continue;
             };
@@ -56,8 +77,8 @@ impl ProjectRules {
 struct Walk<'a, 'c> {
     rules: &'a ProjectRules,
     ctx: &'a Context<'c>,
-    /// The request's distinct id as the `distinct_id` property PostHog adds.
-    distinct: Value,
+    /// Whether the edge has each property key (by its slot), once looked up.
+    known: &'a [Cell<Option<bool>>],
 }
 
 impl Walk<'_, '_> {
@@ -68,12 +89,12 @@ impl Walk<'_, '_> {
             return true;
         }
         if let Some(property) = &logic.enrollment {
-            if self.person(property).is_none() {
+            if !self.has_person(property) {
                 return true;
             }
         }
         if let Some(sup) = &logic.super_condition {
-            if sup.keys.iter().any(|key| self.person(key).is_none())
+            if sup.keys.iter().any(|key| !self.has_person(key))
                 || self.condition(&sup.condition, verdicts)
             {
                 return true;
@@ -106,9 +127,10 @@ impl Walk<'_, '_> {
         match leaf {
             Leaf::Property {
                 key,
+                slot,
                 source: Source::Person,
                 ..
-            } => self.person(key).is_none(),
+            } => !self.has_slot(key, *slot),
             Leaf::Property {
                 key,
                 source: Source::Group(index),
@@ -151,7 +173,7 @@ impl Walk<'_, '_> {
         match tree {
             Tree::All(children) | Tree::Any(children) => children.iter().any(|c| self.tree(c)),
             // Cohort leaves read the person whatever their type says.
-            Tree::Leaf(Leaf::Property { key, .. }) => self.person(key).is_none(),
+            Tree::Leaf(Leaf::Property { key, slot, .. }) => !self.has_slot(key, *slot),
             Tree::Leaf(Leaf::Cohort { cohort, .. }) => match cohort {
                 CohortRef::Missing(_) => true,
                 CohortRef::Index(i) => self.cohort(*i),
@@ -160,9 +182,25 @@ impl Walk<'_, '_> {
         }
     }
 
-    /// A person property's value as the edge knows it; `None` when it does not.
-    fn person(&self, key: &str) -> Option<&Value> {
-        let props: &Map<String, Value> = self.ctx.person_properties?;
-        person_get(props, key, Some(&self.distinct))
+    /// Whether the edge knows the person property `key` (PostHog fills `distinct_id`
+    /// from the request when the person has none).
+    fn has_person(&self, key: &str) -> bool {
+        let Some(props): Option<&Map<_, _>> = self.ctx.person_properties else {
+            return false;
+        };
+        find(props, key).is_some() || key == DISTINCT_ID
+    }
+
+    /// [`Walk::has_person`] for a filter's key, looked up once a request by its slot.
+    fn has_slot(&self, key: &str, slot: usize) -> bool {
+        let Some(known) = self.known.get(slot) else {
+            return self.has_person(key);
+        };
+        if let Some(has) = known.get() {
+            return has;
+        }
+        let has = self.has_person(key);
+        known.set(Some(has));
+        has
     }
 }

@@ -52,6 +52,8 @@ pub struct Outcomes<'r> {
     pub(super) rules: &'r ProjectRules,
     /// One per flag of `rules.flags`, in definition order.
     pub(super) slots: Vec<Slot>,
+    /// [`Outcomes::retain_keys`] was given a key the rules do not have.
+    pub(super) unknown_named: bool,
 }
 
 /// One computed flag of [`Outcomes`].
@@ -109,8 +111,15 @@ impl<'r> Outcomes<'r> {
     /// the flags it wants: every flag was evaluated (a kept flag may depend on any
     /// other), but the others are neither answered nor counted as errors.
     pub fn retain_keys(&mut self, keys: &[String]) {
-        for (flag, slot) in self.rules.flags.iter().zip(self.slots.iter_mut()) {
-            if !keys.contains(&flag.header.key) {
+        let mut named = vec![false; self.slots.len()];
+        for key in keys {
+            match self.rules.index_of(key) {
+                Some(i) => named[i] = true,
+                None => self.unknown_named = true,
+            }
+        }
+        for (slot, named) in self.slots.iter_mut().zip(named) {
+            if !named {
                 *slot = Slot::Skipped;
             }
         }
@@ -125,6 +134,12 @@ impl<'r> Outcomes<'r> {
                 *slot = Slot::Failed(FailureCause::Upstream);
             }
         }
+    }
+
+    /// Whether [`Outcomes::retain_keys`] was given a key the rules do not have (an edge
+    /// asks upstream for it).
+    pub fn names_unknown_keys(&self) -> bool {
+        self.unknown_named
     }
 
     /// Some flag could not be computed; clients then merge instead of replacing.

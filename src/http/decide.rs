@@ -270,7 +270,7 @@ async fn from_upstream(
             || asked
                 .rules
                 .as_ref()
-                .is_none_or(|r| !r.keys().any(|k| k == key))
+                .is_none_or(|r| r.index_of(key).is_none())
     };
     merge::merge(version, local, answer.as_ref(), takes)
 }
