@@ -15,10 +15,13 @@
 //!
 //! With `FLAGS_DRIVER=<requests>` in the environment the bench runs none of that: it
 //! answers that many `/decide` requests per case in plain functions (`drive_*`), for
-//! counting instructions per request under `valgrind --tool=callgrind`.
+//! counting instructions per request under `valgrind --tool=callgrind`; with
+//! `FLAGS_EDGE=<case>` too, one of the edge's cases instead (`flags/edge.rs`).
 
 #[path = "common/mod.rs"]
 mod common;
+#[path = "flags/edge.rs"]
+mod edge;
 #[path = "load/flags.rs"]
 mod load_flags;
 
@@ -315,6 +318,13 @@ fn drive_shared_pattern(rules: &ProjectRules, contexts: &[Context<'_>], requests
 fn driver(requests: usize) {
     let definitions = definitions();
     let now = OffsetDateTime::now_utc();
+    if let Ok(case) = std::env::var("FLAGS_EDGE") {
+        // Callers with a stored person: the properties a verdict has to look up most.
+        let stored: Vec<Caller> = (0..CALLERS).map(|n| Caller::new(n).stored()).collect();
+        let contexts: Vec<Context<'_>> = stored.iter().map(|c| c.context(now)).collect();
+        edge::driver(&definitions, &contexts, &case, requests);
+        return;
+    }
     let rules = ProjectRules::from_value(definitions.clone()).expect("compiles");
     let callers: Vec<Caller> = (0..CALLERS).map(Caller::new).collect();
     let contexts: Vec<Context<'_>> = callers.iter().map(|c| c.context(now)).collect();
