@@ -96,7 +96,7 @@ const CASES: usize = 800;
 const CONCURRENCY: usize = 4;
 
 #[test]
-#[ignore = "needs python3 (tests/sdk/differential/generate.py)"]
+#[ignore = "needs python3 (tests/sdk/differential/generate.py): run by .ci/run, cargo test -- --include-ignored"]
 fn the_edge_answers_as_upstream_for_generated_flags_and_requests() {
     let out = tempfile::tempdir().unwrap();
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/sdk/differential/generate.py");
