@@ -87,8 +87,7 @@ fn acknowledged_events_survive_random_kills_exactly_once() {
         });
         sent_while_killed += unacknowledged;
         // The store must open again after every kill.
-        logs.push_str(&server.log());
-        server = server.restart_hard_env(env);
+        server = server.restart_hard();
         assert_eq!(server.get("/_readiness").status, 200, "cycle {cycle}");
     }
     let acked = acked.into_inner().unwrap();

@@ -29,6 +29,9 @@ const MANIFEST_MAGIC: &str = "flagpost-manifest 1";
 pub(super) const MANIFEST_SUFFIX: &str = ".manifest";
 pub(super) const MANIFEST_MAKING_SUFFIX: &str = ".manifest.new";
 
+/// A manifest's parts: (lower bound, file name), in key order.
+pub(super) type Named = Vec<(Box<[u8]>, String)>;
+
 /// One range of the table and the run holding it.
 #[derive(Debug, Clone)]
 pub struct Part {
@@ -163,7 +166,7 @@ pub(super) fn encode<'a>(parts: impl Iterator<Item = (&'a [u8], &'a str)>) -> St
 /// The parts a manifest names (lower bound, file name), or `None` when the table has
 /// no manifest. A manifest that does not read whole is an error: its table cannot be
 /// known.
-pub(super) fn read(dir: &Path, name: &str) -> io::Result<Option<Vec<(Box<[u8]>, String)>>> {
+pub(super) fn read(dir: &Path, name: &str) -> io::Result<Option<Named>> {
     let path = manifest_path(dir, name, false);
     let text = match fs::read_to_string(&path) {
         Ok(t) => t,
@@ -190,7 +193,7 @@ pub(super) fn read(dir: &Path, name: &str) -> io::Result<Option<Vec<(Box<[u8]>, 
     if lines.next() != Some(MANIFEST_MAGIC) {
         return Err(bad("it does not start as a manifest"));
     }
-    let mut parts: Vec<(Box<[u8]>, String)> = Vec::new();
+    let mut parts: Named = Vec::new();
     for line in lines {
         let (bound, file) = line.split_once(' ').ok_or_else(|| bad("a line is cut"))?;
         let lower = match bound {
@@ -210,7 +213,7 @@ pub(super) fn read(dir: &Path, name: &str) -> io::Result<Option<Vec<(Box<[u8]>, 
 }
 
 fn decode_hex(hex: &str) -> Option<Vec<u8>> {
-    if hex.is_empty() || hex.len() % 2 != 0 {
+    if hex.is_empty() || !hex.len().is_multiple_of(2) {
         return None;
     }
     (0..hex.len())

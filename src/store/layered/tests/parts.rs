@@ -168,7 +168,7 @@ fn a_table_of_format_5_opens_and_its_first_fold_splits_it() {
     assert!(files(&t).iter().all(|f| f.ends_with(".part")));
     assert!(!runs_dir.join("persons.0000000007.run").exists());
     // New runs are numbered after every file found.
-    assert!(files(&t)[0] > "persons.0000000007".to_owned());
+    assert!(files(&t)[0].as_str() > "persons.0000000007");
     check(&t, &model);
     let reopened = Layered::open(&db, dir.path(), "persons").unwrap();
     check(&reopened, &model);
