@@ -214,7 +214,7 @@ fn persons_survive_random_kills_while_they_are_folded() {
 /// fold rewrites some parts and keeps others, and is killed among those switches.
 #[test]
 fn persons_survive_random_kills_while_their_split_runs_are_folded() {
-    let part_bytes = std::ffi::OsStr::new("8192");
+    let part_bytes = std::ffi::OsStr::new("32768");
     let server_log = kills_while_folded(&[("FLAGPOST_TABLE_PART_BYTES", part_bytes)]);
     let parts = manifest_runs(&std::path::PathBuf::from(&server_log.0).join("persons.manifest"));
     assert!(parts.len() > 4, "the persons' runs in parts: {parts:?}");

@@ -27,7 +27,8 @@ pub(super) const TAKE_BYTES: u64 = 64 * 1024 * 1024;
 /// The new runs of one fold, as written.
 #[derive(Default)]
 struct Written {
-    /// Per part chosen, the runs replacing it: (lower bound, file name).
+    /// Per group of neighbouring parts chosen, the runs replacing it: (lower bound,
+    /// file name).
     replacing: Vec<Vec<(Box<[u8]>, String)>>,
     /// Every file made, removed if the fold fails.
     files: Vec<String>,
@@ -65,7 +66,8 @@ impl Layered {
             delta_bytes[old.part_of(&k)] += (k.len() + v.len()) as u64;
         }
         let limit = inner.take_bytes.load(Ordering::Relaxed);
-        let choice = plan::choose(&old, &delta_bytes, limit);
+        let part_bytes = inner.part_bytes.load(Ordering::Relaxed);
+        let choice = plan::choose(&old, &delta_bytes, limit, part_bytes);
         let replaced: Vec<&Part> = choice
             .parts
             .iter()
@@ -79,7 +81,7 @@ impl Layered {
         }
         let mut written = Written::default();
         let outcome = self
-            .write_parts(&old, &choice.parts, limit, &mut written)
+            .write_parts(&old, &choice.parts, &delta_bytes, limit, &mut written)
             .and_then(|()| self.passing_damage(&replaced))
             .and_then(|()| {
                 let new = self.switched(&old, &choice.parts, &written)?;
@@ -157,16 +159,19 @@ impl Layered {
         let mut parts = Vec::new();
         let mut replacing = written.replacing.iter();
         for i in 0..old.parts().len().max(1) {
-            match chosen.binary_search(&i) {
-                Ok(_) => {
-                    for (lower, file) in replacing.next().into_iter().flatten() {
-                        let path = self.inner.dir.join(file);
-                        let run = Arc::new(Run::open(&path).map_err(Error::Tables)?);
-                        let (lower, file) = (lower.clone(), file.clone());
-                        parts.push(Part { lower, file, run });
-                    }
-                }
-                Err(_) => parts.extend(old.parts().get(i).cloned()),
+            if !chosen.contains(&i) {
+                parts.extend(old.parts().get(i).cloned());
+                continue;
+            }
+            if i > 0 && chosen.contains(&(i - 1)) {
+                // Written with the group it follows.
+                continue;
+            }
+            for (lower, file) in replacing.next().into_iter().flatten() {
+                let path = self.inner.dir.join(file);
+                let run = Arc::new(Run::open(&path).map_err(Error::Tables)?);
+                let (lower, file) = (lower.clone(), file.clone());
+                parts.push(Part { lower, file, run });
             }
         }
         if let Some(first) = parts.first_mut() {
@@ -206,30 +211,45 @@ impl Layered {
         Ok(Arc::new(new))
     }
 
-    /// Write the chosen parts of `old` merged with the delta in their ranges, taking
-    /// delta entries up to `limit` bytes (the rest, in key order, stay in the delta
-    /// and still shadow the runs).
+    /// Write the chosen parts of `old` merged with the delta in their ranges, each
+    /// group of neighbours as one range (so small parts merge), taking delta entries
+    /// up to `limit` bytes (the rest, in key order, stay in the delta and still shadow
+    /// the runs).
     fn write_parts(
         &self,
         old: &Runs,
         chosen: &[usize],
+        delta_bytes: &[u64],
         limit: u64,
         out: &mut Written,
     ) -> Result<(), Error> {
         let tables = Error::Tables;
         let mut taken_bytes = 0u64;
-        for &i in chosen {
-            let part = old.parts().get(i);
-            let lower: Box<[u8]> = part.map_or(Box::from(&b""[..]), |p| p.lower.clone());
-            let upper = old.parts().get(i + 1).map(|p| p.lower.to_vec());
+        let groups = chosen.chunk_by(|a, b| a + 1 == *b);
+        for group in groups {
+            let (first, last) = (group[0], group[group.len() - 1]);
+            let lower: Box<[u8]> = old
+                .parts()
+                .get(first)
+                .map_or(Box::from(&b""[..]), |p| p.lower.clone());
+            let upper = old.parts().get(last + 1).map(|p| p.lower.to_vec());
             let to = upper.map_or(Bound::Unbounded, Bound::Excluded);
             let mut delta = self
                 .inner
                 .delta
                 .range((Bound::Included(lower.to_vec()), to));
-            let mut base = RunPages::new(part.map(|p| &*p.run));
+            let runs: Vec<&Run> = group
+                .iter()
+                .filter_map(|&i| old.parts().get(i))
+                .map(|p| &*p.run)
+                .collect();
+            let about: u64 = group
+                .iter()
+                .map(|&i| delta_bytes[i] + old.parts().get(i).map_or(0, |p| p.run.raw_bytes()))
+                .sum();
+            let mut base = RunPages::new(runs);
             let mut next_delta = delta.next().transpose()?;
-            let mut writer = PartWriter::new(self, lower);
+            let mut writer = PartWriter::new(self, lower, about);
             loop {
                 if next_delta.is_some() && taken_bytes >= limit {
                     next_delta = None;
@@ -265,8 +285,9 @@ impl Layered {
     }
 }
 
-/// The runs replacing one part: cut at [`super::PART_BYTES`], each synced when
-/// finished.
+/// The runs replacing a range: cut into pieces of equal size, about
+/// [`super::PART_BYTES`] each (so a part grown just past it becomes two halves, not a
+/// whole part and a sliver), each synced when finished.
 struct PartWriter<'a> {
     table: &'a Layered,
     lower: Box<[u8]>,
@@ -276,11 +297,14 @@ struct PartWriter<'a> {
 }
 
 impl<'a> PartWriter<'a> {
-    fn new(table: &'a Layered, lower: Box<[u8]>) -> PartWriter<'a> {
+    /// A writer of about `bytes` of keys and values.
+    fn new(table: &'a Layered, lower: Box<[u8]>, bytes: u64) -> PartWriter<'a> {
+        let most = table.inner.part_bytes.load(Ordering::Relaxed).max(1);
+        let pieces = bytes.div_ceil(most).max(1);
         PartWriter {
             table,
             lower,
-            cut_at: table.inner.part_bytes.load(Ordering::Relaxed),
+            cut_at: bytes.div_ceil(pieces).max(1),
             current: None,
             done: Vec::new(),
         }
@@ -328,37 +352,39 @@ impl<'a> PartWriter<'a> {
     }
 }
 
-/// A run read in pages, front to back.
+/// Runs of neighbouring ranges read in pages, front to back, one after the other.
 struct RunPages<'a> {
-    run: Option<&'a Run>,
+    runs: std::collections::VecDeque<&'a Run>,
     page: std::collections::VecDeque<run::Entry>,
     after: Option<Vec<u8>>,
-    done: bool,
 }
 
 impl<'a> RunPages<'a> {
-    fn new(run: Option<&'a Run>) -> RunPages<'a> {
+    fn new(runs: Vec<&'a Run>) -> RunPages<'a> {
         RunPages {
-            run,
+            runs: runs.into(),
             page: Default::default(),
             after: None,
-            done: run.is_none(),
         }
     }
 
     /// The next key, reading a page when needed.
     fn front(&mut self) -> Option<&[u8]> {
-        if self.page.is_empty() && !self.done {
-            if let Some(run) = self.run {
-                let from = match &self.after {
-                    Some(k) => Bound::Excluded(k.as_slice()),
-                    None => Bound::Unbounded,
-                };
-                let page = run.scan(from, Bound::Unbounded, PAGE * 8);
-                self.done = page.len() < PAGE * 8;
+        while self.page.is_empty() {
+            let run = *self.runs.front()?;
+            let from = match &self.after {
+                Some(k) => Bound::Excluded(k.as_slice()),
+                None => Bound::Unbounded,
+            };
+            let page = run.scan(from, Bound::Unbounded, PAGE * 8);
+            if page.len() < PAGE * 8 {
+                // This run is read through: the next one starts at its own front.
+                self.runs.pop_front();
+                self.after = None;
+            } else {
                 self.after = page.last().map(|(k, _)| k.clone());
-                self.page.extend(page);
             }
+            self.page.extend(page);
         }
         self.page.front().map(|(k, _)| k.as_slice())
     }

@@ -2,7 +2,9 @@
 //! and the delta's bytes in each part's range, before anything is written: a part is
 //! due once its delta passes its share of the part ([`super::FOLD_SHARE`]), so a
 //! fold rewrites the ranges changes went to, not the whole table. When none is due
-//! (a fold when idle or at a stop) every part with changes is taken.
+//! (a fold when idle or at a stop) every part with changes is taken. A part chosen
+//! that has shrunk under a quarter of `part_bytes` takes its neighbour along, so
+//! parts left small by removals are merged rather than piling up.
 
 use super::runs::Runs;
 use super::FOLD_SHARE;
@@ -17,7 +19,7 @@ pub struct Choice {
 /// The parts to rewrite given `delta_bytes`, the delta's bytes in each part's range
 /// (one entry when there are no runs), taking about `take_limit` bytes at most (at
 /// least one part).
-pub fn choose(runs: &Runs, delta_bytes: &[u64], take_limit: u64) -> Choice {
+pub fn choose(runs: &Runs, delta_bytes: &[u64], take_limit: u64, part_bytes: u64) -> Choice {
     let raw = |i: usize| runs.parts().get(i).map_or(0, |p| p.run.raw_bytes());
     let due = |i: usize| delta_bytes[i] > 0 && delta_bytes[i] * FOLD_SHARE >= raw(i);
     let mut chosen: Vec<usize> = (0..delta_bytes.len()).filter(|&i| due(i)).collect();
@@ -41,7 +43,14 @@ pub fn choose(runs: &Runs, delta_bytes: &[u64], take_limit: u64) -> Choice {
         within += 1;
     }
     chosen.truncate(within);
+    let parts = runs.parts().len();
+    for i in chosen.clone() {
+        if parts > 1 && raw(i) < part_bytes / 4 {
+            chosen.push(if i + 1 < parts { i + 1 } else { i - 1 });
+        }
+    }
     chosen.sort_unstable();
+    chosen.dedup();
     Choice { parts: chosen }
 }
 
