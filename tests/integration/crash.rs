@@ -216,7 +216,7 @@ fn persons_survive_random_kills_while_they_are_folded() {
 fn persons_survive_random_kills_while_their_split_runs_are_folded() {
     let part_bytes = std::ffi::OsStr::new("32768");
     let server_log = kills_while_folded(&[("FLAGPOST_TABLE_PART_BYTES", part_bytes)]);
-    let parts = manifest_runs(&std::path::PathBuf::from(&server_log.0).join("persons.manifest"));
+    let parts = server_log.0;
     assert!(parts.len() > 4, "the persons' runs in parts: {parts:?}");
     let partial = server_log.1.lines().any(|l| {
         let field = |name: &str| {
@@ -231,9 +231,9 @@ fn persons_survive_random_kills_while_their_split_runs_are_folded() {
     assert!(partial, "no fold kept a part as it was:\n{}", server_log.1);
 }
 
-/// Run the kill cycles on a server with `env`; the runs' directory and the servers'
-/// logs.
-fn kills_while_folded(env: &[(&str, &std::ffi::OsStr)]) -> (String, String) {
+/// Run the kill cycles on a server with `env`; the runs the persons' manifest names at
+/// the end, and the servers' logs.
+fn kills_while_folded(env: &[(&str, &std::ffi::OsStr)]) -> (Vec<String>, String) {
     const FOLD_KILLS: usize = 8;
     const NEW_PER_REQUEST: u64 = 40;
     /// A cycle still without a fold after this many acknowledged requests fails: its
@@ -381,7 +381,7 @@ fn kills_while_folded(env: &[(&str, &std::ffi::OsStr)]) -> (String, String) {
         "generation {generation} after {FOLD_KILLS} cycles that each saw a fold"
     );
     logs.push_str(&server.log());
-    (tables.display().to_string(), logs)
+    (manifest_runs(&tables.join("persons.manifest")), logs)
 }
 
 /// The run files a manifest names (none when it cannot be read).
