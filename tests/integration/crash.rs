@@ -211,24 +211,14 @@ fn persons_survive_random_kills_while_they_are_folded() {
 }
 
 /// The same with the persons' runs split into parts of a few dozen persons, so each
-/// fold rewrites some parts and keeps others, and is killed among those switches.
+/// fold replaces many runs through one manifest and is killed among those switches.
+/// (Which parts a fold keeps is tested in `src/store/layered/tests/parts.rs`: these
+/// changes fall in every range, so most folds here rewrite every part.)
 #[test]
 fn persons_survive_random_kills_while_their_split_runs_are_folded() {
     let part_bytes = std::ffi::OsStr::new("32768");
-    let server_log = kills_while_folded(&[("FLAGPOST_TABLE_PART_BYTES", part_bytes)]);
-    let parts = server_log.0;
+    let (parts, _) = kills_while_folded(&[("FLAGPOST_TABLE_PART_BYTES", part_bytes)]);
     assert!(parts.len() > 4, "the persons' runs in parts: {parts:?}");
-    let partial = server_log.1.lines().any(|l| {
-        let field = |name: &str| {
-            let at = l.find(&format!(" {name}="))? + name.len() + 2;
-            l[at..].split(' ').next()?.parse::<usize>().ok()
-        };
-        l.contains("table=\"persons\"")
-            && field("rewritten")
-                .zip(field("parts"))
-                .is_some_and(|(r, p)| r < p)
-    });
-    assert!(partial, "no fold kept a part as it was:\n{}", server_log.1);
 }
 
 /// Run the kill cycles on a server with `env`; the runs the persons' manifest names at
