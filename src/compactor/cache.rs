@@ -11,7 +11,7 @@ use uuid::Uuid;
 
 use super::memo::{Learned, Memo};
 use crate::persons::{self, Person};
-use crate::store::layered::{Layered, Run, TOMBSTONE};
+use crate::store::layered::{Layered, Runs, TOMBSTONE};
 use crate::store::person_cache::Changes;
 use crate::store::{first_seen, keys};
 
@@ -22,8 +22,8 @@ type Result<T> = std::result::Result<T, UnabortableTransactionError>;
 pub struct Tx<'a> {
     pub persons: &'a TransactionalTree,
     pub distinct_ids: &'a TransactionalTree,
-    pub person_run: Option<&'a Run>,
-    pub id_run: Option<&'a Run>,
+    pub person_run: Option<&'a Runs>,
+    pub id_run: Option<&'a Runs>,
     /// Persons by first seen ([`crate::store::first_seen`]), kept with the persons.
     pub first_seen: &'a TransactionalTree,
     pub groups: &'a TransactionalTree,

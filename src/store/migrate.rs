@@ -18,8 +18,12 @@ use super::event::StoredEvent;
 use super::keys::NEXT_BLOCK_KEY;
 use super::{block, dedup, keys, Trees};
 
-/// The format this build writes: 5 keeps persons and distinct ids in sorted runs
-/// beside their trees ([`super::layered`]), which an older build would not read;
+/// The format this build writes: 6 splits each layered table's run by key range into
+/// runs a manifest names ([`super::layered::runs`]): an older build would read only a
+/// `.run` file and miss the rest. A format-5 table (one `.run`, no manifest) reads as
+/// one part and is split by its next fold, so it needs no change. 5 keeps persons and
+/// distinct ids in sorted runs beside their trees ([`super::layered`]), which an
+/// older build would not read;
 /// 4 keeps new event blocks in the block files with a
 /// pointer in the tree ([`block::files`]); 3 had blocks in the tree, possibly of block
 /// version 2 (columns, [`block`]); 2 had only block version 1. Blocks in the tree are
@@ -27,7 +31,9 @@ use super::{block, dedup, keys, Trees};
 /// database needs no change; 1 (one key per event) had
 /// no key. An older build would skip what it cannot read as damaged: it refuses a
 /// newer format instead.
-pub const FORMAT: u64 = 5;
+pub const FORMAT: u64 = 6;
+/// The first format whose tables are split by a manifest.
+const SPLIT_RUNS: u64 = 6;
 pub const FORMAT_KEY: &[u8] = b"format";
 /// The first format's trees.
 const OLD_EVENTS: &[u8] = b"events";
@@ -61,15 +67,28 @@ pub enum Purpose {
 }
 
 pub fn run(db: &sled::Db, trees: &Trees, purpose: Purpose) -> Result<(), Error> {
-    if let Some(v) = trees.meta.get(FORMAT_KEY)? {
-        let found = v
-            .as_ref()
+    let recorded = trees.meta.get(FORMAT_KEY)?.map(|v| {
+        v.as_ref()
             .try_into()
             .map(u64::from_be_bytes)
-            .unwrap_or(u64::MAX);
-        if found > FORMAT {
-            return Err(Error::Newer { found });
-        }
+            .unwrap_or(u64::MAX)
+    });
+    if let Some(found) = recorded.filter(|&f| f > FORMAT) {
+        return Err(Error::Newer { found });
+    }
+    if purpose == Purpose::Write && recorded.is_some_and(|f| f < SPLIT_RUNS) {
+        let tables = [&trees.persons, &trees.distinct_ids, &trees.first_seen];
+        let bytes: u64 = tables
+            .iter()
+            .filter_map(|t| t.run())
+            .map(|r| r.file_bytes())
+            .sum();
+        tracing::info!(
+            from = recorded,
+            to = FORMAT,
+            run_bytes = bytes,
+            "database format: each table's run is read whole until its next fold splits it by key range (logged as it is folded)"
+        );
     }
     let names = db.tree_names();
     // Migrating the first format writes blocks in this build's layout: the database is
@@ -347,3 +366,7 @@ mod tests {
         assert!(err.contains("newer than this build"), "{err}");
     }
 }
+
+#[cfg(test)]
+#[path = "tests/format5.rs"]
+mod format5;

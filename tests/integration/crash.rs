@@ -207,6 +207,23 @@ fn a_full_disk_refuses_events_and_recovers_by_itself() {
 /// its person, holding what its last acknowledged event set or what a later one did.
 #[test]
 fn persons_survive_random_kills_while_they_are_folded() {
+    kills_while_folded(&[]);
+}
+
+/// The same with the persons' runs split into parts of a few dozen persons, so each
+/// fold replaces many runs through one manifest and is killed among those switches.
+/// (Which parts a fold keeps is tested in `src/store/layered/tests/parts.rs`: these
+/// changes fall in every range, so most folds here rewrite every part.)
+#[test]
+fn persons_survive_random_kills_while_their_split_runs_are_folded() {
+    let part_bytes = std::ffi::OsStr::new("32768");
+    let (parts, _) = kills_while_folded(&[("FLAGPOST_TABLE_PART_BYTES", part_bytes)]);
+    assert!(parts.len() > 4, "the persons' runs in parts: {parts:?}");
+}
+
+/// Run the kill cycles on a server with `env`; the runs the persons' manifest names at
+/// the end, and the servers' logs.
+fn kills_while_folded(env: &[(&str, &std::ffi::OsStr)]) -> (Vec<String>, String) {
     const FOLD_KILLS: usize = 8;
     const NEW_PER_REQUEST: u64 = 40;
     /// A cycle still without a fold after this many acknowledged requests fails: its
@@ -223,12 +240,13 @@ fn persons_survive_random_kills_while_they_are_folded() {
         });
     eprintln!("fold crash test seed {seed} (FLAGPOST_CRASH_SEED={seed} replays its choices)");
     let mut rng = Lcg(seed);
-    let mut server = Server::start();
+    let mut server = Server::start_env(&[], env);
     let tables = server.dir.join("db/tables");
     // Distinct id -> the value its last acknowledged event set.
     let mut acked: HashMap<String, u64> = HashMap::new();
     let (mut persons, mut seq) = (0u64, 0u64);
     let mut killed_mid_fold = 0;
+    let mut logs = String::new();
     for cycle in 0..FOLD_KILLS {
         let (stop, done) = (AtomicBool::new(false), AtomicBool::new(false));
         let requests = AtomicUsize::new(0);
@@ -311,7 +329,8 @@ fn persons_survive_random_kills_while_they_are_folded() {
             stop.store(true, Ordering::Relaxed);
             client.join().unwrap();
         });
-        server = server.restart_hard();
+        logs.push_str(&server.log());
+        server = server.restart_hard_env(env);
         assert_eq!(server.get("/_readiness").status, 200, "cycle {cycle}");
     }
     server.settle(1);
@@ -351,23 +370,44 @@ fn persons_survive_random_kills_while_they_are_folded() {
         generation >= FOLD_KILLS as u64,
         "generation {generation} after {FOLD_KILLS} cycles that each saw a fold"
     );
+    logs.push_str(&server.log());
+    (manifest_runs(&tables.join("persons.manifest")), logs)
 }
 
-/// The newest finished run of the persons in `tables`, and whether a run of a later
-/// generation is being made (a fold under way).
+/// The run files a manifest names (none when it cannot be read).
+fn manifest_runs(path: &std::path::Path) -> Vec<String> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    text.lines()
+        .skip(1)
+        .filter(|l| !l.starts_with("end "))
+        .filter_map(|l| Some(l.split_once(' ')?.1.to_owned()))
+        .collect()
+}
+
+/// The newest finished run of the persons in `tables` (the newest its manifest names,
+/// or without one the newest `.run`), and whether a run of a later generation is being
+/// made (a fold under way).
 fn persons_runs(tables: &std::path::Path) -> (u64, bool) {
-    let (mut finished, mut making) = (0u64, Vec::<u64>::new());
+    let generation = |file: &str, suffix: &str| {
+        file.strip_prefix("persons.")?
+            .strip_suffix(suffix)?
+            .parse::<u64>()
+            .ok()
+    };
+    let named = manifest_runs(&tables.join("persons.manifest"));
+    let mut finished = named
+        .iter()
+        .filter_map(|f| generation(f, ".part").or_else(|| generation(f, ".run")))
+        .max()
+        .unwrap_or(0);
+    let mut making = Vec::new();
     for entry in std::fs::read_dir(tables).into_iter().flatten() {
         let name = entry.unwrap().file_name().into_string().unwrap();
-        let Some(rest) = name.strip_prefix("persons.") else {
-            continue;
-        };
-        if let Some(g) = rest.strip_suffix(".run.new").and_then(|g| g.parse().ok()) {
+        if let Some(g) = generation(&name, ".run.new") {
             making.push(g);
-        } else if let Some(g) = rest
-            .strip_suffix(".run")
-            .and_then(|g| g.parse::<u64>().ok())
-        {
+        } else if let Some(g) = generation(&name, ".part").filter(|_| !named.contains(&name)) {
+            making.push(g);
+        } else if let Some(g) = generation(&name, ".run").filter(|_| named.is_empty()) {
             finished = finished.max(g);
         }
     }

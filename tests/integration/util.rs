@@ -197,6 +197,15 @@ impl Server {
         }
     }
 
+    /// [`Server::restart_hard`] with extra environment variables.
+    pub fn restart_hard_env(mut self, env: &[(&str, &OsStr)]) -> Server {
+        self.kill();
+        let args: Vec<&str> = self.args.iter().map(String::as_str).collect();
+        let mut next = Server::spawn_env(&self.dir.clone(), &args, env);
+        next._tmp = self._tmp.take();
+        next
+    }
+
     /// Kill hard and start again on the same directory and flags.
     pub fn restart_hard(mut self) -> Server {
         self.kill();

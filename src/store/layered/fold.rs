@@ -1,9 +1,9 @@
-//! [`Layered::fold`]: the delta merged into a new run.
+//! [`Layered::fold`]: the delta merged into new runs for the parts [`plan`] chose.
 
 use std::fs;
 use std::io;
 use std::ops::Bound;
-use std::path::Path;
+use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
@@ -11,23 +11,39 @@ use std::time::Instant;
 use sled::IVec;
 
 use super::run::{self, Run};
-use super::{run_path, Folded, Layered, DELTA_SYNC, DIR_SYNC, NEW_DIR_SYNC, PAGE, RUN_SYNC};
+use super::runs::{self, Part, Runs};
+use super::{
+    part_file, plan, Folded, Layered, DELTA_SYNC, DIR_SYNC, MANIFEST_SYNC, NEW_DIR_SYNC, PAGE,
+    RUN_SYNC,
+};
 use crate::store::Error;
 use crate::support::sync_dir;
 
-/// A fold takes at most this many bytes of the delta (keys and values, held until it
-/// removes them): a delta larger than that (a database of an earlier format, a
-/// restore) is folded in several steps.
+/// A fold takes at most about this many bytes of the delta (keys and values, held
+/// until it removes them): a delta larger than that (a database of an earlier format,
+/// a restore) is folded in several steps.
 pub(super) const TAKE_BYTES: u64 = 64 * 1024 * 1024;
 
+/// The new runs of one fold, as written.
+#[derive(Default)]
+struct Written {
+    /// Per group of neighbouring parts chosen, the runs replacing it: (lower bound,
+    /// file name).
+    replacing: Vec<Vec<(Box<[u8]>, String)>>,
+    /// Every file made, removed if the fold fails.
+    files: Vec<String>,
+    taken: Vec<(IVec, IVec)>,
+    bytes: u64,
+}
+
 impl Layered {
-    /// Merge the delta into a new run (see the module docs). Only one fold at a time:
+    /// Merge the delta into new runs (see the module docs). Only one fold at a time:
     /// the compactor's thread folds, between its chunks, and nothing else writes the
     /// delta meanwhile. A failure (a full disk) leaves the table as it was.
     pub fn fold(&self) -> Result<Folded, Error> {
         let started = Instant::now();
         let inner = &self.inner;
-        // What the run takes must be durable first: a chunk committed but not yet
+        // What a run takes must be durable first: a chunk committed but not yet
         // written out by sled is lost in a crash and applied again from the log, which
         // must not find its own changes in the run already.
         let syncs = &inner.syncs;
@@ -43,173 +59,332 @@ impl Layered {
                 }
             }
         }
-        let generation = inner.generation.load(Ordering::SeqCst) + 1;
-        let making = run_path(&inner.dir, &inner.name, generation, true);
-        let old = inner.run.load_full();
+        let old = inner.runs.load_full();
+        let mut delta_bytes = vec![0u64; old.parts().len().max(1)];
+        for kv in inner.delta.iter() {
+            let (k, v) = kv?;
+            delta_bytes[old.part_of(&k)] += (k.len() + v.len()) as u64;
+        }
+        let limit = inner.take_bytes.load(Ordering::Relaxed);
+        let part_bytes = inner.part_bytes.load(Ordering::Relaxed);
+        let choice = plan::choose(&old, &delta_bytes, limit, part_bytes);
+        let replaced: Vec<&Part> = choice
+            .parts
+            .iter()
+            .filter_map(|&i| old.parts().get(i))
+            .collect();
         // A block that failed to read before and reads now was not damaged.
-        if let Some(old) = old.as_deref().filter(|o| o.damage_seen()) {
-            if old.verify().is_ok() {
-                old.forget_damage();
+        for p in replaced.iter().filter(|p| p.run.damage_seen()) {
+            if p.run.verify().is_ok() {
+                p.run.forget_damage();
             }
         }
-        let pending_before = inner.pending.load(Ordering::Relaxed);
-        let mut taken = Vec::new();
-        let written = self.write_run(old.as_deref(), &making, &mut taken);
-        let complete = match written {
-            Ok(complete) => complete,
+        let mut written = Written::default();
+        let outcome = self
+            .write_parts(&old, &choice.parts, &delta_bytes, limit, &mut written)
+            .and_then(|()| self.passing_damage(&replaced))
+            .and_then(|()| {
+                let new = self.switched(&old, &choice.parts, &written)?;
+                self.commit(&old, new)
+            });
+        let new = match outcome {
+            Ok(new) => new,
             Err(e) => {
-                let _ = fs::remove_file(&making);
+                for file in &written.files {
+                    let _ = fs::remove_file(inner.dir.join(file));
+                }
                 return Err(e);
             }
         };
-        if let Some(old) = old.as_deref().filter(|o| o.damage_seen()) {
-            if old.verify().is_ok() {
-                // Only a passing failure: fold again later rather than leave keys out.
-                old.forget_damage();
-                let _ = fs::remove_file(&making);
-                return Err(Error::Tables(io::Error::other(format!(
-                    "a block of {} failed to read and then read; the fold is tried again",
-                    old.path().display()
-                ))));
+        let (entries, file_bytes) = (new.entries(), new.file_bytes());
+        inner.runs.store(new);
+        // Readers still holding the old runs read them through their open files.
+        for p in replaced {
+            let path = p.run.path();
+            if p.run.damage_seen() {
+                let aside = PathBuf::from(format!("{}.damaged", path.display()));
+                tracing::error!(path = %path.display(), aside = %aside.display(), "the replaced run had damaged blocks, whose keys are not in the new one; it is kept aside");
+                if let Err(e) = fs::rename(path, &aside) {
+                    tracing::warn!(error = %e, "the damaged run could not be kept aside");
+                }
+            } else if let Err(e) = fs::remove_file(path) {
+                tracing::warn!(path = %path.display(), error = %e, "a replaced run could not be removed; it is removed at the next start");
             }
         }
-        let path = run_path(&inner.dir, &inner.name, generation, false);
-        let placed = fs::rename(&making, &path)
-            .and_then(|()| syncs.run(DIR_SYNC, || sync_dir(&inner.dir)))
-            .and_then(|()| Run::open(&path));
-        let run = match placed {
-            Ok(run) => Arc::new(run),
-            Err(e) => {
-                let _ = fs::remove_file(&making);
-                let _ = fs::remove_file(&path);
-                return Err(Error::Tables(e));
-            }
-        };
-        let (entries, file_bytes) = (run.entries(), run.file_bytes());
-        inner.run.store(Some(run));
-        inner.generation.store(generation, Ordering::SeqCst);
-        // Readers still holding the old run read it through its open file.
-        if let Some(old) = old.as_ref().filter(|old| old.damage_seen()) {
-            let aside = old.path().with_extension("run.damaged");
-            tracing::error!(path = %old.path().display(), aside = %aside.display(), "the replaced run had damaged blocks, whose keys are not in the new one; it is kept aside");
-            if let Err(e) = fs::rename(old.path(), &aside) {
-                tracing::warn!(error = %e, "the damaged run could not be kept aside");
-            }
-        } else if let Some(old) = &old {
-            if let Err(e) = fs::remove_file(old.path()) {
-                tracing::warn!(path = %old.path().display(), error = %e, "a replaced run could not be removed; it is removed at the next start");
-            }
-        }
-        let (mut kept, mut removed) = (0u64, 0u64);
-        for (k, v) in &taken {
-            let bytes = (k.len() + v.len()) as u64;
-            // Unchanged since it was taken: the run now holds it.
+        let mut removed = 0u64;
+        for (k, v) in &written.taken {
+            // Unchanged since it was taken: the runs now hold it.
             let swapped = inner
                 .delta
                 .compare_and_swap(k, Some(v), None as Option<&[u8]>)?;
-            match swapped {
-                Ok(()) => removed += bytes,
-                Err(_) => kept += bytes,
+            if swapped.is_ok() {
+                removed += (k.len() + v.len()) as u64;
             }
         }
-        // Nothing else writes the delta during a fold (see `fold`'s docs). A fold that
-        // took only part of the delta leaves the rest pending: the next one takes more.
-        let pending = match complete {
-            true => kept,
-            false => pending_before.saturating_sub(removed).max(kept),
-        };
-        inner.pending.store(pending, Ordering::Relaxed);
+        // Nothing else writes the delta during a fold (see `fold`'s docs): what was
+        // not removed is still pending, in the parts not chosen or past the limit.
+        let total: u64 = delta_bytes.iter().sum();
+        inner
+            .pending
+            .store(total.saturating_sub(removed), Ordering::Relaxed);
         Ok(Folded {
             entries,
-            taken: taken.len() as u64,
+            taken: written.taken.len() as u64,
             file_bytes,
+            rewritten: choice.parts.len(),
+            parts_before: old.parts().len(),
+            written_bytes: written.bytes,
             took: started.elapsed(),
         })
     }
 
-    /// The run `old` and the delta, merged into a new run at `path`; the delta's
-    /// entries read go to `taken`, up to [`TAKE_BYTES`] of them (the rest, in key
-    /// order, stay in the delta and still shadow the run). Whether it took them all.
-    fn write_run(
-        &self,
-        old: Option<&Run>,
-        path: &Path,
-        taken: &mut Vec<(IVec, IVec)>,
-    ) -> Result<bool, Error> {
-        let tables = Error::Tables;
-        let limit = self.inner.take_bytes.load(Ordering::Relaxed);
-        let mut out = super::Writer::create(path).map_err(tables)?;
-        let mut base = RunPages::new(old);
-        let mut delta = self.inner.delta.iter();
-        let mut next_delta = delta.next().transpose()?;
-        let (mut taken_bytes, mut complete) = (0u64, true);
-        loop {
-            if next_delta.is_some() && taken_bytes >= limit {
-                // The rest stays in the delta.
-                (complete, next_delta) = (false, None);
+    /// A fold that met damage which then read after all: fold again later rather
+    /// than leave keys out.
+    fn passing_damage(&self, replaced: &[&Part]) -> Result<(), Error> {
+        for p in replaced.iter().filter(|p| p.run.damage_seen()) {
+            if p.run.verify().is_ok() {
+                p.run.forget_damage();
+                return Err(Error::Tables(io::Error::other(format!(
+                    "a block of {} failed to read and then read; the fold is tried again",
+                    p.run.path().display()
+                ))));
             }
-            let order = match (base.front(), &next_delta) {
-                (None, None) => break,
-                (Some(_), None) => std::cmp::Ordering::Less,
-                (None, Some(_)) => std::cmp::Ordering::Greater,
-                (Some(b), Some((d, _))) => b.cmp(&d[..]),
-            };
-            if order.is_lt() {
-                let (k, v) = base.take();
-                out.push(&k, &v).map_err(tables)?;
+        }
+        Ok(())
+    }
+
+    /// The parts of `old` with those chosen replaced by the new runs; the first part
+    /// starts at the empty key whatever was dropped.
+    fn switched(&self, old: &Runs, chosen: &[usize], written: &Written) -> Result<Runs, Error> {
+        let mut parts = Vec::new();
+        let mut replacing = written.replacing.iter();
+        for i in 0..old.parts().len().max(1) {
+            if !chosen.contains(&i) {
+                parts.extend(old.parts().get(i).cloned());
                 continue;
             }
-            if order.is_eq() {
-                // The delta's entry replaces the run's.
-                base.take();
+            if i > 0 && chosen.contains(&(i - 1)) {
+                // Written with the group it follows.
+                continue;
             }
-            if let Some((k, v)) = next_delta.take() {
-                if !v.is_empty() {
-                    out.push(&k, &v).map_err(tables)?;
-                }
-                taken_bytes += (k.len() + v.len()) as u64;
-                taken.push((k, v));
+            for (lower, file) in replacing.next().into_iter().flatten() {
+                let path = self.inner.dir.join(file);
+                let run = Arc::new(Run::open(&path).map_err(Error::Tables)?);
+                let (lower, file) = (lower.clone(), file.clone());
+                parts.push(Part { lower, file, run });
             }
-            next_delta = delta.next().transpose()?;
         }
-        let file = out.finish().map_err(tables)?;
-        let syncs = &self.inner.syncs;
-        syncs.run(RUN_SYNC, || file.sync_all()).map_err(tables)?;
-        Ok(complete)
+        if let Some(first) = parts.first_mut() {
+            first.lower = Box::from(&b""[..]);
+        }
+        Ok(Runs::new(parts))
+    }
+
+    /// Name `new` by the manifest: written, synced, renamed into place, the directory
+    /// synced. A failure puts the manifest `old` was named by back.
+    fn commit(&self, old: &Runs, new: Runs) -> Result<Arc<Runs>, Error> {
+        let (dir, name, syncs) = (&self.inner.dir, &self.inner.name, &self.inner.syncs);
+        let text = |r: &Runs| runs::encode(r.parts().iter().map(|p| (&*p.lower, &*p.file)));
+        let making = runs::manifest_path(dir, name, true);
+        let path = runs::manifest_path(dir, name, false);
+        let had_manifest = path.exists();
+        let written = runs::write_making(dir, name, &text(&new), |f| {
+            syncs.run(MANIFEST_SYNC, || f.sync_all())
+        });
+        if let Err(e) = written {
+            let _ = fs::remove_file(&making);
+            return Err(Error::Tables(e));
+        }
+        fs::rename(&making, &path).map_err(Error::Tables)?;
+        if let Err(e) = syncs.run(DIR_SYNC, || sync_dir(dir)) {
+            // Not known durable: the old manifest back, as the next start would read it.
+            let back = match had_manifest {
+                true => runs::write_making(dir, name, &text(old), |_| Ok(()))
+                    .and_then(|()| fs::rename(&making, &path)),
+                false => fs::remove_file(&path),
+            };
+            if let Err(b) = back {
+                tracing::error!(error = %b, "the manifest of the runs could not be put back after a failed sync");
+            }
+            return Err(Error::Tables(e));
+        }
+        Ok(Arc::new(new))
+    }
+
+    /// Write the chosen parts of `old` merged with the delta in their ranges, each
+    /// group of neighbours as one range (so small parts merge), taking delta entries
+    /// up to `limit` bytes (the rest, in key order, stay in the delta and still shadow
+    /// the runs).
+    fn write_parts(
+        &self,
+        old: &Runs,
+        chosen: &[usize],
+        delta_bytes: &[u64],
+        limit: u64,
+        out: &mut Written,
+    ) -> Result<(), Error> {
+        let tables = Error::Tables;
+        let mut taken_bytes = 0u64;
+        let groups = chosen.chunk_by(|a, b| a + 1 == *b);
+        for group in groups {
+            let (first, last) = (group[0], group[group.len() - 1]);
+            let lower: Box<[u8]> = old
+                .parts()
+                .get(first)
+                .map_or(Box::from(&b""[..]), |p| p.lower.clone());
+            let upper = old.parts().get(last + 1).map(|p| p.lower.to_vec());
+            let to = upper.map_or(Bound::Unbounded, Bound::Excluded);
+            let mut delta = self
+                .inner
+                .delta
+                .range((Bound::Included(lower.to_vec()), to));
+            let runs: Vec<&Run> = group
+                .iter()
+                .filter_map(|&i| old.parts().get(i))
+                .map(|p| &*p.run)
+                .collect();
+            let about: u64 = group
+                .iter()
+                .map(|&i| delta_bytes[i] + old.parts().get(i).map_or(0, |p| p.run.raw_bytes()))
+                .sum();
+            let mut base = RunPages::new(runs);
+            let mut next_delta = delta.next().transpose()?;
+            let mut writer = PartWriter::new(self, lower, about);
+            loop {
+                if next_delta.is_some() && taken_bytes >= limit {
+                    next_delta = None;
+                }
+                let order = match (base.front(), &next_delta) {
+                    (None, None) => break,
+                    (Some(_), None) => std::cmp::Ordering::Less,
+                    (None, Some(_)) => std::cmp::Ordering::Greater,
+                    (Some(b), Some((d, _))) => b.cmp(&d[..]),
+                };
+                if order.is_lt() {
+                    let (k, v) = base.take();
+                    writer.push(&k, &v, out).map_err(tables)?;
+                    continue;
+                }
+                if order.is_eq() {
+                    // The delta's entry replaces the run's.
+                    base.take();
+                }
+                if let Some((k, v)) = next_delta.take() {
+                    if !v.is_empty() {
+                        writer.push(&k, &v, out).map_err(tables)?;
+                    }
+                    taken_bytes += (k.len() + v.len()) as u64;
+                    out.taken.push((k, v));
+                }
+                next_delta = delta.next().transpose()?;
+            }
+            let files = writer.finish(out).map_err(tables)?;
+            out.replacing.push(files);
+        }
+        Ok(())
     }
 }
 
-/// A run read in pages, front to back.
+/// The runs replacing a range: cut into pieces of equal size, about
+/// [`super::PART_BYTES`] each (so a part grown just past it becomes two halves, not a
+/// whole part and a sliver), each synced when finished.
+struct PartWriter<'a> {
+    table: &'a Layered,
+    lower: Box<[u8]>,
+    cut_at: u64,
+    current: Option<(super::Writer, String)>,
+    done: Vec<(Box<[u8]>, String)>,
+}
+
+impl<'a> PartWriter<'a> {
+    /// A writer of about `bytes` of keys and values.
+    fn new(table: &'a Layered, lower: Box<[u8]>, bytes: u64) -> PartWriter<'a> {
+        let most = table.inner.part_bytes.load(Ordering::Relaxed).max(1);
+        let pieces = bytes.div_ceil(most).max(1);
+        PartWriter {
+            table,
+            lower,
+            cut_at: bytes.div_ceil(pieces).max(1),
+            current: None,
+            done: Vec::new(),
+        }
+    }
+
+    fn push(&mut self, key: &[u8], value: &[u8], out: &mut Written) -> io::Result<()> {
+        if self
+            .current
+            .as_ref()
+            .is_some_and(|(w, _)| w.raw_bytes() >= self.cut_at)
+        {
+            self.cut(out)?;
+            self.lower = key.into();
+        }
+        if self.current.is_none() {
+            let inner = &self.table.inner;
+            let generation = inner.generation.fetch_add(1, Ordering::SeqCst) + 1;
+            let file = part_file(&inner.name, generation);
+            // Named before a byte is written, so a failure removes it.
+            out.files.push(file.clone());
+            self.done.push((self.lower.clone(), file.clone()));
+            let writer = super::Writer::create(&inner.dir.join(&file))?;
+            self.current = Some((writer, file));
+        }
+        match &mut self.current {
+            Some((w, _)) => w.push(key, value),
+            None => Ok(()),
+        }
+    }
+
+    fn cut(&mut self, out: &mut Written) -> io::Result<()> {
+        if let Some((writer, _)) = self.current.take() {
+            let file = writer.finish()?;
+            out.bytes += file.metadata()?.len();
+            let syncs = &self.table.inner.syncs;
+            syncs.run(RUN_SYNC, || file.sync_all())?;
+        }
+        Ok(())
+    }
+
+    /// The runs written (none when the range is left empty).
+    fn finish(mut self, out: &mut Written) -> io::Result<Vec<(Box<[u8]>, String)>> {
+        self.cut(out)?;
+        Ok(self.done)
+    }
+}
+
+/// Runs of neighbouring ranges read in pages, front to back, one after the other.
 struct RunPages<'a> {
-    run: Option<&'a Run>,
+    runs: std::collections::VecDeque<&'a Run>,
     page: std::collections::VecDeque<run::Entry>,
     after: Option<Vec<u8>>,
-    done: bool,
 }
 
 impl<'a> RunPages<'a> {
-    fn new(run: Option<&'a Run>) -> RunPages<'a> {
+    fn new(runs: Vec<&'a Run>) -> RunPages<'a> {
         RunPages {
-            run,
+            runs: runs.into(),
             page: Default::default(),
             after: None,
-            done: run.is_none(),
         }
     }
 
     /// The next key, reading a page when needed.
     fn front(&mut self) -> Option<&[u8]> {
-        if self.page.is_empty() && !self.done {
-            if let Some(run) = self.run {
-                let from = match &self.after {
-                    Some(k) => Bound::Excluded(k.as_slice()),
-                    None => Bound::Unbounded,
-                };
-                let page = run.scan(from, Bound::Unbounded, PAGE * 8);
-                self.done = page.len() < PAGE * 8;
+        while self.page.is_empty() {
+            let run = *self.runs.front()?;
+            let from = match &self.after {
+                Some(k) => Bound::Excluded(k.as_slice()),
+                None => Bound::Unbounded,
+            };
+            let page = run.scan(from, Bound::Unbounded, PAGE * 8);
+            if page.len() < PAGE * 8 {
+                // This run is read through: the next one starts at its own front.
+                self.runs.pop_front();
+                self.after = None;
+            } else {
                 self.after = page.last().map(|(k, _)| k.clone());
-                self.page.extend(page);
             }
+            self.page.extend(page);
         }
         self.page.front().map(|(k, _)| k.as_slice())
     }

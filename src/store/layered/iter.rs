@@ -56,10 +56,10 @@ impl Iter {
             }
         }
         // Loaded after the delta's page was read: see the module docs.
-        let base = match inner.run.load_full() {
-            Some(run) => run.scan(as_slice(&self.from), as_slice(&self.to), PAGE),
-            None => Vec::new(),
-        };
+        let base = inner
+            .runs
+            .load()
+            .scan(as_slice(&self.from), as_slice(&self.to), PAGE);
         let delta_cut = (delta.len() >= PAGE).then(|| delta.last().map(|(k, _)| k.to_vec()));
         let base_cut = (base.len() >= PAGE).then(|| base.last().map(|(k, _)| k.clone()));
         let cut = [delta_cut.flatten(), base_cut.flatten()]

@@ -1,5 +1,6 @@
 //! A table of many small values changed at random keys (persons, distinct ids): a
-//! sled tree of recent changes over a sorted [`run::Run`] file of everything older.
+//! sled tree of recent changes over sorted [`run::Run`] files of everything older,
+//! one a range of keys ([`runs`]).
 //!
 //! Why: sled 0.34 rewrites a leaf whole every few changes and cleans a segment of its
 //! file only once at most half of it is live, so small values at random keys left its
@@ -8,14 +9,17 @@
 //! Writes (the compactor's, inside its chunk transaction) go to the tree, the *delta*,
 //! as before; a removal is written as an empty value, a tombstone, since the run may
 //! still hold the key. A read looks in the delta first, then in the run. Once the
-//! bytes written to the delta pass an eighth of the run's (see [`FOLD_SHARE`]), and
-//! when the compactor is idle or stops, [`Layered::fold`] merges the two into a new
-//! run: sled flushed first (the run takes only durable changes), written beside the
-//! old one, synced, renamed into place, the directory synced; then the old run is
-//! deleted and the delta entries it took are removed (each only if unchanged). A crash
-//! before the rename leaves a `.run.new` file, removed at the next start; after it,
-//! delta entries that equal the run's, which read the same. Neither changes what a
-//! read sees, so folds need no transaction with the compactor's chunks.
+//! bytes written to the delta pass an eighth of the runs' (see [`FOLD_SHARE`]), and
+//! when the compactor is idle or stops, [`Layered::fold`] merges the two: the parts
+//! whose range the delta changed enough ([`plan`]) are rewritten as new runs (a part
+//! grown past [`PART_BYTES`] is cut in two or more), the others kept. sled is flushed
+//! first (a run takes only durable changes); the new runs are synced, then named by
+//! a new manifest ([`runs`]: written beside, synced, renamed into place, the directory
+//! synced); then the replaced runs are deleted and the delta entries taken are removed
+//! (each only if unchanged). A crash before the manifest's rename leaves runs nothing
+//! names, removed at the next start; after it, delta entries that equal the runs',
+//! which read the same. Neither changes what a read sees, so folds need no
+//! transaction with the compactor's chunks.
 //!
 //! Reads while a fold switches runs: a point read consults the delta before loading
 //! the run, so a key already removed from the delta is found in the new run (the
@@ -25,7 +29,9 @@
 pub mod cache;
 mod fold;
 mod iter;
+mod plan;
 pub mod run;
+pub mod runs;
 mod write;
 
 use std::fs;
@@ -36,7 +42,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use arc_swap::ArcSwapOption;
+use arc_swap::ArcSwap;
 use sled::transaction::{TransactionalTree, UnabortableTransactionError};
 use sled::IVec;
 
@@ -44,6 +50,7 @@ use crate::support::syncs::Syncs;
 use iter::successor;
 pub use iter::Iter;
 pub use run::Run;
+pub use runs::Runs;
 pub use write::Writer;
 
 /// The directory of the runs, inside the database's.
@@ -61,6 +68,14 @@ pub const FOLD_SHARE: u64 = 8;
 pub const MIN_FOLD_BYTES: u64 = 128 * 1024;
 /// ... and at most this many, however large the run.
 const MAX_FOLD_BYTES: u64 = 64 * 1024 * 1024;
+/// A fold cuts a new run once it holds this many bytes of keys and values: small
+/// enough that a fold of a few changed ranges writes a few MB however large the
+/// table (a million persons are about 30 such parts), large enough that a table is a
+/// few dozen files and a part's Bloom filter and index stay a small share of it.
+pub const PART_BYTES: u64 = 8 * 1024 * 1024;
+/// Replaces [`PART_BYTES`] when set, so tests (the crash tests of split folds) can
+/// make many parts of a few keys.
+const PART_BYTES_ENV: &str = "FLAGPOST_TABLE_PART_BYTES";
 /// Entries an iterator reads from each side at a time.
 const PAGE: usize = 512;
 /// What [`Syncs`] calls a fold's syncs: sled's flush of the delta before it is read,
@@ -69,9 +84,13 @@ const PAGE: usize = 512;
 pub(crate) const DELTA_SYNC: &str = "delta";
 pub(crate) const RUN_SYNC: &str = "run";
 pub(crate) const DIR_SYNC: &str = "runs' directory";
+pub(crate) const MANIFEST_SYNC: &str = "manifest";
 pub(crate) const NEW_DIR_SYNC: &str = "database directory";
+/// A run of a table without a manifest (format 5 and earlier), and one being made.
 const RUN_SUFFIX: &str = ".run";
 const MAKING_SUFFIX: &str = ".run.new";
+/// A run a manifest names.
+const PART_SUFFIX: &str = ".part";
 
 /// One layered table; clones share it.
 #[derive(Clone)]
@@ -83,12 +102,15 @@ struct Inner {
     name: String,
     dir: PathBuf,
     delta: sled::Tree,
-    run: ArcSwapOption<Run>,
+    runs: ArcSwap<Runs>,
+    /// The greatest file number in the runs' directory: new runs take the next.
     generation: AtomicU64,
     /// Bytes (keys and values) written to the delta since the last fold, about.
     pending: AtomicU64,
     /// The most a fold takes of the delta ([`fold::TAKE_BYTES`]; less in tests).
     take_bytes: AtomicU64,
+    /// Bytes a run is cut at ([`PART_BYTES`]; less in tests).
+    part_bytes: AtomicU64,
     /// Every sync a fold's next step rests on goes through it.
     syncs: Syncs,
 }
@@ -96,17 +118,22 @@ struct Inner {
 /// What a fold did.
 #[derive(Debug)]
 pub struct Folded {
-    /// Entries in the new run.
+    /// Entries in the table's runs.
     pub entries: u64,
-    /// Delta entries taken into it and removed from the delta.
+    /// Delta entries taken into them and removed from the delta.
     pub taken: u64,
-    /// The new run's file, bytes.
+    /// The runs' files, bytes.
     pub file_bytes: u64,
+    /// Parts rewritten, of how many before.
+    pub rewritten: usize,
+    pub parts_before: usize,
+    /// Bytes of the runs written.
+    pub written_bytes: u64,
     pub took: Duration,
 }
 
 /// The value of `key`, given what the delta holds for it (`found`) and the run.
-fn through(found: Option<IVec>, run: Option<&Run>, key: &[u8]) -> Option<IVec> {
+fn through(found: Option<IVec>, run: Option<&Runs>, key: &[u8]) -> Option<IVec> {
     match found {
         // An empty value is a tombstone.
         Some(v) => (!v.is_empty()).then_some(v),
@@ -115,53 +142,68 @@ fn through(found: Option<IVec>, run: Option<&Run>, key: &[u8]) -> Option<IVec> {
 }
 
 impl Layered {
-    /// The table `name` of `db`, its runs in `db_dir`'s [`DIR_NAME`]: the newest run
-    /// there is the table's. Nothing is removed (see [`Layered::remove_strays`]).
+    /// The table `name` of `db`, its runs in `db_dir`'s [`DIR_NAME`]: those its
+    /// manifest names, or without one the newest `.run` there. Nothing is removed (see
+    /// [`Layered::remove_strays`]).
     pub fn open(db: &sled::Db, db_dir: &Path, name: &str) -> Result<Layered, super::Error> {
+        let tables = super::Error::Tables;
         let delta = db.open_tree(name)?;
         let dir = db_dir.join(DIR_NAME);
-        let newest = list(&dir, name)
-            .map_err(super::Error::Tables)?
-            .into_iter()
-            .filter(|(_, making)| !making)
-            .map(|(generation, _)| generation)
-            .max();
-        let run = match newest {
-            Some(g) => Some(Arc::new(
-                Run::open(&run_path(&dir, name, g, false)).map_err(super::Error::Tables)?,
-            )),
-            None => None,
+        let files = list(&dir, name).map_err(tables)?;
+        let named = match runs::read(&dir, name).map_err(tables)? {
+            Some(parts) => parts,
+            None => files
+                .iter()
+                .filter(|f| f.kind == Kind::Run)
+                .max_by_key(|f| f.generation)
+                .map(|f| (Box::from(&b""[..]), f.file.clone()))
+                .into_iter()
+                .collect(),
         };
+        let mut parts = Vec::with_capacity(named.len());
+        for (lower, file) in named {
+            let run = Run::open(&dir.join(&file)).map_err(tables)?;
+            let run = Arc::new(run);
+            parts.push(runs::Part { lower, file, run });
+        }
         let mut pending = 0u64;
         for kv in delta.iter() {
             let (k, v) = kv?;
             pending += (k.len() + v.len()) as u64;
         }
+        let newest = files.iter().map(|f| f.generation).max();
         Ok(Layered {
             inner: Arc::new(Inner {
                 name: name.to_owned(),
                 dir,
                 delta,
-                run: ArcSwapOption::new(run),
+                runs: ArcSwap::from_pointee(Runs::new(parts)),
                 generation: AtomicU64::new(newest.unwrap_or(0)),
                 pending: AtomicU64::new(pending),
                 take_bytes: AtomicU64::new(fold::TAKE_BYTES),
+                part_bytes: AtomicU64::new(part_bytes()),
                 syncs: Syncs::default(),
             }),
         })
     }
 
-    /// Remove what a crash left: runs older than the table's, and runs being made.
+    /// Remove what a crash left: runs the table does not name (replaced, or being
+    /// made), and a manifest being made.
     pub fn remove_strays(&self) -> io::Result<()> {
-        let current = self.inner.generation.load(Ordering::SeqCst);
-        for (generation, making) in list(&self.inner.dir, &self.inner.name)? {
-            if making || generation < current {
-                let path = run_path(&self.inner.dir, &self.inner.name, generation, making);
+        let runs = self.inner.runs.load();
+        let named = |file: &str| runs.parts().iter().any(|p| p.file == file);
+        for f in list(&self.inner.dir, &self.inner.name)? {
+            if !named(&f.file) {
+                let path = self.inner.dir.join(&f.file);
                 tracing::info!(path = %path.display(), "removing a run no longer used");
                 fs::remove_file(&path)?;
             }
         }
-        Ok(())
+        let making = runs::manifest_path(&self.inner.dir, &self.inner.name, true);
+        match fs::remove_file(making) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        }
     }
 
     pub fn name(&self) -> &str {
@@ -173,9 +215,9 @@ impl Layered {
         &self.inner.delta
     }
 
-    /// The current run, if any.
-    pub fn run(&self) -> Option<Arc<Run>> {
-        self.inner.run.load_full()
+    /// The current runs, if there are any.
+    pub fn run(&self) -> Option<Arc<Runs>> {
+        Some(self.inner.runs.load_full()).filter(|r| !r.is_empty())
     }
 
     /// The value of `key`.
@@ -183,14 +225,14 @@ impl Layered {
         let key = key.as_ref();
         // The delta first, then the run: see the module docs.
         let found = self.inner.delta.get(key)?;
-        Ok(through(found, self.inner.run.load().as_deref(), key))
+        Ok(through(found, Some(&self.inner.runs.load()), key))
     }
 
     /// [`Layered::get`] inside a transaction on the delta, with the run as it was when
     /// the transaction began (only the compactor, between its chunks, folds).
     pub fn get_in(
         tx: &TransactionalTree,
-        run: Option<&Run>,
+        run: Option<&Runs>,
         key: &[u8],
     ) -> Result<Option<IVec>, UnabortableTransactionError> {
         Ok(through(tx.get(key)?, run, key))
@@ -232,6 +274,12 @@ impl Layered {
         self.inner.take_bytes.store(bytes, Ordering::Relaxed);
     }
 
+    /// Make folds cut runs at `bytes`.
+    #[cfg(test)]
+    pub fn set_part_bytes(&self, bytes: u64) {
+        self.inner.part_bytes.store(bytes, Ordering::Relaxed);
+    }
+
     #[cfg(test)]
     pub(crate) fn syncs(&self) -> &Syncs {
         &self.inner.syncs
@@ -244,23 +292,48 @@ impl Layered {
 
     /// Whether the delta has grown enough to be folded.
     pub fn should_fold(&self) -> bool {
-        let run = self.inner.run.load().as_ref().map_or(0, |r| r.raw_bytes());
+        let run = self.inner.runs.load().raw_bytes();
         self.pending() > (run / FOLD_SHARE).clamp(MIN_FOLD_BYTES, MAX_FOLD_BYTES)
     }
 
-    /// Read every block of the run: its entries, or the damage met.
+    /// Read every block of the runs: their entries, or the damage met.
     pub fn verify(&self) -> Option<io::Result<u64>> {
         self.run().map(|r| r.verify())
     }
 }
 
-fn run_path(dir: &Path, name: &str, generation: u64, making: bool) -> PathBuf {
-    let suffix = if making { MAKING_SUFFIX } else { RUN_SUFFIX };
-    dir.join(format!("{name}.{generation:010}{suffix}"))
+fn part_bytes() -> u64 {
+    std::env::var(PART_BYTES_ENV)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&b| b > 0)
+        .unwrap_or(PART_BYTES)
 }
 
-/// The runs of `name` in `dir`: (generation, being made).
-fn list(dir: &Path, name: &str) -> io::Result<Vec<(u64, bool)>> {
+/// What a file of the runs' directory is to a table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// A run of a table without a manifest.
+    Run,
+    /// A run being made by a build before manifests.
+    Making,
+    /// A run a manifest may name.
+    Part,
+}
+
+struct Listed {
+    file: String,
+    generation: u64,
+    kind: Kind,
+}
+
+/// The name of a new run of `name`.
+fn part_file(name: &str, generation: u64) -> String {
+    format!("{name}.{generation:010}{PART_SUFFIX}")
+}
+
+/// The runs of `name` in `dir`, whatever their state.
+fn list(dir: &Path, name: &str) -> io::Result<Vec<Listed>> {
     let entries = match fs::read_dir(dir) {
         Ok(entries) => entries,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -269,23 +342,29 @@ fn list(dir: &Path, name: &str) -> io::Result<Vec<(u64, bool)>> {
     let mut out = Vec::new();
     for entry in entries {
         let file = entry?.file_name();
-        let Some(rest) = file
-            .to_str()
-            .and_then(|f| f.strip_prefix(name))
-            .and_then(|f| f.strip_prefix('.'))
+        let Some(file) = file.to_str() else { continue };
+        let Some(rest) = file.strip_prefix(name).and_then(|f| f.strip_prefix('.')) else {
+            continue;
+        };
+        let kinds = [
+            (MAKING_SUFFIX, Kind::Making),
+            (RUN_SUFFIX, Kind::Run),
+            (PART_SUFFIX, Kind::Part),
+        ];
+        let Some((digits, kind)) = kinds
+            .iter()
+            .find_map(|(suffix, kind)| Some((rest.strip_suffix(suffix)?, *kind)))
         else {
             continue;
         };
-        let (digits, making) = match rest.strip_suffix(MAKING_SUFFIX) {
-            Some(d) => (d, true),
-            None => match rest.strip_suffix(RUN_SUFFIX) {
-                Some(d) => (d, false),
-                None => continue,
-            },
-        };
         if digits.len() == 10 && digits.bytes().all(|b| b.is_ascii_digit()) {
             if let Ok(generation) = digits.parse() {
-                out.push((generation, making));
+                let file = file.to_owned();
+                out.push(Listed {
+                    file,
+                    generation,
+                    kind,
+                });
             }
         }
     }
@@ -299,3 +378,7 @@ mod tests;
 #[cfg(test)]
 #[path = "tests/synced.rs"]
 mod synced_tests;
+
+#[cfg(test)]
+#[path = "tests/parts.rs"]
+mod parts_tests;

@@ -39,6 +39,11 @@ impl Writer {
         })
     }
 
+    /// Bytes of the keys and values pushed.
+    pub fn raw_bytes(&self) -> u64 {
+        self.raw_bytes
+    }
+
     pub fn push(&mut self, key: &[u8], value: &[u8]) -> io::Result<()> {
         if self.last_key.as_deref().is_some_and(|l| l >= key) {
             return Err(io::Error::other(format!(

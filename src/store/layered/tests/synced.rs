@@ -1,11 +1,11 @@
-//! A fold's syncs, seen through [`Syncs`]: sled's delta flushed before the run takes
-//! it, the new run synced before its rename names it, the runs' directory synced
-//! before the old run and the delta entries the new one took are removed. Each sync
+//! A fold's syncs, seen through [`Syncs`]: sled's delta flushed before a run takes
+//! it, the new runs synced before a manifest names them, the manifest synced before
+//! its rename, the runs' directory synced before the old runs and the delta entries
+//! the new ones took are removed. Each sync
 //! failing in turn leaves what a read sees, the delta and the files as they were,
 //! and the next fold does it all again; so removing any of them fails a test here.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 
 use super::run::tests::{key, value};
 use super::*;
@@ -40,7 +40,7 @@ fn table() -> (tempfile::TempDir, sled::Db, Layered) {
 struct Seen {
     values: BTreeMap<u32, Option<Vec<u8>>>,
     delta: Vec<(Vec<u8>, Vec<u8>)>,
-    run: PathBuf,
+    runs: Vec<String>,
     files: Vec<String>,
 }
 
@@ -60,7 +60,13 @@ fn seen(dir: &std::path::Path, t: &Layered) -> Seen {
     Seen {
         values,
         delta: delta.collect(),
-        run: t.run().unwrap().path().to_path_buf(),
+        runs: t
+            .run()
+            .unwrap()
+            .parts()
+            .iter()
+            .map(|p| p.file.clone())
+            .collect(),
         files,
     }
 }
@@ -73,23 +79,32 @@ fn whats(t: &Layered, from: usize) -> Vec<&'static str> {
 fn a_fold_syncs_the_delta_then_the_run_then_the_directory() {
     let (dir, _db, t) = table();
     // The first fold also made the runs' directory, synced into the database's.
-    assert_eq!(whats(&t, 0), [DELTA_SYNC, NEW_DIR_SYNC, RUN_SYNC, DIR_SYNC]);
+    assert_eq!(
+        whats(&t, 0),
+        [DELTA_SYNC, NEW_DIR_SYNC, RUN_SYNC, MANIFEST_SYNC, DIR_SYNC]
+    );
     let before = seen(dir.path(), &t);
     let from = t.syncs().done().len();
     t.fold().unwrap();
-    assert_eq!(whats(&t, from), [DELTA_SYNC, RUN_SYNC, DIR_SYNC]);
+    assert_eq!(
+        whats(&t, from),
+        [DELTA_SYNC, RUN_SYNC, MANIFEST_SYNC, DIR_SYNC]
+    );
     let after = seen(dir.path(), &t);
     assert_eq!(after.values, before.values);
     assert!(after.delta.is_empty());
-    assert_eq!(after.files, ["persons.0000000002.run"]);
+    assert_eq!(after.files, ["persons.0000000002.part", "persons.manifest"]);
 }
 
 #[test]
 fn a_failed_sync_leaves_the_table_as_it_was_and_the_next_fold_does_it_again() {
-    for what in [DELTA_SYNC, RUN_SYNC, DIR_SYNC] {
+    for what in [DELTA_SYNC, RUN_SYNC, MANIFEST_SYNC, DIR_SYNC] {
         let (dir, db, t) = table();
         let before = seen(dir.path(), &t);
-        assert_eq!(before.files, ["persons.0000000001.run"]);
+        assert_eq!(
+            before.files,
+            ["persons.0000000001.part", "persons.manifest"]
+        );
         assert!(!before.delta.is_empty());
         let pending = t.pending();
         t.syncs().fail(what, 0);
@@ -104,7 +119,8 @@ fn a_failed_sync_leaves_the_table_as_it_was_and_the_next_fold_does_it_again() {
 
         let from = t.syncs().done().len();
         t.fold().unwrap();
-        assert_eq!(whats(&t, from), [DELTA_SYNC, RUN_SYNC, DIR_SYNC], "{what}");
+        let done = [DELTA_SYNC, RUN_SYNC, MANIFEST_SYNC, DIR_SYNC];
+        assert_eq!(whats(&t, from), done, "{what}");
         let after = seen(dir.path(), &t);
         assert_eq!(after.values, before.values, "{what}");
         assert!(after.delta.is_empty(), "{what}");
@@ -126,7 +142,14 @@ fn a_new_directory_whose_sync_failed_is_synced_by_the_next_fold() {
     t.fold().unwrap();
     assert_eq!(
         whats(&t, 0),
-        [DELTA_SYNC, DELTA_SYNC, NEW_DIR_SYNC, RUN_SYNC, DIR_SYNC]
+        [
+            DELTA_SYNC,
+            DELTA_SYNC,
+            NEW_DIR_SYNC,
+            RUN_SYNC,
+            MANIFEST_SYNC,
+            DIR_SYNC
+        ]
     );
     assert_eq!(t.get(key(1)).unwrap().unwrap().to_vec(), value(1, 1));
     assert!(t.delta().is_empty());

@@ -110,7 +110,10 @@ fn reads_see_the_delta_over_the_run_before_and_after_folds() {
     let runs = std::fs::read_dir(f.dir.path().join(DIR_NAME))
         .unwrap()
         .count();
-    assert_eq!(runs, 1, "the replaced runs are removed");
+    assert_eq!(
+        runs, 2,
+        "the replaced runs are removed: one run and the manifest"
+    );
 }
 
 #[test]
@@ -120,11 +123,19 @@ fn a_crash_before_the_rename_leaves_a_stray_that_is_removed() {
     t.delta().insert(key(1), value(1, 1)).unwrap();
     t.fold().unwrap();
     let dir = f.dir.path().join(DIR_NAME);
-    // What a crash leaves: a run being made, and an older run not yet removed.
-    std::fs::write(dir.join("persons.0000000002.run.new"), b"half").unwrap();
+    // What a crash leaves: runs and a manifest being made, an older run not yet
+    // removed, and a run of a build before manifests.
+    std::fs::write(dir.join("persons.0000000002.part"), b"half").unwrap();
+    std::fs::write(dir.join("persons.manifest.new"), b"half").unwrap();
+    std::fs::write(dir.join("persons.0000000003.run.new"), b"half").unwrap();
     std::fs::copy(
-        dir.join("persons.0000000001.run"),
-        dir.join("persons.0000000000.run"),
+        dir.join("persons.0000000001.part"),
+        dir.join("persons.0000000000.part"),
+    )
+    .unwrap();
+    std::fs::copy(
+        dir.join("persons.0000000001.part"),
+        dir.join("persons.0000000004.run"),
     )
     .unwrap();
     std::fs::write(dir.join("distinct_ids.0000000009.run"), b"another table's").unwrap();
@@ -138,7 +149,11 @@ fn a_crash_before_the_rename_leaves_a_stray_that_is_removed() {
     left.sort();
     assert_eq!(
         left,
-        ["distinct_ids.0000000009.run", "persons.0000000001.run"]
+        [
+            "distinct_ids.0000000009.run",
+            "persons.0000000001.part",
+            "persons.manifest"
+        ]
     );
 }
 
@@ -174,7 +189,7 @@ fn a_fold_over_a_damaged_run_keeps_it_aside() {
     let t = &f.table;
     fill(t, 3_000);
     t.fold().unwrap();
-    let path = f.dir.path().join(DIR_NAME).join("persons.0000000001.run");
+    let path = f.dir.path().join(DIR_NAME).join("persons.0000000001.part");
     let mut bytes = std::fs::read(&path).unwrap();
     bytes[40] ^= 0xFF;
     std::fs::write(&path, &bytes).unwrap();
@@ -188,7 +203,7 @@ fn a_fold_over_a_damaged_run_keeps_it_aside() {
         t.get(key(2_999)).unwrap().unwrap().to_vec(),
         value(2_999, 1)
     );
-    assert!(path.with_extension("run.damaged").exists());
+    assert!(path.with_extension("part.damaged").exists());
     assert!(t.verify().unwrap().is_ok());
 }
 
@@ -228,7 +243,7 @@ fn a_block_that_failed_to_read_once_is_folded_when_it_reads_again() {
     let t = &f.table;
     fill(t, 3_000);
     t.fold().unwrap();
-    let path = f.dir.path().join(DIR_NAME).join("persons.0000000001.run");
+    let path = f.dir.path().join(DIR_NAME).join("persons.0000000001.part");
     let good = std::fs::read(&path).unwrap();
     let mut bad = good.clone();
     bad[40] ^= 0xFF;
@@ -240,6 +255,6 @@ fn a_block_that_failed_to_read_once_is_folded_when_it_reads_again() {
     t.delta().insert(key(5_000), value(5_000, 1)).unwrap();
     t.fold().unwrap();
     assert_eq!(t.get(key(0)).unwrap().unwrap().to_vec(), value(0, 1));
-    assert!(!path.with_extension("run.damaged").exists());
+    assert!(!path.with_extension("part.damaged").exists());
     assert_eq!(t.run().unwrap().entries(), 3_001);
 }
