@@ -2,7 +2,7 @@
 //! sled database (migrating an older format), the write-ahead log's files, the log's
 //! group-commit writer thread, the compactor's thread and, for a database without
 //! current rollups or without the persons' first-seen index, the threads that build
-//! them; [`Pipeline::start_sink`] adds the
+//! them, and the event index's worker; [`Pipeline::start_sink`] adds the
 //! ClickHouse sink's task when one is configured. [`Pipeline::close`] stops them all,
 //! waits for each and flushes. It sits above [`crate::log`], [`crate::compactor`],
 //! [`crate::store`] and [`crate::sink`] because it is the one place that needs them all.
@@ -44,6 +44,8 @@ pub struct Pipeline {
     /// Building the console's rollups from stored events, and the persons' first-seen
     /// index from stored persons, when they were missing.
     backfills: Vec<Backfill>,
+    /// Folds, merges and builds the event index ([`crate::store::event_index`]).
+    event_index: (std::thread::JoinHandle<()>, Arc<AtomicBool>),
     sink: Option<Sink>,
 }
 
@@ -105,6 +107,12 @@ impl Pipeline {
         let compactor_gate = Arc::new(Gate::default());
         let compactor_thread =
             compactor::spawn(compactor, store.clone(), compactor_gate.clone()).map_err(io)?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let (live, flag) = (store.clone(), stop.clone());
+        let index_thread = std::thread::Builder::new()
+            .name("event-index".into())
+            .spawn(move || crate::store::event_index::worker::work(&live, &flag))
+            .map_err(io)?;
         let mut backfills = Vec::new();
         if let rollup::Status::Building(_) = rollup::status(&trees_meta)? {
             let job = Job::Rollups;
@@ -127,6 +135,7 @@ impl Pipeline {
             writer,
             compactor_thread,
             backfills,
+            event_index: (index_thread, stop),
             sink: None,
         })
     }
@@ -164,6 +173,7 @@ impl Pipeline {
             writer,
             compactor_thread,
             backfills,
+            event_index,
             sink,
             ..
         } = self;
@@ -175,6 +185,12 @@ impl Pipeline {
         }
         writer.stop();
         compactor_thread.stop();
+        // After the compactor: it writes out the recent part the compactor filled.
+        event_index.1.store(true, Ordering::SeqCst);
+        event_index.0.thread().unpark();
+        if event_index.0.join().is_err() {
+            tracing::error!("the event index's thread panicked");
+        }
         // Stopped in the middle of a reopen: nothing open to flush; the log holds
         // everything acknowledged.
         if let Some(open) = store.get() {

@@ -65,6 +65,7 @@ impl Compactor {
             next_project = project.checked_add(1);
         }
         if deleted > 0 {
+            self.trees.event_index.note_deleted();
             // Files whose every block is gone; the file being appended to is kept.
             let files = self.trees.blocks.remove_unreferenced(&self.trees.events)?;
             if files > 0 {

@@ -17,7 +17,7 @@ use super::{apply, memo, Compactor, Error, StepReport};
 use crate::log::{record::decode_frame, Record};
 use crate::store::dedup::{self, IdSet};
 use crate::store::keys::{CHECKPOINT_KEY, NEXT_BLOCK_KEY};
-use crate::store::{block, keys, outbox, person_cache, rollup};
+use crate::store::{block, event_index, keys, outbox, person_cache, rollup};
 
 /// What the compactor keeps between steps, read from the database at the first.
 pub(super) struct State {
@@ -249,8 +249,18 @@ impl Compactor {
                 let mut next_block = first_block;
                 let mut written = Vec::new();
                 for (project, list) in entries {
-                    for (newest, value) in block::build(list) {
+                    for (newest, value, distinct_ids) in block::build_indexed(list) {
                         let key = keys::block(project, newest, next_block);
+                        let id = next_block;
+                        let block = event_index::BlockRef {
+                            id,
+                            project,
+                            newest,
+                        };
+                        counts.indexed.push(event_index::NewBlock {
+                            block,
+                            distinct_ids,
+                        });
                         let pointer = match blocks.append(&value) {
                             Ok(pointer) => pointer,
                             Err(e) => return Err(blocks_failed(e)),
@@ -310,6 +320,8 @@ impl Compactor {
         hot.committed(counted.take().unwrap_or_default(), write_rollups);
         drop(hot);
         state.next_block = counts.next_block;
+        // The blocks are durable and named: the event index may point readers at them.
+        self.trees.event_index.add(&counts.indexed);
         self.trees.persons.note_written(counts.person_bytes);
         self.trees.distinct_ids.note_written(counts.id_bytes);
         self.trees.first_seen.note_written(counts.first_seen_bytes);
@@ -400,6 +412,8 @@ struct Counts {
     /// What the chunk read and changed of persons, for the memo.
     learned: memo::Learned,
     next_block: u64,
+    /// The chunk's blocks, for the event index once committed.
+    indexed: Vec<event_index::NewBlock>,
     /// Bytes written to the persons' and the distinct ids' deltas.
     person_bytes: u64,
     id_bytes: u64,

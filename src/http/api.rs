@@ -291,6 +291,14 @@ impl Params {
             before: self.time("before")?,
             event: self.get("event").map(str::to_owned),
             distinct_id: self.get("distinct_id").map(str::to_owned),
+            person_id: match self.get("person_id") {
+                Some(id) => {
+                    Some(uuid::Uuid::parse_str(id).map_err(|_| {
+                        ApiError::BadQuery("person_id must be a person's uuid".into())
+                    })?)
+                }
+                None => None,
+            },
         })
     }
 }

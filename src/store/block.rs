@@ -86,11 +86,26 @@ impl Entry {
 /// Sort `entries` by time then uuid and cut them into blocks: each spans at most
 /// [`MAX_SPAN_MS`] and holds at most [`MAX_EVENTS`] events and about [`MAX_BYTES`].
 /// Returns each block's newest time and its value.
-pub fn build(mut entries: Vec<Entry>) -> Vec<(i64, Vec<u8>)> {
+pub fn build(entries: Vec<Entry>) -> Vec<(i64, Vec<u8>)> {
+    build_indexed(entries)
+        .into_iter()
+        .map(|(newest, value, _)| (newest, value))
+        .collect()
+}
+
+/// [`build`], with each block's distinct ids (sorted, once each) for the event index.
+pub fn build_indexed(mut entries: Vec<Entry>) -> Vec<(i64, Vec<u8>, Vec<String>)> {
     entries.sort_unstable_by_key(Entry::order);
     let mut out = Vec::new();
     let mut start = 0;
     let mut bytes = 0;
+    let mut push = |part: &[Entry]| {
+        let (newest, value) = encode(part);
+        let mut ids: Vec<String> = part.iter().map(|e| e.distinct_id.clone()).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        out.push((newest, value, ids));
+    };
     for i in 0..entries.len() {
         let len = entries[i].encoded_len();
         let full = i - start >= MAX_EVENTS
@@ -100,14 +115,14 @@ pub fn build(mut entries: Vec<Entry>) -> Vec<(i64, Vec<u8>)> {
                 .saturating_sub(entries[start].timestamp)
                 > MAX_SPAN_MS;
         if full {
-            out.push(encode(&entries[start..i]));
+            push(&entries[start..i]);
             start = i;
             bytes = 0;
         }
         bytes += len;
     }
     if start < entries.len() {
-        out.push(encode(&entries[start..]));
+        push(&entries[start..]);
     }
     out
 }

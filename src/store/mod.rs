@@ -14,6 +14,7 @@ pub mod block;
 pub mod check;
 pub mod dedup;
 pub mod event;
+pub mod event_index;
 pub mod first_seen;
 pub mod keys;
 pub mod layered;
@@ -67,6 +68,9 @@ pub enum Error {
     /// A layered table's run could not be read or written.
     #[error("persons and distinct ids: {0}")]
     Tables(std::io::Error),
+    /// The event index's directory could not be read or written.
+    #[error("event index: {0}")]
+    EventIndex(std::io::Error),
     /// The database could not be brought to this build's format.
     #[error(transparent)]
     Migrate(#[from] migrate::Error),
@@ -129,6 +133,9 @@ pub struct Trees {
     /// Project, first event's time (newest first), person uuid -> a marker:
     /// [`first_seen`], the console's persons list, [`layered`].
     pub first_seen: layered::Layered,
+    /// (Project, distinct id) -> the blocks holding its events: [`event_index`], in
+    /// files of its own beside sled's.
+    pub event_index: event_index::Index,
     /// Project, group type index, group key -> [`Group`] (JSON).
     pub groups: sled::Tree,
     /// Project, group type name <-> index.
@@ -161,8 +168,17 @@ impl Trees {
     }
 
     fn open_for(db: &sled::Db, dir: &Path, purpose: migrate::Purpose) -> Result<Trees, Error> {
-        let trees = Trees::open_current(db, dir)?;
+        let mut trees = Trees::open_current(db, dir)?;
         migrate::run(db, &trees, purpose)?;
+        // After the migration, which may store blocks the index must then build.
+        let next_block = trees
+            .meta
+            .get(keys::NEXT_BLOCK_KEY)?
+            .and_then(|v| v.as_ref().try_into().ok())
+            .map_or(0, u64::from_be_bytes);
+        let writable = purpose == migrate::Purpose::Write;
+        trees.event_index =
+            event_index::Index::open(dir, next_block, writable).map_err(Error::EventIndex)?;
         if purpose == migrate::Purpose::Write {
             trees.blocks.trim(&trees.events)?;
             for table in [&trees.persons, &trees.distinct_ids, &trees.first_seen] {
@@ -188,6 +204,7 @@ impl Trees {
             persons: layered::Layered::open(db, dir, PERSONS_TREE)?,
             distinct_ids: layered::Layered::open(db, dir, DISTINCT_IDS_TREE)?,
             first_seen: layered::Layered::open(db, dir, first_seen::TREE)?,
+            event_index: event_index::Index::unopened(dir),
             groups: db.open_tree("groups")?,
             group_types: db.open_tree("group_types")?,
             meta: db.open_tree("meta")?,

@@ -2,7 +2,7 @@
 //! reactor move them to the blocking pool.
 
 use std::cmp::Ordering;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, HashSet};
 
 use uuid::Uuid;
 
@@ -10,6 +10,9 @@ use super::block::{self, Block};
 use super::event::StoredEvent;
 use super::{keys, Group, Trees, MAX_GROUP_TYPES};
 use crate::persons::Person;
+use source::{indexed, scan, who, Source};
+
+mod source;
 
 /// Which events to list. Times are unix milliseconds: `after <= timestamp < before`.
 #[derive(Debug, Default, Clone)]
@@ -18,6 +21,8 @@ pub struct EventFilter {
     pub before: Option<i64>,
     pub event: Option<String>,
     pub distinct_id: Option<String>,
+    /// Events of any of the person's distinct ids (as they are now).
+    pub person_id: Option<Uuid>,
 }
 
 /// An event's place in the read order (time, then uuid); pages continue below one.
@@ -26,6 +31,8 @@ pub type Place = (i64, u128);
 /// The filter plus the page's upper bound, checked against block headers only.
 struct Bounds {
     filter: EventFilter,
+    /// The distinct ids the filter allows, when it names some.
+    who: Option<HashSet<String>>,
     /// Only places strictly below this (the cursor), if any.
     below: Option<Place>,
 }
@@ -39,9 +46,10 @@ impl Bounds {
                 .below
                 .is_none_or(|c| (h.timestamp, h.uuid.as_u128()) < c)
             && f.event.as_deref().is_none_or(|name| b.event(h) == name)
-            && f.distinct_id
-                .as_deref()
-                .is_none_or(|id| b.distinct_id(h) == id)
+            && self
+                .who
+                .as_ref()
+                .is_none_or(|who| who.contains(b.distinct_id(h)))
     }
 }
 
@@ -128,7 +136,9 @@ impl PartialOrd for Next {
 /// is the person its distinct id belongs to now, so events stored before a merge show
 /// the merged person.
 pub struct Events {
-    blocks: std::iter::Peekable<std::iter::Rev<sled::Iter>>,
+    blocks: Source,
+    /// A read failed before the first block: returned first.
+    failed: Option<sled::Error>,
     /// Where the blocks' bytes are.
     files: block::Files,
     bounds: Bounds,
@@ -143,10 +153,8 @@ impl Events {
     /// than its newest event; false when there is nothing more to load now.
     fn load_next(&mut self) -> Result<bool, sled::Error> {
         let top = self.heap.peek().map(|n| n.place.0);
-        let newest = match self.blocks.peek() {
-            None => return Ok(false),
-            Some(Err(_)) => None,
-            Some(Ok((key, _))) => keys::split_block(key).map(|(_, t)| t),
+        let Some(newest) = self.blocks.peek_newest() else {
+            return Ok(false);
         };
         // A block whose newest event is older than the top cannot come before it.
         if let (Some(top), Some(newest)) = (top, newest) {
@@ -209,6 +217,11 @@ impl Events {
 
 #[cfg(test)]
 impl Events {
+    /// Whether the blocks come from the event index.
+    pub(crate) fn through_index(&self) -> bool {
+        matches!(self.blocks, Source::Index(..))
+    }
+
     /// How many blocks are held decoded right now.
     fn decoded_blocks(&self) -> usize {
         let decoded = |l: &&Loaded| matches!(l, Loaded::Block { .. });
@@ -221,6 +234,9 @@ impl Iterator for Events {
     type Item = Result<([u8; 32], StoredEvent), sled::Error>;
 
     fn next(&mut self) -> Option<Self::Item> {
+        if let Some(e) = self.failed.take() {
+            return Some(Err(e));
+        }
         loop {
             match self.load_next() {
                 Ok(true) => continue,
@@ -248,7 +264,9 @@ pub fn cursor_place(project: u64, cursor: &[u8]) -> Option<Place> {
 }
 
 /// Matching events of `project`, newest first, strictly below `cursor` if given. A
-/// cursor that is not one of this project's places matches nothing.
+/// cursor that is not one of this project's places matches nothing. A filter naming
+/// a distinct id or a person reads only the blocks the event index names for its
+/// distinct ids, once the index is built; until then every block is read.
 pub fn events(trees: &Trees, project: u64, filter: EventFilter, cursor: Option<&[u8]>) -> Events {
     let below = cursor.map(|c| cursor_place(project, c));
     let empty = matches!(below, Some(None));
@@ -261,23 +279,27 @@ pub fn events(trees: &Trees, project: u64, filter: EventFilter, cursor: Option<&
     .into_iter()
     .flatten()
     .min();
-    let lo = keys::event_bound(project, filter.after.unwrap_or(i64::MIN)).to_vec();
-    let hi = match newest.and_then(|t| t.checked_add(block::MAX_SPAN_MS + 1)) {
-        Some(t) => keys::event_bound(project, t).to_vec(),
-        None => match project.checked_add(1) {
-            Some(next) => keys::project(next).to_vec(),
-            None => vec![0xff; 25],
-        },
+    let oldest = filter.after.unwrap_or(i64::MIN);
+    let newest_block = newest.and_then(|t| t.checked_add(block::MAX_SPAN_MS));
+    let mut failed = None;
+    let who = who(trees, project, &filter).unwrap_or_else(|e| {
+        failed = Some(e);
+        None
+    });
+    let through_index = match &who {
+        Some(w) if !empty && failed.is_none() => indexed(trees, project, w, oldest, newest_block)
+            .unwrap_or_else(|e| {
+                failed = Some(e);
+                None
+            }),
+        _ => None,
     };
-    let range = if lo < hi && !empty {
-        trees.events.range(lo..hi)
-    } else {
-        trees.events.range(hi.clone()..hi)
-    };
+    let blocks = through_index.unwrap_or_else(|| scan(trees, project, oldest, newest_block, empty));
     Events {
-        blocks: range.rev().peekable(),
+        blocks,
+        failed,
         files: trees.blocks.clone(),
-        bounds: Bounds { filter, below },
+        bounds: Bounds { filter, who, below },
         loaded: Vec::new(),
         heap: BinaryHeap::new(),
         distinct_ids: trees.distinct_ids.clone(),

@@ -4,6 +4,7 @@
 mod events;
 mod lanes;
 mod once;
+mod person_events;
 mod persons;
 mod synced;
 mod worker;

@@ -207,6 +207,7 @@ pub async fn properties(
                 before: None,
                 event: None,
                 distinct_id: None,
+                person_id: None,
             };
             for entry in query::events(&open.trees, project, all, None).take(SAMPLE) {
                 tally(&entry?.1.properties);

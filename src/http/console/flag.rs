@@ -81,6 +81,7 @@ pub async fn exposures(
                     before: Some(first + step * n as i64),
                     event: Some("$feature_flag_called".into()),
                     distinct_id: None,
+                    person_id: None,
                 };
                 for entry in query::events(trees, project, filter, None) {
                     let (_, e) = entry?;

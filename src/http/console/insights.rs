@@ -137,6 +137,7 @@ fn scan_surveys(
         before: Some(before),
         event: Some("survey sent".into()),
         distinct_id: None,
+        person_id: None,
     };
     for entry in query::events(trees, project, filter, None) {
         let (_, e) = entry?;
@@ -194,6 +195,7 @@ fn scan_exposures(
         before: Some(before),
         event: Some("$feature_flag_called".into()),
         distinct_id: None,
+        person_id: None,
     };
     let mut by_flag: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
     for entry in query::events(trees, project, filter, None) {
@@ -225,6 +227,7 @@ pub(super) fn scan(
         before: Some(before),
         event: None,
         distinct_id: None,
+        person_id: None,
     };
     for entry in query::events(trees, project, filter, None) {
         each(&entry?.1);

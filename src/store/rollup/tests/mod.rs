@@ -192,6 +192,7 @@ fn rollups_equal_a_scan_of_the_events() {
         before: Some(b),
         event: Some("signup".into()),
         distinct_id: None,
+        person_id: None,
     };
     let n = query::events(&trees, 1, filter, None).count() as u64;
     let hours = events(&trees.rollups, 1, "signup", a, b).unwrap();

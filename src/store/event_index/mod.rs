@@ -1,0 +1,298 @@
+//! The event index: for each (project, distinct id), the event blocks holding its
+//! events, so a person's events read only those blocks instead of every block. None
+//! of it goes through sled. Blocks newer than the runs cover are held in memory
+//! ([`recent`]), added by the compactor once a chunk's blocks are committed; past
+//! [`FOLD_BLOCKS`] that part is written out as an immutable sorted [`run`] file by the
+//! index's worker, and runs are merged size-tiered past [`MAX_RUNS`] ([`work`]). The
+//! [`manifest`] names the runs and the block ids they cover; blocks above that are
+//! found again at the next start (a crash loses only memory) and indexed by the
+//! worker's build, which is also how a database written before the index gets one.
+//! Until the build is done, reads fall back to reading every block.
+//!
+//! Files, in the database's `event_index/`: `MANIFEST` and `N.run`.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+
+pub mod manifest;
+pub mod recent;
+pub mod run;
+mod work;
+pub mod worker;
+
+pub use recent::NewBlock;
+pub use run::BlockRef;
+pub use work::Step;
+
+use manifest::Manifest;
+use recent::Recent;
+use run::Run;
+
+/// The directory, inside the database's.
+pub const DIR_NAME: &str = "event_index";
+/// The recent part is folded into a run past this many blocks (about 100,000 events):
+/// what a start after a crash reads again, and what a fold writes at once.
+pub const FOLD_BLOCKS: usize = if cfg!(test) { 8 } else { 2048 };
+/// Past this many runs the smallest are merged: a read looks in at most about this
+/// many files.
+pub const MAX_RUNS: usize = 8;
+/// How many runs a merge takes, smallest first: each event's entry is rewritten
+/// about log4 of the runs' growth times.
+const MERGE_WIDTH: usize = 4;
+
+/// The event index of one open database; clones share it.
+#[derive(Clone)]
+pub struct Index {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    dir: PathBuf,
+    /// Opened by the server (it folds, merges and builds) rather than by a command
+    /// that only reads.
+    writable: bool,
+    /// The runs and the recent part: readers take it briefly to clone what they read,
+    /// the compactor to add a chunk's blocks, the worker to swap in what it wrote.
+    state: RwLock<State>,
+    /// The build's blocks still to index, found on its first step; only the worker
+    /// takes it.
+    build: Mutex<Option<work::Build>>,
+    /// The worker, woken when a recent part is frozen.
+    worker: Mutex<Option<std::thread::Thread>>,
+    /// Retention deleted blocks: the worker drops them from the runs.
+    purge: AtomicBool,
+    /// The log has said that reads scan until the build is done.
+    said_scanning: AtomicBool,
+}
+
+/// The open runs, each with its number.
+type Runs = Vec<(u64, Arc<Run>)>;
+
+struct State {
+    manifest: Manifest,
+    runs: Runs,
+    active: Recent,
+    /// A recent part being written as a run, read until the run is in `runs`.
+    frozen: Option<Arc<Recent>>,
+    /// Every stored block is in the runs or the recent part.
+    complete: bool,
+    /// Blocks from this id on were stored after the index opened, and added by the
+    /// compactor; the build indexes those below it that the runs do not cover.
+    start_next: u64,
+}
+
+/// What `check` and the disk report say of the index.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Status {
+    pub runs: usize,
+    pub entries: u64,
+    pub blocks: u64,
+    pub bytes: u64,
+    /// Every block id below this is in the runs.
+    pub covered: u64,
+    /// Blocks stored before it opened that the runs do not cover: built in the
+    /// background once a server opens the database.
+    pub complete: bool,
+    pub recent_blocks: usize,
+}
+
+fn io_err(e: sled::Error) -> std::io::Error {
+    std::io::Error::other(e)
+}
+
+impl Index {
+    /// The index of the database in `db_dir`, whose blocks from `next_block` on are
+    /// yet to be stored. A manifest claiming blocks the database does not have (a
+    /// database restored from a backup, which holds no index) or a run that does not
+    /// read is dropped and the index built again, logged.
+    pub fn open(db_dir: &Path, next_block: u64, writable: bool) -> std::io::Result<Index> {
+        let dir = db_dir.join(DIR_NAME);
+        if writable {
+            std::fs::create_dir_all(&dir)?;
+        }
+        let (manifest, runs) = match load(&dir, next_block) {
+            Ok(found) => found,
+            Err(e) => {
+                tracing::warn!(error = %e, "event index unreadable: building it again");
+                if writable {
+                    Manifest::default().store(&dir)?;
+                }
+                (Manifest::default(), Vec::new())
+            }
+        };
+        if writable {
+            manifest.remove_strays(&dir)?;
+        }
+        Ok(Index::with(dir, manifest, runs, writable, next_block))
+    }
+
+    /// An index that reads nothing and is never complete (reads scan), until the
+    /// trees it belongs to are migrated and it is opened.
+    pub fn unopened(db_dir: &Path) -> Index {
+        Index::with(
+            db_dir.join(DIR_NAME),
+            Manifest::default(),
+            Vec::new(),
+            false,
+            u64::MAX,
+        )
+    }
+
+    fn with(
+        dir: PathBuf,
+        manifest: Manifest,
+        runs: Runs,
+        writable: bool,
+        next_block: u64,
+    ) -> Index {
+        let complete = manifest.covered >= next_block;
+        Index {
+            shared: Arc::new(Shared {
+                dir,
+                writable,
+                state: RwLock::new(State {
+                    manifest,
+                    runs,
+                    active: Recent::default(),
+                    frozen: None,
+                    complete,
+                    start_next: next_block,
+                }),
+                build: Mutex::new(None),
+                worker: Mutex::new(None),
+                purge: AtomicBool::new(false),
+                said_scanning: AtomicBool::new(false),
+            }),
+        }
+    }
+
+    fn state(&self) -> std::sync::RwLockReadGuard<'_, State> {
+        self.shared.state.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn state_mut(&self) -> std::sync::RwLockWriteGuard<'_, State> {
+        self.shared.state.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Blocks just committed by the compactor. Past [`FOLD_BLOCKS`] the recent part is
+    /// frozen for the worker to write out, unless the previous one still is.
+    pub fn add(&self, blocks: &[NewBlock]) {
+        if blocks.is_empty() {
+            return;
+        }
+        let mut s = self.state_mut();
+        for b in blocks {
+            s.active.add(b);
+        }
+        let due = s.complete && s.frozen.is_none() && s.active.blocks() >= FOLD_BLOCKS;
+        if due && self.shared.writable {
+            let full = std::mem::take(&mut s.active);
+            s.frozen = Some(Arc::new(full));
+            drop(s);
+            self.wake();
+        }
+    }
+
+    fn wake(&self) {
+        let worker = self.shared.worker.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(t) = worker.as_ref() {
+            t.unpark();
+        }
+    }
+
+    /// Retention deleted blocks; the worker drops them from the runs when it is idle.
+    pub fn note_deleted(&self) {
+        self.shared.purge.store(true, Ordering::SeqCst);
+        self.wake();
+    }
+
+    /// The calling thread is the worker, woken by [`Index::add`].
+    pub fn set_worker(&self, thread: std::thread::Thread) {
+        *self.shared.worker.lock().unwrap_or_else(|p| p.into_inner()) = Some(thread);
+    }
+
+    /// The blocks holding events of any of `distinct_ids` in `project`, newest first
+    /// (by newest event, then id); None while the index is not built, when every
+    /// block must be read instead (said once in the log).
+    pub fn blocks_of(
+        &self,
+        project: u64,
+        distinct_ids: &[String],
+    ) -> std::io::Result<Option<Vec<BlockRef>>> {
+        let keys: Vec<Vec<u8>> = distinct_ids
+            .iter()
+            .map(|d| recent::key(project, d))
+            .collect();
+        let mut out = Vec::new();
+        let (runs, frozen) = {
+            let s = self.state();
+            if !s.complete {
+                drop(s);
+                if !self.shared.said_scanning.swap(true, Ordering::Relaxed) {
+                    tracing::info!(
+                        "event index not built yet: a person's events are read from every block until it is"
+                    );
+                }
+                return Ok(None);
+            }
+            for k in &keys {
+                out.extend(s.active.get(k));
+            }
+            let runs: Vec<Arc<Run>> = s.runs.iter().map(|(_, r)| r.clone()).collect();
+            (runs, s.frozen.clone())
+        };
+        for k in &keys {
+            if let Some(f) = &frozen {
+                out.extend(f.get(k));
+            }
+            for r in &runs {
+                out.extend(r.get(k)?.into_iter().filter_map(|id| r.block(id)));
+            }
+        }
+        out.sort_unstable_by_key(|b| std::cmp::Reverse((b.newest, b.id)));
+        out.dedup_by_key(|b| b.id);
+        Ok(Some(out))
+    }
+
+    pub fn status(&self) -> Status {
+        let s = self.state();
+        let mut st = Status {
+            runs: s.runs.len(),
+            covered: s.manifest.covered,
+            complete: s.complete,
+            recent_blocks: s.active.blocks() + s.frozen.as_ref().map_or(0, |f| f.blocks()),
+            ..Status::default()
+        };
+        for (_, r) in &s.runs {
+            st.entries += r.entries;
+            st.blocks += r.blocks.len() as u64;
+            st.bytes += r.bytes;
+        }
+        st
+    }
+
+    /// Whether every stored block is indexed.
+    pub fn is_complete(&self) -> bool {
+        self.state().complete
+    }
+}
+
+/// The manifest and its runs, checked against the database's next block id.
+fn load(dir: &Path, next_block: u64) -> std::io::Result<(Manifest, Runs)> {
+    let manifest = Manifest::load(dir)?;
+    if manifest.covered > next_block {
+        return Err(std::io::Error::other(format!(
+            "it covers block ids up to {} but the database's next is {next_block}",
+            manifest.covered
+        )));
+    }
+    let mut runs = Vec::with_capacity(manifest.runs.len());
+    for &n in &manifest.runs {
+        let path = manifest::run_path(dir, n);
+        let run = Run::open(&path)
+            .map_err(|e| std::io::Error::other(format!("{}: {e}", path.display())))?;
+        runs.push((n, Arc::new(run)));
+    }
+    Ok((manifest, runs))
+}
