@@ -63,6 +63,8 @@ pub struct Dir {
     pub blocks: Files,
     /// The persons' and distinct ids' runs (`tables/`).
     pub tables: Files,
+    /// The event index's runs and manifest (`event_index/`).
+    pub event_index: Files,
     /// Anything else (`conf`, the log's marks).
     pub other: Files,
 }
@@ -76,6 +78,7 @@ impl Dir {
             self.log,
             self.blocks,
             self.tables,
+            self.event_index,
             self.other,
         ] {
             t.count += f.count;
@@ -220,6 +223,7 @@ pub fn measure_dir(db: &Path) -> Result<Dir, String> {
                 "blobs" => &mut dir.sled_other,
                 "blocks" => &mut dir.blocks,
                 "tables" => &mut dir.tables,
+                "event_index" => &mut dir.event_index,
                 t if t.starts_with("snap.") => &mut dir.sled_other,
                 "wal" if relative.components().count() > 1 => {
                     let name = entry.file_name();
@@ -312,6 +316,7 @@ pub fn report(r: &Report) {
             ("log segments", dir.log),
             ("event block files", dir.blocks),
             ("person and id runs", dir.tables),
+            ("event index runs", dir.event_index),
             ("other", dir.other),
             ("total", dir.total()),
         ] {

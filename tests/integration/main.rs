@@ -29,6 +29,7 @@ mod manage;
 mod nodes;
 mod ops;
 mod package;
+mod person_events;
 mod read_api;
 mod refusals;
 mod sdk;

@@ -62,6 +62,8 @@ struct Shared {
     worker: Mutex<Option<std::thread::Thread>>,
     /// Retention deleted blocks: the worker drops them from the runs.
     purge: AtomicBool,
+    /// Why the index on disk was set aside at open, if it was.
+    set_aside: Option<String>,
     /// The log has said that reads scan until the build is done.
     said_scanning: AtomicBool,
 }
@@ -95,6 +97,8 @@ pub struct Status {
     /// background once a server opens the database.
     pub complete: bool,
     pub recent_blocks: usize,
+    /// Why the index on disk was set aside (to be built again), if it was.
+    pub set_aside: Option<String>,
 }
 
 fn io_err(e: sled::Error) -> std::io::Error {
@@ -111,9 +115,11 @@ impl Index {
         if writable {
             std::fs::create_dir_all(&dir)?;
         }
+        let mut set_aside = None;
         let (manifest, runs) = match load(&dir, next_block) {
             Ok(found) => found,
             Err(e) => {
+                set_aside = Some(e.to_string());
                 tracing::warn!(error = %e, "event index unreadable: building it again");
                 if writable {
                     Manifest::default().store(&dir)?;
@@ -124,7 +130,11 @@ impl Index {
         if writable {
             manifest.remove_strays(&dir)?;
         }
-        Ok(Index::with(dir, manifest, runs, writable, next_block))
+        let mut index = Index::with(dir, manifest, runs, writable, next_block);
+        if let Some(shared) = Arc::get_mut(&mut index.shared) {
+            shared.set_aside = set_aside;
+        }
+        Ok(index)
     }
 
     /// An index that reads nothing and is never complete (reads scan), until the
@@ -163,6 +173,7 @@ impl Index {
                 worker: Mutex::new(None),
                 purge: AtomicBool::new(false),
                 said_scanning: AtomicBool::new(false),
+                set_aside: None,
             }),
         }
     }
@@ -262,6 +273,7 @@ impl Index {
             covered: s.manifest.covered,
             complete: s.complete,
             recent_blocks: s.active.blocks() + s.frozen.as_ref().map_or(0, |f| f.blocks()),
+            set_aside: self.shared.set_aside.clone(),
             ..Status::default()
         };
         for (_, r) in &s.runs {
@@ -270,6 +282,19 @@ impl Index {
             st.bytes += r.bytes;
         }
         st
+    }
+
+    /// Read every run's pages through (for `check`); how many entries.
+    pub fn verify(&self) -> std::io::Result<u64> {
+        let runs: Vec<Arc<Run>> = self.state().runs.iter().map(|(_, r)| r.clone()).collect();
+        let mut entries = 0;
+        for r in runs {
+            for e in r.entries() {
+                e?;
+                entries += 1;
+            }
+        }
+        Ok(entries)
     }
 
     /// Whether every stored block is indexed.

@@ -17,7 +17,8 @@
 
   async function showPerson(out, person, distinctId) {
     const [events, flags] = await Promise.all([
-      FP.api('GET', `events?distinct_id=${encodeURIComponent(distinctId)}&limit=20`),
+      // Every distinct id of the person, as PostHog's person page shows them.
+      FP.api('GET', `events?person_id=${encodeURIComponent(person.id)}&limit=20`),
       FP.api('GET', `person_flags?distinct_id=${encodeURIComponent(distinctId)}`),
     ])
     const props = Object.entries(person.properties || {}).sort(([a], [b]) => a.localeCompare(b))
