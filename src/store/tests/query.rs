@@ -2,6 +2,7 @@ use serde_json::json;
 
 use super::*;
 use crate::store::block::{self, Entry};
+use crate::store::event_index;
 
 const HOUR: i64 = 3_600_000;
 
@@ -49,11 +50,21 @@ fn fixture(trees: &Trees, seed: u64) -> Vec<(u64, StoredEvent)> {
             entries.push(Entry::from_stored(&e));
             all.push((project, e));
         }
-        for (newest, value) in block::build(entries) {
+        // Stored and then indexed, as the compactor does.
+        for (newest, value, distinct_ids) in block::build_indexed(entries) {
             trees
                 .events
                 .insert(keys::block(project, newest, next_id), value)
                 .unwrap();
+            let block = event_index::BlockRef {
+                id: next_id,
+                project,
+                newest,
+            };
+            trees.event_index.add(&[event_index::NewBlock {
+                block,
+                distinct_ids,
+            }]);
             next_id += 1;
         }
     }
@@ -148,6 +159,8 @@ fn newest_first_across_overlapping_blocks_with_paging_and_filters() {
                         "{ctx} limit {limit}"
                     );
                 }
+                let through = events(&trees, project, f.clone(), None).through_index();
+                assert_eq!(through, f.distinct_id.is_some(), "{ctx}");
                 let streamed: Vec<StoredEvent> = events(&trees, project, f.clone(), None)
                     .map(|e| e.unwrap().1)
                     .collect();
