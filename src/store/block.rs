@@ -286,4 +286,5 @@ fn range((start, end): (u32, u32)) -> std::ops::Range<usize> {
 }
 
 #[cfg(test)]
+#[path = "tests/block.rs"]
 pub(crate) mod tests;
