@@ -257,10 +257,13 @@ impl Compactor {
                             project,
                             newest,
                         };
-                        counts.indexed.push(event_index::NewBlock {
+                        // Before the commit, so a read never finds a committed block
+                        // missing from the index; one naming a block that is not (yet)
+                        // stored passes over it.
+                        t.event_index.add(&[event_index::NewBlock {
                             block,
                             distinct_ids,
-                        });
+                        }]);
                         let pointer = match blocks.append(&value) {
                             Ok(pointer) => pointer,
                             Err(e) => return Err(blocks_failed(e)),
@@ -320,8 +323,8 @@ impl Compactor {
         hot.committed(counted.take().unwrap_or_default(), write_rollups);
         drop(hot);
         state.next_block = counts.next_block;
-        // The blocks are durable and named: the event index may point readers at them.
-        self.trees.event_index.add(&counts.indexed);
+        // Every block the index holds is committed now: it may be written out.
+        self.trees.event_index.committed();
         self.trees.persons.note_written(counts.person_bytes);
         self.trees.distinct_ids.note_written(counts.id_bytes);
         self.trees.first_seen.note_written(counts.first_seen_bytes);
@@ -412,8 +415,6 @@ struct Counts {
     /// What the chunk read and changed of persons, for the memo.
     learned: memo::Learned,
     next_block: u64,
-    /// The chunk's blocks, for the event index once committed.
-    indexed: Vec<event_index::NewBlock>,
     /// Bytes written to the persons' and the distinct ids' deltas.
     person_bytes: u64,
     id_bytes: u64,

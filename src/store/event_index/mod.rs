@@ -186,16 +186,20 @@ impl Index {
         self.shared.state.write().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Blocks just committed by the compactor. Past [`FOLD_BLOCKS`] the recent part is
-    /// frozen for the worker to write out, unless the previous one still is.
+    /// Blocks the compactor is storing, added inside its chunk's transaction, so a
+    /// read that sees them stored finds them here; [`Index::committed`] follows.
     pub fn add(&self, blocks: &[NewBlock]) {
-        if blocks.is_empty() {
-            return;
-        }
         let mut s = self.state_mut();
         for b in blocks {
             s.active.add(b);
         }
+    }
+
+    /// The compactor committed every block added so far. Past [`FOLD_BLOCKS`] the
+    /// recent part is frozen for the worker to write out, unless the previous one
+    /// still is; only here, so a run never covers a block id not yet committed.
+    pub fn committed(&self) {
+        let mut s = self.state_mut();
         let due = s.complete && s.frozen.is_none() && s.active.blocks() >= FOLD_BLOCKS;
         if due && self.shared.writable {
             let full = std::mem::take(&mut s.active);

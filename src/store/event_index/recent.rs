@@ -30,11 +30,11 @@ pub struct Recent {
 }
 
 impl Recent {
+    /// A block added again (a chunk's transaction tried again, or the build and the
+    /// compactor both saw it) takes its latest place; its ids are kept from every
+    /// try (a read passes over a block without the distinct id's events).
     pub fn add(&mut self, new: &NewBlock) {
-        // A block added twice (the build and the compactor both saw it) counts once.
-        if self.blocks.insert(new.block.id, new.block).is_some() {
-            return;
-        }
+        self.blocks.insert(new.block.id, new.block);
         for id in &new.distinct_ids {
             let ids = self.by_key.entry(key(new.block.project, id)).or_default();
             ids.push(new.block.id);
