@@ -364,3 +364,9 @@ mod tests {
         assert!(first_seq(&db, &tree, None).unwrap() > generated);
     }
 }
+
+/// The edge forwarder over a store the compactor filled: a test of the two together,
+/// so it sits here, above both.
+#[cfg(test)]
+#[path = "pipeline/tests/forward_acknowledged/mod.rs"]
+mod forward_acknowledged;

@@ -17,11 +17,11 @@ use arc_swap::ArcSwap;
 use serde_json::{json, Value};
 use uuid::Uuid;
 
-use super::super::cursor::{self, State, Window};
-use super::super::dead::DEAD_LETTER;
-use super::super::Forwarder;
 use crate::compactor::Compactor;
 use crate::config::Compaction;
+use crate::edge::forward::cursor::{self, State, Window};
+use crate::edge::forward::dead::DEAD_LETTER;
+use crate::edge::forward::Forwarder;
 use crate::edge::{Client, Stats};
 use crate::log::{self, Record};
 use crate::projects::Projects;
@@ -179,7 +179,7 @@ async fn nothing_moves_until_a_request_is_taken_and_a_restart_resends_the_same_b
     // Upstream fails the first request after taking the connection.
     upstream.script(&[503]);
     let wait = edge.forwarder(&upstream).step().await.unwrap();
-    assert_eq!(wait, super::super::POLL, "nothing delivered");
+    assert_eq!(wait, crate::edge::forward::POLL, "nothing delivered");
     let (checkpoint, state, _) = edge.progress();
     assert_eq!(checkpoint, 0);
     let state = state.expect("the window is fixed before its first request");
@@ -218,7 +218,7 @@ async fn nothing_moves_until_a_request_is_taken_and_a_restart_resends_the_same_b
         })
     );
     // The next pass moves the checkpoint past every entry the project is done with.
-    assert_eq!(forwarder.step().await.unwrap(), super::super::POLL);
+    assert_eq!(forwarder.step().await.unwrap(), crate::edge::forward::POLL);
     let (checkpoint, state, _) = edge.progress();
     assert_eq!((checkpoint, state), (last, None));
     assert_eq!(
