@@ -284,3 +284,25 @@ pub fn group_properties(server: &Server, key: &str) -> Value {
     assert_eq!(r.status, 200, "{}", r.text());
     r.json()["group_properties"].clone()
 }
+
+/// The flags posthog-js ends each visit of `browser/run.mjs` with, once the visitor is
+/// identified as a pro user of Acme (`rules()`).
+pub fn js_flags_identified() -> Value {
+    json!({"always-on": true, "never": false, "pro-only": true, "checkout": "test",
+           "checkout payload": {"color": "green"}, "big-orgs": true})
+}
+
+/// The events `browser/run.mjs`'s two visits (gzip and base64) store, sorted by name.
+pub fn js_events_stored() -> Vec<&'static str> {
+    let mut names = [
+        "$groupidentify",
+        "$identify",
+        "$pageview",
+        "beacon",
+        "clicked buy",
+        "done",
+    ]
+    .repeat(2);
+    names.sort();
+    names
+}
