@@ -70,20 +70,8 @@ pub async fn handle(app: &App, path: &str) -> Result<Response<Body>, ApiError> {
             client_config::remote_config_js(&project.api_key, switches, facts),
         ),
         File::ArrayJs => {
-            let (dir, named) = app.config.static_dir();
-            let library = super::assets::serve(&dir, named, "array.js", &HeaderMap::new()).await?;
-            let mut body = http_body_util::BodyExt::collect(library.into_body())
-                .await
-                .map_err(|_| ApiError::Internal)?
-                .to_bytes()
-                .to_vec();
-            body.extend_from_slice(b"\n\n");
-            body.extend_from_slice(&client_config::remote_config_js(
-                &project.api_key,
-                switches,
-                facts,
-            ));
-            response::with_type(StatusCode::OK, JAVASCRIPT, body)
+            let config = client_config::remote_config_js(&project.api_key, switches, facts);
+            response::with_type(StatusCode::OK, JAVASCRIPT, array_js(app, &config).await?)
         }
     };
     r.headers_mut().insert(
@@ -91,6 +79,21 @@ pub async fn handle(app: &App, path: &str) -> Result<Response<Body>, ApiError> {
         HeaderValue::from_static(CACHE_CONTROL_CONFIG),
     );
     Ok(r)
+}
+
+/// `array.js`: the library from the server's static files, then the project's config
+/// script, as PostHog serves it. Shared with the edge, whose script comes from upstream.
+pub async fn array_js(app: &App, config: &[u8]) -> Result<Vec<u8>, ApiError> {
+    let (dir, named) = app.config.static_dir();
+    let library = super::assets::serve(&dir, named, "array.js", &HeaderMap::new()).await?;
+    let mut body = http_body_util::BodyExt::collect(library.into_body())
+        .await
+        .map_err(|_| ApiError::Internal)?
+        .to_bytes()
+        .to_vec();
+    body.extend_from_slice(b"\n\n");
+    body.extend_from_slice(config);
+    Ok(body)
 }
 
 #[cfg(test)]

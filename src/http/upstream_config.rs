@@ -49,19 +49,8 @@ pub async fn remote_config(
         Found::Nothing => return remote_config::handle(app, path).await,
     };
     let body = match file {
-        File::ArrayJs => {
-            // The library from the edge's files, upstream's config script after it.
-            let (dir, named) = app.config.static_dir();
-            let library = super::assets::serve(&dir, named, "array.js", &HeaderMap::new()).await?;
-            let mut body = http_body_util::BodyExt::collect(library.into_body())
-                .await
-                .map_err(|_| ApiError::Internal)?
-                .to_bytes()
-                .to_vec();
-            body.extend_from_slice(b"\n\n");
-            body.extend_from_slice(&copy.body);
-            Bytes::from(body)
-        }
+        // The library from the edge's files, upstream's config script after it.
+        File::ArrayJs => Bytes::from(remote_config::array_js(app, &copy.body).await?),
         File::Config | File::ConfigJs => copy.body.clone(),
     };
     let mut r = with_content_type(StatusCode::OK, &copy.content_type, body);

@@ -234,7 +234,14 @@ fn upstream_with_config() -> Server {
 #[test]
 fn start_up_answers_come_from_upstream_and_outlive_it() {
     let mut upstream = upstream_with_config();
-    let edge = Server::start_with(&["--upstream", &format!("http://{}", upstream.addr)]);
+    let assets = tempfile::tempdir().unwrap();
+    std::fs::write(assets.path().join("array.js"), "/* library */").unwrap();
+    let edge = Server::start_with(&[
+        "--upstream",
+        &format!("http://{}", upstream.addr),
+        "--static-dir",
+        assets.path().to_str().unwrap(),
+    ]);
     let paths = [
         format!("/array/{KEY_ONE}/config"),
         format!("/array/{KEY_ONE}/config.js"),
@@ -260,6 +267,14 @@ fn start_up_answers_come_from_upstream_and_outlive_it() {
         }
     };
     check(&edge, "with upstream up");
+    // array.js: the edge's own library, then upstream's config script.
+    let array = edge.get(&format!("/array/{KEY_ONE}/array.js"));
+    assert_eq!(array.status, 200, "{}", array.text());
+    assert!(
+        array.text() == format!("/* library */\n\n{}", from_upstream[1]),
+        "{}",
+        array.text()
+    );
     let config: Value = serde_json::from_str(&from_upstream[0]).unwrap();
     assert_eq!(
         config["heatmaps"], true,
