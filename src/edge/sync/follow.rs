@@ -4,7 +4,7 @@
 //! once, not once per poll.
 
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use super::poll::{self, Endpoint, Polled};
 use super::{disk, Serving, Syncer, Wanted};
@@ -54,15 +54,15 @@ pub(super) async fn follow(
             // its ETag) sends the same body again: nothing to compile.
             Polled::Changed { body, etag: tag } if held == Some(digest(&body)) => {
                 etag = tag;
-                confirmed(&sync, id, etag.clone(), false);
-                backoff.succeeded();
-                say(
-                    &mut said,
-                    Said::Serving,
+                confirmed(
+                    &sync,
                     id,
+                    etag.clone(),
+                    false,
+                    &mut backoff,
+                    &mut said,
                     "flag definitions confirmed by upstream",
-                );
-                sync.poll
+                )
             }
             Polled::Changed { body, etag: tag } => {
                 let (s2, body2, tag2, dir2) =
@@ -80,15 +80,15 @@ pub(super) async fn follow(
                     Ok(Ok(_version)) => {
                         etag = tag;
                         held = Some(digest(&body));
-                        confirmed(&sync, id, etag.clone(), true);
-                        backoff.succeeded();
-                        say(
-                            &mut said,
-                            Said::Serving,
+                        confirmed(
+                            &sync,
                             id,
+                            etag.clone(),
+                            true,
+                            &mut backoff,
+                            &mut said,
                             "flag definitions synced from upstream",
-                        );
-                        sync.poll
+                        )
                     }
                     Ok(Err(error)) => {
                         let why = format!("upstream's definitions do not compile: {error}");
@@ -104,15 +104,15 @@ pub(super) async fn follow(
                         tokio::task::spawn_blocking(move || disk::store_etag(&dir2, &tag2)).await;
                     etag = Some(tag);
                 }
-                confirmed(&sync, id, etag.clone(), false);
-                backoff.succeeded();
-                say(
-                    &mut said,
-                    Said::Serving,
+                confirmed(
+                    &sync,
                     id,
+                    etag.clone(),
+                    false,
+                    &mut backoff,
+                    &mut said,
                     "flag definitions confirmed by upstream",
-                );
-                sync.poll
+                )
             }
             Polled::NoSuchEndpoint => {
                 tracing::info!(project = id, "upstream has no /flags/definitions; polling /api/feature_flag/local_evaluation");
@@ -149,7 +149,17 @@ pub(super) async fn follow(
     }
 }
 
-fn confirmed(sync: &Syncer, id: u64, etag: Option<String>, compiled: bool) {
+/// Upstream answered with rules now served: the board and the age say so, the backoff
+/// starts over, the log says `what` once; the next poll comes after the usual wait.
+fn confirmed(
+    sync: &Syncer,
+    id: u64,
+    etag: Option<String>,
+    compiled: bool,
+    backoff: &mut Backoff,
+    said: &mut Said,
+    what: &str,
+) -> Duration {
     let now = SystemTime::now();
     sync.board.update(id, |s| {
         s.last_success = Some(now);
@@ -166,6 +176,9 @@ fn confirmed(sync: &Syncer, id: u64, etag: Option<String>, compiled: bool) {
         .definitions_age_seconds
         .get_or_create(&crate::edge::stats::ProjectLabels { project: id })
         .set(0.0);
+    backoff.succeeded();
+    say(said, Said::Serving, id, what);
+    sync.poll
 }
 
 fn failed(
