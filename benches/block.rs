@@ -1,13 +1,14 @@
 //! Event blocks (`store::block`): building blocks from a chunk of posthog-js
 //! `$pageview`s (sort, cut, lay out by column and by property key, LZ4), and decoding
-//! them as the read API and the sink do. Throughput is in events; the stored bytes an
-//! event are printed beside, so a layout change shows both its size and its cost.
+//! them as the sink does (every event) and as a person's events do (one event of each
+//! block). Throughput is in events, or blocks for the latter; the stored bytes an event
+//! are printed beside, so a layout change shows both its size and its cost.
 
 #[path = "common/mod.rs"]
 mod common;
 
 use criterion::{criterion_group, Criterion, Throughput};
-use flagpost::store::block::{self, Block, Entry};
+use flagpost::store::block::{self, Block, Entry, Rows};
 use uuid::Uuid;
 
 use common::{distinct_id, uuid, NOW_MS};
@@ -68,6 +69,30 @@ fn blocks(c: &mut Criterion) {
             }
             assert_eq!(bytes, json);
             bytes
+        })
+    });
+    group.finish();
+    // A person's events use one event or two of each block they read.
+    let mut group = c.benchmark_group("block, one event of each");
+    group.throughput(Throughput::Elements(built.len() as u64));
+    group.bench_function("decode whole", |b| {
+        b.iter(|| {
+            let mut events = Vec::with_capacity(built.len());
+            for (_, value) in &built {
+                let block = Block::decode(value).expect("a block decodes");
+                events.push(block.stored(&block.heads()[0]));
+            }
+            events
+        })
+    });
+    group.bench_function("decode rows", |b| {
+        b.iter(|| {
+            let mut events = Vec::with_capacity(built.len());
+            for (_, value) in &built {
+                let rows = Rows::decode(value).expect("a block decodes");
+                events.push(rows.stored(0).expect("the block has an event"));
+            }
+            events
         })
     });
     group.finish();

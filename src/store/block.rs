@@ -5,6 +5,9 @@
 //! whole. Each event has a small binary header (times, uuid, person, name, distinct
 //! id) apart from its properties, so filters and paging never parse properties.
 //!
+//! Reads that need a few events of a block read it as [`Rows`] (each event's
+//! properties made only when asked for), kept a while in a [`cache`].
+//!
 //! Value: version, event count (u32 LE), oldest time (i64 LE), then LZ4(size-prefixed)
 //! of the body. Version 3, written now, is version 2 with each event's properties
 //! split into keys and values, the keys named once a block and the values laid out
@@ -19,12 +22,15 @@ use uuid::Uuid;
 
 use super::event::StoredEvent;
 
+pub mod cache;
 mod columns;
 pub mod files;
 mod pack;
 mod props;
+mod rows;
 
 pub use files::Files;
+pub use rows::Rows;
 
 /// The version written; [`COLUMNS`] and [`ROWS`] are still read.
 const VERSION: u8 = 3;
@@ -172,35 +178,7 @@ pub struct Head {
 impl Block {
     /// None if the value is damaged in any way: one bad block must not break reads.
     pub fn decode(value: &[u8]) -> Option<Block> {
-        if value.first() == Some(&files::TAG) {
-            return None;
-        }
-        let count = count(value)? as usize;
-        let compressed = value.get(PREFIX_LEN..)?;
-        let size = u32::from_le_bytes(compressed.get(..4)?.try_into().ok()?) as usize;
-        // Every event needs at least its fixed fields.
-        let least = match value[0] {
-            ROWS => HEADER_LEN,
-            _ => columns::FIXED,
-        };
-        if size > MAX_DECODED_BYTES || count > size / least {
-            return None;
-        }
-        let body = lz4_flex::decompress_size_prepended(compressed).ok()?;
-        let (body, heads) = match value[0] {
-            ROWS => {
-                let heads = decode_rows(&body, count)?;
-                (body, heads)
-            }
-            version => columns::decode(&body, count, version == VERSION)?,
-        };
-        // Names and ids are checked once here, so reading them later cannot fail.
-        for h in &heads {
-            std::str::from_utf8(body.get(range(h.event))?).ok()?;
-            std::str::from_utf8(body.get(range(h.distinct_id))?).ok()?;
-            body.get(range(h.properties))?;
-        }
-        Some(Block { body, heads })
+        Rows::decode(value)?.into_block()
     }
 
     /// The events' headers, oldest first.

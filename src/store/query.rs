@@ -2,11 +2,12 @@
 //! reactor move them to the blocking pool.
 
 use std::cmp::Ordering;
-use std::collections::{BinaryHeap, HashSet};
+use std::collections::{BinaryHeap, HashMap, HashSet};
+use std::sync::Arc;
 
 use uuid::Uuid;
 
-use super::block::{self, Block};
+use super::block::{self, Rows};
 use super::event::StoredEvent;
 use super::{keys, Group, Trees, MAX_GROUP_TYPES};
 use crate::persons::Person;
@@ -38,7 +39,7 @@ struct Bounds {
 }
 
 impl Bounds {
-    fn matches(&self, b: &Block, h: &block::Head) -> bool {
+    fn matches(&self, b: &Rows, h: &block::Head) -> bool {
         let f = &self.filter;
         f.after.is_none_or(|t| h.timestamp >= t)
             && f.before.is_none_or(|t| h.timestamp < t)
@@ -62,14 +63,14 @@ const TAIL_EVENTS: usize = 4;
 /// The matching events of a loaded block not yet returned, oldest first.
 enum Loaded {
     /// The decoded block and the indexes of its matches.
-    Block { block: Block, left: Vec<u32> },
+    Block { block: Arc<Rows>, left: Vec<u32> },
     /// The last few matches, taken out of the block.
     Tail(Vec<StoredEvent>),
 }
 
 impl Loaded {
     /// The block's matches `left`, as a tail once there are few enough.
-    fn new(block: Block, left: Vec<u32>) -> Loaded {
+    fn new(block: Arc<Rows>, left: Vec<u32>) -> Loaded {
         Loaded::Block { block, left }.shrunk()
     }
 
@@ -77,7 +78,7 @@ impl Loaded {
         match self {
             Loaded::Block { block, left } if left.len() <= TAIL_EVENTS => Loaded::Tail(
                 left.iter()
-                    .map(|&i| block.stored(&block.heads()[i as usize]))
+                    .filter_map(|&i| block.stored(i as usize))
                     .collect(),
             ),
             other => other,
@@ -98,10 +99,7 @@ impl Loaded {
     /// Take the newest match left.
     fn pop(&mut self) -> Option<StoredEvent> {
         match self {
-            Loaded::Block { block, left } => {
-                let i = left.pop()?;
-                Some(block.stored(&block.heads()[i as usize]))
-            }
+            Loaded::Block { block, left } => block.stored(left.pop()? as usize),
             Loaded::Tail(events) => events.pop(),
         }
     }
@@ -145,8 +143,15 @@ pub struct Events {
     loaded: Vec<Option<Loaded>>,
     heap: BinaryHeap<Next>,
     distinct_ids: super::layered::Layered,
+    /// The person of each distinct id met so far (see [`PERSONS_MEMO`]).
+    person_of: HashMap<String, Option<Uuid>>,
     project: u64,
 }
+
+/// A read remembers the person of at most this many distinct ids: a person's events
+/// share one or a few, each looked up in the distinct ids' runs once instead of once an
+/// event; a read of every event forgets them all past this, to stay bounded.
+const PERSONS_MEMO: usize = 4096;
 
 impl Events {
     /// Decode the next block in key order if the newest pending match could be older
@@ -168,7 +173,7 @@ impl Events {
         let (key, value) = entry?;
         // A block that cannot be read or decoded is skipped: one damaged block must not
         // hide all the others.
-        let Some(block) = self.files.decode(&key, &value) else {
+        let Some(block) = self.files.rows(&key, &value) else {
             return Ok(true);
         };
         let left: Vec<u32> = (0..block.heads().len() as u32)
@@ -202,15 +207,24 @@ impl Events {
         Some(event)
     }
 
-    fn current_person(&self, event: &mut StoredEvent) -> Result<(), sled::Error> {
-        if event.person_id.is_some() {
-            if let Some(id) = self
-                .distinct_ids
-                .get(keys::with_str(self.project, &event.distinct_id))?
-            {
-                event.person_id = Uuid::from_slice(&id).ok().or(event.person_id);
-            }
+    fn current_person(&mut self, event: &mut StoredEvent) -> Result<(), sled::Error> {
+        if event.person_id.is_none() {
+            return Ok(());
         }
+        let now = match self.person_of.get(&event.distinct_id) {
+            Some(&known) => known,
+            None => {
+                let key = keys::with_str(self.project, &event.distinct_id);
+                let now = self.distinct_ids.get(key)?;
+                let now = now.and_then(|id| Uuid::from_slice(&id).ok());
+                if self.person_of.len() >= PERSONS_MEMO {
+                    self.person_of.clear();
+                }
+                self.person_of.insert(event.distinct_id.clone(), now);
+                now
+            }
+        };
+        event.person_id = now.or(event.person_id);
         Ok(())
     }
 }
@@ -303,6 +317,7 @@ pub fn events(trees: &Trees, project: u64, filter: EventFilter, cursor: Option<&
         loaded: Vec::new(),
         heap: BinaryHeap::new(),
         distinct_ids: trees.distinct_ids.clone(),
+        person_of: HashMap::new(),
         project,
     }
 }

@@ -11,7 +11,9 @@
 
 use uuid::Uuid;
 
-use super::pack::{le32, pack, unpack, Cursor};
+use super::pack::{check_packed, le32, pack, Cursor};
+use super::props::Layout;
+use super::rows::Props;
 use super::{Entry, Head};
 
 /// Fixed bytes per event in the columns, before the person and the texts.
@@ -117,9 +119,9 @@ fn le64(b: &[u8]) -> Option<i64> {
     Some(i64::from_le_bytes(b.try_into().ok()?))
 }
 
-/// The decoded texts (each event's name, distinct id and properties, back to back)
-/// and the events' headers pointing into them; None if the body is damaged.
-pub(super) fn decode(body: &[u8], n: usize, by_key: bool) -> Option<(Vec<u8>, Vec<Head>)> {
+/// The events' headers, pointing into `body`, and where their properties are; None if
+/// the body is damaged. Names and ids are not yet checked as UTF-8.
+pub(super) fn parse(body: &[u8], n: usize, by_key: bool) -> Option<(Vec<Head>, Props)> {
     let mut c = Cursor { rest: body };
     let fixed = match by_key {
         true => take_fixed(&mut c, n)?,
@@ -142,68 +144,52 @@ pub(super) fn decode(body: &[u8], n: usize, by_key: bool) -> Option<(Vec<u8>, Ve
     let name_lens = c.column(n, 4)?;
     let id_lens = c.column(n, 4)?;
     let props_lens = c.column(if by_key { 0 } else { n }, 4)?;
-    let names_len = name_lens
-        .clone()
-        .try_fold(0usize, |a, l| a.checked_add(le32(l)?))?;
-    let ids_len = id_lens
-        .clone()
-        .try_fold(0usize, |a, l| a.checked_add(le32(l)?))?;
-    let mut names = Cursor {
-        rest: c.take(names_len)?,
+    let at = |c: &Cursor| body.len() - c.rest.len();
+    // Each text's range: the texts of a column lie back to back from `from`.
+    let ranges = |lens: std::slice::ChunksExact<u8>, from: usize| {
+        let mut out = Vec::with_capacity(n);
+        let mut end = from;
+        for len in lens {
+            let start = u32::try_from(end).ok()?;
+            end = end.checked_add(le32(len)?)?;
+            out.push((start, u32::try_from(end).ok()?));
+        }
+        Some((out, end - from))
     };
-    let mut ids = Cursor {
-        rest: c.take(ids_len)?,
+    let (names, names_len) = ranges(name_lens, at(&c))?;
+    c.take(names_len)?;
+    let (ids, ids_len) = ranges(id_lens, at(&c))?;
+    c.take(ids_len)?;
+    let (props, packed) = match by_key {
+        true => {
+            let start = at(&c);
+            (Vec::new(), Props::ByKey(Layout::parse(&mut c, start, n)?))
+        }
+        false => {
+            let start = at(&c);
+            let (packed, len) = ranges(props_lens, start)?;
+            let region = c.take(len)?;
+            if !c.rest.is_empty() || !check_packed(region, start, &packed) {
+                return None;
+            }
+            (packed, Props::Packed)
+        }
     };
-    let mut props = c;
-    // Version 3: every event's properties first, each then copied into place.
-    let by_key = match by_key {
-        true => Some(super::props::decode(&mut props, n)?),
-        false => None,
-    };
-    let mut props_lens = props_lens.map(le32);
-    let mut out = Vec::with_capacity(body.len() * 2);
     let mut heads = Vec::with_capacity(n);
-    let columns = fixed.into_iter().zip(flags);
-    for (i, (((time, created, uuid), &flag), (name_len, id_len))) in
-        columns.zip(name_lens.zip(id_lens)).enumerate()
-    {
+    for (i, ((time, created, uuid), &flag)) in fixed.into_iter().zip(flags).enumerate() {
         let person = match flag {
             1 => Some(Uuid::from_slice(persons.next()?).ok()?),
             _ => None,
         };
-        let event = append(&mut out, names.take(le32(name_len)?)?)?;
-        let distinct_id = append(&mut out, ids.take(le32(id_len)?)?)?;
-        let start = u32::try_from(out.len()).ok()?;
-        match &by_key {
-            Some((all, ends)) => {
-                let from = match i {
-                    0 => 0,
-                    _ => ends[i - 1],
-                };
-                out.extend_from_slice(all.get(from..*ends.get(i)?)?);
-            }
-            None => unpack(props.take(props_lens.next()??)?, &mut out)?,
-        }
-        let properties = (start, u32::try_from(out.len()).ok()?);
         heads.push(Head {
             timestamp: time,
             created_at: created,
             uuid: Uuid::from_bytes(uuid),
             person_id: person,
-            event,
-            distinct_id,
-            properties,
+            event: names[i],
+            distinct_id: ids[i],
+            properties: props.get(i).copied().unwrap_or_default(),
         });
     }
-    if !props.rest.is_empty() {
-        return None;
-    }
-    Some((out, heads))
-}
-
-/// `bytes` added to `out`; where they are.
-fn append(out: &mut Vec<u8>, bytes: &[u8]) -> Option<(u32, u32)> {
-    let start = u32::try_from(out.len()).ok()?;
-    out.extend_from_slice(bytes);
-    Some((start, u32::try_from(out.len()).ok()?))
+    Some((heads, packed))
 }

@@ -35,7 +35,8 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use super::Block;
+use super::cache::Cache;
+use super::{Block, Rows};
 use crate::support::hex;
 use crate::support::sync::lock;
 use crate::support::syncs::Syncs;
@@ -64,7 +65,7 @@ const READERS: usize = 256;
 const MAX_BLOCK_BYTES: u32 = 64 * 1024 * 1024;
 
 /// Where a block's bytes are.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Pointer {
     pub count: u32,
     pub file: u32,
@@ -135,6 +136,8 @@ struct Inner {
     readers: Mutex<HashMap<u32, Arc<File>>>,
     /// Every sync a pointer's durability rests on goes through it.
     syncs: Syncs,
+    /// Blocks decoded for reads, by pointer.
+    cache: Cache,
 }
 
 /// The block files of one database; cheap to clone, shared by readers and the
@@ -176,6 +179,7 @@ impl Files {
                 next: Mutex::new(next),
                 readers: Mutex::new(HashMap::new()),
                 syncs: Syncs::default(),
+                cache: Cache::new(super::cache::BYTES),
             }),
         })
     }
@@ -369,13 +373,32 @@ impl Files {
     /// The block a tree value holds or points at; `None` (logged) when it cannot be
     /// read or does not decode, so one bad block never breaks a whole read.
     pub fn decode(&self, key: &[u8], value: &[u8]) -> Option<Block> {
-        match self.resolve(value) {
-            Ok(bytes) => Block::decode(&bytes),
-            Err(e) => {
-                tracing::warn!(error = %e, key = %hex(key), "event block skipped");
-                None
-            }
+        Block::decode(&self.read(key, value)?)
+    }
+
+    /// [`Files::decode`], each event's properties made only when asked for; kept in
+    /// the [cache](super::cache) for the reads that come back to it.
+    pub fn rows(&self, key: &[u8], value: &[u8]) -> Option<Arc<Rows>> {
+        let pointer = Pointer::decode(value);
+        if let Some(hit) = pointer.and_then(|p| self.inner.cache.get(p)) {
+            return Some(hit);
         }
+        let rows = Arc::new(Rows::decode(&self.read(key, value)?)?);
+        if let Some(p) = pointer {
+            self.inner.cache.insert(p, rows.clone());
+        }
+        Some(rows)
+    }
+
+    /// Decoded bytes the cache holds.
+    pub fn cached_bytes(&self) -> usize {
+        self.inner.cache.bytes()
+    }
+
+    fn read<'a>(&self, key: &[u8], value: &'a [u8]) -> Option<Cow<'a, [u8]>> {
+        self.resolve(value)
+            .inspect_err(|e| tracing::warn!(error = %e, key = %hex(key), "event block skipped"))
+            .ok()
     }
 
     fn reader(&self, number: u32) -> io::Result<Arc<File>> {

@@ -89,6 +89,30 @@ pub fn unpack(bytes: &[u8], out: &mut Vec<u8>) -> Option<()> {
     Some(())
 }
 
+/// Whether [`unpack`] takes each of the packed items that lie back to back in
+/// `region`, which starts at offset `start`, item `i` at `items[i]` (offsets too):
+/// one pass over the markers, so a block is checked without unpacking it.
+pub fn check_packed(region: &[u8], start: usize, items: &[(u32, u32)]) -> bool {
+    let mut item = items.iter().map(|&(_, to)| to as usize - start);
+    let mut end = 0;
+    let mut at = 0;
+    while let Some(found) = memchr::memchr2(UUID, LITERAL, &region[at..]) {
+        let i = at + found;
+        // The item the marker is in; its payload must be in it too.
+        while end <= i {
+            match item.next() {
+                Some(to) => end = to,
+                None => return false,
+            }
+        }
+        at = i + if region[i] == LITERAL { 2 } else { 17 };
+        if at > end {
+            return false;
+        }
+    }
+    true
+}
+
 /// The uuid in `"xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"`, lowercase only, so that
 /// unpacking writes back the same text.
 fn quoted_uuid(quoted: &[u8]) -> Option<Uuid> {
@@ -178,6 +202,40 @@ mod tests {
         // Two uuids back to back share no quote: the second is not packed.
         let two = format!("{id}{}", &id[1..]);
         assert_eq!(round_trip(two.as_bytes()).len(), 17 + 37);
+    }
+
+    #[test]
+    fn check_packed_says_what_unpack_would() {
+        let id = [UUID]
+            .iter()
+            .chain(&[7u8; 16])
+            .copied()
+            .collect::<Vec<u8>>();
+        let pieces: [&[u8]; 6] = [b"ab", &[LITERAL, UUID], &id, &[LITERAL], &[UUID, 1, 2], b""];
+        // Every run of four pieces, cut into items every way three cuts allow.
+        for a in 0..pieces.len() {
+            for b in 0..pieces.len() {
+                let region = [pieces[a], pieces[b], pieces[(a + b) % 6], b"x"].concat();
+                for cut in 0..region.len() {
+                    for cut2 in cut..=region.len() {
+                        let ends = [cut, cut2, region.len()];
+                        let mut from = 0;
+                        let mut items = Vec::new();
+                        let mut each = true;
+                        for &to in &ends {
+                            each &= unpack(&region[from..to], &mut Vec::new()).is_some();
+                            items.push((100 + from as u32, 100 + to as u32));
+                            from = to;
+                        }
+                        assert_eq!(
+                            check_packed(&region, 100, &items),
+                            each,
+                            "{region:?} {ends:?}"
+                        );
+                    }
+                }
+            }
+        }
     }
 
     #[test]

@@ -16,7 +16,7 @@
 
 use std::collections::HashMap;
 
-use super::pack::{le32, pack, unpack, Cursor};
+use super::pack::{check_packed, le32, pack, unpack, Cursor};
 
 const SPLIT: u8 = 0;
 const WHOLE: u8 = 1;
@@ -90,80 +90,157 @@ fn put32(out: &mut Vec<u8>, v: usize) {
     out.extend_from_slice(&(v as u32).to_le_bytes());
 }
 
+/// Where the `n` events' properties are in a block's body, checked but not yet
+/// unpacked, so one event's properties are made without the others'. Ranges are
+/// offsets into the body the cursor reads.
+#[derive(Debug)]
+pub(super) struct Layout {
+    /// The dictionary's keys.
+    keys: Vec<(u32, u32)>,
+    /// Each event's shape: its parts (`parts[from..to]`), or its packed bytes whole.
+    events: Vec<Shape>,
+    /// Each split event's keys and packed values, event by event, in its order.
+    parts: Vec<(u32, (u32, u32))>,
+}
+
+#[derive(Debug)]
+enum Shape {
+    Split(u32, u32),
+    Whole((u32, u32)),
+}
+
+impl Layout {
+    /// The layout of what `c` holds at offset `at` of the body, for `n` events; None if
+    /// damaged (anything [`unpack`] would refuse included). Reads to the end of `c`.
+    pub(super) fn parse(c: &mut Cursor, at: usize, n: usize) -> Option<Layout> {
+        let total_len = c.rest.len();
+        let offset = |c: &Cursor| u32::try_from(at + total_len - c.rest.len()).ok();
+        let k = le32(c.take(4)?)?;
+        let key_lens: Vec<usize> = c.column(k, 4)?.map(le32).collect::<Option<_>>()?;
+        let mut keys = Vec::with_capacity(k);
+        for len in key_lens {
+            let start = offset(c)?;
+            c.take(len)?;
+            keys.push((start, offset(c)?));
+        }
+        let shapes = c.take(n)?;
+        if shapes.iter().any(|&s| s > WHOLE) {
+            return None;
+        }
+        let split_events = shapes.iter().filter(|&&s| s == SPLIT).count();
+        let counts: Vec<usize> = c
+            .column(split_events, 4)?
+            .map(le32)
+            .collect::<Option<_>>()?;
+        let total = counts.iter().try_fold(0usize, |a, &b| a.checked_add(b))?;
+        let ids: Vec<usize> = c.column(total, 4)?.map(le32).collect::<Option<_>>()?;
+        if ids.iter().any(|&id| id >= k) {
+            return None;
+        }
+        let values = take_packed(c, at + total_len, total)?;
+        let whole = take_packed(c, at + total_len, n - split_events)?;
+        if !c.rest.is_empty() {
+            return None;
+        }
+        // Where each key's values start in `values`, which holds them key by key.
+        let mut next = vec![0usize; k];
+        for &id in &ids {
+            next[id] += 1;
+        }
+        let mut start = 0;
+        for slot in next.iter_mut() {
+            let count = *slot;
+            *slot = start;
+            start += count;
+        }
+        let mut parts = Vec::with_capacity(total);
+        for &id in &ids {
+            parts.push((id as u32, *values.get(next[id])?));
+            next[id] += 1;
+        }
+        let mut events = Vec::with_capacity(n);
+        let (mut counts, mut whole) = (counts.iter(), whole.into_iter());
+        let mut from = 0u32;
+        for &shape in shapes {
+            events.push(match shape {
+                WHOLE => Shape::Whole(whole.next()?),
+                _ => {
+                    let to = from.checked_add(u32::try_from(*counts.next()?).ok()?)?;
+                    let split = Shape::Split(from, to);
+                    from = to;
+                    split
+                }
+            });
+        }
+        Some(Layout {
+            keys,
+            events,
+            parts,
+        })
+    }
+
+    /// About the bytes it holds in memory.
+    pub(super) fn weight(&self) -> usize {
+        use std::mem::size_of;
+        self.keys.capacity() * size_of::<(u32, u32)>()
+            + self.events.capacity() * size_of::<Shape>()
+            + self.parts.capacity() * size_of::<(u32, (u32, u32))>()
+    }
+
+    /// Event `i`'s properties as they were written, added to `out`; `body` is the body
+    /// the layout was parsed from. None only if `i` is out of range.
+    pub(super) fn write(&self, body: &[u8], i: usize, out: &mut Vec<u8>) -> Option<()> {
+        let bytes = |(from, to): (u32, u32)| body.get(from as usize..to as usize);
+        match *self.events.get(i)? {
+            Shape::Whole(packed) => unpack(bytes(packed)?, out),
+            Shape::Split(from, to) => {
+                out.push(b'{');
+                let parts = self.parts.get(from as usize..to as usize)?;
+                for (n, &(key, value)) in parts.iter().enumerate() {
+                    if n > 0 {
+                        out.push(b',');
+                    }
+                    out.extend_from_slice(bytes(*self.keys.get(key as usize)?)?);
+                    out.push(b':');
+                    unpack(bytes(value)?, out)?;
+                }
+                out.push(b'}');
+                Some(())
+            }
+        }
+    }
+}
+
 /// The `n` events' properties, back to back, and where each ends; None if damaged.
 /// Reads to the end of `c`.
+#[cfg(test)]
 pub(super) fn decode(c: &mut Cursor, n: usize) -> Option<(Vec<u8>, Vec<usize>)> {
-    let k = le32(c.take(4)?)?;
-    let key_lens: Vec<usize> = c.column(k, 4)?.map(le32).collect::<Option<_>>()?;
-    let mut keys = Vec::with_capacity(k);
-    for len in key_lens {
-        keys.push(c.take(len)?);
-    }
-    let shapes = c.take(n)?;
-    if shapes.iter().any(|&s| s > WHOLE) {
-        return None;
-    }
-    let split_events = shapes.iter().filter(|&&s| s == SPLIT).count();
-    let counts: Vec<usize> = c
-        .column(split_events, 4)?
-        .map(le32)
-        .collect::<Option<_>>()?;
-    let total = counts.iter().try_fold(0usize, |a, &b| a.checked_add(b))?;
-    let ids: Vec<usize> = c.column(total, 4)?.map(le32).collect::<Option<_>>()?;
-    if ids.iter().any(|&id| id >= k) {
-        return None;
-    }
-    let values = take_packed(c, total)?;
-    let whole = take_packed(c, n - split_events)?;
-    if !c.rest.is_empty() {
-        return None;
-    }
-    // Where each key's values start in `values`, which holds them key by key.
-    let mut per_key = vec![0usize; k];
-    for &id in &ids {
-        per_key[id] += 1;
-    }
-    let mut next = Vec::with_capacity(k);
-    let mut at = 0;
-    for count in per_key {
-        next.push(at);
-        at += count;
-    }
-    let mut out = Vec::with_capacity(values.iter().map(Vec::len).sum::<usize>() * 2);
+    let body = c.rest;
+    let layout = Layout::parse(c, 0, n)?;
+    let mut out = Vec::with_capacity(body.len() * 2);
     let mut ends = Vec::with_capacity(n);
-    let (mut counts, mut ids, mut whole) = (counts.iter(), ids.iter(), whole.iter());
-    for &shape in shapes {
-        if shape == WHOLE {
-            out.extend_from_slice(whole.next()?);
-        } else {
-            out.push(b'{');
-            for i in 0..*counts.next()? {
-                let id = *ids.next()?;
-                if i > 0 {
-                    out.push(b',');
-                }
-                out.extend_from_slice(keys[id]);
-                out.push(b':');
-                out.extend_from_slice(values.get(next[id])?);
-                next[id] += 1;
-            }
-            out.push(b'}');
-        }
+    for i in 0..n {
+        layout.write(body, i, &mut out)?;
         ends.push(out.len());
     }
     Some((out, ends))
 }
 
-/// `count` packed items (lengths, then bytes), each unpacked.
-fn take_packed(c: &mut Cursor, count: usize) -> Option<Vec<Vec<u8>>> {
-    let lens: Vec<usize> = c.column(count, 4)?.map(le32).collect::<Option<_>>()?;
-    let mut out = Vec::with_capacity(count);
+/// `count` packed items (lengths, then bytes), checked as [`unpack`] would: where each
+/// is, as offsets of a body whose end is at `end`.
+fn take_packed(c: &mut Cursor, end: usize, count: usize) -> Option<Vec<(u32, u32)>> {
+    let lens = c.column(count, 4)?;
+    let mut ranges = Vec::with_capacity(count);
+    let mut at = end.checked_sub(c.rest.len())?;
     for len in lens {
-        let mut item = Vec::with_capacity(len * 2);
-        unpack(c.take(len)?, &mut item)?;
-        out.push(item);
+        let len = le32(len)?;
+        let to = at.checked_add(len)?;
+        ranges.push((u32::try_from(at).ok()?, u32::try_from(to).ok()?));
+        at = to;
     }
-    Some(out)
+    let start = end - c.rest.len();
+    let region = c.take(at - start)?;
+    check_packed(region, start, &ranges).then_some(ranges)
 }
 
 /// An object written without spaces, as its keys and values; None for anything else,

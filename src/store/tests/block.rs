@@ -50,7 +50,23 @@ pub fn encode_rows(entries: &[Entry]) -> Vec<u8> {
 
 fn decoded(value: &[u8]) -> Vec<StoredEvent> {
     let b = Block::decode(value).unwrap();
-    b.heads().iter().map(|h| b.stored(h)).collect()
+    let whole: Vec<StoredEvent> = b.heads().iter().map(|h| b.stored(h)).collect();
+    // Read one event at a time, the same events come out, each made alone.
+    let rows = Rows::decode(value).unwrap();
+    assert_eq!(rows.heads().len(), whole.len());
+    for (i, (h, e)) in b.heads().iter().zip(&whole).enumerate().rev() {
+        let mut props = Vec::new();
+        rows.properties(i, &mut props);
+        assert_eq!(props, b.properties(h));
+        assert_eq!(rows.stored(i).as_ref(), Some(e));
+        let r = &rows.heads()[i];
+        assert_eq!(
+            (rows.event(r), rows.distinct_id(r)),
+            (b.event(h), b.distinct_id(h))
+        );
+    }
+    assert_eq!(rows.stored(whole.len()), None);
+    whole
 }
 
 #[test]
@@ -204,6 +220,19 @@ fn damage_is_refused() {
 fn refused(value: Vec<u8>) {
     for n in 0..value.len() {
         assert!(Block::decode(&value[..n]).is_none(), "prefix {n}");
+        assert!(Rows::decode(&value[..n]).is_none(), "prefix {n}");
+    }
+    // A damaged packed value (a uuid marker cut short) refuses the block, whichever way
+    // it is read, though the other events' properties are not made.
+    let body = lz4_flex::decompress_size_prepended(&value[PREFIX_LEN..]).unwrap();
+    if value[0] != ROWS {
+        let at = body.len() - 1;
+        let mut cut = body.clone();
+        cut[at] = 0x01;
+        let mut bad = value[..PREFIX_LEN].to_vec();
+        bad.extend_from_slice(&lz4_flex::compress_prepend_size(&cut));
+        assert!(Block::decode(&bad).is_none());
+        assert!(Rows::decode(&bad).is_none());
     }
     let mut longer = value.clone();
     longer.push(0);
