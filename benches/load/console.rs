@@ -109,7 +109,7 @@ pub fn run(
 }
 
 /// A console session's cookie, signed in with the load data dir's personal key.
-async fn sign_in(addr: SocketAddr) -> Result<String, String> {
+pub async fn sign_in(addr: SocketAddr) -> Result<String, String> {
     let body = format!(r#"{{"key": "{}"}}"#, crate::flags::PERSONAL_KEY);
     let attempt = async {
         let mut sender = client::connect(addr).await?;

@@ -6,7 +6,8 @@
 //! At each tenth of the events accepted it reads accepted and applied events/s, the
 //! compactor's lag, the log's entries and bytes, the resident set and the database's
 //! size; once the log is empty, the lookups' latencies (a person by distinct id, a
-//! person's events, `/decide` with stored persons); then stops the server and measures
+//! person's events, `/decide` with stored persons, and the read API's and console's
+//! pages of events, persons and insights); then stops the server and measures
 //! the disk at rest by kind of file and sled's file against its live keys (the disk
 //! scenario's report), and restarts it: once cleanly, once after a SIGKILL mid-ingest.
 
@@ -362,16 +363,68 @@ fn retry_after(headers: &hyper::HeaderMap) -> Duration {
         .map_or(DEFAULT_RETRY, Duration::from_secs)
 }
 
-/// `LOOKUPS` of each kind, each for another person spread over the id space.
+/// The lookups after the ingest: a person's (each time another person, spread over
+/// the id space), then the read API's and the console's pages of issue 38 (the same
+/// page each time, as the events page's live tail asks it), to see which grow with
+/// the database.
+const KINDS: &[&str] = &[
+    "person by distinct id",
+    "a person's events",
+    "/decide, stored person",
+    "events, newest 100",
+    "events named $identify",
+    "events of a name none has",
+    "persons, first 100",
+    "console persons, newest",
+    "console insights, 7 days",
+    "console top events, 7 days",
+];
+
+/// The request of lookup `kind` for `person`.
+fn lookup_request(kind: &str, id: &str, cookie: &str) -> hyper::http::Result<Request<Full<Bytes>>> {
+    let bearer = format!("Bearer {}", flags::PERSONAL_KEY);
+    let api = |path: String| {
+        Request::get(path)
+            .header(AUTHORIZATION, &bearer)
+            .body(Full::new(Bytes::new()))
+    };
+    let console = |path: &str| {
+        Request::get(path)
+            .header(hyper::header::COOKIE, cookie)
+            .body(Full::new(Bytes::new()))
+    };
+    match kind {
+        "person by distinct id" => api(format!("/api/projects/1/persons/?distinct_id={id}")),
+        "a person's events" => api(format!(
+            "/api/projects/1/events/?distinct_id={id}&limit=100"
+        )),
+        "/decide, stored person" => Request::post("/decide/?v=3")
+            .header(CONTENT_TYPE, "application/json")
+            .body(Full::new(Bytes::from(
+                serde_json::json!({"token": flags::API_KEY, "distinct_id": id}).to_string(),
+            ))),
+        "events, newest 100" => api("/api/projects/1/events/?limit=100".into()),
+        "events named $identify" => {
+            api("/api/projects/1/events/?event=%24identify&limit=100".into())
+        }
+        "events of a name none has" => {
+            api("/api/projects/1/events/?event=none-has-it&limit=100".into())
+        }
+        "persons, first 100" => api("/api/projects/1/persons/?limit=100".into()),
+        "console persons, newest" => console("/console/api/persons?limit=50"),
+        "console insights, 7 days" => {
+            console("/console/api/insights/counts?event=$pageview&interval=day&hours=168")
+        }
+        _ => console("/console/api/insights/top?hours=168"),
+    }
+}
+
+/// `LOOKUPS` of each of [`KINDS`], each within [`LOOKUP_BUDGET`].
 async fn lookups(addr: SocketAddr, traffic: &Traffic) -> Result<Vec<Latency>, String> {
     let mut sender = client::connect(addr).await.map_err(|e| e.to_string())?;
-    let bearer = format!("Bearer {}", flags::PERSONAL_KEY);
+    let cookie = crate::console::sign_in(addr).await?;
     let mut out = Vec::new();
-    for what in [
-        "person by distinct id",
-        "a person's events",
-        "/decide, stored person",
-    ] {
+    for &what in KINDS {
         let mut times = Vec::with_capacity(LOOKUPS);
         let mut errors = 0;
         let began = Instant::now();
@@ -381,24 +434,8 @@ async fn lookups(addr: SocketAddr, traffic: &Traffic) -> Result<Vec<Latency>, St
             }
             let person = (n * 7_919 + 13) % traffic.persons;
             let id = user_id(person);
-            let request = match what {
-                "person by distinct id" => {
-                    Request::get(format!("/api/projects/1/persons/?distinct_id={id}"))
-                        .header(AUTHORIZATION, &bearer)
-                        .body(Full::new(Bytes::new()))
-                }
-                "a person's events" => Request::get(format!(
-                    "/api/projects/1/events/?distinct_id={id}&limit=100"
-                ))
-                .header(AUTHORIZATION, &bearer)
-                .body(Full::new(Bytes::new())),
-                _ => Request::post("/decide/?v=3")
-                    .header(CONTENT_TYPE, "application/json")
-                    .body(Full::new(Bytes::from(
-                        serde_json::json!({"token": flags::API_KEY, "distinct_id": id}).to_string(),
-                    ))),
-            };
-            let mut request = request.expect("static request parts are valid");
+            let mut request =
+                lookup_request(what, &id, &cookie).expect("static request parts are valid");
             request.headers_mut().insert(
                 HOST,
                 addr.to_string()
