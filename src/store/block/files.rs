@@ -36,6 +36,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use super::cache::Cache;
+use super::pointer::POINTER_LEN;
+pub use super::pointer::{Pointer, TAG};
 use super::{Block, Rows};
 use crate::support::hex;
 use crate::support::sync::lock;
@@ -43,10 +45,6 @@ use crate::support::syncs::Syncs;
 
 /// The directory, inside the database's.
 pub const DIR_NAME: &str = "blocks";
-/// A tree value holding a pointer instead of a block starts with this byte.
-pub const TAG: u8 = 0xB0;
-/// tag, event count, file, offset, length, CRC-32 of the bytes.
-const POINTER_LEN: usize = 1 + 4 + 4 + 8 + 4 + 4;
 /// A file is made this size and takes appends up to it, then the next one is started.
 /// A multiple of 4 KiB, so its zeros can be written directly (see [`crate::log::zero_fill`]).
 const FILE_BYTES: u64 = if cfg!(test) {
@@ -63,47 +61,6 @@ const MAKING_SUFFIX: &str = ".blk.new";
 const READERS: usize = 256;
 /// No block is larger: a pointer claiming more is damaged.
 const MAX_BLOCK_BYTES: u32 = 64 * 1024 * 1024;
-
-/// Where a block's bytes are.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Pointer {
-    pub count: u32,
-    pub file: u32,
-    pub offset: u64,
-    pub len: u32,
-    pub crc: u32,
-}
-
-impl Pointer {
-    pub fn encode(&self) -> [u8; POINTER_LEN] {
-        let mut out = [0u8; POINTER_LEN];
-        out[0] = TAG;
-        out[1..5].copy_from_slice(&self.count.to_le_bytes());
-        out[5..9].copy_from_slice(&self.file.to_le_bytes());
-        out[9..17].copy_from_slice(&self.offset.to_le_bytes());
-        out[17..21].copy_from_slice(&self.len.to_le_bytes());
-        out[21..25].copy_from_slice(&self.crc.to_le_bytes());
-        out
-    }
-
-    /// `None` for a value that is not a whole pointer.
-    pub fn decode(value: &[u8]) -> Option<Pointer> {
-        if value.len() != POINTER_LEN || value[0] != TAG {
-            return None;
-        }
-        let u32_at =
-            |i: usize| u32::from_le_bytes([value[i], value[i + 1], value[i + 2], value[i + 3]]);
-        let mut offset = [0u8; 8];
-        offset.copy_from_slice(&value[9..17]);
-        Some(Pointer {
-            count: u32_at(1),
-            file: u32_at(5),
-            offset: u64::from_le_bytes(offset),
-            len: u32_at(17),
-            crc: u32_at(21),
-        })
-    }
-}
 
 /// The name of file `n` in `blocks/`.
 fn file_name(n: u32) -> String {
