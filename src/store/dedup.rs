@@ -427,3 +427,7 @@ mod tests;
 #[cfg(test)]
 #[path = "tests/dedup_entries.rs"]
 mod entries_tests;
+
+#[cfg(test)]
+#[path = "tests/dedup_ages.rs"]
+mod ages_tests;

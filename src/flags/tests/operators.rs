@@ -52,6 +52,54 @@ fn exact_coerces_booleans_and_numbers_through_their_text() {
     assert!(!is("exact", json!(1), json!(true)));
 }
 
+/// An `exact` filter of booleans compares the property's truthiness, whatever the
+/// property is, as PostHog's flags service does (`is_truthy_or_falsy_property_value`
+/// on the filter, `is_truthy_property_value` on both sides): `false` matches every
+/// value that is not true-ish, and `true` a list of only true-ish values (an empty list
+/// among them).
+#[test]
+fn exact_of_booleans_compares_the_propertys_truthiness() {
+    for filter in [
+        json!(false),
+        json!("false"),
+        json!("FALSE"),
+        json!([false]),
+        json!(["false"]),
+    ] {
+        for actual in [
+            json!("no"),
+            json!(0),
+            json!(""),
+            json!("truest"),
+            Value::Null,
+        ] {
+            assert!(
+                is("exact", filter.clone(), actual.clone()),
+                "{filter} {actual}"
+            );
+            assert!(
+                !is("is_not", filter.clone(), actual.clone()),
+                "{filter} {actual}"
+            );
+        }
+        assert!(!is("exact", filter.clone(), json!([true])), "{filter}");
+    }
+    for filter in [json!(true), json!("True"), json!([true]), json!(["TRUE"])] {
+        for actual in [json!([true]), json!(["True", true]), json!([])] {
+            assert!(
+                is("exact", filter.clone(), actual.clone()),
+                "{filter} {actual}"
+            );
+        }
+        for actual in [json!([true, "no"]), json!("yes"), json!(1)] {
+            assert!(
+                !is("exact", filter.clone(), actual.clone()),
+                "{filter} {actual}"
+            );
+        }
+    }
+}
+
 #[test]
 fn is_not_is_the_negation_and_true_when_missing() {
     assert!(!is("is_not", json!("pro"), json!("PRO")));
