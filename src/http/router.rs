@@ -179,6 +179,9 @@ pub async fn route(app: Arc<App>, req: Request<Incoming>, peer: SocketAddr) -> R
     response
 }
 
+/// Every request's future is as large as the largest handler it may await, and is
+/// moved whole per request: the handlers only edge mode or the console reach are
+/// boxed at their call so capture and `/decide` do not carry them (`tests/futures.rs`).
 async fn dispatch(
     app: &Arc<App>,
     route: Route,
