@@ -193,7 +193,10 @@ pub async fn handle(
     let (mut body, asked) = evaluate(app, &project, request, geo, version, original.is_some());
     if let (Some(asked), Some(original)) = (asked, original) {
         let caller = super::client_ip(app, peer, &parts.headers);
-        body = from_upstream(app, &project, asked, &original, caller, version, body).await;
+        // Boxed: the upstream call's state is kilobytes, and inline it would be moved
+        // with every /decide future, edge mode or not.
+        let asking = from_upstream(app, &project, asked, &original, caller, version, body);
+        body = Box::pin(asking).await;
     }
     app.metrics
         .decide_seconds

@@ -179,6 +179,9 @@ pub async fn route(app: Arc<App>, req: Request<Incoming>, peer: SocketAddr) -> R
     response
 }
 
+/// Every request's future is as large as the largest handler it may await, and is
+/// moved whole per request: the handlers only edge mode or the console reach are
+/// boxed at their call so capture and `/decide` do not carry them (`tests/futures.rs`).
 async fn dispatch(
     app: &Arc<App>,
     route: Route,
@@ -224,7 +227,8 @@ async fn dispatch(
             }
             match &app.upstream_cache {
                 Some(cache) => {
-                    super::upstream_config::remote_config(app, cache, req.uri().path()).await
+                    let path = req.uri().path();
+                    Box::pin(super::upstream_config::remote_config(app, cache, path)).await
                 }
                 None => super::remote_config::handle(app, req.uri().path()).await,
             }
@@ -244,7 +248,7 @@ async fn dispatch(
             if method != Method::POST {
                 return Err(ApiError::MethodNotAllowed);
             }
-            super::recordings::handle(app, spool, req, peer).await
+            Box::pin(super::recordings::handle(app, spool, req, peer)).await
         }
         Route::NotKept(p) => super::not_kept::handle(app, p, req.uri().query()),
         Route::Surveys | Route::EarlyAccess => {
@@ -254,7 +258,8 @@ async fn dispatch(
             let query = req.uri().query();
             if let Some(cache) = &app.upstream_cache {
                 let early_access = route == Route::EarlyAccess;
-                return super::upstream_config::surveys(app, cache, query, early_access).await;
+                let asking = super::upstream_config::surveys(app, cache, query, early_access);
+                return Box::pin(asking).await;
             }
             if route == Route::Surveys {
                 super::surveys::surveys(app, query)
@@ -301,10 +306,14 @@ async fn dispatch(
             }
             super::whoami::handle(app, path, req.headers(), peer)
         }
-        Route::Console => super::console::handle(app, req, peer).await,
+        Route::Console => Box::pin(super::console::handle(app, req, peer)).await,
         Route::NotFound => Err(ApiError::NotFound),
     }
 }
+
+#[cfg(test)]
+#[path = "tests/futures.rs"]
+mod futures;
 
 #[cfg(test)]
 mod tests {
