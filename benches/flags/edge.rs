@@ -1,9 +1,12 @@
 //! The `FLAGS_DRIVER` mode's edge cases: what `/decide` at an edge (`serve --upstream`)
 //! does for a request it decides entirely, beside the same request at a plain flagpost,
 //! each in a function of its own so callgrind's inclusive counts compare them. The edge
-//! adds the copy of the decoded body (kept in case upstream is asked), the verdict walk
-//! over the rules ([`ProjectRules::inconclusive`]) and, for a request for every flag,
-//! the lookup of the keys learned from upstream; everything else is the plain path.
+//! evaluates with [`ProjectRules::outcomes_at_edge`] (which notes the person properties
+//! it found), adds the verdicts over the rules ([`ProjectRules::inconclusive`], checked
+//! against what each flag reads, worked out once per rules) and, for a request for every
+//! flag, the lookup of the keys learned from upstream; everything else is the plain
+//! path. (The handler no longer copies the decoded body in case upstream is asked: it
+//! decodes it again when it is.)
 //!
 //! Two requests, each at both: naming in `flag_keys` the flags the edge decides for the
 //! callers (the load harness's conclusive wrk case), and asking for every flag of rules
@@ -13,7 +16,7 @@ use std::sync::Arc;
 
 use flagpost::edge::fallback::{self, Flags, Learned};
 use flagpost::flags::{Context, ProjectRules};
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::DECIDE_VERSION;
 
@@ -24,7 +27,7 @@ const PROJECT: u64 = 1;
 pub fn conclusive_keys(rules: &ProjectRules, contexts: &[Context<'_>]) -> Vec<String> {
     let mut needed = vec![false; rules.flag_count()];
     for ctx in contexts {
-        let outcomes = rules.outcomes(ctx);
+        let outcomes = rules.outcomes_at_edge(ctx);
         for (n, out) in rules.inconclusive(ctx, &outcomes).into_iter().enumerate() {
             needed[n] |= out;
         }
@@ -34,25 +37,6 @@ pub fn conclusive_keys(rules: &ProjectRules, contexts: &[Context<'_>]) -> Vec<St
         .zip(needed)
         .filter(|(_, needed)| !needed)
         .map(|(key, _)| key.to_owned())
-        .collect()
-}
-
-/// The JSON body each caller sends, as posthog-js writes it (with `flag_keys` when
-/// given): what the edge copies before parsing.
-pub fn bodies(contexts: &[Context<'_>], keys: Option<&[String]>) -> Vec<Vec<u8>> {
-    contexts
-        .iter()
-        .map(|ctx| {
-            let mut body = json!({
-                "token": "phc_bench", "distinct_id": ctx.distinct_id,
-                "$anon_distinct_id": ctx.anon_distinct_id, "groups": ctx.groups,
-                "person_properties": ctx.person_properties,
-            });
-            if let Some(keys) = keys {
-                body["flag_keys"] = json!(keys);
-            }
-            serde_json::to_vec(&body).expect("JSON")
-        })
         .collect()
 }
 
@@ -88,7 +72,6 @@ pub fn drive_plain(
 pub fn drive_edge(
     rules: &Arc<ProjectRules>,
     contexts: &[Context<'_>],
-    bodies: &[Vec<u8>],
     keys: Option<&[String]>,
     learned: &Learned,
     requests: usize,
@@ -96,15 +79,14 @@ pub fn drive_edge(
     let mut bytes = 0;
     for n in 0..requests {
         let ctx = &contexts[n % contexts.len()];
-        let original = std::hint::black_box(bodies[n % bodies.len()].to_vec());
-        let mut outcomes = rules.outcomes(ctx);
+        let mut outcomes = rules.outcomes_at_edge(ctx);
         if let Some(keys) = keys {
             outcomes.retain_keys(keys);
         }
         let plan = fallback::plan(PROJECT, rules, ctx, &mut outcomes, keys, learned);
         assert!(!plan.needed(), "a conclusive request asked upstream");
         let body = outcomes.response_bytes(DECIDE_VERSION, uuid::Uuid::nil());
-        bytes += std::hint::black_box(body).len() + original.len();
+        bytes += std::hint::black_box(body).len();
     }
     bytes
 }
@@ -123,15 +105,11 @@ pub fn driver(definitions: &Value, contexts: &[Context<'_>], case: &str, request
     let bytes = match case {
         "plain-named" => drive_plain(&rules, contexts, Some(&keys), requests),
         "edge-named" => {
-            let named = bodies(contexts, Some(&keys));
             let none = Learned::default();
-            drive_edge(&rules, contexts, &named, Some(&keys), &none, requests)
+            drive_edge(&rules, contexts, Some(&keys), &none, requests)
         }
         "plain-every" => drive_plain(&subset, contexts, None, requests),
-        "edge-every" => {
-            let every = bodies(contexts, None);
-            drive_edge(&subset, contexts, &every, None, &learned(&subset), requests)
-        }
+        "edge-every" => drive_edge(&subset, contexts, None, &learned(&subset), requests),
         _ => panic!("FLAGS_EDGE is one of {CASES:?}"),
     };
     println!(

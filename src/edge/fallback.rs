@@ -105,13 +105,15 @@ pub fn plan(
 ) -> Plan {
     let inconclusive = rules.inconclusive(ctx, outcomes);
     let answered = |key: &str| requested.is_none_or(|keys| keys.iter().any(|k| k == key));
-    let mut keys: Vec<String> = rules
-        .keys()
-        .zip(&inconclusive)
-        .filter(|(key, out)| **out && answered(key))
-        .map(|(key, _)| key.to_owned())
-        .collect();
-    outcomes.leave_out(&inconclusive);
+    let mut keys: Vec<String> = Vec::new();
+    // Most requests at an edge have every flag decided here.
+    if inconclusive.contains(&true) {
+        keys = (rules.keys().zip(&inconclusive))
+            .filter(|(key, out)| **out && answered(key))
+            .map(|(key, _)| key.to_owned())
+            .collect();
+        outcomes.leave_out(&inconclusive);
+    }
     let mut learn = false;
     match requested {
         // (`outcomes` was narrowed to `requested`, which told it whether any is unknown.)

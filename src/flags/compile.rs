@@ -5,6 +5,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::OnceLock;
 
 use serde_json::Value;
 
@@ -14,6 +15,7 @@ use super::error::{CompileError, ErrorKind};
 use super::filter::{Leaf, Scope, Source, UNSHARED};
 use super::flag::{Flag, FlagScope, Header, Logic};
 use super::graph;
+use super::needs::Needs;
 use super::property::Matching;
 
 /// A project's flag definitions, compiled. Immutable and cheap to share between threads.
@@ -41,6 +43,9 @@ pub struct ProjectRules {
     /// lookup a named key instead of comparing it with every flag's key. The keys are
     /// the rules' own, so a fast unkeyed hash is safe here.
     by_key: HashMap<String, usize, BuildHasherDefault<KeyHasher>>,
+    /// What each flag needs for an edge to decide it, worked out on an edge's first
+    /// verdict (`inconclusive`): plain serving never asks.
+    needs: OnceLock<Needs>,
 }
 
 /// The person property PostHog fills with the distinct id when the person has none.
@@ -120,6 +125,7 @@ impl ProjectRules {
             predicates,
             distinct_id_slot,
             by_key,
+            needs: OnceLock::new(),
         })
     }
 
@@ -172,6 +178,10 @@ impl ProjectRules {
     /// The index of the flag with `key` in definition order, if the rules have it.
     pub fn index_of(&self, key: &str) -> Option<usize> {
         self.by_key.get(key).copied()
+    }
+
+    pub(super) fn needs(&self) -> &Needs {
+        self.needs.get_or_init(|| Needs::of(self))
     }
 }
 

@@ -22,7 +22,7 @@ use super::compile::ProjectRules;
 use super::filter::{CohortRef, FlagRef, Leaf, Source};
 use super::flag::{Aggregation, Condition, Flag, Logic};
 use super::hash::{in_rollout, Computed, FlagHashes};
-use super::outcome::{variant_key, Decision, Outcomes, Pick, Slot};
+use super::outcome::{variant_key, Decision, Outcomes, Pick, Seen, Slot};
 use super::props::find;
 use super::result::{Context, Evaluation, FailureCause, ReasonCode};
 
@@ -40,6 +40,19 @@ impl ProjectRules {
     /// Evaluates every active flag for one request, without copying anything out of the
     /// rules: for writing a response straight away.
     pub fn outcomes(&self, ctx: &Context<'_>) -> Outcomes<'_> {
+        self.outcomes_noting(ctx, false)
+    }
+
+    /// [`ProjectRules::outcomes`] at an edge: the outcomes also note which person
+    /// properties the evaluation found, so that the edge's verdicts
+    /// ([`ProjectRules::inconclusive`]) need not look them up again.
+    pub fn outcomes_at_edge(&self, ctx: &Context<'_>) -> Outcomes<'_> {
+        self.outcomes_noting(ctx, true)
+    }
+
+    // Inlined into both callers, so plain serving's copy does no noting at all.
+    #[inline(always)]
+    fn outcomes_noting(&self, ctx: &Context<'_>, note: bool) -> Outcomes<'_> {
         // Only built when a filter reads `distinct_id`, so other projects pay nothing.
         let distinct = self
             .distinct_id_slot
@@ -47,11 +60,19 @@ impl ProjectRules {
         if self.property_keys <= STACK_SLOTS && self.predicates <= STACK_SLOTS {
             let lookups: [Lookup<'_>; STACK_SLOTS] = [const { Cell::new(None) }; STACK_SLOTS];
             let known: [Known; STACK_SLOTS] = [const { Cell::new(None) }; STACK_SLOTS];
-            self.outcomes_with(ctx, distinct.as_ref(), &lookups, &known)
+            let mut outcomes = self.outcomes_with(ctx, distinct.as_ref(), &lookups, &known);
+            if note {
+                outcomes.seen = memo::seen(&lookups[..self.property_keys]);
+            }
+            outcomes
         } else {
             let lookups: Vec<Lookup<'_>> = vec![Cell::new(None); self.property_keys];
             let known: Vec<Known> = vec![Cell::new(None); self.predicates];
-            self.outcomes_with(ctx, distinct.as_ref(), &lookups, &known)
+            let mut outcomes = self.outcomes_with(ctx, distinct.as_ref(), &lookups, &known);
+            if note {
+                outcomes.seen = memo::seen(&lookups);
+            }
+            outcomes
         }
     }
 
@@ -99,6 +120,7 @@ impl ProjectRules {
             rules: self,
             slots,
             unknown_named: false,
+            seen: Seen::default(),
         }
     }
 }

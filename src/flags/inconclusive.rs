@@ -11,20 +11,16 @@
 //! the answer carries the deciding condition's index and reason, and a condition the
 //! edge cannot read might have been the one upstream decided by.
 //!
-//! Only the flags the request is answered (and what they depend on) are walked, and a
-//! person property is looked up once a request however many filters read it: this
-//! runs on every `/decide` at an edge, beside the evaluation itself.
+//! What each flag reads is worked out once per rules (`needs`); a request checks only
+//! the flags that read something an edge may lack, each against a short list, and looks
+//! a person property up once however many flags read it: this runs on every `/decide`
+//! at an edge, beside the evaluation itself.
 
 use std::cell::Cell;
 
-use serde_json::Map;
-
-use super::cohort::Tree;
 use super::compile::ProjectRules;
-use super::compile::DISTINCT_ID;
-use super::filter::{CohortRef, FlagRef, Leaf, Source};
-use super::flag::{Aggregation, Condition, Logic};
-use super::outcome::{Outcomes, Slot};
+use super::needs::Reads;
+use super::outcome::{Outcomes, Seen, Slot};
 use super::props::find;
 use super::result::Context;
 
@@ -35,35 +31,56 @@ impl ProjectRules {
     /// flag `outcomes` leaves unanswered (not named, or inactive) gets a verdict only
     /// when an answered flag depends on it; the others read false.
     pub fn inconclusive(&self, ctx: &Context<'_>, outcomes: &Outcomes<'_>) -> Vec<bool> {
-        let mut out = vec![false; self.flags.len()];
-        let known = vec![Cell::new(None); self.property_keys];
-        let walk = Walk {
-            rules: self,
+        let needs = self.needs();
+        let far = needs.slots.saturating_sub(Seen::SLOTS);
+        let far: Vec<Cell<Option<bool>>> = vec![Cell::new(None); far];
+        let have = Have {
             ctx,
-            known: &known,
+            looked: Cell::new(outcomes.seen.looked),
+            present: Cell::new(outcomes.seen.present),
+            keys: &needs.keys,
+            far: &far,
         };
-        let answered = |i: usize| !matches!(outcomes.slots[i], Slot::Skipped);
-        let mut wanted: Vec<bool> = (0..self.flags.len()).map(answered).collect();
-        // Dependents come after their dependencies in `order`: walking it backwards
-        // marks what each wanted flag depends on before that flag is reached.
-        for &i in self.order.iter().rev() {
-            if wanted[i] {
-                for &j in &self.flags[i].deps {
-                    wanted[j] = true;
+        let slots = &outcomes.slots;
+        let mut out: Vec<bool> = slots.iter().map(|s| matches!(s, Slot::Failed(_))).collect();
+        for &i in &needs.unsupported {
+            out[i] = true;
+        }
+        let skipped = |i: usize| matches!(slots[i], Slot::Skipped);
+        // A flag the request leaves unanswered is checked only when an answered one
+        // reads its verdict. Only complex flags read verdicts, and dependents come after
+        // their dependencies: walking them backwards marks what each wanted flag reads
+        // before it is reached.
+        let mut read = Vec::new();
+        if needs.read.iter().any(|&j| skipped(j)) {
+            read = vec![false; self.flags.len()];
+            for &i in needs.complex.iter().rev() {
+                if !skipped(i) || read[i] {
+                    for &j in &self.flags[i].deps {
+                        read[j] = true;
+                    }
                 }
             }
         }
-        for (i, (flag, slot)) in self.flags.iter().zip(&outcomes.slots).enumerate() {
-            if flag.unsupported || matches!(slot, Slot::Failed(_)) {
-                out[i] = true;
+        let wanted = |i: usize| !skipped(i) || read.get(i).copied().unwrap_or(false);
+        // Simple flags read no verdicts, so they go first; a request whose person has
+        // every key they read (as the evaluation found) passes them all at once.
+        let doubt = match ctx.person_properties {
+            Some(_) => needs.union & !(have.looked.get() & have.present.get()),
+            None => u64::MAX,
+        };
+        if doubt != 0 {
+            for &(i, mask) in &needs.simple {
+                if (mask & doubt != 0 || ctx.person_properties.is_none()) && wanted(i) {
+                    out[i] = out[i] || have.lacks_any(mask);
+                }
             }
         }
         // Dependency order, so a flag reads its dependencies' verdicts.
-        for &i in self.order.iter().filter(|&&i| wanted[i]) {
-            let Some(logic) = &self.flags[i].logic else {
-                continue;
-            };
-            out[i] = out[i] || walk.flag(logic, &out);
+        for &i in &needs.complex {
+            if wanted(i) {
+                out[i] = out[i] || have.lacks(&needs.flags[i], &out);
+            }
         }
         out
     }
@@ -74,132 +91,105 @@ impl ProjectRules {
     }
 }
 
-struct Walk<'a, 'c> {
-    rules: &'a ProjectRules,
+/// What one request has, checked against a flag's [`Reads`].
+struct Have<'a, 'c> {
     ctx: &'a Context<'c>,
-    /// Whether the edge has each property key (by its slot), once looked up.
-    known: &'a [Cell<Option<bool>>],
+    /// Which of the person's first [`Seen::SLOTS`] keys were looked up (by the
+    /// evaluation or here), and which of those were found.
+    looked: Cell<u64>,
+    present: Cell<u64>,
+    /// The key of each of those slots.
+    keys: &'a [Box<str>],
+    /// Whether the person has each later key, once looked up.
+    far: &'a [Cell<Option<bool>>],
 }
 
-impl Walk<'_, '_> {
-    fn flag(&self, logic: &Logic, verdicts: &[bool]) -> bool {
-        // Upstream buckets a continuity flag by the first-seen id it stores (and writes
-        // it when the request carries `$anon_distinct_id`).
-        if logic.continuity {
+impl Have<'_, '_> {
+    /// Whether the request lacks something `reads` needs, given the verdicts so far.
+    fn lacks(&self, reads: &Reads, verdicts: &[bool]) -> bool {
+        if reads.always {
             return true;
         }
-        if let Some(property) = &logic.enrollment {
-            if !self.has_person(property) {
+        if reads.person {
+            if self.ctx.person_properties.is_none() {
                 return true;
             }
-        }
-        if let Some(sup) = &logic.super_condition {
-            if sup.keys.iter().any(|key| !self.has_person(key))
-                || self.condition(&sup.condition, verdicts)
+            if reads
+                .keys
+                .iter()
+                .any(|(slot, key)| !self.person(*slot, key))
             {
                 return true;
             }
         }
-        logic
-            .conditions
+        reads
+            .verdicts
             .iter()
-            .any(|condition| self.condition(condition, verdicts))
+            .any(|&j| verdicts.get(j).copied().unwrap_or(true))
+            || reads.groups.iter().any(|(name, key)| self.lacks_group(name, key))
+            // Without the group in the request, upstream reads `no_group_type` too.
+            || (reads.gated.iter())
+                .any(|(name, gated)| self.names_group(name) && self.lacks(gated, verdicts))
     }
 
-    fn condition(&self, condition: &Condition, verdicts: &[bool]) -> bool {
-        if let Some(aggregation) = &condition.aggregation {
-            match aggregation.name.as_deref() {
-                // A group type the mapping does not name: the SDKs' "unknown group type
-                // index".
-                None => return true,
-                // Without the group in the request, upstream reads `no_group_type` too.
-                Some(name) if find(self.ctx.groups, name).is_none() => return false,
-                Some(_) => {}
+    /// [`Have::lacks`] for a simple flag (one that reads the person's properties only),
+    /// given the slots it reads.
+    fn lacks_any(&self, mask: u64) -> bool {
+        if self.ctx.person_properties.is_none() {
+            return true;
+        }
+        let mut rest = mask;
+        while rest != 0 {
+            let slot = rest.trailing_zeros() as usize;
+            rest &= rest - 1;
+            let key = self.keys.get(slot).map_or("", |k| k);
+            if !self.person(slot, key) {
+                return true;
             }
         }
-        condition
-            .filters
-            .iter()
-            .any(|leaf| self.leaf(leaf, condition.aggregation.as_ref(), verdicts))
+        false
     }
 
-    fn leaf(&self, leaf: &Leaf, aggregation: Option<&Aggregation>, verdicts: &[bool]) -> bool {
-        match leaf {
-            Leaf::Property {
-                key,
-                slot,
-                source: Source::Person,
-                ..
-            } => !self.has_slot(key, *slot),
-            Leaf::Property {
-                key,
-                source: Source::Group(index),
-                ..
-            } => {
-                let index = index.or(aggregation.map(|a| a.index));
-                let Some(name) = index.and_then(|i| self.rules.group_type_mapping().get(&i)) else {
-                    return true;
-                };
-                if find(self.ctx.groups, name).is_none() {
-                    return false;
-                }
-                match self.ctx.group_properties.get(name) {
-                    Some(Some(props)) => find(props, key).is_none(),
-                    // The group's lookup failed, or it has no properties here at all.
-                    _ => true,
-                }
-            }
-            Leaf::Cohort { cohort, .. } => match cohort {
-                // Static cohorts are left out of the feed: only upstream knows members.
-                CohortRef::Missing(_) => true,
-                CohortRef::Index(i) => self.cohort(*i),
-            },
-            Leaf::Flag { flag, .. } => match flag {
-                FlagRef::Missing(_) => true,
-                FlagRef::Index(j) => verdicts.get(*j).copied().unwrap_or(true),
-            },
+    fn names_group(&self, name: &str) -> bool {
+        find(self.ctx.groups, name).is_some()
+    }
+
+    fn lacks_group(&self, name: &str, key: &str) -> bool {
+        if !self.names_group(name) {
+            return false;
         }
-    }
-
-    fn cohort(&self, index: usize) -> bool {
-        let cohorts = &self.rules.cohorts;
-        match (cohorts.trees.get(index), cohorts.usable.get(index)) {
-            (Some(tree), Some(true)) => self.tree(tree),
+        match self.ctx.group_properties.get(name) {
+            Some(Some(props)) => find(props, key).is_none(),
+            // The group's lookup failed, or it has no properties here at all.
             _ => true,
         }
     }
 
-    fn tree(&self, tree: &Tree) -> bool {
-        match tree {
-            Tree::All(children) | Tree::Any(children) => children.iter().any(|c| self.tree(c)),
-            // Cohort leaves read the person whatever their type says.
-            Tree::Leaf(Leaf::Property { key, slot, .. }) => !self.has_slot(key, *slot),
-            Tree::Leaf(Leaf::Cohort { cohort, .. }) => match cohort {
-                CohortRef::Missing(_) => true,
-                CohortRef::Index(i) => self.cohort(*i),
-            },
-            Tree::Leaf(Leaf::Flag { .. }) => true,
-        }
-    }
-
-    /// Whether the edge knows the person property `key` (PostHog fills `distinct_id`
-    /// from the request when the person has none).
-    fn has_person(&self, key: &str) -> bool {
-        let Some(props): Option<&Map<_, _>> = self.ctx.person_properties else {
+    /// Whether the person (whose properties are known) has `key`, looked up once a
+    /// request by its slot.
+    fn person(&self, slot: usize, key: &str) -> bool {
+        let Some(props) = self.ctx.person_properties else {
             return false;
         };
-        find(props, key).is_some() || key == DISTINCT_ID
-    }
-
-    /// [`Walk::has_person`] for a filter's key, looked up once a request by its slot.
-    fn has_slot(&self, key: &str, slot: usize) -> bool {
-        let Some(known) = self.known.get(slot) else {
-            return self.has_person(key);
+        if slot < Seen::SLOTS {
+            let bit = 1 << slot;
+            if self.looked.get() & bit != 0 {
+                return self.present.get() & bit != 0;
+            }
+            let has = find(props, key).is_some();
+            self.looked.set(self.looked.get() | bit);
+            if has {
+                self.present.set(self.present.get() | bit);
+            }
+            return has;
+        }
+        let Some(known) = self.far.get(slot - Seen::SLOTS) else {
+            return find(props, key).is_some();
         };
         if let Some(has) = known.get() {
             return has;
         }
-        let has = self.has_person(key);
+        let has = find(props, key).is_some();
         known.set(Some(has));
         has
     }

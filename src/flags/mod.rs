@@ -38,6 +38,7 @@ mod hash;
 mod inconclusive;
 mod lint;
 mod load;
+mod needs;
 mod outcome;
 mod property;
 mod props;

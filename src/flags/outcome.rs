@@ -54,6 +54,20 @@ pub struct Outcomes<'r> {
     pub(super) slots: Vec<Slot>,
     /// [`Outcomes::retain_keys`] was given a key the rules do not have.
     pub(super) unknown_named: bool,
+    /// The person properties the evaluation looked up (noted at an edge only).
+    pub(super) seen: Seen,
+}
+
+/// Which person properties an evaluation looked up and found, one bit a slot (the
+/// filters' numbering of property keys) for the first [`Seen::SLOTS`] slots.
+#[derive(Debug, Default, Clone, Copy)]
+pub(super) struct Seen {
+    pub(super) looked: u64,
+    pub(super) present: u64,
+}
+
+impl Seen {
+    pub(super) const SLOTS: usize = 64;
 }
 
 /// One computed flag of [`Outcomes`].

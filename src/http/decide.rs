@@ -178,20 +178,24 @@ pub async fn handle(
     .await?;
     // Decoded right here on the reactor, so held to the decide size too: a small
     // compressed body must not expand to the capture limit.
-    let mut bytes = decode::Located::find(
+    let located = decode::Located::find(
         &query,
         super::header_str(&parts.headers, CONTENT_TYPE).as_deref(),
         super::header_str(&parts.headers, CONTENT_ENCODING).as_deref(),
         &raw,
-    )
-    .decode(MAX_DECIDE_BODY_BYTES.min(limits.max_decompressed_bytes))?;
-    // Edge mode keeps the decoded body: what the edge cannot decide goes upstream in it.
-    let original = app.upstream.is_some().then(|| bytes.to_vec());
+    );
+    let max_decoded = MAX_DECIDE_BODY_BYTES.min(limits.max_decompressed_bytes);
+    let mut bytes = located.decode(max_decoded)?;
     let request = DecideRequest::parse(&mut bytes)?;
     let project = project_of(app, &request.key)?;
     let geo = location(app, peer, &parts.headers);
-    let (mut body, asked) = evaluate(app, &project, request, geo, version, original.is_some());
-    if let (Some(asked), Some(original)) = (asked, original) {
+    let edge = app.upstream.is_some();
+    let (mut body, asked) = evaluate(app, &project, request, geo, version, edge);
+    // The parser worked in place, so what goes upstream is decoded again: only a
+    // request the edge cannot decide alone pays for it. Decoding depends on the bytes
+    // alone, so it gives what was parsed.
+    let original = || located.decode(max_decoded).ok();
+    if let Some((asked, original)) = asked.and_then(|asked| Some((asked, original()?))) {
         let caller = super::client_ip(app, peer, &parts.headers);
         // Boxed: the upstream call's state is kilobytes, and inline it would be moved
         // with every /decide future, edge mode or not.
@@ -365,7 +369,11 @@ fn evaluate(
         group_properties: &group_properties,
         now: crate::flags::now(),
     };
-    let mut outcomes = rules.outcomes(&ctx);
+    let mut outcomes = if edge {
+        rules.outcomes_at_edge(&ctx)
+    } else {
+        rules.outcomes(&ctx)
+    };
     if let Some(keys) = &req.flag_keys {
         outcomes.retain_keys(keys);
     }

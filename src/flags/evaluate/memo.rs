@@ -10,6 +10,7 @@ use serde_json::{Map, Value};
 
 use super::super::filter::UNSHARED;
 use super::super::hash::holdout_hash;
+use super::super::outcome::Seen;
 use super::super::property::Operator;
 use super::super::props::{person_get, Props};
 use super::super::result::FailureCause;
@@ -22,6 +23,21 @@ pub(super) type Lookup<'c> = Cell<Option<&'c Value>>;
 
 /// Remembered for a key the person does not have; told apart by its address.
 static ABSENT: Value = Value::Null;
+
+/// What the evaluation found of the person's properties, by slot (the first
+/// [`Seen::SLOTS`]), for an edge's verdicts.
+pub(super) fn seen(lookups: &[Lookup<'_>]) -> Seen {
+    let mut seen = Seen::default();
+    for (slot, lookup) in lookups.iter().take(Seen::SLOTS).enumerate() {
+        if let Some(found) = lookup.get() {
+            seen.looked |= 1 << slot;
+            if !std::ptr::eq(found, &ABSENT) {
+                seen.present |= 1 << slot;
+            }
+        }
+    }
+    seen
+}
 
 /// One shared person test's answer for the request, remembered from its first evaluation
 /// on. Indexed by the filters' predicate numbers.

@@ -7,3 +7,4 @@ mod fake;
 mod forward;
 mod ingest;
 mod sync;
+mod wire;

@@ -4,7 +4,7 @@
 //! 127.0.0.1:0 with kept-alive connections, as the edge's client pools them; it stops
 //! when dropped.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufReader, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use crate::edge::wire::read_request;
 use crate::util::{send, Req};
 
 /// What the fake does with the next requests.
@@ -79,8 +80,8 @@ impl Fake {
                     break;
                 }
                 let Ok(conn) = conn else { continue };
-                let (seen, mode) = (seen.clone(), mode.clone());
-                std::thread::spawn(move || serve(conn, upstream, &seen, &mode));
+                let (seen, mode, stop) = (seen.clone(), mode.clone(), stop.clone());
+                std::thread::spawn(move || serve(conn, upstream, &seen, &mode, &stop));
             }
         });
         fake
@@ -108,13 +109,19 @@ impl Drop for Fake {
     }
 }
 
-fn serve(conn: TcpStream, upstream: SocketAddr, seen: &Mutex<Vec<Seen>>, mode: &Mutex<Mode>) {
+fn serve(
+    conn: TcpStream,
+    upstream: SocketAddr,
+    seen: &Mutex<Vec<Seen>>,
+    mode: &Mutex<Mode>,
+    stop: &AtomicBool,
+) {
     let _ = conn.set_read_timeout(Some(Duration::from_secs(60)));
     let Ok(mut out) = conn.try_clone() else {
         return;
     };
     let mut reader = BufReader::new(conn);
-    while let Some(req) = read_request(&mut reader) {
+    while let Some(req) = read_request(&mut reader, stop) {
         seen.lock().unwrap().push(Seen {
             path: req.path.clone(),
             headers: req.headers.clone(),
@@ -129,7 +136,8 @@ fn serve(conn: TcpStream, upstream: SocketAddr, seen: &Mutex<Vec<Seen>>, mode: &
                 }
                 let mut forwarded = Req::post(&req.path, req.body.clone());
                 for (k, v) in &req.headers {
-                    if !["host", "content-length", "connection"].contains(&k.as_str()) {
+                    let hop = ["host", "content-length", "connection"];
+                    if !hop.iter().any(|h| k.eq_ignore_ascii_case(h)) {
                         forwarded = forwarded.header(k, v);
                     }
                 }
@@ -145,42 +153,4 @@ fn serve(conn: TcpStream, upstream: SocketAddr, seen: &Mutex<Vec<Seen>>, mode: &
             return;
         }
     }
-}
-
-struct Request {
-    path: String,
-    headers: Vec<(String, String)>,
-    body: Vec<u8>,
-}
-
-/// One request off a kept-alive connection; `None` at its end.
-fn read_request(reader: &mut BufReader<TcpStream>) -> Option<Request> {
-    let mut line = String::new();
-    if reader.read_line(&mut line).ok()? == 0 {
-        return None;
-    }
-    let path = line.split_whitespace().nth(1)?.to_owned();
-    let mut headers = Vec::new();
-    loop {
-        let mut line = String::new();
-        reader.read_line(&mut line).ok()?;
-        let line = line.trim_end();
-        if line.is_empty() {
-            break;
-        }
-        let (k, v) = line.split_once(':')?;
-        headers.push((k.trim().to_ascii_lowercase(), v.trim().to_owned()));
-    }
-    let length: usize = headers
-        .iter()
-        .find(|(k, _)| k == "content-length")
-        .and_then(|(_, v)| v.parse().ok())
-        .unwrap_or(0);
-    let mut body = vec![0; length];
-    reader.read_exact(&mut body).ok()?;
-    Some(Request {
-        path,
-        headers,
-        body,
-    })
 }

@@ -5,11 +5,13 @@
 //! for it. Closing the fake drops
 //! its listener and its connections, so the next connection is refused.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufReader, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+use crate::edge::wire::read_request;
 
 /// One request as it arrived.
 #[derive(Clone, Debug)]
@@ -154,52 +156,11 @@ fn serve(stream: TcpStream, seen: &Mutex<Vec<Seen>>, script: &Mutex<Script>, clo
         .unwrap();
     let mut writer = stream.try_clone().unwrap();
     let mut reader = BufReader::new(stream);
-    loop {
-        let mut lines = Vec::new();
-        let mut line = String::new();
-        loop {
-            if closed.load(Ordering::SeqCst) {
-                return;
-            }
-            match reader.read_line(&mut line) {
-                Ok(0) => return,
-                Ok(_) => {
-                    let l = line.trim_end().to_string();
-                    line.clear();
-                    if l.is_empty() {
-                        break;
-                    }
-                    lines.push(l);
-                }
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                    ) => {}
-                Err(_) => return,
-            }
-        }
-        let Some(request_line) = lines.first() else {
-            continue;
-        };
-        let path = request_line.split(' ').nth(1).unwrap_or("").to_string();
-        let headers: Vec<(String, String)> = lines[1..]
-            .iter()
-            .filter_map(|l| l.split_once(':'))
-            .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
-            .collect();
-        let length = headers
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case("content-length"))
-            .and_then(|(_, v)| v.parse().ok())
-            .unwrap_or(0);
-        let Some(body) = read_body(&mut reader, length, closed) else {
-            return;
-        };
+    while let Some(request) = read_request(&mut reader, closed) {
         let request = Seen {
-            path,
-            headers,
-            body,
+            path: request.path,
+            headers: request.headers,
+            body: request.body,
             at: Instant::now(),
         };
         seen.lock().unwrap().push(request.clone());
@@ -222,31 +183,4 @@ fn serve(stream: TcpStream, seen: &Mutex<Vec<Seen>>, script: &Mutex<Script>, clo
             return;
         }
     }
-}
-
-/// A request's `length` bytes of body (the edge's `/flags` calls are POSTs), through
-/// the short read timeouts that let the fake notice it was closed.
-fn read_body(
-    reader: &mut BufReader<TcpStream>,
-    length: usize,
-    closed: &AtomicBool,
-) -> Option<Vec<u8>> {
-    let mut body = vec![0; length];
-    let mut got = 0;
-    while got < length {
-        if closed.load(Ordering::SeqCst) {
-            return None;
-        }
-        match reader.read(&mut body[got..]) {
-            Ok(0) => return None,
-            Ok(n) => got += n,
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) => {}
-            Err(_) => return None,
-        }
-    }
-    Some(body)
 }
