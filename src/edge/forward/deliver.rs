@@ -18,6 +18,7 @@ use hyper::Request;
 
 use super::batch::{self, Line};
 use super::dead::{DeadLetters, DEAD_LETTER};
+use super::work::Work;
 use crate::edge::answer::Outcome;
 use crate::edge::client::Error;
 use crate::edge::{Client, Stats};
@@ -145,17 +146,18 @@ pub async fn deliver(
     Ended::Done
 }
 
-/// The gzip'd body of all of `events`, made on a blocking thread: compressing a
-/// thousand events takes milliseconds the reactor's other work should not wait for,
-/// and the forwarder makes the next request's body while one is in flight.
-pub fn encode(
+/// The gzip'd body of all of `events`, made on the forwarder's own threads
+/// ([`Work`]): compressing a thousand events takes milliseconds the reactor's other
+/// work should not wait for, and several requests' bodies are made at once.
+pub async fn encode(
+    work: &Work,
     api_key: &str,
     historical: bool,
     lines: &Arc<Vec<Line>>,
     events: &[usize],
-) -> tokio::task::JoinHandle<Vec<u8>> {
+) -> Option<Vec<u8>> {
     let (api_key, lines, events) = (api_key.to_string(), Arc::clone(lines), events.to_vec());
-    tokio::task::spawn_blocking(move || {
+    work.run(move || {
         batch::body(
             &api_key,
             historical,
@@ -163,4 +165,5 @@ pub fn encode(
             events.iter().map(|i| lines[*i].json.as_slice()),
         )
     })
+    .await
 }

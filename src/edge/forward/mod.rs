@@ -21,6 +21,7 @@ pub mod cursor;
 pub mod dead;
 pub mod deliver;
 pub mod window;
+pub mod work;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -32,6 +33,7 @@ use arc_swap::ArcSwap;
 use self::batch::Line;
 use self::cursor::{Cache, State, Window};
 use self::dead::DeadLetters;
+use self::work::Work;
 use super::answer::{Backoff, BACKOFF_START, PAUSE_RETRY};
 use super::{Client, Stats};
 use crate::projects::Projects;
@@ -88,6 +90,7 @@ pub struct Forwarder {
     cache: Cache,
     sending: HashMap<u64, Sending>,
     figures: Arc<Mutex<Figures>>,
+    work: Work,
 }
 
 impl Forwarder {
@@ -116,7 +119,15 @@ impl Forwarder {
             cache: Cache::new(),
             sending: HashMap::new(),
             figures: Arc::default(),
+            work: Work::new(0),
         }
+    }
+
+    /// Do the blocking work at `nice` (the compactor's, as the server runs it), so
+    /// capture's requests come first when the cores are busy.
+    pub fn with_nice(mut self, nice: i32) -> Forwarder {
+        self.work = Work::new(nice);
+        self
     }
 
     /// Report figures into `figures` (the server's, shown by the console).
@@ -132,11 +143,12 @@ impl Forwarder {
         let mut cache = std::mem::take(&mut self.cache);
         let after = self.historical_after.as_millis() as i64;
         let now = crate::support::clock::now_ms();
-        let (cache, plan) = blocking(move || {
-            let plan = cursor::plan(&reader, &events, &mut cache, now, after);
-            plan.map(|p| (cache, p))
-        })
-        .await?;
+        let (cache, plan) = self
+            .blocking(move || {
+                let plan = cursor::plan(&reader, &events, &mut cache, now, after);
+                plan.map(|p| (cache, p))
+            })
+            .await?;
         self.cache = cache;
         self.sending.retain(|p, s| {
             plan.windows
@@ -197,8 +209,9 @@ impl Forwarder {
             self.files.clone(),
             window.clone(),
         );
-        let (lines, missing) =
-            blocking(move || cursor::window_lines(&cache, &events, &files, project, &w)).await?;
+        let (lines, missing) = self
+            .blocking(move || cursor::window_lines(&cache, &events, &files, project, &w))
+            .await?;
         if missing > 0 {
             tracing::error!(
                 project,
@@ -232,12 +245,15 @@ fn pause(s: &mut Sending, project: u64, key: Option<String>, why: String) {
     s.next_try = Some(Instant::now() + PAUSE_RETRY);
 }
 
-async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> sled::Result<T> + Send + 'static,
-) -> Result<T, sled::Error> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| sled::Error::Io(std::io::Error::other(e)))?
+impl Forwarder {
+    /// Run a storage step on the forwarder's threads.
+    async fn blocking<T: Send + 'static>(
+        &self,
+        f: impl FnOnce() -> sled::Result<T> + Send + 'static,
+    ) -> Result<T, sled::Error> {
+        let failed = || sled::Error::Io(std::io::Error::other("a forwarder thread failed"));
+        self.work.run(f).await.ok_or_else(failed)?
+    }
 }
 
 #[cfg(test)]

@@ -22,7 +22,8 @@ use tokio::task::JoinSet;
 use super::batch::Line;
 use super::cursor::{self, State};
 use super::deliver::{self, Ended, Pending, Target};
-use super::{blocking, pause, Forwarder, Sending};
+use super::work::Work;
+use super::{pause, Forwarder, Sending};
 use crate::edge::{Client, Stats};
 
 /// Requests of one project on their way at once: upstream's intake overlaps them
@@ -35,6 +36,7 @@ pub const PROBE: Duration = Duration::from_secs(2);
 /// What one request needs, owned, to run as a task of its own.
 struct Request {
     client: Client,
+    work: Work,
     stats: Stats,
     dead: Arc<super::dead::DeadLetters>,
     project: u64,
@@ -46,13 +48,14 @@ struct Request {
 }
 
 impl Request {
-    /// Deliver the part; its body made on a blocking thread when it goes whole.
+    /// Deliver the part; its body made on the forwarder's threads when it goes whole.
     async fn run(mut self, part: usize) -> (usize, Pending, Ended) {
         let whole = self.pending == [0..self.events.len()];
         let ready = match whole {
-            true => deliver::encode(&self.api_key, self.historical, &self.lines, &self.events)
-                .await
-                .ok(),
+            true => {
+                let (key, lines) = (&self.api_key, &self.lines);
+                deliver::encode(&self.work, key, self.historical, lines, &self.events).await
+            }
             false => None,
         };
         let target = Target {
@@ -116,6 +119,7 @@ impl Forwarder {
                     let whole = std::iter::once(0..events.len()).collect();
                     let request = Request {
                         client: self.client.clone(),
+                        work: self.work.clone(),
                         stats: self.stats.clone(),
                         dead: self.dead.clone(),
                         project,
@@ -188,7 +192,8 @@ impl Forwarder {
         // taken requests again, the same events byte for byte, which upstream
         // deduplicates by uuid; one flush a window instead of one a request.
         let (reader, state) = (self.reader.clone(), s.state.clone());
-        blocking(move || cursor::save(&reader, project, &state, done)).await?;
+        self.blocking(move || cursor::save(&reader, project, &state, done))
+            .await?;
         Ok(progress)
     }
 }
