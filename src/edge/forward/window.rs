@@ -50,7 +50,7 @@ struct Request {
 impl Request {
     /// Deliver the part; its body made on the forwarder's threads when it goes whole.
     async fn run(mut self, part: usize) -> (usize, Pending, Ended) {
-        let whole = self.pending == [0..self.events.len()];
+        let whole = self.pending.len() == 1 && self.pending[0] == (0..self.events.len());
         let ready = match whole {
             true => {
                 let (key, lines) = (&self.api_key, &self.lines);

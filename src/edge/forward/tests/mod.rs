@@ -191,5 +191,7 @@ async fn an_upstream_nothing_listens_on_is_told_apart_as_unreachable() {
         after: None,
         unreachable: true,
     };
-    assert_eq!((ended, pending), (retry, vec![0..4]));
+    assert_eq!(ended, retry);
+    assert_eq!(pending.first(), Some(&(0..4)));
+    assert_eq!(pending.len(), 1);
 }
