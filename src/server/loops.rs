@@ -199,6 +199,7 @@ fn new_forwarder(app: &App) -> Option<crate::edge::forward::Forwarder> {
         app.config.db_dir.clone(),
         settings.historical_after,
     );
+    let forwarder = forwarder.with_nice(app.config.compactor.nice);
     Some(forwarder.with_figures(app.upstream_figures.clone()))
 }
 

@@ -18,7 +18,9 @@ use hyper::Request;
 
 use super::batch::{self, Line};
 use super::dead::{DeadLetters, DEAD_LETTER};
+use super::work::Work;
 use crate::edge::answer::Outcome;
+use crate::edge::client::Error;
 use crate::edge::{Client, Stats};
 
 /// How long one request may take, answer included: a 20 MB body over a slow link.
@@ -37,8 +39,13 @@ pub enum Ended {
     Done,
     /// Upstream refused the project's token.
     Unauthorized(String),
-    /// Try again later, no sooner than upstream asked.
-    Retry { after: Option<Duration> },
+    /// Try again later, no sooner than upstream asked. `unreachable` when no
+    /// connection could be made at all: nothing reached upstream, so trying again
+    /// soon costs it nothing.
+    Retry {
+        after: Option<Duration>,
+        unreachable: bool,
+    },
 }
 
 /// What a delivery needs besides its events.
@@ -78,7 +85,10 @@ pub async fn deliver(
             .body(Full::new(Bytes::from(body)));
         let Ok(request) = request else {
             // Only static headers: the request always builds.
-            return Ended::Retry { after: None };
+            return Ended::Retry {
+                after: None,
+                unreachable: false,
+            };
         };
         let result = target.client.send(request, DEADLINE, MAX_ANSWER).await;
         let status = match &result {
@@ -94,7 +104,10 @@ pub async fn deliver(
             Outcome::Refused(reason) => reason,
             Outcome::TooLarge => "413 too large for upstream".to_string(),
             Outcome::Unauthorized(reason) => return Ended::Unauthorized(reason),
-            Outcome::Retry { after } => return Ended::Retry { after },
+            Outcome::Retry { after } => {
+                let unreachable = matches!(result, Err(Error::Connect(..)));
+                return Ended::Retry { after, unreachable };
+            }
         };
         pending.remove(0);
         if run.len() == 1 {
@@ -118,7 +131,10 @@ pub async fn deliver(
                     // Not lost yet: the event stays in the window, tried again later.
                     tracing::error!(error = %e, "forwarder: cannot write the dead-letter file");
                     pending.insert(0, run);
-                    return Ended::Retry { after: None };
+                    return Ended::Retry {
+                        after: None,
+                        unreachable: false,
+                    };
                 }
             }
         } else {
@@ -130,17 +146,18 @@ pub async fn deliver(
     Ended::Done
 }
 
-/// The gzip'd body of all of `events`, made on a blocking thread: compressing a
-/// thousand events takes milliseconds the reactor's other work should not wait for,
-/// and the forwarder makes the next request's body while one is in flight.
-pub fn encode(
+/// The gzip'd body of all of `events`, made on the forwarder's own threads
+/// ([`Work`]): compressing a thousand events takes milliseconds the reactor's other
+/// work should not wait for, and several requests' bodies are made at once.
+pub async fn encode(
+    work: &Work,
     api_key: &str,
     historical: bool,
     lines: &Arc<Vec<Line>>,
     events: &[usize],
-) -> tokio::task::JoinHandle<Vec<u8>> {
+) -> Option<Vec<u8>> {
     let (api_key, lines, events) = (api_key.to_string(), Arc::clone(lines), events.to_vec());
-    tokio::task::spawn_blocking(move || {
+    work.run(move || {
         batch::body(
             &api_key,
             historical,
@@ -148,4 +165,5 @@ pub fn encode(
             events.iter().map(|i| lines[*i].json.as_slice()),
         )
     })
+    .await
 }

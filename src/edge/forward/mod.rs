@@ -7,12 +7,11 @@
 //! checkpoint past what every project delivered and fixes a window of entries for
 //! each project with events to send ([`cursor`]), then sends each project's window as
 //! gzip'd requests of one token each, recent and historical events apart ([`batch`]),
-//! one request at a time per project, handling every answer ([`deliver`]), the next
-//! request's body compressed while one is in flight. A project's progress is
-//! recorded after each request upstream took and flushed to disk when its window is
-//! through, and only then; after a crash the window's requests since its last flush
-//! are sent again, the same events byte for byte, which upstream deduplicates by
-//! uuid.
+//! several requests of a project at a time ([`window`]), handling every answer
+//! ([`deliver`]). A project's progress moves over the requests upstream took without
+//! a gap, and is flushed to disk when its window is through, and only then; after a
+//! crash the window's requests since its last flush are sent again, the same events
+//! byte for byte, which upstream deduplicates by uuid.
 //!
 //! The figures go to the `flagpost_upstream_*` metrics ([`crate::edge::Stats`]) and to
 //! [`Figures`], which the server copies into capture's backlog bound and the console.
@@ -21,6 +20,8 @@ pub mod batch;
 pub mod cursor;
 pub mod dead;
 pub mod deliver;
+pub mod window;
+pub mod work;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -32,7 +33,7 @@ use arc_swap::ArcSwap;
 use self::batch::Line;
 use self::cursor::{Cache, State, Window};
 use self::dead::DeadLetters;
-use self::deliver::{Ended, Pending, Target};
+use self::work::Work;
 use super::answer::{Backoff, BACKOFF_START, PAUSE_RETRY};
 use super::{Client, Stats};
 use crate::projects::Projects;
@@ -66,8 +67,10 @@ struct Sending {
     state: State,
     lines: Arc<Vec<Line>>,
     parts: Vec<(Vec<usize>, bool)>,
-    /// The current part's runs still to send, kept between tries.
-    pending: Option<Pending>,
+    /// Parts partly delivered (a bisection under way), their runs still to send.
+    pending: window::Partial,
+    /// Parts upstream took past one it has not, in memory only.
+    taken: window::Taken,
     backoff: Backoff,
     next_try: Option<Instant>,
     paused: Option<String>,
@@ -87,6 +90,7 @@ pub struct Forwarder {
     cache: Cache,
     sending: HashMap<u64, Sending>,
     figures: Arc<Mutex<Figures>>,
+    work: Work,
 }
 
 impl Forwarder {
@@ -115,7 +119,15 @@ impl Forwarder {
             cache: Cache::new(),
             sending: HashMap::new(),
             figures: Arc::default(),
+            work: Work::new(0),
         }
+    }
+
+    /// Do the blocking work at `nice` (the compactor's, as the server runs it), so
+    /// capture's requests come first when the cores are busy.
+    pub fn with_nice(mut self, nice: i32) -> Forwarder {
+        self.work = Work::new(nice);
+        self
     }
 
     /// Report figures into `figures` (the server's, shown by the console).
@@ -131,11 +143,12 @@ impl Forwarder {
         let mut cache = std::mem::take(&mut self.cache);
         let after = self.historical_after.as_millis() as i64;
         let now = crate::support::clock::now_ms();
-        let (cache, plan) = blocking(move || {
-            let plan = cursor::plan(&reader, &events, &mut cache, now, after);
-            plan.map(|p| (cache, p))
-        })
-        .await?;
+        let (cache, plan) = self
+            .blocking(move || {
+                let plan = cursor::plan(&reader, &events, &mut cache, now, after);
+                plan.map(|p| (cache, p))
+            })
+            .await?;
         self.cache = cache;
         self.sending.retain(|p, s| {
             plan.windows
@@ -180,112 +193,6 @@ impl Forwarder {
         *crate::support::sync::lock(&self.figures) = figures;
     }
 
-    /// Send what is left of `project`'s window, unless it waits; true if any request
-    /// was delivered.
-    async fn send_window(&mut self, project: u64, state: &State) -> Result<bool, sled::Error> {
-        let Some(window) = state.window.clone() else {
-            return Ok(false);
-        };
-        if !self.sending.contains_key(&project) {
-            let sending = self.load(project, state.clone(), &window).await?;
-            self.sending.insert(project, sending);
-        }
-        let Some(s) = self.sending.get_mut(&project) else {
-            return Ok(false);
-        };
-        let projects = self.projects.load();
-        let api_key = projects.by_id(project).map(|p| p.api_key.clone());
-        // A paused project's key changed in projects.json: try it at once.
-        let fixed = s.paused.is_some() && s.paused_key != api_key;
-        if s.next_try.is_some_and(|t| Instant::now() < t) && !fixed {
-            return Ok(false);
-        }
-        let Some(api_key) = api_key else {
-            pause(
-                s,
-                project,
-                None,
-                "the project is not in projects.json".into(),
-            );
-            return Ok(false);
-        };
-        let mut progress = false;
-        // The next part's body, made while the current one is in flight.
-        let mut next: Option<(usize, tokio::task::JoinHandle<Vec<u8>>)> = None;
-        while let Some(mut w) = s.state.window.clone() {
-            let Some((events, historical)) = s.parts.get(w.part).cloned() else {
-                // Every part through: the window is done.
-                s.state = State {
-                    done: w.last,
-                    window: None,
-                };
-                let (reader, state) = (self.reader.clone(), s.state.clone());
-                blocking(move || cursor::save(&reader, project, &state, true)).await?;
-                break;
-            };
-            let whole: Pending = std::iter::once(0..events.len()).collect();
-            let fresh = s.pending.is_none();
-            let mut pending = s.pending.take().unwrap_or(whole);
-            let ready = match next.take() {
-                Some((part, body)) if part == w.part => body.await.ok(),
-                _ if fresh => deliver::encode(&api_key, historical, &s.lines, &events)
-                    .await
-                    .ok(),
-                _ => None,
-            };
-            if let Some((following, historical)) = s.parts.get(w.part + 1) {
-                let body = deliver::encode(&api_key, *historical, &s.lines, following);
-                next = Some((w.part + 1, body));
-            }
-            let target = Target {
-                client: &self.client,
-                stats: &self.stats,
-                dead: &self.dead,
-                project,
-                api_key: &api_key,
-                historical,
-            };
-            match deliver::deliver(&target, &s.lines, &events, &mut pending, ready).await {
-                Ended::Done => {
-                    if let Some(why) = s.paused.take() {
-                        tracing::info!(project, was = %why, "forwarder: upstream takes this project's events again");
-                    }
-                    if s.backoff.failures() > 0 {
-                        tracing::info!(project, "forwarder: upstream is taking events again");
-                    }
-                    s.backoff.succeeded();
-                    s.next_try = None;
-                    w.part += 1;
-                    s.state.window = Some(w);
-                    // Not flushed: the window's end is. A crash before it sends the
-                    // window's taken parts again, the same events byte for byte,
-                    // which upstream deduplicates by uuid; one flush a window
-                    // instead of one a request.
-                    let (reader, state) = (self.reader.clone(), s.state.clone());
-                    blocking(move || cursor::save(&reader, project, &state, false)).await?;
-                    progress = true;
-                }
-                Ended::Unauthorized(why) => {
-                    s.pending = Some(pending);
-                    pause(s, project, Some(api_key.clone()), why);
-                    break;
-                }
-                Ended::Retry { after } => {
-                    s.pending = Some(pending);
-                    if s.backoff.failures() == 0 {
-                        tracing::warn!(
-                            project,
-                            "forwarder: upstream is not taking events; retrying with backoff"
-                        );
-                    }
-                    s.next_try = Some(Instant::now() + s.backoff.next(after));
-                    break;
-                }
-            }
-        }
-        Ok(progress)
-    }
-
     /// A window's events, read from their blocks and cut into requests.
     async fn load(
         &self,
@@ -302,8 +209,9 @@ impl Forwarder {
             self.files.clone(),
             window.clone(),
         );
-        let (lines, missing) =
-            blocking(move || cursor::window_lines(&cache, &events, &files, project, &w)).await?;
+        let (lines, missing) = self
+            .blocking(move || cursor::window_lines(&cache, &events, &files, project, &w))
+            .await?;
         if missing > 0 {
             tracing::error!(
                 project,
@@ -316,7 +224,8 @@ impl Forwarder {
             state,
             lines: Arc::new(lines),
             parts,
-            pending: None,
+            pending: window::Partial::new(),
+            taken: window::Taken::new(),
             backoff: Backoff::new(BACKOFF_START, RETRY_CAP),
             next_try: None,
             paused: None,
@@ -336,12 +245,15 @@ fn pause(s: &mut Sending, project: u64, key: Option<String>, why: String) {
     s.next_try = Some(Instant::now() + PAUSE_RETRY);
 }
 
-async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> sled::Result<T> + Send + 'static,
-) -> Result<T, sled::Error> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| sled::Error::Io(std::io::Error::other(e)))?
+impl Forwarder {
+    /// Run a storage step on the forwarder's threads.
+    async fn blocking<T: Send + 'static>(
+        &self,
+        f: impl FnOnce() -> sled::Result<T> + Send + 'static,
+    ) -> Result<T, sled::Error> {
+        let failed = || sled::Error::Io(std::io::Error::other("a forwarder thread failed"));
+        self.work.run(f).await.ok_or_else(failed)?
+    }
 }
 
 #[cfg(test)]

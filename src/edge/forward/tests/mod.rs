@@ -167,10 +167,31 @@ async fn a_503_keeps_the_run_for_the_next_try() {
     let (url, _) = upstream(usize::MAX, 503).await;
     let stats = Stats::default();
     let (ended, pending) = run(&url, dir.path(), &lines(4, None, None), &stats).await;
-    assert_eq!(ended, Ended::Retry { after: None });
+    let retry = Ended::Retry {
+        after: None,
+        unreachable: false,
+    };
+    assert_eq!(ended, retry);
     assert_eq!(pending.first(), Some(&(0..4)));
     assert_eq!(pending.len(), 1);
     let (ended, _) = run(&url, dir.path(), &lines(4, None, Some(0)), &stats).await;
-    assert_eq!(ended, Ended::Retry { after: None });
+    assert_eq!(ended, retry);
     assert!(dead_letters(dir.path()).is_empty());
+}
+
+#[tokio::test]
+async fn an_upstream_nothing_listens_on_is_told_apart_as_unreachable() {
+    let dir = tempfile::tempdir().unwrap();
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let stats = Stats::default();
+    let (ended, pending) = run(&url, dir.path(), &lines(4, None, None), &stats).await;
+    let retry = Ended::Retry {
+        after: None,
+        unreachable: true,
+    };
+    assert_eq!(ended, retry);
+    assert_eq!(pending.first(), Some(&(0..4)));
+    assert_eq!(pending.len(), 1);
 }

@@ -8,6 +8,7 @@
 //! byte as before.
 
 mod checkpoint;
+mod in_flight;
 mod upstream;
 
 use std::sync::Arc;

@@ -39,6 +39,10 @@ impl Seen {
 pub struct Answers {
     script: VecDeque<u16>,
     pub failing: Option<(String, u16)>,
+    /// A request holding the event with this uuid gets this status.
+    pub holding: Option<(String, u16)>,
+    /// Answer without a `Retry-After`, so the forwarder's own backoff sets the wait.
+    pub no_retry_after: bool,
 }
 
 pub struct Upstream {
@@ -64,12 +68,13 @@ impl Upstream {
                             let gz = BodyExt::collect(req.into_body()).await?.to_bytes();
                             let status = answer(&gz, &a, &s);
                             let body = Full::new(Bytes::from_static(b"{\"detail\":\"no\"}"));
-                            // A wait far longer than any test: a retry before it is
-                            // one the forwarder should not have made.
-                            let response = Response::builder()
-                                .status(status)
-                                .header("retry-after", RETRY_AFTER_SECONDS)
-                                .body(body);
+                            let mut response = Response::builder().status(status);
+                            if !a.lock().unwrap().no_retry_after {
+                                // A wait far longer than any test: a retry before it
+                                // is one the forwarder should not have made.
+                                response = response.header("retry-after", RETRY_AFTER_SECONDS);
+                            }
+                            let response = response.body(body);
                             Ok::<_, hyper::Error>(response.unwrap())
                         }
                     });
@@ -112,6 +117,13 @@ fn answer(gz: &[u8], answers: &Mutex<Answers>, seen: &Mutex<Vec<Seen>>) -> u16 {
     let status = match a.script.pop_front() {
         Some(s) => s,
         None if batch.iter().any(|e| e["event"] == "refused") => 400,
+        None if a
+            .holding
+            .as_ref()
+            .is_some_and(|(uuid, _)| batch.iter().any(|e| e["uuid"] == uuid.as_str())) =>
+        {
+            a.holding.as_ref().map_or(200, |(_, status)| *status)
+        }
         None => match &a.failing {
             Some((key, status)) if *key == api_key => *status,
             _ => 200,
