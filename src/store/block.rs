@@ -26,6 +26,7 @@ pub mod cache;
 mod columns;
 pub mod files;
 mod pack;
+mod pointer;
 mod props;
 mod rows;
 
