@@ -16,7 +16,7 @@ use super::enrich::{Geo, ProjectSettings, GEO_KEY_STARTS};
 use super::groups;
 use super::raw::{self, KeyFilter, Member};
 use crate::log::Record;
-use crate::persons::{self, EventView};
+use crate::persons::{self, EventView, Store as _};
 
 type Result<T> = std::result::Result<T, sled::transaction::UnabortableTransactionError>;
 
@@ -203,6 +203,19 @@ fn persons(
             cache.put_ops_buffer(ops);
             return Ok(Some(id));
         }
+        // Without operations the event changes no person and needs only its person's
+        // id. A linked distinct id always names a stored person (a person is deleted
+        // only by a merge, which first links each of its ids to the survivor), so the
+        // person is not read: at a million persons that read was a block decoded
+        // per event.
+        if ops == NO_OPERATIONS {
+            let linked = cache.persons(tx, project).person_of(&record.distinct_id)?;
+            if let Some(id) = linked {
+                cache.set_applied(project, id, &ops);
+                cache.put_ops_buffer(ops);
+                return Ok(Some(id));
+            }
+        }
     }
     let [set, set_once] = enriched;
     let set = set.sources(props, "$set");
@@ -238,6 +251,9 @@ fn persons(
     cache.put_ops_buffer(ops);
     Ok(person)
 }
+
+/// The operations text of an event without any: each of the six absent.
+const NO_OPERATIONS: [u8; 6] = [2; 6];
 
 /// What enrichment did to `$set` or `$set_once`, for persons.
 enum Enriched<'a> {

@@ -403,3 +403,43 @@ fn persons_stored_with_random_ids_keep_them() {
         ])
     );
 }
+
+#[test]
+fn an_event_without_person_operations_takes_the_person_its_id_is_linked_to() {
+    let mut f = fixture(Compaction::default());
+    let events = [
+        json!({"event": "$pageview", "distinct_id": "anon"}),
+        json!({"event": "e", "distinct_id": "user", "$set": {"a": 1}}),
+        json!({"event": "$identify", "distinct_id": "user",
+               "properties": {"$anon_distinct_id": "anon"}}),
+        // Merged away: the id now names the survivor, read without its person.
+        json!({"event": "$pageview", "distinct_id": "anon"}),
+        // Never seen: a person is made for it.
+        json!({"event": "$pageview", "distinct_id": "new"}),
+    ];
+    for (i, event) in events.into_iter().enumerate() {
+        f.push(&[record(1, i as i64 + 1, event)]);
+        f.drain();
+    }
+    let person_of = |i: i64| {
+        let uuid = record(1, i, json!({"event": "e", "distinct_id": "x"})).uuid;
+        f.events(1)
+            .into_iter()
+            .find(|e| e.uuid == uuid)
+            .unwrap()
+            .person_id
+    };
+    let user = query::person_by_distinct_id(&f.trees, 1, "user")
+        .unwrap()
+        .unwrap();
+    assert_eq!(person_of(4), Some(user.id));
+    assert_eq!(Value::Object(user.properties), json!({"a": 1}));
+    let mut ids = user.distinct_ids;
+    ids.sort();
+    assert_eq!(ids, ["anon", "user"]);
+    let new = query::person(&f.trees, 1, crate::persons::id_for(1, "new"))
+        .unwrap()
+        .unwrap();
+    assert_eq!(person_of(5), Some(new.id));
+    assert_eq!(new.distinct_ids, ["new"]);
+}

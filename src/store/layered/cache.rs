@@ -5,6 +5,11 @@
 //! cached block is never stale: a fold's new run reads its own blocks, and the old
 //! run's are evicted as they stop being read. Blocks enter only once their CRC passed.
 //!
+//! A block is kept with where each of its entries starts ([`Decoded`]), found by the
+//! one walk that loading it takes, so a read of a cached block binary-searches its
+//! entries: a person's block holds about a hundred, and walking them with a key
+//! comparison each was the largest share of a point read once the block was held.
+//!
 //! Eviction is CLOCK (second chance) per shard: a block read since the hand last
 //! passed it stays for another round, so the blocks of busy persons stay while a
 //! stream of one-off reads passes through. Scans (a fold, `check`, a listing) read
@@ -25,8 +30,24 @@ const SHARDS: usize = 16;
 /// A run's id in the cache and which block of it.
 pub type Key = (u64, u32);
 
+/// A decompressed block and where each of its entries starts, in order.
+pub struct Decoded {
+    pub bytes: Vec<u8>,
+    pub starts: Vec<u32>,
+    /// Whether the entries stop short of the end (a damaged block): keys past the last
+    /// start are not known to be absent.
+    pub cut: bool,
+}
+
+impl Decoded {
+    /// Bytes it holds.
+    fn weight(&self) -> usize {
+        self.bytes.len() + self.starts.len() * std::mem::size_of::<u32>()
+    }
+}
+
 /// A block as cached: shared with the readers using it when it is evicted.
-pub type Block = Arc<[u8]>;
+pub type Block = Arc<Decoded>;
 
 struct Slot {
     block: Block,
@@ -83,7 +104,7 @@ impl Cache {
     pub fn get_or_load<E>(
         &self,
         key: Key,
-        load: impl FnOnce() -> Result<Vec<u8>, E>,
+        load: impl FnOnce() -> Result<Decoded, E>,
     ) -> Result<Block, E> {
         let shard = self.shard(key);
         {
@@ -98,8 +119,8 @@ impl Cache {
         }
         self.misses.fetch_add(1, Ordering::Relaxed);
         // Read outside the lock: two readers of one block may both read it.
-        let block: Block = load()?.into();
-        let weight = block.len() + OVERHEAD_BYTES;
+        let block: Block = Arc::new(load()?);
+        let weight = block.weight() + OVERHEAD_BYTES;
         if weight > self.per_shard {
             return Ok(block);
         }
@@ -116,7 +137,7 @@ impl Cache {
                 }
                 Some(_) => {
                     if let Some(gone) = s.map.remove(&k) {
-                        s.bytes -= gone.block.len() + OVERHEAD_BYTES;
+                        s.bytes -= gone.block.weight() + OVERHEAD_BYTES;
                     }
                 }
                 None => {}
@@ -151,8 +172,12 @@ impl Cache {
 mod tests {
     use super::*;
 
-    fn block(n: u8, len: usize) -> Result<Vec<u8>, ()> {
-        Ok(vec![n; len])
+    fn block(n: u8, len: usize) -> Result<Decoded, ()> {
+        Ok(Decoded {
+            bytes: vec![n; len],
+            starts: Vec::new(),
+            cut: false,
+        })
     }
 
     #[test]
@@ -167,14 +192,14 @@ mod tests {
                         block(b as u8, 1000)
                     })
                     .unwrap();
-                assert_eq!(&got[..], &[b as u8; 1000][..], "round {round}");
+                assert_eq!(&got.bytes[..], &[b as u8; 1000][..], "round {round}");
             }
         }
         assert_eq!(loads, 20, "a block is loaded once while it fits");
         assert_eq!(cache.counts(), (40, 20));
         // Another run's block of the same number is another block.
         let other = cache.get_or_load((8, 0), || block(99, 10)).unwrap();
-        assert_eq!(&other[..], &[99; 10][..]);
+        assert_eq!(&other.bytes[..], &[99; 10][..]);
         assert!(cache.bytes() <= SHARDS * 10_000);
     }
 
@@ -186,7 +211,10 @@ mod tests {
         for b in 1..2000u32 {
             let _ = cache.get_or_load((1, b), || block(2, 900));
             let kept = cache.get_or_load((1, 0), || block(3, 900)).unwrap();
-            assert_eq!(kept[0], 1, "the busy block is still the one loaded first");
+            assert_eq!(
+                kept.bytes[0], 1,
+                "the busy block is still the one loaded first"
+            );
         }
         assert!(cache.bytes() <= SHARDS * 4 * 1000, "{}", cache.bytes());
         // Each block read once was loaded; the busy one was loaded once.
@@ -196,10 +224,10 @@ mod tests {
     #[test]
     fn a_failed_load_is_not_kept() {
         let cache = Cache::new(SHARDS * 10_000);
-        let failed = cache.get_or_load((3, 1), || Err::<Vec<u8>, _>("damaged"));
+        let failed = cache.get_or_load((3, 1), || Err::<Decoded, _>("damaged"));
         assert_eq!(failed.err(), Some("damaged"));
         let read = cache.get_or_load((3, 1), || block(5, 10)).unwrap();
-        assert_eq!(&read[..], &[5; 10][..]);
+        assert_eq!(&read.bytes[..], &[5; 10][..]);
         assert_eq!(cache.bytes(), 10 + OVERHEAD_BYTES);
     }
 }

@@ -14,7 +14,8 @@
 //! Opening reads the footer and the index (one first key a block, and a Bloom filter
 //! of about ten bits a key, so a key that is not in the run is almost never read for);
 //! a lookup reads and decompresses one block, or finds it in the block
-//! [`cache`](super::cache) shared by every run (scans read around it). A block that cannot be read (its bytes
+//! [`cache`](super::cache) shared by every run (scans read around it), and
+//! binary-searches the entries the cache found in it. A block that cannot be read (its bytes
 //! fail their CRC, or the read fails) is logged once, naming the file and the block, and
 //! its keys read as absent; the other blocks still read. [`Run::verify`] (`flagpost
 //! check`) reports it as an error, and the fold that replaces the run keeps the
@@ -223,19 +224,20 @@ impl Run {
         if i == 0 {
             return None;
         }
-        let raw = self.cached_block(i - 1)?;
-        for entry in entries(&raw) {
-            let Some((k, v)) = entry else {
-                self.report(i - 1, &self.bad_block(i - 1, "its entries are cut"));
-                break;
-            };
-            match k.cmp(key) {
-                std::cmp::Ordering::Less => continue,
-                std::cmp::Ordering::Equal => return Some(v.to_vec()),
-                std::cmp::Ordering::Greater => break,
+        let block = self.cached_block(i - 1)?;
+        let at = |start: u32| entry_at(&block.bytes, &mut (start as usize));
+        // Every start was read once when the block was loaded, so `at` finds an entry.
+        let by_key = |start: &u32| at(*start).map_or(std::cmp::Ordering::Less, |(k, _)| k.cmp(key));
+        match block.starts.binary_search_by(by_key) {
+            Ok(n) => at(block.starts[n]).map(|(_, v)| v.to_vec()),
+            Err(n) => {
+                // Past the last whole entry of a cut block, the key may have been there.
+                if block.cut && n == block.starts.len() {
+                    self.report(i - 1, &self.bad_block(i - 1, "its entries are cut"));
+                }
+                None
             }
         }
-        None
     }
 
     /// Up to `limit` entries from `from` on (and below `to`), in key order; blocks
@@ -318,7 +320,7 @@ impl Run {
     /// Block `i` through the block cache, or `None` (logged once) when it cannot be read.
     fn cached_block(&self, i: usize) -> Option<cache::Block> {
         let key = (self.id, i as u32);
-        match cache::global().get_or_load(key, || self.block(i)) {
+        match cache::global().get_or_load(key, || self.block(i).map(decoded)) {
             Ok(raw) => Some(raw),
             Err(e) => {
                 self.report(i, &e);
@@ -361,6 +363,16 @@ impl Run {
     }
 }
 
+/// The entry of a decompressed block starting at `at`, which it moves past it; `None`
+/// where the entries are cut.
+fn entry_at<'a>(raw: &'a [u8], at: &mut usize) -> Option<(&'a [u8], &'a [u8])> {
+    let k = u32_at(raw, at)? as usize;
+    let v = u32_at(raw, at)? as usize;
+    let key = take(raw, at, k)?;
+    let value = take(raw, at, v)?;
+    Some((key, value))
+}
+
 /// The entries of a decompressed block; `None` where they are cut.
 fn entries(raw: &[u8]) -> impl Iterator<Item = Option<(&[u8], &[u8])>> {
     let mut at = 0;
@@ -369,16 +381,29 @@ fn entries(raw: &[u8]) -> impl Iterator<Item = Option<(&[u8], &[u8])>> {
         if failed || at >= raw.len() {
             return None;
         }
-        let entry = (|| {
-            let k = u32_at(raw, &mut at)? as usize;
-            let v = u32_at(raw, &mut at)? as usize;
-            let key = take(raw, &mut at, k)?;
-            let value = take(raw, &mut at, v)?;
-            Some((key, value))
-        })();
+        let entry = entry_at(raw, &mut at);
         failed = entry.is_none();
         Some(entry)
     })
+}
+
+/// A decompressed block as the cache keeps it: with where each whole entry starts.
+fn decoded(bytes: Vec<u8>) -> cache::Decoded {
+    let mut starts = Vec::new();
+    let mut at = 0;
+    let mut cut = false;
+    while at < bytes.len() {
+        let start = at;
+        // A block's raw length is a u32 in the index, so its offsets fit one.
+        match (entry_at(&bytes, &mut at), u32::try_from(start)) {
+            (Some(_), Ok(start)) => starts.push(start),
+            _ => {
+                cut = true;
+                break;
+            }
+        }
+    }
+    cache::Decoded { bytes, starts, cut }
 }
 
 /// A Bloom filter over the run's keys (double hashing of one XXH64).

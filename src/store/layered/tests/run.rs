@@ -113,3 +113,33 @@ fn a_cut_or_foreign_file_is_refused_at_open_naming_it() {
     let err = Run::open(&cut).unwrap_err().to_string();
     assert!(err.contains("does not start as a run"), "{err}");
 }
+
+#[test]
+fn a_cached_block_knows_where_each_whole_entry_starts() {
+    let mut bytes = Vec::new();
+    let mut want = Vec::new();
+    for (k, v) in [(&b"a"[..], &b"1"[..]), (b"bb", b""), (b"ccc", b"333")] {
+        want.push(bytes.len() as u32);
+        bytes.extend_from_slice(&(k.len() as u32).to_le_bytes());
+        bytes.extend_from_slice(&(v.len() as u32).to_le_bytes());
+        bytes.extend_from_slice(k);
+        bytes.extend_from_slice(v);
+    }
+    let whole = decoded(bytes.clone());
+    assert_eq!(
+        (whole.starts.as_slice(), whole.cut),
+        (want.as_slice(), false)
+    );
+    let mut at = whole.starts[2] as usize;
+    assert_eq!(
+        entry_at(&whole.bytes, &mut at),
+        Some((&b"ccc"[..], &b"333"[..]))
+    );
+
+    // A fourth entry claiming more bytes than follow: the three before still count.
+    bytes.extend_from_slice(&9u32.to_le_bytes());
+    bytes.extend_from_slice(&0u32.to_le_bytes());
+    bytes.extend_from_slice(b"dd");
+    let cut = decoded(bytes);
+    assert_eq!((cut.starts.as_slice(), cut.cut), (want.as_slice(), true));
+}
