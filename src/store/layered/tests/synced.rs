@@ -7,7 +7,6 @@
 
 use std::collections::BTreeMap;
 
-use super::journal::{JOURNAL_DIR_SYNC, JOURNAL_SYNC};
 use super::run::tests::{key, value};
 use super::*;
 
@@ -19,31 +18,19 @@ fn table() -> (tempfile::TempDir, sled::Db, Layered) {
     let dir = tempfile::tempdir().unwrap();
     let db = sled::open(dir.path().join("db")).unwrap();
     let t = Layered::open(&db, dir.path(), "persons").unwrap();
-    t.write(
-        (0..KEYS)
-            .map(|i| (key(i).into(), IVec::from(value(i, 1))))
-            .collect(),
-    )
-    .unwrap();
+    for i in 0..KEYS {
+        t.delta().insert(key(i), value(i, 1)).unwrap();
+    }
     t.fold().unwrap();
-    t.write(
-        ((0..KEYS).step_by(9))
-            .map(|i| (key(i).into(), IVec::from(value(i, 2))))
-            .collect(),
-    )
-    .unwrap();
-    t.write(
-        ((1..KEYS).step_by(13))
-            .map(|i| (key(i).into(), IVec::from(TOMBSTONE)))
-            .collect(),
-    )
-    .unwrap();
-    t.write(
-        (KEYS..KEYS + 20)
-            .map(|i| (key(i).into(), IVec::from(value(i, 1))))
-            .collect(),
-    )
-    .unwrap();
+    for i in (0..KEYS).step_by(9) {
+        t.delta().insert(key(i), value(i, 2)).unwrap();
+    }
+    for i in (1..KEYS).step_by(13) {
+        t.delta().insert(key(i), TOMBSTONE).unwrap();
+    }
+    for i in KEYS..KEYS + 20 {
+        t.delta().insert(key(i), value(i, 1)).unwrap();
+    }
     t.note_written(5_000);
     (dir, db, t)
 }
@@ -61,14 +48,13 @@ fn seen(dir: &std::path::Path, t: &Layered) -> Seen {
     let values = (0..KEYS + 20)
         .map(|i| (i, t.get(key(i)).unwrap().map(|v| v.to_vec())))
         .collect();
-    let delta = t
-        .delta_entries()
-        .into_iter()
-        .map(|(k, v)| (k.to_vec(), v.to_vec()));
+    let delta = t.delta().iter().map(|kv| {
+        let (k, v) = kv.unwrap();
+        (k.to_vec(), v.to_vec())
+    });
     let mut files: Vec<String> = std::fs::read_dir(dir.join(DIR_NAME))
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())
-        .filter(|f| !f.ends_with(".journal"))
         .collect();
     files.sort();
     Seen {
@@ -92,15 +78,10 @@ fn whats(t: &Layered, from: usize) -> Vec<&'static str> {
 #[test]
 fn a_fold_syncs_the_delta_then_the_run_then_the_directory() {
     let (dir, _db, t) = table();
-    // The journal made the runs' directory, synced into the database's.
+    // The first fold also made the runs' directory, synced into the database's.
     assert_eq!(
         whats(&t, 0),
-        [DELTA_SYNC, RUN_SYNC, MANIFEST_SYNC, DIR_SYNC]
-    );
-    let journal: Vec<_> = t.journal().syncs().done().iter().map(|d| d.what).collect();
-    assert_eq!(
-        &journal[..3],
-        [JOURNAL_DIR_SYNC, JOURNAL_SYNC, JOURNAL_DIR_SYNC]
+        [DELTA_SYNC, NEW_DIR_SYNC, RUN_SYNC, MANIFEST_SYNC, DIR_SYNC]
     );
     let before = seen(dir.path(), &t);
     let from = t.syncs().done().len();
@@ -146,30 +127,30 @@ fn a_failed_sync_leaves_the_table_as_it_was_and_the_next_fold_does_it_again() {
     }
 }
 
-/// The runs' directory made by the journal's first write, its entry's sync failing:
-/// the write fails and leaves nothing, and the next one makes the entry durable
-/// before writing a record in it.
+/// The runs' directory made by the first fold, its entry's sync failing: the fold
+/// fails, and the next one makes the entry durable before naming a run in it.
 #[test]
-fn a_new_directory_whose_sync_failed_is_synced_by_the_next_write() {
+fn a_new_directory_whose_sync_failed_is_synced_by_the_next_fold() {
     let dir = tempfile::tempdir().unwrap();
     let db = sled::open(dir.path().join("db")).unwrap();
     let t = Layered::open(&db, dir.path(), "persons").unwrap();
-    t.journal().syncs().fail(JOURNAL_DIR_SYNC, 0);
-    assert!(t.insert(key(1), value(1, 1)).is_err());
-    assert_eq!(t.delta_len(), 0);
-    assert!(!dir.path().join(DIR_NAME).exists());
-    t.insert(key(1), value(1, 1)).unwrap();
-    let journal: Vec<_> = t.journal().syncs().done().iter().map(|d| d.what).collect();
+    t.delta().insert(key(1), value(1, 1)).unwrap();
+    t.syncs().fail(NEW_DIR_SYNC, 0);
+    assert!(t.fold().is_err());
+    assert_eq!(t.delta().len(), 1);
+    assert!(t.run().is_none());
+    t.fold().unwrap();
     assert_eq!(
-        journal,
+        whats(&t, 0),
         [
-            JOURNAL_DIR_SYNC,
-            JOURNAL_SYNC,
-            JOURNAL_DIR_SYNC,
-            JOURNAL_SYNC
+            DELTA_SYNC,
+            DELTA_SYNC,
+            NEW_DIR_SYNC,
+            RUN_SYNC,
+            MANIFEST_SYNC,
+            DIR_SYNC
         ]
     );
-    drop(t);
-    let reopened = Layered::open(&db, dir.path(), "persons").unwrap();
-    assert_eq!(reopened.get(key(1)).unwrap().unwrap().to_vec(), value(1, 1));
+    assert_eq!(t.get(key(1)).unwrap().unwrap().to_vec(), value(1, 1));
+    assert!(t.delta().is_empty());
 }
