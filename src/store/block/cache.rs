@@ -18,7 +18,7 @@ use crate::support::sync::lock;
 pub const BYTES: usize = 32 * 1024 * 1024;
 
 /// Where a block's bytes are (file, offset, length and CRC).
-pub type Key = super::files::Pointer;
+pub type Key = super::pointer::Pointer;
 
 pub struct Cache {
     budget: usize,

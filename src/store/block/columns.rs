@@ -12,8 +12,7 @@
 use uuid::Uuid;
 
 use super::pack::{check_packed, le32, pack, Cursor};
-use super::props::Layout;
-use super::rows::Props;
+use super::props::{Layout, Props};
 use super::{Entry, Head};
 
 /// Fixed bytes per event in the columns, before the person and the texts.

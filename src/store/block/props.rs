@@ -321,3 +321,14 @@ fn value_end(b: &[u8], at: usize) -> Option<usize> {
 #[cfg(test)]
 #[path = "tests/props.rs"]
 mod tests;
+
+/// Where the events' properties are in the body.
+#[derive(Debug)]
+pub(super) enum Props {
+    /// Version 1: each head's `properties` is the JSON.
+    Plain,
+    /// Version 2: each head's `properties` is its packed JSON.
+    Packed,
+    /// Version 3: split by key.
+    ByKey(Layout),
+}

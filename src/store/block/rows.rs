@@ -11,7 +11,7 @@
 use serde_json::{Map, Value};
 
 use super::pack::unpack;
-use super::props::Layout;
+use super::props::Props;
 use super::{columns, count, decode_rows, files, range, Head, HEADER_LEN, ROWS};
 use super::{MAX_DECODED_BYTES, PREFIX_LEN, VERSION};
 use crate::store::event::StoredEvent;
@@ -24,17 +24,6 @@ pub struct Rows {
     /// Names and distinct ids point into `body`; `properties` as [`Props`] says.
     heads: Vec<Head>,
     props: Props,
-}
-
-/// Where the events' properties are in the body.
-#[derive(Debug)]
-pub(super) enum Props {
-    /// Version 1: each head's `properties` is the JSON.
-    Plain,
-    /// Version 2: each head's `properties` is its packed JSON.
-    Packed,
-    /// Version 3: split by key.
-    ByKey(Layout),
 }
 
 impl Rows {
