@@ -15,8 +15,10 @@ use super::error::{CompileError, ErrorKind};
 use super::filter::{Leaf, Scope, Source, UNSHARED};
 use super::flag::{Flag, FlagScope, Header, Logic};
 use super::graph;
-use super::needs::Needs;
 use super::property::Matching;
+
+pub(super) mod needs;
+use needs::Needs;
 
 /// A project's flag definitions, compiled. Immutable and cheap to share between threads.
 #[derive(Debug)]

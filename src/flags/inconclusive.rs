@@ -18,8 +18,8 @@
 
 use std::cell::Cell;
 
+use super::compile::needs::Reads;
 use super::compile::ProjectRules;
-use super::needs::Reads;
 use super::outcome::{Outcomes, Seen, Slot};
 use super::props::find;
 use super::result::Context;

@@ -38,7 +38,6 @@ mod hash;
 mod inconclusive;
 mod lint;
 mod load;
-mod needs;
 mod outcome;
 mod property;
 mod props;
