@@ -83,29 +83,6 @@ fn reopen_patience() -> Duration {
     })
 }
 
-/// Lower the calling thread's scheduling priority to `nice` (Linux keeps one per
-/// thread). Failure only costs throughput, so it is logged, not fatal.
-fn lower_priority(nice: i32) {
-    if nice <= 0 {
-        return;
-    }
-    #[cfg(target_os = "linux")]
-    {
-        // SAFETY: gettid takes no arguments; setpriority takes integers and changes
-        // only this thread's nice value.
-        let rc = unsafe {
-            let tid = libc::gettid();
-            libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, nice.min(19))
-        };
-        if rc != 0 {
-            tracing::warn!(
-                error = %std::io::Error::last_os_error(),
-                "cannot lower the compactor's priority"
-            );
-        }
-    }
-}
-
 /// The compactor's thread; stop it at shutdown.
 pub struct Handle {
     thread: JoinHandle<()>,
@@ -137,7 +114,7 @@ pub fn spawn(
     let stop = Arc::new(AtomicBool::new(false));
     let stop_flag = stop.clone();
     let thread = std::thread::Builder::new().name("compactor".into()).spawn(move || {
-        lower_priority(compactor.settings.nice);
+        crate::support::priority::lower(compactor.settings.nice, "compactor");
         let stats = compactor.stats();
         let mut last_retention: Option<Instant> = None;
         while !stop_flag.load(Ordering::SeqCst) {

@@ -1,15 +1,17 @@
 //! Small helpers every layer may use, none of which knows the rest of the crate:
 //! the wall clock in the forms the wire uses (`clock`), what a thread does while it
 //! idles (`idle`), the request memory budget (`memory`), the service manager's
-//! notifications (`notify`), lock helpers that survive a panicked holder (`sync`), the
-//! syncs a durability promise rests on, seen by tests (`syncs`), the reload lock and
-//! change detection of the files the server reloads by itself (`watch`), bytes as
-//! lowercase hex ([`hex`]) and a directory's entries made durable ([`sync_dir`]).
+//! notifications (`notify`), a background thread's nice value (`priority`), lock
+//! helpers that survive a panicked holder (`sync`), the syncs a durability promise
+//! rests on, seen by tests (`syncs`), the reload lock and change detection of the
+//! files the server reloads by itself (`watch`), bytes as lowercase hex ([`hex`]) and
+//! a directory's entries made durable ([`sync_dir`]).
 
 pub mod clock;
 pub mod idle;
 pub(crate) mod memory;
 pub(crate) mod notify;
+pub(crate) mod priority;
 pub(crate) mod sync;
 pub(crate) mod syncs;
 pub(crate) mod watch;

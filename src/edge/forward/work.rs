@@ -32,7 +32,7 @@ impl Work {
             let spawned = std::thread::Builder::new()
                 .name(format!("forwarder-{i}"))
                 .spawn(move || {
-                    lower_priority(nice);
+                    crate::support::priority::lower(nice, "forwarder");
                     loop {
                         let job = crate::support::sync::lock(&queue).recv();
                         match job {
@@ -63,29 +63,6 @@ impl Work {
         });
         self.jobs.send(job).ok()?;
         rx.await.ok()
-    }
-}
-
-/// Lower the calling thread's scheduling priority to `nice` (Linux keeps one per
-/// thread). Failure only costs capture some throughput, so it is logged, not fatal.
-fn lower_priority(nice: i32) {
-    if nice <= 0 {
-        return;
-    }
-    #[cfg(target_os = "linux")]
-    {
-        // SAFETY: gettid takes no arguments; setpriority takes integers and changes
-        // only this thread's nice value.
-        let rc = unsafe {
-            let tid = libc::gettid();
-            libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, nice.min(19))
-        };
-        if rc != 0 {
-            tracing::warn!(
-                error = %std::io::Error::last_os_error(),
-                "cannot lower the forwarder's priority"
-            );
-        }
     }
 }
 
