@@ -67,7 +67,7 @@ pub(super) struct Seen {
 }
 
 impl Seen {
-    pub(super) const SLOTS: usize = 64;
+    pub(super) const SLOTS: usize = super::compile::needs::SLOTS;
 }
 
 /// One computed flag of [`Outcomes`].

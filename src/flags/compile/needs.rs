@@ -17,9 +17,9 @@ use super::super::filter::{CohortRef, FlagRef, Leaf, Source};
 use super::super::flag::{Aggregation, Condition, Logic};
 use super::{ProjectRules, DISTINCT_ID};
 
-/// The person keys a check tracks one bit each: the width of the evaluation's `Seen`
-/// masks (`flags::outcome`), a `u64`.
-const SLOTS: usize = u64::BITS as usize;
+/// The person keys a check tracks one bit each: the width of a `u64` mask, as the
+/// evaluation's `Seen` (`flags::outcome`) records them.
+pub(in crate::flags) const SLOTS: usize = u64::BITS as usize;
 
 /// The needs of every flag of one set of rules.
 #[derive(Debug, Default)]
