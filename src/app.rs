@@ -305,7 +305,14 @@ mod tests {
     fn readiness_follows_the_log_the_compactor_the_disk_and_shutdown() {
         let dir = tempfile::tempdir().unwrap();
         let config = Config::new(dir.path().join("data"), dir.path().join("db"));
-        let (app, pipeline) = open(config);
+        let (mut app, pipeline) = open(config);
+        assert!(app.is_ready() && app.accepts_writes());
+        // The live compactor thread sets its health after every step; stats of its own
+        // let the test hold the failing state without racing it.
+        app.compactor = Arc::new(compactor::Stats {
+            healthy: AtomicBool::new(true),
+            ..compactor::Stats::default()
+        });
         assert!(app.is_ready() && app.accepts_writes());
         // A failing compactor: no new writes, not ready.
         app.compactor.healthy.store(false, Ordering::SeqCst);
