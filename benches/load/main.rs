@@ -23,6 +23,7 @@ mod disk;
 mod edge;
 mod flags;
 mod forward;
+mod forward_report;
 mod memory;
 mod payloads;
 mod person_events;
@@ -75,7 +76,7 @@ struct Args {
     /// figures for each tenth, then disk at rest, restarts and lookups), wrk (capture and decide under Debian's
     /// `wrk -t1 -c64`, for --seconds, --rounds times) or forward (an edge in front of an
     /// upstream flagpost: --forward-events drained, wrk capture with forwarding on and
-    /// off, an outage of --outage-seconds at --rate); repeat for several [default all
+    /// off, an outage of --outage-seconds at --forward-rate); repeat for several [default all
     /// but memory, disk, sink, console, scale, wrk and forward]
     #[argh(option)]
     scenario: Vec<String>,
@@ -83,10 +84,14 @@ struct Args {
     /// [default 200000]
     #[argh(option, default = "200_000")]
     forward_events: usize,
-    /// forward scenario: seconds upstream is down while capture goes on at --rate
-    /// (default 20000 events/s) [default 60]
+    /// forward scenario: seconds upstream is down while capture goes on at
+    /// --forward-rate [default 60]
     #[argh(option, default = "60")]
     outage_seconds: u64,
+    /// forward scenario: events/s captured at the edge through the outage and its
+    /// drain [default 5000]
+    #[argh(option, default = "forward::DEFAULT_RATE")]
+    forward_rate: f64,
     /// disk scenario: events to ingest before measuring the database at rest
     /// [default 200000]
     #[argh(option, default = "200_000")]
@@ -204,6 +209,9 @@ fn config(args: Args) -> Result<Config, String> {
     if args.seconds == 0 || args.connections == 0 {
         return Err("--seconds and --connections must be at least 1".into());
     }
+    if !(args.forward_rate.is_finite() && args.forward_rate > 0.0) {
+        return Err("--forward-rate must be a number of events/s above 0".into());
+    }
     let with_memory = args.scenario.iter().any(|name| name == memory::NAME);
     let with_sink_scenario = args.scenario.iter().any(|name| name == sink::NAME);
     let with_console = args.scenario.iter().any(|name| name == console::NAME);
@@ -282,10 +290,7 @@ fn config(args: Args) -> Result<Config, String> {
         forward: with_forward.then(|| forward::Settings {
             events: args.forward_events.max(payloads::BATCH_EVENTS),
             outage: Duration::from_secs(args.outage_seconds.max(1)),
-            rate: args
-                .rate
-                .filter(|r| *r > 0.0)
-                .unwrap_or(forward::DEFAULT_RATE),
+            rate: args.forward_rate,
             connections: args.connections,
             measure: Duration::from_secs(args.seconds),
             warmup: Duration::from_millis(args.warmup_ms),
@@ -382,6 +387,9 @@ fn run(config: Config) -> Result<(), String> {
     if let Some(settings) = &config.forward {
         let report = forward::run(&runtime, settings, &data_dir, dir.path())?;
         forward::report(&report);
+        if let Some(failed) = report.failures() {
+            return Err(format!("the forward scenario did not finish: {failed}"));
+        }
     }
     if let Some(settings) = &config.sink {
         let report = sink::run(&runtime, settings, &data_dir, &dir.path().join("sink"))?;

@@ -39,7 +39,30 @@ pub struct Parsed<'a> {
 /// [`parse_tape`], also keeping the body as sent: a kept event whose bytes there are
 /// already in the stored form is copied from it instead of written out again.
 pub fn parse_tape_keeping(bytes: &mut [u8]) -> Result<Parsed<'_>, Error> {
+    if bytes.len() > SCRATCH_MAX_BYTES && bytes.len() <= KEEP_MAX_BYTES {
+        return parse_large_keeping(bytes);
+    }
     parse_tape_within(bytes, SCRATCH_MAX_BYTES)
+}
+
+/// A body past the scratch, parsed beside a copy of it as sent. As for a small body,
+/// the depth is read off the tape and the bytes are scanned only when the parse
+/// fails (from the copy: simd-json rewrote the body), so nesting too deep is still
+/// the error reported before any other.
+fn parse_large_keeping(bytes: &mut [u8]) -> Result<Parsed<'_>, Error> {
+    let original = bytes.to_vec();
+    let mut buffers = Buffers::new(bytes.len());
+    match simd_json::to_tape_with_buffers(bytes, &mut buffers) {
+        Ok(tape) if deeper_than(&tape.0, MAX_DEPTH) => Err(too_deep(MAX_DEPTH)),
+        Ok(tape) => Ok(Parsed {
+            tape: tape.0,
+            original: Some(original),
+        }),
+        Err(e) => {
+            check_depth(&original, MAX_DEPTH)?;
+            Err(Error::InvalidJson(e.to_string()))
+        }
+    }
 }
 
 /// [`parse_tape`], reusing this thread's scratch memory for bodies up to `scratch_max`
@@ -48,7 +71,8 @@ pub fn parse_tape_keeping(bytes: &mut [u8]) -> Result<Parsed<'_>, Error> {
 /// A small body is parsed first and its depth read off the tape, which is far cheaper
 /// than a pass over its bytes; only a body that fails to parse is scanned, from a copy
 /// (simd-json rewrites strings in place), so that nesting too deep is still the error
-/// reported before any other. A large body is scanned first, not copied.
+/// reported before any other. A large body is scanned first, not copied (but see
+/// [`parse_large_keeping`]).
 fn parse_tape_within(bytes: &mut [u8], scratch_max: usize) -> Result<Parsed<'_>, Error> {
     if bytes.len() > scratch_max {
         check_depth(bytes, MAX_DEPTH)?;
@@ -154,6 +178,12 @@ pub fn recycle(tape: Vec<Node<'_>>) {
 /// this size: simd-json's copies and indexes, and the tape), so a request does not
 /// allocate and page in fresh buffers for them. A batch of 100 events is ~60 KiB.
 const SCRATCH_MAX_BYTES: usize = 256 * 1024;
+/// Bodies past the scratch, up to this size, are still kept as sent by
+/// [`parse_tape_keeping`]: the copy is one memcpy, where writing each event out
+/// again a value at a time costs about as much as parsing it (an edge forwards
+/// 1000-event bodies of about 500 KiB). It adds one body to the few a large decode
+/// holds; PostHog's capture refuses bodies past 20 MB.
+const KEEP_MAX_BYTES: usize = 32 * 1024 * 1024;
 /// A tape kept for reuse holds at most this many nodes (24 bytes each): simd-json
 /// reserves one per structural character of the body, about one in six bytes of an
 /// event.
@@ -302,11 +332,13 @@ mod tests {
                     .map(|_| ())
                     .map_err(|e| Error::InvalidJson(e.to_string()))
             });
+            let shown = String::from_utf8_lossy(&input[..input.len().min(80)]).into_owned();
             for scratch_max in [0, usize::MAX] {
                 let got = parse_tape_within(&mut input.clone(), scratch_max).map(|_| ());
-                let shown = String::from_utf8_lossy(&input[..input.len().min(80)]).into_owned();
                 assert_eq!(got, scanned, "{scratch_max}: {shown}");
             }
+            let got = parse_large_keeping(&mut input.clone()).map(|_| ());
+            assert_eq!(got, scanned, "kept: {shown}");
         }
         let sibling = format!("[{},{}]", deep(MAX_DEPTH - 1, ""), deep(MAX_DEPTH - 1, ""));
         assert!(parse_tape(&mut sibling.into_bytes()).is_ok());

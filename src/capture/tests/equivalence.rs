@@ -157,6 +157,30 @@ fn real_client_payloads() {
         "batch": events,
     });
     same("envelope", &serde_json::to_vec(&envelope).unwrap());
+    // Past the parse's scratch (256 KiB), as an edge forwards 1000 events at once:
+    // the same records, and every event in the stored form copied as sent.
+    let many: Vec<Value> = events
+        .iter()
+        .cycle()
+        .take(events.len() * 12)
+        .cloned()
+        .collect();
+    let big = serde_json::to_vec(&serde_json::json!({"api_key": "phc_k", "batch": many})).unwrap();
+    assert!(big.len() > 256 * 1024, "{} bytes", big.len());
+    same("large envelope", &big);
+    let mut bytes = big.clone();
+    let payload = parse(&mut bytes, false).unwrap();
+    let copied = payload
+        .events()
+        .filter(|e| super::data::as_sent(*e).is_some());
+    let plain = many
+        .iter()
+        .filter(|e| !serde_json::to_vec(e).unwrap().contains(&b'\\'));
+    assert!(
+        plain.clone().count() > 0,
+        "the fixture has events without escapes"
+    );
+    assert_eq!(copied.count(), plain.count());
     // The lz64 capture fixture's payloads, one per path.
     let fixture: Map<String, Value> =
         serde_json::from_str(include_str!("../../../tests/fixtures/lz64_capture.json")).unwrap();
