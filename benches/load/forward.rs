@@ -173,15 +173,15 @@ pub fn run(
     });
     announce("drain", &drain);
 
-    let (mut rounds, mut wrk_failed, mut forwarded) = (Vec::new(), None, (0, 0));
-    match runtime.block_on(Sink::start(&upstream_listen)) {
+    let (mut rounds, mut forwarded) = (Vec::new(), (0, 0));
+    let wrk_failed = match runtime.block_on(Sink::start(&upstream_listen)) {
         Ok(sink) => {
             let done = capture_rounds(runtime, settings, dir, edge.addr, plain.addr, &mut rounds);
             forwarded = sink.stop();
-            wrk_failed = done.err();
+            done.err()
         }
-        Err(e) => wrk_failed = Some(e),
-    }
+        Err(e) => Some(e),
+    };
     announce("wrk rounds", &wrk_failed.clone().map_or(Ok(()), Err));
 
     let outage = runtime.block_on(outage(settings, &bodies, edge.addr, start_upstream));

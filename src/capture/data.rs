@@ -277,10 +277,13 @@ mod tests {
     }
 
     #[test]
-    fn a_body_too_large_to_copy_is_written() {
+    fn a_body_past_the_scratch_is_copied_and_one_too_large_to_copy_is_written() {
         let many: Vec<String> = (0..20_000).map(|n| format!(r#""k{n}":{n}"#)).collect();
         let body = format!("{{{}}}", many.join(","));
         assert!(body.len() > 256 * 1024);
+        assert!(copied(&body));
+        // Past the 32 MiB kept as sent.
+        let body = format!(r#"{{"event":"e","p":"{}"}}"#, "x".repeat(32 << 20));
         assert!(!copied(&body));
     }
 
