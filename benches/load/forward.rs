@@ -390,7 +390,7 @@ async fn time_drain(
         if started.elapsed() > LIMIT {
             let delivered = match first {
                 Some(t) => format!("{:.0} s after the first delivery", (now - t).as_secs_f64()),
-                None => "nothing delivered".into(),
+                None => "never below where it started".into(),
             };
             return Err(format!(
                 "the backlog is still {backlog:.0} (from {from:.0}, drained means at most {floor:.0}) after {LIMIT:?}, {delivered}"
