@@ -366,14 +366,20 @@ fn retry_after(headers: &hyper::HeaderMap) -> Duration {
 /// The lookups after the ingest: a person's (each time another person, spread over
 /// the id space), then the read API's and the console's pages of issue 38 (the same
 /// page each time, as the events page's live tail asks it), to see which grow with
-/// the database.
+/// the database: events of a name most events have, of a rarer one (one in twenty),
+/// of a rare one (one in two hundred, all sent early in the run), of a name no event
+/// has, and of a name and a person at once.
 const KINDS: &[&str] = &[
     "person by distinct id",
     "a person's events",
     "/decide, stored person",
     "events, newest 100",
+    "events named $pageview",
     "events named $identify",
+    "events named $create_alias",
     "events of a name none has",
+    "a person's $identify",
+    "console events, $create_alias",
     "persons, first 100",
     "console persons, newest",
     "console insights, 7 days",
@@ -404,8 +410,20 @@ fn lookup_request(kind: &str, id: &str, cookie: &str) -> hyper::http::Result<Req
                 serde_json::json!({"token": flags::API_KEY, "distinct_id": id}).to_string(),
             ))),
         "events, newest 100" => api("/api/projects/1/events/?limit=100".into()),
+        "events named $pageview" => {
+            api("/api/projects/1/events/?event=%24pageview&limit=100".into())
+        }
         "events named $identify" => {
             api("/api/projects/1/events/?event=%24identify&limit=100".into())
+        }
+        "events named $create_alias" => {
+            api("/api/projects/1/events/?event=%24create_alias&limit=100".into())
+        }
+        "a person's $identify" => api(format!(
+            "/api/projects/1/events/?distinct_id={id}&event=%24identify&limit=100"
+        )),
+        "console events, $create_alias" => {
+            console("/console/api/events?event=%24create_alias&limit=50")
         }
         "events of a name none has" => {
             api("/api/projects/1/events/?event=none-has-it&limit=100".into())

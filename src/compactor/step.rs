@@ -249,22 +249,23 @@ impl Compactor {
                 let mut next_block = first_block;
                 let mut written = Vec::new();
                 for (project, list) in entries {
-                    for (newest, value, distinct_ids) in block::build_indexed(list) {
-                        let key = keys::block(project, newest, next_block);
-                        let id = next_block;
+                    for built in block::build_indexed(list) {
+                        let key = keys::block(project, built.newest, next_block);
                         let block = event_index::BlockRef {
-                            id,
+                            id: next_block,
                             project,
-                            newest,
+                            newest: built.newest,
+                            oldest: built.oldest,
                         };
                         // Before the commit, so a read never finds a committed block
                         // missing from the index; one naming a block that is not (yet)
                         // stored passes over it.
                         t.event_index.add(&[event_index::NewBlock {
                             block,
-                            distinct_ids,
+                            distinct_ids: built.distinct_ids,
+                            events: built.events,
                         }]);
-                        let pointer = match blocks.append(&value) {
+                        let pointer = match blocks.append(&built.value) {
                             Ok(pointer) => pointer,
                             Err(e) => return Err(blocks_failed(e)),
                         };

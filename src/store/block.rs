@@ -96,22 +96,43 @@ impl Entry {
 pub fn build(entries: Vec<Entry>) -> Vec<(i64, Vec<u8>)> {
     build_indexed(entries)
         .into_iter()
-        .map(|(newest, value, _)| (newest, value))
+        .map(|b| (b.newest, b.value))
         .collect()
 }
 
-/// [`build`], with each block's distinct ids (sorted, once each) for the event index.
-pub fn build_indexed(mut entries: Vec<Entry>) -> Vec<(i64, Vec<u8>, Vec<String>)> {
+/// A block made by [`build_indexed`]: its value and what the event index keeps of it.
+#[derive(Debug)]
+pub struct Built {
+    pub newest: i64,
+    pub oldest: i64,
+    pub value: Vec<u8>,
+    /// Its events' distinct ids, sorted, once each.
+    pub distinct_ids: Vec<String>,
+    /// Its events' names, sorted, once each.
+    pub events: Vec<String>,
+}
+
+/// [`build`], with each block's times, distinct ids and event names for the event
+/// index.
+pub fn build_indexed(mut entries: Vec<Entry>) -> Vec<Built> {
     entries.sort_unstable_by_key(Entry::order);
     let mut out = Vec::new();
     let mut start = 0;
     let mut bytes = 0;
     let mut push = |part: &[Entry]| {
         let (newest, value) = encode(part);
-        let mut ids: Vec<String> = part.iter().map(|e| e.distinct_id.clone()).collect();
-        ids.sort_unstable();
-        ids.dedup();
-        out.push((newest, value, ids));
+        let once = |mut texts: Vec<String>| {
+            texts.sort_unstable();
+            texts.dedup();
+            texts
+        };
+        out.push(Built {
+            newest,
+            oldest: part.first().map_or(newest, |e| e.timestamp),
+            value,
+            distinct_ids: once(part.iter().map(|e| e.distinct_id.clone()).collect()),
+            events: once(part.iter().map(|e| e.event.clone()).collect()),
+        });
     };
     for i in 0..entries.len() {
         let len = entries[i].encoded_len();
@@ -157,11 +178,11 @@ pub fn count(value: &[u8]) -> Option<u32> {
     Some(u32::from_le_bytes(value.get(1..5)?.try_into().ok()?))
 }
 
-/// A decoded block: its bytes and where each event's parts are.
+/// A decoded block with every event's properties made: [`Rows`] whose properties are
+/// laid out whole, so each one is a slice of the body (what the sink sends as is).
 #[derive(Debug)]
 pub struct Block {
-    body: Vec<u8>,
-    heads: Vec<Head>,
+    rows: Rows,
 }
 
 /// An event's header, pointing into the block's bytes.
@@ -184,29 +205,25 @@ impl Block {
 
     /// The events' headers, oldest first.
     pub fn heads(&self) -> &[Head] {
-        &self.heads
+        self.rows.heads()
     }
 
     pub fn event(&self, h: &Head) -> &str {
-        self.text(h.event)
+        self.rows.event(h)
     }
 
     pub fn distinct_id(&self, h: &Head) -> &str {
-        self.text(h.distinct_id)
+        self.rows.distinct_id(h)
     }
 
     /// The properties as stored: compact JSON text (the ClickHouse sink sends it as is).
     pub fn properties(&self, h: &Head) -> &[u8] {
-        &self.body[range(h.properties)]
-    }
-
-    fn text(&self, r: (u32, u32)) -> &str {
-        std::str::from_utf8(&self.body[range(r)]).unwrap_or_default()
+        self.rows.bytes(h.properties)
     }
 
     /// The whole event; properties that do not parse read as none.
     pub fn stored(&self, h: &Head) -> StoredEvent {
-        let properties = match serde_json::from_slice(&self.body[range(h.properties)]) {
+        let properties = match serde_json::from_slice(self.properties(h)) {
             Ok(Value::Object(p)) => p,
             _ => Map::new(),
         };

@@ -225,12 +225,15 @@ fn read_event_index(trees: &Trees, report: &mut Report) {
         ));
         return;
     }
-    if let Err(e) = index.verify() {
-        report.notes.push(format!(
-            "event index: a run does not read ({e}); remove the database's event_index/ to build it again"
-        ));
-        return;
-    }
+    let (distinct_ids, names) = match index.verify() {
+        Ok(counted) => counted,
+        Err(e) => {
+            report.notes.push(format!(
+                "event index: a run does not read ({e}); remove the database's event_index/ to build it again"
+            ));
+            return;
+        }
+    };
     let uncovered = trees
         .events
         .iter()
@@ -239,8 +242,8 @@ fn read_event_index(trees: &Trees, report: &mut Report) {
         .filter(|&id| id >= s.covered)
         .count();
     report.notes.push(format!(
-        "event index: {} runs, {} distinct ids, {} blocks, {} bytes; {uncovered} blocks stored since, indexed when the server starts",
-        s.runs, s.entries, s.blocks, s.bytes
+        "event index: {} runs, {distinct_ids} distinct ids and {names} event names, {} blocks, {} bytes; {uncovered} blocks stored since, indexed when the server starts",
+        s.runs, s.blocks, s.bytes
     ));
 }
 

@@ -236,6 +236,14 @@ impl Events {
         matches!(self.blocks, Source::Index(..))
     }
 
+    /// How many blocks the index named to read, when it answers.
+    fn named_blocks(&self) -> Option<usize> {
+        match &self.blocks {
+            Source::Index(named, _) => Some(named.len()),
+            Source::Scan(_) => None,
+        }
+    }
+
     /// How many blocks are held decoded right now.
     fn decoded_blocks(&self) -> usize {
         let decoded = |l: &&Loaded| matches!(l, Loaded::Block { .. });
@@ -279,8 +287,9 @@ pub fn cursor_place(project: u64, cursor: &[u8]) -> Option<Place> {
 
 /// Matching events of `project`, newest first, strictly below `cursor` if given. A
 /// cursor that is not one of this project's places matches nothing. A filter naming
-/// a distinct id or a person reads only the blocks the event index names for its
-/// distinct ids, once the index is built; until then every block is read.
+/// a distinct id, a person or an event name reads only the blocks the event index
+/// names for them (for both, the blocks in each), once the index is built; until then
+/// every block is read.
 pub fn events(trees: &Trees, project: u64, filter: EventFilter, cursor: Option<&[u8]>) -> Events {
     let below = cursor.map(|c| cursor_place(project, c));
     let empty = matches!(below, Some(None));
@@ -300,13 +309,21 @@ pub fn events(trees: &Trees, project: u64, filter: EventFilter, cursor: Option<&
         failed = Some(e);
         None
     });
-    let through_index = match &who {
-        Some(w) if !empty && failed.is_none() => indexed(trees, project, w, oldest, newest_block)
-            .unwrap_or_else(|e| {
-                failed = Some(e);
-                None
-            }),
-        _ => None,
+    let asks = who.is_some() || filter.event.is_some();
+    let through_index = match asks && !empty && failed.is_none() {
+        true => indexed(
+            trees,
+            project,
+            who.as_ref(),
+            filter.event.as_deref(),
+            oldest,
+            newest,
+        )
+        .unwrap_or_else(|e| {
+            failed = Some(e);
+            None
+        }),
+        false => None,
     };
     let blocks = through_index.unwrap_or_else(|| scan(trees, project, oldest, newest_block, empty));
     Events {

@@ -1,8 +1,9 @@
-//! A person's events through the read API: `distinct_id` and `person_id` (every
-//! distinct id of the person, as PostHog answers it) page by page, the same whether
-//! the event index answers or, on a database stored without it, the scan does while
-//! the index is built in the background; SIGKILLs in the middle of that build and in
-//! the middle of the index's folds and merges.
+//! A person's events and the events of a name through the read API: `distinct_id`,
+//! `person_id` (every distinct id of the person, as PostHog answers it), `event`, and
+//! those together and with `after`/`before`, page by page, the same whether the event
+//! index answers or, on a database stored without it, the scan does while the index
+//! is built in the background; SIGKILLs in the middle of that build and in the middle
+//! of the index's folds and merges.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -75,39 +76,75 @@ fn pages(server: &Server, query: &str) -> Vec<String> {
     }
 }
 
-/// The answers for a few distinct ids and persons, by query.
-fn answers(server: &Server, persons: &BTreeMap<usize, String>) -> BTreeMap<String, Vec<String>> {
-    let mut out = BTreeMap::new();
+/// What each query must answer: whether a stored event is one of its events.
+type Queries = Vec<(String, Box<dyn Fn(&Value) -> bool>)>;
+
+/// Queries by a few distinct ids and persons, by names, by both and with a time range
+/// (`after` and `before` from the stored events' times, so that it holds some).
+fn queries(persons: &BTreeMap<usize, String>, stored: &[Value]) -> Queries {
+    let field = |e: &Value, f: &str| e[f].as_str().unwrap_or_default().to_owned();
+    let at = |i: usize| field(&stored[i], "timestamp");
+    let (after, before) = (at(stored.len() * 2 / 3), at(stored.len() / 3));
+    let mut out: Queries = Vec::new();
     for k in [0, 7, 19] {
-        for id in [format!("anon-{k}"), format!("user-{k}")] {
-            let q = format!("distinct_id={id}");
-            out.insert(q.clone(), pages(server, &q));
+        let (anon, user) = (format!("anon-{k}"), format!("user-{k}"));
+        for id in [anon.clone(), user.clone()] {
+            let d = id.clone();
+            out.push((
+                format!("distinct_id={id}"),
+                Box::new(move |e: &Value| field(e, "distinct_id") == d),
+            ));
         }
-        let q = format!("person_id={}", persons[&k]);
-        out.insert(q.clone(), pages(server, &q));
+        let both = move |e: &Value| [&anon, &user].contains(&&field(e, "distinct_id"));
+        let person = &persons[&k];
+        out.push((format!("person_id={person}"), Box::new(both.clone())));
+        out.push((
+            format!("person_id={person}&event=e2"),
+            Box::new(move |e: &Value| both(e) && field(e, "event") == "e2"),
+        ));
     }
+    for (query, name) in [("e1", "e1"), ("%24identify", "$identify"), ("none", "none")] {
+        out.push((
+            format!("event={query}"),
+            Box::new(move |e: &Value| field(e, "event") == name),
+        ));
+    }
+    out.push((
+        "event=e0&distinct_id=anon-7".into(),
+        Box::new(move |e: &Value| field(e, "event") == "e0" && field(e, "distinct_id") == "anon-7"),
+    ));
+    let (a, b) = (after.clone(), before.clone());
+    out.push((
+        format!("event=e2&after={after}&before={before}"),
+        Box::new(move |e: &Value| {
+            let t = field(e, "timestamp");
+            field(e, "event") == "e2" && a <= t && t < b
+        }),
+    ));
     out
 }
 
+/// The answers of the queries, by query.
+fn answers(server: &Server, queries: &Queries) -> BTreeMap<String, Vec<String>> {
+    queries
+        .iter()
+        .map(|(q, _)| (q.clone(), pages(server, q)))
+        .collect()
+}
+
 /// What the answers must be, from every stored event (newest first).
-fn expected(stored: &[Value], persons: &BTreeMap<usize, String>) -> BTreeMap<String, Vec<String>> {
-    let ids = |keep: &dyn Fn(&str) -> bool| -> Vec<String> {
+fn expected(stored: &[Value], queries: &Queries) -> BTreeMap<String, Vec<String>> {
+    let ids = |keep: &dyn Fn(&Value) -> bool| -> Vec<String> {
         stored
             .iter()
-            .filter(|e| keep(e["distinct_id"].as_str().unwrap()))
+            .filter(|e| keep(e))
             .map(|e| e["id"].as_str().unwrap().to_owned())
             .collect()
     };
-    let mut out = BTreeMap::new();
-    for k in [0, 7, 19] {
-        let (anon, user) = (format!("anon-{k}"), format!("user-{k}"));
-        for id in [&anon, &user] {
-            out.insert(format!("distinct_id={id}"), ids(&|d| d == id));
-        }
-        let both = ids(&|d| d == anon || d == user);
-        out.insert(format!("person_id={}", persons[&k]), both);
-    }
-    out
+    queries
+        .iter()
+        .map(|(q, keep)| (q.clone(), ids(keep)))
+        .collect()
 }
 
 fn persons(server: &Server) -> BTreeMap<usize, String> {
@@ -184,9 +221,17 @@ fn a_persons_events_page_alike_through_the_index_and_a_killed_build() {
     let stored = server.settle(1);
     assert_eq!(stored.len(), 24 * BATCH + PEOPLE);
     let persons = persons(&server);
-    let want = expected(&stored, &persons);
-    assert!(want.values().all(|ids| ids.len() >= 200));
-    assert_eq!(answers(&server, &persons), want, "through the index");
+    let queries = queries(&persons, &stored);
+    let want = expected(&stored, &queries);
+    for (q, ids) in &want {
+        let least = match q.as_str() {
+            "event=none" => 0,
+            q if q.contains("event=") => PEOPLE,
+            _ => 200,
+        };
+        assert!(ids.len() >= least, "{q}: {}", ids.len());
+    }
+    assert_eq!(answers(&server, &queries), want, "through the index");
     let r = server.api("/api/projects/1/events/?person_id=nope", PERSONAL_ONE);
     assert_eq!(r.status, 400, "{}", r.text());
     assert_eq!(server.stop(), Some(0));
@@ -213,11 +258,11 @@ fn a_persons_events_page_alike_through_the_index_and_a_killed_build() {
 
     let server = Server::spawn(tmp.path(), &[]);
     // The scan answers while the build is under way, the index after: the same.
-    assert_eq!(answers(&server, &persons), want, "while building");
+    assert_eq!(answers(&server, &queries), want, "while building");
     wait_for("the index build to end", || {
         server.log().contains("event index built").then_some(())
     });
-    assert_eq!(answers(&server, &persons), want, "after the build");
+    assert_eq!(answers(&server, &queries), want, "after the build");
     // New events go through the compactor's recent part beside the built runs.
     let r = server.post(
         "/capture/",
@@ -295,7 +340,8 @@ fn a_persons_events_survive_kills_during_folds_and_merges_of_the_index() {
     );
     applied(&server);
     let stored = server.settle(1);
-    assert_eq!(answers(&server, &persons), expected(&stored, &persons));
+    let queries = queries(&persons, &stored);
+    assert_eq!(answers(&server, &queries), expected(&stored, &queries));
     // No run left half made, and merges kept the runs few: at most the limit, one
     // more the worker had yet to merge, and the recent part a clean stop writes out.
     assert_eq!(server.stop(), Some(0));

@@ -1,8 +1,9 @@
-//! A person's events through the event index: exactly what a scan of every block
-//! finds and what was stored, for distinct ids and for persons whose distinct ids
-//! were merged, across many blocks, folds and merges of the index's runs, retention,
-//! a restart that lost the recent part, and an index built for a database stored
-//! without one.
+//! Events through the event index: exactly what a scan of every block finds and what
+//! was stored, for distinct ids, for persons whose distinct ids were merged, for event
+//! names and for both at once, with time filters, across many blocks, folds and merges
+//! of the index's runs, retention, a restart that lost the recent part, an index built
+//! for a database stored without one (or with one of an older format), and a restart
+//! in the middle of that build.
 
 use std::collections::BTreeSet;
 
@@ -72,10 +73,26 @@ fn scanned(trees: &Trees, dir: &std::path::Path, filter: &EventFilter) -> Vec<Uu
     out
 }
 
-/// The filters a person page and the read API make: by distinct id, by person, with
-/// time and name filters.
+/// The filters a person page and the read API make: by distinct id, by person, by
+/// name, and those with one another and with time filters.
 fn filters(trees: &Trees) -> Vec<EventFilter> {
     let mut out = Vec::new();
+    for name in ["e1", "$identify", "$create_alias", "none has it"] {
+        let named = EventFilter {
+            event: Some(name.into()),
+            ..EventFilter::default()
+        };
+        out.push(named.clone());
+        out.push(EventFilter {
+            after: Some(NOW - 150 * HOUR),
+            before: Some(NOW - 30 * HOUR + 17),
+            ..named.clone()
+        });
+        out.push(EventFilter {
+            distinct_id: Some("user-4".into()),
+            ..named.clone()
+        });
+    }
     for k in [0, 5, 11] {
         for who in ["anon", "user", "alias"] {
             out.push(EventFilter {
@@ -99,6 +116,11 @@ fn filters(trees: &Trees) -> Vec<EventFilter> {
         out.push(EventFilter {
             person_id: person,
             distinct_id: Some(format!("user-{k}")),
+            ..EventFilter::default()
+        });
+        out.push(EventFilter {
+            person_id: person,
+            event: Some("e2".into()),
             ..EventFilter::default()
         });
     }
@@ -283,24 +305,14 @@ fn a_database_stored_without_the_index_builds_it() {
     f.drain();
     // As a database written before the index: no directory at all.
     std::fs::remove_dir_all(f._dir.path().join(event_index::DIR_NAME)).unwrap();
-    let trees = Trees::open(&f.db, f._dir.path()).unwrap();
-    assert!(!trees.event_index.is_complete());
-    let mut passes = 0;
-    loop {
-        passes += 1;
-        match trees.event_index.step(&trees).unwrap() {
-            Step::Built { done, total } if done == total => break,
-            Step::Built { .. } => {}
-            other => panic!("{other:?} before the build was done"),
-        }
-    }
+    reopen(&mut f);
+    assert!(!f.trees.event_index.is_complete());
+    let passes = build(&f.trees);
     assert!(passes > 5, "{passes} batches");
-    let status = trees.event_index.status();
+    let status = f.trees.event_index.status();
     assert!(status.complete);
-    assert_eq!(status.blocks as usize, stored_blocks(&trees).len());
-    settle(&trees);
-    f.trees = trees.clone();
-    f.compactor.trees = trees;
+    assert_eq!(status.blocks as usize, stored_blocks(&f.trees).len());
+    settle(&f.trees);
     check_answers(&f, &f.trees);
 }
 
@@ -320,4 +332,90 @@ fn an_index_claiming_blocks_the_database_lacks_is_built_again() {
     let trees = Trees::open(&f.db, f._dir.path()).unwrap();
     assert_eq!(trees.event_index.status().runs, 0);
     f.trees.meta.insert(keys::NEXT_BLOCK_KEY, next).unwrap();
+}
+
+/// The database opened again, as at a restart, for the reads and the compactor.
+fn reopen(f: &mut Fixture) {
+    let trees = Trees::open(&f.db, f._dir.path()).unwrap();
+    f.trees = trees.clone();
+    f.compactor.trees = trees;
+}
+
+/// Build passes until one says the build is done; how many there were.
+fn build(trees: &Trees) -> usize {
+    let mut passes = 0;
+    loop {
+        passes += 1;
+        match trees.event_index.step(trees).unwrap() {
+            Step::Built { done, total } if done == total => return passes,
+            Step::Built { .. } => {}
+            other => panic!("{other:?} before the build was done"),
+        }
+    }
+}
+
+#[test]
+fn an_index_of_the_older_format_is_set_aside_and_built_again() {
+    let mut f = fixture(Compaction::default());
+    f.push(&story(1_200, 200));
+    f.drain();
+    // As the first format left it: a manifest of version 1 naming a run of its own.
+    let dir = f._dir.path().join(event_index::DIR_NAME);
+    std::fs::remove_dir_all(&dir).unwrap();
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("MANIFEST"),
+        "flagpost event index 1\ncovered 100000\nnext 4\nrun 3\n",
+    )
+    .unwrap();
+    std::fs::write(dir.join("3.run"), b"a run of the first format").unwrap();
+    reopen(&mut f);
+    let status = f.trees.event_index.status();
+    let why = status.set_aside.unwrap_or_default();
+    assert!(why.contains("older format"), "{why}");
+    assert!(!status.complete && status.runs == 0);
+    assert!(!dir.join("3.run").exists());
+    assert!(build(&f.trees) > 5);
+    settle(&f.trees);
+    check_answers(&f, &f.trees);
+}
+
+#[test]
+fn a_build_restarted_midway_with_folds_during_it_answers_exactly() {
+    let mut f = fixture(Compaction::default());
+    let records = story(3_000, 400);
+    f.push(&records[..1_500]);
+    f.drain();
+    std::fs::remove_dir_all(f._dir.path().join(event_index::DIR_NAME)).unwrap();
+    reopen(&mut f);
+    for _ in 0..3 {
+        let step = f.trees.event_index.step(&f.trees).unwrap();
+        assert!(matches!(step, Step::Built { done, total } if done < total));
+    }
+    // Events stored while the build runs: the recent part is folded meanwhile.
+    let mut folded = 0;
+    for part in records[1_500..2_200].chunks(100) {
+        f.push(part);
+        f.drain();
+        let step = f.trees.event_index.step(&f.trees).unwrap();
+        folded += usize::from(step == Step::Wrote);
+    }
+    assert!(folded > 0);
+    let status = f.trees.event_index.status();
+    assert!(!status.complete, "{status:?}");
+    assert!(status.recent_blocks < 300, "{status:?}");
+    // A restart in the middle: the build goes on from what the manifest covers.
+    reopen(&mut f);
+    assert!(!f.trees.event_index.is_complete());
+    for part in records[2_200..].chunks(200) {
+        f.push(part);
+        f.drain();
+        f.trees.event_index.step(&f.trees).unwrap();
+    }
+    while !f.trees.event_index.is_complete() {
+        f.trees.event_index.step(&f.trees).unwrap();
+    }
+    settle(&f.trees);
+    let found = check_answers(&f, &f.trees);
+    assert!(found > 1_000, "{found} events found");
 }

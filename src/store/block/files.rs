@@ -347,6 +347,12 @@ impl Files {
         Some(rows)
     }
 
+    /// [`Files::rows`] past the cache, for a read of every block once (the event
+    /// index's build) that would only push out the blocks reads come back to.
+    pub fn rows_uncached(&self, key: &[u8], value: &[u8]) -> Option<Rows> {
+        Rows::decode(&self.read(key, value)?)
+    }
+
     /// Decoded bytes the cache holds.
     pub fn cached_bytes(&self) -> usize {
         self.inner.cache.bytes()

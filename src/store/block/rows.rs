@@ -3,7 +3,7 @@
 //! event's properties made only when asked for. A person's events need one or two
 //! events of each block they read; making every event's properties (version 3 joins
 //! them back from a dozen packed values each) was most of the cost of such a read.
-//! [`Block`](super::Block) is this with every event's properties made.
+//! [`Block`](super::Block) holds one of these with every event's properties made.
 //!
 //! A block is refused here for exactly what would have made any of its events
 //! unreadable, so a damaged block is skipped whole whichever way it is read.
@@ -80,7 +80,12 @@ impl Rows {
     }
 
     fn text(&self, r: (u32, u32)) -> &str {
-        std::str::from_utf8(&self.body[range(r)]).unwrap_or_default()
+        std::str::from_utf8(self.bytes(r)).unwrap_or_default()
+    }
+
+    /// The body's bytes in `r`, a range of a head (checked by [`Rows::decode`]).
+    pub(super) fn bytes(&self, r: (u32, u32)) -> &[u8] {
+        &self.body[range(r)]
     }
 
     /// Event `i`'s properties as stored (compact JSON text), added to `out`.
@@ -124,10 +129,7 @@ impl Rows {
     /// back, the heads pointing there.
     pub(super) fn into_block(self) -> Option<super::Block> {
         if let Props::Plain = self.props {
-            return Some(super::Block {
-                body: self.body,
-                heads: self.heads,
-            });
+            return Some(super::Block { rows: self });
         }
         let mut out = Vec::with_capacity(self.body.len() * 2);
         let mut heads = Vec::with_capacity(self.heads.len());
@@ -143,7 +145,12 @@ impl Rows {
                 ..h.clone()
             });
         }
-        Some(super::Block { body: out, heads })
+        let rows = Rows {
+            body: out,
+            heads,
+            props: Props::Plain,
+        };
+        Some(super::Block { rows })
     }
 }
 

@@ -3,9 +3,10 @@
 //! directory synced, so a crash leaves the old manifest or the new, never a mix; a
 //! run file is deleted only after a synced manifest no longer names it.
 //!
-//! Text, one item a line: `flagpost event index 1`, `covered N` (every block id below
+//! Text, one item a line: `flagpost event index 2`, `covered N` (every block id below
 //! N is in the runs), `next N` (the number the next run file takes), then `run N` for
-//! each run, its file being `N.run`.
+//! each run, its file being `N.run`. Version 1 named runs of distinct ids only (see
+//! [`super::run`]): such an index is set aside and built again.
 
 use std::fs::{self, File};
 use std::io::{self, Write};
@@ -13,7 +14,9 @@ use std::path::{Path, PathBuf};
 
 const NAME: &str = "MANIFEST";
 const MAKING: &str = "MANIFEST.new";
-const HEADER: &str = "flagpost event index 1";
+const HEADER: &str = "flagpost event index 2";
+/// The header of the versions before, whose runs are set aside.
+const OLDER: &[&str] = &["flagpost event index 1"];
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Manifest {
@@ -44,8 +47,15 @@ impl Manifest {
             Err(e) => return Err(e),
         };
         let mut lines = text.lines();
-        if lines.next() != Some(HEADER) {
-            return Err(bad("not of this version"));
+        match lines.next() {
+            Some(HEADER) => {}
+            Some(older) if OLDER.contains(&older) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::Unsupported,
+                    format!("event index of an older format ({older})"),
+                ))
+            }
+            _ => return Err(bad("not of this version")),
         }
         let mut m = Manifest::default();
         for line in lines {
@@ -121,6 +131,10 @@ mod tests {
         left.sort();
         assert_eq!(left, ["3.run", "8.run", "MANIFEST"]);
         fs::write(dir.path().join(NAME), "something else\n").unwrap();
-        assert!(Manifest::load(dir.path()).is_err());
+        let e = Manifest::load(dir.path()).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidData);
+        fs::write(dir.path().join(NAME), "flagpost event index 1\ncovered 8\n").unwrap();
+        let e = Manifest::load(dir.path()).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::Unsupported);
     }
 }

@@ -1,13 +1,15 @@
-//! The event index: for each (project, distinct id), the event blocks holding its
-//! events, so a person's events read only those blocks instead of every block. None
-//! of it goes through sled. Blocks newer than the runs cover are held in memory
+//! The event index: for each (project, distinct id) and each (project, event name),
+//! the event blocks holding such events, so a person's events, the events of a name,
+//! or both ([`lookup`]) read only those blocks instead of every block. None of it
+//! goes through sled. Blocks newer than the runs cover are held in memory
 //! ([`recent`]), added by the compactor once a chunk's blocks are committed; past
 //! [`FOLD_BLOCKS`] that part is written out as an immutable sorted [`run`] file by the
 //! index's worker, and runs are merged size-tiered past [`MAX_RUNS`] ([`work`]). The
 //! [`manifest`] names the runs and the block ids they cover; blocks above that are
 //! found again at the next start (a crash loses only memory) and indexed by the
-//! worker's build, which is also how a database written before the index gets one.
-//! Until the build is done, reads fall back to reading every block.
+//! worker's build, which is also how a database written before the index (or before
+//! its current format) gets one. Until the build is done, reads fall back to reading
+//! every block.
 //!
 //! Files, in the database's `event_index/`: `MANIFEST` and `N.run`.
 
@@ -15,13 +17,15 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
+mod lookup;
 pub mod manifest;
 pub mod recent;
 pub mod run;
 mod work;
 pub mod worker;
 
-pub use recent::NewBlock;
+pub use lookup::Ask;
+pub use recent::{Kind, NewBlock};
 pub use run::BlockRef;
 pub use work::Step;
 
@@ -82,6 +86,9 @@ struct State {
     /// Blocks from this id on were stored after the index opened, and added by the
     /// compactor; the build indexes those below it that the runs do not cover.
     start_next: u64,
+    /// Every block from `start_next` up to this one (excluded) is in a run: recent
+    /// parts folded while the build was under way, covered once it is done.
+    folded_to: u64,
 }
 
 /// What `check` and the disk report say of the index.
@@ -120,7 +127,11 @@ impl Index {
             Ok(found) => found,
             Err(e) => {
                 set_aside = Some(e.to_string());
-                tracing::warn!(error = %e, "event index unreadable: building it again");
+                if e.kind() == std::io::ErrorKind::Unsupported {
+                    tracing::info!(why = %e, "event index of an older format: building it again");
+                } else {
+                    tracing::warn!(error = %e, "event index unreadable: building it again");
+                }
                 if writable {
                     Manifest::default().store(&dir)?;
                 }
@@ -168,6 +179,7 @@ impl Index {
                     frozen: None,
                     complete,
                     start_next: next_block,
+                    folded_to: next_block,
                 }),
                 build: Mutex::new(None),
                 worker: Mutex::new(None),
@@ -197,10 +209,12 @@ impl Index {
 
     /// The compactor committed every block added so far. Past [`FOLD_BLOCKS`] the
     /// recent part is frozen for the worker to write out, unless the previous one
-    /// still is; only here, so a run never covers a block id not yet committed.
+    /// still is; only here, so a run never covers a block id not yet committed. While
+    /// the build is under way too, so the recent part stays bounded however long the
+    /// build takes.
     pub fn committed(&self) {
         let mut s = self.state_mut();
-        let due = s.complete && s.frozen.is_none() && s.active.blocks() >= FOLD_BLOCKS;
+        let due = s.frozen.is_none() && s.active.blocks() >= FOLD_BLOCKS;
         if due && self.shared.writable {
             let full = std::mem::take(&mut s.active);
             s.frozen = Some(Arc::new(full));
@@ -222,52 +236,9 @@ impl Index {
         self.wake();
     }
 
-    /// The calling thread is the worker, woken by [`Index::add`].
+    /// The calling thread is the worker, woken by [`Index::committed`].
     pub fn set_worker(&self, thread: std::thread::Thread) {
         *self.shared.worker.lock().unwrap_or_else(|p| p.into_inner()) = Some(thread);
-    }
-
-    /// The blocks holding events of any of `distinct_ids` in `project`, newest first
-    /// (by newest event, then id); None while the index is not built, when every
-    /// block must be read instead (said once in the log).
-    pub fn blocks_of(
-        &self,
-        project: u64,
-        distinct_ids: &[String],
-    ) -> std::io::Result<Option<Vec<BlockRef>>> {
-        let keys: Vec<Vec<u8>> = distinct_ids
-            .iter()
-            .map(|d| recent::key(project, d))
-            .collect();
-        let mut out = Vec::new();
-        let (runs, frozen) = {
-            let s = self.state();
-            if !s.complete {
-                drop(s);
-                if !self.shared.said_scanning.swap(true, Ordering::Relaxed) {
-                    tracing::info!(
-                        "event index not built yet: a person's events are read from every block until it is"
-                    );
-                }
-                return Ok(None);
-            }
-            for k in &keys {
-                out.extend(s.active.get(k));
-            }
-            let runs: Vec<Arc<Run>> = s.runs.iter().map(|(_, r)| r.clone()).collect();
-            (runs, s.frozen.clone())
-        };
-        for k in &keys {
-            if let Some(f) = &frozen {
-                out.extend(f.get(k));
-            }
-            for r in &runs {
-                out.extend(r.get(k)?.into_iter().filter_map(|id| r.block(id)));
-            }
-        }
-        out.sort_unstable_by_key(|b| std::cmp::Reverse((b.newest, b.id)));
-        out.dedup_by_key(|b| b.id);
-        Ok(Some(out))
     }
 
     pub fn status(&self) -> Status {
@@ -288,17 +259,20 @@ impl Index {
         st
     }
 
-    /// Read every run's pages through (for `check`); how many entries.
-    pub fn verify(&self) -> std::io::Result<u64> {
+    /// Read every run's pages through (for `check`); how many entries of each kind
+    /// (distinct ids, event names), summed over the runs.
+    pub fn verify(&self) -> std::io::Result<(u64, u64)> {
         let runs: Vec<Arc<Run>> = self.state().runs.iter().map(|(_, r)| r.clone()).collect();
-        let mut entries = 0;
+        let (mut distinct_ids, mut events) = (0, 0);
         for r in runs {
             for e in r.entries() {
-                e?;
-                entries += 1;
+                match e?.0.get(8).copied() {
+                    Some(k) if k == Kind::Event as u8 => events += 1,
+                    _ => distinct_ids += 1,
+                }
             }
         }
-        Ok(entries)
+        Ok((distinct_ids, events))
     }
 
     /// Whether every stored block is indexed.

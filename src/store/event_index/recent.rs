@@ -1,25 +1,37 @@
 //! The recent part of the event index, in memory: the blocks newer than what the
-//! runs cover, by (project, distinct id). Filled by the compactor once a chunk's
-//! blocks are committed; lost in a crash and rebuilt from those blocks at the next
-//! start (they are immutable and durable), so nothing of it is ever written but as a
-//! run.
+//! runs cover, by key ((project, distinct id) and (project, event name)). Filled by
+//! the compactor once a chunk's blocks are committed; lost in a crash and rebuilt
+//! from those blocks at the next start (they are immutable and durable), so nothing
+//! of it is ever written but as a run.
 
 use std::collections::HashMap;
 
 use super::run::{self, BlockRef};
 
-/// A block just stored and the distinct ids of its events.
+/// What an index key names after its project: the byte that follows the project.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A distinct id: a person's events.
+    DistinctId = 0,
+    /// An event's name.
+    Event = 1,
+}
+
+/// A block just stored, with the distinct ids and the names of its events (each once).
 #[derive(Debug, Clone)]
 pub struct NewBlock {
     pub block: BlockRef,
     pub distinct_ids: Vec<String>,
+    pub events: Vec<String>,
 }
 
-/// Index keys: the project big-endian, then the distinct id's bytes.
-pub fn key(project: u64, distinct_id: &str) -> Vec<u8> {
-    let mut k = Vec::with_capacity(8 + distinct_id.len());
+/// Index keys: the project big-endian, the kind, then the distinct id's or the name's
+/// bytes.
+pub fn key(project: u64, kind: Kind, text: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(9 + text.len());
     k.extend_from_slice(&project.to_be_bytes());
-    k.extend_from_slice(distinct_id.as_bytes());
+    k.push(kind as u8);
+    k.extend_from_slice(text.as_bytes());
     k
 }
 
@@ -31,13 +43,24 @@ pub struct Recent {
 
 impl Recent {
     /// A block added again (a chunk's transaction tried again, or the build and the
-    /// compactor both saw it) takes its latest place; its ids are kept from every
-    /// try (a read passes over a block without the distinct id's events).
+    /// compactor both saw it) takes its latest place; its keys are kept from every
+    /// try (a read passes over a block without the events asked for).
     pub fn add(&mut self, new: &NewBlock) {
-        self.blocks.insert(new.block.id, new.block);
-        for id in &new.distinct_ids {
-            let ids = self.by_key.entry(key(new.block.project, id)).or_default();
-            ids.push(new.block.id);
+        let b = new.block;
+        self.blocks.insert(b.id, b);
+        let keyed = [
+            (Kind::DistinctId, &new.distinct_ids),
+            (Kind::Event, &new.events),
+        ];
+        for (kind, texts) in keyed {
+            for text in texts {
+                let ids = self.by_key.entry(key(b.project, kind, text)).or_default();
+                // Ids come ascending from the compactor and the build: a block's keys
+                // are added once, unless its chunk was tried again.
+                if ids.last() != Some(&b.id) {
+                    ids.push(b.id);
+                }
+            }
         }
     }
 
@@ -50,12 +73,16 @@ impl Recent {
         self.blocks.keys().max().copied()
     }
 
-    /// The blocks of `key`.
-    pub fn get(&self, key: &[u8]) -> Vec<BlockRef> {
-        let ids = self.by_key.get(key).map_or(&[][..], Vec::as_slice);
-        ids.iter()
-            .filter_map(|id| self.blocks.get(id).copied())
-            .collect()
+    /// The ids of `key`'s blocks, ascending.
+    pub fn ids(&self, key: &[u8]) -> Vec<u64> {
+        let mut ids = self.by_key.get(key).cloned().unwrap_or_default();
+        ids.sort_unstable();
+        ids.dedup();
+        ids
+    }
+
+    pub fn block(&self, id: u64) -> Option<BlockRef> {
+        self.blocks.get(&id).copied()
     }
 
     /// Write everything held as a run at `path`.
@@ -63,13 +90,8 @@ impl Recent {
         let mut keys: Vec<&Vec<u8>> = self.by_key.keys().collect();
         keys.sort_unstable();
         let mut w = run::Writer::create(path)?;
-        let mut ids = Vec::new();
         for k in keys {
-            ids.clear();
-            ids.extend_from_slice(&self.by_key[k]);
-            ids.sort_unstable();
-            ids.dedup();
-            w.entry(k, &ids)?;
+            w.entry(k, &self.ids(k))?;
         }
         let mut blocks: Vec<BlockRef> = self.blocks.values().copied().collect();
         blocks.sort_unstable();

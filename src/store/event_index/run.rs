@@ -1,15 +1,19 @@
-//! One run of the event index: an immutable file holding, per (project, distinct id),
-//! the ids of the blocks with its events, and per block its project and newest time
-//! (what names the block in the `events` tree). Written once by a fold or a merge,
-//! synced and renamed into place, then only read.
+//! One run of the event index: an immutable file holding, per key (a project's
+//! distinct id or event name), the ids of the blocks with its events, and per block
+//! its project and newest time (what names the block in the `events` tree) and its
+//! oldest (so a read before a time passes over it unread). Written once by a fold or a
+//! merge, synced and renamed into place, then only read.
 //!
 //! Layout: pages of entries in key order, each LZ4'd with its CRC-32 in the page index;
 //! the page index (each page's first key, offset, length, CRC); the block table; a
-//! footer. An entry is its key (varint length, bytes: project big-endian then the
-//! distinct id) and its block ids ascending (varint count, varint deltas). The block
-//! table is LZ4'd: per block ascending, the id's delta, the project and the newest
-//! time's zigzag delta, all varints. Opening reads the page index and the block table
-//! (a few bytes a block); a lookup reads and decodes one page.
+//! footer. An entry is its key (varint length, bytes: project big-endian, a kind byte,
+//! then the distinct id or the name; see [`super::recent::key`]) and its block ids
+//! ascending (varint count, varint deltas). The block table is LZ4'd: per block
+//! ascending, the id's delta, the project, the newest time's zigzag delta and the
+//! newest less the oldest, all varints. Version 1 (`FPEIDX01`) had distinct-id keys
+//! only, without the kind, and no oldest times: its index is built again. Opening
+//! reads the page index and the block table (a few bytes a block); a lookup reads and
+//! decodes one page.
 
 use std::fs::{self, File};
 use std::io::{self, Write};
@@ -19,18 +23,19 @@ use std::path::Path;
 /// Uncompressed bytes a page holds (the last entry may pass it): a lookup decodes one.
 const PAGE_BYTES: usize = 16 * 1024;
 /// The footer's first bytes, and the format's version.
-const MAGIC: &[u8; 8] = b"FPEIDX01";
+const MAGIC: &[u8; 8] = b"FPEIDX02";
 /// magic, index offset and length, table offset and length, their CRCs, entries, blocks.
 const FOOTER_LEN: usize = 8 + 8 + 4 + 8 + 4 + 4 + 4 + 8 + 8;
 /// No section or page claims more: a larger length is damage, refused before allocating.
 const MAX_SECTION: u64 = 1 << 32;
 
-/// A block a run names: its id, project and newest event's time.
+/// A block a run names: its id, project and its newest and oldest event's times.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct BlockRef {
     pub id: u64,
     pub project: u64,
     pub newest: i64,
+    pub oldest: i64,
 }
 
 pub fn put_varint(out: &mut Vec<u8>, mut v: u64) {
@@ -164,6 +169,7 @@ fn encode_table(blocks: &[BlockRef]) -> Vec<u8> {
         put_varint(&mut out, b.id - id);
         put_varint(&mut out, b.project);
         put_varint(&mut out, zigzag(b.newest.wrapping_sub(newest)));
+        put_varint(&mut out, zigzag(b.newest.wrapping_sub(b.oldest)));
         (id, newest) = (b.id, b.newest);
     }
     out
@@ -172,8 +178,8 @@ fn encode_table(blocks: &[BlockRef]) -> Vec<u8> {
 fn decode_table(bytes: &[u8]) -> Option<Vec<BlockRef>> {
     let mut at = 0;
     let n = get_varint(bytes, &mut at)?;
-    // Each block takes at least three bytes: a count claiming more is damage.
-    if n > bytes.len() as u64 / 3 {
+    // Each block takes at least four bytes: a count claiming more is damage.
+    if n > bytes.len() as u64 / 4 {
         return None;
     }
     let mut out = Vec::with_capacity(n as usize);
@@ -182,10 +188,12 @@ fn decode_table(bytes: &[u8]) -> Option<Vec<BlockRef>> {
         id = id.checked_add(get_varint(bytes, &mut at)?)?;
         let project = get_varint(bytes, &mut at)?;
         newest = newest.wrapping_add(unzigzag(get_varint(bytes, &mut at)?));
+        let oldest = newest.wrapping_sub(unzigzag(get_varint(bytes, &mut at)?));
         out.push(BlockRef {
             id,
             project,
             newest,
+            oldest,
         });
     }
     Some(out)

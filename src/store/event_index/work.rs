@@ -1,6 +1,6 @@
 //! The index worker's passes, one at a time ([`Index::step`]): the build (indexing
 //! the stored blocks the runs do not cover, a batch a pass, each batch a run), the
-//! fold (the frozen recent part written as a run) and the merge (the smallest runs
+//! fold (the frozen recent part written as a run, during the build too) and the merge (the smallest runs
 //! as one, dropping the blocks retention deleted). Each writes its run under a
 //! temporary name, syncs it, renames it and then stores the manifest naming it; a
 //! replaced run is deleted only after that.
@@ -50,12 +50,13 @@ impl Index {
             let s = self.state();
             (s.complete, s.frozen.clone(), s.runs.len())
         };
-        if !complete {
-            return self.build_step(trees);
-        }
+        // First what the compactor froze, so the recent part stays bounded.
         if let Some(frozen) = frozen {
             self.fold(&frozen)?;
             return Ok(Step::Wrote);
+        }
+        if !complete {
+            return self.build_step(trees);
         }
         if runs > MAX_RUNS {
             let mut picked: Vec<(u64, Arc<Run>)> = self.state().runs.clone();
@@ -99,7 +100,8 @@ impl Index {
     }
 
     /// Write `part` as a run and the manifest naming it; the blocks it holds are then
-    /// covered.
+    /// covered, or once the build is done if it is not yet (the blocks below them are
+    /// not all in runs before).
     fn fold(&self, part: &Arc<Recent>) -> io::Result<()> {
         let Some(last) = part.last_id() else {
             self.state_mut().frozen = None;
@@ -109,8 +111,13 @@ impl Index {
         part.write(&path.with_extension("run.new"))?;
         std::fs::rename(path.with_extension("run.new"), &path)?;
         let run = Arc::new(Run::open(&path)?);
-        self.install(Vec::new(), Some((number, run)), last + 1, |s| {
+        let covered = match self.state().complete {
+            true => last + 1,
+            false => 0,
+        };
+        self.install(Vec::new(), Some((number, run)), covered, |s| {
             s.frozen = None;
+            s.folded_to = s.folded_to.max(last + 1);
         })
     }
 
@@ -166,16 +173,17 @@ impl Index {
         let batch: Vec<BlockRef> = b.todo.drain(..n).collect();
         let mut part = Recent::default();
         for block in &batch {
-            if let Some(distinct_ids) = distinct_ids_of(trees, block)? {
-                part.add(&NewBlock {
-                    block: *block,
-                    distinct_ids,
-                });
+            if let Some(new) = keys_of(trees, block)? {
+                part.add(&new);
             }
         }
         let done = b.todo.is_empty();
         let covered = match (done, batch.last()) {
-            (true, _) => self.state().start_next,
+            // With what was folded meanwhile, every block stored is in the runs.
+            (true, _) => {
+                let s = self.state();
+                s.start_next.max(s.folded_to)
+            }
             (false, Some(last)) => last.id + 1,
             (false, None) => 0,
         };
@@ -293,10 +301,13 @@ fn find_uncovered(trees: &Trees, covered: u64, start_next: u64) -> io::Result<Bu
             continue;
         };
         if (covered..start_next).contains(&id) {
+            // The oldest time is read with the block.
+            let oldest = newest;
             todo.push(BlockRef {
                 id,
                 project,
                 newest,
+                oldest,
             });
         }
     }
@@ -308,22 +319,29 @@ fn find_uncovered(trees: &Trees, covered: u64, start_next: u64) -> io::Result<Bu
     })
 }
 
-/// The distinct ids of a stored block's events; None if it is gone (retention) or
-/// does not decode (skipped by reads too).
-fn distinct_ids_of(trees: &Trees, b: &BlockRef) -> io::Result<Option<Vec<String>>> {
+/// A stored block as the index keeps it: its oldest time, its events' distinct ids
+/// and names; None if it is gone (retention) or does not decode (skipped by reads
+/// too). Read past the block cache, which a build would only churn.
+fn keys_of(trees: &Trees, b: &BlockRef) -> io::Result<Option<NewBlock>> {
     let key = keys::block(b.project, b.newest, b.id);
     let Some(value) = trees.events.get(key).map_err(io_err)? else {
         return Ok(None);
     };
-    let Some(block) = trees.blocks.decode(&key, &value) else {
+    let Some(rows) = trees.blocks.rows_uncached(&key, &value) else {
         return Ok(None);
     };
-    let mut ids: Vec<String> = block
-        .heads()
-        .iter()
-        .map(|h| block.distinct_id(h).to_owned())
-        .collect();
-    ids.sort_unstable();
-    ids.dedup();
-    Ok(Some(ids))
+    let heads = rows.heads();
+    let once = |mut texts: Vec<String>| {
+        texts.sort_unstable();
+        texts.dedup();
+        texts
+    };
+    let distinct_ids = once(heads.iter().map(|h| rows.distinct_id(h).into()).collect());
+    let events = once(heads.iter().map(|h| rows.event(h).into()).collect());
+    let oldest = heads.first().map_or(b.newest, |h| h.timestamp);
+    Ok(Some(NewBlock {
+        block: BlockRef { oldest, ..*b },
+        distinct_ids,
+        events,
+    }))
 }

@@ -38,7 +38,7 @@ pub fn work(live: &Live, stop: &AtomicBool) {
                     tracing::info!(
                         blocks = total,
                         seconds = started.elapsed().as_secs(),
-                        "event index built: a person's events are read through it from now on"
+                        "event index built: events by person or by name are read through it from now on"
                     );
                     logged = None;
                 } else if logged.is_none_or(|l| percent >= l + LOG_PERCENT) {

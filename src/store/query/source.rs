@@ -1,10 +1,12 @@
 //! Where a read of events finds the blocks that may hold its matches, newest block
 //! first: every block of the project in a time range, or the blocks the [event
-//! index](super::super::event_index) names for the distinct ids the filter allows.
+//! index](super::super::event_index) names for the distinct ids the filter allows, the
+//! name it asks for, or both.
 
-use std::collections::HashSet;
+use std::cmp::Ordering;
+use std::collections::{BinaryHeap, HashSet};
 
-use super::super::event_index::BlockRef;
+use super::super::event_index::{Ask, BlockRef};
 use super::super::{keys, Trees};
 use super::{person, EventFilter};
 
@@ -13,8 +15,53 @@ type Entry = Result<(sled::IVec, sled::IVec), sled::Error>;
 /// Where the blocks that may hold matches come from, newest block first.
 pub(super) enum Source {
     Scan(Box<std::iter::Peekable<std::iter::Rev<sled::Iter>>>),
-    /// The index's blocks still to read (the newest last) and the tree naming them.
-    Index(Vec<BlockRef>, sled::Tree),
+    /// The index's blocks still to read and the tree naming them.
+    Index(Named, sled::Tree),
+}
+
+/// A block the index names, ordered by its newest time, then id.
+#[derive(PartialEq, Eq)]
+struct ByNewest(BlockRef);
+
+impl Ord for ByNewest {
+    fn cmp(&self, other: &Self) -> Ordering {
+        (self.0.newest, self.0.id).cmp(&(other.0.newest, other.0.id))
+    }
+}
+
+impl PartialOrd for ByNewest {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+/// The blocks the index named, taken newest first. A heap rather than a sorted list:
+/// a name most blocks hold names hundreds of thousands at millions of events, of
+/// which a page reads a few.
+pub(super) struct Named {
+    heap: BinaryHeap<ByNewest>,
+    /// The id taken last: a block named twice comes out twice in a row.
+    last: Option<u64>,
+}
+
+impl Named {
+    #[cfg(test)]
+    pub(super) fn len(&self) -> usize {
+        self.heap.len()
+    }
+
+    fn peek(&self) -> Option<&BlockRef> {
+        self.heap.peek().map(|b| &b.0)
+    }
+
+    fn pop(&mut self) -> Option<BlockRef> {
+        loop {
+            let b = self.heap.pop()?.0;
+            if self.last.replace(b.id) != Some(b.id) {
+                return Some(b);
+            }
+        }
+    }
 }
 
 impl Source {
@@ -26,7 +73,7 @@ impl Source {
                 Err(_) => None,
                 Ok((key, _)) => keys::split_block(key).map(|(_, t)| t),
             }),
-            Source::Index(blocks, _) => Some(Some(blocks.last()?.newest)),
+            Source::Index(blocks, _) => Some(Some(blocks.peek()?.newest)),
         }
     }
 
@@ -68,27 +115,30 @@ pub(super) fn who(
     Ok(who)
 }
 
-/// The blocks the index names for `who` in `project` whose newest event is in
-/// `oldest..=newest`, as [`Source::Index`] keeps them; None while the index is not
-/// built.
+/// The blocks the index names for `who` and `event` in `project` that may hold an
+/// event from `oldest` to `newest` (both included), as [`Source::Index`] keeps them;
+/// None while the index is not built.
 pub(super) fn indexed(
     trees: &Trees,
     project: u64,
-    who: &HashSet<String>,
+    who: Option<&HashSet<String>>,
+    event: Option<&str>,
     oldest: i64,
     newest: Option<i64>,
 ) -> Result<Option<Source>, sled::Error> {
-    let ids: Vec<String> = who.iter().cloned().collect();
-    let Some(mut blocks) = trees
-        .event_index
-        .blocks_of(project, &ids)
-        .map_err(sled::Error::Io)?
-    else {
+    let ids: Option<Vec<String>> = who.map(|w| w.iter().cloned().collect());
+    let ask = Ask {
+        project,
+        distinct_ids: ids.as_deref(),
+        event,
+    };
+    let Some(mut blocks) = trees.event_index.blocks(&ask).map_err(sled::Error::Io)? else {
         return Ok(None);
     };
-    blocks.retain(|b| b.newest >= oldest && newest.is_none_or(|n| b.newest <= n));
-    blocks.reverse();
-    Ok(Some(Source::Index(blocks, trees.events.clone())))
+    blocks.retain(|b| b.newest >= oldest && newest.is_none_or(|n| b.oldest <= n));
+    let heap = blocks.into_iter().map(ByNewest).collect();
+    let named = Named { heap, last: None };
+    Ok(Some(Source::Index(named, trees.events.clone())))
 }
 
 /// Every block of `project` whose newest event is in `oldest..=newest`, newest first.

@@ -51,19 +51,21 @@ fn fixture(trees: &Trees, seed: u64) -> Vec<(u64, StoredEvent)> {
             all.push((project, e));
         }
         // Stored and then indexed, as the compactor does.
-        for (newest, value, distinct_ids) in block::build_indexed(entries) {
+        for built in block::build_indexed(entries) {
             trees
                 .events
-                .insert(keys::block(project, newest, next_id), value)
+                .insert(keys::block(project, built.newest, next_id), built.value)
                 .unwrap();
             let block = event_index::BlockRef {
                 id: next_id,
                 project,
-                newest,
+                newest: built.newest,
+                oldest: built.oldest,
             };
             trees.event_index.add(&[event_index::NewBlock {
                 block,
-                distinct_ids,
+                distinct_ids: built.distinct_ids,
+                events: built.events,
             }]);
             next_id += 1;
         }
@@ -147,6 +149,23 @@ fn newest_first_across_overlapping_blocks_with_paging_and_filters() {
                 after: Some(100 * HOUR),
                 ..EventFilter::default()
             },
+            EventFilter {
+                event: Some("c".into()),
+                after: Some(2 * HOUR),
+                before: Some(10 * HOUR + 1_000),
+                ..EventFilter::default()
+            },
+            EventFilter {
+                event: Some("a".into()),
+                distinct_id: Some("d3".into()),
+                after: Some(4 * HOUR),
+                before: Some(20 * HOUR),
+                ..EventFilter::default()
+            },
+            EventFilter {
+                event: Some("none has it".into()),
+                ..EventFilter::default()
+            },
         ];
         for project in [1, 2, 3] {
             for (i, f) in filters.iter().enumerate() {
@@ -160,13 +179,65 @@ fn newest_first_across_overlapping_blocks_with_paging_and_filters() {
                     );
                 }
                 let through = events(&trees, project, f.clone(), None).through_index();
-                assert_eq!(through, f.distinct_id.is_some(), "{ctx}");
+                let asks = f.distinct_id.is_some() || f.event.is_some();
+                assert_eq!(through, asks, "{ctx}");
                 let streamed: Vec<StoredEvent> = events(&trees, project, f.clone(), None)
                     .map(|e| e.unwrap().1)
                     .collect();
                 assert_eq!(streamed, want, "{ctx}");
             }
         }
+    }
+}
+
+/// The index names exactly the blocks that may hold a filter's events: those with an
+/// event of the name, and of the distinct id (not necessarily the same event), in the
+/// time range; none for a name no event has.
+#[test]
+fn the_index_names_only_the_blocks_that_may_hold_matches() {
+    let (_dir, trees) = open();
+    fixture(&trees, 5);
+    let blocks: Vec<(u64, i64, i64, block::Block)> = trees
+        .events
+        .iter()
+        .map(|kv| {
+            let (k, v) = kv.unwrap();
+            let (project, newest) = keys::split_block(&k).unwrap();
+            let b = block::Block::decode(&v).unwrap();
+            let oldest = b.heads()[0].timestamp;
+            (project, newest, oldest, b)
+        })
+        .collect();
+    let filters = [
+        (Some("a"), None, None, None),
+        (Some("none has it"), None, None, None),
+        (None, Some("d1"), None, None),
+        (Some("c"), Some("d2"), None, None),
+        (Some("b"), None, Some(3 * HOUR), Some(9 * HOUR)),
+    ];
+    for (event, who, after, before) in filters {
+        let f = EventFilter {
+            event: event.map(str::to_owned),
+            distinct_id: who.map(str::to_owned),
+            after,
+            before,
+            ..EventFilter::default()
+        };
+        let holds =
+            |b: &block::Block, keep: &dyn Fn(&block::Head) -> bool| b.heads().iter().any(keep);
+        let want = blocks
+            .iter()
+            .filter(|(project, newest, oldest, b)| {
+                *project == 1
+                    && after.is_none_or(|t| *newest >= t)
+                    && before.is_none_or(|t| *oldest < t)
+                    && event.is_none_or(|n| holds(b, &|h| b.event(h) == n))
+                    && who.is_none_or(|d| holds(b, &|h| b.distinct_id(h) == d))
+            })
+            .count();
+        let named = events(&trees, 1, f.clone(), None).named_blocks();
+        assert_eq!(named, Some(want), "{f:?}");
+        assert!(want > 0 || event == Some("none has it"), "{f:?}");
     }
 }
 

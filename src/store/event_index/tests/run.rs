@@ -20,11 +20,13 @@ fn a_run_reads_back_what_was_written() {
             id: 3,
             project: 1,
             newest: 1_700_000_000_000,
+            oldest: 1_699_999_000_000,
         },
         BlockRef {
             id: 9,
             project: 2,
             newest: 1_600_000_000_000,
+            oldest: 1_600_000_000_000,
         },
     ];
     w.finish(&blocks).unwrap();
@@ -54,6 +56,7 @@ fn a_damaged_run_is_refused_not_read() {
         id: 1,
         project: 1,
         newest: 5,
+        oldest: -3,
     }])
     .unwrap();
     let mut bytes = fs::read(&path).unwrap();
