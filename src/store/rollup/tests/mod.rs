@@ -9,6 +9,7 @@ use sled::transaction::Transactional;
 use super::backfill::{self, Backfill, Step};
 use super::*;
 use crate::store::block::{self, Entry};
+use crate::store::event_index;
 use crate::store::keys::NEXT_BLOCK_KEY;
 use crate::store::query::{self, EventFilter};
 use crate::store::Trees;
@@ -90,8 +91,21 @@ fn store(trees: &Trees, events: &[(u64, Entry)], chunk: usize, rollups: bool) {
                     pending.add(*p, e.timestamp, name, e.person_id, id, &e.properties);
                 }
                 for (p, list) in by_project {
-                    for (newest, value) in block::build(list) {
-                        ev.insert(&keys::block(p, newest, next)[..], value)?;
+                    // Indexed as the compactor does: reads by name go through the index.
+                    for built in block::build_indexed(list) {
+                        ev.insert(&keys::block(p, built.newest, next)[..], built.value)?;
+                        let block = event_index::BlockRef {
+                            id: next,
+                            project: p,
+                            newest: built.newest,
+                            oldest: built.oldest,
+                        };
+                        let (distinct_ids, events) = (built.distinct_ids, built.events);
+                        trees.event_index.add(&[event_index::NewBlock {
+                            block,
+                            distinct_ids,
+                            events,
+                        }]);
                         next += 1;
                     }
                 }
@@ -102,6 +116,7 @@ fn store(trees: &Trees, events: &[(u64, Entry)], chunk: usize, rollups: bool) {
                 Ok::<_, sled::transaction::ConflictableTransactionError<()>>(())
             })
             .unwrap();
+        trees.event_index.committed();
     }
 }
 
