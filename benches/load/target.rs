@@ -202,6 +202,33 @@ pub fn status_kib(pid: u32, field: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("no {field} in /proc/{pid}/status"))
 }
 
+/// CPU seconds (user and system) a thread of `pid` named `name` has used, for the
+/// share of a server's time one thread (the compactor) takes.
+pub fn thread_cpu_seconds(pid: u32, name: &str) -> Result<f64, String> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map_err(|e| format!("cannot list /proc/{pid}/task: {e}"))?;
+    // SAFETY: sysconf only reads a configuration value.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    for task in tasks.flatten() {
+        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        if comm.trim_end() != name {
+            continue;
+        }
+        let stat = std::fs::read_to_string(task.path().join("stat"))
+            .map_err(|e| format!("cannot read a thread's stat: {e}"))?;
+        // Fields after the name, which ends at the last ')': utime and stime are the
+        // 14th and 15th of the line, the 12th and 13th after it.
+        let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let used = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok());
+        return match (used(11), used(12)) {
+            (Some(user), Some(system)) => Ok((user + system) / ticks),
+            _ => Err(format!("cannot read the CPU time of {name}")),
+        };
+    }
+    Err(format!("no thread named {name} in {pid}"))
+}
+
 /// The address at the start of `rest`, ending at whitespace or a terminal escape.
 fn address(rest: &str) -> Option<SocketAddr> {
     rest.split(|c: char| c.is_whitespace() || c == '\x1b')

@@ -7,7 +7,7 @@
 //!
 //! A block is kept with where each of its entries starts ([`Decoded`]), found by the
 //! one walk that loading it takes, so a read of a cached block binary-searches its
-//! entries: a person's block holds about a hundred, and walking them with a key
+//! entries: a block of distinct ids holds about a hundred, and walking them with a key
 //! comparison each was the largest share of a point read once the block was held.
 //!
 //! Eviction is CLOCK (second chance) per shard: a block read since the hand last
