@@ -19,7 +19,7 @@ use std::io::{self, BufReader, BufWriter, Read, Write};
 use std::path::Path;
 
 use crate::store::block::Files;
-use crate::store::layered::Layered;
+use crate::store::layered;
 use crate::store::{EVENTS_TREE, LAYERED_TABLES};
 use crate::support::hex;
 
@@ -29,7 +29,9 @@ const BATCH: usize = 10_000;
 
 /// Write every tree of `db` (whose directory is `dir`) to `path` (synced); the pairs
 /// per tree, by name. A layered table (persons, distinct ids) goes out as one tree of
-/// what it holds, its run and its delta merged, and comes back as its delta.
+/// what it holds, its runs and its delta merged (the journal's record in `meta` left
+/// out), and comes back as a sled tree, moved into the journal when the restored
+/// database is opened (`store::migrate`).
 pub fn export(
     db: &sled::Db,
     dir: &Path,
@@ -39,18 +41,27 @@ pub fn export(
     let mut out = BufWriter::new(File::create(path)?);
     out.write_all(MAGIC)?;
     let mut counts = BTreeMap::new();
-    for name in db.tree_names() {
-        let layered = LAYERED_TABLES
-            .into_iter()
-            .find(|t| t.as_bytes() == &name[..]);
+    // The tables as they read, the journal only read (the compactor is paused).
+    let tables = layered::open_all(db, dir, &LAYERED_TABLES, false).map_err(io::Error::other)?;
+    let sled_trees = db.tree_names().into_iter().filter(|n| !is_layered(n));
+    let names: Vec<sled::IVec> = tables
+        .iter()
+        .map(|t| sled::IVec::from(t.name()))
+        .chain(sled_trees)
+        .collect();
+    // The journal is not in the backup: what it holds goes out with its tables.
+    let journal_key = tables.first().map(|t| t.journal().key());
+    for name in names {
         let pairs_in: Box<dyn Iterator<Item = sled::Result<(sled::IVec, sled::IVec)>>> =
-            match layered {
-                Some(table) => Box::new(
-                    Layered::open(db, dir, table)
-                        .map_err(io::Error::other)?
-                        .iter(),
-                ),
-                None => Box::new(db.open_tree(&name).map_err(io::Error::other)?.iter()),
+            match tables.iter().find(|t| t.name().as_bytes() == &name[..]) {
+                Some(table) => Box::new(table.iter()),
+                None => {
+                    let key = journal_key.clone();
+                    let tree = db.open_tree(&name).map_err(io::Error::other)?;
+                    Box::new(tree.iter().filter(move |kv| {
+                        !matches!((kv, &key), (Ok((k, _)), Some(j)) if &k[..] == &j[..])
+                    }))
+                }
             };
         out.write_all(b"T")?;
         write_bytes(&mut out, &name)?;
@@ -160,6 +171,10 @@ pub fn import(path: &Path, db: &sled::Db, files: &Files) -> Result<BTreeMap<Stri
         apply(batch)?;
         counts.insert(label, pairs);
     }
+}
+
+fn is_layered(name: &[u8]) -> bool {
+    LAYERED_TABLES.iter().any(|t| t.as_bytes() == name)
 }
 
 fn len32(bytes: &[u8]) -> io::Result<u32> {

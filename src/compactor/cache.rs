@@ -11,21 +11,20 @@ use uuid::Uuid;
 
 use super::memo::{Learned, Memo};
 use crate::persons::{self, Person};
-use crate::store::layered::{Layered, Runs, TOMBSTONE};
+use crate::store::layered::chunk::Pending;
+use crate::store::layered::TOMBSTONE;
 use crate::store::person_cache::Changes;
 use crate::store::{first_seen, keys};
 
 type Result<T> = std::result::Result<T, UnabortableTransactionError>;
 
-/// The trees a record touches. Persons and distinct ids are [`Layered`]: their deltas
-/// here, their runs beside.
+/// The trees a record touches. Persons and distinct ids are layered tables
+/// ([`crate::store::layered`]): their writes gathered until the chunk commits.
 pub struct Tx<'a> {
-    pub persons: &'a TransactionalTree,
-    pub distinct_ids: &'a TransactionalTree,
-    pub person_run: Option<&'a Runs>,
-    pub id_run: Option<&'a Runs>,
+    pub persons: &'a Pending,
+    pub distinct_ids: &'a Pending,
     /// Persons by first seen ([`crate::store::first_seen`]), kept with the persons.
-    pub first_seen: &'a TransactionalTree,
+    pub first_seen: &'a Pending,
     pub groups: &'a TransactionalTree,
     pub group_types: &'a TransactionalTree,
 }
@@ -81,7 +80,7 @@ impl<'m> Cache<'m> {
                 _ => TOMBSTONE.to_vec(),
             };
             bytes += (k.len() + value.len()) as u64;
-            tx.persons.insert(&k[..], value)?;
+            tx.persons.insert(&k[..], value);
             first_seen += self.write_first_seen(tx, *project, *id)?;
         }
         Ok([bytes, self.linked_bytes, first_seen])
@@ -104,7 +103,7 @@ impl<'m> Cache<'m> {
         for (t, value) in [(was, TOMBSTONE), (now, first_seen::PRESENT)] {
             if let Some(t) = t {
                 let key = keys::first_seen(project, t, id);
-                tx.first_seen.insert(&key[..], value)?;
+                tx.first_seen.insert(&key[..], value);
                 bytes += (key.len() + value.len()) as u64;
             }
         }
@@ -229,9 +228,10 @@ impl<'m> Cache<'m> {
         let slot = match self.persons.entry((project, id)) {
             std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
             std::collections::hash_map::Entry::Vacant(e) => {
-                let found: Option<Person> =
-                    Layered::get_in(tx.persons, tx.person_run, &keys::with_uuid(project, id))?
-                        .and_then(|b| serde_json::from_slice(&b).ok());
+                let found: Option<Person> = tx
+                    .persons
+                    .get(&keys::with_uuid(project, id))
+                    .and_then(|b| serde_json::from_slice(&b).ok());
                 if let Some(p) = &found {
                     self.born.insert((project, id), p.created_at);
                 }
@@ -269,12 +269,11 @@ impl persons::Store for TxPersons<'_, '_, '_> {
             .and_then(|m| m.person_of(self.project, distinct_id));
         let found = match remembered {
             Some(person) => Some(person),
-            None => Layered::get_in(
-                self.tx.distinct_ids,
-                self.tx.id_run,
-                &keys::with_str(self.project, distinct_id),
-            )?
-            .and_then(|b| Uuid::from_slice(&b).ok()),
+            None => self
+                .tx
+                .distinct_ids
+                .get(&keys::with_str(self.project, distinct_id))
+                .and_then(|b| Uuid::from_slice(&b).ok()),
         };
         ids.insert(distinct_id.to_owned(), found);
         Ok(found)
@@ -283,7 +282,7 @@ impl persons::Store for TxPersons<'_, '_, '_> {
     fn link(&mut self, distinct_id: &str, person: Uuid) -> Result<()> {
         let key = keys::with_str(self.project, distinct_id);
         self.cache.linked_bytes += (key.len() + 16) as u64;
-        self.tx.distinct_ids.insert(key, &person.as_bytes()[..])?;
+        self.tx.distinct_ids.insert(key, &person.as_bytes()[..]);
         self.cache
             .ids
             .entry(self.project)

@@ -10,6 +10,9 @@ pub enum Error {
     /// Writing or syncing the event block files failed (a full disk, say).
     #[error("event block files: {0}")]
     Blocks(std::io::Error),
+    /// Writing or syncing the layered tables' journal failed (a full disk, say).
+    #[error("the tables' journal: {0}")]
+    Journal(std::io::Error),
     /// The deduplication window and block counter were not read before a commit.
     #[error("compactor state not loaded")]
     StateNotLoaded,

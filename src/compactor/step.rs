@@ -17,6 +17,7 @@ use super::{apply, memo, Compactor, Error, StepReport};
 use crate::log::{record::decode_frame, Record};
 use crate::store::dedup::{self, IdSet};
 use crate::store::keys::{CHECKPOINT_KEY, NEXT_BLOCK_KEY};
+use crate::store::layered::chunk::{Journaled, Pending};
 use crate::store::{block, event_index, keys, outbox, person_cache, rollup};
 
 /// What the compactor keeps between steps, read from the database at the first.
@@ -134,20 +135,21 @@ impl Compactor {
             &t.overflow,
             &t.events,
             &t.recent_ids,
-            t.persons.delta(),
-            t.distinct_ids.delta(),
             &t.groups,
             &t.group_types,
             &t.meta,
             &t.quarantine,
             &t.outbox,
             &t.rollups.tree,
-            t.first_seen.delta(),
         );
         let to_outbox = self.settings.outbox;
         let blocks = &t.blocks;
-        // Only this thread folds, between chunks: the runs stay for the transaction.
-        let (person_run, id_run) = (t.persons.run(), t.distinct_ids.run());
+        // The layered tables' writes, journaled at the end of the closure (see
+        // store::layered): the journal is held until the transaction returns.
+        let tables = [&t.persons, &t.distinct_ids, &t.first_seen].map(Pending::new);
+        let pending = [&tables[0], &tables[1], &tables[2]];
+        let journal = Journaled::begin(t.persons.journal(), &pending);
+        let journal_error: RefCell<Option<std::io::Error>> = RefCell::new(None);
         // A block file's failure aborts the transaction; it is kept here to report.
         let blocks_error: RefCell<Option<std::io::Error>> = RefCell::new(None);
         // The rollups' hot counts, held through the commit (see rollup::hot).
@@ -165,22 +167,18 @@ impl Compactor {
                 overflow,
                 events,
                 recent_ids,
-                persons,
-                distinct_ids,
                 groups,
                 group_types,
                 meta,
                 quarantine,
                 outbox_tree,
                 rollups,
-                first_seen,
             )| {
+                journal.restart();
                 let tx = Tx {
-                    persons,
-                    distinct_ids,
-                    person_run: person_run.as_deref(),
-                    id_run: id_run.as_deref(),
-                    first_seen,
+                    persons: &tables[0],
+                    distinct_ids: &tables[1],
+                    first_seen: &tables[2],
                     groups,
                     group_types,
                 };
@@ -308,15 +306,26 @@ impl Compactor {
                         (None, None) => None,
                     };
                 }
+                // Last: synced before the commit that records it.
+                match journal.stage() {
+                    Ok(Some((key, value))) => meta.insert(key, &value[..]).map(drop)?,
+                    Ok(None) => {}
+                    Err(e) => {
+                        *journal_error.borrow_mut() = Some(e);
+                        return Err(ConflictableTransactionError::Abort(()));
+                    }
+                }
                 Ok(counts)
             },
         );
+        journal.finish(outcome.is_ok());
         let mut counts = match outcome {
             Ok(c) => c,
             Err(TransactionError::Abort(())) => {
-                return Err(match blocks_error.into_inner() {
-                    Some(e) => Error::Blocks(e),
-                    None => Error::Injected,
+                return Err(match (blocks_error.into_inner(), journal_error.into_inner()) {
+                    (Some(e), _) => Error::Blocks(e),
+                    (None, Some(e)) => Error::Journal(e),
+                    (None, None) => Error::Injected,
                 })
             }
             Err(TransactionError::Storage(e)) => return Err(e.into()),

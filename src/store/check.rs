@@ -194,14 +194,19 @@ fn read_trees(db: &sled::Db, files: &block::Files, report: &mut Report) {
 
 /// Read the layered tables' runs through ([`super::layered`]).
 fn read_runs(db: &sled::Db, dir: &Path, report: &mut Report) {
-    for name in super::LAYERED_TABLES {
-        let table = match super::layered::Layered::open(db, dir, name) {
-            Ok(table) => table,
-            Err(e) => {
-                report.problems.push(format!("table {name}: {e}"));
-                continue;
-            }
-        };
+    let tables = match super::layered::open_all(db, dir, &super::LAYERED_TABLES, false) {
+        Ok(tables) => tables,
+        Err(e) => {
+            report.problems.push(format!("tables' journal: {e}"));
+            return;
+        }
+    };
+    for table in tables {
+        let name = table.name();
+        report.notes.push(format!(
+            "table {name}: {} recent changes in the journal",
+            table.delta_len()
+        ));
         match table.verify() {
             None => report
                 .notes

@@ -94,7 +94,7 @@ impl Build {
         // The run holds all but recent changes; the delta's entries are at most an
         // eighth more (see layered::FOLD_SHARE), so this is close enough for a percent.
         let run = trees.persons.run().map_or(0, |r| r.entries());
-        let delta = trees.persons.delta().len() as u64;
+        let delta = trees.persons.delta_len() as u64;
         Build {
             total: (run + delta).max(1),
         }
@@ -114,9 +114,9 @@ impl Build {
             Some(cursor) if !cursor.is_empty() => Bound::Excluded(cursor.to_vec()),
             _ => Bound::Unbounded,
         };
-        let mut batch = sled::Batch::default();
+        let mut batch = Vec::new();
         let mut last: Option<IVec> = None;
-        let (mut n, mut bytes) = (0u64, 0u64);
+        let mut n = 0u64;
         for entry in trees
             .persons
             .range((from, Bound::Unbounded))
@@ -129,15 +129,16 @@ impl Build {
                 serde_json::from_slice::<Born>(&value),
             ) {
                 let key = keys::first_seen(u64::from_be_bytes(project), born.created_at, id);
-                batch.insert(&key[..], PRESENT);
-                bytes += (key.len() + PRESENT.len()) as u64;
+                batch.push((IVec::from(&key[..]), IVec::from(PRESENT)));
             }
             last = Some(key);
             n += 1;
         }
         // The compactor folds it into the table's run as it folds its own writes.
-        trees.first_seen.delta().apply_batch(batch)?;
-        trees.first_seen.note_written(bytes);
+        trees
+            .first_seen
+            .write(batch)
+            .map_err(|e| sled::Error::Io(e))?;
         let Some(last) = last else {
             trees.meta.remove(STATE_KEY)?;
             return Ok(Step::Done);

@@ -18,7 +18,11 @@ use super::event::StoredEvent;
 use super::keys::NEXT_BLOCK_KEY;
 use super::{block, dedup, keys, Trees};
 
-/// The format this build writes: 6 splits each layered table's run by key range into
+/// The format this build writes: 7 keeps the layered tables' recent changes in
+/// memory and a journal beside the runs ([`super::layered::journal`]) instead of sled
+/// trees: an older build would not read the journal. A format-6 or older database's
+/// deltas are moved from their sled trees into the journal at open ([`move_deltas`]).
+/// 6 splits each layered table's run by key range into
 /// runs a manifest names ([`super::layered::runs`]): an older build would read only a
 /// `.run` file and miss the rest. A format-5 table (one `.run`, no manifest) reads as
 /// one part and is split by its next fold, so it needs no change. 5 keeps persons and
@@ -31,7 +35,7 @@ use super::{block, dedup, keys, Trees};
 /// database needs no change; 1 (one key per event) had
 /// no key. An older build would skip what it cannot read as damaged: it refuses a
 /// newer format instead.
-pub const FORMAT: u64 = 6;
+pub const FORMAT: u64 = 7;
 /// The first format whose tables are split by a manifest.
 const SPLIT_RUNS: u64 = 6;
 pub const FORMAT_KEY: &[u8] = b"format";
@@ -90,6 +94,9 @@ pub fn run(db: &sled::Db, trees: &Trees, purpose: Purpose) -> Result<(), Error> 
             "database format: each table's run is read whole until its next fold splits it by key range (logged as it is folded)"
         );
     }
+    if purpose == Purpose::Write {
+        move_deltas(db, trees)?;
+    }
     let names = db.tree_names();
     // Migrating the first format writes blocks in this build's layout: the database is
     // then of this build's format, whatever the purpose.
@@ -106,6 +113,26 @@ pub fn run(db: &sled::Db, trees: &Trees, purpose: Purpose) -> Result<(), Error> 
     }
     if purpose == Purpose::Write || rewritten {
         trees.meta.insert(FORMAT_KEY, &FORMAT.to_be_bytes()[..])?;
+    }
+    Ok(())
+}
+
+/// Move the layered tables' deltas that a format-6 or older database kept in sled
+/// trees into the journal, then drop the trees (sled's file keeps their space; the
+/// journal never rewrites it). A crash midway moves the rest at the next open: what
+/// was moved is in both, with the same values.
+fn move_deltas(db: &sled::Db, trees: &Trees) -> Result<(), Error> {
+    for table in [&trees.persons, &trees.distinct_ids, &trees.first_seen] {
+        if !db.tree_names().iter().any(|n| n == table.name().as_bytes()) {
+            continue;
+        }
+        let entries = db.open_tree(table.name())?.len();
+        tracing::info!(table = table.name(), entries, "database format: moving the table's recent changes from sled into its journal; this runs once");
+        let moved = table.migrate_tree(db).map_err(|e| match e {
+            super::Error::Sled(e) => Error::Store(e),
+            other => Error::Store(sled::Error::Io(std::io::Error::other(other.to_string()))),
+        })?;
+        tracing::info!(table = table.name(), entries = moved, "the table's recent changes are in its journal");
     }
     Ok(())
 }

@@ -168,7 +168,7 @@ impl Trees {
     }
 
     fn open_for(db: &sled::Db, dir: &Path, purpose: migrate::Purpose) -> Result<Trees, Error> {
-        let mut trees = Trees::open_current(db, dir)?;
+        let mut trees = Trees::open_current(db, dir, purpose == migrate::Purpose::Write)?;
         migrate::run(db, &trees, purpose)?;
         // After the migration, which may store blocks the index must then build.
         let next_block = trees
@@ -193,7 +193,9 @@ impl Trees {
         Ok(trees)
     }
 
-    fn open_current(db: &sled::Db, dir: &Path) -> Result<Trees, Error> {
+    fn open_current(db: &sled::Db, dir: &Path, writable: bool) -> Result<Trees, Error> {
+        let mut tables = layered::open_all(db, dir, &LAYERED_TABLES, writable)?.into_iter();
+        let mut table = || tables.next().ok_or(Error::Tables(std::io::ErrorKind::NotFound.into()));
         Ok(Trees {
             blocks: block::Files::open(dir).map_err(Error::Blocks)?,
             wal: db.open_tree(WAL_TREE)?,
@@ -201,9 +203,9 @@ impl Trees {
             overflow: db.open_tree("lane_overflow")?,
             events: db.open_tree(EVENTS_TREE)?,
             recent_ids: db.open_tree("recent_ids")?,
-            persons: layered::Layered::open(db, dir, PERSONS_TREE)?,
-            distinct_ids: layered::Layered::open(db, dir, DISTINCT_IDS_TREE)?,
-            first_seen: layered::Layered::open(db, dir, first_seen::TREE)?,
+            persons: table()?,
+            distinct_ids: table()?,
+            first_seen: table()?,
             event_index: event_index::Index::unopened(dir),
             groups: db.open_tree("groups")?,
             group_types: db.open_tree("group_types")?,

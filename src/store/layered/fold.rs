@@ -10,6 +10,8 @@ use std::time::Instant;
 
 use sled::IVec;
 
+use super::delta::Map;
+use super::journal::Guard;
 use super::run::{self, Run};
 use super::runs::{self, Part, Runs};
 use super::{
@@ -17,6 +19,7 @@ use super::{
     RUN_SYNC,
 };
 use crate::store::Error;
+use crate::support::sync::lock;
 use crate::support::sync_dir;
 
 /// A fold takes at most about this many bytes of the delta (keys and values, held
@@ -37,17 +40,19 @@ struct Written {
 }
 
 impl Layered {
-    /// Merge the delta into new runs (see the module docs). Only one fold at a time:
-    /// the compactor's thread folds, between its chunks, and nothing else writes the
-    /// delta meanwhile. A failure (a full disk) leaves the table as it was.
+    /// Merge the delta into new runs (see the module docs). Only one fold at a time,
+    /// and nothing writes the tables meanwhile: the fold holds their journal, as a
+    /// chunk does. A failure (a full disk) leaves the table as it was.
     pub fn fold(&self) -> Result<Folded, Error> {
         let started = Instant::now();
         let inner = &self.inner;
+        let mut guard = self.journal().lock();
         // What a run takes must be durable first: a chunk committed but not yet
         // written out by sled is lost in a crash and applied again from the log, which
         // must not find its own changes in the run already.
         let syncs = &inner.syncs;
-        syncs.run(DELTA_SYNC, || inner.delta.flush())?;
+        let meta = self.journal().meta();
+        syncs.run(DELTA_SYNC, || meta.flush())?;
         if !inner.dir.exists() {
             fs::create_dir_all(&inner.dir).map_err(Error::Tables)?;
             if let Some(parent) = inner.dir.parent() {
@@ -59,11 +64,31 @@ impl Layered {
                 }
             }
         }
+        let frozen = {
+            let mut d = self.delta_mut();
+            let active = std::mem::take(&mut d.active);
+            let frozen = Arc::new(active);
+            d.frozen = Some(frozen.clone());
+            frozen
+        };
+        let outcome = self.fold_frozen(&frozen, started, &mut guard);
+        if outcome.is_err() {
+            self.delta_mut().thaw();
+        }
+        outcome
+    }
+
+    fn fold_frozen(
+        &self,
+        frozen: &Map,
+        started: Instant,
+        guard: &mut Guard<'_>,
+    ) -> Result<Folded, Error> {
+        let inner = &self.inner;
         let old = inner.runs.load_full();
         let mut delta_bytes = vec![0u64; old.parts().len().max(1)];
-        for kv in inner.delta.iter() {
-            let (k, v) = kv?;
-            delta_bytes[old.part_of(&k)] += (k.len() + v.len()) as u64;
+        for (k, v) in frozen.iter() {
+            delta_bytes[old.part_of(k)] += (k.len() + v.len()) as u64;
         }
         let limit = inner.take_bytes.load(Ordering::Relaxed);
         let part_bytes = inner.part_bytes.load(Ordering::Relaxed);
@@ -81,7 +106,7 @@ impl Layered {
         }
         let mut written = Written::default();
         let outcome = self
-            .write_parts(&old, &choice.parts, &delta_bytes, limit, &mut written)
+            .write_parts(&old, frozen, &choice.parts, limit, &mut written)
             .and_then(|()| self.passing_damage(&replaced))
             .and_then(|()| {
                 let new = self.switched(&old, &choice.parts, &written)?;
@@ -105,28 +130,24 @@ impl Layered {
                 let aside = PathBuf::from(format!("{}.damaged", path.display()));
                 tracing::error!(path = %path.display(), aside = %aside.display(), "the replaced run had damaged blocks, whose keys are not in the new one; it is kept aside");
                 if let Err(e) = fs::rename(path, &aside) {
-                    tracing::warn!(error = %e, "the damaged run could not be kept aside");
+                    tracing::warn!(path = %path.display(), error = %e, "the damaged run could not be kept aside");
                 }
             } else if let Err(e) = fs::remove_file(path) {
                 tracing::warn!(path = %path.display(), error = %e, "a replaced run could not be removed; it is removed at the next start");
             }
         }
-        let mut removed = 0u64;
-        for (k, v) in &written.taken {
-            // Unchanged since it was taken: the runs now hold it.
-            let swapped = inner
-                .delta
-                .compare_and_swap(k, Some(v), None as Option<&[u8]>)?;
-            if swapped.is_ok() {
-                removed += (k.len() + v.len()) as u64;
-            }
+        // What the runs did not take stays in memory, and goes to the new journal.
+        let left = untaken(frozen, &written.taken);
+        self.rotate(guard, &left)?;
+        let left_bytes = left.iter().map(|(k, v)| (k.len() + v.len()) as u64).sum();
+        {
+            let mut d = self.delta_mut();
+            let newer = std::mem::take(&mut d.active);
+            d.active = left.into_iter().collect();
+            d.active.extend(newer);
+            d.frozen = None;
         }
-        // Nothing else writes the delta during a fold (see `fold`'s docs): what was
-        // not removed is still pending, in the parts not chosen or past the limit.
-        let total: u64 = delta_bytes.iter().sum();
-        inner
-            .pending
-            .store(total.saturating_sub(removed), Ordering::Relaxed);
+        inner.pending.store(left_bytes, Ordering::Relaxed);
         Ok(Folded {
             entries,
             taken: written.taken.len() as u64,
@@ -136,6 +157,32 @@ impl Layered {
             written_bytes: written.bytes,
             took: started.elapsed(),
         })
+    }
+
+    /// Start a new journal holding what every table of it keeps in memory: this
+    /// one's entries `left` (and any written since it froze), the others' deltas.
+    fn rotate(&self, guard: &mut Guard<'_>, left: &[(IVec, IVec)]) -> Result<(), Error> {
+        let tables: Vec<Layered> = lock(&self.inner.shared.tables)
+            .iter()
+            .filter_map(|w| w.upgrade())
+            .map(|inner| Layered { inner })
+            .collect();
+        let mut held: Vec<(String, Vec<(IVec, IVec)>)> = Vec::new();
+        for t in &tables {
+            let mut entries = t.delta_entries();
+            if Arc::ptr_eq(&t.inner, &self.inner) {
+                let active: Map = std::mem::take(&mut entries).into_iter().collect();
+                let mut all: Map = left.iter().cloned().collect();
+                // Only the active map: the frozen one is what the runs now hold.
+                let d = t.delta();
+                all.extend(d.active.iter().map(|(k, v)| (k.clone(), v.clone())));
+                drop(active);
+                entries = all.into_iter().collect();
+            }
+            held.push((t.name().to_owned(), entries));
+        }
+        let groups: Vec<_> = held.iter().map(|(n, e)| (n.as_str(), &e[..])).collect();
+        guard.rotate(&groups).map_err(Error::Tables)
     }
 
     /// A fold that met damage which then read after all: fold again later rather
@@ -218,8 +265,8 @@ impl Layered {
     fn write_parts(
         &self,
         old: &Runs,
+        frozen: &Map,
         chosen: &[usize],
-        delta_bytes: &[u64],
         limit: u64,
         out: &mut Written,
     ) -> Result<(), Error> {
@@ -234,21 +281,17 @@ impl Layered {
                 .map_or(Box::from(&b""[..]), |p| p.lower.clone());
             let upper = old.parts().get(last + 1).map(|p| p.lower.to_vec());
             let to = upper.map_or(Bound::Unbounded, Bound::Excluded);
-            let mut delta = self
-                .inner
-                .delta
-                .range((Bound::Included(lower.to_vec()), to));
+            let mut delta = frozen
+                .range::<[u8], _>((Bound::Included(&lower[..]), to.as_ref().map(|t| &t[..])))
+                .map(|(k, v)| (k.clone(), v.clone()));
             let runs: Vec<&Run> = group
                 .iter()
                 .filter_map(|&i| old.parts().get(i))
                 .map(|p| &*p.run)
                 .collect();
-            let about: u64 = group
-                .iter()
-                .map(|&i| delta_bytes[i] + old.parts().get(i).map_or(0, |p| p.run.raw_bytes()))
-                .sum();
+            let about = estimate(old, frozen, group);
             let mut base = RunPages::new(runs);
-            let mut next_delta = delta.next().transpose()?;
+            let mut next_delta = delta.next();
             let mut writer = PartWriter::new(self, lower, about);
             loop {
                 if next_delta.is_some() && taken_bytes >= limit {
@@ -276,13 +319,53 @@ impl Layered {
                     taken_bytes += (k.len() + v.len()) as u64;
                     out.taken.push((k, v));
                 }
-                next_delta = delta.next().transpose()?;
+                next_delta = delta.next();
             }
             let files = writer.finish(out).map_err(tables)?;
             out.replacing.push(files);
         }
         Ok(())
     }
+}
+
+/// The entries of `frozen` not in `taken` (both in key order).
+fn untaken(frozen: &Map, taken: &[(IVec, IVec)]) -> Vec<(IVec, IVec)> {
+    let mut taken = taken.iter().map(|(k, _)| k).peekable();
+    let mut left = Vec::new();
+    for (k, v) in frozen {
+        while taken.peek().is_some_and(|t| *t < k) {
+            taken.next();
+        }
+        if taken.peek() != Some(&k) {
+            left.push((k.clone(), v.clone()));
+        }
+    }
+    left
+}
+
+/// About the bytes of keys and values the runs replacing `group` will hold: the
+/// parts' plus the delta's keys the runs do not hold (by their Bloom filters, so no
+/// block is read). A key the delta changes counts once, its old entry's size; a
+/// removal takes away an entry of the run's mean size. So the cut into pieces of
+/// [`super::PART_BYTES`] comes out at the size asked, where counting a changed key in
+/// both the run and the delta made pieces of about half.
+fn estimate(old: &Runs, frozen: &Map, group: &[usize]) -> u64 {
+    let parts: Vec<&Part> = group.iter().filter_map(|&i| old.parts().get(i)).collect();
+    let mut bytes: i64 = parts.iter().map(|p| p.run.raw_bytes() as i64).sum();
+    let lower = parts.first().map_or(&b""[..], |p| &p.lower[..]);
+    let upper = group.last().and_then(|&i| old.parts().get(i + 1));
+    let to = upper.map_or(Bound::Unbounded, |p| Bound::Excluded(&p.lower[..]));
+    for (k, v) in frozen.range::<[u8], _>((Bound::Included(lower), to)) {
+        let run = old.parts().get(old.part_of(k)).map(|p| &p.run);
+        let held = run.filter(|r| r.may_hold(k));
+        let mean = held.map_or(0, |r| r.raw_bytes() / r.entries().max(1)) as i64;
+        bytes += match (held.is_some(), v.is_empty()) {
+            (false, false) => (k.len() + v.len()) as i64,
+            (false, true) | (true, false) => 0,
+            (true, true) => -mean,
+        };
+    }
+    bytes.max(0) as u64
 }
 
 /// The runs replacing a range: cut into pieces of equal size, about

@@ -1,4 +1,4 @@
-//! Iteration over a [`Layered`] table: its delta and its run merged, in pages.
+//! Iteration over a [`Layered`] table: its delta's maps and its runs merged, in pages.
 
 use std::ops::Bound;
 
@@ -48,13 +48,8 @@ impl Iter {
             return Ok(());
         }
         let inner = &self.table.inner;
-        let mut delta = Vec::new();
-        for kv in inner.delta.range((self.from.clone(), self.to.clone())) {
-            delta.push(kv?);
-            if delta.len() >= PAGE {
-                break;
-            }
-        }
+        let range = (self.from.clone(), self.to.clone());
+        let delta = self.table.delta().page(&range, PAGE);
         // Loaded after the delta's page was read: see the module docs.
         let base = inner
             .runs

@@ -1,34 +1,54 @@
-//! A table of many small values changed at random keys (persons, distinct ids): a
-//! sled tree of recent changes over sorted [`run::Run`] files of everything older,
-//! one a range of keys ([`runs`]).
+//! A table of many small values changed at random keys (persons, distinct ids, first
+//! seen): recent changes in memory over sorted [`run::Run`] files of everything
+//! older, one a range of keys ([`runs`]), as an LSM keeps a memtable over its runs.
 //!
-//! Why: sled 0.34 rewrites a leaf whole every few changes and cleans a segment of its
-//! file only once at most half of it is live, so small values at random keys left its
-//! file at about four times what they hold. In a run they take their size, LZ4'd.
+//! Why not sled: sled 0.34 rewrites a leaf whole every few changes and never gives
+//! back the space of the old copies, so changes rewritten at random keys on every
+//! chunk and removed at each fold left its file at about 85 times what its trees
+//! hold (173 bytes an event of 270, `BENCHMARKS.md`). In a run a value takes its
+//! size, LZ4'd; recent changes take a journal's append.
 //!
-//! Writes (the compactor's, inside its chunk transaction) go to the tree, the *delta*,
-//! as before; a removal is written as an empty value, a tombstone, since the run may
-//! still hold the key. A read looks in the delta first, then in the run. Once the
-//! bytes written to the delta pass an eighth of the runs' (see [`FOLD_SHARE`]), and
-//! when the compactor is idle or stops, [`Layered::fold`] merges the two: the parts
-//! whose range the delta changed enough ([`plan`]) are rewritten as new runs (a part
-//! grown past [`PART_BYTES`] is cut in two or more), the others kept. sled is flushed
-//! first (a run takes only durable changes); the new runs are synced, then named by
-//! a new manifest ([`runs`]: written beside, synced, renamed into place, the directory
-//! synced); then the replaced runs are deleted and the delta entries taken are removed
-//! (each only if unchanged). A crash before the manifest's rename leaves runs nothing
-//! names, removed at the next start; after it, delta entries that equal the runs',
-//! which read the same. Neither changes what a read sees, so folds need no
-//! transaction with the compactor's chunks.
+//! Writes (the compactor's, in its chunk transaction) go to the *delta*: an ordered
+//! map in memory ([`delta`]) backed by an append-only [`journal`] shared by the
+//! database's tables. A removal is written as an empty value, a tombstone, since the
+//! run may still hold the key. A read looks in the delta first, then in the run.
+//!
+//! Atomicity with the compactor's chunk ([`chunk`]): the chunk's changes are
+//! appended to the journal as one record and synced before its sled transaction
+//! commits; the transaction records the journal's number and committed length in
+//! `meta`. A start replays the journal up to that length and cuts it there: bytes
+//! past it belong to a chunk sled never committed, which the compactor applies again
+//! from the log. The transaction may run its closure again on a conflict: each
+//! attempt writes its record at the committed length (replacing the last attempt's)
+//! and puts back what the last attempt changed in the maps. The maps take the
+//! changes after the journal's sync, just before the commit, so a reader that sees
+//! a chunk committed (the sink, through the outbox) sees its persons too; a commit
+//! that fails puts them back.
+//!
+//! Once the bytes written to the delta pass an eighth of the runs' (see
+//! [`FOLD_SHARE`]), and when the compactor is idle or stops, [`Layered::fold`] merges
+//! the two: the active map is frozen (reads see it until the new runs are in place),
+//! sled is flushed (a run takes only changes whose chunk is durable), the parts whose
+//! range the delta changed enough ([`plan`]) are rewritten as new runs (a part grown
+//! past [`PART_BYTES`] is cut in two or more), the others kept; the new runs are
+//! synced, then named by a new manifest ([`runs`]: written beside, synced, renamed
+//! into place, the directory synced). Then the journal is rotated: a new one holding
+//! what the tables keep in memory (what this fold left, the other tables' changes) is
+//! synced and recorded, and the older ones are removed. A crash before the manifest's
+//! rename leaves runs nothing names, removed at the next start; between the manifest
+//! and the rotation, a journal whose entries equal the runs', which read the same.
 //!
 //! Reads while a fold switches runs: a point read consults the delta before loading
-//! the run, so a key already removed from the delta is found in the new run (the
-//! switch comes before the removals). Iteration goes in pages with the same order:
-//! a page of the delta, then the run's entries up to where that page ended.
+//! the run, so a key already dropped from the frozen map is found in the new run (the
+//! switch comes before the drop). Iteration goes in pages with the same order: a page
+//! of the delta, then the run's entries up to where that page ended.
 
 pub mod cache;
+pub mod chunk;
+pub mod delta;
 mod fold;
 mod iter;
+pub mod journal;
 mod plan;
 pub mod run;
 pub mod runs;
@@ -39,34 +59,39 @@ use std::io;
 use std::ops::Bound;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use sled::transaction::{TransactionalTree, UnabortableTransactionError};
 use sled::IVec;
 
+use crate::support::sync::lock;
 use crate::support::syncs::Syncs;
+use delta::Delta;
 use iter::successor;
 pub use iter::Iter;
+pub use journal::Journal;
 pub use run::Run;
 pub use runs::Runs;
 pub use write::Writer;
 
 /// The directory of the runs, inside the database's.
 pub const DIR_NAME: &str = "tables";
+/// The journal the database's tables share ([`open_all`]).
+pub const JOURNAL: &str = "deltas";
 /// A removal in the delta.
 pub const TOMBSTONE: &[u8] = b"";
 /// The delta is folded once the bytes written to it since the last fold pass the
-/// run's bytes over this. The smaller the share, the less sled's file holds at its
-/// largest and the more often a fold rewrites the run: each byte written to the delta
-/// costs about this many bytes of fold. For the disk-at-rest workload a sixteenth left
-/// 91 to 92 bytes an event, an eighth 102 to 107, a quarter 110 to 115
-/// (`benches/HISTORY.md`); an eighth keeps the target with half the rewriting.
+/// run's bytes over this. The smaller the share, the less the delta holds at its
+/// largest (in memory and in the journal) and the more often a fold rewrites the run:
+/// each byte written to the delta costs about this many bytes of fold. An eighth kept
+/// the disk-at-rest target with half the rewriting of a sixteenth
+/// (`benches/HISTORY.md`).
 pub const FOLD_SHARE: u64 = 8;
 /// ... and at least this many,
 pub const MIN_FOLD_BYTES: u64 = 128 * 1024;
-/// ... and at most this many, however large the run.
+/// ... and at most this many, however large the run: the delta's memory is bounded by
+/// about this (and the maps' overhead).
 const MAX_FOLD_BYTES: u64 = 64 * 1024 * 1024;
 /// A fold cuts a new run once it holds this many bytes of keys and values: small
 /// enough that a fold of a few changed ranges writes a few MB however large the
@@ -78,9 +103,9 @@ pub const PART_BYTES: u64 = 8 * 1024 * 1024;
 const PART_BYTES_ENV: &str = "FLAGPOST_TABLE_PART_BYTES";
 /// Entries an iterator reads from each side at a time.
 const PAGE: usize = 512;
-/// What [`Syncs`] calls a fold's syncs: sled's flush of the delta before it is read,
-/// the new run's file before its rename, the runs' directory after it (and after
-/// making it, with the database's directory).
+/// What [`Syncs`] calls a fold's syncs: sled's flush before the delta is read (the
+/// chunks it holds are then durable), the new run's file before its rename, the
+/// runs' directory after it (and after making it, with the database's directory).
 pub(crate) const DELTA_SYNC: &str = "delta";
 pub(crate) const RUN_SYNC: &str = "run";
 pub(crate) const DIR_SYNC: &str = "runs' directory";
@@ -98,10 +123,17 @@ pub struct Layered {
     inner: Arc<Inner>,
 }
 
+/// A journal and the tables writing to it, which a fold's rotation carries over.
+pub(crate) struct Shared {
+    journal: Journal,
+    tables: Mutex<Vec<Weak<Inner>>>,
+}
+
 struct Inner {
     name: String,
     dir: PathBuf,
-    delta: sled::Tree,
+    shared: Arc<Shared>,
+    delta: RwLock<Delta>,
     runs: ArcSwap<Runs>,
     /// The greatest file number in the runs' directory: new runs take the next.
     generation: AtomicU64,
@@ -120,7 +152,7 @@ struct Inner {
 pub struct Folded {
     /// Entries in the table's runs.
     pub entries: u64,
-    /// Delta entries taken into them and removed from the delta.
+    /// Delta entries taken into them and dropped from the delta.
     pub taken: u64,
     /// The runs' files, bytes.
     pub file_bytes: u64,
@@ -141,13 +173,59 @@ fn through(found: Option<IVec>, run: Option<&Runs>, key: &[u8]) -> Option<IVec> 
     }
 }
 
+/// The database's tables `names`, sharing the journal [`JOURNAL`]; written to only
+/// when `writable` (the server), else read (`check`, `backup` of a stopped database).
+pub fn open_all(
+    db: &sled::Db,
+    db_dir: &Path,
+    names: &[&str],
+    writable: bool,
+) -> Result<Vec<Layered>, super::Error> {
+    let shared = shared(db, db_dir, JOURNAL, writable)?;
+    names
+        .iter()
+        .map(|name| Layered::open_in(&shared, db, db_dir, name))
+        .collect()
+}
+
+fn shared(
+    db: &sled::Db,
+    db_dir: &Path,
+    journal: &str,
+    writable: bool,
+) -> Result<Arc<Shared>, super::Error> {
+    let meta = db.open_tree("meta")?;
+    let dir = db_dir.join(DIR_NAME);
+    let journal =
+        Journal::open(&meta, &dir, journal, writable).map_err(super::Error::Tables)?;
+    Ok(Arc::new(Shared {
+        journal,
+        tables: Mutex::new(Vec::new()),
+    }))
+}
+
 impl Layered {
-    /// The table `name` of `db`, its runs in `db_dir`'s [`DIR_NAME`]: those its
-    /// manifest names, or without one the newest `.run` there. Nothing is removed (see
-    /// [`Layered::remove_strays`]).
+    /// The table `name` alone, with a journal of its own (tests, benches).
     pub fn open(db: &sled::Db, db_dir: &Path, name: &str) -> Result<Layered, super::Error> {
+        let shared = shared(db, db_dir, name, true)?;
+        Layered::open_in(&shared, db, db_dir, name)
+    }
+
+    /// The table `name` of `db`, its runs in `db_dir`'s [`DIR_NAME`]: those its
+    /// manifest names, or without one the newest `.run` there; its delta what the
+    /// journal holds, over what a sled tree of its name holds (a database of format 6
+    /// or earlier, until [`Layered::migrate_tree`] moves it). Nothing is removed (see
+    /// [`Layered::remove_strays`]).
+    fn open_in(
+        shared: &Arc<Shared>,
+        db: &sled::Db,
+        db_dir: &Path,
+        name: &str,
+    ) -> Result<Layered, super::Error> {
         let tables = super::Error::Tables;
-        let delta = db.open_tree(name)?;
+        if name.len() > usize::from(u8::MAX) {
+            return Err(tables(io::Error::other("a table's name is too long")));
+        }
         let dir = db_dir.join(DIR_NAME);
         let files = list(&dir, name).map_err(tables)?;
         let named = match runs::read(&dir, name).map_err(tables)? {
@@ -166,25 +244,33 @@ impl Layered {
             let run = Arc::new(run);
             parts.push(runs::Part { lower, file, run });
         }
-        let mut pending = 0u64;
-        for kv in delta.iter() {
-            let (k, v) = kv?;
-            pending += (k.len() + v.len()) as u64;
+        let mut active = delta::Map::new();
+        if db.tree_names().iter().any(|t| t == name.as_bytes()) {
+            for kv in db.open_tree(name)?.iter() {
+                let (k, v) = kv?;
+                active.insert(k, v);
+            }
         }
+        active.extend(shared.journal.take_replayed(name));
+        let pending = active.iter().map(|(k, v)| (k.len() + v.len()) as u64).sum();
         let newest = files.iter().map(|f| f.generation).max();
-        Ok(Layered {
-            inner: Arc::new(Inner {
-                name: name.to_owned(),
-                dir,
-                delta,
-                runs: ArcSwap::from_pointee(Runs::new(parts)),
-                generation: AtomicU64::new(newest.unwrap_or(0)),
-                pending: AtomicU64::new(pending),
-                take_bytes: AtomicU64::new(fold::TAKE_BYTES),
-                part_bytes: AtomicU64::new(part_bytes()),
-                syncs: Syncs::default(),
+        let inner = Arc::new(Inner {
+            name: name.to_owned(),
+            dir,
+            shared: shared.clone(),
+            delta: RwLock::new(Delta {
+                active,
+                frozen: None,
             }),
-        })
+            runs: ArcSwap::from_pointee(Runs::new(parts)),
+            generation: AtomicU64::new(newest.unwrap_or(0)),
+            pending: AtomicU64::new(pending),
+            take_bytes: AtomicU64::new(fold::TAKE_BYTES),
+            part_bytes: AtomicU64::new(part_bytes()),
+            syncs: Syncs::default(),
+        });
+        lock(&shared.tables).push(Arc::downgrade(&inner));
+        Ok(Layered { inner })
     }
 
     /// Remove what a crash left: runs the table does not name (replaced, or being
@@ -210,9 +296,9 @@ impl Layered {
         &self.inner.name
     }
 
-    /// The delta, for the compactor's transactions and the offline commands.
-    pub fn delta(&self) -> &sled::Tree {
-        &self.inner.delta
+    /// The journal this table writes to.
+    pub fn journal(&self) -> &Journal {
+        &self.inner.shared.journal
     }
 
     /// The current runs, if there are any.
@@ -222,20 +308,21 @@ impl Layered {
 
     /// The value of `key`.
     pub fn get<K: AsRef<[u8]>>(&self, key: K) -> sled::Result<Option<IVec>> {
-        let key = key.as_ref();
-        // The delta first, then the run: see the module docs.
-        let found = self.inner.delta.get(key)?;
-        Ok(through(found, Some(&self.inner.runs.load()), key))
+        Ok(self.lookup(key.as_ref()))
     }
 
-    /// [`Layered::get`] inside a transaction on the delta, with the run as it was when
-    /// the transaction began (only the compactor, between its chunks, folds).
-    pub fn get_in(
-        tx: &TransactionalTree,
-        run: Option<&Runs>,
-        key: &[u8],
-    ) -> Result<Option<IVec>, UnabortableTransactionError> {
-        Ok(through(tx.get(key)?, run, key))
+    fn lookup(&self, key: &[u8]) -> Option<IVec> {
+        // The delta first, then the run: see the module docs.
+        let found = self.delta().get(key);
+        through(found, Some(&self.inner.runs.load()), key)
+    }
+
+    fn delta(&self) -> std::sync::RwLockReadGuard<'_, Delta> {
+        self.inner.delta.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn delta_mut(&self) -> std::sync::RwLockWriteGuard<'_, Delta> {
+        self.inner.delta.write().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Entries in key order within `range`.
@@ -261,6 +348,71 @@ impl Layered {
     /// Entries in key order.
     pub fn iter(&self) -> Iter {
         self.range((Bound::Unbounded, Bound::Unbounded))
+    }
+
+    /// Write `entries` (a tombstone removes) outside a chunk: a build in the
+    /// background, a migration, tests. Journaled and synced before it returns.
+    pub fn write(&self, entries: Vec<(IVec, IVec)>) -> io::Result<()> {
+        let mut guard = self.journal().lock();
+        guard.write(&[(self.name(), &entries)])?;
+        let bytes: u64 = entries.iter().map(|(k, v)| (k.len() + v.len()) as u64).sum();
+        self.delta_mut().stage(&entries);
+        self.note_written(bytes);
+        Ok(())
+    }
+
+    /// [`Layered::write`] of one entry.
+    pub fn insert(&self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> io::Result<()> {
+        let (k, v) = (IVec::from(key.as_ref()), IVec::from(value.as_ref()));
+        self.write(vec![(k, v)])
+    }
+
+    /// Entries in the delta (a key in both maps counted once).
+    pub fn delta_len(&self) -> usize {
+        self.delta().len()
+    }
+
+    /// The delta's entries in key order, tombstones included.
+    pub fn delta_entries(&self) -> Vec<(IVec, IVec)> {
+        self.delta().page(&(Bound::Unbounded, Bound::Unbounded), usize::MAX)
+    }
+
+    /// Move what a sled tree of this table's name holds (a database of format 6 or
+    /// earlier kept the delta there) into the journal, in pieces, then drop the tree.
+    /// Returns the entries moved.
+    pub fn migrate_tree(&self, db: &sled::Db) -> Result<u64, super::Error> {
+        let name = self.name();
+        if !db.tree_names().iter().any(|t| t == name.as_bytes()) {
+            return Ok(0);
+        }
+        let tree = db.open_tree(name)?;
+        let mut moved = 0u64;
+        loop {
+            let mut piece = Vec::new();
+            let mut bytes = 0usize;
+            for kv in tree.iter() {
+                let (k, v) = kv?;
+                bytes += k.len() + v.len();
+                piece.push((k, v));
+                if bytes >= MIGRATE_PIECE {
+                    break;
+                }
+            }
+            if piece.is_empty() {
+                break;
+            }
+            let journaled = self.journal().lock().write(&[(name, &piece)]);
+            journaled.map_err(super::Error::Tables)?;
+            let mut batch = sled::Batch::default();
+            for (k, _) in &piece {
+                batch.remove(k);
+            }
+            tree.apply_batch(batch)?;
+            moved += piece.len() as u64;
+        }
+        drop(tree);
+        db.drop_tree(name)?;
+        Ok(moved)
     }
 
     /// Note `bytes` written to the delta (by a committed transaction).
@@ -301,6 +453,9 @@ impl Layered {
         self.run().map(|r| r.verify())
     }
 }
+
+/// Bytes of a format-6 delta moved into the journal at a time.
+const MIGRATE_PIECE: usize = 4 * 1024 * 1024;
 
 fn part_bytes() -> u64 {
     std::env::var(PART_BYTES_ENV)

@@ -315,6 +315,11 @@ impl Run {
         self.reported.iter().any(|r| r.load(Ordering::Relaxed))
     }
 
+    /// Whether the run may hold `key` (its Bloom filter; no block read).
+    pub fn may_hold(&self, key: &[u8]) -> bool {
+        self.filter.may_hold(key)
+    }
+
     /// Read every block as if none had failed (a failure that passed).
     pub fn forget_damage(&self) {
         for r in &self.reported {
