@@ -72,19 +72,19 @@ fn fill(n: u64) -> Filled {
     let started = Instant::now();
     let mut bytes = 0usize;
     for first in (0..n).step_by(BATCH as usize) {
-        let (mut people, mut ids) = (sled::Batch::default(), sled::Batch::default());
+        let (mut people, mut ids) = (Vec::new(), Vec::new());
         for i in first..(first + BATCH).min(n) {
             let p = person(i);
             let value = serde_json::to_vec(&p).unwrap();
             bytes += value.len();
-            people.insert(&keys::with_uuid(PROJECT, p.id)[..], value);
-            ids.insert(
-                keys::with_str(PROJECT, &p.distinct_ids[0]),
-                &p.id.as_bytes()[..],
-            );
+            people.push((keys::with_uuid(PROJECT, p.id)[..].into(), value.into()));
+            ids.push((
+                keys::with_str(PROJECT, &p.distinct_ids[0]).into(),
+                p.id.as_bytes()[..].into(),
+            ));
         }
-        trees.persons.delta().apply_batch(people).unwrap();
-        trees.distinct_ids.delta().apply_batch(ids).unwrap();
+        trees.persons.write(people).unwrap();
+        trees.distinct_ids.write(ids).unwrap();
     }
     db.flush().unwrap();
     // Into the sorted runs, where the compactor's folds keep all but recent changes.
@@ -108,7 +108,7 @@ fn build_index(trees: &Trees, n: u64) {
     while build.step(trees).unwrap() != Step::Done {}
     let took = started.elapsed().as_secs_f64();
     let started = Instant::now();
-    while !trees.first_seen.delta().is_empty() {
+    while trees.first_seen.delta_len() > 0 {
         trees.first_seen.fold().unwrap();
     }
     let folded = started.elapsed().as_secs_f64();

@@ -237,24 +237,20 @@ mod tests {
         files.sync().unwrap();
         db.open_tree("empty").unwrap();
         // Persons in a run and in its delta: they go out merged, a removal left out.
-        let persons = Layered::open(&db, &dir.path().join("a"), PERSONS_TREE).unwrap();
+        let persons = layered::Layered::open(&db, &dir.path().join("a"), PERSONS_TREE).unwrap();
         for i in 0..100u32 {
             persons
-                .delta()
                 .insert(i.to_be_bytes(), &b"old"[..])
                 .unwrap();
         }
         persons.fold().unwrap();
         persons
-            .delta()
             .insert(5u32.to_be_bytes(), &b"new"[..])
             .unwrap();
         persons
-            .delta()
             .insert(7u32.to_be_bytes(), crate::store::layered::TOMBSTONE)
             .unwrap();
         persons
-            .delta()
             .insert(500u32.to_be_bytes(), &b"added"[..])
             .unwrap();
         let file = dir.path().join("trees.bin");

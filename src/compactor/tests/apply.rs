@@ -8,6 +8,7 @@ use serde_json::{json, Value};
 use sled::transaction::Transactional;
 
 use super::*;
+use crate::store::layered::chunk::{Journaled, Pending};
 use crate::store::Trees;
 
 const NOW: i64 = 1_700_000_000_000;
@@ -51,30 +52,29 @@ fn in_chunk<T>(
     t: &Trees,
     apply: impl Fn(&Tx<'_>, &mut Cache) -> sled::transaction::ConflictableTransactionResult<T, ()>,
 ) -> T {
-    let (person_run, id_run) = (t.persons.run(), t.distinct_ids.run());
-    (
-        t.persons.delta(),
-        t.distinct_ids.delta(),
-        &t.groups,
-        &t.group_types,
-        t.first_seen.delta(),
-    )
-        .transaction(|(persons, distinct_ids, groups, group_types, first_seen)| {
+    let tables = [&t.persons, &t.distinct_ids, &t.first_seen].map(Pending::new);
+    let pending = [&tables[0], &tables[1], &tables[2]];
+    let journal = Journaled::begin(t.persons.journal(), &pending);
+    let out = (&t.groups, &t.group_types, &t.meta)
+        .transaction(|(groups, group_types, meta)| {
+            journal.restart();
             let tx = Tx {
-                persons,
-                distinct_ids,
-                person_run: person_run.as_deref(),
-                id_run: id_run.as_deref(),
-                first_seen,
+                persons: &tables[0],
+                distinct_ids: &tables[1],
+                first_seen: &tables[2],
                 groups,
                 group_types,
             };
             let mut cache = Cache::default();
             let out = apply(&tx, &mut cache)?;
             cache.write(&tx)?;
+            if let Some((key, value)) = journal.stage().unwrap() {
+                meta.insert(key, &value[..])?;
+            }
             Ok(out)
-        })
-        .unwrap()
+        });
+    journal.finish(out.is_ok());
+    out.unwrap()
 }
 
 /// The GeoIP properties a case uses, for its address.

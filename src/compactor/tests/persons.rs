@@ -348,13 +348,11 @@ fn persons_stored_with_random_ids_keep_them() {
     let person_bytes = serde_json::to_vec(&person).unwrap();
     trees
         .persons
-        .delta()
         .insert(&person_key[..], person_bytes)
         .unwrap();
     let link = keys::with_str(1, "old");
     trees
         .distinct_ids
-        .delta()
         .insert(link, &old.as_bytes()[..])
         .unwrap();
     f.restart();

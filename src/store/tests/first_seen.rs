@@ -24,7 +24,7 @@ fn person(project: u64, name: &str, created_at: i64) -> Person {
 fn store(trees: &Trees, project: u64, p: &Person) {
     let key = keys::with_uuid(project, p.id);
     let value = serde_json::to_vec(p).unwrap();
-    trees.persons.delta().insert(key, value).unwrap();
+    trees.persons.insert(key, value).unwrap();
 }
 
 fn names(trees: &Trees, project: u64, after: Option<&[u8]>) -> Vec<String> {
@@ -110,13 +110,13 @@ fn a_stale_key_shows_no_one() {
     let gone = person(1, "gone", 60);
     for (t, id) in [(50, p.id), (60, gone.id)] {
         let key = keys::first_seen(1, t, id);
-        trees.first_seen.delta().insert(&key[..], PRESENT).unwrap();
+        trees.first_seen.insert(&key[..], PRESENT).unwrap();
     }
     // A merge gave it an older first event; the key of the old one stays behind.
     p.created_at = 10;
     store(&trees, 1, &p);
     let key = keys::first_seen(1, 10, p.id);
-    trees.first_seen.delta().insert(&key[..], PRESENT).unwrap();
+    trees.first_seen.insert(&key[..], PRESENT).unwrap();
     assert_eq!(names(&trees, 1, None), ["moved"]);
     assert_eq!(trees.first_seen.iter().count(), 3);
 }

@@ -56,7 +56,6 @@ fn a_format_five_database_reads_its_runs_and_folds_them_split() {
     trees.persons.set_part_bytes(16 * 1024);
     trees
         .persons
-        .delta()
         .insert(person_key(9), person(9, 3))
         .unwrap();
     trees.persons.fold().unwrap();

@@ -3,7 +3,7 @@ use super::*;
 fn trees() -> (tempfile::TempDir, Trees) {
     let dir = tempfile::tempdir().unwrap();
     let db = sled::open(dir.path()).unwrap();
-    let trees = Trees::open_current(&db, dir.path()).unwrap();
+    let trees = Trees::open_current(&db, dir.path(), true).unwrap();
     (dir, trees)
 }
 
@@ -19,7 +19,6 @@ fn store(trees: &Trees, project: u64, distinct_id: &str, id: Uuid, properties: V
     };
     trees
         .persons
-        .delta()
         .insert(
             super::super::keys::with_uuid(project, id),
             serde_json::to_vec(&person).unwrap(),
@@ -27,7 +26,6 @@ fn store(trees: &Trees, project: u64, distinct_id: &str, id: Uuid, properties: V
         .unwrap();
     trees
         .distinct_ids
-        .delta()
         .insert(
             super::super::keys::with_str(project, distinct_id),
             &id.as_bytes()[..],

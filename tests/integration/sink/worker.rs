@@ -117,14 +117,12 @@ fn store_with(sink_from: u64) -> Store {
     let key = keys::with_uuid(PROJECT, person.id);
     trees
         .persons
-        .delta()
         .insert(key, serde_json::to_vec(&person).unwrap())
         .unwrap();
     for id in ["u1", "u2", "u3"] {
         let key = keys::with_str(PROJECT, id);
         trees
             .distinct_ids
-            .delta()
             .insert(key, person_id(1).as_bytes())
             .unwrap();
     }

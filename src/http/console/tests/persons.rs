@@ -26,14 +26,12 @@ fn stored(n: i64) -> (tempfile::TempDir, Trees) {
         let value = serde_json::to_vec(&p).unwrap();
         trees
             .persons
-            .delta()
             .insert(keys::with_uuid(1, p.id), value)
             .unwrap();
         for id in &p.distinct_ids {
             let key = keys::with_str(1, id);
             trees
                 .distinct_ids
-                .delta()
                 .insert(key, &p.id.as_bytes()[..])
                 .unwrap();
         }

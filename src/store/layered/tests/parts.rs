@@ -56,24 +56,24 @@ fn a_fold_rewrites_only_the_parts_its_changes_fall_in() {
     let (dir, db, t) = table();
     let mut model = BTreeMap::new();
     for i in 0..2_000 {
-        t.delta().insert(key(i), value(i, 1)).unwrap();
+        t.insert(key(i), value(i, 1)).unwrap();
         model.insert(key(i), value(i, 1));
     }
     let first = t.fold().unwrap();
     assert_eq!((first.rewritten, first.parts_before), (1, 0));
     let parts = t.run().unwrap().parts().len();
     assert!(parts > 20, "{parts} parts");
-    assert!(t.delta().is_empty());
+    assert!(t.delta_len() == 0);
     check(&t, &model);
     t.run().unwrap().verify().unwrap();
 
     // Changes within the first tenth of the keys: the other parts stay as they were.
     let before = files(&t);
     for i in (0..200).step_by(3) {
-        t.delta().insert(key(i), value(i, 2)).unwrap();
+        t.insert(key(i), value(i, 2)).unwrap();
         model.insert(key(i), value(i, 2));
     }
-    t.delta().insert(key(5), TOMBSTONE).unwrap();
+    t.insert(key(5), TOMBSTONE).unwrap();
     model.remove(&key(5));
     t.note_written(10_000);
     check(&t, &model);
@@ -89,7 +89,7 @@ fn a_fold_rewrites_only_the_parts_its_changes_fall_in() {
     assert_eq!(kept, parts - second.rewritten, "{before:?} {after:?}");
     assert!(second.written_bytes < t.run().unwrap().file_bytes() / 4);
     check(&t, &model);
-    assert!(t.delta().is_empty());
+    assert!(t.delta_len() == 0);
     assert_eq!(t.pending(), 0);
 
     // The files on disk are the manifest's and no other; a reopening reads the same.
@@ -112,14 +112,14 @@ fn parts_emptied_by_removals_are_dropped_and_the_rest_still_read() {
     let (_dir, _db, t) = table();
     let mut model = BTreeMap::new();
     for i in 0..1_000 {
-        t.delta().insert(key(i), value(i, 1)).unwrap();
+        t.insert(key(i), value(i, 1)).unwrap();
         model.insert(key(i), value(i, 1));
     }
     t.fold().unwrap();
     let parts = t.run().unwrap().parts().len();
     // The first few hundred keys removed: whole parts left empty, the first one too.
     for i in 0..300 {
-        t.delta().insert(key(i), TOMBSTONE).unwrap();
+        t.insert(key(i), TOMBSTONE).unwrap();
         model.remove(&key(i));
     }
     t.fold().unwrap();
@@ -133,7 +133,7 @@ fn parts_emptied_by_removals_are_dropped_and_the_rest_still_read() {
     runs.verify().unwrap();
     check(&t, &model);
     // Keys before every remaining one land in the first part again.
-    t.delta().insert(key(1), value(1, 3)).unwrap();
+    t.insert(key(1), value(1, 3)).unwrap();
     model.insert(key(1), value(1, 3));
     t.fold().unwrap();
     check(&t, &model);
@@ -159,7 +159,7 @@ fn a_table_of_format_5_opens_and_its_first_fold_splits_it() {
     t.remove_strays().unwrap();
     assert!(!runs_dir.join("persons.0000000006.run").exists());
     assert_eq!(files(&t), ["persons.0000000007.run"]);
-    t.delta().insert(key(3), value(3, 2)).unwrap();
+    t.insert(key(3), value(3, 2)).unwrap();
     model.insert(key(3), value(3, 2));
     check(&t, &model);
     let folded = t.fold().unwrap();

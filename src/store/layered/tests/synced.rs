@@ -18,19 +18,35 @@ fn table() -> (tempfile::TempDir, sled::Db, Layered) {
     let dir = tempfile::tempdir().unwrap();
     let db = sled::open(dir.path().join("db")).unwrap();
     let t = Layered::open(&db, dir.path(), "persons").unwrap();
-    for i in 0..KEYS {
-        t.delta().insert(key(i), value(i, 1)).unwrap();
-    }
+    t
+        .write(
+            (0..KEYS)
+                .map(|i| (key(i).into(), IVec::from(value(i, 1))))
+                .collect(),
+        )
+        .unwrap();
     t.fold().unwrap();
-    for i in (0..KEYS).step_by(9) {
-        t.delta().insert(key(i), value(i, 2)).unwrap();
-    }
-    for i in (1..KEYS).step_by(13) {
-        t.delta().insert(key(i), TOMBSTONE).unwrap();
-    }
-    for i in KEYS..KEYS + 20 {
-        t.delta().insert(key(i), value(i, 1)).unwrap();
-    }
+    t
+        .write(
+            ((0..KEYS).step_by(9))
+                .map(|i| (key(i).into(), IVec::from(value(i, 2))))
+                .collect(),
+        )
+        .unwrap();
+    t
+        .write(
+            ((1..KEYS).step_by(13))
+                .map(|i| (key(i).into(), IVec::from(TOMBSTONE)))
+                .collect(),
+        )
+        .unwrap();
+    t
+        .write(
+            (KEYS..KEYS + 20)
+                .map(|i| (key(i).into(), IVec::from(value(i, 1))))
+                .collect(),
+        )
+        .unwrap();
     t.note_written(5_000);
     (dir, db, t)
 }
@@ -48,10 +64,10 @@ fn seen(dir: &std::path::Path, t: &Layered) -> Seen {
     let values = (0..KEYS + 20)
         .map(|i| (i, t.get(key(i)).unwrap().map(|v| v.to_vec())))
         .collect();
-    let delta = t.delta().iter().map(|kv| {
-        let (k, v) = kv.unwrap();
-        (k.to_vec(), v.to_vec())
-    });
+    let delta = t
+        .delta_entries()
+        .into_iter()
+        .map(|(k, v)| (k.to_vec(), v.to_vec()));
     let mut files: Vec<String> = std::fs::read_dir(dir.join(DIR_NAME))
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())
@@ -134,10 +150,10 @@ fn a_new_directory_whose_sync_failed_is_synced_by_the_next_fold() {
     let dir = tempfile::tempdir().unwrap();
     let db = sled::open(dir.path().join("db")).unwrap();
     let t = Layered::open(&db, dir.path(), "persons").unwrap();
-    t.delta().insert(key(1), value(1, 1)).unwrap();
+    t.insert(key(1), value(1, 1)).unwrap();
     t.syncs().fail(NEW_DIR_SYNC, 0);
     assert!(t.fold().is_err());
-    assert_eq!(t.delta().len(), 1);
+    assert_eq!(t.delta_len(), 1);
     assert!(t.run().is_none());
     t.fold().unwrap();
     assert_eq!(
@@ -152,5 +168,5 @@ fn a_new_directory_whose_sync_failed_is_synced_by_the_next_fold() {
         ]
     );
     assert_eq!(t.get(key(1)).unwrap().unwrap().to_vec(), value(1, 1));
-    assert!(t.delta().is_empty());
+    assert!(t.delta_len() == 0);
 }

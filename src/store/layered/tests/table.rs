@@ -29,11 +29,9 @@ fn all(table: &Layered) -> Vec<(Vec<u8>, Vec<u8>)> {
 
 /// `n` keys written to the delta; what the table should then hold.
 fn fill(t: &Layered, n: u32) -> BTreeMap<Vec<u8>, Vec<u8>> {
-    let mut model = BTreeMap::new();
-    for i in 0..n {
-        t.delta().insert(key(i), value(i, 1)).unwrap();
-        model.insert(key(i), value(i, 1));
-    }
+    let model: BTreeMap<Vec<u8>, Vec<u8>> = (0..n).map(|i| (key(i), value(i, 1))).collect();
+    let entries = model.iter().map(|(k, v)| (IVec::from(&k[..]), IVec::from(&v[..])));
+    t.write(entries.collect()).unwrap();
     model
 }
 
@@ -46,7 +44,7 @@ fn reads_see_the_delta_over_the_run_before_and_after_folds() {
     assert!(t.should_fold());
     let folded = t.fold().unwrap();
     assert_eq!((folded.entries, folded.taken), (3_000, 3_000));
-    assert!(t.delta().is_empty());
+    assert!(t.delta_len() == 0);
     assert_eq!(t.pending(), 0);
     assert!(!t.should_fold());
     assert_eq!(all(t), model.clone().into_iter().collect::<Vec<_>>());
@@ -54,18 +52,18 @@ fn reads_see_the_delta_over_the_run_before_and_after_folds() {
     // Changes over the run: new values, removals (tombstones), new keys, a key that
     // is removed without ever being in the run.
     for i in (0..3_000).step_by(3) {
-        t.delta().insert(key(i), value(i, 2)).unwrap();
+        t.insert(key(i), value(i, 2)).unwrap();
         model.insert(key(i), value(i, 2));
     }
     for i in (1..3_000).step_by(7) {
-        t.delta().insert(key(i), TOMBSTONE).unwrap();
+        t.insert(key(i), TOMBSTONE).unwrap();
         model.remove(&key(i));
     }
     for i in 3_000..3_500 {
-        t.delta().insert(key(i), value(i, 1)).unwrap();
+        t.insert(key(i), value(i, 1)).unwrap();
         model.insert(key(i), value(i, 1));
     }
-    t.delta().insert(key(9_999), TOMBSTONE).unwrap();
+    t.insert(key(9_999), TOMBSTONE).unwrap();
     let check = |t: &Layered, model: &BTreeMap<Vec<u8>, Vec<u8>>| {
         for i in 0..3_600 {
             assert_eq!(
@@ -100,7 +98,7 @@ fn reads_see_the_delta_over_the_run_before_and_after_folds() {
     };
     check(t, &model);
     t.fold().unwrap();
-    assert!(t.delta().is_empty(), "the delta is emptied by the fold");
+    assert!(t.delta_len() == 0, "the delta is emptied by the fold");
     check(t, &model);
 
     // Reopened: the newest run is the table's.
@@ -120,7 +118,7 @@ fn reads_see_the_delta_over_the_run_before_and_after_folds() {
 fn a_crash_before_the_rename_leaves_a_stray_that_is_removed() {
     let f = fixture();
     let t = &f.table;
-    t.delta().insert(key(1), value(1, 1)).unwrap();
+    t.insert(key(1), value(1, 1)).unwrap();
     t.fold().unwrap();
     let dir = f.dir.path().join(DIR_NAME);
     // What a crash leaves: runs and a manifest being made, an older run not yet
@@ -161,11 +159,15 @@ fn a_crash_before_the_rename_leaves_a_stray_that_is_removed() {
 fn a_failed_fold_leaves_the_table_as_it_was() {
     let f = fixture();
     let t = &f.table;
-    for i in 0..100 {
-        t.delta().insert(key(i), value(i, 1)).unwrap();
-    }
+    t
+        .write(
+            (0..100)
+                .map(|i| (key(i).into(), IVec::from(value(i, 1))))
+                .collect(),
+        )
+        .unwrap();
     t.fold().unwrap();
-    t.delta().insert(key(5), value(5, 2)).unwrap();
+    t.insert(key(5), value(5, 2)).unwrap();
     t.note_written(100);
     // The runs' directory cannot take a new file: a file stands where it should be.
     let dir = f.dir.path().join(DIR_NAME);
@@ -180,7 +182,7 @@ fn a_failed_fold_leaves_the_table_as_it_was() {
     std::fs::rename(&moved, &dir).unwrap();
     t.fold().unwrap();
     assert_eq!(t.get(key(5)).unwrap().unwrap().to_vec(), value(5, 2));
-    assert!(t.delta().is_empty());
+    assert!(t.delta_len() == 0);
 }
 
 #[test]
@@ -196,7 +198,7 @@ fn a_fold_over_a_damaged_run_keeps_it_aside() {
     let t = Layered::open(&f.db, f.dir.path(), "persons").unwrap();
     assert_eq!(t.get(key(0)).unwrap(), None);
     assert!(t.verify().unwrap().is_err());
-    t.delta().insert(key(0), value(0, 2)).unwrap();
+    t.insert(key(0), value(0, 2)).unwrap();
     t.fold().unwrap();
     assert_eq!(t.get(key(0)).unwrap().unwrap().to_vec(), value(0, 2));
     assert_eq!(
@@ -222,7 +224,7 @@ fn a_large_delta_is_folded_in_steps() {
     t.note_written(3_000 * 150);
     t.set_take_bytes(64 * 1024);
     let mut folds = 0;
-    while !t.delta().is_empty() {
+    while !t.delta_len() == 0 {
         t.fold().unwrap();
         folds += 1;
         // Between steps, the table reads whole: part in the run, the rest in the delta.
@@ -252,7 +254,7 @@ fn a_block_that_failed_to_read_once_is_folded_when_it_reads_again() {
     assert!(t.run().unwrap().damage_seen());
     // The read failure passes (the same bytes read back whole).
     std::fs::write(&path, &good).unwrap();
-    t.delta().insert(key(5_000), value(5_000, 1)).unwrap();
+    t.insert(key(5_000), value(5_000, 1)).unwrap();
     t.fold().unwrap();
     assert_eq!(t.get(key(0)).unwrap().unwrap().to_vec(), value(0, 1));
     assert!(!path.with_extension("part.damaged").exists());
