@@ -287,8 +287,14 @@ impl Guard<'_> {
 /// directory; removed again if that fails.
 fn create(j: &Journal, number: u64, record: &[u8]) -> io::Result<File> {
     let path = journal_path(&j.dir, &j.name, number);
+    let new_dir = !j.dir.exists();
     let made = (|| {
-        fs::create_dir_all(&j.dir)?;
+        if new_dir {
+            fs::create_dir_all(&j.dir)?;
+            if let Some(parent) = j.dir.parent() {
+                j.syncs.run(JOURNAL_DIR_SYNC, || sync_dir(parent))?;
+            }
+        }
         let file = fs::OpenOptions::new()
             .create(true)
             .truncate(true)
@@ -305,6 +311,10 @@ fn create(j: &Journal, number: u64, record: &[u8]) -> io::Result<File> {
     })();
     if made.is_err() {
         let _ = fs::remove_file(&path);
+        if new_dir {
+            // Made but not durably: the next attempt makes and syncs it again.
+            let _ = fs::remove_dir(&j.dir);
+        }
     }
     made
 }

@@ -537,3 +537,7 @@ mod synced_tests;
 #[cfg(test)]
 #[path = "tests/parts.rs"]
 mod parts_tests;
+
+#[cfg(test)]
+#[path = "tests/journal.rs"]
+mod journal_tests;

@@ -1,0 +1,152 @@
+//! The journal across crashes: a start reads it up to the length sled recorded and
+//! cuts what lies past it (a torn record, a chunk sled never committed), a fold that
+//! stops between its manifest and its rotation reads the same after, and a chunk
+//! whose journal sync fails is not committed.
+
+use sled::transaction::{ConflictableTransactionError, Transactional};
+
+use super::chunk::{Journaled, Pending};
+use super::journal::{journal_path, JOURNAL_RECORD_SYNC, JOURNAL_SYNC};
+use super::run::tests::{key, value};
+use super::*;
+
+fn table() -> (tempfile::TempDir, sled::Db, Layered) {
+    let dir = tempfile::tempdir().unwrap();
+    let db = sled::open(dir.path().join("db")).unwrap();
+    let t = Layered::open(&db, dir.path(), "persons").unwrap();
+    let entries = (0..50).map(|i| (IVec::from(key(i)), IVec::from(value(i, 1))));
+    t.write(entries.collect()).unwrap();
+    (dir, db, t)
+}
+
+fn current(dir: &tempfile::TempDir) -> PathBuf {
+    let tables = dir.path().join(DIR_NAME);
+    let mut files: Vec<_> = std::fs::read_dir(&tables)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.to_string_lossy().ends_with(".journal"))
+        .collect();
+    files.sort();
+    files.pop().unwrap()
+}
+
+fn values(t: &Layered) -> Vec<Option<Vec<u8>>> {
+    (0..60).map(|i| t.get(key(i)).unwrap().map(|v| v.to_vec())).collect()
+}
+
+#[test]
+fn a_torn_tail_is_cut_and_what_was_committed_reads() {
+    let (dir, db, t) = table();
+    let before = values(&t);
+    let path = current(&dir);
+    let len = std::fs::metadata(&path).unwrap().len();
+    drop(t);
+    // Half a record: its length and CRC, then a few bytes of payload.
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes.extend_from_slice(&[200, 0, 0, 0, 1, 2, 3, 4, 7, 7]);
+    std::fs::write(&path, bytes).unwrap();
+    let reopened = Layered::open(&db, dir.path(), "persons").unwrap();
+    assert_eq!(values(&reopened), before);
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), len);
+    // And it is appended to after the cut.
+    reopened.insert(key(55), value(55, 1)).unwrap();
+    drop(reopened);
+    let again = Layered::open(&db, dir.path(), "persons").unwrap();
+    assert_eq!(again.get(key(55)).unwrap().unwrap().to_vec(), value(55, 1));
+}
+
+#[test]
+fn a_journal_longer_than_sleds_record_is_cut_to_it() {
+    let (dir, db, t) = table();
+    let before = values(&t);
+    let path = current(&dir);
+    let len = std::fs::metadata(&path).unwrap().len();
+    // A chunk journaled and synced whose transaction never commits (a crash).
+    let pending = Pending::new(&t);
+    pending.insert(key(3), value(3, 9));
+    pending.insert(key(57), value(57, 9));
+    let tables = [&pending];
+    let chunk = Journaled::begin(t.journal(), &tables);
+    assert!(chunk.stage().unwrap().is_some());
+    assert!(std::fs::metadata(&path).unwrap().len() > len);
+    // Readers saw it staged; the chunk does not commit, so it is put back.
+    assert_eq!(t.get(key(3)).unwrap().unwrap().to_vec(), value(3, 9));
+    chunk.finish(false);
+    assert_eq!(values(&t), before);
+    drop(t);
+    let reopened = Layered::open(&db, dir.path(), "persons").unwrap();
+    assert_eq!(values(&reopened), before);
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), len);
+}
+
+#[test]
+fn a_chunk_whose_journal_sync_fails_is_not_committed() {
+    let (dir, db, t) = table();
+    let before = values(&t);
+    let meta = db.open_tree("meta").unwrap();
+    let recorded = meta.get(t.journal().key()).unwrap();
+    let pending = Pending::new(&t);
+    let tables = [&pending];
+    let chunk = Journaled::begin(t.journal(), &tables);
+    t.journal().syncs().fail(JOURNAL_SYNC, 0);
+    let outcome = (&meta,).transaction(|(meta,)| {
+        chunk.restart();
+        pending.insert(key(4), value(4, 5));
+        match chunk.stage() {
+            Ok(Some((k, v))) => meta.insert(k, &v[..]).map(drop)?,
+            Ok(None) => {}
+            Err(_) => return Err(ConflictableTransactionError::Abort(())),
+        }
+        meta.insert(&b"checkpoint"[..], &b"chunk"[..])?;
+        Ok(())
+    });
+    assert!(outcome.is_err());
+    chunk.finish(outcome.is_ok());
+    assert_eq!(meta.get(b"checkpoint").unwrap(), None);
+    assert_eq!(meta.get(t.journal().key()).unwrap(), recorded);
+    assert_eq!(values(&t), before);
+    drop(t);
+    let reopened = Layered::open(&db, dir.path(), "persons").unwrap();
+    assert_eq!(values(&reopened), before);
+}
+
+/// A fold whose new runs are named by the manifest, stopped before its rotation is
+/// recorded: the old journal still reads, over runs that hold the same values.
+#[test]
+fn a_fold_stopped_before_its_rotation_reads_the_same() {
+    let (dir, db, t) = table();
+    t.fold().unwrap();
+    t.insert(key(2), value(2, 2)).unwrap();
+    t.insert(key(58), value(58, 1)).unwrap();
+    t.insert(key(7), TOMBSTONE).unwrap();
+    let before = values(&t);
+    let old = current(&dir);
+    t.journal().syncs().fail(JOURNAL_RECORD_SYNC, 0);
+    // The record naming the new journal is not known durable: the fold fails, the
+    // new journal stays (it is current in memory), the old ones stay on disk.
+    let _ = t.fold();
+    assert_eq!(values(&t), before);
+    drop(t);
+    // As a start after a crash that lost sled's unflushed record: the old journal.
+    let meta = db.open_tree("meta").unwrap();
+    let mut v = meta.get(b"persons.journal").unwrap().unwrap().to_vec();
+    let n = |p: &std::path::Path| -> u64 {
+        let name = p.file_name().unwrap().to_string_lossy().into_owned();
+        name.split('.').nth(1).unwrap().parse().unwrap()
+    };
+    let old_n = n(&old);
+    assert!(old.exists() || journal_path(&dir.path().join(DIR_NAME), "persons", old_n + 1).exists());
+    if old.exists() {
+        v[..8].copy_from_slice(&old_n.to_be_bytes());
+        v[8..16].copy_from_slice(&old_n.to_be_bytes());
+        v[16..].copy_from_slice(&std::fs::metadata(&old).unwrap().len().to_be_bytes());
+        meta.insert(b"persons.journal", v).unwrap();
+    }
+    let reopened = Layered::open(&db, dir.path(), "persons").unwrap();
+    reopened.remove_strays().unwrap();
+    assert_eq!(values(&reopened), before);
+    // And a fold from there goes through.
+    reopened.fold().unwrap();
+    assert_eq!(values(&reopened), before);
+    assert_eq!(reopened.delta_len(), 0);
+}
