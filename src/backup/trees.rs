@@ -58,9 +58,9 @@ pub fn export(
                 None => {
                     let key = journal_key.clone();
                     let tree = db.open_tree(&name).map_err(io::Error::other)?;
-                    Box::new(tree.iter().filter(move |kv| {
-                        !matches!((kv, &key), (Ok((k, _)), Some(j)) if &k[..] == &j[..])
-                    }))
+                    Box::new(tree.iter().filter(
+                        move |kv| !matches!((kv, &key), (Ok((k, _)), Some(j)) if &k[..] == &j[..]),
+                    ))
                 }
             };
         out.write_all(b"T")?;
@@ -237,22 +237,18 @@ mod tests {
         files.sync().unwrap();
         db.open_tree("empty").unwrap();
         // Persons in a run and in its delta: they go out merged, a removal left out.
-        let persons = layered::Layered::open(&db, &dir.path().join("a"), PERSONS_TREE).unwrap();
+        let tables = layered::open_all(&db, &dir.path().join("a"), &LAYERED_TABLES, true);
+        let persons = tables.unwrap().remove(0);
+        assert_eq!(persons.name(), PERSONS_TREE);
         for i in 0..100u32 {
-            persons
-                .insert(i.to_be_bytes(), &b"old"[..])
-                .unwrap();
+            persons.insert(i.to_be_bytes(), &b"old"[..]).unwrap();
         }
         persons.fold().unwrap();
-        persons
-            .insert(5u32.to_be_bytes(), &b"new"[..])
-            .unwrap();
+        persons.insert(5u32.to_be_bytes(), &b"new"[..]).unwrap();
         persons
             .insert(7u32.to_be_bytes(), crate::store::layered::TOMBSTONE)
             .unwrap();
-        persons
-            .insert(500u32.to_be_bytes(), &b"added"[..])
-            .unwrap();
+        persons.insert(500u32.to_be_bytes(), &b"added"[..]).unwrap();
         let file = dir.path().join("trees.bin");
         let counts = export(&db, &dir.path().join("a"), &files, &file).unwrap();
         assert_eq!(counts["persons"], 100);

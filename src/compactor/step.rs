@@ -322,11 +322,13 @@ impl Compactor {
         let mut counts = match outcome {
             Ok(c) => c,
             Err(TransactionError::Abort(())) => {
-                return Err(match (blocks_error.into_inner(), journal_error.into_inner()) {
-                    (Some(e), _) => Error::Blocks(e),
-                    (None, Some(e)) => Error::Journal(e),
-                    (None, None) => Error::Injected,
-                })
+                return Err(
+                    match (blocks_error.into_inner(), journal_error.into_inner()) {
+                        (Some(e), _) => Error::Blocks(e),
+                        (None, Some(e)) => Error::Journal(e),
+                        (None, None) => Error::Injected,
+                    },
+                )
             }
             Err(TransactionError::Storage(e)) => return Err(e.into()),
         };

@@ -132,7 +132,11 @@ fn move_deltas(db: &sled::Db, trees: &Trees) -> Result<(), Error> {
             super::Error::Sled(e) => Error::Store(e),
             other => Error::Store(sled::Error::Io(std::io::Error::other(other.to_string()))),
         })?;
-        tracing::info!(table = table.name(), entries = moved, "the table's recent changes are in its journal");
+        tracing::info!(
+            table = table.name(),
+            entries = moved,
+            "the table's recent changes are in its journal"
+        );
     }
     Ok(())
 }

@@ -195,7 +195,11 @@ impl Trees {
 
     fn open_current(db: &sled::Db, dir: &Path, writable: bool) -> Result<Trees, Error> {
         let mut tables = layered::open_all(db, dir, &LAYERED_TABLES, writable)?.into_iter();
-        let mut table = || tables.next().ok_or(Error::Tables(std::io::ErrorKind::NotFound.into()));
+        let mut table = || {
+            tables
+                .next()
+                .ok_or(Error::Tables(std::io::ErrorKind::NotFound.into()))
+        };
         Ok(Trees {
             blocks: block::Files::open(dir).map_err(Error::Blocks)?,
             wal: db.open_tree(WAL_TREE)?,

@@ -55,24 +55,23 @@ fn in_chunk<T>(
     let tables = [&t.persons, &t.distinct_ids, &t.first_seen].map(Pending::new);
     let pending = [&tables[0], &tables[1], &tables[2]];
     let journal = Journaled::begin(t.persons.journal(), &pending);
-    let out = (&t.groups, &t.group_types, &t.meta)
-        .transaction(|(groups, group_types, meta)| {
-            journal.restart();
-            let tx = Tx {
-                persons: &tables[0],
-                distinct_ids: &tables[1],
-                first_seen: &tables[2],
-                groups,
-                group_types,
-            };
-            let mut cache = Cache::default();
-            let out = apply(&tx, &mut cache)?;
-            cache.write(&tx)?;
-            if let Some((key, value)) = journal.stage().unwrap() {
-                meta.insert(key, &value[..])?;
-            }
-            Ok(out)
-        });
+    let out = (&t.groups, &t.group_types, &t.meta).transaction(|(groups, group_types, meta)| {
+        journal.restart();
+        let tx = Tx {
+            persons: &tables[0],
+            distinct_ids: &tables[1],
+            first_seen: &tables[2],
+            groups,
+            group_types,
+        };
+        let mut cache = Cache::default();
+        let out = apply(&tx, &mut cache)?;
+        cache.write(&tx)?;
+        if let Some((key, value)) = journal.stage().unwrap() {
+            meta.insert(key, &value[..])?;
+        }
+        Ok(out)
+    });
     journal.finish(out.is_ok());
     out.unwrap()
 }

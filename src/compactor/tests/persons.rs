@@ -346,10 +346,7 @@ fn persons_stored_with_random_ids_keep_them() {
     let trees = &f.trees;
     let person_key = keys::with_uuid(1, old);
     let person_bytes = serde_json::to_vec(&person).unwrap();
-    trees
-        .persons
-        .insert(&person_key[..], person_bytes)
-        .unwrap();
+    trees.persons.insert(&person_key[..], person_bytes).unwrap();
     let link = keys::with_str(1, "old");
     trees
         .distinct_ids

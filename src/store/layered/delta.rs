@@ -44,7 +44,11 @@ impl Delta {
     }
 
     /// Up to `limit` entries within `range`, the active map's over the frozen's.
-    pub fn page(&self, range: &(Bound<Vec<u8>>, Bound<Vec<u8>>), limit: usize) -> Vec<(IVec, IVec)> {
+    pub fn page(
+        &self,
+        range: &(Bound<Vec<u8>>, Bound<Vec<u8>>),
+        limit: usize,
+    ) -> Vec<(IVec, IVec)> {
         let r = bounds(range);
         let mut active = self.active.range::<[u8], _>(r).peekable();
         let empty = Map::new();
@@ -101,11 +105,15 @@ impl Delta {
 
     /// Entries in both maps, counting a key once.
     pub fn len(&self) -> usize {
-        self.page(&(Bound::Unbounded, Bound::Unbounded), usize::MAX).len()
+        self.page(&(Bound::Unbounded, Bound::Unbounded), usize::MAX)
+            .len()
     }
 
     /// Bytes of keys and values in the active map.
     pub fn active_bytes(&self) -> u64 {
-        self.active.iter().map(|(k, v)| (k.len() + v.len()) as u64).sum()
+        self.active
+            .iter()
+            .map(|(k, v)| (k.len() + v.len()) as u64)
+            .sum()
     }
 }

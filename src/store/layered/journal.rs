@@ -101,7 +101,11 @@ impl Journal {
         let recorded = meta.get(&key).map_err(io::Error::other)?;
         let (first, number, committed) = match &recorded {
             Some(v) if v.len() == 24 => (be(v, 0), be(v, 8), be(v, 16)),
-            Some(_) => return Err(io::Error::other(format!("meta's {name} journal record is damaged"))),
+            Some(_) => {
+                return Err(io::Error::other(format!(
+                    "meta's {name} journal record is damaged"
+                )))
+            }
             None => (1, 1, 0),
         };
         let mut replayed: HashMap<String, Map> = HashMap::new();
@@ -238,7 +242,10 @@ impl Guard<'_> {
     pub fn write(&mut self, groups: &[Group<'_>]) -> io::Result<()> {
         if let Some(v) = self.append(groups)? {
             let key = self.journal.key();
-            self.journal.meta.insert(key, &v[..]).map_err(io::Error::other)?;
+            self.journal
+                .meta
+                .insert(key, &v[..])
+                .map_err(io::Error::other)?;
             self.committed();
         }
         Ok(())
@@ -270,8 +277,9 @@ impl Guard<'_> {
             file: Some(file),
             appended: 0,
         };
-        j.syncs
-            .run(JOURNAL_RECORD_SYNC, || j.meta.flush().map_err(io::Error::other))?;
+        j.syncs.run(JOURNAL_RECORD_SYNC, || {
+            j.meta.flush().map_err(io::Error::other)
+        })?;
         for (n, path) in list(&j.dir, &j.name)? {
             if n <= old {
                 if let Err(e) = fs::remove_file(&path) {
@@ -381,7 +389,8 @@ fn encode(groups: &[Group<'_>]) -> Vec<u8> {
 }
 
 fn frame(payload: &[u8]) -> io::Result<Vec<u8>> {
-    let len = u32::try_from(payload.len()).map_err(|_| io::Error::other("a journal record of 4 GiB or more"))?;
+    let len = u32::try_from(payload.len())
+        .map_err(|_| io::Error::other("a journal record of 4 GiB or more"))?;
     let mut record = Vec::with_capacity(payload.len() + 8);
     record.extend_from_slice(&len.to_le_bytes());
     record.extend_from_slice(&crc32fast::hash(payload).to_le_bytes());

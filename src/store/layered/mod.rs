@@ -196,8 +196,7 @@ fn shared(
 ) -> Result<Arc<Shared>, super::Error> {
     let meta = db.open_tree("meta")?;
     let dir = db_dir.join(DIR_NAME);
-    let journal =
-        Journal::open(&meta, &dir, journal, writable).map_err(super::Error::Tables)?;
+    let journal = Journal::open(&meta, &dir, journal, writable).map_err(super::Error::Tables)?;
     Ok(Arc::new(Shared {
         journal,
         tables: Mutex::new(Vec::new()),
@@ -355,7 +354,10 @@ impl Layered {
     pub fn write(&self, entries: Vec<(IVec, IVec)>) -> io::Result<()> {
         let mut guard = self.journal().lock();
         guard.write(&[(self.name(), &entries)])?;
-        let bytes: u64 = entries.iter().map(|(k, v)| (k.len() + v.len()) as u64).sum();
+        let bytes: u64 = entries
+            .iter()
+            .map(|(k, v)| (k.len() + v.len()) as u64)
+            .sum();
         self.delta_mut().stage(&entries);
         self.note_written(bytes);
         Ok(())
@@ -374,7 +376,8 @@ impl Layered {
 
     /// The delta's entries in key order, tombstones included.
     pub fn delta_entries(&self) -> Vec<(IVec, IVec)> {
-        self.delta().page(&(Bound::Unbounded, Bound::Unbounded), usize::MAX)
+        self.delta()
+            .page(&(Bound::Unbounded, Bound::Unbounded), usize::MAX)
     }
 
     /// Move what a sled tree of this table's name holds (a database of format 6 or

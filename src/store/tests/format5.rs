@@ -54,10 +54,7 @@ fn a_format_five_database_reads_its_runs_and_folds_them_split() {
     }
     assert_eq!(get(&trees, 5), Some(person(5, 2)));
     trees.persons.set_part_bytes(16 * 1024);
-    trees
-        .persons
-        .insert(person_key(9), person(9, 3))
-        .unwrap();
+    trees.persons.insert(person_key(9), person(9, 3)).unwrap();
     trees.persons.fold().unwrap();
     let parts = trees.persons.run().unwrap();
     assert!(parts.parts().len() > 4, "{} parts", parts.parts().len());

@@ -31,7 +31,9 @@ fn current(dir: &tempfile::TempDir) -> PathBuf {
 }
 
 fn values(t: &Layered) -> Vec<Option<Vec<u8>>> {
-    (0..60).map(|i| t.get(key(i)).unwrap().map(|v| v.to_vec())).collect()
+    (0..60)
+        .map(|i| t.get(key(i)).unwrap().map(|v| v.to_vec()))
+        .collect()
 }
 
 #[test]
@@ -135,7 +137,9 @@ fn a_fold_stopped_before_its_rotation_reads_the_same() {
         name.split('.').nth(1).unwrap().parse().unwrap()
     };
     let old_n = n(&old);
-    assert!(old.exists() || journal_path(&dir.path().join(DIR_NAME), "persons", old_n + 1).exists());
+    assert!(
+        old.exists() || journal_path(&dir.path().join(DIR_NAME), "persons", old_n + 1).exists()
+    );
     if old.exists() {
         v[..8].copy_from_slice(&old_n.to_be_bytes());
         v[8..16].copy_from_slice(&old_n.to_be_bytes());

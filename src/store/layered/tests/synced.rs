@@ -7,8 +7,8 @@
 
 use std::collections::BTreeMap;
 
-use super::run::tests::{key, value};
 use super::journal::{JOURNAL_DIR_SYNC, JOURNAL_SYNC};
+use super::run::tests::{key, value};
 use super::*;
 
 const KEYS: u32 = 200;
@@ -19,35 +19,31 @@ fn table() -> (tempfile::TempDir, sled::Db, Layered) {
     let dir = tempfile::tempdir().unwrap();
     let db = sled::open(dir.path().join("db")).unwrap();
     let t = Layered::open(&db, dir.path(), "persons").unwrap();
-    t
-        .write(
-            (0..KEYS)
-                .map(|i| (key(i).into(), IVec::from(value(i, 1))))
-                .collect(),
-        )
-        .unwrap();
+    t.write(
+        (0..KEYS)
+            .map(|i| (key(i).into(), IVec::from(value(i, 1))))
+            .collect(),
+    )
+    .unwrap();
     t.fold().unwrap();
-    t
-        .write(
-            ((0..KEYS).step_by(9))
-                .map(|i| (key(i).into(), IVec::from(value(i, 2))))
-                .collect(),
-        )
-        .unwrap();
-    t
-        .write(
-            ((1..KEYS).step_by(13))
-                .map(|i| (key(i).into(), IVec::from(TOMBSTONE)))
-                .collect(),
-        )
-        .unwrap();
-    t
-        .write(
-            (KEYS..KEYS + 20)
-                .map(|i| (key(i).into(), IVec::from(value(i, 1))))
-                .collect(),
-        )
-        .unwrap();
+    t.write(
+        ((0..KEYS).step_by(9))
+            .map(|i| (key(i).into(), IVec::from(value(i, 2))))
+            .collect(),
+    )
+    .unwrap();
+    t.write(
+        ((1..KEYS).step_by(13))
+            .map(|i| (key(i).into(), IVec::from(TOMBSTONE)))
+            .collect(),
+    )
+    .unwrap();
+    t.write(
+        (KEYS..KEYS + 20)
+            .map(|i| (key(i).into(), IVec::from(value(i, 1))))
+            .collect(),
+    )
+    .unwrap();
     t.note_written(5_000);
     (dir, db, t)
 }
@@ -102,7 +98,10 @@ fn a_fold_syncs_the_delta_then_the_run_then_the_directory() {
         [DELTA_SYNC, RUN_SYNC, MANIFEST_SYNC, DIR_SYNC]
     );
     let journal: Vec<_> = t.journal().syncs().done().iter().map(|d| d.what).collect();
-    assert_eq!(&journal[..3], [JOURNAL_DIR_SYNC, JOURNAL_SYNC, JOURNAL_DIR_SYNC]);
+    assert_eq!(
+        &journal[..3],
+        [JOURNAL_DIR_SYNC, JOURNAL_SYNC, JOURNAL_DIR_SYNC]
+    );
     let before = seen(dir.path(), &t);
     let from = t.syncs().done().len();
     t.fold().unwrap();
@@ -161,9 +160,16 @@ fn a_new_directory_whose_sync_failed_is_synced_by_the_next_write() {
     assert!(!dir.path().join(DIR_NAME).exists());
     t.insert(key(1), value(1, 1)).unwrap();
     let journal: Vec<_> = t.journal().syncs().done().iter().map(|d| d.what).collect();
-    assert_eq!(journal, [JOURNAL_DIR_SYNC, JOURNAL_SYNC, JOURNAL_DIR_SYNC, JOURNAL_SYNC]);
+    assert_eq!(
+        journal,
+        [
+            JOURNAL_DIR_SYNC,
+            JOURNAL_SYNC,
+            JOURNAL_DIR_SYNC,
+            JOURNAL_SYNC
+        ]
+    );
     drop(t);
     let reopened = Layered::open(&db, dir.path(), "persons").unwrap();
     assert_eq!(reopened.get(key(1)).unwrap().unwrap().to_vec(), value(1, 1));
 }
-
