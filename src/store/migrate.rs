@@ -401,3 +401,7 @@ mod tests {
 #[cfg(test)]
 #[path = "tests/format5.rs"]
 mod format5;
+
+#[cfg(test)]
+#[path = "tests/format6.rs"]
+mod format6;

@@ -375,6 +375,8 @@ struct PartWriter<'a> {
     table: &'a Layered,
     lower: Box<[u8]>,
     cut_at: u64,
+    /// Pieces planned: the last takes whatever the estimate missed, never a sliver.
+    pieces: usize,
     current: Option<(super::Writer, String)>,
     done: Vec<(Box<[u8]>, String)>,
 }
@@ -388,6 +390,7 @@ impl<'a> PartWriter<'a> {
             table,
             lower,
             cut_at: bytes.div_ceil(pieces).max(1),
+            pieces: usize::try_from(pieces).unwrap_or(usize::MAX),
             current: None,
             done: Vec::new(),
         }
@@ -398,6 +401,7 @@ impl<'a> PartWriter<'a> {
             .current
             .as_ref()
             .is_some_and(|(w, _)| w.raw_bytes() >= self.cut_at)
+            && self.done.len() < self.pieces
         {
             self.cut(out)?;
             self.lower = key.into();

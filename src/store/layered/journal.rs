@@ -110,6 +110,7 @@ impl Journal {
         };
         let mut replayed: HashMap<String, Map> = HashMap::new();
         let mut file = None;
+        let mut seen_current = false;
         for (n, path) in list(dir, name)? {
             if recorded.is_none() || n < first || n > number {
                 // Folded already, or never recorded: nothing reads it.
@@ -130,6 +131,7 @@ impl Journal {
             let whole = usize::try_from(end).map_err(io::Error::other)?;
             replay(&path, &bytes[..whole], &mut replayed)?;
             if n == number {
+                seen_current = true;
                 if bytes.len() as u64 > end && writable {
                     tracing::info!(path = %path.display(), cut = bytes.len() as u64 - end, "the journal's tail was never committed: cut, to be applied again from the log");
                 }
@@ -140,7 +142,7 @@ impl Journal {
                 }
             }
         }
-        if recorded.is_some() && file.is_none() && committed > 0 && writable {
+        if recorded.is_some() && !seen_current {
             return Err(damaged(&journal_path(dir, name, number), "it is missing"));
         }
         Ok(Journal {
