@@ -59,7 +59,7 @@ pub fn export(
                     let key = journal_key.clone();
                     let tree = db.open_tree(&name).map_err(io::Error::other)?;
                     Box::new(tree.iter().filter(
-                        move |kv| !matches!((kv, &key), (Ok((k, _)), Some(j)) if &k[..] == &j[..]),
+                        move |kv| !matches!((kv, &key), (Ok((k, _)), Some(j)) if k[..] == j[..]),
                     ))
                 }
             };

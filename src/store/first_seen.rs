@@ -135,10 +135,7 @@ impl Build {
             n += 1;
         }
         // The compactor folds it into the table's run as it folds its own writes.
-        trees
-            .first_seen
-            .write(batch)
-            .map_err(|e| sled::Error::Io(e))?;
+        trees.first_seen.write(batch).map_err(sled::Error::Io)?;
         let Some(last) = last else {
             trees.meta.remove(STATE_KEY)?;
             return Ok(Step::Done);

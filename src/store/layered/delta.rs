@@ -103,6 +103,11 @@ impl Delta {
         }
     }
 
+    /// Whether both maps are empty.
+    pub fn is_empty(&self) -> bool {
+        self.active.is_empty() && self.frozen.as_ref().is_none_or(|f| f.is_empty())
+    }
+
     /// Entries in both maps, counting a key once.
     pub fn len(&self) -> usize {
         self.page(&(Bound::Unbounded, Bound::Unbounded), usize::MAX)
