@@ -3,12 +3,13 @@
 //! few minutes, and stops for good on a panic rather than risk applying a chunk twice.
 //!
 //! It also owns the database's recovery. When a step fails and sled cannot even flush,
-//! sled has kept an I/O error (a full disk, say) that it returns until reopened: the
-//! thread closes the database ([`Live::close`]), opens it again as soon as it can
-//! write, and resumes from the durable checkpoint. A full disk is waited out however
-//! long it lasts, as a restart would meet it too; anything else that keeps the
-//! database from reopening, or a panic, marks it failed, and `/_liveness` (and the
-//! systemd watchdog) then ask for a restart.
+//! or the tables' journal failed a record, the database has kept an I/O error (a full
+//! disk, say) that it returns until reopened: the thread closes the database
+//! ([`Live::close`]), opens it again as soon as it can write, and resumes from the
+//! durable checkpoint. A full disk is waited out however long it lasts, as a restart
+//! would meet it too; anything else that keeps the database from reopening, or a
+//! panic, marks it failed, and `/_liveness` (and the systemd watchdog) then ask for a
+//! restart.
 
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -17,7 +18,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::{fold, Compactor};
-use crate::store::live::{is_disk_full, Live};
+use crate::store::live::{is_disk_full, still_writes, Live};
 use crate::store::rollup::hot::Moment;
 
 /// With nothing to do, look again after this long (the lag floor at low load).
@@ -153,7 +154,7 @@ pub fn spawn(
                     if stats.healthy.swap(false, Ordering::SeqCst) {
                         tracing::error!(error = %e, "compactor step failed; refusing new events until it succeeds");
                     }
-                    if let Err(kept) = compactor.trees.meta.flush() {
+                    if let Err(kept) = still_writes(&compactor.trees) {
                         tracing::error!(error = %kept, "the database keeps failing to write; reopening it once it can write again");
                         match recover(compactor, &live, &stop_flag) {
                             Some(reopened) => compactor = reopened,

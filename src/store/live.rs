@@ -1,7 +1,9 @@
 //! The open database as the server shares it, replaceable while serving.
 //!
 //! sled 0.34 keeps the first I/O error its background writer meets (a full disk, say)
-//! and returns it from every later call until the database is opened again. So the
+//! and returns it from every later call until the database is opened again, and the
+//! layered tables' journal does the same with a record it failed to write
+//! (`layered::journal`): [`still_writes`] asks both. So the
 //! open database sits in a slot: request handlers take a reference for one request,
 //! and the compactor, which owns recovery, empties the slot, waits for those references
 //! to be given back, drops the database and opens it again (see
@@ -95,12 +97,14 @@ impl Live {
     }
 
     /// Open the database again into the empty slot, after proving it can write (a
-    /// probe key written and flushed). Returns its trees and checkpoint.
+    /// probe key written and flushed, the tables' journal probed). Returns its trees
+    /// and checkpoint.
     pub fn reopen(&self) -> Result<(Trees, Option<u64>), Error> {
         let db = check::open(&self.dir, self.cache_bytes)?;
         let trees = Trees::open(&db, &self.dir)?;
         trees.meta.insert(keys::PROBE_KEY, &[][..])?;
         db.flush()?;
+        trees.persons.journal().probe().map_err(Error::Tables)?;
         let checkpoint = trees
             .meta
             .get(keys::CHECKPOINT_KEY)?
@@ -113,18 +117,25 @@ impl Live {
     }
 }
 
+/// Whether the database still writes: sled flushes, and the layered tables' journal
+/// kept no error. Each keeps a failed write's error until the database is opened again.
+pub fn still_writes(trees: &Trees) -> Result<(), Error> {
+    trees.meta.flush()?;
+    trees.persons.journal().kept_error().map_err(Error::Tables)
+}
+
 /// Whether `e` is the disk (or quota) being full: worth waiting for, as a restart would
 /// meet the same full disk.
 pub fn is_disk_full(e: &Error) -> bool {
     use std::io::ErrorKind;
-    match e {
+    let io = match e {
         // sled wraps the OS error in one of its own that keeps the kind.
-        Error::Sled(sled::Error::Io(io)) => {
-            matches!(io.kind(), ErrorKind::StorageFull | ErrorKind::QuotaExceeded)
-                || matches!(io.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT))
-        }
-        _ => false,
-    }
+        Error::Sled(sled::Error::Io(io)) => io,
+        Error::Tables(io) | Error::Blocks(io) | Error::EventIndex(io) => io,
+        _ => return false,
+    };
+    matches!(io.kind(), ErrorKind::StorageFull | ErrorKind::QuotaExceeded)
+        || matches!(io.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT))
 }
 
 #[cfg(test)]
@@ -167,6 +178,8 @@ mod tests {
         assert!(is_disk_full(&Error::Sled(sled::Error::Io(quota))));
         let wrapped = std::io::Error::new(std::io::ErrorKind::StorageFull, "wrapped");
         assert!(is_disk_full(&Error::Sled(sled::Error::Io(wrapped))));
+        let journal = std::io::Error::from_raw_os_error(libc::ENOSPC);
+        assert!(is_disk_full(&Error::Tables(journal)));
         let denied = std::io::Error::from_raw_os_error(libc::EACCES);
         assert!(!is_disk_full(&Error::Sled(sled::Error::Io(denied))));
         assert!(!is_disk_full(&Error::Damaged("x".into())));

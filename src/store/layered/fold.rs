@@ -11,12 +11,12 @@ use std::time::Instant;
 use sled::IVec;
 
 use super::delta::Map;
+use super::files::part_file;
 use super::journal::Guard;
 use super::run::{self, Run};
 use super::runs::{self, Part, Runs};
 use super::{
-    part_file, plan, Folded, Layered, DELTA_SYNC, DIR_SYNC, MANIFEST_SYNC, NEW_DIR_SYNC, PAGE,
-    RUN_SYNC,
+    plan, Folded, Layered, DELTA_SYNC, DIR_SYNC, MANIFEST_SYNC, NEW_DIR_SYNC, PAGE, RUN_SYNC,
 };
 use crate::store::Error;
 use crate::support::sync::lock;
@@ -46,6 +46,8 @@ impl Layered {
     pub fn fold(&self) -> Result<Folded, Error> {
         let started = Instant::now();
         let inner = &self.inner;
+        // A journal that failed a write takes nothing until the database is reopened.
+        self.journal().kept_error().map_err(Error::Tables)?;
         let mut guard = self.journal().lock();
         // What a run takes must be durable first: a chunk committed but not yet
         // written out by sled is lost in a crash and applied again from the log, which

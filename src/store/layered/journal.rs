@@ -18,12 +18,14 @@
 //! changes), is synced with its directory, then recorded as first and current (sled
 //! flushed); only then are the older journals removed.
 //!
-//! ```text
-//! header: "flagpost-journal 1\n"
-//! record: len u32 LE, crc32 u32 LE of the payload, payload
-//! payload, per table: name_len u8, name, entries u32 LE,
-//!                     per entry: key_len u32 LE, value_len u32 LE, key, value
-//! ```
+//! A record whose write or sync fails leaves the file in a state this process cannot
+//! know (after a failed `fsync` the kernel may drop the dirty pages and a later one
+//! succeed), so the journal keeps the error, as sled keeps its own, and returns it
+//! from every write until the database is opened again and reads the file back. The
+//! compactor then closes and reopens the database (`compactor::worker`), once
+//! [`Journal::probe`] shows there is room again.
+//!
+//! The bytes of a journal are described in [`super::records`].
 
 use std::collections::HashMap;
 use std::fs::{self, File};
@@ -32,14 +34,16 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 
-use sled::IVec;
-
 use super::delta::Map;
+pub use super::records::Group;
+use super::records::{damaged, encode, frame, replay, HEADER};
 use crate::support::sync::lock;
 use crate::support::sync_dir;
 use crate::support::syncs::Syncs;
 
-const HEADER: &[u8] = b"flagpost-journal 1\n";
+/// Bytes [`Journal::probe`] writes: room for a chunk's record of a few thousand
+/// persons; written and synced once a reopen, so its cost does not matter.
+const PROBE_BYTES: usize = 1024 * 1024;
 const SUFFIX: &str = ".journal";
 /// What [`Syncs`] calls the journal's syncs: a record's bytes before the chunk's
 /// transaction names them, the directory after a journal is made, and sled's flush
@@ -47,9 +51,6 @@ const SUFFIX: &str = ".journal";
 pub(crate) const JOURNAL_SYNC: &str = "journal";
 pub(crate) const JOURNAL_DIR_SYNC: &str = "journal's directory";
 pub(crate) const JOURNAL_RECORD_SYNC: &str = "journal record";
-
-/// One table's entries in a record.
-pub type Group<'a> = (&'a str, &'a [(IVec, IVec)]);
 
 /// The journal of a database's layered tables.
 pub struct Journal {
@@ -72,19 +73,39 @@ struct Writing {
     file: Option<File>,
     /// Bytes of the record last appended, not yet committed.
     appended: u64,
+    /// The error a record's write or sync met, kept until the journal is opened again.
+    kept: Option<Kept>,
+}
+
+/// An I/O error kept to be returned again: its OS code when it has one (so a full disk
+/// is still seen as one), else its kind and text.
+struct Kept {
+    code: Option<i32>,
+    kind: io::ErrorKind,
+    text: String,
+}
+
+impl Kept {
+    fn of(e: &io::Error) -> Kept {
+        Kept {
+            code: e.raw_os_error(),
+            kind: e.kind(),
+            text: e.to_string(),
+        }
+    }
+
+    fn error(&self) -> io::Error {
+        match self.code {
+            Some(code) => io::Error::from_raw_os_error(code),
+            None => io::Error::new(self.kind, self.text.clone()),
+        }
+    }
 }
 
 /// The journal held for writing: a chunk's transaction, a fold, a direct write.
 pub struct Guard<'a> {
     journal: &'a Journal,
     writing: MutexGuard<'a, Writing>,
-}
-
-fn damaged(path: &Path, what: &str) -> io::Error {
-    io::Error::new(
-        io::ErrorKind::InvalidData,
-        format!("{} is damaged: {what}", path.display()),
-    )
 }
 
 fn be(v: &[u8], at: usize) -> u64 {
@@ -156,6 +177,7 @@ impl Journal {
                 committed,
                 file,
                 appended: 0,
+                kept: None,
             }),
             replayed: Mutex::new(replayed),
             syncs: Syncs::default(),
@@ -194,6 +216,42 @@ impl Journal {
             .sum()
     }
 
+    /// The error a record's write met, kept until the journal is opened again (see the
+    /// module docs); `Ok` while it writes.
+    pub fn kept_error(&self) -> io::Result<()> {
+        match &lock(&self.writing).kept {
+            Some(kept) => Err(kept.error()),
+            None => Ok(()),
+        }
+    }
+
+    /// Show that the journal can take a record again: [`PROBE_BYTES`] written past its
+    /// committed bytes and synced, then cut off. A reopen after a failed write calls
+    /// it, so a disk still full is waited out before the compactor writes.
+    pub fn probe(&self) -> io::Result<()> {
+        if !self.writable {
+            return Ok(());
+        }
+        let mut w = lock(&self.writing);
+        if let Some(kept) = &w.kept {
+            return Err(kept.error());
+        }
+        if w.file.is_none() {
+            let file = create(self, w.number, &[])?;
+            w.committed = HEADER.len() as u64;
+            w.file = Some(file);
+        }
+        let Some(file) = &w.file else {
+            return Err(io::Error::other("the journal has no file"));
+        };
+        let zeros = vec![0u8; PROBE_BYTES];
+        let tried = file
+            .write_all_at(&zeros, w.committed)
+            .and_then(|()| file.sync_data());
+        let cut = file.set_len(w.committed);
+        tried.and(cut)
+    }
+
     /// `meta`, where a direct write records the journal's length.
     pub(super) fn meta(&self) -> &sled::Tree {
         &self.meta
@@ -207,6 +265,9 @@ impl Guard<'_> {
     /// is nothing to write. Until [`Guard::committed`], the record is not counted.
     pub fn append(&mut self, groups: &[Group<'_>]) -> io::Result<Option<[u8; 24]>> {
         self.writing.appended = 0;
+        if let Some(kept) = &self.writing.kept {
+            return Err(kept.error());
+        }
         let payload = encode(groups);
         if payload.is_empty() {
             return Ok(None);
@@ -225,11 +286,18 @@ impl Guard<'_> {
             return Err(io::Error::other("the journal has no file"));
         };
         let record = frame(&payload)?;
-        file.set_len(w.committed)?;
-        file.write_all_at(&record, w.committed)?;
         let end = w.committed + record.len() as u64;
-        j.syncs
-            .run_at(JOURNAL_SYNC, w.number, end, || file.sync_data())?;
+        let written = file
+            .set_len(w.committed)
+            .and_then(|()| file.write_all_at(&record, w.committed))
+            .and_then(|()| {
+                j.syncs
+                    .run_at(JOURNAL_SYNC, w.number, end, || file.sync_data())
+            });
+        if let Err(e) = written {
+            w.kept = Some(Kept::of(&e));
+            return Err(e);
+        }
         w.appended = record.len() as u64;
         Ok(Some(value(w.first, w.number, end)))
     }
@@ -257,6 +325,9 @@ impl Guard<'_> {
     /// record it as first and current, then remove the older ones (module docs). A
     /// failure before it is recorded leaves the old journal current.
     pub fn rotate(&mut self, head: &[Group<'_>]) -> io::Result<()> {
+        if let Some(kept) = &self.writing.kept {
+            return Err(kept.error());
+        }
         let j = self.journal;
         let next = self.writing.number + 1;
         let payload = encode(head);
@@ -278,6 +349,7 @@ impl Guard<'_> {
             committed: end,
             file: Some(file),
             appended: 0,
+            kept: None,
         };
         j.syncs.run(JOURNAL_RECORD_SYNC, || {
             j.meta.flush().map_err(io::Error::other)
@@ -372,75 +444,4 @@ fn list(dir: &Path, name: &str) -> io::Result<Vec<(u64, PathBuf)>> {
     }
     out.sort();
     Ok(out)
-}
-
-fn encode(groups: &[Group<'_>]) -> Vec<u8> {
-    let mut out = Vec::new();
-    for (table, entries) in groups.iter().filter(|(_, e)| !e.is_empty()) {
-        out.push(table.len() as u8);
-        out.extend_from_slice(table.as_bytes());
-        out.extend_from_slice(&(entries.len() as u32).to_le_bytes());
-        for (k, v) in entries.iter() {
-            out.extend_from_slice(&(k.len() as u32).to_le_bytes());
-            out.extend_from_slice(&(v.len() as u32).to_le_bytes());
-            out.extend_from_slice(k);
-            out.extend_from_slice(v);
-        }
-    }
-    out
-}
-
-fn frame(payload: &[u8]) -> io::Result<Vec<u8>> {
-    let len = u32::try_from(payload.len())
-        .map_err(|_| io::Error::other("a journal record of 4 GiB or more"))?;
-    let mut record = Vec::with_capacity(payload.len() + 8);
-    record.extend_from_slice(&len.to_le_bytes());
-    record.extend_from_slice(&crc32fast::hash(payload).to_le_bytes());
-    record.extend_from_slice(payload);
-    Ok(record)
-}
-
-/// Apply the records of `bytes` (a journal up to where it is committed) to `maps`.
-fn replay(path: &Path, bytes: &[u8], maps: &mut HashMap<String, Map>) -> io::Result<()> {
-    let body = bytes
-        .strip_prefix(HEADER)
-        .ok_or_else(|| damaged(path, "it does not start as a journal"))?;
-    let mut at = 0usize;
-    let cut = || damaged(path, "a record is cut short or fails its CRC");
-    while at < body.len() {
-        let len = u32_at(body, at).ok_or_else(cut)? as usize;
-        let crc = u32_at(body, at + 4).ok_or_else(cut)?;
-        let payload = body.get(at + 8..at + 8 + len).ok_or_else(cut)?;
-        if crc32fast::hash(payload) != crc {
-            return Err(cut());
-        }
-        decode(payload, maps).ok_or_else(cut)?;
-        at += 8 + len;
-    }
-    Ok(())
-}
-
-fn u32_at(b: &[u8], at: usize) -> Option<u32> {
-    Some(u32::from_le_bytes(b.get(at..at + 4)?.try_into().ok()?))
-}
-
-fn decode(payload: &[u8], maps: &mut HashMap<String, Map>) -> Option<()> {
-    let mut at = 0usize;
-    while at < payload.len() {
-        let name_len = *payload.get(at)? as usize;
-        let name = std::str::from_utf8(payload.get(at + 1..at + 1 + name_len)?).ok()?;
-        at += 1 + name_len;
-        let count = u32_at(payload, at)?;
-        at += 4;
-        let map = maps.entry(name.to_owned()).or_default();
-        for _ in 0..count {
-            let k = u32_at(payload, at)? as usize;
-            let v = u32_at(payload, at + 4)? as usize;
-            let key = payload.get(at + 8..at + 8 + k)?;
-            let value = payload.get(at + 8 + k..at + 8 + k + v)?;
-            map.insert(IVec::from(key), IVec::from(value));
-            at += 8 + k + v;
-        }
-    }
-    Some(())
 }

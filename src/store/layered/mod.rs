@@ -46,10 +46,12 @@
 pub mod cache;
 pub mod chunk;
 pub mod delta;
+mod files;
 mod fold;
 mod iter;
 pub mod journal;
 mod plan;
+mod records;
 pub mod run;
 pub mod runs;
 mod write;
@@ -68,6 +70,7 @@ use sled::IVec;
 use crate::support::sync::lock;
 use crate::support::syncs::Syncs;
 use delta::Delta;
+use files::{list, Kind};
 use iter::successor;
 pub use iter::Iter;
 pub use journal::Journal;
@@ -111,11 +114,6 @@ pub(crate) const RUN_SYNC: &str = "run";
 pub(crate) const DIR_SYNC: &str = "runs' directory";
 pub(crate) const MANIFEST_SYNC: &str = "manifest";
 pub(crate) const NEW_DIR_SYNC: &str = "database directory";
-/// A run of a table without a manifest (format 5 and earlier), and one being made.
-const RUN_SUFFIX: &str = ".run";
-const MAKING_SUFFIX: &str = ".run.new";
-/// A run a manifest names.
-const PART_SUFFIX: &str = ".part";
 
 /// One layered table; clones share it.
 #[derive(Clone)]
@@ -466,67 +464,6 @@ fn part_bytes() -> u64 {
         .and_then(|v| v.parse().ok())
         .filter(|&b| b > 0)
         .unwrap_or(PART_BYTES)
-}
-
-/// What a file of the runs' directory is to a table.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    /// A run of a table without a manifest.
-    Run,
-    /// A run being made by a build before manifests.
-    Making,
-    /// A run a manifest may name.
-    Part,
-}
-
-struct Listed {
-    file: String,
-    generation: u64,
-    kind: Kind,
-}
-
-/// The name of a new run of `name`.
-fn part_file(name: &str, generation: u64) -> String {
-    format!("{name}.{generation:010}{PART_SUFFIX}")
-}
-
-/// The runs of `name` in `dir`, whatever their state.
-fn list(dir: &Path, name: &str) -> io::Result<Vec<Listed>> {
-    let entries = match fs::read_dir(dir) {
-        Ok(entries) => entries,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(e),
-    };
-    let mut out = Vec::new();
-    for entry in entries {
-        let file = entry?.file_name();
-        let Some(file) = file.to_str() else { continue };
-        let Some(rest) = file.strip_prefix(name).and_then(|f| f.strip_prefix('.')) else {
-            continue;
-        };
-        let kinds = [
-            (MAKING_SUFFIX, Kind::Making),
-            (RUN_SUFFIX, Kind::Run),
-            (PART_SUFFIX, Kind::Part),
-        ];
-        let Some((digits, kind)) = kinds
-            .iter()
-            .find_map(|(suffix, kind)| Some((rest.strip_suffix(suffix)?, *kind)))
-        else {
-            continue;
-        };
-        if digits.len() == 10 && digits.bytes().all(|b| b.is_ascii_digit()) {
-            if let Ok(generation) = digits.parse() {
-                let file = file.to_owned();
-                out.push(Listed {
-                    file,
-                    generation,
-                    kind,
-                });
-            }
-        }
-    }
-    Ok(out)
 }
 
 #[cfg(test)]

@@ -1,7 +1,8 @@
 //! The journal across crashes: a start reads it up to the length sled recorded and
 //! cuts what lies past it (a torn record, a chunk sled never committed), a fold that
 //! stops between its manifest and its rotation reads the same after, and a chunk
-//! whose journal sync fails is not committed.
+//! whose journal sync fails is not committed and leaves the journal refusing writes
+//! until it is opened again.
 
 use sled::transaction::{ConflictableTransactionError, Transactional};
 
@@ -107,9 +108,37 @@ fn a_chunk_whose_journal_sync_fails_is_not_committed() {
     assert_eq!(meta.get(b"checkpoint").unwrap(), None);
     assert_eq!(meta.get(t.journal().key()).unwrap(), recorded);
     assert_eq!(values(&t), before);
+    // The failure is kept, as sled keeps its own: every write, the probe and a fold's
+    // rotation refuse until the journal is opened again.
+    assert!(t.journal().kept_error().is_err());
+    assert!(t.insert(key(8), value(8, 8)).is_err());
+    assert!(t.journal().probe().is_err());
+    assert!(t.fold().is_err());
+    assert_eq!(values(&t), before);
     drop(t);
     let reopened = Layered::open(&db, dir.path(), "persons").unwrap();
     assert_eq!(values(&reopened), before);
+    reopened.journal().kept_error().unwrap();
+    reopened.insert(key(8), value(8, 8)).unwrap();
+    assert_eq!(reopened.get(key(8)).unwrap().unwrap().to_vec(), value(8, 8));
+}
+
+/// The probe a reopen makes writes past the committed bytes and cuts them off again:
+/// the journal reads and appends as before.
+#[test]
+fn a_probe_leaves_the_journal_as_it_was() {
+    let (dir, db, t) = table();
+    let before = values(&t);
+    let path = current(&dir);
+    let len = std::fs::metadata(&path).unwrap().len();
+    t.journal().probe().unwrap();
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), len);
+    t.insert(key(56), value(56, 1)).unwrap();
+    drop(t);
+    let reopened = Layered::open(&db, dir.path(), "persons").unwrap();
+    let mut expected = before;
+    expected[56] = Some(value(56, 1));
+    assert_eq!(values(&reopened), expected);
 }
 
 /// A fold whose new runs are named by the manifest, stopped before its rotation is
