@@ -9,6 +9,7 @@ mod collapse;
 mod current;
 mod end_to_end;
 mod merges;
+mod missing;
 mod nodes;
 mod outage;
 mod queries;

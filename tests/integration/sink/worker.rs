@@ -20,7 +20,7 @@ use super::*;
 pub(super) const CHUNKS: u64 = 5;
 /// Batches smaller than the sink's, so these few events make several.
 const BATCH_ROWS: u64 = 10_000;
-const EVENTS_PER_CHUNK: u64 = 4_000;
+pub(super) const EVENTS_PER_CHUNK: u64 = 4_000;
 const PROJECT: u64 = 3;
 /// Long enough ago that no batch waits for company.
 const COMMITTED_AT: i64 = 1_700_000_000_000;

@@ -2,6 +2,8 @@
 //! test says: bisecting a 400 down to the one event, splitting a 413, dead-lettering
 //! a single event still too large, and waiting on a 503 with the same run kept.
 
+mod retry;
+
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
