@@ -211,9 +211,6 @@ async fn answer(
         });
         (act, s.slow, s.upstream)
     };
-    if let Some(d) = slow {
-        tokio::time::sleep(d).await;
-    }
     let kept = !matches!(act, Some(Act::Status(..)));
     if kept {
         if let Some(up) = upstream {
@@ -232,6 +229,12 @@ async fn answer(
         events,
         kept,
     });
+    // Slow to answer, not to keep: a batch is kept on arrival, as a server that stores
+    // before it answers does, so an edge killed while it waits for the answer has still
+    // delivered it (and a scripted act taken by a request is always on record).
+    if let Some(d) = slow {
+        tokio::time::sleep(d).await;
+    }
     match act {
         None => Ok(Response::new(Full::new(Bytes::from_static(
             b"{\"status\":\"Ok\"}",
