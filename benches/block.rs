@@ -11,7 +11,7 @@ use criterion::{criterion_group, Criterion, Throughput};
 use flagpost::store::block::{self, Block, Entry, Rows};
 use uuid::Uuid;
 
-use common::{distinct_id, uuid, NOW_MS};
+use common::{distinct_id, random_uuid, NOW_MS};
 
 /// A compactor chunk's worth of events.
 const EVENTS: usize = 1024;
@@ -25,9 +25,9 @@ fn entries() -> Vec<Entry> {
             let at = NOW_MS + i as i64 * 37;
             // A person keeps its device and session ids from event to event.
             let ids = [
-                uuid(at, i as u64),
-                uuid(NOW_MS, person as u64 * 2),
-                uuid(NOW_MS, person as u64 * 2 + 1),
+                random_uuid(at, i as u64),
+                random_uuid(NOW_MS, person as u64 * 2),
+                random_uuid(NOW_MS, person as u64 * 2 + 1),
             ];
             let event = common::pageview_event(person, at, ids, common::API_KEY);
             Entry {

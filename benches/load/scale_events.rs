@@ -16,7 +16,7 @@ use flate2::write::GzEncoder;
 use flate2::Compression;
 use serde_json::{json, Value};
 
-use crate::common::{self, uuid};
+use crate::common::{self, random_uuid};
 use crate::flags::API_KEY;
 
 /// Timestamps run over this span before the start of the run.
@@ -106,10 +106,10 @@ impl Traffic {
         let person = ((i as u128 * self.stride as u128) % self.persons as u128) as u64;
         let k = i / self.persons;
         let at = self.start_ms + (i as u128 * SPAN_MS as u128 / self.events.max(1) as u128) as i64;
-        let device = uuid(self.start_ms, person * 2);
+        let device = random_uuid(self.start_ms, person * 2);
         // A session of about five events.
-        let session = uuid(self.start_ms + k as i64 / 5, person * 2 + 1);
-        let ids = [uuid(at, i), device, session];
+        let session = random_uuid(self.start_ms + k as i64 / 5, person * 2 + 1);
+        let ids = [random_uuid(at, i), device, session];
         let (user, anonymous) = (user_id(person), anonymous_id(person));
         let step = step(person, k);
         let signed_in = if step == Step::AnonymousView {
