@@ -11,10 +11,10 @@ use uuid::Uuid;
 
 use super::memo::{Learned, Memo};
 use crate::persons::{self, Person};
-use crate::store::layered::chunk::Pending;
+use crate::store::layered::chunk::{Journaled, Pending};
 use crate::store::layered::TOMBSTONE;
 use crate::store::person_cache::Changes;
-use crate::store::{first_seen, keys};
+use crate::store::{first_seen, keys, Trees};
 
 type Result<T> = std::result::Result<T, UnabortableTransactionError>;
 
@@ -27,6 +27,44 @@ pub struct Tx<'a> {
     pub first_seen: &'a Pending,
     pub groups: &'a TransactionalTree,
     pub group_types: &'a TransactionalTree,
+}
+
+/// The layered tables' side of one chunk: persons', distinct ids' and first-seen
+/// writes gathered until the chunk commits. The compactor's transaction and the
+/// tests' are built from it alike.
+pub struct Tables {
+    /// Persons, distinct ids, first seen.
+    pending: [Pending; 3],
+}
+
+impl Tables {
+    pub fn new(trees: &Trees) -> Tables {
+        Tables {
+            pending: [&trees.persons, &trees.distinct_ids, &trees.first_seen].map(Pending::new),
+        }
+    }
+
+    /// Hold the journal the tables share for the chunk: take it before the
+    /// transaction, call [`Journaled::restart`] at the start of each attempt.
+    pub fn begin(&self) -> Journaled<'_> {
+        Journaled::begin(self.pending[0].table().journal(), &self.pending)
+    }
+
+    /// What one attempt applies records through.
+    pub fn tx<'a>(
+        &'a self,
+        groups: &'a TransactionalTree,
+        group_types: &'a TransactionalTree,
+    ) -> Tx<'a> {
+        let [persons, distinct_ids, first_seen] = &self.pending;
+        Tx {
+            persons,
+            distinct_ids,
+            first_seen,
+            groups,
+            group_types,
+        }
+    }
 }
 
 #[derive(Default)]
@@ -55,8 +93,6 @@ pub struct Cache<'m> {
     /// Group types named and groups written during the chunk, for the decide cache.
     group_types_added: Vec<(u64, String)>,
     groups_written: Vec<(u64, u8, String)>,
-    /// Bytes of distinct ids linked (keys and values), for the table's fold.
-    linked_bytes: u64,
 }
 
 impl<'m> Cache<'m> {
@@ -69,45 +105,39 @@ impl<'m> Cache<'m> {
     }
 
     /// Write every person changed during the chunk into the transaction (a deleted
-    /// one as a tombstone); the bytes written to persons, distinct ids and the
-    /// first-seen index.
-    pub fn write(&self, tx: &Tx<'_>) -> Result<[u64; 3]> {
-        let (mut bytes, mut first_seen) = (0, 0);
+    /// one as a tombstone), and their first-seen keys.
+    pub fn write(&self, tx: &Tx<'_>) -> Result<()> {
         for key @ (project, id) in &self.dirty {
             let k = keys::with_uuid(*project, *id);
             let value = match self.persons.get(key) {
                 Some(Some(person)) => serde_json::to_vec(person).unwrap_or_default(),
                 _ => TOMBSTONE.to_vec(),
             };
-            bytes += (k.len() + value.len()) as u64;
             tx.persons.insert(&k[..], value);
-            first_seen += self.write_first_seen(tx, *project, *id)?;
+            self.write_first_seen(tx, *project, *id);
         }
-        Ok([bytes, self.linked_bytes, first_seen])
+        Ok(())
     }
 
     /// Move a changed person's first-seen key if its first event changed (created,
     /// merged away, or given an older one by a merge). A person saved without being
-    /// read is new to this chunk. Returns the bytes written.
-    fn write_first_seen(&self, tx: &Tx<'_>, project: u64, id: Uuid) -> Result<u64> {
+    /// read is new to this chunk.
+    fn write_first_seen(&self, tx: &Tx<'_>, project: u64, id: Uuid) {
         let was = self.born.get(&(project, id)).copied();
         let now = match self.persons.get(&(project, id)) {
             Some(Some(person)) => Some(person.created_at),
             _ => None,
         };
         if was == now {
-            return Ok(0);
+            return;
         }
         // A removal is a tombstone: the index's run may hold the key.
-        let mut bytes = 0;
         for (t, value) in [(was, TOMBSTONE), (now, first_seen::PRESENT)] {
             if let Some(t) = t {
                 let key = keys::first_seen(project, t, id);
                 tx.first_seen.insert(&key[..], value);
-                bytes += (key.len() + value.len()) as u64;
             }
         }
-        Ok(bytes)
     }
 
     /// How many persons [`Cache::write`] would write.
@@ -281,7 +311,6 @@ impl persons::Store for TxPersons<'_, '_, '_> {
 
     fn link(&mut self, distinct_id: &str, person: Uuid) -> Result<()> {
         let key = keys::with_str(self.project, distinct_id);
-        self.cache.linked_bytes += (key.len() + 16) as u64;
         self.tx.distinct_ids.insert(key, &person.as_bytes()[..]);
         self.cache
             .ids

@@ -10,14 +10,13 @@ use std::sync::atomic::Ordering;
 
 use sled::transaction::{ConflictableTransactionError, TransactionError, Transactional};
 
-use super::cache::{Cache, Tx};
+use super::cache::{Cache, Tables};
 use super::chunk::{io, read_lane, Action, Chunk, Item, Source};
 use super::enrich::{Geo, ProjectSettings};
 use super::{apply, memo, Compactor, Error, StepReport};
 use crate::log::{record::decode_frame, Record};
 use crate::store::dedup::{self, IdSet};
 use crate::store::keys::{CHECKPOINT_KEY, NEXT_BLOCK_KEY};
-use crate::store::layered::chunk::{Journaled, Pending};
 use crate::store::{block, event_index, keys, outbox, person_cache, rollup};
 
 /// What the compactor keeps between steps, read from the database at the first.
@@ -146,9 +145,8 @@ impl Compactor {
         let blocks = &t.blocks;
         // The layered tables' writes, journaled at the end of the closure (see
         // store::layered): the journal is held until the transaction returns.
-        let tables = [&t.persons, &t.distinct_ids, &t.first_seen].map(Pending::new);
-        let pending = [&tables[0], &tables[1], &tables[2]];
-        let journal = Journaled::begin(t.persons.journal(), &pending);
+        let tables = Tables::new(t);
+        let journal = tables.begin();
         let journal_error: RefCell<Option<std::io::Error>> = RefCell::new(None);
         // A block file's failure aborts the transaction; it is kept here to report.
         let blocks_error: RefCell<Option<std::io::Error>> = RefCell::new(None);
@@ -175,13 +173,7 @@ impl Compactor {
                 rollups,
             )| {
                 journal.restart();
-                let tx = Tx {
-                    persons: &tables[0],
-                    distinct_ids: &tables[1],
-                    first_seen: &tables[2],
-                    groups,
-                    group_types,
-                };
+                let tx = tables.tx(groups, group_types);
                 let from = match source {
                     Source::Log => wal,
                     Source::Historical => historical,
@@ -228,11 +220,7 @@ impl Compactor {
                         }
                     }
                 }
-                [
-                    counts.person_bytes,
-                    counts.id_bytes,
-                    counts.first_seen_bytes,
-                ] = cache.write(&tx)?;
+                cache.write(&tx)?;
                 (counts.persons, counts.learned) = cache.into_reports();
                 // The console's rollups, with the events they count.
                 let mut pending = rollup::Pending::default();
@@ -337,9 +325,6 @@ impl Compactor {
         state.next_block = counts.next_block;
         // Every block the index holds is committed now: it may be written out.
         self.trees.event_index.committed();
-        self.trees.persons.note_written(counts.person_bytes);
-        self.trees.distinct_ids.note_written(counts.id_bytes);
-        self.trees.first_seen.note_written(counts.first_seen_bytes);
         self.memo.learn(std::mem::take(&mut counts.learned));
         if let Some(persons) = &self.person_cache {
             persons.forget(&counts.persons);
@@ -427,10 +412,6 @@ struct Counts {
     /// What the chunk read and changed of persons, for the memo.
     learned: memo::Learned,
     next_block: u64,
-    /// Bytes written to the persons' and the distinct ids' deltas.
-    person_bytes: u64,
-    id_bytes: u64,
-    first_seen_bytes: u64,
     applied: u64,
     duplicates: u64,
     historical: u64,

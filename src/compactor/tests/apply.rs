@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 use sled::transaction::Transactional;
 
 use super::*;
-use crate::store::layered::chunk::{Journaled, Pending};
+use crate::compactor::cache::Tables;
 use crate::store::Trees;
 
 const NOW: i64 = 1_700_000_000_000;
@@ -52,18 +52,11 @@ fn in_chunk<T>(
     t: &Trees,
     apply: impl Fn(&Tx<'_>, &mut Cache) -> sled::transaction::ConflictableTransactionResult<T, ()>,
 ) -> T {
-    let tables = [&t.persons, &t.distinct_ids, &t.first_seen].map(Pending::new);
-    let pending = [&tables[0], &tables[1], &tables[2]];
-    let journal = Journaled::begin(t.persons.journal(), &pending);
+    let tables = Tables::new(t);
+    let journal = tables.begin();
     let out = (&t.groups, &t.group_types, &t.meta).transaction(|(groups, group_types, meta)| {
         journal.restart();
-        let tx = Tx {
-            persons: &tables[0],
-            distinct_ids: &tables[1],
-            first_seen: &tables[2],
-            groups,
-            group_types,
-        };
+        let tx = tables.tx(groups, group_types);
         let mut cache = Cache::default();
         let out = apply(&tx, &mut cache)?;
         cache.write(&tx)?;

@@ -29,6 +29,11 @@ impl Pending {
         }
     }
 
+    /// The table written.
+    pub fn table(&self) -> &Layered {
+        &self.table
+    }
+
     /// The value of `key` as committed, delta then runs.
     pub fn get(&self, key: &[u8]) -> Option<IVec> {
         self.table.lookup(key)
@@ -43,7 +48,7 @@ impl Pending {
 
 /// The journal held for one chunk, with what its attempts put in the maps.
 pub struct Journaled<'a> {
-    tables: &'a [&'a Pending],
+    tables: &'a [Pending],
     journal: &'a Journal,
     guard: RefCell<Guard<'a>>,
     undo: RefCell<Vec<(usize, Undo)>>,
@@ -51,7 +56,7 @@ pub struct Journaled<'a> {
 
 impl<'a> Journaled<'a> {
     /// Hold `journal`, the one the `tables` share, for a chunk.
-    pub fn begin(journal: &'a Journal, tables: &'a [&'a Pending]) -> Journaled<'a> {
+    pub fn begin(journal: &'a Journal, tables: &'a [Pending]) -> Journaled<'a> {
         Journaled {
             tables,
             journal,

@@ -3,6 +3,10 @@
 //! (read until the new runs are in place). Both are ordered, so iteration pages
 //! through them with the runs. What they hold is in the journal ([`super::journal`]),
 //! from which a start fills them again.
+//!
+//! The active map counts its own bytes as it changes ([`Delta::active_bytes`]): that,
+//! not the bytes written to it, decides a fold, so a key rewritten five times between
+//! folds counts once, as the map holds it once.
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
@@ -18,8 +22,29 @@ pub type Undo = Vec<(IVec, Option<IVec>)>;
 
 #[derive(Default)]
 pub struct Delta {
-    pub active: Map,
-    pub frozen: Option<Arc<Map>>,
+    active: Map,
+    /// Bytes of keys and values in `active`, kept as it changes.
+    active_bytes: u64,
+    frozen: Option<Arc<Map>>,
+}
+
+fn size(k: &IVec, v: &IVec) -> u64 {
+    (k.len() + v.len()) as u64
+}
+
+/// Bytes of keys and values in `map`.
+pub fn bytes(map: &Map) -> u64 {
+    map.iter().map(|(k, v)| size(k, v)).sum()
+}
+
+/// Put `entries` in `map` (replacing what it holds), keeping `bytes` its size.
+fn merge(map: &mut Map, bytes: &mut u64, entries: impl IntoIterator<Item = (IVec, IVec)>) {
+    for (k, v) in entries {
+        *bytes += size(&k, &v);
+        if let Some(old) = map.insert(k.clone(), v) {
+            *bytes -= size(&k, &old);
+        }
+    }
 }
 
 fn bounds(range: &(Bound<Vec<u8>>, Bound<Vec<u8>>)) -> (Bound<&[u8]>, Bound<&[u8]>) {
@@ -35,6 +60,20 @@ fn one(b: &Bound<Vec<u8>>) -> Bound<&[u8]> {
 }
 
 impl Delta {
+    /// A delta whose active map is `active` (what a start read).
+    pub fn new(active: Map) -> Delta {
+        Delta {
+            active_bytes: bytes(&active),
+            active,
+            frozen: None,
+        }
+    }
+
+    /// The map writes go to.
+    pub fn active(&self) -> &Map {
+        &self.active
+    }
+
     /// What the delta holds for `key` (an empty value is a removal).
     pub fn get(&self, key: &[u8]) -> Option<IVec> {
         match self.active.get(key) {
@@ -78,28 +117,61 @@ impl Delta {
 
     /// Write `entries` to the active map; what they replaced.
     pub fn stage(&mut self, entries: &[(IVec, IVec)]) -> Undo {
-        entries
-            .iter()
-            .map(|(k, v)| (k.clone(), self.active.insert(k.clone(), v.clone())))
-            .collect()
+        let mut undo = Vec::with_capacity(entries.len());
+        for (k, v) in entries {
+            self.active_bytes += size(k, v);
+            let old = self.active.insert(k.clone(), v.clone());
+            if let Some(old) = &old {
+                self.active_bytes -= size(k, old);
+            }
+            undo.push((k.clone(), old));
+        }
+        undo
     }
 
     /// Put back what [`Delta::stage`] replaced, newest first.
     pub fn unstage(&mut self, undo: Undo) {
         for (k, old) in undo.into_iter().rev() {
-            match old {
-                Some(v) => self.active.insert(k, v),
+            let now = match old {
+                Some(v) => {
+                    self.active_bytes += size(&k, &v);
+                    self.active.insert(k.clone(), v)
+                }
                 None => self.active.remove(&k),
             };
+            if let Some(now) = now {
+                self.active_bytes -= size(&k, &now);
+            }
         }
+    }
+
+    /// The active map becomes the frozen one, which a fold writes into the runs;
+    /// reads still see it until [`Delta::unfreeze`].
+    pub fn freeze(&mut self) -> Arc<Map> {
+        let frozen = Arc::new(std::mem::take(&mut self.active));
+        self.active_bytes = 0;
+        self.frozen = Some(frozen.clone());
+        frozen
+    }
+
+    /// The fold is done: the frozen map is dropped (the runs hold it now) and `left`,
+    /// what the runs did not take (`left_bytes` its size), goes under whatever was
+    /// written since the freeze. `left` is built by the caller, outside the lock:
+    /// here it is only swapped in.
+    pub fn unfreeze(&mut self, mut left: Map, mut left_bytes: u64) {
+        let newer = std::mem::take(&mut self.active);
+        merge(&mut left, &mut left_bytes, newer);
+        self.active = left;
+        self.active_bytes = left_bytes;
+        self.frozen = None;
     }
 
     /// The frozen map back under the active one (a fold that failed).
     pub fn thaw(&mut self) {
         if let Some(frozen) = self.frozen.take() {
             let frozen = Arc::try_unwrap(frozen).unwrap_or_else(|shared| (*shared).clone());
-            let newer = std::mem::replace(&mut self.active, frozen);
-            self.active.extend(newer);
+            let frozen_bytes = bytes(&frozen);
+            self.unfreeze(frozen, frozen_bytes);
         }
     }
 
@@ -114,11 +186,9 @@ impl Delta {
             .len()
     }
 
-    /// Bytes of keys and values in the active map.
+    /// Bytes of keys and values in the active map, a key counted once however often
+    /// it was written.
     pub fn active_bytes(&self) -> u64 {
-        self.active
-            .iter()
-            .map(|(k, v)| (k.len() + v.len()) as u64)
-            .sum()
+        self.active_bytes
     }
 }

@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use sled::IVec;
 
-use super::delta::Map;
+use super::delta::{self, Map};
 use super::files::part_file;
 use super::journal::Guard;
 use super::run::{self, Run};
@@ -66,13 +66,7 @@ impl Layered {
                 }
             }
         }
-        let frozen = {
-            let mut d = self.delta_mut();
-            let active = std::mem::take(&mut d.active);
-            let frozen = Arc::new(active);
-            d.frozen = Some(frozen.clone());
-            frozen
-        };
+        let frozen = self.delta_mut().freeze();
         let outcome = self.fold_frozen(&frozen, started, &mut guard);
         if outcome.is_err() {
             self.delta_mut().thaw();
@@ -139,17 +133,12 @@ impl Layered {
             }
         }
         // What the runs did not take stays in memory, and goes to the new journal.
+        // Its map is built here, outside the delta's lock, which every point read
+        // takes: the lock is held only to swap it in.
         let left = untaken(frozen, &written.taken);
         self.rotate(guard, &left)?;
-        let left_bytes = left.iter().map(|(k, v)| (k.len() + v.len()) as u64).sum();
-        {
-            let mut d = self.delta_mut();
-            let newer = std::mem::take(&mut d.active);
-            d.active = left.into_iter().collect();
-            d.active.extend(newer);
-            d.frozen = None;
-        }
-        inner.pending.store(left_bytes, Ordering::Relaxed);
+        let left_bytes = delta::bytes(&left);
+        self.delta_mut().unfreeze(left, left_bytes);
         Ok(Folded {
             entries,
             taken: written.taken.len() as u64,
@@ -163,7 +152,7 @@ impl Layered {
 
     /// Start a new journal holding what every table of it keeps in memory: this
     /// one's entries `left` (and any written since it froze), the others' deltas.
-    fn rotate(&self, guard: &mut Guard<'_>, left: &[(IVec, IVec)]) -> Result<(), Error> {
+    fn rotate(&self, guard: &mut Guard<'_>, left: &Map) -> Result<(), Error> {
         let tables: Vec<Layered> = lock(&self.inner.shared.tables)
             .iter()
             .filter_map(|w| w.upgrade())
@@ -171,16 +160,17 @@ impl Layered {
             .collect();
         let mut held: Vec<(String, Vec<(IVec, IVec)>)> = Vec::new();
         for t in &tables {
-            let mut entries = t.delta_entries();
-            if Arc::ptr_eq(&t.inner, &self.inner) {
-                let active: Map = std::mem::take(&mut entries).into_iter().collect();
-                let mut all: Map = left.iter().cloned().collect();
-                // Only the active map: the frozen one is what the runs now hold.
-                let d = t.delta();
-                all.extend(d.active.iter().map(|(k, v)| (k.clone(), v.clone())));
-                drop(active);
-                entries = all.into_iter().collect();
-            }
+            let entries = match Arc::ptr_eq(&t.inner, &self.inner) {
+                // Only the active map over `left`: the frozen one is what the runs
+                // now hold.
+                true => {
+                    let mut all = left.clone();
+                    let d = t.delta();
+                    all.extend(d.active().iter().map(|(k, v)| (k.clone(), v.clone())));
+                    all.into_iter().collect()
+                }
+                false => t.delta_entries(),
+            };
             held.push((t.name().to_owned(), entries));
         }
         let groups: Vec<_> = held.iter().map(|(n, e)| (n.as_str(), &e[..])).collect();
@@ -331,18 +321,19 @@ impl Layered {
 }
 
 /// The entries of `frozen` not in `taken` (both in key order).
-fn untaken(frozen: &Map, taken: &[(IVec, IVec)]) -> Vec<(IVec, IVec)> {
+fn untaken(frozen: &Map, taken: &[(IVec, IVec)]) -> Map {
     let mut taken = taken.iter().map(|(k, _)| k).peekable();
-    let mut left = Vec::new();
-    for (k, v) in frozen {
-        while taken.peek().is_some_and(|t| *t < k) {
-            taken.next();
-        }
-        if taken.peek() != Some(&k) {
-            left.push((k.clone(), v.clone()));
-        }
-    }
-    left
+    // Collected in key order, which a `BTreeMap` builds in one pass.
+    frozen
+        .iter()
+        .filter(|(k, _)| {
+            while taken.peek().is_some_and(|t| t < k) {
+                taken.next();
+            }
+            taken.peek() != Some(k)
+        })
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
 }
 
 /// About the bytes of keys and values the runs replacing `group` will hold: the

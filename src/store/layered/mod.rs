@@ -25,8 +25,8 @@
 //! a chunk committed (the sink, through the outbox) sees its persons too; a commit
 //! that fails puts them back.
 //!
-//! Once the bytes written to the delta pass an eighth of the runs' (see
-//! [`FOLD_SHARE`]), and when the compactor is idle or stops, [`Layered::fold`] merges
+//! Once the delta's active map holds more than an eighth of the runs' bytes (see
+//! [`FOLD_SHARE`]; a key counts once however often it was rewritten), and when the compactor is idle or stops, [`Layered::fold`] merges
 //! the two: the active map is frozen (reads see it until the new runs are in place),
 //! sled is flushed (a run takes only changes whose chunk is durable), the parts whose
 //! range the delta changed enough ([`plan`]) are rewritten as new runs (a part grown
@@ -60,7 +60,7 @@ use std::fs;
 use std::io;
 use std::ops::Bound;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::Duration;
 
@@ -84,10 +84,10 @@ pub const DIR_NAME: &str = "tables";
 pub const JOURNAL: &str = "deltas";
 /// A removal in the delta.
 pub const TOMBSTONE: &[u8] = b"";
-/// The delta is folded once the bytes written to it since the last fold pass the
-/// run's bytes over this. The smaller the share, the less the delta holds at its
-/// largest (in memory and in the journal) and the more often a fold rewrites the run:
-/// each byte written to the delta costs about this many bytes of fold. An eighth kept
+/// The delta is folded once the keys and values its active map holds pass the run's
+/// bytes over this. The smaller the share, the less the delta holds at its largest
+/// (in memory and in the journal) and the more often a fold rewrites the run: each
+/// byte of the delta costs about this many bytes of fold. An eighth kept
 /// the disk-at-rest target with half the rewriting of a sixteenth
 /// (`benches/HISTORY.md`).
 pub const FOLD_SHARE: u64 = 8;
@@ -135,8 +135,6 @@ struct Inner {
     runs: ArcSwap<Runs>,
     /// The greatest file number in the runs' directory: new runs take the next.
     generation: AtomicU64,
-    /// Bytes (keys and values) written to the delta since the last fold, about.
-    pending: AtomicU64,
     /// The most a fold takes of the delta ([`fold::TAKE_BYTES`]; less in tests).
     take_bytes: AtomicU64,
     /// Bytes a run is cut at ([`PART_BYTES`]; less in tests).
@@ -249,19 +247,14 @@ impl Layered {
             }
         }
         active.extend(shared.journal.take_replayed(name));
-        let pending = active.iter().map(|(k, v)| (k.len() + v.len()) as u64).sum();
         let newest = files.iter().map(|f| f.generation).max();
         let inner = Arc::new(Inner {
             name: name.to_owned(),
             dir,
             shared: shared.clone(),
-            delta: RwLock::new(Delta {
-                active,
-                frozen: None,
-            }),
+            delta: RwLock::new(Delta::new(active)),
             runs: ArcSwap::from_pointee(Runs::new(parts)),
             generation: AtomicU64::new(newest.unwrap_or(0)),
-            pending: AtomicU64::new(pending),
             take_bytes: AtomicU64::new(fold::TAKE_BYTES),
             part_bytes: AtomicU64::new(part_bytes()),
             syncs: Syncs::default(),
@@ -352,12 +345,7 @@ impl Layered {
     pub fn write(&self, entries: Vec<(IVec, IVec)>) -> io::Result<()> {
         let mut guard = self.journal().lock();
         guard.write(&[(self.name(), &entries)])?;
-        let bytes: u64 = entries
-            .iter()
-            .map(|(k, v)| (k.len() + v.len()) as u64)
-            .sum();
         self.delta_mut().stage(&entries);
-        self.note_written(bytes);
         Ok(())
     }
 
@@ -416,21 +404,20 @@ impl Layered {
         Ok(moved)
     }
 
-    /// Note `bytes` written to the delta (by a committed transaction).
-    pub fn note_written(&self, bytes: u64) {
-        self.inner.pending.fetch_add(bytes, Ordering::Relaxed);
-    }
-
     /// Make folds take at most `bytes` of the delta.
     #[cfg(test)]
     pub fn set_take_bytes(&self, bytes: u64) {
-        self.inner.take_bytes.store(bytes, Ordering::Relaxed);
+        self.inner
+            .take_bytes
+            .store(bytes, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Make folds cut runs at `bytes`.
     #[cfg(test)]
     pub fn set_part_bytes(&self, bytes: u64) {
-        self.inner.part_bytes.store(bytes, Ordering::Relaxed);
+        self.inner
+            .part_bytes
+            .store(bytes, std::sync::atomic::Ordering::Relaxed);
     }
 
     #[cfg(test)]
@@ -438,9 +425,10 @@ impl Layered {
         &self.inner.syncs
     }
 
-    /// Bytes written to the delta since the last fold, about.
+    /// Bytes of keys and values the delta's active map holds: what is not yet folded
+    /// (a key rewritten since the last fold counted once).
     pub fn pending(&self) -> u64 {
-        self.inner.pending.load(Ordering::Relaxed)
+        self.delta().active_bytes()
     }
 
     /// Whether the delta has grown enough to be folded.
@@ -481,3 +469,7 @@ mod parts_tests;
 #[cfg(test)]
 #[path = "tests/journal.rs"]
 mod journal_tests;
+
+#[cfg(test)]
+#[path = "tests/delta.rs"]
+mod delta_tests;

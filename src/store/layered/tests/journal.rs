@@ -68,8 +68,7 @@ fn a_journal_longer_than_sleds_record_is_cut_to_it() {
     let pending = Pending::new(&t);
     pending.insert(key(3), value(3, 9));
     pending.insert(key(57), value(57, 9));
-    let tables = [&pending];
-    let chunk = Journaled::begin(t.journal(), &tables);
+    let chunk = Journaled::begin(t.journal(), std::slice::from_ref(&pending));
     assert!(chunk.stage().unwrap().is_some());
     assert!(std::fs::metadata(&path).unwrap().len() > len);
     // Readers saw it staged; the chunk does not commit, so it is put back.
@@ -89,8 +88,7 @@ fn a_chunk_whose_journal_sync_fails_is_not_committed() {
     let meta = db.open_tree("meta").unwrap();
     let recorded = meta.get(t.journal().key()).unwrap();
     let pending = Pending::new(&t);
-    let tables = [&pending];
-    let chunk = Journaled::begin(t.journal(), &tables);
+    let chunk = Journaled::begin(t.journal(), std::slice::from_ref(&pending));
     t.journal().syncs().fail(JOURNAL_SYNC, 0);
     let outcome = (&meta,).transaction(|(meta,)| {
         chunk.restart();

@@ -75,7 +75,6 @@ fn a_fold_rewrites_only_the_parts_its_changes_fall_in() {
     }
     t.insert(key(5), TOMBSTONE).unwrap();
     model.remove(&key(5));
-    t.note_written(10_000);
     check(&t, &model);
     let second = t.fold().unwrap();
     assert_eq!(second.parts_before, parts);

@@ -44,7 +44,6 @@ fn table() -> (tempfile::TempDir, sled::Db, Layered) {
             .collect(),
     )
     .unwrap();
-    t.note_written(5_000);
     (dir, db, t)
 }
 

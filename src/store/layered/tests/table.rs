@@ -42,7 +42,6 @@ fn reads_see_the_delta_over_the_run_before_and_after_folds() {
     let f = fixture();
     let t = &f.table;
     let mut model = fill(t, 3_000);
-    t.note_written(3_000 * 200);
     assert!(t.should_fold());
     let folded = t.fold().unwrap();
     assert_eq!((folded.entries, folded.taken), (3_000, 3_000));
@@ -181,7 +180,6 @@ fn a_failed_fold_leaves_the_table_as_it_was() {
     .unwrap();
     t.fold().unwrap();
     t.insert(key(5), value(5, 2)).unwrap();
-    t.note_written(100);
     let pending = t.pending();
     // The runs' directory cannot take a new file: a file stands where it should be.
     let dir = f.dir.path().join(DIR_NAME);
@@ -235,7 +233,6 @@ fn a_large_delta_is_folded_in_steps() {
     let f = fixture();
     let t = &f.table;
     let model = fill(t, 3_000);
-    t.note_written(3_000 * 150);
     t.set_take_bytes(64 * 1024);
     let mut folds = 0;
     while t.delta_len() > 0 {
