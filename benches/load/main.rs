@@ -31,6 +31,7 @@ mod reference;
 mod report;
 mod scale;
 mod scale_events;
+mod scale_lookups;
 mod sink;
 mod target;
 /// The tests' HTTP helpers, which the ClickHouse starter uses.

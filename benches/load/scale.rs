@@ -7,9 +7,10 @@
 //! compactor's lag, the log's entries and bytes, the resident set and the database's
 //! size; once the log is empty, the lookups' latencies (a person by distinct id, a
 //! person's events, `/decide` with stored persons, and the read API's and console's
-//! pages of events, persons and insights); then stops the server and measures
-//! the disk at rest by kind of file and sled's file against its live keys (the disk
-//! scenario's report), and restarts it: once cleanly, once after a SIGKILL mid-ingest.
+//! pages of events, persons, insights and flags: `scale_lookups`); then stops the
+//! server and measures the disk at rest by kind of file and sled's file against its
+//! live keys (the disk scenario's report), and restarts it: once cleanly, once after a
+//! SIGKILL mid-ingest.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -19,13 +20,14 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
-use hyper::header::{AUTHORIZATION, CONTENT_ENCODING, CONTENT_TYPE, HOST, RETRY_AFTER};
+use hyper::header::{CONTENT_ENCODING, CONTENT_TYPE, HOST, RETRY_AFTER};
 use hyper::Request;
 use tokio::task::JoinSet;
 
-use crate::scale_events::{user_id, Traffic};
+use crate::scale_events::Traffic;
+use crate::scale_lookups::{self, Latency};
 use crate::target::Target;
-use crate::{client, disk, flags, payloads};
+use crate::{client, disk, payloads};
 
 /// The scenario's name on the command line.
 pub const NAME: &str = "scale";
@@ -35,11 +37,6 @@ const DRAIN_LIMIT: Duration = Duration::from_secs(3600);
 const DEFAULT_RETRY: Duration = Duration::from_secs(1);
 /// How often the sampler looks whether another tenth was accepted.
 const SAMPLE_POLL: Duration = Duration::from_millis(100);
-/// Lookups of each kind, each for a different person, one after another.
-const LOOKUPS: usize = 500;
-/// A kind of lookup stops after this long with the lookups it made: a person's events
-/// still reads every block before it (seconds each at millions of events).
-const LOOKUP_BUDGET: Duration = Duration::from_secs(60);
 /// How long the ingest runs before the SIGKILL.
 const KILL_AFTER: Duration = Duration::from_secs(3);
 /// How long a restart may take to answer `/_readiness` 200.
@@ -65,16 +62,6 @@ pub struct Tenth {
     pub disk_bytes: u64,
     /// 503s answered so far.
     pub refused: u64,
-}
-
-pub struct Latency {
-    pub what: &'static str,
-    pub p50_ms: f64,
-    pub p99_ms: f64,
-    pub max_ms: f64,
-    pub errors: usize,
-    /// Lookups made (fewer than `LOOKUPS` when the budget ran out).
-    pub count: usize,
 }
 
 pub struct Report {
@@ -125,7 +112,7 @@ pub fn run(
             let rate = (after - before) / drain.as_secs_f64().max(1e-3);
             let cpu = crate::target::thread_cpu_seconds(pid, "compactor").ok();
             let rss = crate::target::status_kib(pid, "VmRSS")?;
-            let lookups = lookups(flagpost.addr, &traffic).await?;
+            let lookups = scale_lookups::lookups(flagpost.addr, &traffic).await?;
             Ok::<_, String>((drain.as_secs_f64(), rate, cpu, lookups, rss))
         })?;
     let running = disk::measure_dir(db)?;
@@ -366,129 +353,6 @@ fn retry_after(headers: &hyper::HeaderMap) -> Duration {
         .get(RETRY_AFTER)
         .and_then(|v| v.to_str().ok()?.trim().parse::<u64>().ok())
         .map_or(DEFAULT_RETRY, Duration::from_secs)
-}
-
-/// The lookups after the ingest: a person's (each time another person, spread over
-/// the id space), then the read API's and the console's pages of issue 38 (the same
-/// page each time, as the events page's live tail asks it), to see which grow with
-/// the database: events of a name most events have, of a rarer one (one in twenty),
-/// of a rare one (one in two hundred, all sent early in the run), of a name no event
-/// has, and of a name and a person at once.
-const KINDS: &[&str] = &[
-    "person by distinct id",
-    "a person's events",
-    "/decide, stored person",
-    "events, newest 100",
-    "events named $pageview",
-    "events named $identify",
-    "events named $create_alias",
-    "events of a name none has",
-    "a person's $identify",
-    "console events, $create_alias",
-    "persons, first 100",
-    "console persons, newest",
-    "console insights, 7 days",
-    "console top events, 7 days",
-];
-
-/// The request of lookup `kind` for `person`.
-fn lookup_request(kind: &str, id: &str, cookie: &str) -> hyper::http::Result<Request<Full<Bytes>>> {
-    let bearer = format!("Bearer {}", flags::PERSONAL_KEY);
-    let api = |path: String| {
-        Request::get(path)
-            .header(AUTHORIZATION, &bearer)
-            .body(Full::new(Bytes::new()))
-    };
-    let console = |path: &str| {
-        Request::get(path)
-            .header(hyper::header::COOKIE, cookie)
-            .body(Full::new(Bytes::new()))
-    };
-    match kind {
-        "person by distinct id" => api(format!("/api/projects/1/persons/?distinct_id={id}")),
-        "a person's events" => api(format!(
-            "/api/projects/1/events/?distinct_id={id}&limit=100"
-        )),
-        "/decide, stored person" => Request::post("/decide/?v=3")
-            .header(CONTENT_TYPE, "application/json")
-            .body(Full::new(Bytes::from(
-                serde_json::json!({"token": flags::API_KEY, "distinct_id": id}).to_string(),
-            ))),
-        "events, newest 100" => api("/api/projects/1/events/?limit=100".into()),
-        "events named $pageview" => {
-            api("/api/projects/1/events/?event=%24pageview&limit=100".into())
-        }
-        "events named $identify" => {
-            api("/api/projects/1/events/?event=%24identify&limit=100".into())
-        }
-        "events named $create_alias" => {
-            api("/api/projects/1/events/?event=%24create_alias&limit=100".into())
-        }
-        "a person's $identify" => api(format!(
-            "/api/projects/1/events/?distinct_id={id}&event=%24identify&limit=100"
-        )),
-        "console events, $create_alias" => {
-            console("/console/api/events?event=%24create_alias&limit=50")
-        }
-        "events of a name none has" => {
-            api("/api/projects/1/events/?event=none-has-it&limit=100".into())
-        }
-        "persons, first 100" => api("/api/projects/1/persons/?limit=100".into()),
-        "console persons, newest" => console("/console/api/persons?limit=50"),
-        "console insights, 7 days" => {
-            console("/console/api/insights/counts?event=$pageview&interval=day&hours=168")
-        }
-        _ => console("/console/api/insights/top?hours=168"),
-    }
-}
-
-/// `LOOKUPS` of each of [`KINDS`], each within [`LOOKUP_BUDGET`].
-async fn lookups(addr: SocketAddr, traffic: &Traffic) -> Result<Vec<Latency>, String> {
-    let mut sender = client::connect(addr).await.map_err(|e| e.to_string())?;
-    let cookie = crate::console::sign_in(addr).await?;
-    let mut out = Vec::new();
-    for &what in KINDS {
-        let mut times = Vec::with_capacity(LOOKUPS);
-        let mut errors = 0;
-        let began = Instant::now();
-        for n in 0..LOOKUPS as u64 {
-            if began.elapsed() > LOOKUP_BUDGET {
-                break;
-            }
-            let person = (n * 7_919 + 13) % traffic.persons;
-            let id = user_id(person);
-            let mut request =
-                lookup_request(what, &id, &cookie).expect("static request parts are valid");
-            request.headers_mut().insert(
-                HOST,
-                addr.to_string()
-                    .parse()
-                    .expect("an address is a valid header"),
-            );
-            let at = Instant::now();
-            match client::send(&mut sender, request).await {
-                Ok(status) if status.is_success() => times.push(at.elapsed().as_secs_f64() * 1e3),
-                Ok(_) => errors += 1,
-                Err(e) => return Err(format!("{what}: {e}")),
-            }
-        }
-        times.sort_by(f64::total_cmp);
-        let at = |q: f64| {
-            times
-                .get(((times.len() as f64 * q) as usize).min(times.len().saturating_sub(1)))
-                .copied()
-                .unwrap_or(f64::NAN)
-        };
-        out.push(Latency {
-            what,
-            p50_ms: at(0.5),
-            p99_ms: at(0.99),
-            max_ms: times.last().copied().unwrap_or(f64::NAN),
-            errors,
-            count: times.len() + errors,
-        });
-    }
-    Ok(out)
 }
 
 fn now_ms() -> i64 {

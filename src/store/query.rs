@@ -239,7 +239,15 @@ impl Events {
     /// How many blocks the index named to read, when it answers.
     fn named_blocks(&self) -> Option<usize> {
         match &self.blocks {
-            Source::Index(named, _) => Some(named.len()),
+            Source::Index(named, _) => Some(named.count()),
+            Source::Scan(_) => None,
+        }
+    }
+
+    /// How many parts of the index were walked and how many listed, when it answers.
+    fn index_ways(&self) -> Option<(usize, usize)> {
+        match &self.blocks {
+            Source::Index(named, _) => Some(named.ways()),
             Source::Scan(_) => None,
         }
     }
@@ -463,3 +471,7 @@ pub fn group_type_index(
 #[cfg(test)]
 #[path = "tests/query.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "tests/query_names.rs"]
+mod names_tests;

@@ -1,14 +1,16 @@
 //! What a read asks of the event index: the blocks holding events of any of some
-//! distinct ids (a person's), of one name, or of both at once. Each part of the index
-//! (the recent part, a frozen one, each run) answers for the blocks it holds: it
-//! holds every key of each of its blocks (a block's keys are added together and runs
-//! are merged whole), so the intersection is taken part by part, on the sorted block
-//! ids, before any block is named by its place.
+//! distinct ids (a person's), of one name, or of both at once, in a time range. Each
+//! part of the index (the recent part, a frozen one, each run) answers for the blocks
+//! it holds: it holds every key of each of its blocks (a block's keys are added
+//! together and runs are merged whole), so the intersection is taken part by part, on
+//! the sorted block ids, before any block is named by its place; the parts' answers
+//! are then taken newest first ([`Newest`]).
 
 use std::io;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use super::newest::{Bits, Newest, Range, Stream, WALK_SHARE};
 use super::recent::{key, Kind, Recent};
 use super::run::{BlockRef, Run};
 use super::Index;
@@ -21,6 +23,10 @@ pub struct Ask<'a> {
     pub distinct_ids: Option<&'a [String]>,
     /// Blocks with events of this name, when given.
     pub event: Option<&'a str>,
+    /// Blocks that may hold an event at or after this time.
+    pub oldest: i64,
+    /// Blocks that may hold an event at or before this time, when given.
+    pub newest: Option<i64>,
 }
 
 /// The keys an [`Ask`] looks up.
@@ -79,8 +85,8 @@ fn intersect(a: &[u64], b: &[u64]) -> Vec<u64> {
         .collect()
 }
 
-/// The blocks of `part` that answer `keys`.
-fn matching(part: &dyn Part, keys: &Keys, out: &mut Vec<BlockRef>) -> io::Result<()> {
+/// The ids of `part`'s blocks that answer `keys`, ascending.
+fn matching(part: &dyn Part, keys: &Keys) -> io::Result<Vec<u64>> {
     let who = match &keys.who {
         Some(who) => {
             let mut ids = Vec::new();
@@ -90,27 +96,49 @@ fn matching(part: &dyn Part, keys: &Keys, out: &mut Vec<BlockRef>) -> io::Result
             ids.sort_unstable();
             ids.dedup();
             if ids.is_empty() {
-                return Ok(());
+                return Ok(ids);
             }
             Some(ids)
         }
         None => None,
     };
-    let ids = match (&keys.event, who) {
+    Ok(match (&keys.event, who) {
         (Some(k), Some(who)) => intersect(&who, &part.ids(k)?),
         (Some(k), None) => part.ids(k)?,
         (None, Some(who)) => who,
-        (None, None) => return Ok(()),
-    };
-    part.resolve(&ids, out);
-    Ok(())
+        (None, None) => Vec::new(),
+    })
+}
+
+/// A recent part's answer, listed.
+fn listed(part: &dyn Part, keys: &Keys, range: &Range) -> io::Result<Stream> {
+    let ids = matching(part, keys)?;
+    let mut blocks = Vec::with_capacity(ids.len());
+    part.resolve(&ids, &mut blocks);
+    Ok(Stream::listed(blocks, range))
+}
+
+/// A run's answer: walked when it names a good share of the run's blocks.
+fn of_run(run: &Arc<Run>, keys: &Keys, range: &Range) -> io::Result<Stream> {
+    let ids = matching(run.as_ref(), keys)?;
+    if ids.len() * WALK_SHARE >= run.blocks.len() {
+        if let Some(mut named) = Bits::over(&run.blocks) {
+            for &id in &ids {
+                named.set(id);
+            }
+            return Ok(Stream::walk(run.clone(), named, range));
+        }
+    }
+    let mut blocks = Vec::with_capacity(ids.len());
+    run.resolve(&ids, &mut blocks);
+    Ok(Stream::listed(blocks, range))
 }
 
 impl Index {
-    /// The blocks holding events that answer `ask`, in no order, a block possibly
-    /// more than once (when a crash had it indexed twice); None while the index is not
-    /// built, when every block must be read instead (said once in the log).
-    pub fn blocks(&self, ask: &Ask) -> io::Result<Option<Vec<BlockRef>>> {
+    /// The blocks holding events that answer `ask`, newest first; None while the
+    /// index is not built, when every block must be read instead (said once in the
+    /// log).
+    pub fn blocks(&self, ask: &Ask) -> io::Result<Option<Newest>> {
         let keys = Keys {
             who: ask.distinct_ids.map(|ids| {
                 ids.iter()
@@ -119,7 +147,12 @@ impl Index {
             }),
             event: ask.event.map(|name| key(ask.project, Kind::Event, name)),
         };
-        let mut out = Vec::new();
+        let range = Range {
+            project: ask.project,
+            oldest: ask.oldest,
+            newest: ask.newest,
+        };
+        let mut streams = Vec::new();
         let (runs, frozen) = {
             let s = self.state();
             if !s.complete {
@@ -131,17 +164,17 @@ impl Index {
                 }
                 return Ok(None);
             }
-            matching(&s.active, &keys, &mut out)?;
+            streams.push(listed(&s.active, &keys, &range)?);
             let runs: Vec<Arc<Run>> = s.runs.iter().map(|(_, r)| r.clone()).collect();
             (runs, s.frozen.clone())
         };
         if let Some(f) = &frozen {
-            matching(f.as_ref(), &keys, &mut out)?;
+            streams.push(listed(f.as_ref(), &keys, &range)?);
         }
         for r in &runs {
-            matching(r.as_ref(), &keys, &mut out)?;
+            streams.push(of_run(r, &keys, &range)?);
         }
-        Ok(Some(out))
+        Ok(Some(Newest::new(range, streams)))
     }
 }
 

@@ -1,6 +1,7 @@
 //! The event index: for each (project, distinct id) and each (project, event name),
 //! the event blocks holding such events, so a person's events, the events of a name,
-//! or both ([`lookup`]) read only those blocks instead of every block. None of it
+//! or both ([`lookup`]) read only those blocks, newest first and only as many as a page
+//! needs ([`newest`]), instead of every block. None of it
 //! goes through sled. Blocks newer than the runs cover are held in memory
 //! ([`recent`]), added by the compactor once a chunk's blocks are committed; past
 //! [`FOLD_BLOCKS`] that part is written out as an immutable sorted [`run`] file by the
@@ -19,12 +20,15 @@ use std::sync::{Arc, Mutex, RwLock};
 
 mod lookup;
 pub mod manifest;
+mod newest;
 pub mod recent;
 pub mod run;
+mod table;
 mod work;
 pub mod worker;
 
 pub use lookup::Ask;
+pub use newest::Newest;
 pub use recent::{Kind, NewBlock};
 pub use run::BlockRef;
 pub use work::Step;

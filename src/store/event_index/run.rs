@@ -19,6 +19,10 @@ use std::fs::{self, File};
 use std::io::{self, Write};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
+use std::sync::OnceLock;
+
+pub use super::table::BlockRef;
+use super::table::{decode_table, encode_table, get_varint, put_varint, ByNewest};
 
 /// Uncompressed bytes a page holds (the last entry may pass it): a lookup decodes one.
 const PAGE_BYTES: usize = 16 * 1024;
@@ -28,45 +32,6 @@ const MAGIC: &[u8; 8] = b"FPEIDX02";
 const FOOTER_LEN: usize = 8 + 8 + 4 + 8 + 4 + 4 + 4 + 8 + 8;
 /// No section or page claims more: a larger length is damage, refused before allocating.
 const MAX_SECTION: u64 = 1 << 32;
-
-/// A block a run names: its id, project and its newest and oldest event's times.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub struct BlockRef {
-    pub id: u64,
-    pub project: u64,
-    pub newest: i64,
-    pub oldest: i64,
-}
-
-pub fn put_varint(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push((v as u8) | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
-}
-
-/// The varint at `*at`, moving past it; None past the end or for more than 64 bits.
-pub fn get_varint(bytes: &[u8], at: &mut usize) -> Option<u64> {
-    let mut v = 0u64;
-    for shift in (0..64).step_by(7) {
-        let b = *bytes.get(*at)?;
-        *at += 1;
-        v |= u64::from(b & 0x7f) << shift;
-        if b < 0x80 {
-            return Some(v);
-        }
-    }
-    None
-}
-
-fn zigzag(v: i64) -> u64 {
-    ((v << 1) ^ (v >> 63)) as u64
-}
-
-fn unzigzag(v: u64) -> i64 {
-    ((v >> 1) as i64) ^ -((v & 1) as i64)
-}
 
 fn damaged(what: &str) -> io::Error {
     io::Error::new(
@@ -161,44 +126,6 @@ impl Writer {
     }
 }
 
-fn encode_table(blocks: &[BlockRef]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(blocks.len() * 6 + 8);
-    put_varint(&mut out, blocks.len() as u64);
-    let (mut id, mut newest) = (0u64, 0i64);
-    for b in blocks {
-        put_varint(&mut out, b.id - id);
-        put_varint(&mut out, b.project);
-        put_varint(&mut out, zigzag(b.newest.wrapping_sub(newest)));
-        put_varint(&mut out, zigzag(b.newest.wrapping_sub(b.oldest)));
-        (id, newest) = (b.id, b.newest);
-    }
-    out
-}
-
-fn decode_table(bytes: &[u8]) -> Option<Vec<BlockRef>> {
-    let mut at = 0;
-    let n = get_varint(bytes, &mut at)?;
-    // Each block takes at least four bytes: a count claiming more is damage.
-    if n > bytes.len() as u64 / 4 {
-        return None;
-    }
-    let mut out = Vec::with_capacity(n as usize);
-    let (mut id, mut newest) = (0u64, 0i64);
-    for _ in 0..n {
-        id = id.checked_add(get_varint(bytes, &mut at)?)?;
-        let project = get_varint(bytes, &mut at)?;
-        newest = newest.wrapping_add(unzigzag(get_varint(bytes, &mut at)?));
-        let oldest = newest.wrapping_sub(unzigzag(get_varint(bytes, &mut at)?));
-        out.push(BlockRef {
-            id,
-            project,
-            newest,
-            oldest,
-        });
-    }
-    Some(out)
-}
-
 /// A page of the run: where it is and the first key it holds.
 struct Page {
     first: Vec<u8>,
@@ -215,6 +142,9 @@ pub struct Run {
     pub blocks: Vec<BlockRef>,
     pub entries: u64,
     pub bytes: u64,
+    /// The blocks in read order, made by the first read that walks them (a run
+    /// opened at a start is not sorted until a read needs it).
+    by_newest: OnceLock<ByNewest>,
 }
 
 fn read_at(file: &File, offset: u64, len: u64) -> io::Result<Vec<u8>> {
@@ -276,27 +206,51 @@ impl Run {
             blocks,
             entries,
             bytes,
+            by_newest: OnceLock::new(),
         })
+    }
+
+    /// The blocks in read order ([`ByNewest`]).
+    pub fn by_newest(&self) -> &ByNewest {
+        self.by_newest.get_or_init(|| ByNewest::of(&self.blocks))
     }
 
     /// The block ids of `key`, ascending; empty when the run has none.
     pub fn get(&self, key: &[u8]) -> io::Result<Vec<u64>> {
+        let mut ids = Vec::new();
+        self.each(key, |id| ids.push(id))?;
+        Ok(ids)
+    }
+
+    /// Each block id of `key`, ascending; how many there were. The entries before it
+    /// in its page are passed over without decoding their ids.
+    pub fn each(&self, key: &[u8], mut f: impl FnMut(u64)) -> io::Result<u64> {
         // The last page whose first key is at or before `key`.
         let n = self.pages.partition_point(|p| p.first.as_slice() <= key);
         let Some(i) = n.checked_sub(1) else {
-            return Ok(Vec::new());
+            return Ok(0);
         };
         let page = self.page(i)?;
         let mut at = 0;
         while at < page.len() {
-            let (k, ids) = read_entry(&page, &mut at).ok_or_else(|| damaged("an entry"))?;
-            match k.as_slice().cmp(key) {
-                std::cmp::Ordering::Less => continue,
-                std::cmp::Ordering::Equal => return Ok(ids),
+            let (k, count) = entry_head(&page, &mut at).ok_or_else(|| damaged("an entry"))?;
+            match k.cmp(key) {
+                std::cmp::Ordering::Less => {
+                    skip_varints(&page, &mut at, count).ok_or_else(|| damaged("an entry"))?
+                }
+                std::cmp::Ordering::Equal => {
+                    let mut id = 0u64;
+                    for _ in 0..count {
+                        let delta = get_varint(&page, &mut at).ok_or_else(|| damaged("an id"))?;
+                        id = id.checked_add(delta).ok_or_else(|| damaged("an id"))?;
+                        f(id);
+                    }
+                    return Ok(count);
+                }
                 std::cmp::Ordering::Greater => break,
             }
         }
-        Ok(Vec::new())
+        Ok(0)
     }
 
     fn page(&self, i: usize) -> io::Result<Vec<u8>> {
@@ -341,22 +295,38 @@ fn decode_index(bytes: &[u8]) -> Option<Vec<Page>> {
     Some(out)
 }
 
-fn read_entry(page: &[u8], at: &mut usize) -> Option<(Vec<u8>, Vec<u64>)> {
+/// An entry's key and how many ids follow it, moving past both.
+fn entry_head<'p>(page: &'p [u8], at: &mut usize) -> Option<(&'p [u8], u64)> {
     let n = get_varint(page, at)? as usize;
-    let key = page.get(*at..at.checked_add(n)?)?.to_vec();
+    let key = page.get(*at..at.checked_add(n)?)?;
     *at += n;
     let count = get_varint(page, at)?;
     // Each id takes at least a byte: a count claiming more is damage.
     if count > (page.len() - *at) as u64 {
         return None;
     }
+    Some((key, count))
+}
+
+/// Move past `count` varints.
+fn skip_varints(page: &[u8], at: &mut usize, count: u64) -> Option<()> {
+    let mut left = count;
+    while left > 0 {
+        left -= u64::from(*page.get(*at)? < 0x80);
+        *at += 1;
+    }
+    Some(())
+}
+
+fn read_entry(page: &[u8], at: &mut usize) -> Option<(Vec<u8>, Vec<u64>)> {
+    let (key, count) = entry_head(page, at)?;
     let mut ids = Vec::with_capacity(count as usize);
     let mut id = 0u64;
     for _ in 0..count {
         id = id.checked_add(get_varint(page, at)?)?;
         ids.push(id);
     }
-    Some((key, ids))
+    Some((key.to_vec(), ids))
 }
 
 /// A run's entries in key order.

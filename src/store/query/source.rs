@@ -3,10 +3,9 @@
 //! index](super::super::event_index) names for the distinct ids the filter allows, the
 //! name it asks for, or both.
 
-use std::cmp::Ordering;
-use std::collections::{BinaryHeap, HashSet};
+use std::collections::HashSet;
 
-use super::super::event_index::{Ask, BlockRef};
+use super::super::event_index::{Ask, Newest};
 use super::super::{keys, Trees};
 use super::{person, EventFilter};
 
@@ -16,52 +15,7 @@ type Entry = Result<(sled::IVec, sled::IVec), sled::Error>;
 pub(super) enum Source {
     Scan(Box<std::iter::Peekable<std::iter::Rev<sled::Iter>>>),
     /// The index's blocks still to read and the tree naming them.
-    Index(Named, sled::Tree),
-}
-
-/// A block the index names, ordered by its newest time, then id.
-#[derive(PartialEq, Eq)]
-struct ByNewest(BlockRef);
-
-impl Ord for ByNewest {
-    fn cmp(&self, other: &Self) -> Ordering {
-        (self.0.newest, self.0.id).cmp(&(other.0.newest, other.0.id))
-    }
-}
-
-impl PartialOrd for ByNewest {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-/// The blocks the index named, taken newest first. A heap rather than a sorted list:
-/// a name most blocks hold names hundreds of thousands at millions of events, of
-/// which a page reads a few.
-pub(super) struct Named {
-    heap: BinaryHeap<ByNewest>,
-    /// The id taken last: a block named twice comes out twice in a row.
-    last: Option<u64>,
-}
-
-impl Named {
-    #[cfg(test)]
-    pub(super) fn len(&self) -> usize {
-        self.heap.len()
-    }
-
-    fn peek(&self) -> Option<&BlockRef> {
-        self.heap.peek().map(|b| &b.0)
-    }
-
-    fn pop(&mut self) -> Option<BlockRef> {
-        loop {
-            let b = self.heap.pop()?.0;
-            if self.last.replace(b.id) != Some(b.id) {
-                return Some(b);
-            }
-        }
-    }
+    Index(Newest, sled::Tree),
 }
 
 impl Source {
@@ -131,14 +85,13 @@ pub(super) fn indexed(
         project,
         distinct_ids: ids.as_deref(),
         event,
+        oldest,
+        newest,
     };
-    let Some(mut blocks) = trees.event_index.blocks(&ask).map_err(sled::Error::Io)? else {
+    let Some(blocks) = trees.event_index.blocks(&ask).map_err(sled::Error::Io)? else {
         return Ok(None);
     };
-    blocks.retain(|b| b.newest >= oldest && newest.is_none_or(|n| b.oldest <= n));
-    let heap = blocks.into_iter().map(ByNewest).collect();
-    let named = Named { heap, last: None };
-    Ok(Some(Source::Index(named, trees.events.clone())))
+    Ok(Some(Source::Index(blocks, trees.events.clone())))
 }
 
 /// Every block of `project` whose newest event is in `oldest..=newest`, newest first.
