@@ -437,3 +437,7 @@ mod tests {
         assert_eq!(cookie(&headers(&[("cookie", "xflagpost_console=1")])), None);
     }
 }
+
+#[cfg(test)]
+#[path = "tests/session.rs"]
+mod session_tests;

@@ -3,6 +3,7 @@
 //! a single event still too large, and waiting on a 503 with the same run kept.
 
 mod retry;
+mod window;
 
 use std::sync::{Arc, Mutex};
 
