@@ -2,14 +2,20 @@
 """Edge mode's forwarder, drained against a local upstream flagpost.
 
 Starts an edge flagpost (`--upstream` pointing at a port nothing listens on yet),
-captures N events into it in 1000-event `/batch/` requests from a few threads (the
-backlog builds while upstream is down), waits until the forwarder counts them all as
-its backlog, then starts an upstream flagpost on that port and times how long the
-edge takes to forward the backlog, from the first delivery to a backlog of 0, reading
-the edge's `/metrics`. Prints the capture rate and the drain rate.
+captures N events into it in `/batch/` requests from a few threads (the backlog builds
+while upstream is down), waits until the forwarder counts them all as its backlog, then
+starts an upstream flagpost on that port and times how long the edge takes to forward
+the backlog, from the first delivery to a backlog of 0, reading the edge's `/metrics`.
+Prints the capture rate, the drain rate and the CPU time each server's threads took
+during the drain (from /proc, by thread name).
 
     cargo build --release --bin flagpost
     python3 benches/forward_drain.py [--events 200000] [--binary target/release/flagpost]
+
+The events are small by default (four properties, 1000 a request, as before); with
+`--payload pageview --batch 100` they are the load harness's: posthog-js `$pageview`s of
+about 600 bytes, from 25,600 persons, in gzip'd batches of 100, so the two drains can
+be told apart by what differs.
 
 The databases go to a temporary directory, removed at the end.
 """
@@ -32,6 +38,8 @@ import uuid
 KEY = "phc_forward_bench"
 BATCH = 1000
 THREADS = 4
+# The load harness's pool of batches covers this many persons (256 batches of 100).
+PERSONS = 25_600
 
 
 def data_dir(root):
@@ -64,17 +72,65 @@ def metric(addr, name):
     return 0.0
 
 
-def post_batches(addr, n_batches):
-    for _ in range(n_batches):
-        batch = [{"event": "$pageview", "distinct_id": f"user-{i % 5000}",
-                  "uuid": str(uuid.uuid4()),
-                  "properties": {"$current_url": "https://example.com/pricing", "i": i,
-                                 "$browser": "Chrome", "$os": "Linux"}}
-                 for i in range(BATCH)]
-        body = json.dumps({"api_key": KEY, "batch": batch}).encode()
-        req = urllib.request.Request(f"http://{addr}/batch/", body,
-                                     {"Content-Type": "application/json"})
+def small(i, now):
+    return {"event": "$pageview", "distinct_id": f"user-{i % 5000}",
+            "uuid": str(uuid.uuid4()),
+            "properties": {"$current_url": "https://example.com/pricing", "i": i,
+                           "$browser": "Chrome", "$os": "Linux"}}
+
+
+def pageview(n, now):
+    """The load harness's event (benches/common `pageview_event`), without a uuid."""
+    page = ["dashboard", "insights", "settings", "billing"][n % 4]
+    who = f"user-{n % PERSONS:06}"
+    return {"event": "$pageview", "distinct_id": who, "timestamp": now,
+            "properties": {"$os": "Mac OS X", "$browser": "Chrome", "$browser_version": 124,
+                           "$device_type": "Desktop",
+                           "$current_url": f"https://app.example.com/project/{n % 7}/{page}?tab=overview",
+                           "$host": "app.example.com", "$pathname": f"/project/{n % 7}/{page}",
+                           "$lib": "web", "$lib_version": "1.130.2", "$referrer": "$direct",
+                           "$device_id": str(uuid.uuid4()), "$session_id": str(uuid.uuid4()),
+                           "token": KEY, "distinct_id": who}}
+
+
+def post_batches(addr, first, n_batches, batch_size, make, zipped):
+    now = time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime())
+    for b in range(n_batches):
+        base = (first + b) * batch_size
+        batch = [make(base + i, now) for i in range(batch_size)]
+        body = json.dumps({"api_key": KEY, "batch": batch, "sent_at": now}).encode()
+        headers = {"Content-Type": "application/json"}
+        if zipped:
+            body = gzip.compress(body, 6)
+            headers["Content-Encoding"] = "gzip"
+        req = urllib.request.Request(f"http://{addr}/batch/", body, headers)
         urllib.request.urlopen(req).read()
+
+
+def cpu_by_thread(pid):
+    """CPU seconds each thread name of `pid` used so far (numbered names summed)."""
+    out = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        name = stat[stat.index("(") + 1:stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2:].split()
+        name = re.sub(r"[-_]?\d+$", "", name)
+        out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+    return out
+
+
+def cpu_used(before, after):
+    """Threads' CPU seconds between two readings, largest first, and the total."""
+    used = {k: v - before.get(k, 0.0) for k, v in after.items()}
+    used = {k: v for k, v in used.items() if v > 0.005}
+    total = sum(used.values())
+    parts = ", ".join(f"{k} {v:.2f}" for k, v in sorted(used.items(), key=lambda kv: -kv[1]))
+    return total, parts
 
 
 class Counting(http.server.BaseHTTPRequestHandler):
@@ -119,9 +175,9 @@ def load_average():
         return " ".join(f.read().split()[:3])
 
 
-def run_once(binary, events, sink, perf_dir, tag):
-    """One drain; returns (events forwarded, seconds from the first delivery, build rate)."""
-    n = events // BATCH * BATCH
+def run_once(binary, events, sink, perf_dir, tag, batch_size, payload):
+    """One drain; returns the events/s forwarded from the first delivery."""
+    n = events // batch_size * batch_size
     tmp = tempfile.mkdtemp(prefix="flagpost-forward-")
     procs, recorders, server = [], [], None
     try:
@@ -136,25 +192,31 @@ def run_once(binary, events, sink, perf_dir, tag):
                                 ["--upstream", f"http://127.0.0.1:{up_port}"])
         procs.append(edge)
         started = time.monotonic()
-        threads = [threading.Thread(target=post_batches, args=(edge_addr, n // BATCH // THREADS))
-                   for _ in range(THREADS)]
+        per_thread = n // batch_size // THREADS
+        make, zipped = (pageview, True) if payload == "pageview" else (small, False)
+        threads = [threading.Thread(target=post_batches,
+                                    args=(edge_addr, t * per_thread, per_thread, batch_size,
+                                          make, zipped))
+                   for t in range(THREADS)]
         for t in threads:
             t.start()
         for t in threads:
             t.join()
-        n = n // BATCH // THREADS * THREADS * BATCH
+        n = per_thread * THREADS * batch_size
         captured = time.monotonic() - started
         while metric(edge_addr, "flagpost_upstream_forward_backlog_events") < n:
             time.sleep(0.2)
         built = time.monotonic() - started
         if perf_dir:
             recorders.append(perf(edge.pid, os.path.join(perf_dir, f"edge-{tag}.data")))
+        cpu = {"edge": (edge.pid, cpu_by_thread(edge.pid))}
         if sink == "count":
             Counting.events = 0
             server = start_counting(up_port)
         else:
             upstream, _ = start(binary, up_root, f"127.0.0.1:{up_port}", [])
             procs.append(upstream)
+            cpu["upstream"] = (upstream.pid, cpu_by_thread(upstream.pid))
             if perf_dir:
                 recorders.append(perf(upstream.pid,
                                       os.path.join(perf_dir, f"upstream-{tag}.data")))
@@ -167,6 +229,7 @@ def run_once(binary, events, sink, perf_dir, tag):
             if backlog == 0:
                 break
             time.sleep(0.05)
+        used = {name: cpu_used(before, cpu_by_thread(pid)) for name, (pid, before) in cpu.items()}
         drained = now - first[0]
         rate = first[1] / drained if drained > 0 else float("inf")
         print(f"[{tag}] events: {n}")
@@ -180,6 +243,8 @@ def run_once(binary, events, sink, perf_dir, tag):
                    if line.startswith("flagpost_upstream_requests_total{")]
         print(f"[{tag}] upstream's answers: " + ", ".join(answers))
         print(f"[{tag}] drain vs build: {rate / (n / built):.1f}x")
+        for name, (total, parts) in used.items():
+            print(f"[{tag}] {name}'s CPU from upstream's start to the drain's end: {total:.2f} s ({parts})")
         return rate
     finally:
         for r in recorders:
@@ -197,6 +262,9 @@ def run_once(binary, events, sink, perf_dir, tag):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--events", type=int, default=200_000)
+    ap.add_argument("--batch", type=int, default=BATCH, help="events a capture request")
+    ap.add_argument("--payload", choices=["small", "pageview"], default="small",
+                    help="four-property events, or the load harness's $pageviews")
     ap.add_argument("--binary", default="target/release/flagpost")
     ap.add_argument("--baseline", help="another build, drained the same way in turn")
     ap.add_argument("--rounds", type=int, default=1)
@@ -211,7 +279,8 @@ def main():
     for r in range(args.rounds):
         order = builds if r % 2 == 0 else builds[::-1]
         for name, binary in order:
-            rates[name].append(run_once(binary, args.events, args.sink, args.perf, f"{name}-{r + 1}"))
+            rates[name].append(run_once(binary, args.events, args.sink, args.perf, f"{name}-{r + 1}",
+                                         args.batch, args.payload))
     print(f"load average after: {load_average()}")
     for name, got in rates.items():
         print(f"{name}: " + ", ".join(f"{x:,.0f}" for x in got) + " events/s")

@@ -34,6 +34,7 @@ use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
 
 use crate::client::{self, Load};
+use crate::forward_cpu::{self as cpu, Threads};
 pub use crate::forward_report::report;
 use crate::payloads::{Scenario, BATCH_EVENTS};
 use crate::target::{Options, Target};
@@ -75,6 +76,9 @@ pub struct Drain {
     pub from_first: Duration,
     /// How long the edge took to capture and count the backlog.
     pub built: Duration,
+    /// CPU the edge's and the upstream's threads took from upstream's start until
+    /// the backlog was empty.
+    pub cpu: [Threads; 2],
 }
 
 /// The outage phase: what capture did while upstream was down, and the drain.
@@ -92,10 +96,19 @@ pub struct Outage {
     pub accepted_draining: f64,
 }
 
+/// One `wrk` run of a round, and the CPU its server's threads took.
+pub struct Side {
+    pub run: wrk::Run,
+    /// During the run, and after it until its work was done (the compactor's, and at
+    /// the edge the forwarder's).
+    pub during: Threads,
+    pub after: Threads,
+}
+
 pub struct Report {
     pub drain: Result<Drain, String>,
     /// Each round's capture at the edge with edge mode off, then on: those finished.
-    pub wrk: Vec<(wrk::Run, wrk::Run)>,
+    pub wrk: Vec<(Side, Side)>,
     /// Why the rounds stopped short, if they did.
     pub wrk_failed: Option<String>,
     /// Requests and bytes the counting sink took during the rounds.
@@ -160,8 +173,14 @@ pub fn run(
         let sent = capture(edge.addr, &bodies, settings.events, settings.connections).await?;
         wait_until(edge.addr, |backlog| backlog >= sent as f64).await?;
         let built = started.elapsed();
+        let edge_before = cpu::read(edge.pid());
         let mut upstream = start_upstream()?;
+        let upstream_before = cpu::read(upstream.pid());
         let drained = time_drain(edge.addr, sent as f64, 0.0).await;
+        let cpu = [
+            cpu::since(&edge_before, &cpu::read(edge.pid())),
+            cpu::since(&upstream_before, &cpu::read(upstream.pid())),
+        ];
         upstream.stop()?;
         let (from_start, from_first) = drained?;
         Ok::<_, String>(Drain {
@@ -169,6 +188,7 @@ pub fn run(
             from_start,
             from_first,
             built,
+            cpu,
         })
     });
     announce("drain", &drain);
@@ -176,7 +196,8 @@ pub fn run(
     let (mut rounds, mut forwarded) = (Vec::new(), (0, 0));
     let wrk_failed = match runtime.block_on(Sink::start(&upstream_listen)) {
         Ok(sink) => {
-            let done = capture_rounds(runtime, settings, dir, edge.addr, plain.addr, &mut rounds);
+            let servers = [(edge.addr, edge.pid()), (plain.addr, plain.pid())];
+            let done = capture_rounds(runtime, settings, dir, servers, &mut rounds);
             forwarded = sink.stop();
             done.err()
         }
@@ -400,15 +421,15 @@ async fn time_drain(
     }
 }
 
-/// `wrk` capture at the edge (forwarding on) and at the plain flagpost, in turn;
-/// each finished round goes into `rounds` at once, so a failure keeps those before.
+/// `wrk` capture at the edge (forwarding on) and at the plain flagpost (address and
+/// pid each), in turn; each finished round goes into `rounds` at once, so a failure
+/// keeps those before.
 fn capture_rounds(
     runtime: &tokio::runtime::Runtime,
     settings: &Settings,
     dir: &Path,
-    edge: SocketAddr,
-    plain: SocketAddr,
-    rounds: &mut Vec<(wrk::Run, wrk::Run)>,
+    [(edge, edge_pid), (plain, plain_pid)]: [(SocketAddr, u32); 2],
+    rounds: &mut Vec<(Side, Side)>,
 ) -> Result<(), String> {
     let work = dir.join("forward-wrk");
     std::fs::create_dir_all(&work).map_err(|e| format!("cannot create {work:?}: {e}"))?;
@@ -430,12 +451,16 @@ fn capture_rounds(
     // Each run's work (the compactor's, and at the edge the forwarder's) is done
     // before the next run starts.
     let measure = |addr: SocketAddr, duration: Duration| {
+        let pid = if addr == edge { edge_pid } else { plain_pid };
+        let before = cpu::read(pid);
         let run = wrk::wrk(addr, &script, &case, duration)?;
+        let ran = cpu::read(pid);
         runtime.block_on(client::settle(addr));
         if addr == edge {
             runtime.block_on(wait_until(edge, |backlog| backlog == 0.0))?;
         }
-        Ok::<_, String>(run)
+        let (during, after) = (cpu::since(&before, &ran), cpu::since(&ran, &cpu::read(pid)));
+        Ok::<_, String>(Side { run, during, after })
     };
     let warmup = settings.warmup.max(Duration::from_secs(1));
     measure(plain, warmup)?;

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use crate::forward::{Drain, Outage, Report};
+use crate::forward_cpu::summary;
 
 /// Seconds, never zero, to divide by.
 fn secs(d: Duration) -> f64 {
@@ -42,6 +43,8 @@ fn drain(d: &Drain) {
         d.from_first.as_secs_f64(),
         d.events / secs(d.from_first),
     );
+    println!("CPU meanwhile, the edge: {}", summary(&d.cpu[0]));
+    println!("            the upstream: {}", summary(&d.cpu[1]));
 }
 
 fn rounds(r: &Report) {
@@ -51,6 +54,7 @@ fn rounds(r: &Report) {
     );
     let mut logs = Vec::new();
     for (i, (off, on)) in r.wrk.iter().enumerate() {
+        let (off, on) = (&off.run, &on.run);
         let ratio = on.rate / off.rate.max(f64::MIN_POSITIVE);
         logs.push(ratio.ln());
         println!(
@@ -63,6 +67,20 @@ fn rounds(r: &Report) {
             ratio,
             off.errors + on.errors
         );
+    }
+    for (i, (off, on)) in r.wrk.iter().enumerate() {
+        println!(
+            "round {} CPU, edge mode off: during wrk {}",
+            i + 1,
+            summary(&off.during)
+        );
+        println!("    then until settled {}", summary(&off.after));
+        println!(
+            "round {} CPU, forwarding on: during wrk {}",
+            i + 1,
+            summary(&on.during)
+        );
+        println!("    then until drained {}", summary(&on.after));
     }
     if let Some(e) = &r.wrk_failed {
         println!("wrk rounds stopped after {}: {e}", r.wrk.len());

@@ -23,6 +23,7 @@ mod disk;
 mod edge;
 mod flags;
 mod forward;
+mod forward_cpu;
 mod forward_report;
 mod memory;
 mod payloads;

@@ -155,22 +155,24 @@ impl Forwarder {
                 .iter()
                 .any(|(q, w)| q == p && w.window == s.state.window)
         });
-        let mut progress = false;
+        let mut delivered = 0;
         for (project, state) in &plan.windows {
-            progress |= self.send_window(*project, state).await?;
+            delivered += self.send_window(*project, state).await?;
         }
-        self.report(&plan);
-        Ok(if progress { Duration::ZERO } else { POLL })
+        self.report(&plan, delivered);
+        Ok(if delivered > 0 { Duration::ZERO } else { POLL })
     }
 
-    fn report(&self, plan: &cursor::Plan) {
+    /// The figures as of the pass's end: the plan's backlog, counted before the pass
+    /// sent anything, less what it `delivered`, so the backlog does not lag a window
+    /// behind what upstream has.
+    fn report(&self, plan: &cursor::Plan, delivered: u64) {
         let now = crate::support::clock::now_ms();
         let lag = plan
             .oldest_ms
             .map_or(0.0, |t| (now - t).max(0) as f64 / 1000.0);
-        self.stats
-            .forward_backlog_events
-            .set(plan.backlog_events as i64);
+        let backlog_events = plan.backlog_events.saturating_sub(delivered);
+        self.stats.forward_backlog_events.set(backlog_events as i64);
         self.stats.forward_lag_seconds.set(lag);
         let mut paused: Vec<(u64, String)> = self
             .sending
@@ -184,7 +186,7 @@ impl Forwarder {
             .filter(|s| s.paused.is_none() && s.backoff.failures() > 0)
             .count();
         let figures = Figures {
-            backlog_events: plan.backlog_events,
+            backlog_events,
             backlog_bytes: plan.backlog_bytes,
             lag_seconds: lag,
             paused,
