@@ -56,6 +56,12 @@ pub struct LaneLabels {
     pub lane: &'static str,
 }
 
+/// Who holds a share of the process's memory (`flagpost_memory_bytes`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HolderLabels {
+    pub holder: &'static str,
+}
+
 /// Latency buckets in seconds: fine below a millisecond, where decide lives.
 const LATENCY_BUCKETS: [f64; 12] = [
     0.000_1, 0.000_25, 0.000_5, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0,
@@ -85,6 +91,7 @@ pub struct Metrics {
     pub log_quarantined: Counter,
     pub log_missing: Counter,
     pub decide_cached_persons: Gauge,
+    pub memory_bytes: Family<HolderLabels, Gauge>,
     pub compactor_applied: Counter,
     pub compactor_steps: Counter,
     pub compactor_duplicates: Counter,
@@ -151,6 +158,7 @@ impl Metrics {
             log_quarantined: Counter::default(),
             log_missing: Counter::default(),
             decide_cached_persons: Gauge::default(),
+            memory_bytes: Family::default(),
             compactor_applied: Counter::default(),
             compactor_steps: Counter::default(),
             compactor_duplicates: Counter::default(),
@@ -291,6 +299,11 @@ impl Metrics {
             "decide_cached_persons",
             "Persons /decide holds in memory between requests",
             m.decide_cached_persons.clone(),
+        );
+        registry.register(
+            "memory_bytes",
+            "Bytes each holder of memory keeps, by its own count (caches by their weight, maps estimated from their entries); the resident set adds the allocator's share, sled, buffers and code",
+            m.memory_bytes.clone(),
         );
         registry.register(
             "compactor_applied",

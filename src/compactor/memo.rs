@@ -121,6 +121,20 @@ impl Memo {
         }
     }
 
+    /// About the bytes it takes in memory: its maps' slots and the ids' text.
+    pub fn footprint(&self) -> usize {
+        use std::mem::size_of;
+        let ids: usize = self
+            .ids
+            .values()
+            .map(|m| {
+                let text: usize = m.keys().map(|k| k.len()).sum();
+                m.capacity() * (size_of::<(Box<str>, Uuid)>() + 1) + text
+            })
+            .sum();
+        ids + self.ops.capacity() * (size_of::<((u64, Uuid), Digest)>() + 1)
+    }
+
     /// Distinct ids remembered.
     #[cfg(test)]
     pub fn len(&self) -> usize {

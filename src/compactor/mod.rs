@@ -70,6 +70,9 @@ pub struct Stats {
     pub lag_ms: AtomicI64,
     /// False while steps fail; the server then stops acknowledging writes.
     pub healthy: AtomicBool,
+    /// About the bytes the deduplication window and the memo take, as of the last step.
+    pub window_bytes: AtomicU64,
+    pub memo_bytes: AtomicU64,
 }
 
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]

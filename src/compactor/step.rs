@@ -87,6 +87,7 @@ impl Compactor {
         }
         self.stats.steps.fetch_add(1, Ordering::Relaxed);
         self.stats.lag_ms.store(self.lag()?, Ordering::Relaxed);
+        self.publish_memory();
         Ok(report)
     }
 
@@ -386,6 +387,20 @@ impl Compactor {
         out
     }
 
+    /// What the window and the memo take, for `/metrics`; the memo's walk over its
+    /// ids only every [`MEMORY_EVERY`] steps.
+    fn publish_memory(&self) {
+        let steps = self.stats.steps.load(Ordering::Relaxed);
+        if let Some(state) = &self.state {
+            let window = state.window.footprint() as u64;
+            self.stats.window_bytes.store(window, Ordering::Relaxed);
+        }
+        if steps % MEMORY_EVERY == 1 {
+            let memo = self.memo.footprint() as u64;
+            self.stats.memo_bytes.store(memo, Ordering::Relaxed);
+        }
+    }
+
     /// Age of the oldest record still waiting in the log. For the log's files, the
     /// age of the last record read stands in: the next one arrived no earlier.
     fn lag(&self) -> Result<i64, sled::Error> {
@@ -402,6 +417,9 @@ impl Compactor {
         Ok(self.last_received.map_or(0, |t| (now - t).max(0)))
     }
 }
+
+/// Steps between two counts of the memo's bytes: a walk over its ids.
+const MEMORY_EVERY: u64 = 64;
 
 #[derive(Default)]
 struct Counts {

@@ -115,6 +115,7 @@ pub fn metrics_text(app: &App) -> String {
     mirror(&m.log_quarantined, losses.quarantined.load(Relaxed));
     mirror(&m.log_missing, losses.missing.load(Relaxed));
     m.decide_cached_persons.set(app.persons.len().1 as i64);
+    refresh_memory(app);
     m.disk_free_bytes
         .set(i64::try_from(app.space.free_bytes()).unwrap_or(i64::MAX));
     mirror(&m.geoip_lookups, app.geoip.lookups());
@@ -142,4 +143,25 @@ pub fn metrics_text(app: &App) -> String {
     m.wal_last_flush_seconds
         .set(wal.last_flush_micros.load(Relaxed) as f64 / 1e6);
     m.render()
+}
+
+/// `flagpost_memory_bytes`: each holder's bytes by its own count.
+fn refresh_memory(app: &App) {
+    use std::sync::atomic::Ordering::Relaxed;
+    let c = &app.compactor;
+    let mut holders = vec![
+        ("person_cache", app.persons.bytes() as u64),
+        ("dedup_window", c.window_bytes.load(Relaxed)),
+        ("compactor_memo", c.memo_bytes.load(Relaxed)),
+    ];
+    if let Some(open) = app.store.get() {
+        holders.extend(crate::store::memory::holders(&open.trees));
+    }
+    for (holder, bytes) in holders {
+        let gauge = app
+            .metrics
+            .memory_bytes
+            .get_or_create(&crate::metrics::HolderLabels { holder });
+        gauge.set(i64::try_from(bytes).unwrap_or(i64::MAX));
+    }
 }

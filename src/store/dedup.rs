@@ -248,6 +248,18 @@ impl Window {
         self.len() == 0
     }
 
+    /// About the bytes it takes in memory: the hash set (a slot and a control byte a
+    /// place), the frozen segments' uuids and the fingerprint table.
+    pub fn footprint(&self) -> usize {
+        let set = self.active.ids.capacity() * (std::mem::size_of::<Id>() + 1);
+        let frozen: usize = self
+            .frozen
+            .iter()
+            .map(|f| f.ids.len() * std::mem::size_of::<u128>())
+            .sum();
+        set + frozen + self.table.bytes()
+    }
+
     pub fn contains(&self, id: Id) -> bool {
         self.active.ids.contains(&id) || self.frozen_contains(id)
     }

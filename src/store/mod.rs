@@ -19,6 +19,7 @@ pub mod first_seen;
 pub mod keys;
 pub mod layered;
 pub mod live;
+pub mod memory;
 mod migrate;
 pub mod outbox;
 pub mod person_cache;

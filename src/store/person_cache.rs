@@ -145,6 +145,10 @@ impl<K: Hash + Eq + Clone, V: Clone> Sharded<K, V> {
     fn len(&self) -> usize {
         self.shards.iter().map(|s| lock(s).map.len()).sum()
     }
+
+    fn bytes(&self) -> usize {
+        self.shards.iter().map(|s| lock(s).bytes).sum()
+    }
 }
 
 /// A stored group's properties, shared with the requests that read them.
@@ -290,6 +294,11 @@ impl PersonCache {
         for key in &changes.groups {
             self.groups.remove(key);
         }
+    }
+
+    /// Bytes held by its own count, within the budget it was made with.
+    pub fn bytes(&self) -> usize {
+        self.ids.bytes() + self.persons.bytes() + self.group_types.bytes() + self.groups.bytes()
     }
 
     /// Entries held: (distinct ids, persons).

@@ -26,6 +26,7 @@ mod hostile;
 mod layers;
 mod layout;
 mod manage;
+mod memory;
 mod nodes;
 mod ops;
 mod package;

@@ -53,6 +53,11 @@ impl Table {
         self.len
     }
 
+    /// Bytes of its slots.
+    pub fn bytes(&self) -> usize {
+        self.slots.capacity() * std::mem::size_of::<u64>()
+    }
+
     fn home(&self, fingerprint: u64) -> usize {
         (fingerprint >> (FINGERPRINT_BITS - self.bits)) as usize
     }

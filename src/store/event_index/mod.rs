@@ -194,6 +194,15 @@ impl Index {
         }
     }
 
+    /// About the bytes it keeps in memory: (the recent parts, the runs' page indexes
+    /// and block tables).
+    pub fn memory_bytes(&self) -> (u64, u64) {
+        let state = self.state();
+        let frozen = state.frozen.as_deref().map_or(0, Recent::footprint);
+        let runs: usize = state.runs.iter().map(|(_, r)| r.resident_bytes()).sum();
+        ((state.active.footprint() + frozen) as u64, runs as u64)
+    }
+
     fn state(&self) -> std::sync::RwLockReadGuard<'_, State> {
         self.shared.state.read().unwrap_or_else(|p| p.into_inner())
     }

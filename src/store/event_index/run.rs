@@ -147,6 +147,16 @@ pub struct Run {
     by_newest: OnceLock<ByNewest>,
 }
 
+impl Run {
+    /// Bytes it keeps in memory while open: its page index and block table.
+    pub fn resident_bytes(&self) -> usize {
+        let pages: usize = self.pages.iter().map(|p| p.first.capacity()).sum();
+        self.pages.len() * std::mem::size_of::<Page>()
+            + pages
+            + self.blocks.capacity() * std::mem::size_of::<BlockRef>()
+    }
+}
+
 fn read_at(file: &File, offset: u64, len: u64) -> io::Result<Vec<u8>> {
     if len > MAX_SECTION {
         return Err(damaged("a section claims too many bytes"));

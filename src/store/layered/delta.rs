@@ -191,4 +191,60 @@ impl Delta {
     pub fn active_bytes(&self) -> u64 {
         self.active_bytes
     }
+
+    /// About the bytes both maps take in memory: their nodes and what each key and
+    /// value holds outside them ([`entry_footprint`]).
+    pub fn footprint(&self) -> u64 {
+        let frozen = self.frozen.as_deref().map_or(0, footprint_of);
+        footprint_of(&self.active) + frozen
+    }
 }
+
+/// An `IVec` longer than this is kept on the heap behind a counted pointer; shorter
+/// ones sit inside it (sled's `CUTOFF`).
+const IVEC_INLINE: usize = 22;
+/// A heap `IVec`'s reference count, before its bytes.
+const IVEC_HEADER: usize = 8;
+/// Entries a B-tree leaf holds at most (std's `CAPACITY`)...
+const BTREE_NODE_ENTRIES: usize = 11;
+/// ... and holds on average when filled in random order: about ln 2 of it, so a leaf
+/// of 11 slots carries about 7.6 entries; the internal nodes add about an eighth.
+const BTREE_FILL_PERCENT: usize = 69;
+const BTREE_INTERNAL_PERCENT: usize = 12;
+
+fn footprint_of(map: &Map) -> u64 {
+    map.iter()
+        .map(|(k, v)| entry_footprint(k.len(), v.len()))
+        .sum()
+}
+
+/// About the bytes one entry of `key_len` and `value_len` takes in a [`Map`]: its share
+/// of a B-tree node (two `IVec` slots in a node filled to [`BTREE_FILL_PERCENT`], plus
+/// the node's header and the internal nodes above it) and the heap copies of a key or
+/// value too long to sit inline, rounded as an allocator rounds them. The bytes of keys
+/// and values alone understate it two to three times for short keys and values.
+pub fn entry_footprint(key_len: usize, value_len: usize) -> u64 {
+    let slot = 2 * std::mem::size_of::<IVec>();
+    let node = BTREE_NODE_ENTRIES * slot + 16;
+    let share = node * 100 / (BTREE_NODE_ENTRIES * BTREE_FILL_PERCENT);
+    let share = share * (100 + BTREE_INTERNAL_PERCENT) / 100;
+    (share + heap(key_len) + heap(value_len)) as u64
+}
+
+/// Heap bytes of an `IVec` of `len` bytes: none inline, else its header and bytes in
+/// the allocator's size class (steps of 16 bytes up to 128, then of an eighth).
+fn heap(len: usize) -> usize {
+    if len <= IVEC_INLINE {
+        return 0;
+    }
+    let n = len + IVEC_HEADER;
+    if n <= 128 {
+        return n.div_ceil(16) * 16;
+    }
+    let step = (n.next_power_of_two() / 8).max(16);
+    n.div_ceil(step) * step
+}
+
+#[cfg(test)]
+#[path = "tests/footprint.rs"]
+mod tests;

@@ -431,6 +431,13 @@ impl Layered {
         self.delta().active_bytes()
     }
 
+    /// About the bytes the table holds in memory: the delta's maps, the runs' indexes
+    /// and filters.
+    pub fn memory_bytes(&self) -> (u64, u64) {
+        let runs = self.inner.runs.load().resident_bytes();
+        (self.delta().footprint(), runs)
+    }
+
     /// Whether the delta has grown enough to be folded.
     pub fn should_fold(&self) -> bool {
         let run = self.inner.runs.load().raw_bytes();

@@ -219,6 +219,14 @@ impl Run {
         self.blocks.len()
     }
 
+    /// Bytes it keeps in memory while open: its block index and Bloom filter.
+    pub fn resident_bytes(&self) -> u64 {
+        let block = std::mem::size_of::<BlockInfo>() + std::mem::size_of::<AtomicBool>();
+        let keys: usize = self.blocks.iter().map(|b| b.first_key.len()).sum();
+        let filter = self.filter.words.len() * std::mem::size_of::<u64>();
+        (self.blocks.len() * block + keys + filter) as u64
+    }
+
     /// The value of `key`, if the run holds it (a block that cannot be read holds
     /// nothing: see the module docs).
     pub fn get(&self, key: &[u8]) -> Option<Vec<u8>> {

@@ -102,6 +102,11 @@ impl Runs {
         self.parts.iter().map(|p| p.run.raw_bytes()).sum()
     }
 
+    /// Bytes their block indexes and filters keep in memory.
+    pub fn resident_bytes(&self) -> u64 {
+        self.parts.iter().map(|p| p.run.resident_bytes()).sum()
+    }
+
     /// Bytes of their files.
     pub fn file_bytes(&self) -> u64 {
         self.parts.iter().map(|p| p.run.file_bytes()).sum()
