@@ -7,7 +7,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(dirname "$here")
 fx="$root/tests/fixtures"
 corpus="$here/corpus"
-for t in decode_body lz64 capture_parse decide_request flag_definitions property_match; do
+for t in decode_body lz64 capture_parse decide_request flag_definitions property_match block; do
     mkdir -p "$corpus/$t"
     # property_match keeps JSON cases, not raw inputs; the others' files are inputs.
     if [ "$t" != property_match ] && [ -d "$fx/fuzz/$t" ]; then cp "$fx/fuzz/$t"/* "$corpus/$t/"; fi

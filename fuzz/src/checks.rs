@@ -433,3 +433,106 @@ pub fn property_match(case: &PropertyCase) {
         assert_ne!(a[0].enabled, b[0].enabled, "negation flips the answer");
     }
 }
+
+/// `block`: the first byte picks the mode. Even: the rest is a stored block's value,
+/// read both ways a block is read; either both refuse it or both give the same events,
+/// and whatever is read of it is whole. Odd: the rest is cut into rows (at each `0xff`:
+/// a row's first 16 bytes give its times and uuid, the rest its name, distinct id and
+/// properties, split at `0xfe`), which are built into blocks and read back byte for byte.
+pub fn block(data: &[u8]) {
+    use flagpost::store::block::{self, Block, Entry, Rows};
+    let Some((&mode, rest)) = data.split_first() else {
+        return;
+    };
+    if mode & 1 == 0 {
+        let (rows, whole) = (Rows::decode(rest), Block::decode(rest));
+        assert_eq!(
+            rows.is_some(),
+            whole.is_some(),
+            "one way reads what the other refuses"
+        );
+        let (Some(rows), Some(whole)) = (rows, whole) else {
+            return;
+        };
+        assert_eq!(rows.heads().len(), whole.heads().len());
+        assert_eq!(block::count(rest), Some(rows.heads().len() as u32));
+        for (i, h) in whole.heads().iter().enumerate() {
+            let mut properties = Vec::new();
+            rows.properties(i, &mut properties);
+            assert_eq!(properties, whole.properties(h));
+            let r = &rows.heads()[i];
+            assert_eq!(
+                (rows.event(r), rows.distinct_id(r)),
+                (whole.event(h), whole.distinct_id(h))
+            );
+        }
+        return;
+    }
+    let mut entries: Vec<Entry> = rest
+        .split(|&b| b == 0xff)
+        .map(|row| {
+            let mut fixed = [0u8; 16];
+            let n = row.len().min(16);
+            fixed[..n].copy_from_slice(&row[..n]);
+            let mut parts = row[n..].splitn(3, |&b| b == 0xfe);
+            let mut text =
+                || String::from_utf8_lossy(parts.next().unwrap_or_default()).into_owned();
+            let (event, distinct_id) = (text(), text());
+            let time = i64::from_le_bytes(fixed[..8].try_into().expect("8 bytes"));
+            Entry {
+                // Times near one another, as a chunk's are, unless the row says otherwise.
+                timestamp: if mode & 2 == 0 {
+                    NOW_MS + i64::from(fixed[0])
+                } else {
+                    time
+                },
+                created_at: time.rotate_left(u32::from(fixed[9])),
+                uuid: uuid::Uuid::from_bytes(fixed),
+                person_id: (fixed[15] & 1 == 1)
+                    .then(|| uuid::Uuid::from_u128(u128::from(fixed[14]))),
+                event,
+                distinct_id,
+                properties: parts.next().unwrap_or_default().to_vec(),
+            }
+        })
+        .collect();
+    let built = block::build(entries.clone());
+    let mut read = Vec::new();
+    for (newest, value) in &built {
+        let whole = Block::decode(value).expect("a block just built reads");
+        let rows = Rows::decode(value).expect("a block just built reads");
+        assert_eq!(whole.heads().last().map(|h| h.timestamp), Some(*newest));
+        for (i, h) in whole.heads().iter().enumerate() {
+            let mut properties = Vec::new();
+            rows.properties(i, &mut properties);
+            assert_eq!(properties, whole.properties(h));
+            read.push(Entry {
+                timestamp: h.timestamp,
+                created_at: h.created_at,
+                uuid: h.uuid,
+                person_id: h.person_id,
+                event: whole.event(h).to_owned(),
+                distinct_id: whole.distinct_id(h).to_owned(),
+                properties,
+            });
+        }
+    }
+    // Rows of the same time and uuid may come out in either order.
+    let order = |e: &Entry| {
+        format!(
+            "{:?}",
+            (
+                e.timestamp,
+                e.uuid,
+                &e.event,
+                &e.distinct_id,
+                &e.properties,
+                e.created_at,
+                e.person_id
+            )
+        )
+    };
+    read.sort_by_cached_key(order);
+    entries.sort_by_cached_key(order);
+    assert_eq!(read, entries);
+}

@@ -369,7 +369,7 @@ mod tests {
         assert_eq!(format(&trees), FORMAT.to_be_bytes());
         let new = old_event(20, 2_000, 6);
         let (newest, value) = block::build(vec![block::Entry::from_stored(&new)]).remove(0);
-        assert_eq!(value[0], 3, "the block layout written now");
+        assert_eq!(value[0], 4, "the block layout written now");
         let pointer = trees.blocks.append(&value).unwrap();
         trees.blocks.sync().unwrap();
         trees

@@ -110,3 +110,8 @@ fn lz_string_compressor_matches_the_reference() {
         "IaAA2EZA"
     );
 }
+
+#[test]
+fn block_regressions() {
+    replay("block", 3, checks::block);
+}

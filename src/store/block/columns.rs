@@ -11,15 +11,21 @@
 
 use uuid::Uuid;
 
-use super::pack::{check_packed, le32, pack, Cursor};
+#[cfg(test)]
+use super::pack::pack;
+use super::pack::{check_packed, le32, Cursor};
 use super::props::{Layout, Props};
-use super::{Entry, Head};
+#[cfg(test)]
+use super::Entry;
+use super::Head;
 
 /// Fixed bytes per event in the columns, before the person and the texts.
 pub(super) const FIXED: usize = 8 + 8 + 16 + 1 + 4 + 4 + 4;
 
 /// The body of sorted `entries`: properties packed back to back (version 2), or split
-/// into keys and values ([`super::props`], version 3) when `by_key`.
+/// into keys and values ([`super::props`], version 3) when `by_key`, as builds before
+/// version 4 wrote them (tests build old blocks with it).
+#[cfg(test)]
 pub(super) fn encode(entries: &[Entry], by_key: bool) -> Vec<u8> {
     let texts: usize = entries
         .iter()
@@ -82,6 +88,7 @@ pub(super) fn encode(entries: &[Entry], by_key: bool) -> Vec<u8> {
 /// (sorted events: small numbers, mostly zero bytes), created_at as the difference
 /// from the event's time, and the uuids byte by byte (every first byte, then every
 /// second, ...: a version-7 uuid starts with its time, alike from event to event).
+#[cfg(test)]
 fn put_fixed(entries: &[Entry], body: &mut Vec<u8>) {
     let mut last = 0i64;
     for e in entries {

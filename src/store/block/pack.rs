@@ -1,6 +1,9 @@
 //! The bytes shared by the block layouts: a cursor over fixed-width columns, and the
 //! packing of the uuids written as text in the properties to their 16 bytes.
 //!
+//! Version 4 adds varints ([`put_varint`], [`Cursor::varint`]) and uuid columns laid
+//! out byte by byte ([`put_uuids`], [`Cursor::uuids`]).
+//!
 //! Packing ([`pack`]) is reversible for any bytes, not only JSON: a lowercase,
 //! hyphenated uuid between two `"` becomes [`UUID`] and its 16 bytes, and the bytes
 //! [`UUID`] and [`LITERAL`] themselves (which compact JSON never holds: control
@@ -37,6 +40,74 @@ impl<'a> Cursor<'a> {
         width: usize,
     ) -> Option<std::slice::ChunksExact<'a, u8>> {
         Some(self.take(n.checked_mul(width)?)?.chunks_exact(width))
+    }
+
+    /// A [`put_varint`]; None if cut short or over 64 bits.
+    pub(super) fn varint(&mut self) -> Option<u64> {
+        let mut v = 0u64;
+        for (i, &byte) in self.rest.iter().enumerate().take(MAX_VARINT_LEN) {
+            let bits = u64::from(byte & 0x7f);
+            if i == MAX_VARINT_LEN - 1 && bits > 1 {
+                return None;
+            }
+            v |= bits << (7 * i);
+            if byte & 0x80 == 0 {
+                self.rest = &self.rest[i + 1..];
+                return Some(v);
+            }
+        }
+        None
+    }
+
+    /// A varint that must fit in a u32, as a usize (counts, lengths, indexes).
+    pub(super) fn small(&mut self) -> Option<usize> {
+        usize::try_from(u32::try_from(self.varint()?).ok()?).ok()
+    }
+
+    /// A [`put_signed`].
+    pub(super) fn signed(&mut self) -> Option<i64> {
+        let v = self.varint()?;
+        Some((v >> 1) as i64 ^ -((v & 1) as i64))
+    }
+
+    /// `n` uuids written by [`put_uuids`], added to `out`.
+    pub(super) fn uuids(&mut self, n: usize, out: &mut Vec<[u8; 16]>) -> Option<()> {
+        let bytes = self.take(n.checked_mul(16)?)?;
+        out.reserve(n);
+        for i in 0..n {
+            let mut id = [0u8; 16];
+            for (b, byte) in id.iter_mut().enumerate() {
+                *byte = bytes[b * n + i];
+            }
+            out.push(id);
+        }
+        Some(())
+    }
+}
+
+/// A u64 takes at most this many 7-bit groups.
+const MAX_VARINT_LEN: usize = 10;
+
+/// `v` in 7-bit groups, low first, the high bit saying another follows: small counts,
+/// lengths and time differences take a byte or two instead of four or eight.
+pub(super) fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push(v as u8 | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+/// `v` as a varint, zigzagged so that small negative numbers are small too.
+pub(super) fn put_signed(out: &mut Vec<u8>, v: i64) {
+    put_varint(out, ((v << 1) ^ (v >> 63)) as u64);
+}
+
+/// `ids` byte by byte: every first byte, then every second, ...: uuids made at about
+/// the same time (version 7) share their first bytes, which then lie side by side.
+pub(super) fn put_uuids(out: &mut Vec<u8>, ids: &[[u8; 16]]) {
+    for b in 0..16 {
+        out.extend(ids.iter().map(|id| id[b]));
     }
 }
 
@@ -115,11 +186,18 @@ pub fn check_packed(region: &[u8], start: usize, items: &[(u32, u32)]) -> bool {
 
 /// The uuid in `"xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"`, lowercase only, so that
 /// unpacking writes back the same text.
-fn quoted_uuid(quoted: &[u8]) -> Option<Uuid> {
-    if quoted.len() != QUOTED_UUID_LEN || quoted[QUOTED_UUID_LEN - 1] != b'"' {
+pub(super) fn quoted_uuid(quoted: &[u8]) -> Option<Uuid> {
+    if quoted.len() != QUOTED_UUID_LEN || quoted[0] != b'"' || quoted[QUOTED_UUID_LEN - 1] != b'"' {
         return None;
     }
-    let text = &quoted[1..QUOTED_UUID_LEN - 1];
+    bare_uuid(&quoted[1..QUOTED_UUID_LEN - 1])
+}
+
+/// The uuid in `xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`, lowercase only.
+pub(super) fn bare_uuid(text: &[u8]) -> Option<Uuid> {
+    if text.len() != QUOTED_UUID_LEN - 2 {
+        return None;
+    }
     let mut bytes = [0u8; 16];
     let mut digits = text
         .iter()

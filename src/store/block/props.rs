@@ -14,9 +14,13 @@
 //! joining its parts gives back exactly its bytes, so anything (JSON with spaces, not
 //! an object, not JSON) is kept whole and reads back unchanged.
 
+#[cfg(test)]
 use std::collections::HashMap;
 
-use super::pack::{check_packed, le32, pack, unpack, Cursor};
+#[cfg(test)]
+use super::pack::pack;
+use super::pack::{check_packed, le32, Cursor};
+use super::texts::{self, Text};
 
 const SPLIT: u8 = 0;
 const WHOLE: u8 = 1;
@@ -24,7 +28,9 @@ const WHOLE: u8 = 1;
 /// An object's keys and values as written: `{k1:v1,k2:v2}` with no spaces.
 type Parts<'a> = Vec<(&'a [u8], &'a [u8])>;
 
-/// Append the properties of `events` (in order) to `out`.
+/// Append the properties of `events` (in order) to `out`, as builds before version 4
+/// did (tests build old blocks with it).
+#[cfg(test)]
 pub(super) fn encode<'a>(events: impl ExactSizeIterator<Item = &'a [u8]>, out: &mut Vec<u8>) {
     let n = events.len();
     let mut dictionary: Vec<&[u8]> = Vec::new();
@@ -72,6 +78,7 @@ pub(super) fn encode<'a>(events: impl ExactSizeIterator<Item = &'a [u8]>, out: &
 }
 
 /// Each item's packed length, then the packed items.
+#[cfg(test)]
 fn put_packed<'a>(out: &mut Vec<u8>, items: impl Iterator<Item = &'a [u8]>) {
     let mut packed = Vec::new();
     let mut lens = Vec::new();
@@ -86,32 +93,36 @@ fn put_packed<'a>(out: &mut Vec<u8>, items: impl Iterator<Item = &'a [u8]>) {
     out.extend_from_slice(&packed);
 }
 
+#[cfg(test)]
 fn put32(out: &mut Vec<u8>, v: usize) {
     out.extend_from_slice(&(v as u32).to_le_bytes());
 }
 
 /// Where the `n` events' properties are in a block's body, checked but not yet
 /// unpacked, so one event's properties are made without the others'. Ranges are
-/// offsets into the body the cursor reads.
+/// offsets into the body the cursor reads. Versions 3 and 4 (`super::shapes`) both
+/// read into one of these; version 3's values are all [`Text::Packed`].
 #[derive(Debug)]
 pub(super) struct Layout {
     /// The dictionary's keys.
-    keys: Vec<(u32, u32)>,
-    /// Each event's shape: its parts (`parts[from..to]`), or its packed bytes whole.
-    events: Vec<Shape>,
-    /// Each split event's keys and packed values, event by event, in its order.
-    parts: Vec<(u32, (u32, u32))>,
+    pub(super) keys: Vec<(u32, u32)>,
+    /// Each event's shape: its parts (`parts[from..to]`), or its bytes whole.
+    pub(super) events: Vec<Shape>,
+    /// Each split event's keys and values, event by event, in its order.
+    pub(super) parts: Vec<(u32, Text)>,
+    /// The uuids the values name.
+    pub(super) uuids: Vec<[u8; 16]>,
 }
 
 #[derive(Debug)]
-enum Shape {
+pub(super) enum Shape {
     Split(u32, u32),
-    Whole((u32, u32)),
+    Whole(Text),
 }
 
 impl Layout {
     /// The layout of what `c` holds at offset `at` of the body, for `n` events; None if
-    /// damaged (anything [`unpack`] would refuse included). Reads to the end of `c`.
+    /// damaged (anything [`super::pack::unpack`] would refuse included). Reads to the end of `c`.
     pub(super) fn parse(c: &mut Cursor, at: usize, n: usize) -> Option<Layout> {
         let total_len = c.rest.len();
         let offset = |c: &Cursor| u32::try_from(at + total_len - c.rest.len()).ok();
@@ -155,7 +166,8 @@ impl Layout {
         }
         let mut parts = Vec::with_capacity(total);
         for &id in &ids {
-            parts.push((id as u32, *values.get(next[id])?));
+            let (from, to) = *values.get(next[id])?;
+            parts.push((id as u32, Text::Packed(from, to)));
             next[id] += 1;
         }
         let mut events = Vec::with_capacity(n);
@@ -163,7 +175,10 @@ impl Layout {
         let mut from = 0u32;
         for &shape in shapes {
             events.push(match shape {
-                WHOLE => Shape::Whole(whole.next()?),
+                WHOLE => {
+                    let (from, to) = whole.next()?;
+                    Shape::Whole(Text::Packed(from, to))
+                }
                 _ => {
                     let to = from.checked_add(u32::try_from(*counts.next()?).ok()?)?;
                     let split = Shape::Split(from, to);
@@ -176,6 +191,7 @@ impl Layout {
             keys,
             events,
             parts,
+            uuids: Vec::new(),
         })
     }
 
@@ -184,25 +200,35 @@ impl Layout {
         use std::mem::size_of;
         self.keys.capacity() * size_of::<(u32, u32)>()
             + self.events.capacity() * size_of::<Shape>()
-            + self.parts.capacity() * size_of::<(u32, (u32, u32))>()
+            + self.parts.capacity() * size_of::<(u32, Text)>()
+            + self.uuids.capacity() * 16
     }
 
     /// Event `i`'s properties as they were written, added to `out`; `body` is the body
-    /// the layout was parsed from. None only if `i` is out of range.
-    pub(super) fn write(&self, body: &[u8], i: usize, out: &mut Vec<u8>) -> Option<()> {
+    /// the layout was parsed from, `distinct` the event's distinct id. None only if `i`
+    /// is out of range.
+    pub(super) fn write(
+        &self,
+        body: &[u8],
+        i: usize,
+        distinct: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Option<()> {
         let bytes = |(from, to): (u32, u32)| body.get(from as usize..to as usize);
+        let value =
+            |text: Text, out: &mut Vec<u8>| texts::write(text, body, &self.uuids, distinct, out);
         match *self.events.get(i)? {
-            Shape::Whole(packed) => unpack(bytes(packed)?, out),
+            Shape::Whole(text) => value(text, out),
             Shape::Split(from, to) => {
                 out.push(b'{');
                 let parts = self.parts.get(from as usize..to as usize)?;
-                for (n, &(key, value)) in parts.iter().enumerate() {
+                for (n, &(key, text)) in parts.iter().enumerate() {
                     if n > 0 {
                         out.push(b',');
                     }
                     out.extend_from_slice(bytes(*self.keys.get(key as usize)?)?);
                     out.push(b':');
-                    unpack(bytes(value)?, out)?;
+                    value(text, out)?;
                 }
                 out.push(b'}');
                 Some(())
@@ -220,13 +246,13 @@ pub(super) fn decode(c: &mut Cursor, n: usize) -> Option<(Vec<u8>, Vec<usize>)> 
     let mut out = Vec::with_capacity(body.len() * 2);
     let mut ends = Vec::with_capacity(n);
     for i in 0..n {
-        layout.write(body, i, &mut out)?;
+        layout.write(body, i, b"", &mut out)?;
         ends.push(out.len());
     }
     Some((out, ends))
 }
 
-/// `count` packed items (lengths, then bytes), checked as [`unpack`] would: where each
+/// `count` packed items (lengths, then bytes), checked as [`super::pack::unpack`] would: where each
 /// is, as offsets of a body whose end is at `end`.
 fn take_packed(c: &mut Cursor, end: usize, count: usize) -> Option<Vec<(u32, u32)>> {
     let lens = c.column(count, 4)?;
@@ -245,7 +271,7 @@ fn take_packed(c: &mut Cursor, end: usize, count: usize) -> Option<Vec<(u32, u32
 
 /// An object written without spaces, as its keys and values; None for anything else,
 /// or anything whose parts would not join back into exactly these bytes.
-fn split(text: &[u8]) -> Option<Parts<'_>> {
+pub(super) fn split(text: &[u8]) -> Option<Parts<'_>> {
     let inner = text.strip_prefix(b"{")?.strip_suffix(b"}")?;
     let mut parts = Vec::new();
     let mut at = 0;
@@ -329,6 +355,6 @@ pub(super) enum Props {
     Plain,
     /// Version 2: each head's `properties` is its packed JSON.
     Packed,
-    /// Version 3: split by key.
+    /// Versions 3 and 4: split by key.
     ByKey(Layout),
 }

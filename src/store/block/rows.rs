@@ -12,8 +12,8 @@ use serde_json::{Map, Value};
 
 use super::pack::unpack;
 use super::props::Props;
-use super::{columns, count, decode_rows, files, range, Head, HEADER_LEN, ROWS};
-use super::{MAX_DECODED_BYTES, PREFIX_LEN, VERSION};
+use super::{body, columns, count, decode_rows, files, range, Head, HEADER_LEN, ROWS};
+use super::{BY_KEY, MAX_DECODED_BYTES, PREFIX_LEN, VERSION};
 use crate::store::event::StoredEvent;
 
 /// A decoded block whose properties are made on demand.
@@ -38,15 +38,21 @@ impl Rows {
         // Every event needs at least its fixed fields.
         let least = match value[0] {
             ROWS => HEADER_LEN,
+            VERSION => body::LEAST,
             _ => columns::FIXED,
         };
         if size > MAX_DECODED_BYTES || count > size / least {
             return None;
         }
-        let body = lz4_flex::decompress_size_prepended(compressed).ok()?;
+        let mut body = lz4_flex::decompress_size_prepended(compressed).ok()?;
         let (heads, props) = match value[0] {
             ROWS => (decode_rows(&body, count)?, Props::Plain),
-            version => columns::parse(&body, count, version == VERSION)?,
+            VERSION => {
+                let (heads, props, texts) = body::parse(&body, count)?;
+                body.extend_from_slice(&texts);
+                (heads, props)
+            }
+            version => columns::parse(&body, count, version == BY_KEY)?,
         };
         // Names and ids are checked once here, so reading them later cannot fail.
         for h in &heads {
@@ -100,7 +106,8 @@ impl Rows {
                 let _ = unpack(&self.body[range(h.properties)], out);
             }
             Props::ByKey(layout) => {
-                let _ = layout.write(&self.body, i, out);
+                let distinct = &self.body[range(h.distinct_id)];
+                let _ = layout.write(&self.body, i, distinct, out);
             }
         }
     }

@@ -206,10 +206,75 @@ fn version_two_blocks_read_the_same() {
     }
 }
 
+/// A version-3 value, as builds before version 4 wrote them.
+pub fn encode_by_key(entries: &[Entry]) -> Vec<u8> {
+    let mut value = vec![BY_KEY];
+    value.extend_from_slice(&(entries.len() as u32).to_le_bytes());
+    value.extend_from_slice(&entries.first().map_or(0, |e| e.timestamp).to_le_bytes());
+    let body = columns::encode(entries, true);
+    value.extend_from_slice(&lz4_flex::compress_prepend_size(&body));
+    value
+}
+
+/// Events of several shapes, as `version_three_blocks_read_the_same` and its fixture
+/// hold them.
+fn shaped(n: u128) -> Vec<Entry> {
+    let id = "01a216c2-1c6c-7536-a8b3-bcbfd45bc4b1";
+    let mut entries: Vec<Entry> = (0..n).map(|i| entry(i as i64 * 7, i, "e")).collect();
+    entries[3].properties = b"not json".to_vec();
+    entries[4].properties = br#"{"$browser":"Chrome","x":{"y":[1,"\""]}}"#.to_vec();
+    entries[5].properties = format!(r#"{{"$device_id":"{id}","distinct_id":"user-2"}}"#).into();
+    entries[6].properties = b"\x01\x02\xff".to_vec();
+    entries[7].distinct_id = id.into();
+    entries.sort_unstable_by_key(Entry::order);
+    entries
+}
+
+#[test]
+fn version_three_blocks_read_the_same() {
+    let entries = shaped(40);
+    let old = encode_by_key(&entries);
+    let (_, new) = build(entries.clone()).remove(0);
+    assert_eq!((old[0], new[0]), (BY_KEY, VERSION));
+    assert!(new.len() < old.len(), "{} against {}", new.len(), old.len());
+    assert_eq!(decoded(&old), decoded(&new));
+    let (old, new) = (Block::decode(&old).unwrap(), Block::decode(&new).unwrap());
+    for ((a, b), e) in old.heads().iter().zip(new.heads()).zip(&entries) {
+        assert_eq!(old.properties(a), &e.properties[..]);
+        assert_eq!(new.properties(b), &e.properties[..]);
+        assert_eq!(old.distinct_id(a), e.distinct_id);
+        assert_eq!(new.distinct_id(b), e.distinct_id);
+    }
+}
+
+/// A version-3 block written by the build before version 4, kept as it was written:
+/// it still reads as the events it was made of, whatever becomes of the encoders.
+#[test]
+fn a_kept_version_three_block_reads_the_same() {
+    let kept = include_bytes!("../block/tests/by_key.blk");
+    assert_eq!(kept[0], BY_KEY);
+    let entries = shaped(40);
+    let rows = Rows::decode(kept).unwrap();
+    assert_eq!(rows.heads().len(), entries.len());
+    for (i, (h, e)) in rows.heads().iter().zip(&entries).enumerate() {
+        let mut props = Vec::new();
+        rows.properties(i, &mut props);
+        assert_eq!(props, e.properties);
+        assert_eq!(
+            (rows.event(h), rows.distinct_id(h)),
+            (&e.event[..], &e.distinct_id[..])
+        );
+        assert_eq!((h.timestamp, h.created_at), (e.timestamp, e.created_at));
+        assert_eq!((h.uuid, h.person_id), (e.uuid, e.person_id));
+    }
+    assert_eq!(decoded(kept).len(), entries.len());
+}
+
 #[test]
 fn damage_is_refused() {
     for value in [
         build(vec![entry(1, 1, "e"), entry(2, 2, "f")]).remove(0).1,
+        encode_by_key(&[entry(1, 1, "e"), entry(2, 2, "f")]),
         encode_columns(&[entry(1, 1, "e"), entry(2, 2, "f")]),
         encode_rows(&[entry(1, 1, "e"), entry(2, 2, "f")]),
     ] {
