@@ -35,6 +35,7 @@ mod scale_events;
 mod scale_lookups;
 mod sink;
 mod target;
+mod threads;
 /// The tests' HTTP helpers, which the ClickHouse starter uses.
 #[allow(dead_code)]
 #[path = "../../tests/integration/util.rs"]
@@ -107,6 +108,10 @@ struct Args {
     /// scale scenario: persons sending them [default 1000000]
     #[argh(option, default = "1_000_000")]
     scale_persons: u64,
+    /// scale scenario: copy each target's data dir and database at rest (after its
+    /// clean stop) to DIR/<target>/{data,db}, to measure reads on them later
+    #[argh(option)]
+    scale_keep: Option<std::path::PathBuf>,
     /// memory scenario: events to ingest from 100,000 persons before reading the
     /// resident set [default 1000000]
     #[argh(option, default = "1_000_000")]
@@ -287,6 +292,7 @@ fn config(args: Args) -> Result<Config, String> {
         scale: with_scale.then(|| scale::Settings {
             events: args.scale_events.max(1),
             persons: args.scale_persons.max(1),
+            keep: args.scale_keep.clone(),
             connections: args.connections,
         }),
         forward: with_forward.then(|| forward::Settings {

@@ -46,6 +46,8 @@ pub struct Settings {
     pub events: u64,
     pub persons: u64,
     pub connections: usize,
+    /// Where to copy each target's data dir and database at rest (`--scale-keep`).
+    pub keep: Option<std::path::PathBuf>,
 }
 
 /// The server at the end of one tenth of the ingest.
@@ -112,12 +114,22 @@ pub fn run(
             let rate = (after - before) / drain.as_secs_f64().max(1e-3);
             let cpu = crate::target::thread_cpu_seconds(pid, "compactor").ok();
             let rss = crate::target::status_kib(pid, "VmRSS")?;
-            let lookups = scale_lookups::lookups(flagpost.addr, &traffic).await?;
+            let lookups = scale_lookups::lookups(flagpost.addr, pid, &traffic).await?;
             Ok::<_, String>((drain.as_secs_f64(), rate, cpu, lookups, rss))
         })?;
     let running = disk::measure_dir(db)?;
     flagpost.stop()?;
     let stopped = disk::measure_dir(db)?;
+    if let Some(keep) = &settings.keep {
+        let to = keep.join(name);
+        copy_dir(data_dir, &to.join("data"))
+            .and_then(|()| copy_dir(db, &to.join("db")))
+            .map_err(|e| format!("cannot copy the database to {}: {e}", to.display()))?;
+        println!(
+            "scale: {name}'s data dir and database kept in {}",
+            to.display()
+        );
+    }
     let (trees, tables, blocks, size_on_disk) = disk::read_trees(db)?;
     let disk = disk::Report {
         name,
@@ -164,6 +176,21 @@ pub fn run(
         restart_killed_seconds,
         killed_drain_seconds,
     })
+}
+
+/// Copy the directory `from` to `to` (made), files and directories.
+fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let target = to.join(entry.file_name());
+        if entry.file_type()?.is_dir() {
+            copy_dir(&entry.path(), &target)?;
+        } else {
+            std::fs::copy(entry.path(), &target)?;
+        }
+    }
+    Ok(())
 }
 
 /// Start the server on `db` again; the seconds from spawning it to `/_readiness` 200.
@@ -416,13 +443,19 @@ pub fn report(r: &Report) {
         r.rss_at_rest_kib as f64 / 1024.0
     );
     println!(
-        "{:<26} {:>9} {:>9} {:>9} {:>7} {:>6}",
+        "{:<26} {:>9} {:>9} {:>9} {:>7} {:>6}  other threads' CPU meanwhile",
         "lookup", "p50 ms", "p99 ms", "max ms", "errors", "made"
     );
     for l in &r.lookups {
         println!(
-            "{:<26} {:>9.2} {:>9.2} {:>9.2} {:>7} {:>6}",
-            l.what, l.p50_ms, l.p99_ms, l.max_ms, l.errors, l.count
+            "{:<26} {:>9.2} {:>9.2} {:>9.2} {:>7} {:>6}  {}",
+            l.what,
+            l.p50_ms,
+            l.p99_ms,
+            l.max_ms,
+            l.errors,
+            l.count,
+            crate::threads::line(&l.beside)
         );
     }
     println!(

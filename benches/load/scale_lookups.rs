@@ -14,7 +14,7 @@ use hyper::header::{AUTHORIZATION, CONTENT_TYPE, HOST};
 use hyper::Request;
 
 use crate::scale_events::{user_id, Traffic};
-use crate::{client, flags};
+use crate::{client, flags, threads};
 
 /// The flag the lookups make and whose page they read.
 const FLAG_KEY: &str = "scale-rollout";
@@ -25,6 +25,10 @@ const LOOKUPS: usize = 500;
 /// still reads every block before it (seconds each at millions of events).
 const LOOKUP_BUDGET: Duration = Duration::from_secs(60);
 
+/// The name tokio gives the server's runtime threads, the ones answering requests
+/// and its blocking pool.
+const REQUEST_THREADS: &str = "tokio-rt-worker";
+
 pub struct Latency {
     pub what: &'static str,
     pub p50_ms: f64,
@@ -33,6 +37,9 @@ pub struct Latency {
     pub errors: usize,
     /// Lookups made (fewer than `LOOKUPS` when the budget ran out).
     pub count: usize,
+    /// CPU seconds the server's threads other than the request runtime's used while
+    /// these lookups ran (a fold, an index build), by thread name.
+    pub beside: Vec<(String, f64)>,
 }
 
 /// What is looked up, to see which pages grow with the database: events of a name most
@@ -146,7 +153,11 @@ fn lookup_request(
 }
 
 /// `LOOKUPS` of each of [`KINDS`], each within [`LOOKUP_BUDGET`].
-pub async fn lookups(addr: SocketAddr, traffic: &Traffic) -> Result<Vec<Latency>, String> {
+pub async fn lookups(
+    addr: SocketAddr,
+    pid: u32,
+    traffic: &Traffic,
+) -> Result<Vec<Latency>, String> {
     let mut sender = client::connect(addr).await.map_err(|e| e.to_string())?;
     let cookie = crate::console::sign_in(addr).await?;
     // Without the flag its pages answer errors, counted as such; the rest still runs.
@@ -158,6 +169,7 @@ pub async fn lookups(addr: SocketAddr, traffic: &Traffic) -> Result<Vec<Latency>
     for &what in KINDS {
         let mut times = Vec::with_capacity(LOOKUPS);
         let mut errors = 0;
+        let threads_before = threads::sample(pid)?;
         let began = Instant::now();
         for n in 0..LOOKUPS as u64 {
             if began.elapsed() > LOOKUP_BUDGET {
@@ -180,6 +192,8 @@ pub async fn lookups(addr: SocketAddr, traffic: &Traffic) -> Result<Vec<Latency>
                 Err(e) => return Err(format!("{what}: {e}")),
             }
         }
+        let mut beside = threads::used(&threads_before, &threads::sample(pid)?);
+        beside.retain(|(name, _)| name != REQUEST_THREADS);
         times.sort_by(f64::total_cmp);
         let at = |q: f64| {
             times
@@ -194,6 +208,7 @@ pub async fn lookups(addr: SocketAddr, traffic: &Traffic) -> Result<Vec<Latency>
             max_ms: times.last().copied().unwrap_or(f64::NAN),
             errors,
             count: times.len() + errors,
+            beside,
         });
     }
     Ok(out)
