@@ -340,7 +340,11 @@ fn a_project_loses_its_sync_when_its_upstream_key_leaves_projects_json() {
     write_atomically(&edge.data().join("projects.json"), projects_json(""));
     // (`beta` may still come back, asked of upstream's /flags as a key the file lacks.)
     wait_for_flag(&edge, "from-the-file", json!(true));
-    assert!(edge.log().contains("flag sync stopped"), "{}", edge.log());
+    // Logged before the file's rules are published, but the server's output reaches
+    // the test through a reader thread, which may not have passed it on yet.
+    wait_for("the log to say the sync stopped", || {
+        edge.log().contains("flag sync stopped").then_some(())
+    });
     let r = call(
         &edge,
         "POST",
