@@ -80,7 +80,7 @@ fn open() -> (tempfile::TempDir, Trees) {
     (dir, trees)
 }
 
-fn naive(all: &[(u64, StoredEvent)], project: u64, f: &EventFilter) -> Vec<StoredEvent> {
+pub(super) fn naive(all: &[(u64, StoredEvent)], project: u64, f: &EventFilter) -> Vec<StoredEvent> {
     let mut out: Vec<StoredEvent> = all
         .iter()
         .filter(|(p, e)| {
@@ -97,7 +97,12 @@ fn naive(all: &[(u64, StoredEvent)], project: u64, f: &EventFilter) -> Vec<Store
 }
 
 /// Every page in turn, following the cursors.
-fn paged(trees: &Trees, project: u64, f: &EventFilter, limit: usize) -> Vec<StoredEvent> {
+pub(super) fn paged(
+    trees: &Trees,
+    project: u64,
+    f: &EventFilter,
+    limit: usize,
+) -> Vec<StoredEvent> {
     let mut out = Vec::new();
     let mut cursor: Option<[u8; 32]> = None;
     loop {

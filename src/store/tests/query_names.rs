@@ -6,6 +6,7 @@
 
 use serde_json::json;
 
+use super::tests::{naive, paged};
 use super::*;
 use crate::store::block::{self, Entry};
 use crate::store::event_index::{self, NewBlock, Step};
@@ -102,38 +103,6 @@ fn store(trees: &Trees) -> Vec<(u64, StoredEvent)> {
     let next = CHUNKS.to_be_bytes();
     trees.meta.insert(keys::NEXT_BLOCK_KEY, &next[..]).unwrap();
     all
-}
-
-fn naive(all: &[(u64, StoredEvent)], project: u64, f: &EventFilter) -> Vec<StoredEvent> {
-    let mut out: Vec<StoredEvent> = all
-        .iter()
-        .filter(|(p, e)| {
-            *p == project
-                && f.after.is_none_or(|t| e.timestamp >= t)
-                && f.before.is_none_or(|t| e.timestamp < t)
-                && f.event.as_deref().is_none_or(|n| e.event == n)
-                && f.distinct_id.as_deref().is_none_or(|d| e.distinct_id == d)
-        })
-        .map(|(_, e)| e.clone())
-        .collect();
-    out.sort_by_key(|e| std::cmp::Reverse((e.timestamp, e.uuid)));
-    out
-}
-
-/// Every page in turn, following the cursors.
-fn paged(trees: &Trees, project: u64, f: &EventFilter, limit: usize) -> Vec<StoredEvent> {
-    let mut out = Vec::new();
-    let mut cursor: Option<[u8; 32]> = None;
-    loop {
-        let c = cursor.as_ref().map(|c| &c[..]);
-        let (page, next) = events_page(trees, project, f.clone(), c, limit).unwrap();
-        assert!(page.len() <= limit);
-        out.extend(page);
-        match next {
-            Some(c) => cursor = Some(c),
-            None => return out,
-        }
-    }
 }
 
 fn filters() -> Vec<EventFilter> {

@@ -88,7 +88,8 @@ async fn a_failing_upstream_gets_one_request_a_pass_and_the_rest_follow_its_retu
     let dir = tempfile::tempdir().unwrap();
     let (failing, failed) = upstream(usize::MAX, 503).await;
     let (mut forwarder, state, outbox) = forwarder(dir.path(), &failing, 3);
-    assert!(!forwarder.send_window(PROJECT, &state).await.unwrap());
+    let delivered = forwarder.send_window(PROJECT, &state).await.unwrap();
+    assert_eq!(delivered, 0, "nothing delivered");
     assert_eq!(*failed.lock().unwrap(), [1], "one request alone");
     let s = &forwarder.sending[&PROJECT];
     assert_eq!(s.state, state, "nothing taken, nothing moves");
@@ -101,8 +102,9 @@ async fn a_failing_upstream_gets_one_request_a_pass_and_the_rest_follow_its_retu
     let (working, taken) = upstream(usize::MAX, 200).await;
     forwarder.client = Client::new(&working).unwrap();
     forwarder.sending.get_mut(&PROJECT).unwrap().next_try = None;
-    assert!(forwarder.send_window(PROJECT, &state).await.unwrap());
+    let delivered = forwarder.send_window(PROJECT, &state).await.unwrap();
     assert_eq!(*taken.lock().unwrap(), [1, 1, 1]);
+    assert_eq!(delivered, 3, "the three requests' events");
     assert_eq!(
         *failed.lock().unwrap(),
         [1],
@@ -118,7 +120,7 @@ async fn a_window_with_nothing_left_to_send_is_done_without_a_request() {
     let (url, seen) = upstream(usize::MAX, 200).await;
     // Its blocks were deleted before they were forwarded: no part to send.
     let (mut forwarder, state, outbox) = forwarder(dir.path(), &url, 0);
-    assert!(!forwarder.send_window(PROJECT, &state).await.unwrap());
+    assert_eq!(forwarder.send_window(PROJECT, &state).await.unwrap(), 0);
     assert!(seen.lock().unwrap().is_empty());
     assert_eq!(forwarder.sending[&PROJECT].state, DONE);
     assert_eq!(
