@@ -198,3 +198,25 @@ async fn an_upstream_nothing_listens_on_is_told_apart_as_unreachable() {
     assert_eq!(pending.first(), Some(&(0..4)));
     assert_eq!(pending.len(), 1);
 }
+
+/// A forwarder over `trees` and `outbox` sending to `url`, project 1 keyed `phc_k`,
+/// nothing historical for a day: the set-up the window and retry tests share.
+fn forwarder_over(
+    dir: &std::path::Path,
+    trees: &crate::store::Trees,
+    outbox: crate::store::outbox::Outbox,
+    url: &str,
+) -> super::Forwarder {
+    let projects =
+        crate::projects::Projects::parse(br#"{"projects":[{"id":1,"api_key":"phc_k"}]}"#).unwrap();
+    super::Forwarder::new(
+        Client::new(url).unwrap(),
+        outbox,
+        trees.events.clone(),
+        trees.blocks.clone(),
+        Arc::new(arc_swap::ArcSwap::from_pointee(projects)),
+        Stats::default(),
+        dir.to_path_buf(),
+        std::time::Duration::from_secs(86_400),
+    )
+}

@@ -6,17 +6,13 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use arc_swap::ArcSwap;
-
-use super::{lines, upstream};
+use super::{forwarder_over, lines, upstream};
 use crate::edge::answer::{Backoff, BACKOFF_START};
 use crate::edge::forward::cursor::{State, Window};
 use crate::edge::forward::window::{Partial, Taken, PROBE};
 use crate::edge::forward::{Forwarder, Sending, RETRY_CAP};
-use crate::edge::{Client, Stats};
-use crate::projects::Projects;
 use crate::store::outbox::Outbox;
 use crate::store::Trees;
 
@@ -29,17 +25,8 @@ const EARLIER_FAILURES: u32 = 5;
 fn forwarder(dir: &Path, url: &str, failures: u32) -> (Forwarder, State) {
     let db = sled::open(dir.join("db")).unwrap();
     let trees = Trees::open(&db, dir).unwrap();
-    let projects = Projects::parse(br#"{"projects":[{"id":1,"api_key":"phc_k"}]}"#).unwrap();
-    let mut forwarder = Forwarder::new(
-        Client::new(url).unwrap(),
-        Outbox::from_tree(trees.outbox.clone()),
-        trees.events.clone(),
-        trees.blocks.clone(),
-        Arc::new(ArcSwap::from_pointee(projects)),
-        Stats::default(),
-        dir.to_path_buf(),
-        Duration::from_secs(86_400),
-    );
+    let outbox = Outbox::from_tree(trees.outbox.clone());
+    let mut forwarder = forwarder_over(dir, &trees, outbox, url);
     let window = Window {
         first: 1,
         last: 1,

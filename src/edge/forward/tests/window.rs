@@ -7,18 +7,14 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
 
-use arc_swap::ArcSwap;
-
-use super::{lines, upstream};
+use super::{forwarder_over, lines, upstream};
 use crate::edge::answer::{Backoff, BACKOFF_START};
 use crate::edge::forward::cursor::{self, State, Window};
 use crate::edge::forward::deliver::Pending;
 use crate::edge::forward::window::{Partial, Taken};
 use crate::edge::forward::{Forwarder, Sending, RETRY_CAP};
-use crate::edge::{Client, Stats};
-use crate::projects::Projects;
+use crate::edge::Client;
 use crate::store::outbox::{Outbox, FORWARD};
 use crate::store::Trees;
 
@@ -35,17 +31,7 @@ fn forwarder(dir: &Path, url: &str, parts: usize) -> (Forwarder, State, Outbox) 
     let trees = Trees::open(&db, dir).unwrap();
     let outbox = Outbox::from_tree(trees.outbox.clone());
     outbox.set_readers(&[FORWARD]).unwrap();
-    let projects = Projects::parse(br#"{"projects":[{"id":1,"api_key":"phc_k"}]}"#).unwrap();
-    let mut forwarder = Forwarder::new(
-        Client::new(url).unwrap(),
-        outbox.clone(),
-        trees.events.clone(),
-        trees.blocks.clone(),
-        Arc::new(ArcSwap::from_pointee(projects)),
-        Stats::default(),
-        dir.to_path_buf(),
-        Duration::from_secs(86_400),
-    );
+    let mut forwarder = forwarder_over(dir, &trees, outbox.clone(), url);
     let window = Window {
         first: FIRST,
         last: LAST,
