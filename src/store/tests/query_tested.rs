@@ -97,7 +97,8 @@ fn pages_bounded_in_blocks_return_every_match_once_in_order() {
                     naive(&all, project, f).into_iter().filter(odd).collect();
                 // Small bounds page through block by block (each page reading the
                 // blocks that reach back over its cursor again), so fewer of them.
-                for (budget, limit) in [(1, 100_000), (2, 7), (5, 1), (1_000, 7), (1_000, 100_000)]
+                for (budget, limit) in
+                    [(1, 100_000), (2, 40), (5, 25), (1_000, 7), (1_000, 100_000)]
                 {
                     if budget == 1 && (seed, project) != (1, 1) {
                         continue;
