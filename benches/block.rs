@@ -4,6 +4,9 @@
 //! block). Throughput is in events, or blocks for the latter; the stored bytes an event
 //! are printed beside, so a layout change shows both its size and its cost.
 //!
+//! Also timed: the console's filter by a property, a block without the key told from
+//! its key dictionary and one with it read for that key's column.
+//!
 //! Also printed: the same for a chunk of the load harness's scale traffic (every
 //! event from another person, random uuids, as at 20 M events and 1 M persons), and
 //! for both chunks where an event's stored bytes go, part by part: what the blocks
@@ -216,6 +219,43 @@ fn blocks(c: &mut Criterion) {
                 events.push(rows.stored(0).expect("the block has an event"));
             }
             events
+        })
+    });
+    group.finish();
+    // The console's filter by a property: a block without the key is told from its
+    // key dictionary; one with it has that key's column read, event by event.
+    let mut group = c.benchmark_group("block, a property of each");
+    group.throughput(Throughput::Elements(built.len() as u64));
+    group.bench_function("key dictionary, key absent", |b| {
+        b.iter(|| {
+            let absent = built
+                .iter()
+                .filter(|(_, v)| block::may_hold_key(v, "alias") == Some(false));
+            assert_eq!(absent.count(), built.len());
+        })
+    });
+    group.bench_function("key dictionary, key present", |b| {
+        b.iter(|| {
+            let named = built
+                .iter()
+                .filter(|(_, v)| block::may_hold_key(v, "$current_url") == Some(true));
+            assert_eq!(named.count(), built.len());
+        })
+    });
+    group.bench_function("decode rows, read the key's column", |b| {
+        b.iter(|| {
+            let mut bytes = 0;
+            let mut text = Vec::new();
+            for (_, value) in &built {
+                let rows = Rows::decode(value).expect("a block decodes");
+                let column = rows.column("$current_url").expect("layout 4");
+                for i in 0..rows.heads().len() {
+                    text.clear();
+                    assert_eq!(column.value(i, &mut text), block::Cell::Value);
+                    bytes += text.len();
+                }
+            }
+            bytes
         })
     });
     group.finish();

@@ -27,6 +27,7 @@ use super::event::StoredEvent;
 
 mod body;
 pub mod cache;
+mod column;
 mod columns;
 pub mod files;
 mod pack;
@@ -36,6 +37,7 @@ mod rows;
 mod shapes;
 mod texts;
 
+pub use column::{may_hold_key, Cell, Column};
 pub use files::Files;
 pub use rows::Rows;
 

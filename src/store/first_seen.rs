@@ -156,6 +156,25 @@ pub fn newest<'a>(
     project: u64,
     after: Option<&[u8]>,
 ) -> impl Iterator<Item = Result<(IVec, Person), sled::Error>> + 'a {
+    newest_stored(trees, project, after).filter_map(|entry| {
+        let (key, created_at, bytes) = match entry {
+            Ok(found) => found,
+            Err(e) => return Some(Err(e)),
+        };
+        let person: Person = serde_json::from_slice(&bytes).ok()?;
+        (person.created_at == created_at).then_some(Ok((key, person)))
+    })
+}
+
+/// [`newest`] before the check: each index key, the first event's time it names and
+/// the stored bytes of the person it names (a key whose person is gone is skipped), for
+/// a reader that checks the time without decoding the person
+/// ([`super::person_probe`]).
+pub fn newest_stored<'a>(
+    trees: &'a Trees,
+    project: u64,
+    after: Option<&[u8]>,
+) -> impl Iterator<Item = Result<(IVec, i64, IVec), sled::Error>> + 'a {
     let prefix = keys::project(project);
     let from = match after {
         Some(key) if key.starts_with(&prefix) => Bound::Excluded(key.to_vec()),
@@ -171,12 +190,10 @@ pub fn newest<'a>(
             Err(e) => return Some(Err(e)),
         };
         let (created_at, id) = keys::split_first_seen(&key)?;
-        let bytes = match trees.persons.get(keys::with_uuid(project, id)) {
-            Ok(found) => found?,
-            Err(e) => return Some(Err(e)),
-        };
-        let person: Person = serde_json::from_slice(&bytes).ok()?;
-        (person.created_at == created_at).then_some(Ok((key, person)))
+        match trees.persons.get(keys::with_uuid(project, id)) {
+            Ok(found) => Some(Ok((key, created_at, found?))),
+            Err(e) => Some(Err(e)),
+        }
     })
 }
 

@@ -23,6 +23,7 @@ pub mod memory;
 mod migrate;
 pub mod outbox;
 pub mod person_cache;
+pub mod person_probe;
 pub mod query;
 pub mod rollup;
 

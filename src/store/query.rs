@@ -12,8 +12,10 @@ use super::event::StoredEvent;
 use super::{keys, Group, Trees, MAX_GROUP_TYPES};
 use crate::persons::Person;
 use source::{indexed, scan, who, Source};
+pub use tested::BlockTest;
 
 mod source;
+mod tested;
 
 /// Which events to list. Times are unix milliseconds: `after <= timestamp < before`.
 #[derive(Debug, Default, Clone)]
@@ -146,6 +148,8 @@ pub struct Events {
     /// The person of each distinct id met so far (see [`PERSONS_MEMO`]).
     person_of: HashMap<String, Option<Uuid>>,
     project: u64,
+    /// A test of each block's events and a bound on the blocks read ([`Events::tested`]).
+    test: Option<tested::Tested>,
 }
 
 /// A read remembers the person of at most this many distinct ids: a person's events
@@ -167,18 +171,25 @@ impl Events {
                 return Ok(false);
             }
         }
+        if self.over_budget(newest) {
+            return Ok(false);
+        }
         let Some(entry) = self.blocks.next() else {
             return Ok(false);
         };
         let (key, value) = entry?;
         // A block that cannot be read or decoded is skipped: one damaged block must not
         // hide all the others.
+        if self.skipped(&value) {
+            return Ok(true);
+        }
         let Some(block) = self.files.rows(&key, &value) else {
             return Ok(true);
         };
-        let left: Vec<u32> = (0..block.heads().len() as u32)
+        let mut left: Vec<u32> = (0..block.heads().len() as u32)
             .filter(|&i| self.bounds.matches(&block, &block.heads()[i as usize]))
             .collect();
+        self.keep(&block, &mut left);
         let loaded = Loaded::new(block, left);
         if let Some(place) = loaded.next_place() {
             let slot = match self.loaded.iter().position(Option::is_none) {
@@ -274,6 +285,9 @@ impl Iterator for Events {
                 Err(e) => return Some(Err(e)),
             }
         }
+        if self.held_back() {
+            return None;
+        }
         let mut event = self.pop()?;
         if let Err(e) = self.current_person(&mut event) {
             return Some(Err(e));
@@ -344,6 +358,7 @@ pub fn events(trees: &Trees, project: u64, filter: EventFilter, cursor: Option<&
         distinct_ids: trees.distinct_ids.clone(),
         person_of: HashMap::new(),
         project,
+        test: None,
     }
 }
 

@@ -5,8 +5,9 @@
 //! ([`Matcher`]), so the console's `icontains`, `regex`, `gt`, `is_date_before`,
 //! `semver_gte` ... are exactly the flags'.
 //!
-//! Event filters walk the events newest first and stop after
-//! [`MAX_EVENTS_EXAMINED`]; the page's cursor resumes where they stopped.
+//! Event filters walk the events newest first, testing each block's column of the
+//! property ([`ColumnTest`]), and stop after [`MAX_BLOCKS_EXAMINED`] blocks; the
+//! page's cursor resumes where they stopped.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, HashMap};
@@ -14,6 +15,7 @@ use std::sync::Arc;
 
 use hyper::{HeaderMap, Response, StatusCode};
 use serde_json::{json, Map, Value};
+use uuid::Uuid;
 
 use super::super::api::{self, Resource};
 use super::super::error::ApiError;
@@ -23,12 +25,16 @@ use super::insights::blocking;
 use crate::app::App;
 use crate::flags::{Context, ProjectRules};
 use crate::persons::Person;
-use crate::store::query;
+use crate::store::block::{self, Cell, Column, Rows};
+use crate::store::keys;
+use crate::store::query::{self, BlockTest};
 
-/// Events a property filter examines per page at most; the next page goes on from
-/// there. Blocks are decoded as the walk reaches them, so this bounds the work of one
-/// request to about a hundred blocks.
-const MAX_EVENTS_EXAMINED: usize = 100_000;
+/// Blocks a property filter reads per page at most; the next page goes on from
+/// there. A block without the property costs its decompression, one with it a parse
+/// of each distinct value, so this bounds one request to tens of milliseconds
+/// (BENCHMARKS.md, "The console's pages by a property"): about 100,000 events of
+/// web traffic.
+const MAX_BLOCKS_EXAMINED: usize = 2_000;
 /// What the property suggestions sample: the newest events and the first persons in
 /// id order (hash order for most ids, so close to a random sample).
 const SAMPLE: usize = 2_000;
@@ -39,6 +45,12 @@ const SUGGESTED_VALUES: usize = 50;
 pub struct Matcher {
     rules: ProjectRules,
     now: time::OffsetDateTime,
+    /// The property it tests.
+    key: String,
+    /// Whether properties without the key pass: the same for all of them, as a test
+    /// reads nothing else (its rollout is 100%, so nothing is hashed), except for the
+    /// key `distinct_id`, which PostHog fills with the distinct id (None then).
+    absent: Option<bool>,
 }
 
 impl Matcher {
@@ -68,12 +80,21 @@ impl Matcher {
             })?;
         }
         let filter = json!({"key": key, "operator": operator, "value": value, "type": "person"});
-        Matcher::new(filter).map(Some)
+        Matcher::new(filter, None).map(Some)
     }
 
-    fn new(filter: Value) -> Result<Matcher, ApiError> {
-        let definitions = json!({"flags": [{"id": 1, "key": "console-filter", "active": true,
+    /// A flag's person property `filter` alone, matched as a file whose
+    /// `property_matching_version` is `matching` matches it.
+    pub fn new(filter: Value, matching: Option<&Value>) -> Result<Matcher, ApiError> {
+        let key = match filter.get("key") {
+            Some(Value::String(key)) => key.clone(),
+            _ => return Err(ApiError::BadQuery("the property filter has no key".into())),
+        };
+        let mut definitions = json!({"flags": [{"id": 1, "key": "console-filter", "active": true,
             "filters": {"groups": [{"properties": [filter], "rollout_percentage": 100}]}}]});
+        if let Some(version) = matching {
+            definitions["property_matching_version"] = version.clone();
+        }
         let refused = |e: &dyn std::fmt::Display| {
             ApiError::BadQuery(format!("the property filter is not valid: {e}"))
         };
@@ -86,10 +107,41 @@ impl Matcher {
         if let Some(w) = rules.warnings().first() {
             return Err(refused(w));
         }
-        Ok(Matcher {
+        let mut matcher = Matcher {
             rules,
             now: crate::flags::now(),
-        })
+            absent: None,
+            key,
+        };
+        if matcher.key != "distinct_id" {
+            matcher.absent = Some(matcher.matches("", &Map::new()));
+        }
+        Ok(matcher)
+    }
+
+    /// The property it tests.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// Whether only properties that have the key can pass (every operator but the
+    /// negative ones, `is_not_set` and `distinct_id`'s tests).
+    pub fn needs_key(&self) -> bool {
+        self.absent == Some(false)
+    }
+
+    /// Whether properties whose only tested value is `value` (none: without the key)
+    /// pass: the same answer as [`Matcher::matches`] on the whole properties.
+    pub fn matches_value(&self, distinct_id: &str, value: Option<Value>) -> bool {
+        match (value, self.absent) {
+            (None, Some(known)) => known,
+            (None, None) => self.matches(distinct_id, &Map::new()),
+            (Some(value), _) => {
+                let mut one = Map::with_capacity(1);
+                one.insert(self.key.clone(), value);
+                self.matches(distinct_id, &one)
+            }
+        }
     }
 
     /// Whether these properties pass the test.
@@ -124,8 +176,8 @@ pub fn persons_of(
 }
 
 /// `events?...` as the read API answers it, plus `property`/`operator`/`value`: the
-/// page holds the matches among the next [`MAX_EVENTS_EXAMINED`] events, and `next`
-/// goes on after the last event examined.
+/// page holds the matches in the next [`MAX_BLOCKS_EXAMINED`] blocks read, and `next`
+/// goes on below the last event examined.
 pub async fn events(
     app: &Arc<App>,
     project: u64,
@@ -141,27 +193,128 @@ pub async fn events(
     let limit = params.limit()?;
     let cursor = params.cursor()?;
     let open = app.store.get().ok_or(ApiError::Storage)?;
-    let (found, last, examined) = blocking(move || {
-        let mut found = Vec::new();
-        let mut examined = 0;
-        for entry in query::events(&open.trees, project, filter, cursor.as_deref()) {
-            let (key, event) = entry?;
-            examined += 1;
-            if matcher.matches(&event.distinct_id, &event.properties) {
-                found.push(event.to_api());
-            }
-            if found.len() >= limit || examined >= MAX_EVENTS_EXAMINED {
-                return Ok((found, Some(key), examined));
-            }
-        }
-        Ok((found, None, examined))
+    let page = blocking(move || {
+        let walk = query::events(&open.trees, project, filter, cursor.as_deref());
+        let test = Box::new(ColumnTest::new(matcher));
+        events_page(walk.tested(test, MAX_BLOCKS_EXAMINED), project, limit)
     })
     .await?;
-    let next = last.map(|key| api::next_url(app, headers, path, query, &crate::support::hex(&key)));
+    let next =
+        (page.next).map(|key| api::next_url(app, headers, path, query, &crate::support::hex(&key)));
     Ok(response::json(
         StatusCode::OK,
-        &json!({"results": found, "next": next, "examined": examined}),
+        &json!({"results": page.events, "next": next, "examined": page.examined}),
     ))
+}
+
+/// A page of events filtered by a property.
+pub struct EventsPage {
+    pub events: Vec<Value>,
+    /// The cursor of the next page, if there may be more.
+    pub next: Option<[u8; 32]>,
+    pub examined: usize,
+}
+
+/// Up to `limit` events of a `walk` made [`query::Events::tested`]; the cursor of the
+/// next page is the last event's when the page is full, else where the walk stopped.
+pub fn events_page(
+    mut walk: query::Events,
+    project: u64,
+    limit: usize,
+) -> Result<EventsPage, sled::Error> {
+    let mut events = Vec::new();
+    for entry in walk.by_ref() {
+        let (key, event) = entry?;
+        events.push(event.to_api());
+        if events.len() >= limit {
+            return Ok(EventsPage {
+                events,
+                next: Some(key),
+                examined: walk.examined(),
+            });
+        }
+    }
+    let next =
+        (walk.stopped_at()).map(|(time, id)| keys::event(project, time, Uuid::from_u128(id)));
+    Ok(EventsPage {
+        events,
+        next,
+        examined: walk.examined(),
+    })
+}
+
+/// [`Matcher`] run on the property's column of each block: a block whose key lists
+/// lack the property is passed over undecoded when only properties that have it can
+/// pass, each value is parsed once however many events repeat it, and only the
+/// events that pass are made whole. Stored properties are the JSON serde_json wrote,
+/// so a value parsed alone is what it is in its object parsed whole; one that does
+/// not parse has its event read whole, as the plain test reads it.
+pub struct ColumnTest {
+    matcher: Matcher,
+    /// Each value's answer, by its JSON text (see [`VALUES_MEMO`]).
+    known: HashMap<Vec<u8>, bool>,
+    text: Vec<u8>,
+}
+
+/// Values whose answer a read remembers at most: most events repeat a few values
+/// (a browser, a page), and the memory stays bounded when they do not.
+const VALUES_MEMO: usize = 4096;
+
+impl ColumnTest {
+    pub fn new(matcher: Matcher) -> ColumnTest {
+        ColumnTest {
+            matcher,
+            known: HashMap::new(),
+            text: Vec::new(),
+        }
+    }
+
+    fn passes(&mut self, rows: &Rows, column: &Column<'_>, i: usize) -> bool {
+        let distinct_id = rows.heads().get(i).map_or("", |h| rows.distinct_id(h));
+        self.text.clear();
+        match column.value(i, &mut self.text) {
+            Cell::Absent => return self.matcher.matches_value(distinct_id, None),
+            Cell::Whole => {}
+            Cell::Value => {
+                if let Some(&known) = self.known.get(&self.text) {
+                    return known;
+                }
+                if let Ok(value) = serde_json::from_slice::<Value>(&self.text) {
+                    let passes = self.matcher.matches_value(distinct_id, Some(value));
+                    if self.known.len() >= VALUES_MEMO {
+                        self.known.clear();
+                    }
+                    self.known.insert(self.text.clone(), passes);
+                    return passes;
+                }
+            }
+        }
+        let event = rows.stored(i);
+        event.is_some_and(|e| self.matcher.matches(&e.distinct_id, &e.properties))
+    }
+}
+
+impl BlockTest for ColumnTest {
+    fn skips(&mut self, value: &[u8]) -> bool {
+        self.matcher.needs_key() && block::may_hold_key(value, self.matcher.key()) == Some(false)
+    }
+
+    fn keep(&mut self, rows: &Rows, left: &mut Vec<u32>) {
+        let key = self.matcher.key().to_owned();
+        let Some(column) = rows.column(&key) else {
+            // Layouts 1 and 2 keep each event's properties whole.
+            left.retain(|&i| {
+                let event = rows.stored(i as usize);
+                event.is_some_and(|e| self.matcher.matches(&e.distinct_id, &e.properties))
+            });
+            return;
+        };
+        if self.matcher.needs_key() && !column.may_hold() {
+            left.clear();
+            return;
+        }
+        left.retain(|&i| self.passes(rows, &column, i as usize));
+    }
 }
 
 /// `properties?of=events|persons[&key=K]`: the property names seen in a sample of
@@ -235,59 +388,5 @@ fn most_first(counts: HashMap<String, u64>, n: usize) -> Vec<String> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn props(v: Value) -> Map<String, Value> {
-        v.as_object().unwrap().clone()
-    }
-
-    fn matcher(q: &str) -> Result<Option<Matcher>, ApiError> {
-        Matcher::from_params(&Params::parse(Some(q)))
-    }
-
-    #[test]
-    fn property_tests_are_the_flags_operators() {
-        let ada = props(json!({"email": "ada@Example.com", "age": 36, "app": "1.4.2"}));
-        let cases = [
-            ("property=email&value=ada@example.com", true),
-            ("property=email&value=bob@example.com,ada@example.com", true),
-            (
-                "property=email&operator=is_not&value=ada@example.com",
-                false,
-            ),
-            ("property=email&operator=icontains&value=EXAMPLE", true),
-            ("property=email&operator=regex&value=^ada@", true),
-            ("property=age&operator=gt&value=40", false),
-            ("property=age&operator=lte&value=36", true),
-            ("property=app&operator=semver_gte&value=1.4.0", true),
-            ("property=plan&operator=is_not_set", true),
-            ("property=plan&operator=is_set", false),
-        ];
-        for (q, want) in cases {
-            let m = matcher(q).unwrap().unwrap();
-            assert_eq!(m.matches("ada", &ada), want, "{q}");
-        }
-        assert!(matcher("value=x").unwrap().is_none());
-    }
-
-    #[test]
-    fn a_filter_the_flags_refuse_is_refused() {
-        for q in [
-            "property=email&operator=ends_wth&value=x",
-            "property=email&operator=regex&value=(",
-        ] {
-            match matcher(q) {
-                Err(ApiError::BadQuery(m)) => assert!(m.contains("not valid"), "{q}: {m}"),
-                Err(e) => panic!("{q}: {e:?}"),
-                Ok(_) => panic!("{q} was accepted"),
-            }
-        }
-    }
-
-    #[test]
-    fn most_common_first_then_by_name() {
-        let counts = HashMap::from([("b".into(), 2), ("a".into(), 2), ("c".into(), 5)]);
-        assert_eq!(most_first(counts, 2), ["c", "a"]);
-    }
-}
+#[path = "tests/find.rs"]
+mod tests;

@@ -14,13 +14,16 @@ use super::super::api::person_json;
 use super::super::error::ApiError;
 use super::super::params::Params;
 use super::super::response::{self, Body};
-use super::find::persons_of;
+use super::find::Matcher;
 use super::insights::{blocking, describe};
 use super::range::{Range, DAY_MS, HOUR_MS};
 use crate::app::App;
-use crate::flags::Context;
+use crate::flags::{Context, ProjectRules};
+use crate::persons::Person;
+use crate::store::person_probe::{self, Needle};
 use crate::store::query::{self, EventFilter};
 use crate::store::rollup::{self, hour_of, Status};
+use crate::store::{keys, Trees};
 
 /// Persons the reach of a flag evaluates at most. Stored persons are in id order,
 /// which for the UUIDv5 ids of new persons is hash order, so a bounded pass is close
@@ -116,7 +119,10 @@ pub async fn exposures(
 
 /// `?key=K`: the stored persons the flag is on for now, as `/decide` would answer for
 /// each one's latest distinct id with its stored properties: `{"scanned", "complete",
-/// "reached", "values": {value: persons}, "examples": [person]}`.
+/// "reached", "values": {value: persons}, "examples": [person]}`. A flag that reads
+/// no other flag and no cohort is evaluated alone ([`alone`]); when each of its
+/// conditions needs a person property, a person whose bytes name none of them is
+/// counted without being decoded ([`needed_keys`]).
 pub async fn reach(
     app: &Arc<App>,
     project: u64,
@@ -124,53 +130,225 @@ pub async fn reach(
 ) -> Result<Response<Body>, ApiError> {
     let params = Params::parse(query);
     let key = flag_key(&params)?;
-    let rules = i64::try_from(project)
+    let all = i64::try_from(project)
         .ok()
         .and_then(|id| app.rules.current().project(id).cloned())
         .ok_or(ApiError::Missing("flag"))?;
     let open = app.store.get().ok_or(ApiError::Storage)?;
     let now = crate::flags::now();
-    let answer = blocking(move || {
-        let (groups, group_properties) = (Map::new(), Default::default());
-        let mut values: BTreeMap<String, u64> = BTreeMap::new();
-        let mut examples = Vec::new();
-        let (mut scanned, mut reached, mut complete) = (0u64, 0u64, true);
-        for (n, person) in persons_of(&open.trees, project).enumerate() {
-            if n >= MAX_REACH_SCANNED {
-                complete = false;
-                break;
+    let answer = blocking(move || reach_of(&open.trees, project, &all, &key, now)).await?;
+    Ok(response::json(StatusCode::OK, &answer))
+}
+
+/// [`reach`]'s answer for flag `key` of `all`, the project's rules, at `now`.
+pub fn reach_of(
+    trees: &Trees,
+    project: u64,
+    all: &ProjectRules,
+    key: &str,
+    now: time::OffsetDateTime,
+) -> Result<Value, sled::Error> {
+    let own = alone(all, key);
+    // What a person evaluated alone needs: only the properties the flag reads.
+    let reads: Option<Vec<&str>> = own
+        .as_ref()
+        .map(|(_, keys)| keys.iter().map(String::as_str).collect());
+    let rules = own.as_ref().map_or(all, |(rules, _)| rules);
+    let needles: Option<Vec<Needle>> =
+        needed_keys(all, key).map(|names| names.iter().map(|k| Needle::new(k)).collect());
+    let mut values: BTreeMap<String, u64> = BTreeMap::new();
+    let mut examples = Vec::new();
+    let (mut scanned, mut reached, mut complete) = (0u64, 0u64, true);
+    for (n, entry) in trees
+        .persons
+        .scan_prefix(keys::project(project))
+        .enumerate()
+    {
+        if n >= MAX_REACH_SCANNED {
+            complete = false;
+            break;
+        }
+        let (_, bytes) = entry?;
+        if needles
+            .as_ref()
+            .is_some_and(|n| !n.iter().any(|n| n.may_be_in(&bytes)))
+        {
+            // Not reached; counted as a decoded person with a distinct id is.
+            let has_ids = match person_probe::glance(&bytes) {
+                Some(glance) => glance.has_ids,
+                None => person_probe::probe(&bytes, &[]).is_some_and(|p| p.distinct_ids > 0),
+            };
+            scanned += u64::from(has_ids);
+            continue;
+        }
+        let value = match &reads {
+            Some(reads) => {
+                let Some(p) = person_probe::probe(&bytes, reads) else {
+                    continue;
+                };
+                let Some(id) = p.last_id.as_deref() else {
+                    continue;
+                };
+                scanned += 1;
+                value_for(rules, key, (id, &p.first_distinct_id), &p.properties, now)
             }
-            let Some(person) = person? else { continue };
-            let Some(id) = person.distinct_ids.last() else {
-                continue;
-            };
-            scanned += 1;
-            let hash_key = Some(person.first_distinct_id.as_str()).filter(|f| *f != id);
-            let ctx = Context {
-                distinct_id: id,
-                anon_distinct_id: None,
-                hash_key_override: hash_key,
-                person_properties: Some(&person.properties),
-                groups: &groups,
-                group_properties: &group_properties,
-                now,
-            };
-            let eval = rules.evaluate(&ctx);
-            let Some(f) = eval.flags.iter().find(|f| f.key == key && f.enabled) else {
-                continue;
-            };
-            reached += 1;
-            let value = f.variant.clone().unwrap_or_else(|| "true".into());
-            *values.entry(value).or_default() += 1;
-            if examples.len() < REACH_EXAMPLES {
+            None => {
+                let Ok(p) = serde_json::from_slice::<Person>(&bytes) else {
+                    continue;
+                };
+                let Some(id) = p.distinct_ids.last() else {
+                    continue;
+                };
+                scanned += 1;
+                value_for(rules, key, (id, &p.first_distinct_id), &p.properties, now)
+            }
+        };
+        let Some(value) = value else {
+            continue;
+        };
+        reached += 1;
+        *values.entry(value).or_default() += 1;
+        if examples.len() < REACH_EXAMPLES {
+            if let Ok(person) = serde_json::from_slice::<Person>(&bytes) {
                 examples.push(person_json(&person));
             }
         }
-        Ok(
-            json!({"scanned": scanned, "complete": complete, "reached": reached,
-                  "values": values, "examples": examples}),
-        )
-    })
-    .await?;
-    Ok(response::json(StatusCode::OK, &answer))
+    }
+    Ok(
+        json!({"scanned": scanned, "complete": complete, "reached": reached,
+              "values": values, "examples": examples}),
+    )
 }
+
+/// What flag `key` of `rules` answers a person whose latest distinct id and first
+/// one are `ids`: its value when on (the variant, or "true"), None when off.
+fn value_for(
+    rules: &ProjectRules,
+    key: &str,
+    (id, first): (&str, &str),
+    properties: &Map<String, Value>,
+    now: time::OffsetDateTime,
+) -> Option<String> {
+    let (groups, group_properties) = (Map::new(), Default::default());
+    let ctx = Context {
+        distinct_id: id,
+        anon_distinct_id: None,
+        hash_key_override: Some(first).filter(|f| *f != id),
+        person_properties: Some(properties),
+        groups: &groups,
+        group_properties: &group_properties,
+        now,
+    };
+    let eval = rules.evaluate(&ctx);
+    let f = eval.flags.iter().find(|f| f.key == key && f.enabled)?;
+    Some(f.variant.clone().unwrap_or_else(|| "true".into()))
+}
+
+/// The one live flag with `key` in the rules' definitions, if exactly one.
+fn definition<'a>(rules: &'a ProjectRules, key: &str) -> Option<&'a Value> {
+    let flags = rules.definitions_json().get("flags")?.as_array()?;
+    let mut same = flags.iter().filter(|f| {
+        f.get("key").and_then(Value::as_str) == Some(key)
+            && f.get("deleted").and_then(Value::as_bool) != Some(true)
+    });
+    let flag = same.next()?;
+    same.next().is_none().then_some(flag)
+}
+
+/// The person properties `filters` (of flag `key`) reads, if it reads no other flag
+/// and no cohort.
+fn property_reads(key: &str, filters: &Value) -> Option<Vec<String>> {
+    let lists = ["groups", "super_groups", "holdout_groups"];
+    let conditions = lists
+        .iter()
+        .filter_map(|list| filters.get(*list)?.as_array())
+        .flatten();
+    let leaves = conditions
+        .filter_map(|c| c.get("properties")?.as_array())
+        .flatten();
+    let mut reads = Vec::new();
+    for leaf in leaves {
+        match leaf.get("type").and_then(Value::as_str) {
+            None | Some("person") => reads.push(leaf.get("key")?.as_str()?.to_owned()),
+            Some("group") => {}
+            Some(_) => return None,
+        }
+    }
+    if filters.get("feature_enrollment").and_then(Value::as_bool) == Some(true) {
+        reads.push(format!("$feature_enrollment/{key}"));
+    }
+    reads.sort_unstable();
+    reads.dedup();
+    Some(reads)
+}
+
+/// The flag `key` compiled on its own, with the file's group types and property
+/// matching, and the person properties it reads: its answer for any person is the
+/// whole file's when it reads no other flag and no cohort. None otherwise, or if it
+/// does not compile alone cleanly.
+fn alone(rules: &ProjectRules, key: &str) -> Option<(ProjectRules, Vec<String>)> {
+    let flag = definition(rules, key)?;
+    let reads = property_reads(key, flag.get("filters")?)?;
+    let file = rules.definitions_json();
+    let mut own = json!({"flags": [flag]});
+    for field in ["group_type_mapping", "property_matching_version"] {
+        if let Some(value) = file.get(field) {
+            own[field] = value.clone();
+        }
+    }
+    let own = ProjectRules::from_value(own).ok()?;
+    own.warnings().is_empty().then_some((own, reads))
+}
+
+/// Person properties of which a person must have at least one for flag `key` to be
+/// on: one that each condition needs (a person filter that properties without the key
+/// never pass, as [`Matcher::needs_key`] finds). None when some condition needs none,
+/// or the flag can be on without a condition (a holdout, early access).
+fn needed_keys(rules: &ProjectRules, key: &str) -> Option<Vec<String>> {
+    let filters = definition(rules, key)?.get("filters")?;
+    let unset = |field: &str| match filters.get(field) {
+        None | Some(Value::Null) | Some(Value::Bool(false)) => true,
+        Some(Value::Array(items)) => items.is_empty(),
+        Some(_) => false,
+    };
+    let settings = [
+        "holdout",
+        "holdout_groups",
+        "super_groups",
+        "feature_enrollment",
+        "aggregation_group_type_index",
+    ];
+    if !settings.iter().all(|field| unset(field)) {
+        return None;
+    }
+    let matching = rules.definitions_json().get("property_matching_version");
+    let conditions = filters.get("groups")?.as_array()?;
+    let mut keys = Vec::with_capacity(conditions.len());
+    for condition in conditions {
+        if condition
+            .get("aggregation_group_type_index")
+            .is_some_and(|i| !i.is_null())
+        {
+            return None;
+        }
+        let leaves = condition.get("properties")?.as_array()?;
+        keys.push(leaves.iter().find_map(|leaf| needed(leaf, matching))?);
+    }
+    (!keys.is_empty()).then_some(keys)
+}
+
+/// The key of a person filter that properties without it never pass.
+fn needed(leaf: &Value, matching: Option<&Value>) -> Option<String> {
+    if !matches!(
+        leaf.get("type").and_then(Value::as_str),
+        None | Some("person")
+    ) {
+        return None;
+    }
+    let matcher = Matcher::new(leaf.clone(), matching).ok()?;
+    matcher.needs_key().then(|| matcher.key().to_owned())
+}
+
+#[cfg(test)]
+#[path = "tests/flag.rs"]
+mod tests;

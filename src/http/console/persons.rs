@@ -3,9 +3,10 @@
 //! page costs its own persons however many are stored. Searches use what is cheap:
 //! an exact distinct id or a distinct id prefix reads the distinct-id table in key
 //! order; a property test has no index, so it walks the persons newest first,
-//! loading each, and stops after [`MAX_PERSONS_EXAMINED`] per request, saying how
-//! many it examined and where to go on. While an older database's index is still
-//! being built, the list falls back to a bounded scan of every person.
+//! reading each one's bytes for the property alone ([`PersonTest`]), and stops after
+//! [`MAX_PERSONS_EXAMINED`] per request, saying how many it examined and where to go
+//! on. While an older database's index is still being built, the list falls back to
+//! a bounded scan of every person.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -22,7 +23,7 @@ use super::find::Matcher;
 use super::insights::blocking;
 use crate::app::App;
 use crate::persons::Person;
-use crate::store::{first_seen, keys, Trees};
+use crate::store::{first_seen, keys, person_probe, Trees};
 use crate::support::hex;
 
 /// Persons a property search examines per request at most; the answer then says
@@ -149,18 +150,22 @@ pub fn newest(
     };
     let mut skipped = 0;
     let mut last = None;
-    for entry in first_seen::newest(trees, project, cursor.as_deref()) {
-        let (key, person) = entry?;
+    let test = PersonTest::new(matcher);
+    for entry in first_seen::newest_stored(trees, project, cursor.as_deref()) {
+        let (key, created_at, bytes) = entry?;
+        let Some((born, passes)) = test.test(&bytes) else {
+            continue;
+        };
+        // A stale index key (see `first_seen`) names another person.
+        if born != created_at {
+            continue;
+        }
         page.examined += 1;
         last = Some(key);
-        let passes = matcher.is_none_or(|m| {
-            let id = person.distinct_ids.first().map_or("", String::as_str);
-            m.matches(id, &person.properties)
-        });
         if passes {
             if skipped < offset {
                 skipped += 1;
-            } else {
+            } else if let Ok(person) = serde_json::from_slice::<Person>(&bytes) {
                 page.persons.push(person);
             }
         }
@@ -184,6 +189,53 @@ pub fn newest(
         }
     }
     Ok(page)
+}
+
+/// A property test of stored persons read from their bytes: only the tested property
+/// is decoded ([`person_probe`]), and a person without the key that the test needs
+/// is not decoded past its first event's time.
+struct PersonTest<'m> {
+    matcher: Option<&'m Matcher>,
+    /// The key's text, when persons without it cannot pass.
+    needle: Option<person_probe::Needle>,
+}
+
+impl<'m> PersonTest<'m> {
+    fn new(matcher: Option<&'m Matcher>) -> PersonTest<'m> {
+        let needle = matcher
+            .filter(|m| m.needs_key())
+            .map(|m| person_probe::Needle::new(m.key()));
+        PersonTest { matcher, needle }
+    }
+
+    /// The person's first event and whether it passes (every person does without a
+    /// test); None if the bytes are not a person's.
+    fn test(&self, bytes: &[u8]) -> Option<(i64, bool)> {
+        let Some(m) = self.matcher else {
+            return Some((born(bytes)?, true));
+        };
+        // `distinct_id` reads the person's first distinct id when the key is absent.
+        if m.key() == "distinct_id" {
+            let person = serde_json::from_slice::<Person>(bytes).ok()?;
+            let id = person.distinct_ids.first().map_or("", String::as_str);
+            return Some((person.created_at, m.matches(id, &person.properties)));
+        }
+        if self.needle.as_ref().is_some_and(|n| !n.may_be_in(bytes)) {
+            return Some((born(bytes)?, false));
+        }
+        let mut probe = person_probe::probe(bytes, &[m.key()])?;
+        let value = probe.properties.remove(m.key());
+        Some((probe.created_at, m.matches_value("", value)))
+    }
+}
+
+/// A stored person's first event, read where serde_json puts it, else by a probe;
+/// None if the bytes are not a person's.
+fn born(bytes: &[u8]) -> Option<i64> {
+    match person_probe::glance(bytes) {
+        Some(glance) => Some(glance.created_at),
+        None => Some(person_probe::probe(bytes, &[])?.created_at),
+    }
 }
 
 /// The persons having a distinct id that starts with `prefix`, in distinct id order,
@@ -263,6 +315,7 @@ pub fn newest_persons(
     let mut heap: BinaryHeap<Reverse<(i64, sled::IVec)>> = BinaryHeap::new();
     let mut scanned = 0;
     let mut complete = true;
+    let test = PersonTest::new(matcher);
     for entry in trees.persons.scan_prefix(keys::project(project)) {
         if scanned >= MAX_PERSONS_SCANNED {
             complete = false;
@@ -275,16 +328,10 @@ pub fn newest_persons(
                 Ok(born) => born.created_at,
                 Err(_) => continue,
             },
-            Some(m) => {
-                let Ok(person) = serde_json::from_slice::<Person>(&bytes) else {
-                    continue;
-                };
-                let id = person.distinct_ids.first().map_or("", String::as_str);
-                if !m.matches(id, &person.properties) {
-                    continue;
-                }
-                person.created_at
-            }
+            Some(_) => match test.test(&bytes) {
+                Some((created_at, true)) => created_at,
+                _ => continue,
+            },
         };
         let place = (created_at, key);
         if heap.len() < keep {

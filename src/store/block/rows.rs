@@ -94,6 +94,14 @@ impl Rows {
         &self.body[range(r)]
     }
 
+    /// The body and, for the layouts that split properties by key, where they are.
+    pub(super) fn by_key(&self) -> Option<(&[u8], &super::props::Layout)> {
+        match &self.props {
+            Props::ByKey(layout) => Some((&self.body, layout)),
+            _ => None,
+        }
+    }
+
     /// Event `i`'s properties as stored (compact JSON text), added to `out`.
     pub fn properties(&self, i: usize, out: &mut Vec<u8>) {
         let Some(h) = self.heads.get(i) else {

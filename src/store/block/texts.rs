@@ -138,6 +138,27 @@ pub(super) fn take(
         .collect()
 }
 
+/// Step `c` over a column of `m` names or distinct ids that [`put`] wrote, as [`take`]
+/// reads it but without checking or keeping its items; None if it is cut short.
+pub(super) fn skip(c: &mut Cursor, m: usize) -> Option<()> {
+    let kinds = c.take(m)?;
+    let mut uuids = 0usize;
+    let mut texts = 0usize;
+    for &kind in kinds {
+        match kind {
+            TEXT => texts += 1,
+            UUID | QUOTED_UUID => uuids += 1,
+            _ => return None,
+        }
+    }
+    c.take(uuids.checked_mul(16)?)?;
+    let mut len = 0usize;
+    for _ in 0..texts {
+        len = len.checked_add(c.small()?)?;
+    }
+    c.take(len).map(|_| ())
+}
+
 /// `text` as it was written, added to `out`. `body` and `uuids` are what its column
 /// was taken from; `distinct` is its event's distinct id. None if out of range.
 pub(super) fn write(

@@ -4,7 +4,7 @@ use super::*;
 use crate::store::block::{self, Entry};
 use crate::store::event_index;
 
-const HOUR: i64 = 3_600_000;
+pub(super) const HOUR: i64 = 3_600_000;
 
 struct Lcg(u64);
 
@@ -21,7 +21,7 @@ impl Lcg {
 /// Blocks written as the compactor writes them: chunks of events, some in a narrow
 /// time range (realtime), some spread over hours or far in the past (historical,
 /// out-of-order clocks), with repeated timestamps; returns every event stored.
-fn fixture(trees: &Trees, seed: u64) -> Vec<(u64, StoredEvent)> {
+pub(super) fn fixture(trees: &Trees, seed: u64) -> Vec<(u64, StoredEvent)> {
     let mut rng = Lcg(seed);
     let mut all = Vec::new();
     let mut next_id = 0u64;
@@ -73,7 +73,7 @@ fn fixture(trees: &Trees, seed: u64) -> Vec<(u64, StoredEvent)> {
     all
 }
 
-fn open() -> (tempfile::TempDir, Trees) {
+pub(super) fn open() -> (tempfile::TempDir, Trees) {
     let dir = tempfile::tempdir().unwrap();
     let db = sled::open(dir.path()).unwrap();
     let trees = Trees::open(&db, dir.path()).unwrap();
