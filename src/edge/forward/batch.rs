@@ -19,14 +19,15 @@
 //! are one slice of it, copied whole into the body: no event is made apart first, nor
 //! its properties joined into a block of their own. A request holds one project's
 //! events, recent or historical, at most [`MAX_EVENTS`] of them and
-//! [`MAX_BODY_BYTES`] of JSON before gzip. The gzip is libdeflate's, which compresses
-//! a body whole: gzip was a quarter of the edge's CPU in a drain, and libdeflate's
-//! fastest level is both quicker and tighter than flate2's on these bodies.
+//! [`MAX_BODY_BYTES`] of JSON before gzip. The gzip stays flate2's fastest level:
+//! libdeflate's compresses page views a fifth tighter but took as much CPU or more
+//! (issue 40's fifth round in `benches/HISTORY.md`).
 
 use std::cell::RefCell;
+use std::io::Write;
 use std::ops::Range;
 
-use libdeflater::{CompressionLvl, Compressor};
+use flate2::write::GzEncoder;
 use uuid::Uuid;
 
 use crate::store::block::Rows;
@@ -38,12 +39,9 @@ pub const MAX_EVENTS: usize = 1000;
 /// Bytes of JSON per request before gzip: PostHog's capture refuses bodies past
 /// 20 MB; the margin holds the envelope.
 pub const MAX_BODY_BYTES: usize = 20 * 1024 * 1024 - 64 * 1024;
-/// A thread's body buffers are kept for its next request up to this size: a
-/// thousand page views take about 700 KiB, and a rare 20 MB body is not held for good.
+/// A thread's body buffer is kept for its next request up to this size: a thousand
+/// page views take about 700 KiB, and a rare 20 MB body is not held for good.
 const KEEP_SCRATCH: usize = 4 * 1024 * 1024;
-/// libdeflate's fastest level: on a thousand page views it compresses 9.96x in
-/// 3.65 ms, where its next levels take twice as long for at most a few percent less.
-const GZIP_LEVEL: i32 = 1;
 
 /// One event as forwarded: what identifies it, and where its JSON text is in its
 /// [`Lines`].
@@ -217,18 +215,10 @@ pub fn halves(run: Range<usize>) -> [Range<usize>; 2] {
     [run.start..mid, mid..run.end]
 }
 
-/// What a thread keeps between bodies: the JSON's buffer and the gzip'd, and its
-/// compressor. Fresh buffers of hundreds of KiB a request are memory the kernel
-/// pages in again each time.
-#[derive(Default)]
-struct Scratch {
-    json: Vec<u8>,
-    gz: Vec<u8>,
-    compressor: Option<Compressor>,
-}
-
 thread_local! {
-    static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
+    /// The JSON of the thread's last body, kept for its next: a fresh buffer of
+    /// hundreds of KiB a request is memory the kernel pages in again each time.
+    static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
 /// The gzip'd `/batch/` body for `events` of `lines`: `{api_key,
@@ -240,8 +230,7 @@ pub fn body(
     lines: &Lines,
     events: &[usize],
 ) -> Vec<u8> {
-    SCRATCH.with_borrow_mut(|s| {
-        let json = &mut s.json;
+    SCRATCH.with_borrow_mut(|json| {
         json.clear();
         json.extend_from_slice(b"{\"api_key\":");
         push_str(json, api_key);
@@ -252,15 +241,23 @@ pub fn body(
         json.extend_from_slice(b"\",\"batch\":[");
         lines.write_array(events, json);
         json.extend_from_slice(b"]}");
-        let level = CompressionLvl::new(GZIP_LEVEL).unwrap_or_default();
-        let compressor = s.compressor.get_or_insert_with(|| Compressor::new(level));
-        s.gz.resize(compressor.gzip_compress_bound(s.json.len()), 0);
-        // The buffer holds the bound for the input: compressing cannot run out of room.
-        let n = compressor.gzip_compress(&s.json, &mut s.gz).unwrap_or(0);
-        let out = s.gz[..n].to_vec();
-        if s.json.capacity() > KEEP_SCRATCH {
-            *s = Scratch::default();
+        let gz = gzip(json);
+        if json.capacity() > KEEP_SCRATCH {
+            *json = Vec::new();
         }
-        out
+        gz
     })
+}
+
+/// `json` gzip'd at the fastest level: page views shrink eightfold even so (the levels
+/// above take twice the CPU or more for a fifth less), and the forwarder must keep up
+/// with capture on one core.
+fn gzip(json: &[u8]) -> Vec<u8> {
+    let mut gz = GzEncoder::new(
+        Vec::with_capacity(json.len() / 6),
+        flate2::Compression::fast(),
+    );
+    // Writing into a Vec cannot fail.
+    let _ = gz.write_all(json);
+    gz.finish().unwrap_or_default()
 }
