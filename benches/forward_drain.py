@@ -11,6 +11,7 @@ during the drain (from /proc, by thread name).
 
     cargo build --release --bin flagpost
     python3 benches/forward_drain.py [--events 200000] [--binary target/release/flagpost]
+        [--baseline OTHER_BUILD] [--sink flagpost,nice19,count] [--rounds N]
 
 The events are small by default (four properties, 1000 a request, as before); with
 `--payload pageview --batch 100` they are the load harness's: posthog-js `$pageview`s of
@@ -50,12 +51,12 @@ def data_dir(root):
         f.write('{"flags": [], "group_type_mapping": {}, "cohorts": {}}')
 
 
-def start(binary, root, listen, extra):
+def start(binary, root, listen, extra, env=None):
     p = subprocess.Popen(
         [binary, "serve", "--listen", listen, "--data-dir", os.path.join(root, "data"),
          "--db", os.path.join(root, "db")] + extra,
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-        env=dict(os.environ, FLAGPOST_LOG="info"))
+        env=dict(os.environ, FLAGPOST_LOG="info", **(env or {})))
     for line in p.stderr:
         m = re.search(r"listening on (\S+)", line)
         if m:
@@ -214,7 +215,10 @@ def run_once(binary, events, sink, perf_dir, tag, batch_size, payload):
             Counting.events = 0
             server = start_counting(up_port)
         else:
-            upstream, _ = start(binary, up_root, f"127.0.0.1:{up_port}", [])
+            # `nice19`: PostHog's ingestion runs on other machines; an upstream flagpost
+            # whose compactor yields the shared cores stands in for that.
+            env = {"FLAGPOST_COMPACTOR_NICE": "19"} if sink == "nice19" else None
+            upstream, _ = start(binary, up_root, f"127.0.0.1:{up_port}", [], env)
             procs.append(upstream)
             cpu["upstream"] = (upstream.pid, cpu_by_thread(upstream.pid))
             if perf_dir:
@@ -268,22 +272,31 @@ def main():
     ap.add_argument("--binary", default="target/release/flagpost")
     ap.add_argument("--baseline", help="another build, drained the same way in turn")
     ap.add_argument("--rounds", type=int, default=1)
-    ap.add_argument("--sink", choices=["flagpost", "count"], default="flagpost")
+    ap.add_argument("--sink", default="flagpost",
+                    help="what upstream is, several comma-separated to drain into each in turn: "
+                         "flagpost (as it runs by default), nice19 (its compactor at nice 19), "
+                         "count (a sink that only counts)")
     ap.add_argument("--perf", help="record perf profiles of edge and upstream into this dir")
     args = ap.parse_args()
     if args.perf:
         os.makedirs(args.perf, exist_ok=True)
+    sinks = args.sink.split(",")
+    if not set(sinks) <= {"flagpost", "nice19", "count"}:
+        raise SystemExit(f"--sink: flagpost, nice19 or count, not {args.sink}")
     builds = [("new", args.binary)] + ([("base", args.baseline)] if args.baseline else [])
-    rates = {name: [] for name, _ in builds}
+    rates = {(name, sink): [] for sink in sinks for name, _ in builds}
     print(f"load average before: {load_average()}")
     for r in range(args.rounds):
         order = builds if r % 2 == 0 else builds[::-1]
-        for name, binary in order:
-            rates[name].append(run_once(binary, args.events, args.sink, args.perf, f"{name}-{r + 1}",
-                                         args.batch, args.payload))
+        for sink in sinks:
+            for name, binary in order:
+                tag = f"{name}-{sink}-{r + 1}"
+                rates[(name, sink)].append(run_once(binary, args.events, sink, args.perf, tag,
+                                                    args.batch, args.payload))
+                print(f"load average: {load_average()}", flush=True)
     print(f"load average after: {load_average()}")
-    for name, got in rates.items():
-        print(f"{name}: " + ", ".join(f"{x:,.0f}" for x in got) + " events/s")
+    for (name, sink), got in rates.items():
+        print(f"{name} into {sink}: " + ", ".join(f"{x:,.0f}" for x in got) + " events/s")
 
 
 if __name__ == "__main__":

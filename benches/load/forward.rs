@@ -3,7 +3,9 @@
 //! phases, one figure each, as issue 40 asks for them:
 //! - drain: `--forward-events` captured while upstream is down, then upstream
 //!   started; the events/s from its start (and from the first delivery) until the
-//!   edge's backlog is empty;
+//!   edge's backlog is empty, into an upstream flagpost as it runs, the same with
+//!   its compactor at nice 19, and a counting sink, each with `--baseline` as the
+//!   edge too when given ([`forward_drain`]);
 //! - capture under `wrk -t1 -c64` at the edge with forwarding on, beside the same
 //!   binary with edge mode off, the order alternating between `--rounds`; upstream
 //!   is then a sink in this process that takes every request and only counts it, so
@@ -19,22 +21,18 @@
 //! late still yields its earlier figures. The backlog is the edge's
 //! `flagpost_upstream_forward_backlog_events`.
 
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use std::sync::atomic::{AtomicU64, Ordering};
-
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
-use hyper::body::Incoming;
-use hyper::service::service_fn;
-use hyper::{Request, Response};
-use hyper_util::rt::TokioIo;
 
 use crate::client::{self, Load};
 use crate::forward_cpu::{self as cpu, Threads};
+use crate::forward_drain::{
+    drains, free_port, time_drain, wait_until, Drain, Sink, Upstream, BACKLOG, LIMIT,
+};
 pub use crate::forward_report::report;
 use crate::payloads::{Scenario, BATCH_EVENTS};
 use crate::target::{Options, Target};
@@ -46,14 +44,9 @@ pub const NAME: &str = "forward";
 /// `--forward-rate`: a large site's steady traffic (430 million events a day), which
 /// one edge on two cores captures with most of them to spare for forwarding.
 pub const DEFAULT_RATE: f64 = 5_000.0;
-/// How often the backlog is read.
-const POLL: Duration = Duration::from_millis(50);
-/// The longest wait for a backlog to build or drain before giving up.
-const LIMIT: Duration = Duration::from_secs(900);
 /// While capture goes on, the backlog counts as drained below this many seconds of
 /// it: what the compactor and one forwarder pass hold at any time.
 const DRAINED_SECONDS: f64 = 1.0;
-const BACKLOG: &str = "flagpost_upstream_forward_backlog_events";
 const ACCEPTED: &str = "flagpost_events_accepted_total";
 
 /// The scenario's settings, from the command line.
@@ -66,19 +59,8 @@ pub struct Settings {
     pub measure: Duration,
     pub warmup: Duration,
     pub rounds: usize,
-}
-
-/// A backlog drained into upstream.
-pub struct Drain {
-    pub events: f64,
-    /// From upstream's start, backoff included, and from the first delivery.
-    pub from_start: Duration,
-    pub from_first: Duration,
-    /// How long the edge took to capture and count the backlog.
-    pub built: Duration,
-    /// CPU the edge's and the upstream's threads took from upstream's start until
-    /// the backlog was empty.
-    pub cpu: [Threads; 2],
+    /// Another build, drained beside this one.
+    pub baseline: Option<PathBuf>,
 }
 
 /// The outage phase: what capture did while upstream was down, and the drain.
@@ -106,7 +88,8 @@ pub struct Side {
 }
 
 pub struct Report {
-    pub drain: Result<Drain, String>,
+    /// Each drain: the edge's build, what upstream was, and the figures or why not.
+    pub drains: Vec<(&'static str, Upstream, Result<Drain, String>)>,
     /// Each round's capture at the edge with edge mode off, then on: those finished.
     pub wrk: Vec<(Side, Side)>,
     /// Why the rounds stopped short, if they did.
@@ -121,7 +104,11 @@ impl Report {
     /// Every phase that did not finish, with why: the run's error once all is printed.
     pub fn failures(&self) -> Option<String> {
         let failed: Vec<String> = [
-            self.drain.as_ref().err().map(|e| format!("drain: {e}")),
+            self.drains.iter().find_map(|(b, u, d)| {
+                d.as_ref()
+                    .err()
+                    .map(|e| format!("drain of {b} into {u:?}: {e}"))
+            }),
             self.wrk_failed.as_ref().map(|e| format!("wrk rounds: {e}")),
             match &self.outage {
                 Err(e) => Some(format!("outage: {e}")),
@@ -168,30 +155,12 @@ pub fn run(
     let mut plain = Target::flagpost_at("plain", binary, data_dir, &dir.join("forward-plain-db"))?;
     let bodies: Arc<[Bytes]> = Scenario::Batch.bodies().into();
 
-    let drain = runtime.block_on(async {
-        let started = Instant::now();
-        let sent = capture(edge.addr, &bodies, settings.events, settings.connections).await?;
-        wait_until(edge.addr, |backlog| backlog >= sent as f64).await?;
-        let built = started.elapsed();
-        let edge_before = cpu::read(edge.pid());
-        let mut upstream = start_upstream()?;
-        let upstream_before = cpu::read(upstream.pid());
-        let drained = time_drain(edge.addr, sent as f64, 0.0).await;
-        let cpu = [
-            cpu::since(&edge_before, &cpu::read(edge.pid())),
-            cpu::since(&upstream_before, &cpu::read(upstream.pid())),
-        ];
-        upstream.stop()?;
-        let (from_start, from_first) = drained?;
-        Ok::<_, String>(Drain {
-            events: sent as f64,
-            from_start,
-            from_first,
-            built,
-            cpu,
-        })
-    });
-    announce("drain", &drain);
+    let mut builds = vec![("this build", binary)];
+    if let Some(other) = &settings.baseline {
+        builds.push(("baseline", other.as_path()));
+    }
+    let drained = (settings.events, settings.connections);
+    let drains = drains(runtime, &builds, drained, data_dir, dir);
 
     let (mut rounds, mut forwarded) = (Vec::new(), (0, 0));
     let wrk_failed = match runtime.block_on(Sink::start(&upstream_listen)) {
@@ -209,7 +178,7 @@ pub fn run(
     announce("outage", &outage);
     let stopped = [edge.stop(), plain.stop()];
     let report = Report {
-        drain,
+        drains,
         wrk: rounds,
         wrk_failed,
         forwarded,
@@ -277,148 +246,6 @@ async fn outage(
         drain,
         accepted_draining,
     })
-}
-
-/// An upstream that takes every request (200) and only counts requests and bytes.
-struct Sink {
-    task: tokio::task::JoinHandle<()>,
-    counts: Arc<[AtomicU64; 2]>,
-}
-
-impl Sink {
-    async fn start(listen: &str) -> Result<Sink, String> {
-        let listener = tokio::net::TcpListener::bind(listen)
-            .await
-            .map_err(|e| format!("cannot bind the counting sink on {listen}: {e}"))?;
-        let counts: Arc<[AtomicU64; 2]> = Arc::new(Default::default());
-        let c = counts.clone();
-        let task = tokio::spawn(async move {
-            // Its connections end with it: the outage after the rounds finds it gone.
-            let mut connections = tokio::task::JoinSet::new();
-            while let Ok((stream, _)) = listener.accept().await {
-                let c = c.clone();
-                let service = service_fn(move |req: Request<Incoming>| {
-                    let c = c.clone();
-                    async move {
-                        let body = req.into_body().collect().await?.to_bytes();
-                        c[0].fetch_add(1, Ordering::Relaxed);
-                        c[1].fetch_add(body.len() as u64, Ordering::Relaxed);
-                        Ok::<_, hyper::Error>(Response::new(Full::new(Bytes::from_static(
-                            br#"{"status":1}"#,
-                        ))))
-                    }
-                });
-                connections.spawn(async move {
-                    let http = hyper::server::conn::http1::Builder::new();
-                    let _ = http.serve_connection(TokioIo::new(stream), service).await;
-                });
-            }
-        });
-        Ok(Sink { task, counts })
-    }
-
-    /// Stop it and its connections; the requests and bytes it took.
-    fn stop(self) -> (u64, u64) {
-        self.task.abort();
-        let [requests, bytes] = &*self.counts;
-        (
-            requests.load(Ordering::Relaxed),
-            bytes.load(Ordering::Relaxed),
-        )
-    }
-}
-
-/// A loopback port nothing listens on now, for an upstream started later.
-fn free_port() -> Result<u16, String> {
-    let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("cannot bind: {e}"))?;
-    listener
-        .local_addr()
-        .map(|a| a.port())
-        .map_err(|e| format!("cannot read a bound address: {e}"))
-}
-
-/// Send at least `events` events as 100-event batches over `connections`; answers
-/// how many were accepted.
-async fn capture(
-    addr: SocketAddr,
-    bodies: &Arc<[Bytes]>,
-    events: usize,
-    connections: usize,
-) -> Result<usize, String> {
-    let requests = events.div_ceil(BATCH_EVENTS);
-    let connections = connections.clamp(1, requests.max(1));
-    let mut tasks = tokio::task::JoinSet::new();
-    for first in 0..connections {
-        let bodies = bodies.clone();
-        tasks.spawn(async move {
-            let mut sender = client::connect(addr).await.map_err(|e| e.to_string())?;
-            let mut sent = 0;
-            for n in (first..requests).step_by(connections) {
-                let body = bodies[n % bodies.len()].clone();
-                let status =
-                    client::send(&mut sender, client::request(Scenario::Batch, addr, body))
-                        .await
-                        .map_err(|e| e.to_string())?;
-                if !status.is_success() {
-                    return Err(format!("the edge answered {status} to a batch"));
-                }
-                sent += BATCH_EVENTS;
-            }
-            Ok::<_, String>(sent)
-        });
-    }
-    let mut sent = 0;
-    while let Some(joined) = tasks.join_next().await {
-        sent += joined.map_err(|e| e.to_string())??;
-    }
-    Ok(sent)
-}
-
-/// Wait until the backlog satisfies `done`.
-async fn wait_until(addr: SocketAddr, done: impl Fn(f64) -> bool) -> Result<(), String> {
-    let started = Instant::now();
-    loop {
-        let backlog = client::metric(addr, BACKLOG).await?;
-        if done(backlog) {
-            return Ok(());
-        }
-        if started.elapsed() > LIMIT {
-            return Err(format!("the backlog is {backlog} after {LIMIT:?}"));
-        }
-        tokio::time::sleep(POLL).await;
-    }
-}
-
-/// Time a backlog of `from` events draining to at most `floor`: from now (upstream
-/// just started) and from the first delivery.
-async fn time_drain(
-    addr: SocketAddr,
-    from: f64,
-    floor: f64,
-) -> Result<(Duration, Duration), String> {
-    let started = Instant::now();
-    let mut first = None;
-    loop {
-        let backlog = client::metric(addr, BACKLOG).await?;
-        let now = Instant::now();
-        if first.is_none() && backlog < from {
-            first = Some(now);
-        }
-        if backlog <= floor {
-            let first = first.unwrap_or(now);
-            return Ok((now - started, now - first));
-        }
-        if started.elapsed() > LIMIT {
-            let delivered = match first {
-                Some(t) => format!("{:.0} s after the first delivery", (now - t).as_secs_f64()),
-                None => "never below where it started".into(),
-            };
-            return Err(format!(
-                "the backlog is still {backlog:.0} (from {from:.0}, drained means at most {floor:.0}) after {LIMIT:?}, {delivered}"
-            ));
-        }
-        tokio::time::sleep(POLL).await;
-    }
 }
 
 /// `wrk` capture at the edge (forwarding on) and at the plain flagpost (address and

@@ -3,8 +3,9 @@
 
 use std::time::Duration;
 
-use crate::forward::{Drain, Outage, Report};
+use crate::forward::{Outage, Report};
 use crate::forward_cpu::summary;
+use crate::forward_drain::Drain;
 
 /// Seconds, never zero, to divide by.
 fn secs(d: Duration) -> f64 {
@@ -18,9 +19,12 @@ pub fn report(r: &Report) {
         "forward: an edge flagpost in front of an upstream flagpost on loopback (load average {} before, {} after)",
         r.load_average.0, r.load_average.1
     );
-    match &r.drain {
-        Ok(d) => drain(d),
-        Err(e) => println!("drain: not measured: {e}"),
+    for (build, upstream, d) in &r.drains {
+        println!("drain, {build} as the edge, into {}:", upstream.label());
+        match d {
+            Ok(d) => drain(d),
+            Err(e) => println!("not measured: {e}"),
+        }
     }
     rounds(r);
     match &r.outage {
@@ -44,7 +48,9 @@ fn drain(d: &Drain) {
         d.events / secs(d.from_first),
     );
     println!("CPU meanwhile, the edge: {}", summary(&d.cpu[0]));
-    println!("            the upstream: {}", summary(&d.cpu[1]));
+    if !d.cpu[1].is_empty() {
+        println!("            the upstream: {}", summary(&d.cpu[1]));
+    }
 }
 
 fn rounds(r: &Report) {

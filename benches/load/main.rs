@@ -24,6 +24,7 @@ mod edge;
 mod flags;
 mod forward;
 mod forward_cpu;
+mod forward_drain;
 mod forward_report;
 mod memory;
 mod payloads;
@@ -271,7 +272,7 @@ fn config(args: Args) -> Result<Config, String> {
         rate: args.rate.filter(|r| *r > 0.0),
         connections: args.connections,
         scenarios,
-        baseline: args.baseline,
+        baseline: args.baseline.clone(),
         with_sink: args.with_sink,
         baseline_first: args.baseline_first,
         rounds: args.rounds.max(1),
@@ -303,6 +304,7 @@ fn config(args: Args) -> Result<Config, String> {
             measure: Duration::from_secs(args.seconds),
             warmup: Duration::from_millis(args.warmup_ms),
             rounds: args.rounds.max(1),
+            baseline: args.baseline.clone(),
         }),
         wrk: with_wrk.then(|| wrk::Settings {
             measure: Duration::from_secs(args.seconds),

@@ -1,6 +1,6 @@
 //! Stored events as PostHog's `/batch/` wants them, and the requests they go in.
 //!
-//! Each event is rebuilt from its block as `{"uuid", "event", "distinct_id",
+//! Each event is written from its block as `{"uuid", "event", "distinct_id",
 //! "timestamp", "properties"}`: the properties exactly as stored, which already hold
 //! what PostHog reads elsewhere too (the compactor keeps top-level `$set`,
 //! `$set_once` and `$unset` as properties, where PostHog's ingestion merges them),
@@ -13,17 +13,25 @@
 //! PostHog's GeoIP transformation looks `$ip` up again and overwrites the `$geoip_*`
 //! keys it finds, so upstream's enrichment wins wherever it has an answer.
 //!
-//! A request holds one project's events, recent or historical, at most
-//! [`MAX_EVENTS`] of them and [`MAX_BODY_BYTES`] of JSON before gzip.
+//! A window's events are written once, straight from their blocks' columns, into one
+//! buffer ([`Lines`]) with a comma between each two, so the events of a request,
+//! which follow each other in the window unless recent and historical ones are mixed,
+//! are one slice of it, copied whole into the body: no event is made apart first, nor
+//! its properties joined into a block of their own. A request holds one project's
+//! events, recent or historical, at most [`MAX_EVENTS`] of them and
+//! [`MAX_BODY_BYTES`] of JSON before gzip. The gzip stays flate2's fastest level:
+//! libdeflate's compresses page views a fifth tighter but took as much CPU or more
+//! (issue 40's fifth round in `benches/HISTORY.md`).
 
+use std::cell::RefCell;
 use std::io::Write;
 use std::ops::Range;
 
 use flate2::write::GzEncoder;
 use uuid::Uuid;
 
-use crate::store::block::Block;
-use crate::support::clock::{format_ms, write_ms};
+use crate::store::block::Rows;
+use crate::support::clock::write_ms;
 
 /// Events per request: PostHog's SDKs send at most a few hundred at a time; a
 /// thousand keeps requests few at 100k events/s and well under upstream's limits.
@@ -31,47 +39,140 @@ pub const MAX_EVENTS: usize = 1000;
 /// Bytes of JSON per request before gzip: PostHog's capture refuses bodies past
 /// 20 MB; the margin holds the envelope.
 pub const MAX_BODY_BYTES: usize = 20 * 1024 * 1024 - 64 * 1024;
+/// A thread's body buffer is kept for its next request up to this size: a thousand
+/// page views take about 700 KiB, and a rare 20 MB body is not held for good.
+const KEEP_SCRATCH: usize = 4 * 1024 * 1024;
 
-/// One event as forwarded: its JSON text and what identifies it.
-#[derive(Debug, Clone, PartialEq)]
+/// One event as forwarded: what identifies it, and where its JSON text is in its
+/// [`Lines`].
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Line {
     pub uuid: Uuid,
     /// Unix milliseconds, as stored.
     pub timestamp: i64,
-    pub json: Vec<u8>,
+    start: usize,
+    end: usize,
 }
 
-/// Every event of `block`, in its order.
-pub fn lines(block: &Block, out: &mut Vec<Line>) {
-    for h in block.heads() {
-        let properties = block.properties(h);
-        let (event, distinct_id) = (block.event(h), block.distinct_id(h));
-        // The envelope's keys, the uuid and the time take about 120 bytes; the two
-        // strings grow only when escaped. One allocation an event, as a drain makes
-        // a hundred thousand of them a second.
-        let size = properties.len() + event.len() + distinct_id.len() + 128;
-        let mut json = Vec::with_capacity(size);
-        json.extend_from_slice(b"{\"uuid\":\"");
-        let mut text = [0u8; uuid::fmt::Hyphenated::LENGTH];
-        json.extend_from_slice(h.uuid.hyphenated().encode_lower(&mut text).as_bytes());
-        json.extend_from_slice(b"\",\"event\":");
-        push_str(&mut json, event);
-        json.extend_from_slice(b",\"distinct_id\":");
-        push_str(&mut json, distinct_id);
-        json.extend_from_slice(b",\"timestamp\":\"");
-        write_ms(&mut json, h.timestamp);
-        json.extend_from_slice(b"\",\"properties\":");
-        match properties.first() {
-            Some(b'{') => json.extend_from_slice(properties),
-            // Never stored so; an object keeps the event acceptable upstream.
-            _ => json.extend_from_slice(b"{}"),
+impl Line {
+    /// Bytes of its JSON text.
+    pub fn size(&self) -> usize {
+        self.end - self.start
+    }
+}
+
+/// A window's events as forwarded, in order: their JSON texts back to back, a comma
+/// between each two, so a run of consecutive events is one slice.
+#[derive(Debug, Default)]
+pub struct Lines {
+    text: Vec<u8>,
+    lines: Vec<Line>,
+}
+
+impl Lines {
+    pub fn new() -> Lines {
+        Lines::default()
+    }
+
+    pub fn len(&self) -> usize {
+        self.lines.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.lines.is_empty()
+    }
+
+    pub fn line(&self, i: usize) -> &Line {
+        &self.lines[i]
+    }
+
+    pub fn iter(&self) -> std::slice::Iter<'_, Line> {
+        self.lines.iter()
+    }
+
+    /// Event `i`'s JSON text.
+    pub fn json(&self, i: usize) -> &[u8] {
+        let l = &self.lines[i];
+        &self.text[l.start..l.end]
+    }
+
+    /// Room for `events` more events, guessed from the size of those so far: a window
+    /// of page views grows to megabytes, which doubling would copy about once more.
+    pub fn reserve_like(&mut self, events: usize) {
+        if let Some(each) = self.text.len().checked_div(self.lines.len()) {
+            // A guess: where it is more than memory allows, the buffer grows as needed.
+            let bytes = events.saturating_mul(each + 1 + each / 8);
+            let _ = self.text.try_reserve(bytes);
+            let _ = self.lines.try_reserve(events);
         }
-        json.push(b'}');
-        out.push(Line {
-            uuid: h.uuid,
-            timestamp: h.timestamp,
-            json,
+    }
+
+    /// An event whose text is `json`, as is.
+    pub fn push(&mut self, uuid: Uuid, timestamp: i64, json: &[u8]) {
+        let start = self.start();
+        self.text.extend_from_slice(json);
+        self.end(uuid, timestamp, start);
+    }
+
+    /// Every event of `rows`, in its order, written from its columns.
+    pub fn push_rows(&mut self, rows: &Rows) {
+        for (i, h) in rows.heads().iter().enumerate() {
+            let start = self.start();
+            let text = &mut self.text;
+            text.extend_from_slice(b"{\"uuid\":\"");
+            let mut uuid = [0u8; uuid::fmt::Hyphenated::LENGTH];
+            text.extend_from_slice(h.uuid.hyphenated().encode_lower(&mut uuid).as_bytes());
+            text.extend_from_slice(b"\",\"event\":");
+            push_str(text, rows.event(h));
+            text.extend_from_slice(b",\"distinct_id\":");
+            push_str(text, rows.distinct_id(h));
+            text.extend_from_slice(b",\"timestamp\":\"");
+            write_ms(text, h.timestamp);
+            text.extend_from_slice(b"\",\"properties\":");
+            let at = text.len();
+            rows.properties(i, text);
+            if text.get(at) != Some(&b'{') {
+                // Never stored so; an object keeps the event acceptable upstream.
+                text.truncate(at);
+                text.extend_from_slice(b"{}");
+            }
+            text.push(b'}');
+            self.end(h.uuid, h.timestamp, start);
+        }
+    }
+
+    fn start(&mut self) -> usize {
+        if !self.lines.is_empty() {
+            self.text.push(b',');
+        }
+        self.text.len()
+    }
+
+    fn end(&mut self, uuid: Uuid, timestamp: i64, start: usize) {
+        let end = self.text.len();
+        self.lines.push(Line {
+            uuid,
+            timestamp,
+            start,
+            end,
         });
+    }
+
+    /// `events`' texts as a JSON array's inside, added to `out`: one copy for each
+    /// run of them that follow each other here.
+    fn write_array(&self, events: &[usize], out: &mut Vec<u8>) {
+        let mut k = 0;
+        while k < events.len() {
+            let first = events[k];
+            while k + 1 < events.len() && events[k + 1] == events[k] + 1 {
+                k += 1;
+            }
+            if first != events[0] {
+                out.push(b',');
+            }
+            out.extend_from_slice(&self.text[self.lines[first].start..self.lines[events[k]].end]);
+            k += 1;
+        }
     }
 }
 
@@ -84,7 +185,7 @@ fn push_str(out: &mut Vec<u8>, s: &str) {
 /// then historical ones, each run cut at [`MAX_EVENTS`] and `max_bytes`. Returns
 /// each request's events (indices into `lines`, in order) and whether it is
 /// historical. The same lines and cutoff always give the same requests.
-pub fn parts(lines: &[Line], cutoff: i64, max_bytes: usize) -> Vec<(Vec<usize>, bool)> {
+pub fn parts(lines: &Lines, cutoff: i64, max_bytes: usize) -> Vec<(Vec<usize>, bool)> {
     let mut out = Vec::new();
     for historical in [false, true] {
         let mut current: Vec<usize> = Vec::new();
@@ -93,7 +194,7 @@ pub fn parts(lines: &[Line], cutoff: i64, max_bytes: usize) -> Vec<(Vec<usize>, 
             if (line.timestamp < cutoff) != historical {
                 continue;
             }
-            let size = line.json.len() + 1;
+            let size = line.size() + 1;
             if !current.is_empty() && (current.len() >= MAX_EVENTS || bytes + size > max_bytes) {
                 out.push((std::mem::take(&mut current), historical));
                 bytes = 0;
@@ -114,134 +215,49 @@ pub fn halves(run: Range<usize>) -> [Range<usize>; 2] {
     [run.start..mid, mid..run.end]
 }
 
-/// The gzip'd `/batch/` body for `events`: `{api_key, historical_migration, sent_at,
-/// batch}`.
-pub fn body<'a>(
+thread_local! {
+    /// The JSON of the thread's last body, kept for its next: a fresh buffer of
+    /// hundreds of KiB a request is memory the kernel pages in again each time.
+    static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The gzip'd `/batch/` body for `events` of `lines`: `{api_key,
+/// historical_migration, sent_at, batch}`.
+pub fn body(
     api_key: &str,
     historical: bool,
     sent_at_ms: i64,
-    events: impl Iterator<Item = &'a [u8]> + Clone,
+    lines: &Lines,
+    events: &[usize],
 ) -> Vec<u8> {
-    // Sized once: a 1000-event body of page views is about 650 KiB, which growing by
-    // doubling from a guess copied once more in all.
-    let size = events.clone().map(|e| e.len() + 1).sum::<usize>() + api_key.len() + 128;
-    let mut json = Vec::with_capacity(size);
-    json.extend_from_slice(b"{\"api_key\":");
-    push_str(&mut json, api_key);
-    json.extend_from_slice(b",\"historical_migration\":");
-    json.extend_from_slice(if historical { b"true" } else { b"false" });
-    json.extend_from_slice(b",\"sent_at\":\"");
-    json.extend_from_slice(format_ms(sent_at_ms).as_bytes());
-    json.extend_from_slice(b"\",\"batch\":[");
-    for (i, e) in events.enumerate() {
-        if i > 0 {
-            json.push(b',');
+    SCRATCH.with_borrow_mut(|json| {
+        json.clear();
+        json.extend_from_slice(b"{\"api_key\":");
+        push_str(json, api_key);
+        json.extend_from_slice(b",\"historical_migration\":");
+        json.extend_from_slice(if historical { b"true" } else { b"false" });
+        json.extend_from_slice(b",\"sent_at\":\"");
+        write_ms(json, sent_at_ms);
+        json.extend_from_slice(b"\",\"batch\":[");
+        lines.write_array(events, json);
+        json.extend_from_slice(b"]}");
+        let gz = gzip(json);
+        if json.capacity() > KEEP_SCRATCH {
+            *json = Vec::new();
         }
-        json.extend_from_slice(e);
-    }
-    json.extend_from_slice(b"]}");
-    // Fast compression: JSON events shrink about tenfold even so, and the forwarder
-    // must keep up with capture on one core.
+        gz
+    })
+}
+
+/// `json` gzip'd at the fastest level: page views shrink eightfold even so (the levels
+/// above take twice the CPU or more for a fifth less), and the forwarder must keep up
+/// with capture on one core.
+fn gzip(json: &[u8]) -> Vec<u8> {
     let mut gz = GzEncoder::new(
-        Vec::with_capacity(json.len() / 4),
+        Vec::with_capacity(json.len() / 6),
         flate2::Compression::fast(),
     );
     // Writing into a Vec cannot fail.
-    let _ = gz.write_all(&json);
+    let _ = gz.write_all(json);
     gz.finish().unwrap_or_default()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::store::block::{build, Entry};
-    use std::io::Read;
-
-    fn line(ts: i64, size: usize) -> Line {
-        Line {
-            uuid: Uuid::nil(),
-            timestamp: ts,
-            json: vec![b'x'; size],
-        }
-    }
-
-    #[test]
-    fn events_as_posthog_batch_reads_them_byte_for_byte_again() {
-        let entry = Entry {
-            timestamp: 1_700_000_000_123,
-            created_at: 1_700_000_000_500,
-            uuid: Uuid::from_u128(7),
-            person_id: None,
-            event: "say \"hi\"".into(),
-            distinct_id: "d1".into(),
-            properties: br#"{"$set":{"a":1},"$ignore_sent_at":true,"$ip":"1.2.3.4"}"#.to_vec(),
-        };
-        let blocks = build(vec![entry.clone()]);
-        let block = Block::decode(&blocks[0].1).unwrap();
-        let (mut a, mut b) = (Vec::new(), Vec::new());
-        lines(&block, &mut a);
-        lines(&block, &mut b);
-        assert_eq!(a, b, "the same stored event, the same bytes");
-        let v: serde_json::Value = serde_json::from_slice(&a[0].json).unwrap();
-        assert_eq!(v["uuid"], "00000000-0000-0000-0000-000000000007");
-        assert_eq!(v["event"], "say \"hi\"");
-        assert_eq!(v["distinct_id"], "d1");
-        assert_eq!(v["timestamp"], "2023-11-14T22:13:20.123Z");
-        assert_eq!(v["properties"]["$set"]["a"], 1);
-        assert_eq!(v["properties"]["$ip"], "1.2.3.4");
-
-        let gz = body("phc_k", true, 0, a.iter().map(|l| l.json.as_slice()));
-        let mut text = String::new();
-        flate2::read::GzDecoder::new(&gz[..])
-            .read_to_string(&mut text)
-            .unwrap();
-        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
-        assert_eq!(v["api_key"], "phc_k");
-        assert_eq!(v["historical_migration"], true);
-        assert_eq!(v["sent_at"], "1970-01-01T00:00:00.000Z");
-        assert_eq!(
-            v["batch"][0]["uuid"],
-            "00000000-0000-0000-0000-000000000007"
-        );
-    }
-
-    #[test]
-    fn requests_split_recent_from_historical_and_by_count_and_size() {
-        // 0, 2 and 4 are old; the rest recent.
-        let lines: Vec<Line> = (0..6)
-            .map(|i| line(if i % 2 == 0 { 5 } else { 50 }, 9))
-            .collect();
-        assert_eq!(
-            parts(&lines, 10, 1000),
-            vec![(vec![1, 3, 5], false), (vec![0, 2, 4], true)]
-        );
-        // 10 bytes a line: two fit in 25 bytes.
-        assert_eq!(
-            parts(&lines, 0, 25),
-            vec![
-                (vec![0, 1], false),
-                (vec![2, 3], false),
-                (vec![4, 5], false)
-            ]
-        );
-        // A line larger than the limit goes alone.
-        let big = vec![line(50, 9), line(50, 100), line(50, 9)];
-        assert_eq!(
-            parts(&big, 0, 25),
-            vec![(vec![0], false), (vec![1], false), (vec![2], false)]
-        );
-        let many: Vec<Line> = (0..MAX_EVENTS * 2 + 1).map(|_| line(50, 1)).collect();
-        let cut = parts(&many, 0, usize::MAX);
-        assert_eq!(
-            cut.iter().map(|(p, _)| p.len()).collect::<Vec<_>>(),
-            [MAX_EVENTS, MAX_EVENTS, 1]
-        );
-        assert!(parts(&[], 0, 10).is_empty());
-    }
-
-    #[test]
-    fn halves_cover_the_run() {
-        assert_eq!(halves(0..5), [0..2, 2..5]);
-        assert_eq!(halves(3..5), [3..4, 4..5]);
-    }
 }

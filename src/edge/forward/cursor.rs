@@ -17,6 +17,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::{Deserialize, Serialize};
 
+use super::batch::Lines;
 use crate::store::block::{self, files::Pointer};
 use crate::store::keys;
 use crate::store::outbox::Reader;
@@ -241,16 +242,24 @@ pub fn window_lines(
     files: &block::Files,
     project: u64,
     window: &Window,
-) -> sled::Result<(Vec<super::batch::Line>, u64)> {
-    let mut lines = Vec::new();
+) -> sled::Result<(Lines, u64)> {
+    let blocks: Vec<&BlockInfo> = cache
+        .range(window.first..=window.last)
+        .flat_map(|(_, e)| e.blocks.iter().filter(|b| b.project == project))
+        .collect();
+    let total: u64 = blocks.iter().map(|b| b.events).sum();
+    let mut lines = Lines::new();
     let mut missing = 0;
-    for (_, e) in cache.range(window.first..=window.last) {
-        for b in e.blocks.iter().filter(|b| b.project == project) {
-            let value = events.get(&b.key)?;
-            match value.and_then(|v| files.decode(&b.key, &v)) {
-                Some(block) => super::batch::lines(&block, &mut lines),
-                None => missing += 1,
-            }
+    for (n, b) in blocks.iter().enumerate() {
+        let value = events.get(&b.key)?;
+        // Past the block cache: a window reads each block once, and other reads come
+        // back to the blocks it holds.
+        match value.and_then(|v| files.rows_uncached(&b.key, &v)) {
+            Some(rows) => lines.push_rows(&rows),
+            None => missing += 1,
+        }
+        if n == 0 {
+            lines.reserve_like(total.saturating_sub(lines.len() as u64) as usize);
         }
     }
     Ok((lines, missing))

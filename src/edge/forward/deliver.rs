@@ -16,7 +16,7 @@ use bytes::Bytes;
 use http_body_util::Full;
 use hyper::Request;
 
-use super::batch::{self, Line};
+use super::batch::{self, Lines};
 use super::dead::{DeadLetters, DEAD_LETTER};
 use super::work::Work;
 use crate::edge::answer::Outcome;
@@ -63,7 +63,7 @@ pub struct Target<'a> {
 /// beforehand ([`encode`]); it goes first if the whole part is pending.
 pub async fn deliver(
     target: &Target<'_>,
-    lines: &[Line],
+    lines: &Lines,
     events: &[usize],
     pending: &mut Pending,
     mut ready: Option<Vec<u8>>,
@@ -76,7 +76,8 @@ pub async fn deliver(
                 target.api_key,
                 target.historical,
                 crate::support::clock::now_ms(),
-                chosen.iter().map(|i| lines[*i].json.as_slice()),
+                lines,
+                chosen,
             ),
         };
         let request = Request::post("/batch/")
@@ -111,9 +112,9 @@ pub async fn deliver(
         };
         pending.remove(0);
         if run.len() == 1 {
-            let line = &lines[events[run.start]];
+            let line = lines.line(events[run.start]);
             let (dead, project, uuid) = (target.dead.clone(), target.project, line.uuid);
-            let (json, why) = (line.json.clone(), refused.clone());
+            let (json, why) = (lines.json(events[run.start]).to_vec(), refused.clone());
             let kept = tokio::task::spawn_blocking(move || dead.keep(project, uuid, &json, &why))
                 .await
                 .map_err(std::io::Error::other)
@@ -153,7 +154,7 @@ pub async fn encode(
     work: &Work,
     api_key: &str,
     historical: bool,
-    lines: &Arc<Vec<Line>>,
+    lines: &Arc<Lines>,
     events: &[usize],
 ) -> Option<Vec<u8>> {
     let (api_key, lines, events) = (api_key.to_string(), Arc::clone(lines), events.to_vec());
@@ -162,7 +163,8 @@ pub async fn encode(
             &api_key,
             historical,
             crate::support::clock::now_ms(),
-            events.iter().map(|i| lines[*i].json.as_slice()),
+            &lines,
+            &events,
         )
     })
     .await

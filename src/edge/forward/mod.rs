@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 
-use self::batch::Line;
+use self::batch::Lines;
 use self::cursor::{Cache, State, Window};
 use self::dead::DeadLetters;
 use self::work::Work;
@@ -65,7 +65,7 @@ pub struct Figures {
 /// One project's window on its way.
 struct Sending {
     state: State,
-    lines: Arc<Vec<Line>>,
+    lines: Arc<Lines>,
     parts: Vec<(Vec<usize>, bool)>,
     /// Parts partly delivered (a bisection under way), their runs still to send.
     pending: window::Partial,

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use tokio::task::JoinSet;
 
-use super::batch::Line;
+use super::batch::Lines;
 use super::cursor::{self, State};
 use super::deliver::{self, Ended, Pending, Target};
 use super::work::Work;
@@ -45,7 +45,7 @@ struct Request {
     project: u64,
     api_key: String,
     historical: bool,
-    lines: Arc<Vec<Line>>,
+    lines: Arc<Lines>,
     events: Vec<usize>,
     pending: Pending,
 }

@@ -2,6 +2,7 @@
 //! test says: bisecting a 400 down to the one event, splitting a 413, dead-lettering
 //! a single event still too large, and waiting on a 503 with the same run kept.
 
+mod encoding;
 mod retry;
 mod window;
 
@@ -12,7 +13,7 @@ use http_body_util::{BodyExt, Full};
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
 
-use super::batch::Line;
+use super::batch::Lines;
 use super::dead::{DeadLetters, DEAD_LETTER};
 use super::deliver::{deliver, Ended, Pending, Target};
 use crate::edge::{Client, Stats};
@@ -66,29 +67,23 @@ async fn upstream(max: usize, status: u16) -> (String, Arc<Mutex<Vec<usize>>>) {
     (format!("http://{addr}"), seen)
 }
 
-fn lines(n: usize, poison: Option<usize>, big: Option<usize>) -> Vec<Line> {
-    (0..n)
-        .map(|i| {
-            let name = if Some(i) == poison { "poison" } else { "e" };
-            let pad = if Some(i) == big {
-                "x".repeat(100)
-            } else {
-                String::new()
-            };
-            let uuid = uuid::Uuid::from_u128(i as u128);
-            Line {
-                uuid,
-                timestamp: 0,
-                json: format!(
-                    r#"{{"uuid":"{uuid}","event":"{name}","properties":{{"p":"{pad}"}}}}"#
-                )
-                .into_bytes(),
-            }
-        })
-        .collect()
+fn lines(n: usize, poison: Option<usize>, big: Option<usize>) -> Lines {
+    let mut lines = Lines::new();
+    for i in 0..n {
+        let name = if Some(i) == poison { "poison" } else { "e" };
+        let pad = if Some(i) == big {
+            "x".repeat(100)
+        } else {
+            String::new()
+        };
+        let uuid = uuid::Uuid::from_u128(i as u128);
+        let json = format!(r#"{{"uuid":"{uuid}","event":"{name}","properties":{{"p":"{pad}"}}}}"#);
+        lines.push(uuid, 0, json.as_bytes());
+    }
+    lines
 }
 
-async fn run(url: &str, dir: &std::path::Path, lines: &[Line], stats: &Stats) -> (Ended, Pending) {
+async fn run(url: &str, dir: &std::path::Path, lines: &Lines, stats: &Stats) -> (Ended, Pending) {
     let client = Client::new(url).unwrap();
     // A new one each run, as after a restart: it reads what the file holds.
     let dead = Arc::new(DeadLetters::new(dir));
