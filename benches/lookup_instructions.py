@@ -271,6 +271,9 @@ def run_callgrind(binary, args, root):
             # Each dump writes one file a thread, `<base>.<dump>-<thread>`; callgrind
             # writes them after the command returns.
             dumps[0] += 1
+            # callgrind_control hands the hint to a shell: a quote in it ("a person's
+            # events") would end the command, and the dump never come.
+            hint = re.sub(r"[^A-Za-z0-9 ,$]", "", hint)
             subprocess.run(control + ["-d", hint, str(server.proc.pid)], check=True,
                            stdout=subprocess.DEVNULL)
             pattern, files = f"{base}.{dumps[0]}-*", []
