@@ -11,15 +11,17 @@
 //! the oldest twentieth of the blocks; `$create_alias` in the oldest two-hundredth;
 //! `$set` in one block in seven throughout. Cases: each name's first page; the
 //! `$pageview` page a tenth of the way back (`before`, as a cursor there asks); a name
-//! no block has.
+//! no block has; and the first `$pageview` and `$identify` pages of an index just
+//! opened (its runs as a start finds them, no read made yet: what a name's first read
+//! after a start, a fold or a merge costs), the opening itself not timed.
 
 #[path = "common/mod.rs"]
 mod common;
 
 use std::hint::black_box;
 
-use criterion::{criterion_group, criterion_main, Criterion};
-use flagpost::store::event_index::{Ask, BlockRef, NewBlock, Step};
+use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
+use flagpost::store::event_index::{Ask, BlockRef, Index, NewBlock, Step};
 use flagpost::store::{keys, Trees};
 
 /// Block counts: the scale scenario's 1 M events and the 20 M, at the 58
@@ -81,7 +83,7 @@ fn indexed(blocks: u64) -> (tempfile::TempDir, sled::Db, Trees) {
 }
 
 /// The index's work for the first page of `event` before `newest`.
-fn page(trees: &Trees, event: &str, newest: Option<i64>) -> usize {
+fn page(index: &Index, event: &str, newest: Option<i64>) -> usize {
     let ask = Ask {
         project: 1,
         distinct_ids: None,
@@ -89,8 +91,7 @@ fn page(trees: &Trees, event: &str, newest: Option<i64>) -> usize {
         oldest: i64::MIN,
         newest,
     };
-    let mut blocks = trees
-        .event_index
+    let mut blocks = index
         .blocks(&ask)
         .expect("the runs read")
         .expect("the index is built");
@@ -99,7 +100,7 @@ fn page(trees: &Trees, event: &str, newest: Option<i64>) -> usize {
 
 fn bench(c: &mut Criterion) {
     for blocks in SIZES {
-        let (_dir, _db, trees) = indexed(blocks);
+        let (dir, _db, trees) = indexed(blocks);
         let status = trees.event_index.status();
         println!(
             "event_names: {blocks} blocks in {} runs ({} bytes) and {} recent",
@@ -115,10 +116,24 @@ fn bench(c: &mut Criterion) {
             ("none has it", "none has it", None),
         ];
         let mut group = c.benchmark_group(format!("event_names/{blocks} blocks"));
+        let index = &trees.event_index;
         for (what, event, newest) in cases {
-            let took = page(&trees, event, newest);
+            let took = page(index, event, newest);
             assert!(took == TAKEN || event == "none has it", "{what}: {took}");
-            group.bench_function(what, |b| b.iter(|| black_box(page(&trees, event, newest))));
+            group.bench_function(what, |b| b.iter(|| black_box(page(index, event, newest))));
+        }
+        // The runs alone, as a start opens them: the blocks they cover are all stored.
+        let opened = || Index::open(dir.path(), status.covered, false).expect("the runs open");
+        for event in ["$pageview", "$identify"] {
+            assert_eq!(page(&opened(), event, None), TAKEN, "{event}, just opened");
+            group.bench_function(format!("{event}, just opened"), |b| {
+                b.iter_batched(
+                    opened,
+                    // The index is dropped after the timing, with the output.
+                    |index| black_box((page(&index, event, None), index)),
+                    BatchSize::PerIteration,
+                )
+            });
         }
         group.finish();
     }

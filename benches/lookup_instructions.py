@@ -23,6 +23,10 @@ scenario asks for ((n * 7919 + 13) % persons):
     python3 benches/lookup_instructions.py --kept /tmp/kept/baseline \\
         --binary <older build> --binary target/release/flagpost --mode callgrind
 
+or each build on the database it wrote (`--kept /tmp/kept/baseline --kept
+/tmp/kept/flagpost`, in the order of the binaries): a migrated database keeps the
+older build's run files until they are next written.
+
 A database an older build wrote is migrated by a newer one when it opens it (and
 cannot be opened by the older one afterwards), so each run copies the kept one.
 """
@@ -267,6 +271,9 @@ def run_callgrind(binary, args, root):
             # Each dump writes one file a thread, `<base>.<dump>-<thread>`; callgrind
             # writes them after the command returns.
             dumps[0] += 1
+            # callgrind_control hands the hint to a shell: a quote in it ("a person's
+            # events") would end the command, and the dump never come.
+            hint = re.sub(r"[^A-Za-z0-9 ,$]", "", hint)
             subprocess.run(control + ["-d", hint, str(server.proc.pid)], check=True,
                            stdout=subprocess.DEVNULL)
             pattern, files = f"{base}.{dumps[0]}-*", []
@@ -334,7 +341,10 @@ def run_native(binary, args, root):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--kept", required=True, help="a kept DIR/<target> (data and db)")
+    ap.add_argument("--kept", action="append", required=True,
+                    help="a kept DIR/<target> (data and db): one for every binary, or "
+                         "one a binary in the same order (each build on the database "
+                         "it wrote itself)")
     ap.add_argument("--binary", action="append", required=True)
     ap.add_argument("--mode", choices=["callgrind", "native"], default="native")
     ap.add_argument("--persons", type=int, default=200_000)
@@ -353,7 +363,10 @@ def main():
         raise SystemExit(f"unknown kinds {unknown}; known: {KINDS}")
     if args.lookups is None:
         args.lookups = 100 if args.mode == "callgrind" else 500
-    for binary in args.binary:
+    if len(args.kept) not in (1, len(args.binary)):
+        raise SystemExit("give one --kept, or one for each --binary")
+    kept = args.kept * len(args.binary) if len(args.kept) == 1 else args.kept
+    for binary, args.kept in zip(args.binary, kept):
         root = tempfile.mkdtemp(prefix="flagpost-lookups-",
                                 dir=os.path.dirname(os.path.abspath(args.kept)))
         try:

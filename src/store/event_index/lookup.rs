@@ -10,9 +10,11 @@ use std::io;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use super::newest::{Bits, Newest, Range, Stream, WALK_SHARE};
+use super::names::WALK_SHARE;
+use super::newest::{Newest, Range, Stream};
 use super::recent::{key, Kind, Recent};
 use super::run::{BlockRef, Run};
+use super::table::resolve;
 use super::Index;
 
 /// A read's question, in one project.
@@ -39,6 +41,8 @@ struct Keys {
 trait Part {
     /// The ids of `key`'s blocks, ascending, each once.
     fn ids(&self, key: &[u8]) -> io::Result<Vec<u64>>;
+    /// Those of `ids` (ascending) whose blocks have `key`.
+    fn with_key(&self, key: &[u8], ids: Vec<u64>) -> io::Result<Vec<u64>>;
     /// The blocks of `ids` (ascending) this part names, added to `out`.
     fn resolve(&self, ids: &[u64], out: &mut Vec<BlockRef>);
 }
@@ -48,8 +52,12 @@ impl Part for Recent {
         Ok(Recent::ids(self, key))
     }
 
+    fn with_key(&self, key: &[u8], ids: Vec<u64>) -> io::Result<Vec<u64>> {
+        Ok(intersect(&ids, &Recent::ids(self, key)))
+    }
+
     fn resolve(&self, ids: &[u64], out: &mut Vec<BlockRef>) {
-        out.extend(ids.iter().filter_map(|&id| self.block(id)));
+        resolve(self.table(), ids, out);
     }
 }
 
@@ -58,20 +66,18 @@ impl Part for Run {
         self.get(key)
     }
 
+    /// Through the key's places, kept for the next read, rather than a list of all
+    /// its blocks: a person's few blocks tested against a name in most of them.
+    fn with_key(&self, key: &[u8], mut ids: Vec<u64>) -> io::Result<Vec<u64>> {
+        match self.named(key)? {
+            Some(places) => ids.retain(|&id| self.place_of(id).is_some_and(|p| places.has(p))),
+            None => ids.clear(),
+        }
+        Ok(ids)
+    }
+
     fn resolve(&self, ids: &[u64], out: &mut Vec<BlockRef>) {
-        // A name common to most blocks asks for most of the table: walked once along
-        // it rather than searched for each id.
-        if ids.len() * 8 < self.blocks.len() {
-            out.extend(ids.iter().filter_map(|&id| self.block(id)));
-            return;
-        }
-        let mut table = self.blocks.iter().peekable();
-        for &id in ids {
-            while table.next_if(|b| b.id < id).is_some() {}
-            if let Some(b) = table.next_if(|b| b.id == id) {
-                out.push(*b);
-            }
-        }
+        resolve(&self.blocks, ids, out);
     }
 }
 
@@ -103,7 +109,7 @@ fn matching(part: &dyn Part, keys: &Keys) -> io::Result<Vec<u64>> {
         None => None,
     };
     Ok(match (&keys.event, who) {
-        (Some(k), Some(who)) => intersect(&who, &part.ids(k)?),
+        (Some(k), Some(who)) => part.with_key(k, who)?,
         (Some(k), None) => part.ids(k)?,
         (None, Some(who)) => who,
         (None, None) => Vec::new(),
@@ -118,16 +124,19 @@ fn listed(part: &dyn Part, keys: &Keys, range: &Range) -> io::Result<Stream> {
     Ok(Stream::listed(blocks, range))
 }
 
-/// A run's answer: walked when it names a good share of the run's blocks.
+/// A run's answer: a name's places in its read order, kept in the run; a person's
+/// blocks as places too when they are a good share of the run's, else listed.
 fn of_run(run: &Arc<Run>, keys: &Keys, range: &Range) -> io::Result<Stream> {
+    if let (None, Some(name)) = (&keys.who, &keys.event) {
+        return Ok(match run.named(name)? {
+            Some(places) => Stream::places(run.clone(), places, range),
+            None => Stream::Listed(Vec::new()),
+        });
+    }
     let ids = matching(run.as_ref(), keys)?;
     if ids.len() * WALK_SHARE >= run.blocks.len() {
-        if let Some(mut named) = Bits::over(&run.blocks) {
-            for &id in &ids {
-                named.set(id);
-            }
-            return Ok(Stream::walk(run.clone(), named, range));
-        }
+        let places = Arc::new(run.places(&ids));
+        return Ok(Stream::places(run.clone(), places, range));
     }
     let mut blocks = Vec::with_capacity(ids.len());
     run.resolve(&ids, &mut blocks);

@@ -1,7 +1,9 @@
 //! The event index: for each (project, distinct id) and each (project, event name),
 //! the event blocks holding such events, so a person's events, the events of a name,
 //! or both ([`lookup`]) read only those blocks, newest first and only as many as a page
-//! needs ([`newest`]), instead of every block. None of it
+//! needs ([`newest`]), instead of every block; each run keeps the places of the names
+//! read in it ([`names`]), so a page of a name does not go through all their blocks.
+//! None of it
 //! goes through sled. Blocks newer than the runs cover are held in memory
 //! ([`recent`]), added by the compactor once a chunk's blocks are committed; past
 //! [`FOLD_BLOCKS`] that part is written out as an immutable sorted [`run`] file by the
@@ -20,6 +22,7 @@ use std::sync::{Arc, Mutex, RwLock};
 
 mod lookup;
 pub mod manifest;
+mod names;
 mod newest;
 pub mod recent;
 pub mod run;

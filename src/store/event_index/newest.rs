@@ -1,25 +1,19 @@
 //! The blocks a read names, newest first and lazily ([`Newest`]): a page stops after
 //! the few blocks it needs, however many blocks the question names. Each part of the
 //! index gives a stream of its blocks in read order (by newest time, then id,
-//! descending): a part naming few blocks lists them, sorted; a run in which the key
-//! names a good share of the blocks ([`WALK_SHARE`]) is walked in its table's time
-//! order instead, passing over the blocks the key does not name by one bit each. So a
-//! name in every block costs its page of blocks plus a bit per block of the key's
-//! entry, not a sorted list of every block, and a name that stopped being sent long
-//! ago costs a walk of bits down to its newest block, not a read of every block
-//! above it. The streams are merged by their heads.
+//! descending): the recent parts and a run naming few blocks for a person list them,
+//! sorted; a run answers a name (and a person in many of its blocks) with the key's
+//! places in its read order ([`Places`]), taken from where the read's range starts.
+//! So a page of a name costs its own few blocks a run, whether the name is in every
+//! block or stopped being sent long ago, not a sorted list or a walk of every block.
+//! The streams are merged by their heads.
 
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 use std::sync::Arc;
 
+use super::names::Places;
 use super::run::{BlockRef, Run};
-
-/// A run is walked rather than listed when the key names at least one in this many of
-/// its blocks: a walk costs a bit test for each block it passes, a list a sort of the
-/// key's blocks, so the walk is cheaper once the key is in more than about one block
-/// in the logarithm of their count, and the walk stops at the page's end.
-pub const WALK_SHARE: usize = 8;
 
 /// Which blocks a read may need: those of a project with an event from `oldest` to
 /// `newest` (both included; no upper bound when None).
@@ -38,61 +32,15 @@ impl Range {
     }
 }
 
-/// Block ids as bits, from the lowest id a run names.
-#[derive(Clone)]
-pub struct Bits {
-    base: u64,
-    words: Vec<u64>,
-}
-
-impl Bits {
-    /// Room for the ids of `blocks` (ascending by id); None when they are so sparse
-    /// that the bits would take more than a word a block.
-    pub fn over(blocks: &[BlockRef]) -> Option<Bits> {
-        let (base, top) = match (blocks.first(), blocks.last()) {
-            (Some(f), Some(l)) => (f.id, l.id),
-            _ => (0, 0),
-        };
-        let words = usize::try_from((top - base) / 64 + 1).ok()?;
-        (words <= blocks.len().max(1)).then(|| Bits {
-            base,
-            words: vec![0; words],
-        })
-    }
-
-    /// An id outside the room is not kept: no block of the run has it.
-    pub fn set(&mut self, id: u64) {
-        let Some(at) = id.checked_sub(self.base) else {
-            return;
-        };
-        if let Some(w) = usize::try_from(at / 64)
-            .ok()
-            .and_then(|w| self.words.get_mut(w))
-        {
-            *w |= 1 << (at % 64);
-        }
-    }
-
-    fn has(&self, id: u64) -> bool {
-        let Some(at) = id.checked_sub(self.base) else {
-            return false;
-        };
-        usize::try_from(at / 64)
-            .ok()
-            .and_then(|w| self.words.get(w))
-            .is_some_and(|w| w & (1 << (at % 64)) != 0)
-    }
-}
-
 /// One part's blocks, in read order.
 #[derive(Clone)]
 pub enum Stream {
     /// Sorted oldest first; taken from the end.
     Listed(Vec<BlockRef>),
-    /// A run's table walked in time order from `at`, keeping the blocks `named`.
-    Walk {
+    /// A run's blocks at `places` in its read order, from the place `at` on.
+    Places {
         run: Arc<Run>,
-        named: Bits,
+        places: Arc<Places>,
         at: usize,
     },
 }
@@ -105,29 +53,31 @@ impl Stream {
         Stream::Listed(blocks)
     }
 
-    /// `run`'s blocks `named` in `range`, walked.
-    pub fn walk(run: Arc<Run>, named: Bits, range: &Range) -> Stream {
+    /// `run`'s blocks at `places` in `range`, from the first that may be in it.
+    pub fn places(run: Arc<Run>, places: Arc<Places>, range: &Range) -> Stream {
         let at = run.by_newest().start(&run.blocks, range.newest);
-        Stream::Walk { run, named, at }
+        Stream::Places { run, places, at }
     }
 
     fn next(&mut self, range: &Range) -> Option<BlockRef> {
         match self {
             Stream::Listed(blocks) => blocks.pop(),
-            Stream::Walk { run, named, at } => {
+            Stream::Places { run, places, at } => {
                 let order = &run.by_newest().order;
-                while let Some(&i) = order.get(*at) {
-                    *at += 1;
-                    let b = run.blocks[i as usize];
+                while let Some(place) = places.next_from(*at) {
+                    *at = place + 1;
+                    let row = *order.get(place)?;
+                    let b = *run.blocks.get(row as usize)?;
                     if b.newest < range.oldest {
                         // Every block after it is older still.
                         *at = order.len();
                         return None;
                     }
-                    if named.has(b.id) && range.holds(&b) {
+                    if range.holds(&b) {
                         return Some(b);
                     }
                 }
+                *at = order.len();
                 None
             }
         }
@@ -210,15 +160,15 @@ impl Newest {
         }
     }
 
-    /// How many parts were walked and how many listed.
+    /// How many parts answered with bits and how many with a list.
     #[cfg(test)]
     pub fn ways(&self) -> (usize, usize) {
-        let walked = self
+        let bits = self
             .streams
             .iter()
-            .filter(|s| matches!(s, Stream::Walk { .. }))
+            .filter(|s| matches!(s, Stream::Places { places, .. } if places.is_bits()))
             .count();
-        (walked, self.streams.len() - walked)
+        (bits, self.streams.len() - bits)
     }
 
     /// How many blocks are left to take (counted on a copy).

@@ -19,8 +19,9 @@ use std::fs::{self, File};
 use std::io::{self, Write};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
+use super::names::{Names, Places};
 pub use super::table::BlockRef;
 use super::table::{decode_table, encode_table, get_varint, put_varint, ByNewest};
 
@@ -145,15 +146,20 @@ pub struct Run {
     /// The blocks in read order, made by the first read that walks them (a run
     /// opened at a start is not sorted until a read needs it).
     by_newest: OnceLock<ByNewest>,
+    /// The places of the event names read in this run.
+    names: Names,
 }
 
 impl Run {
-    /// Bytes it keeps in memory while open: its page index and block table.
+    /// Bytes it keeps in memory while open: its page index and block table, their
+    /// read order once read, and the places of the names read.
     pub fn resident_bytes(&self) -> usize {
         let pages: usize = self.pages.iter().map(|p| p.first.capacity()).sum();
         self.pages.len() * std::mem::size_of::<Page>()
             + pages
             + self.blocks.capacity() * std::mem::size_of::<BlockRef>()
+            + self.by_newest.get().map_or(0, ByNewest::bytes)
+            + self.names.bytes()
     }
 }
 
@@ -213,6 +219,7 @@ impl Run {
         Ok(Run {
             file,
             pages,
+            names: Names::new(blocks.len()),
             blocks,
             entries,
             bytes,
@@ -223,6 +230,26 @@ impl Run {
     /// The blocks in read order ([`ByNewest`]).
     pub fn by_newest(&self) -> &ByNewest {
         self.by_newest.get_or_init(|| ByNewest::of(&self.blocks))
+    }
+
+    /// The places in read order of `ids` (ascending block ids).
+    pub fn places(&self, ids: &[u64]) -> Places {
+        Places::of(&self.blocks, self.by_newest(), ids)
+    }
+
+    /// The places in read order of `key`'s blocks, kept for the next read (a name the
+    /// run does not have too, so asking again decodes no page); None when the run has
+    /// none. For event names: a distinct id is rarely read twice.
+    pub fn named(&self, key: &[u8]) -> io::Result<Option<Arc<Places>>> {
+        let places = match self.names.get(key) {
+            Some(held) => held,
+            None => {
+                let places = Arc::new(self.places(&self.get(key)?));
+                self.names.put(key, places.clone());
+                places
+            }
+        };
+        Ok((!places.is_empty()).then_some(places))
     }
 
     /// The block ids of `key`, ascending; empty when the run has none.
@@ -276,6 +303,12 @@ impl Run {
             page: Vec::new(),
             at: 0,
         }
+    }
+
+    /// The place in read order of the block `id`, if the run names it.
+    pub fn place_of(&self, id: u64) -> Option<usize> {
+        let row = self.blocks.binary_search_by_key(&id, |b| b.id).ok()?;
+        self.by_newest().rank.get(row).map(|&p| p as usize)
     }
 
     /// The block a run names by id.

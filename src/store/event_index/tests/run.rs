@@ -67,3 +67,49 @@ fn a_damaged_run_is_refused_not_read() {
     fs::write(&path, &bytes[..bytes.len() - 3]).unwrap();
     assert!(Run::open(&path).is_err());
 }
+
+#[test]
+fn a_runs_names_are_kept_so_a_name_read_again_reads_no_page() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("1.run");
+    // 64 blocks, newest first by id; "every" in each, "third" in one in three.
+    let blocks: Vec<BlockRef> = (0..64)
+        .map(|i| BlockRef {
+            id: i,
+            project: 1,
+            newest: 1_000 + i as i64,
+            oldest: 990 + i as i64,
+        })
+        .collect();
+    let every: Vec<u64> = (0..64).collect();
+    let third: Vec<u64> = (0..64).step_by(3).collect();
+    let mut w = Writer::create(&path).unwrap();
+    w.entry(b"every", &every).unwrap();
+    w.entry(b"third", &third).unwrap();
+    w.finish(&blocks).unwrap();
+    let run = Run::open(&path).unwrap();
+    let before = run.resident_bytes();
+    let places = run.named(b"third").unwrap().unwrap();
+    // Read order is newest first: block 63 at place 0.
+    let first: Vec<usize> = (0..4)
+        .scan(0, |at, _| {
+            let p = places.next_from(*at)?;
+            *at = p + 1;
+            Some(p)
+        })
+        .collect();
+    assert_eq!(first, [0, 3, 6, 9]);
+    assert_eq!(run.blocks[run.by_newest().order[3] as usize].id, 60);
+    assert!(run.named(b"nobody").unwrap().is_none());
+    assert!(run.resident_bytes() > before);
+    // With the file's pages gone, the names read before still answer; another fails.
+    fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_len(0)
+        .unwrap();
+    assert!(run.named(b"third").unwrap().is_some());
+    assert!(run.named(b"nobody").unwrap().is_none());
+    assert!(run.named(b"every").is_err());
+}
