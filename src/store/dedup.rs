@@ -15,7 +15,8 @@
 //! Membership costs the same however many segments the window holds: a uuid outside
 //! every frozen uuid of its project (a new time-ordered one) is answered by two
 //! comparisons, any other by one [`table::Table`] of fingerprints over all segments,
-//! whose matches are confirmed in the segment named.
+//! whose matches are confirmed in the segment named. It takes 16 bytes a uuid for the
+//! segments and 4 to 8 for the table's slots (2,000,000 uuids: 32 and 16 MiB).
 
 use std::collections::{HashSet, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
@@ -32,6 +33,9 @@ pub use entry::{decode, decode_ranges, encode, encode_ranges, uuids_of_blocks};
 /// Uuids per frozen segment: small enough that dropping one forgets little, large
 /// enough that sorting one and dropping one (its uuids leave the table) are rare.
 const SEGMENT_IDS: usize = 65_536;
+/// A larger window has larger segments, so that those frozen by count leave most of
+/// the table's generations ([`table::GENERATIONS`]) to those frozen by age.
+const MAX_COUNTED_SEGMENTS: usize = 64;
 /// The hash set is frozen at this fraction of the window's age at the latest, so age
 /// pruning works in steps of an hour (for the default day) even at low traffic.
 const SEGMENT_AGE_FRACTION: i64 = 24;
@@ -72,7 +76,7 @@ pub type IdSet = HashSet<Id, BuildHasherDefault<IdHasher>>;
 /// The uuids of one segment, sorted by project then uuid, with each project's range.
 struct Frozen {
     /// Its place in the table: generations count up by one a segment.
-    generation: u16,
+    generation: u8,
     /// Arrival time of the newest uuid in it.
     newest: i64,
     /// Its `recent_ids` keys, deleted with it.
@@ -82,6 +86,13 @@ struct Frozen {
 }
 
 impl Frozen {
+    /// Its (project, uuid) pairs, in order.
+    fn entries(&self) -> impl Iterator<Item = Id> + '_ {
+        self.projects.iter().flat_map(|&(project, start, end)| {
+            self.ids[start..end].iter().map(move |&id| (project, id))
+        })
+    }
+
     fn contains(&self, (project, id): Id) -> bool {
         self.projects
             .iter()
@@ -117,7 +128,7 @@ pub struct Window {
     frozen_len: usize,
     /// Every frozen uuid by fingerprint.
     table: table::Table,
-    next_generation: u16,
+    next_generation: u8,
     /// Per project, the least and greatest frozen uuid.
     bounds: Vec<(u64, u128, u128)>,
 }
@@ -240,6 +251,13 @@ impl Window {
         Ok(w)
     }
 
+    /// The same window with fingerprints of `bits` bits, so that uuids share them.
+    #[cfg(test)]
+    fn with_fingerprint_bits(mut self, bits: u32) -> Window {
+        self.table = table::Table::default().with_fingerprint_bits(bits);
+        self
+    }
+
     pub fn len(&self) -> usize {
         self.frozen_len + self.active.ids.len()
     }
@@ -274,7 +292,7 @@ impl Window {
             return false;
         };
         within
-            && self.table.any(table::fingerprint(id), |g| {
+            && self.table.any(table::hash(id), |g| {
                 let segment = self.frozen.get(usize::from(g.wrapping_sub(first)));
                 segment.is_some_and(|s| s.contains(id))
             })
@@ -328,7 +346,7 @@ impl Window {
         if a.keys.len() > MAX_ENTRIES_PER_SEGMENT {
             self.combine(&mut batch);
         }
-        if self.active.ids.len() >= SEGMENT_IDS {
+        if self.active.ids.len() >= self.max_ids.div_ceil(MAX_COUNTED_SEGMENTS).max(SEGMENT_IDS) {
             self.freeze();
         }
         self.prune_into(now, &mut batch);
@@ -372,7 +390,37 @@ impl Window {
         if active.ids.is_empty() {
             return;
         }
-        let mut all: Vec<Id> = active.ids.into_iter().collect();
+        let fresh: Vec<Id> = active.ids.into_iter().collect();
+        if !self.table.has_room(fresh.len()) {
+            self.rebuild_table(fresh.len());
+        }
+        let (mut keys, mut newest) = (active.keys, active.newest);
+        // With every generation the table tells apart in use (segments frozen by age
+        // faster than they expire), the newest segment takes the uuids in.
+        let last = match self.frozen.len() + 1 >= table::GENERATIONS {
+            true => self.frozen.pop_back(),
+            false => None,
+        };
+        let (generation, mut all) = match last {
+            Some(last) => {
+                let all = last.entries().collect();
+                let mut older = last.keys;
+                older.append(&mut keys);
+                keys = older;
+                newest = newest.max(last.newest);
+                (last.generation, all)
+            }
+            None => {
+                let generation = self.next_generation;
+                self.next_generation = generation.wrapping_add(1);
+                (generation, Vec::with_capacity(fresh.len()))
+            }
+        };
+        for &id in &fresh {
+            self.table.insert(table::hash(id), generation);
+        }
+        self.frozen_len += fresh.len();
+        all.extend(fresh);
         all.sort_unstable();
         let mut projects = Vec::new();
         let mut start = 0;
@@ -380,20 +428,25 @@ impl Window {
             projects.push((run[0].0, start, start + run.len()));
             start += run.len();
         }
-        self.frozen_len += all.len();
-        let generation = self.next_generation;
-        self.next_generation = generation.wrapping_add(1);
-        for &id in &all {
-            self.table.insert(table::fingerprint(id), generation);
-        }
         self.frozen.push_back(Frozen {
             generation,
-            newest: active.newest,
-            keys: active.keys,
+            newest,
+            keys,
             projects,
             ids: all.into_iter().map(|(_, id)| id).collect(),
         });
         self.recompute_bounds();
+    }
+
+    /// Build the table again from the segments, with room for `more`: it does not
+    /// grow by itself, and this drops its tombstones.
+    fn rebuild_table(&mut self, more: usize) {
+        self.table.reset(self.frozen_len + more);
+        for segment in &self.frozen {
+            for id in segment.entries() {
+                self.table.insert(table::hash(id), segment.generation);
+            }
+        }
     }
 
     /// Drop the segments past the window's age, and the oldest while the rest still
@@ -414,11 +467,8 @@ impl Window {
             }
             self.frozen_len -= oldest.ids.len();
             if let Some(gone) = self.frozen.pop_front() {
-                for &(project, start, end) in &gone.projects {
-                    for &uuid in &gone.ids[start..end] {
-                        let fingerprint = table::fingerprint((project, uuid));
-                        self.table.remove(fingerprint, gone.generation);
-                    }
+                for id in gone.entries() {
+                    self.table.remove(table::hash(id), gone.generation);
                 }
                 for k in gone.keys {
                     batch.remove(k);

@@ -285,7 +285,7 @@ impl Guard<'_> {
         let Some(file) = &w.file else {
             return Err(io::Error::other("the journal has no file"));
         };
-        let record = frame(&payload)?;
+        let record = frame(payload)?;
         let end = w.committed + record.len() as u64;
         let written = file
             .set_len(w.committed)
@@ -333,7 +333,7 @@ impl Guard<'_> {
         let payload = encode(head);
         let record = match payload.is_empty() {
             true => Vec::new(),
-            false => frame(&payload)?,
+            false => frame(payload)?,
         };
         let file = create(j, next, &record)?;
         let end = (HEADER.len() + record.len()) as u64;

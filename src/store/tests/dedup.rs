@@ -265,40 +265,78 @@ fn random_uuids_are_found_in_any_segment_until_it_is_dropped() {
     assert_eq!(w.table.len(), w.frozen_len);
 }
 
-/// Two uuids sharing a fingerprint (made so: the fingerprint mixes the lower half with
-/// the project, then takes the upper half in by xor, which the second undoes) are
-/// never one: only the stored uuid is a duplicate, in the hash set and once frozen.
+/// Uuids sharing a fingerprint are never one: with fingerprints of no bits every
+/// probe's slot matches, and only the segments' full 16 bytes answer. The window
+/// answers exactly as one with full fingerprints, and as the set of what was stored.
 #[test]
-fn a_uuid_sharing_a_fingerprint_with_a_stored_one_is_not_taken_for_it() {
-    let project = 3u64;
-    let mixed = |low: u64| {
-        let h = low ^ project.wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        (h ^ (h >> 31)).wrapping_mul(0xbf58_476d_1ce4_e5b9)
-    };
-    let uuid = |high: u64, low: u64| (u128::from(high) << 64) | u128::from(low);
-    let (high, low, other_low) = (
-        0x0190_0000_0000_7000,
-        0x8000_0000_0000_0001,
-        0x8000_0000_0000_0002,
+fn uuids_sharing_a_fingerprint_are_not_taken_for_each_other() {
+    let n = 4_000u128;
+    let max = 4 * n as usize;
+    let mut shared = Window::new(DEFAULT_DEDUP_MAX_AGE_MS, max).with_fingerprint_bits(0);
+    assert_eq!(shared.table.fingerprint_bits(), 0);
+    let mut full = Window::new(DEFAULT_DEDUP_MAX_AGE_MS, max);
+    // Chunks two hours apart, so each is frozen into a segment of its own.
+    for c in 0..6u128 {
+        let chunk = scrambled(c * n, n);
+        let at = c as i64 * 2 * HOUR;
+        for w in [&mut shared, &mut full] {
+            let _ = w.insert(key(c as u64), at, &chunk, None, at);
+        }
+    }
+    // The last chunk is in the hash set, the three before in segments, the oldest two
+    // dropped by count.
+    assert_eq!(shared.frozen.len(), 3);
+    assert_eq!(shared.table.len(), shared.frozen_len);
+    assert_eq!(
+        shared.table.fingerprint_bits(),
+        0,
+        "kept through the rebuilds"
     );
-    let stored = (project, uuid(high, low));
-    let lookalike = (
-        project,
-        uuid(high ^ mixed(low) ^ mixed(other_low), other_low),
-    );
-    assert_ne!(stored, lookalike);
-    assert_eq!(table::fingerprint(stored), table::fingerprint(lookalike));
-    // The project's lowest and highest uuids around both, so neither is out of range.
-    let chunk = [(project, 1), stored, (project, u128::MAX - 1)];
+    let window: std::collections::HashSet<Id> = scrambled(2 * n, 4 * n).into_iter().collect();
+    for i in 0..6 * n {
+        let id = scrambled(i, 1)[0];
+        for probe in [
+            id,
+            (id.0, id.1 ^ 1),
+            (id.0, id.1.wrapping_add(1)),
+            (id.0 + 3, id.1),
+        ] {
+            let expected = window.contains(&probe);
+            assert_eq!(shared.contains(probe), expected, "uuid {i}: {probe:?}");
+            assert_eq!(full.contains(probe), expected, "uuid {i}: {probe:?}");
+        }
+    }
+}
+
+/// Segments frozen by age faster than they expire run out of the table's generations:
+/// past the last, the newest segment takes the uuids in, and every one is still found.
+#[test]
+fn segments_past_the_generations_are_merged_into_the_newest() {
     let mut w = Window::new(DEFAULT_DEDUP_MAX_AGE_MS, DEFAULT_DEDUP_MAX_IDS);
-    let _ = w.insert(key(1), 0, &chunk, None, 0);
-    assert!(w.contains(stored) && !w.contains(lookalike));
-    // The next chunk, hours later, freezes the first into a segment.
-    let _ = w.insert(key(2), 2 * HOUR, &[(project, 5)], None, 2 * HOUR);
-    assert_eq!(w.frozen.len(), 1);
-    assert!(w.contains(stored), "frozen");
-    assert!(
-        !w.contains(lookalike),
-        "a shared fingerprint is not the same uuid"
-    );
+    let chunks = table::GENERATIONS as u128 + 40;
+    for c in 0..chunks {
+        // Arrivals two hours apart, the clock at zero: nothing expires.
+        let _ = w.insert(
+            key(c as u64),
+            c as i64 * 2 * HOUR,
+            &scrambled(c * 10, 10),
+            None,
+            0,
+        );
+    }
+    assert_eq!(w.frozen.len(), table::GENERATIONS - 1);
+    assert_eq!(w.len(), 10 * chunks as usize);
+    assert_eq!(w.table.len(), w.frozen_len);
+    for i in 0..10 * chunks {
+        let id = scrambled(i, 1)[0];
+        assert!(w.contains(id), "uuid {i}");
+        assert!(!w.contains((id.0, id.1 ^ 1)), "uuid {i}");
+    }
+    // The merged segment holds its entries' keys, deleted with it.
+    let newest = w.frozen.back().unwrap();
+    assert_eq!(newest.keys.len(), 41);
+    let removed = w.prune(chunks as i64 * 2 * HOUR + 2 * DEFAULT_DEDUP_MAX_AGE_MS);
+    assert_eq!(removed.removals(), chunks as usize - 1);
+    assert_eq!(w.len(), 10);
+    assert_eq!(w.table.len(), 0);
 }
