@@ -214,18 +214,42 @@ pub async fn lookups(
     Ok(out)
 }
 
-/// Make [`FLAG_KEY`] through the API, 30% of users whose plan is set; its id.
+/// Make [`FLAG_KEY`] through the API, 30% of users whose plan is set; its id. A
+/// target sharing another's data directory finds it made already: then its id.
 async fn make_flag(addr: SocketAddr) -> Result<i64, String> {
     let body = serde_json::json!({
         "key": FLAG_KEY, "name": "Scale rollout", "active": true,
         "filters": {"groups": [{"properties": [{"key": "plan", "operator": "is_set",
             "value": "is_set", "type": "person"}], "rollout_percentage": 30}]},
     });
-    let request = Request::post("/api/projects/1/feature_flags/")
+    let path = "/api/projects/1/feature_flags/";
+    let (status, made) = flags_api(addr, "POST", path, Some(body)).await?;
+    if let (true, Some(id)) = (status.is_success(), made["id"].as_i64()) {
+        return Ok(id);
+    }
+    let (_, list) = flags_api(addr, "GET", &format!("{path}?search={FLAG_KEY}"), None).await?;
+    list["results"]
+        .as_array()
+        .and_then(|flags| flags.iter().find(|f| f["key"] == FLAG_KEY))
+        .and_then(|f| f["id"].as_i64())
+        .ok_or_else(|| format!("making the flag: {status} {made}"))
+}
+
+/// One request to the flag-management API with the harness's personal key.
+async fn flags_api(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    body: Option<serde_json::Value>,
+) -> Result<(hyper::StatusCode, serde_json::Value), String> {
+    let body = body.map_or_else(Bytes::new, |b| Bytes::from(b.to_string()));
+    let request = Request::builder()
+        .method(method)
+        .uri(path)
         .header(HOST, addr.to_string())
         .header(AUTHORIZATION, format!("Bearer {}", flags::PERSONAL_KEY))
         .header(CONTENT_TYPE, "application/json")
-        .body(Full::new(Bytes::from(body.to_string())))
+        .body(Full::new(body))
         .map_err(|e| e.to_string())?;
     let mut sender = client::connect(addr).await.map_err(|e| e.to_string())?;
     sender.ready().await.map_err(|e| e.to_string())?;
@@ -240,12 +264,5 @@ async fn make_flag(addr: SocketAddr) -> Result<i64, String> {
         .await
         .map_err(|e| e.to_string())?
         .to_bytes();
-    let made: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
-    match made["id"].as_i64() {
-        Some(id) if status.is_success() => Ok(id),
-        _ => Err(format!(
-            "making the flag: {status} {}",
-            String::from_utf8_lossy(&bytes)
-        )),
-    }
+    Ok((status, serde_json::from_slice(&bytes).unwrap_or_default()))
 }
