@@ -123,55 +123,60 @@ pub(super) fn paged(
     }
 }
 
+/// The filters the paging tests run, the commonest first.
+pub(super) fn filters() -> Vec<EventFilter> {
+    vec![
+        EventFilter::default(),
+        EventFilter {
+            event: Some("b".into()),
+            ..EventFilter::default()
+        },
+        EventFilter {
+            distinct_id: Some("d2".into()),
+            after: Some(5 * HOUR),
+            ..EventFilter::default()
+        },
+        EventFilter {
+            after: Some(3 * HOUR + 17),
+            before: Some(11 * HOUR),
+            ..EventFilter::default()
+        },
+        EventFilter {
+            before: Some(10 * HOUR + 30_000),
+            event: Some("a".into()),
+            distinct_id: Some("d0".into()),
+            ..EventFilter::default()
+        },
+        EventFilter {
+            after: Some(100 * HOUR),
+            ..EventFilter::default()
+        },
+        EventFilter {
+            event: Some("c".into()),
+            after: Some(2 * HOUR),
+            before: Some(10 * HOUR + 1_000),
+            ..EventFilter::default()
+        },
+        EventFilter {
+            event: Some("a".into()),
+            distinct_id: Some("d3".into()),
+            after: Some(4 * HOUR),
+            before: Some(20 * HOUR),
+            ..EventFilter::default()
+        },
+        EventFilter {
+            event: Some("none has it".into()),
+            ..EventFilter::default()
+        },
+    ]
+}
+
 #[test]
 fn newest_first_across_overlapping_blocks_with_paging_and_filters() {
     for seed in [1, 2, 3] {
         let (_dir, trees) = open();
         let all = fixture(&trees, seed);
-        let filters = [
-            EventFilter::default(),
-            EventFilter {
-                event: Some("b".into()),
-                ..EventFilter::default()
-            },
-            EventFilter {
-                distinct_id: Some("d2".into()),
-                after: Some(5 * HOUR),
-                ..EventFilter::default()
-            },
-            EventFilter {
-                after: Some(3 * HOUR + 17),
-                before: Some(11 * HOUR),
-                ..EventFilter::default()
-            },
-            EventFilter {
-                before: Some(10 * HOUR + 30_000),
-                event: Some("a".into()),
-                distinct_id: Some("d0".into()),
-                ..EventFilter::default()
-            },
-            EventFilter {
-                after: Some(100 * HOUR),
-                ..EventFilter::default()
-            },
-            EventFilter {
-                event: Some("c".into()),
-                after: Some(2 * HOUR),
-                before: Some(10 * HOUR + 1_000),
-                ..EventFilter::default()
-            },
-            EventFilter {
-                event: Some("a".into()),
-                distinct_id: Some("d3".into()),
-                after: Some(4 * HOUR),
-                before: Some(20 * HOUR),
-                ..EventFilter::default()
-            },
-            EventFilter {
-                event: Some("none has it".into()),
-                ..EventFilter::default()
-            },
-        ];
+        let filters = filters();
         for project in [1, 2, 3] {
             for (i, f) in filters.iter().enumerate() {
                 let want = naive(&all, project, f);
