@@ -216,11 +216,21 @@ pub async fn send(
     sender: &mut SendRequest<Full<Bytes>>,
     request: Request<Full<Bytes>>,
 ) -> Result<StatusCode, Error> {
+    send_reading(sender, request)
+        .await
+        .map(|(status, _)| status)
+}
+
+/// [`send`], keeping the answer's body.
+pub async fn send_reading(
+    sender: &mut SendRequest<Full<Bytes>>,
+    request: Request<Full<Bytes>>,
+) -> Result<(StatusCode, Bytes), Error> {
     sender.ready().await?;
     let response = sender.send_request(request).await?;
     let status = response.status();
-    response.into_body().collect().await?;
-    Ok(status)
+    let body = response.into_body().collect().await?.to_bytes();
+    Ok((status, body))
 }
 
 /// GET a path and return the body as text (for `/metrics`).

@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
+use http_body_util::Full;
 use hyper::header::{AUTHORIZATION, CONTENT_TYPE, HOST};
 use hyper::Request;
 
@@ -252,17 +252,8 @@ async fn flags_api(
         .body(Full::new(body))
         .map_err(|e| e.to_string())?;
     let mut sender = client::connect(addr).await.map_err(|e| e.to_string())?;
-    sender.ready().await.map_err(|e| e.to_string())?;
-    let response = sender
-        .send_request(request)
+    let (status, bytes) = client::send_reading(&mut sender, request)
         .await
         .map_err(|e| e.to_string())?;
-    let status = response.status();
-    let bytes = response
-        .into_body()
-        .collect()
-        .await
-        .map_err(|e| e.to_string())?
-        .to_bytes();
     Ok((status, serde_json::from_slice(&bytes).unwrap_or_default()))
 }
