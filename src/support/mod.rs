@@ -9,6 +9,8 @@
 
 pub mod clock;
 pub mod idle;
+#[cfg(test)]
+pub mod lcg;
 pub(crate) mod memory;
 pub(crate) mod notify;
 pub(crate) mod priority;

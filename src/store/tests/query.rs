@@ -3,20 +3,9 @@ use serde_json::json;
 use super::*;
 use crate::store::block::{self, Entry};
 use crate::store::event_index;
+use crate::support::lcg::Lcg;
 
 pub(super) const HOUR: i64 = 3_600_000;
-
-struct Lcg(u64);
-
-impl Lcg {
-    fn next(&mut self, below: u64) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (self.0 >> 33) % below
-    }
-}
 
 /// Blocks written as the compactor writes them: chunks of events, some in a narrow
 /// time range (realtime), some spread over hours or far in the past (historical,

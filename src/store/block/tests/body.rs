@@ -7,22 +7,15 @@ use uuid::Uuid;
 
 use super::super::{build, Block, Entry, Rows, VERSION};
 use super::*;
+use crate::support::lcg::Lcg;
 
-struct Lcg(u64);
+/// The uuids the blocks are given: the extremes, random ones, and UUIDv7s made at,
+/// near or far from the event's time.
+trait Uuids {
+    fn uuid(&mut self, time: i64) -> Uuid;
+}
 
-impl Lcg {
-    fn next(&mut self, below: u64) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (self.0 >> 33) % below.max(1)
-    }
-
-    fn wide(&mut self) -> u64 {
-        self.next(1 << 32) << 32 | self.next(1 << 32)
-    }
-
+impl Uuids for Lcg {
     fn uuid(&mut self, time: i64) -> Uuid {
         match self.next(6) {
             0 => Uuid::nil(),

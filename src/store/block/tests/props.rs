@@ -1,6 +1,7 @@
 use serde_json::{json, Map, Value};
 
 use super::*;
+use crate::support::lcg::Lcg;
 
 fn round_trip(texts: &[&[u8]]) -> Vec<u8> {
     let mut body = Vec::new();
@@ -57,18 +58,6 @@ fn anything_else_is_kept_whole() {
     let mut body = Vec::new();
     encode([&b"{\"a\":1,}"[..]].into_iter(), &mut body);
     assert_eq!(body[4], WHOLE, "no keys; the one shape says whole");
-}
-
-struct Lcg(u64);
-
-impl Lcg {
-    fn next(&mut self, below: u64) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (self.0 >> 33) % below.max(1)
-    }
 }
 
 fn value(rng: &mut Lcg, depth: u32) -> Value {
