@@ -71,16 +71,18 @@ async fn failed_pass(url: &str, failures: u32) -> (Instant, Instant, Instant) {
     (before, after, s.next_try.expect("a retry is set"))
 }
 
-fn closed_port() -> String {
-    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let url = format!("http://{}", closed.local_addr().unwrap());
-    drop(closed);
-    url
+/// A port that refuses connections for as long as the socket is held: bound, so no
+/// other test's server can be given it, but not listening, so a connect is reset.
+fn closed_port() -> (tokio::net::TcpSocket, String) {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let url = format!("http://{}", socket.local_addr().unwrap());
+    (socket, url)
 }
 
 #[tokio::test]
 async fn an_unreachable_upstream_is_tried_again_within_the_probe_whatever_failed_before() {
-    let url = closed_port();
+    let (_held, url) = closed_port();
     for failures in [0, EARLIER_FAILURES] {
         let (before, after, next) = failed_pass(&url, failures).await;
         assert!(next > before, "{failures} failures: a retry in the future");
