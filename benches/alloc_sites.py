@@ -18,7 +18,7 @@ from collections import defaultdict
 # Frames that say how, not who: the allocator, std, core, the collections, closures'
 # trait shims. What is left is the code that asked for the memory.
 PLUMBING = re.compile(
-    r"^(<?(alloc|core|std|hashbrown)::|__rust|<?flagpost::allocator|mi_|_mi|backtrace"
+    r"^(<?(alloc|core|std|hashbrown)::|__rust|<?flagpost::cli::allocator|mi_|_mi|backtrace"
     r"|<(alloc|core|std|T|\[T\]|Q|I|F|&|\(|Option|Result|Vec|Box|u8)[ :<])"
 )
 

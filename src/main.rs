@@ -1,13 +1,12 @@
 //! The `flagpost` binary: parse flags, set up logging, run the library, map the
 //! outcome to an exit code.
 
-mod allocator;
 mod cli;
 
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    allocator::start_report();
+    cli::allocator::start_report();
     disable_transparent_huge_pages();
     let cli: cli::Cli = argh::from_env();
     if cli.version {
@@ -34,7 +33,7 @@ fn main() -> ExitCode {
 }
 
 #[global_allocator]
-static ALLOCATOR: allocator::Counting = allocator::Counting;
+static ALLOCATOR: cli::allocator::Counting = cli::allocator::Counting;
 
 /// Opt this process out of transparent huge pages, before the allocator maps much.
 /// mimalloc advises huge pages for its arenas, and a 2 MiB huge page stays resident
