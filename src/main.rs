@@ -6,6 +6,7 @@ mod cli;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
+    cli::allocator::start_report();
     disable_transparent_huge_pages();
     let cli: cli::Cli = argh::from_env();
     if cli.version {
@@ -32,7 +33,7 @@ fn main() -> ExitCode {
 }
 
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: cli::allocator::Counting = cli::allocator::Counting;
 
 /// Opt this process out of transparent huge pages, before the allocator maps much.
 /// mimalloc advises huge pages for its arenas, and a 2 MiB huge page stays resident

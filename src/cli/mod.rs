@@ -8,6 +8,7 @@ use std::time::Duration;
 use argh::FromArgs;
 use flagpost::config::{self, Config};
 
+pub mod allocator;
 mod backup;
 mod tools;
 mod upstream;
