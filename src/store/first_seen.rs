@@ -26,7 +26,7 @@ use sled::IVec;
 use uuid::Uuid;
 
 use super::rollup::backfill::Step;
-use super::{keys, Trees};
+use super::{keys, person_bytes, Trees};
 use crate::persons::Person;
 
 /// The table's name, part of the on-disk format.
@@ -169,7 +169,8 @@ pub fn newest<'a>(
 /// [`newest`] before the check: each index key, the first event's time it names and
 /// the stored bytes of the person it names (a key whose person is gone is skipped), for
 /// a reader that checks the time without decoding the person
-/// ([`super::person_probe`]).
+/// ([`super::person_probe`]). The persons' bytes are read through
+/// [`super::person_bytes`], which keeps them for the next page.
 pub fn newest_stored<'a>(
     trees: &'a Trees,
     project: u64,
@@ -190,10 +191,9 @@ pub fn newest_stored<'a>(
             Err(e) => return Some(Err(e)),
         };
         let (created_at, id) = keys::split_first_seen(&key)?;
-        match trees.persons.get(keys::with_uuid(project, id)) {
-            Ok(found) => Some(Ok((key, created_at, found?))),
-            Err(e) => Some(Err(e)),
-        }
+        let person = keys::with_uuid(project, id);
+        let found = person_bytes::global().get(&trees.persons, &person)?;
+        Some(Ok((key, created_at, found)))
     })
 }
 

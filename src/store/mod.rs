@@ -22,6 +22,7 @@ pub mod live;
 pub mod memory;
 mod migrate;
 pub mod outbox;
+pub mod person_bytes;
 pub mod person_cache;
 pub mod person_probe;
 pub mod query;

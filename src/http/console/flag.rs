@@ -17,6 +17,7 @@ use super::super::response::{self, Body};
 use super::find::Matcher;
 use super::insights::{blocking, describe};
 use super::range::{Range, DAY_MS, HOUR_MS};
+use super::reach as kept;
 use crate::app::App;
 use crate::flags::{Context, ProjectRules};
 use crate::persons::Person;
@@ -119,10 +120,12 @@ pub async fn exposures(
 
 /// `?key=K`: the stored persons the flag is on for now, as `/decide` would answer for
 /// each one's latest distinct id with its stored properties: `{"scanned", "complete",
-/// "reached", "values": {value: persons}, "examples": [person]}`. A flag that reads
-/// no other flag and no cohort is evaluated alone ([`alone`]); when each of its
-/// conditions needs a person property, a person whose bytes name none of them is
-/// counted without being decoded ([`needed_keys`]).
+/// "reached", "values": {value: persons}, "examples": [person], "counted_at",
+/// "age_seconds", "recounting"}`. A flag that reads no other flag and no cohort is
+/// evaluated alone ([`alone`]); when each of its conditions needs a person property, a
+/// person whose bytes name none of them is counted without being decoded
+/// ([`needed_keys`]). The answer is kept between openings and counted again in the
+/// background once persons changed ([`super::reach`]), so it says when it was counted.
 pub async fn reach(
     app: &Arc<App>,
     project: u64,
@@ -130,14 +133,80 @@ pub async fn reach(
 ) -> Result<Response<Body>, ApiError> {
     let params = Params::parse(query);
     let key = flag_key(&params)?;
+    let snapshot = app.rules.current();
     let all = i64::try_from(project)
         .ok()
-        .and_then(|id| app.rules.current().project(id).cloned())
+        .and_then(|id| snapshot.project(id).cloned())
         .ok_or(ApiError::Missing("flag"))?;
     let open = app.store.get().ok_or(ApiError::Storage)?;
-    let now = crate::flags::now();
-    let answer = blocking(move || reach_of(&open.trees, project, &all, &key, now)).await?;
-    Ok(response::json(StatusCode::OK, &answer))
+    let slot = kept::Slot {
+        dir: app.store.dir().to_path_buf(),
+        project,
+        key,
+    };
+    let basis = kept::Basis {
+        rules: snapshot.version(),
+        applied: open
+            .trees
+            .meta
+            .get(keys::CHECKPOINT_KEY)
+            .map_err(|_| ApiError::Storage)?
+            .map(|v| v.to_vec()),
+    };
+    let now_ms = crate::support::clock::now_ms();
+    let (answer, counted_ms, recounting) = match kept::look(&slot, &basis, now_ms) {
+        kept::Look::Kept {
+            answer,
+            counted_ms,
+            recounting,
+            start,
+        } => {
+            if start {
+                recount_later(open, all, slot, basis);
+            }
+            (answer, counted_ms, recounting)
+        }
+        kept::Look::Count => {
+            let (trees_slot, flag) = (slot.clone(), slot.key.clone());
+            let answer =
+                blocking(move || reach_of(&open.trees, project, &all, &flag, crate::flags::now()))
+                    .await?;
+            kept::keep(trees_slot, basis, answer.clone(), now_ms);
+            (answer, now_ms, false)
+        }
+    };
+    Ok(response::json(
+        StatusCode::OK,
+        &labelled(answer, counted_ms, now_ms, recounting),
+    ))
+}
+
+/// A kept answer with when it was counted, its age and whether a count is under way.
+fn labelled(mut answer: Value, counted_ms: i64, now_ms: i64, recounting: bool) -> Value {
+    answer["counted_at"] = crate::support::clock::format_ms(counted_ms).into();
+    answer["age_seconds"] = (now_ms.saturating_sub(counted_ms).max(0) / 1000).into();
+    answer["recounting"] = recounting.into();
+    answer
+}
+
+/// Count the reach of `slot`'s flag again off the request, and keep it.
+fn recount_later(
+    open: Arc<crate::store::live::Open>,
+    all: Arc<ProjectRules>,
+    slot: kept::Slot,
+    basis: kept::Basis,
+) {
+    tokio::spawn(async move {
+        let (project, flag) = (slot.project, slot.key.clone());
+        let started = crate::support::clock::now_ms();
+        let counted =
+            blocking(move || reach_of(&open.trees, project, &all, &flag, crate::flags::now()))
+                .await;
+        match counted {
+            Ok(answer) => kept::keep(slot, basis, answer, started),
+            Err(_) => kept::abandon(&slot),
+        }
+    });
 }
 
 /// [`reach`]'s answer for flag `key` of `all`, the project's rules, at `now`.

@@ -14,6 +14,7 @@ mod flag;
 mod insights;
 pub mod persons;
 mod range;
+mod reach;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -301,6 +301,12 @@ impl Layered {
         Ok(self.lookup(key.as_ref()))
     }
 
+    /// The delta's entry for `key` (an empty value is a removal), for a reader that
+    /// keeps values read from the runs ([`Layered::run`], loaded after this).
+    pub fn delta_get(&self, key: &[u8]) -> Option<IVec> {
+        self.delta().get(key)
+    }
+
     fn lookup(&self, key: &[u8]) -> Option<IVec> {
         // The delta first, then the run: see the module docs.
         let found = self.delta().get(key);

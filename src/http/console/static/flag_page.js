@@ -103,6 +103,7 @@
     FP.fill(box,
       h('p', { id: 'flag-reach' }, `${FP.fmt.int(r.reached)} of ${FP.fmt.count(r.scanned, 'stored person', 'stored persons')} (${share}%) get it now.`),
       r.complete ? null : h('p', { class: 'muted' }, 'Only part of the persons was evaluated (a sample in id order); the share estimates the whole.'),
+      h('p', { id: 'flag-reach-age', class: 'muted' }, `Counted ${r.age_seconds < 60 ? FP.fmt.count(r.age_seconds, 'second', 'seconds') : FP.fmt.count(Math.floor(r.age_seconds / 60), 'minute', 'minutes')} ago (${FP.fmt.time(r.counted_at)})${r.recounting ? '; persons changed since, counting again in the background' : ''}.`),
       Object.keys(r.values).length > 1 || (Object.keys(r.values)[0] || 'true') !== 'true'
         ? h('ul', { id: 'flag-reach-values' }, Object.entries(r.values).map(([v, n]) => h('li', {}, `${v}: ${FP.fmt.int(n)}`))) : null,
       r.examples.length ? h('ul', { id: 'flag-reach-examples' }, r.examples.map((p) => {
