@@ -12,6 +12,10 @@ pub fn holders(trees: &Trees) -> Vec<(&'static str, u64)> {
     let mut out = vec![
         ("event_block_cache", trees.blocks.cached_bytes() as u64),
         ("run_block_cache", layered::cache::global().bytes() as u64),
+        (
+            "person_bytes",
+            super::person_bytes::global().held().1 as u64,
+        ),
     ];
     let mut runs = 0;
     for (name, table) in [

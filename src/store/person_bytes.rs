@@ -22,8 +22,9 @@ use super::layered::{Layered, Runs};
 use crate::support::sync::lock;
 
 /// Bytes of persons kept: 20,000 persons (a page's bound) of posthog-js's usual
-/// properties take about 13 MB; the process is held to 300 MB in all.
-pub const KEPT_BYTES: usize = 24 * 1024 * 1024;
+/// properties take about 13.7 MB with their keys and slots; the process is held to
+/// 300 MB in all, so no more than a page's worth.
+pub const KEPT_BYTES: usize = 16 * 1024 * 1024;
 /// What a kept value costs beyond its key and bytes: the map's slot, the queue's.
 const ENTRY_OVERHEAD: usize = 64;
 

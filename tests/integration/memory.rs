@@ -43,6 +43,7 @@ fn each_holder_reports_what_stored_events_left_in_memory() {
         "event_block_cache",
         "run_block_cache",
         "person_cache",
+        "person_bytes",
         "compactor_memo",
         "first_seen_delta",
         "table_run_indexes",
