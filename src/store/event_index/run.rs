@@ -240,7 +240,7 @@ impl Run {
 
     /// The places in read order of `key`'s blocks, kept for the next read (a name the
     /// run does not have too, so asking again decodes no page); None when the run has
-    /// none. For event names: a distinct id is rarely read twice.
+    /// none. For event names and property keys: a distinct id is rarely read twice.
     pub fn named(&self, key: &[u8]) -> io::Result<Option<Arc<Places>>> {
         let places = match self.names.get(key) {
             Some(held) => held,
