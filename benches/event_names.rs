@@ -1,7 +1,7 @@
-//! What the event index does for a page of events by name (`event_names`), at the
-//! block count of 1 M events (17,300 blocks, as the scale scenario stores them) and of
-//! 20 M (346,000), side by side: `Index::blocks` for the name, then the first blocks
-//! of the page taken newest first. Only the index's work: the blocks themselves are
+//! What the event index does for a page of events by name or by a property key
+//! (`event_names`), at the block count of 1 M events (17,300 blocks, as the scale
+//! scenario stores them) and of 20 M (346,000), side by side: `Index::blocks` for the
+//! name or key, then the first blocks of the page taken newest first. Only the index's work: the blocks themselves are
 //! read the same at any size (a page of `$pageview` reads its newest one or two). The
 //! index is made as the server makes it: blocks added a chunk at a time, each chunk's
 //! recent part folded into a run by the worker and the runs merged; each block's key
@@ -9,7 +9,12 @@
 //!
 //! Names as the scale traffic has them: `$pageview` in every block; `$identify` in
 //! the oldest twentieth of the blocks; `$create_alias` in the oldest two-hundredth;
-//! `$set` in one block in seven throughout. Cases: each name's first page; the
+//! `$set` in one block in seven throughout. Property keys likewise: a dozen of
+//! posthog-js's in every block, `$set` in one in seven, `alias` (what `$create_alias`
+//! carries) in the oldest two-hundredth and `plan` in one block in five hundred
+//! throughout; one block in a thousand keeps an event's properties whole (it may hold
+//! any key). Cases: each name's first page; each key's (the console's events where a
+//! property is set: without the index, `alias` read every block); the
 //! `$pageview` page a tenth of the way back (`before`, as a cursor there asks); a name
 //! no block has; and the first `$pageview` and `$identify` pages of an index just
 //! opened (its runs as a start finds them, no read made yet: what a name's first read
@@ -21,6 +26,7 @@ mod common;
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
+use flagpost::store::block::PropertyKeys;
 use flagpost::store::event_index::{Ask, BlockRef, Index, NewBlock, Step};
 use flagpost::store::{keys, Trees};
 
@@ -49,6 +55,40 @@ fn names(i: u64, blocks: u64) -> Vec<String> {
     out
 }
 
+/// posthog-js's property keys every web event has.
+const EVERY_BLOCK: [&str; 12] = [
+    "$browser",
+    "$browser_version",
+    "$current_url",
+    "$device_id",
+    "$device_type",
+    "$host",
+    "$lib",
+    "$lib_version",
+    "$os",
+    "$pathname",
+    "$referrer",
+    "$session_id",
+];
+
+fn properties(i: u64, blocks: u64) -> PropertyKeys {
+    let mut keys: Vec<String> = EVERY_BLOCK.iter().map(|k| k.to_string()).collect();
+    if i < blocks / 200 {
+        keys.push("alias".into());
+    }
+    if i % 7 == 3 {
+        keys.push("$set".into());
+    }
+    if i % 500 == 250 {
+        keys.push("plan".into());
+    }
+    keys.sort_unstable();
+    PropertyKeys {
+        keys,
+        any: i % 1000 == 999,
+    }
+}
+
 /// The trees with `blocks` blocks indexed, folded and merged.
 fn indexed(blocks: u64) -> (tempfile::TempDir, sled::Db, Trees) {
     let (dir, db) = common::open_db("event-names");
@@ -73,6 +113,7 @@ fn indexed(blocks: u64) -> (tempfile::TempDir, sled::Db, Trees) {
                 block,
                 distinct_ids: distinct_ids.collect(),
                 events: names(id, blocks),
+                properties: properties(id, blocks),
             });
         }
         trees.event_index.add(&chunk);
@@ -88,11 +129,30 @@ fn page(index: &Index, event: &str, newest: Option<i64>) -> usize {
         project: 1,
         distinct_ids: None,
         event: Some(event),
+        property: None,
         oldest: i64::MIN,
         newest,
     };
+    taken(index, &ask)
+}
+
+/// The index's work for the first page of events with property `key`.
+fn keyed(index: &Index, key: &str) -> usize {
+    let ask = Ask {
+        project: 1,
+        distinct_ids: None,
+        event: None,
+        property: Some(key),
+        oldest: i64::MIN,
+        newest: None,
+    };
+    taken(index, &ask)
+}
+
+/// The first blocks of the page `ask` names.
+fn taken(index: &Index, ask: &Ask) -> usize {
     let mut blocks = index
-        .blocks(&ask)
+        .blocks(ask)
         .expect("the runs read")
         .expect("the index is built");
     (0..TAKEN).filter_map(|_| blocks.pop()).count()
@@ -121,6 +181,13 @@ fn bench(c: &mut Criterion) {
             let took = page(index, event, newest);
             assert!(took == TAKEN || event == "none has it", "{what}: {took}");
             group.bench_function(what, |b| b.iter(|| black_box(page(index, event, newest))));
+        }
+        for key in ["$current_url", "$set", "alias", "plan", "none has it"] {
+            let took = keyed(index, key);
+            assert!(took == TAKEN || key == "none has it", "{key}: {took}");
+            group.bench_function(format!("key {key}"), |b| {
+                b.iter(|| black_box(keyed(index, key)))
+            });
         }
         // The runs alone, as a start opens them: the blocks they cover are all stored.
         let opened = || Index::open(dir.path(), status.covered, false).expect("the runs open");

@@ -251,6 +251,7 @@ impl Compactor {
                             block,
                             distinct_ids: built.distinct_ids,
                             events: built.events,
+                            properties: built.properties,
                         }]);
                         let pointer = match blocks.append(&built.value) {
                             Ok(pointer) => pointer,

@@ -37,7 +37,7 @@ mod rows;
 mod shapes;
 mod texts;
 
-pub use column::{may_hold_key, Cell, Column};
+pub use column::{may_hold_key, Cell, Column, PropertyKeys};
 pub use files::Files;
 pub use rows::Rows;
 
@@ -120,17 +120,19 @@ pub struct Built {
     pub distinct_ids: Vec<String>,
     /// Its events' names, sorted, once each.
     pub events: Vec<String>,
+    /// Its events' property keys.
+    pub properties: PropertyKeys,
 }
 
-/// [`build`], with each block's times, distinct ids and event names for the event
-/// index.
+/// [`build`], with each block's times, distinct ids, event names and property keys
+/// for the event index.
 pub fn build_indexed(mut entries: Vec<Entry>) -> Vec<Built> {
     entries.sort_unstable_by_key(Entry::order);
     let mut out = Vec::new();
     let mut start = 0;
     let mut bytes = 0;
     let mut push = |part: &[Entry]| {
-        let (newest, value) = encode(part);
+        let (newest, value, properties) = encode(part);
         let once = |mut texts: Vec<String>| {
             texts.sort_unstable();
             texts.dedup();
@@ -142,6 +144,7 @@ pub fn build_indexed(mut entries: Vec<Entry>) -> Vec<Built> {
             value,
             distinct_ids: once(part.iter().map(|e| e.distinct_id.clone()).collect()),
             events: once(part.iter().map(|e| e.event.clone()).collect()),
+            properties,
         });
     };
     for i in 0..entries.len() {
@@ -165,9 +168,11 @@ pub fn build_indexed(mut entries: Vec<Entry>) -> Vec<Built> {
     out
 }
 
-/// One block's value from sorted entries; returns its newest time too.
-fn encode(entries: &[Entry]) -> (i64, Vec<u8>) {
+/// One block's value from sorted entries; returns its newest time and its property
+/// keys too (read from the body's dictionary).
+fn encode(entries: &[Entry]) -> (i64, Vec<u8>, PropertyKeys) {
     let body = body::encode(entries);
+    let properties = column::body_keys(&body, entries.len());
     let oldest = entries.first().map_or(0, |e| e.timestamp);
     let newest = entries.last().map_or(0, |e| e.timestamp);
     let compressed = lz4_flex::compress_prepend_size(&body);
@@ -176,7 +181,7 @@ fn encode(entries: &[Entry]) -> (i64, Vec<u8>) {
     value.extend_from_slice(&(entries.len() as u32).to_le_bytes());
     value.extend_from_slice(&oldest.to_le_bytes());
     value.extend_from_slice(&compressed);
-    (newest, value)
+    (newest, value, properties)
 }
 
 /// How many events a block value (or a [`files::Pointer`] to one) holds, without
@@ -186,6 +191,14 @@ pub fn count(value: &[u8]) -> Option<u32> {
         return None;
     }
     Some(u32::from_le_bytes(value.get(1..5)?.try_into().ok()?))
+}
+
+/// The time of a block value's oldest event, without decompressing it.
+pub fn oldest(value: &[u8]) -> Option<i64> {
+    count(value)?;
+    Some(i64::from_le_bytes(
+        value.get(5..PREFIX_LEN)?.try_into().ok()?,
+    ))
 }
 
 /// A decoded block with every event's properties made: [`Rows`] whose properties are

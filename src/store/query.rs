@@ -11,7 +11,7 @@ use super::block::{self, Rows};
 use super::event::StoredEvent;
 use super::{keys, Group, Trees, MAX_GROUP_TYPES};
 use crate::persons::Person;
-use source::{indexed, scan, who, Source};
+use source::{who, Plan, Source};
 pub use tested::BlockTest;
 
 mod source;
@@ -137,6 +137,8 @@ impl PartialOrd for Next {
 /// the merged person.
 pub struct Events {
     blocks: Source,
+    /// How `blocks` were chosen, to choose again for a test ([`Events::tested`]).
+    plan: Plan,
     /// A read failed before the first block: returned first.
     failed: Option<sled::Error>,
     /// Where the blocks' bytes are.
@@ -178,11 +180,9 @@ impl Events {
             return Ok(false);
         };
         let (key, value) = entry?;
+        self.count_loaded();
         // A block that cannot be read or decoded is skipped: one damaged block must not
         // hide all the others.
-        if self.skipped(&value) {
-            return Ok(true);
-        }
         let Some(block) = self.files.rows(&key, &value) else {
             return Ok(true);
         };
@@ -251,7 +251,7 @@ impl Events {
     fn named_blocks(&self) -> Option<usize> {
         match &self.blocks {
             Source::Index(named, _) => Some(named.count()),
-            Source::Scan(_) => None,
+            Source::Scan(..) => None,
         }
     }
 
@@ -259,7 +259,7 @@ impl Events {
     fn index_ways(&self) -> Option<(usize, usize)> {
         match &self.blocks {
             Source::Index(named, _) => Some(named.ways()),
-            Source::Scan(_) => None,
+            Source::Scan(..) => None,
         }
     }
 
@@ -309,14 +309,15 @@ pub fn cursor_place(project: u64, cursor: &[u8]) -> Option<Place> {
 
 /// Matching events of `project`, newest first, strictly below `cursor` if given. A
 /// cursor that is not one of this project's places matches nothing. A filter naming
-/// a distinct id, a person or an event name reads only the blocks the event index
-/// names for them (for both, the blocks in each), once the index is built; until then
-/// every block is read.
+/// a distinct id, a person or an event name (or a test needing a property key,
+/// [`Events::tested`]) reads only the blocks the event index names for them (for
+/// several, the blocks in each), once the index is built; until then every block is
+/// read.
 pub fn events(trees: &Trees, project: u64, filter: EventFilter, cursor: Option<&[u8]>) -> Events {
     let below = cursor.map(|c| cursor_place(project, c));
     let empty = matches!(below, Some(None));
     let below = below.flatten();
-    // The newest event that may match, then the newest a block holding it may have.
+    // The newest event that may match.
     let newest = [
         filter.before.map(|t| t.saturating_sub(1)),
         below.map(|c| c.0),
@@ -325,31 +326,23 @@ pub fn events(trees: &Trees, project: u64, filter: EventFilter, cursor: Option<&
     .flatten()
     .min();
     let oldest = filter.after.unwrap_or(i64::MIN);
-    let newest_block = newest.and_then(|t| t.checked_add(block::MAX_SPAN_MS));
     let mut failed = None;
     let who = who(trees, project, &filter).unwrap_or_else(|e| {
         failed = Some(e);
         None
     });
-    let asks = who.is_some() || filter.event.is_some();
-    let through_index = match asks && !empty && failed.is_none() {
-        true => indexed(
-            trees,
-            project,
-            who.as_ref(),
-            filter.event.as_deref(),
-            oldest,
-            newest,
-        )
-        .unwrap_or_else(|e| {
+    let asked = (who.as_ref(), filter.event.as_deref());
+    let plan = Plan::new(trees, project, asked, (oldest, newest), empty);
+    let blocks = match failed {
+        Some(_) => plan.scan(None),
+        None => plan.source(None).unwrap_or_else(|e| {
             failed = Some(e);
-            None
+            plan.scan(None)
         }),
-        false => None,
     };
-    let blocks = through_index.unwrap_or_else(|| scan(trees, project, oldest, newest_block, empty));
     Events {
         blocks,
+        plan,
         failed,
         files: trees.blocks.clone(),
         bounds: Bounds { filter, who, below },

@@ -6,8 +6,8 @@
 //! `semver_gte` ... are exactly the flags'.
 //!
 //! Event filters walk the events newest first, testing each block's column of the
-//! property ([`ColumnTest`]), and stop after [`MAX_BLOCKS_EXAMINED`] blocks; the
-//! page's cursor resumes where they stopped.
+//! property ([`ColumnTest`]), and stop after [`MAX_BLOCKS_EXAMINED`] blocks that may
+//! hold it (the event index names them); the page's cursor resumes where they stopped.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, HashMap};
@@ -25,13 +25,14 @@ use super::insights::blocking;
 use crate::app::App;
 use crate::flags::{Context, ProjectRules};
 use crate::persons::Person;
-use crate::store::block::{self, Cell, Column, Rows};
+use crate::store::block::{Cell, Column, Rows};
 use crate::store::keys;
 use crate::store::query::{self, BlockTest};
 
 /// Blocks a property filter reads per page at most; the next page goes on from
-/// there. A block without the property costs its decompression, one with it a parse
-/// of each distinct value, so this bounds one request to tens of milliseconds
+/// there. Blocks without the property are not read when only events with it can pass
+/// (the event index names the others); one with it costs a parse of each distinct
+/// value, so this bounds one request to tens of milliseconds
 /// (BENCHMARKS.md, "The console's pages by a property"): about 100,000 events of
 /// web traffic.
 const MAX_BLOCKS_EXAMINED: usize = 2_000;
@@ -244,8 +245,7 @@ pub fn events_page(
 }
 
 /// [`Matcher`] run on the property's column of each block: a block whose key lists
-/// lack the property is passed over undecoded when only properties that have it can
-/// pass, each value is parsed once however many events repeat it, and only the
+/// lack the property is not read when only properties that have it can pass, each value is parsed once however many events repeat it, and only the
 /// events that pass are made whole. Stored properties are the JSON serde_json wrote,
 /// so a value parsed alone is what it is in its object parsed whole; one that does
 /// not parse has its event read whole, as the plain test reads it.
@@ -295,8 +295,8 @@ impl ColumnTest {
 }
 
 impl BlockTest for ColumnTest {
-    fn skips(&mut self, value: &[u8]) -> bool {
-        self.matcher.needs_key() && block::may_hold_key(value, self.matcher.key()) == Some(false)
+    fn key(&self) -> Option<String> {
+        (self.matcher.needs_key()).then(|| self.matcher.key().to_owned())
     }
 
     fn keep(&mut self, rows: &Rows, left: &mut Vec<u32>) {

@@ -201,6 +201,26 @@ impl Prefix {
 /// [`may_hold_key`] on the first bytes of a body of `n` events; None if they end
 /// before it can tell.
 fn dictionary_says(body: &[u8], n: usize, key: &str) -> Option<bool> {
+    let quoted = serde_json::to_vec(key).ok()?;
+    match dictionary(body, n, |written| is_key(written, key, &quoted))? {
+        Walk::Stopped => Some(true),
+        Walk::Whole(any) => Some(any),
+    }
+}
+
+/// How a walk of a body's dictionary ended.
+enum Walk {
+    /// The walk was told to stop at a key.
+    Stopped,
+    /// Every key was walked; whether some event's properties are kept whole.
+    Whole(bool),
+}
+
+/// Walk the property dictionary of a version-4 body of `n` events (or its first
+/// bytes): each key as written goes to `key`, which stops the walk by answering true;
+/// then the events' shapes, to tell whether any is kept whole. None if the bytes end
+/// (or are damaged) before then.
+fn dictionary<'b>(body: &'b [u8], n: usize, mut key: impl FnMut(&'b [u8]) -> bool) -> Option<Walk> {
     let mut c = Cursor { rest: body };
     // Times, created_at (a byte saying how, then one varint each), uuids, persons.
     for _ in 0..n {
@@ -216,15 +236,12 @@ fn dictionary_says(body: &[u8], n: usize, key: &str) -> Option<bool> {
     // Names and distinct ids, then the properties' dictionary.
     texts::skip(&mut c, n)?;
     texts::skip(&mut c, n)?;
-    let quoted = serde_json::to_vec(key).ok()?;
     let k = c.small()?;
-    let mut named = false;
     for _ in 0..k {
         let len = c.small()?;
-        named |= is_key(c.take(len)?, key, &quoted);
-    }
-    if named {
-        return Some(true);
+        if key(c.take(len)?) {
+            return Some(Walk::Stopped);
+        }
     }
     // The shapes, then each event's: 0 is kept whole.
     let shapes = c.small()?;
@@ -236,10 +253,78 @@ fn dictionary_says(body: &[u8], n: usize, key: &str) -> Option<bool> {
     }
     for _ in 0..n {
         if c.small()? == 0 {
-            return Some(true);
+            return Some(Walk::Whole(true));
         }
     }
-    Some(false)
+    Some(Walk::Whole(false))
+}
+
+/// The property keys a block's events name, as the event index keeps them: a read
+/// of a key then goes only to the blocks that name it or that may hold any key.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PropertyKeys {
+    /// The keys as text (escapes decoded), sorted, once each.
+    pub keys: Vec<String>,
+    /// Some event's properties are kept whole (not split by key, or a layout that
+    /// keeps them all whole), so the block may hold any key.
+    pub any: bool,
+}
+
+impl PropertyKeys {
+    /// What a block that cannot be told may hold: any key.
+    pub fn any() -> PropertyKeys {
+        PropertyKeys {
+            keys: Vec::new(),
+            any: true,
+        }
+    }
+
+    fn of<'k>(written: impl Iterator<Item = &'k [u8]>, any: bool) -> PropertyKeys {
+        // A key that does not decode is never the one asked for (see `is_key`).
+        let mut keys: Vec<String> = written.filter_map(decoded).collect();
+        keys.sort_unstable();
+        keys.dedup();
+        PropertyKeys { keys, any }
+    }
+}
+
+/// A key as a block keeps it (quoted, escapes kept), as text: the one key `is_key`
+/// finds it for, if any.
+fn decoded(written: &[u8]) -> Option<String> {
+    if written.contains(&b'\\') {
+        return serde_json::from_slice(written).ok();
+    }
+    let inner = written.strip_prefix(b"\"")?.strip_suffix(b"\"")?;
+    let key = std::str::from_utf8(inner).ok()?;
+    // Without escapes it is found only as serde_json writes the key.
+    (serde_json::to_vec(key).ok()? == written).then(|| key.to_owned())
+}
+
+/// The property keys of a version-4 body of `n` events, before LZ4 (the compactor's
+/// block, as it writes it).
+pub(super) fn body_keys(body: &[u8], n: usize) -> PropertyKeys {
+    let mut written = Vec::new();
+    match dictionary(body, n, |k| {
+        written.push(k);
+        false
+    }) {
+        Some(Walk::Whole(any)) => PropertyKeys::of(written.into_iter(), any),
+        // Not a body it can read: a read of any key goes to it.
+        _ => PropertyKeys::any(),
+    }
+}
+
+impl Rows {
+    /// The property keys its events name ([`PropertyKeys`]).
+    pub fn property_keys(&self) -> PropertyKeys {
+        let Some((body, layout)) = self.by_key() else {
+            return PropertyKeys::any();
+        };
+        let written = (layout.keys.iter())
+            .map(|&(from, to)| body.get(from as usize..to as usize).unwrap_or_default());
+        let any = (layout.events.iter()).any(|s| matches!(s, Shape::Whole(_)));
+        PropertyKeys::of(written, any)
+    }
 }
 
 #[cfg(test)]

@@ -1,10 +1,12 @@
 //! What a read asks of the event index: the blocks holding events of any of some
-//! distinct ids (a person's), of one name, or of both at once, in a time range. Each
-//! part of the index (the recent part, a frozen one, each run) answers for the blocks
-//! it holds: it holds every key of each of its blocks (a block's keys are added
-//! together and runs are merged whole), so the intersection is taken part by part, on
-//! the sorted block ids, before any block is named by its place; the parts' answers
-//! are then taken newest first ([`Newest`]).
+//! distinct ids (a person's), of one name, with one property key, or several of these
+//! at once, in a time range. Each part of the index (the recent part, a frozen one,
+//! each run) answers for the blocks it holds: it holds every key of each of its
+//! blocks (a block's keys are added together and runs are merged whole), so the
+//! intersection is taken part by part, on the sorted block ids, before any block is
+//! named by its place; the parts' answers are then taken newest first ([`Newest`]).
+//! A property key is answered by the blocks naming it and those that may hold any key
+//! (some event's properties kept whole).
 
 use std::io;
 use std::sync::atomic::Ordering;
@@ -25,6 +27,8 @@ pub struct Ask<'a> {
     pub distinct_ids: Option<&'a [String]>,
     /// Blocks with events of this name, when given.
     pub event: Option<&'a str>,
+    /// Blocks with an event that may have this property key, when given.
+    pub property: Option<&'a str>,
     /// Blocks that may hold an event at or after this time.
     pub oldest: i64,
     /// Blocks that may hold an event at or before this time, when given.
@@ -34,7 +38,9 @@ pub struct Ask<'a> {
 /// The keys an [`Ask`] looks up.
 struct Keys {
     who: Option<Vec<Vec<u8>>>,
-    event: Option<Vec<u8>>,
+    /// Each group must be met, by a block with any of its keys: the property's (the
+    /// key, or any key), then the name's.
+    all_of: Vec<Vec<Vec<u8>>>,
 }
 
 /// A part of the index that names blocks by key.
@@ -91,29 +97,40 @@ fn intersect(a: &[u64], b: &[u64]) -> Vec<u64> {
         .collect()
 }
 
-/// The ids of `part`'s blocks that answer `keys`, ascending.
+/// The ids of `part`'s blocks with any of `keys`, ascending, each once.
+fn any_of(part: &dyn Part, keys: &[Vec<u8>]) -> io::Result<Vec<u64>> {
+    let mut ids = Vec::new();
+    for k in keys {
+        ids.extend(part.ids(k)?);
+    }
+    ids.sort_unstable();
+    ids.dedup();
+    Ok(ids)
+}
+
+/// The ids of `part`'s blocks that answer `keys`, ascending: those of the distinct
+/// ids, then of those the ones meeting each group in turn.
 fn matching(part: &dyn Part, keys: &Keys) -> io::Result<Vec<u64>> {
-    let who = match &keys.who {
-        Some(who) => {
-            let mut ids = Vec::new();
-            for k in who {
-                ids.extend(part.ids(k)?);
-            }
-            ids.sort_unstable();
-            ids.dedup();
-            if ids.is_empty() {
-                return Ok(ids);
-            }
-            Some(ids)
-        }
+    let mut ids = match &keys.who {
+        Some(who) => Some(any_of(part, who)?),
         None => None,
     };
-    Ok(match (&keys.event, who) {
-        (Some(k), Some(who)) => part.with_key(k, who)?,
-        (Some(k), None) => part.ids(k)?,
-        (None, Some(who)) => who,
-        (None, None) => Vec::new(),
-    })
+    for group in &keys.all_of {
+        ids = Some(match ids {
+            Some(ids) if ids.is_empty() => return Ok(ids),
+            Some(ids) => {
+                let mut met = Vec::new();
+                for k in group {
+                    met.extend(part.with_key(k, ids.clone())?);
+                }
+                met.sort_unstable();
+                met.dedup();
+                met
+            }
+            None => any_of(part, group)?,
+        });
+    }
+    Ok(ids.unwrap_or_default())
 }
 
 /// A recent part's answer, listed.
@@ -124,23 +141,28 @@ fn listed(part: &dyn Part, keys: &Keys, range: &Range) -> io::Result<Stream> {
     Ok(Stream::listed(blocks, range))
 }
 
-/// A run's answer: a name's places in its read order, kept in the run; a person's
-/// blocks as places too when they are a good share of the run's, else listed.
-fn of_run(run: &Arc<Run>, keys: &Keys, range: &Range) -> io::Result<Stream> {
-    if let (None, Some(name)) = (&keys.who, &keys.event) {
-        return Ok(match run.named(name)? {
-            Some(places) => Stream::places(run.clone(), places, range),
-            None => Stream::Listed(Vec::new()),
-        });
+/// A run's answer: a name's (or a property key's) places in its read order, kept in
+/// the run, a stream for each of the group's keys; a person's blocks as places too
+/// when they are a good share of the run's, else listed.
+fn of_run(run: &Arc<Run>, keys: &Keys, range: &Range, out: &mut Vec<Stream>) -> io::Result<()> {
+    if let (None, [group]) = (&keys.who, &keys.all_of[..]) {
+        for k in group {
+            if let Some(places) = run.named(k)? {
+                out.push(Stream::places(run.clone(), places, range));
+            }
+        }
+        return Ok(());
     }
     let ids = matching(run.as_ref(), keys)?;
     if ids.len() * WALK_SHARE >= run.blocks.len() {
         let places = Arc::new(run.places(&ids));
-        return Ok(Stream::places(run.clone(), places, range));
+        out.push(Stream::places(run.clone(), places, range));
+        return Ok(());
     }
     let mut blocks = Vec::with_capacity(ids.len());
     run.resolve(&ids, &mut blocks);
-    Ok(Stream::listed(blocks, range))
+    out.push(Stream::listed(blocks, range));
+    Ok(())
 }
 
 impl Index {
@@ -154,7 +176,19 @@ impl Index {
                     .map(|d| key(ask.project, Kind::DistinctId, d))
                     .collect()
             }),
-            event: ask.event.map(|name| key(ask.project, Kind::Event, name)),
+            all_of: [
+                ask.property.map(|p| {
+                    vec![
+                        key(ask.project, Kind::Property, p),
+                        key(ask.project, Kind::AnyProperty, ""),
+                    ]
+                }),
+                ask.event
+                    .map(|name| vec![key(ask.project, Kind::Event, name)]),
+            ]
+            .into_iter()
+            .flatten()
+            .collect(),
         };
         let range = Range {
             project: ask.project,
@@ -168,7 +202,7 @@ impl Index {
                 drop(s);
                 if !self.shared.said_scanning.swap(true, Ordering::Relaxed) {
                     tracing::info!(
-                        "event index not built yet: events by distinct id, person or name are read from every block until it is"
+                        "event index not built yet: events by distinct id, person, name or property are read from every block until it is"
                     );
                 }
                 return Ok(None);
@@ -181,7 +215,7 @@ impl Index {
             streams.push(listed(f.as_ref(), &keys, &range)?);
         }
         for r in &runs {
-            streams.push(of_run(r, &keys, &range)?);
+            of_run(r, &keys, &range, &mut streams)?;
         }
         Ok(Some(Newest::new(range, streams)))
     }

@@ -3,10 +3,11 @@
 //! directory synced, so a crash leaves the old manifest or the new, never a mix; a
 //! run file is deleted only after a synced manifest no longer names it.
 //!
-//! Text, one item a line: `flagpost event index 2`, `covered N` (every block id below
+//! Text, one item a line: `flagpost event index 3`, `covered N` (every block id below
 //! N is in the runs), `next N` (the number the next run file takes), then `run N` for
-//! each run, its file being `N.run`. Version 1 named runs of distinct ids only (see
-//! [`super::run`]): such an index is set aside and built again.
+//! each run, its file being `N.run`. Version 1 named runs of distinct ids only and
+//! version 2 runs without property keys (see [`super::run`]): such an index is set
+//! aside and built again.
 
 use std::fs::{self, File};
 use std::io::{self, Write};
@@ -14,9 +15,9 @@ use std::path::{Path, PathBuf};
 
 const NAME: &str = "MANIFEST";
 const MAKING: &str = "MANIFEST.new";
-const HEADER: &str = "flagpost event index 2";
+const HEADER: &str = "flagpost event index 3";
 /// The header of the versions before, whose runs are set aside.
-const OLDER: &[&str] = &["flagpost event index 1"];
+const OLDER: &[&str] = &["flagpost event index 1", "flagpost event index 2"];
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Manifest {

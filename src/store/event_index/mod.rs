@@ -1,8 +1,10 @@
-//! The event index: for each (project, distinct id) and each (project, event name),
-//! the event blocks holding such events, so a person's events, the events of a name,
-//! or both ([`lookup`]) read only those blocks, newest first and only as many as a page
+//! The event index: for each (project, distinct id), (project, event name) and
+//! (project, property key), the event blocks holding such events, so a person's
+//! events, the events of a name, those with a property, or any of them together
+//! ([`lookup`]) read only those blocks, newest first and only as many as a page
 //! needs ([`newest`]), instead of every block; each run keeps the places of the names
-//! read in it ([`names`]), so a page of a name does not go through all their blocks.
+//! and property keys read in it ([`names`]), so a page of a name does not go through
+//! all their blocks.
 //! None of it
 //! goes through sled. Blocks newer than the runs cover are held in memory
 //! ([`recent`]), added by the compactor once a chunk's blocks are committed; past
@@ -275,8 +277,8 @@ impl Index {
         st
     }
 
-    /// Read every run's pages through (for `check`); how many entries of each kind
-    /// (distinct ids, event names), summed over the runs.
+    /// Read every run's pages through (for `check`); how many entries of distinct ids
+    /// and of event names, summed over the runs (property keys are read, not counted).
     pub fn verify(&self) -> std::io::Result<(u64, u64)> {
         let runs: Vec<Arc<Run>> = self.state().runs.iter().map(|(_, r)| r.clone()).collect();
         let (mut distinct_ids, mut events) = (0, 0);
@@ -284,7 +286,8 @@ impl Index {
             for e in r.entries() {
                 match e?.0.get(8).copied() {
                     Some(k) if k == Kind::Event as u8 => events += 1,
-                    _ => distinct_ids += 1,
+                    Some(k) if k == Kind::DistinctId as u8 => distinct_ids += 1,
+                    _ => {}
                 }
             }
         }

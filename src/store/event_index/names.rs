@@ -2,9 +2,10 @@
 //! read takes the key's newest blocks from where its range starts without passing
 //! over the key's other blocks or the run's blocks without the key ([`Places`]): a
 //! sorted list of places for a key in few of the run's blocks, bits with a summary bit
-//! a word for a key in many. Runs never change, so the places of the event names read
-//! are kept with the run ([`Names`]): a page of events by name then costs a lookup and
-//! a few steps a run whatever the run's size, and only the first read of a name after
+//! a word for a key in many. Runs never change, so the places of the event names (and
+//! property keys) read are kept with the run ([`Names`]): a page of events by name or
+//! by a property then costs a lookup and a few steps a run whatever the run's size,
+//! and only the first read of a name after
 //! its run was written or opened decodes its entry. They are kept within a budget of
 //! bytes a block of the run ([`NAMES_BYTES_A_BLOCK`]), the name read least recently
 //! going first. A name a run does not have is kept too, as no places: asking for it

@@ -1,5 +1,6 @@
 //! The recent part of the event index, in memory: the blocks newer than what the
-//! runs cover, by key ((project, distinct id) and (project, event name)). Filled by
+//! runs cover, by key ((project, distinct id), (project, event name) and (project,
+//! property key)). Filled by
 //! the compactor once a chunk's blocks are committed; lost in a crash and rebuilt
 //! from those blocks at the next start (they are immutable and durable), so nothing
 //! of it is ever written but as a run.
@@ -7,6 +8,7 @@
 use std::collections::HashMap;
 
 use super::run::{self, BlockRef};
+use crate::store::block::PropertyKeys;
 
 /// What an index key names after its project: the byte that follows the project.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -15,14 +17,21 @@ pub enum Kind {
     DistinctId = 0,
     /// An event's name.
     Event = 1,
+    /// A property key some event of the block has.
+    Property = 2,
+    /// The block may hold any property key (some event's properties are kept whole);
+    /// its text is empty.
+    AnyProperty = 3,
 }
 
-/// A block just stored, with the distinct ids and the names of its events (each once).
+/// A block just stored, with the distinct ids, the names and the property keys of its
+/// events (each once).
 #[derive(Debug, Clone)]
 pub struct NewBlock {
     pub block: BlockRef,
     pub distinct_ids: Vec<String>,
     pub events: Vec<String>,
+    pub properties: PropertyKeys,
 }
 
 /// Index keys: the project big-endian, the kind, then the distinct id's or the name's
@@ -57,13 +66,28 @@ impl Recent {
             }
             _ => self.blocks.push(b),
         }
+        let any: &[String] = match new.properties.any {
+            true => &[String::new()],
+            false => &[],
+        };
         let keyed = [
-            (Kind::DistinctId, &new.distinct_ids),
-            (Kind::Event, &new.events),
+            (Kind::DistinctId, &new.distinct_ids[..]),
+            (Kind::Event, &new.events[..]),
+            (Kind::Property, &new.properties.keys[..]),
+            (Kind::AnyProperty, any),
         ];
+        let mut k = Vec::new();
         for (kind, texts) in keyed {
             for text in texts {
-                let ids = self.by_key.entry(key(b.project, kind, text)).or_default();
+                // Most keys are held already: looked up without making one.
+                k.clear();
+                k.extend_from_slice(&b.project.to_be_bytes());
+                k.push(kind as u8);
+                k.extend_from_slice(text.as_bytes());
+                let ids = match self.by_key.get_mut(&k[..]) {
+                    Some(ids) => ids,
+                    None => self.by_key.entry(k.clone()).or_default(),
+                };
                 // Ids come ascending from the compactor and the build: a block's keys
                 // are added once, unless its chunk was tried again.
                 if ids.last() != Some(&b.id) {

@@ -1,5 +1,5 @@
 //! One run of the event index: an immutable file holding, per key (a project's
-//! distinct id or event name), the ids of the blocks with its events, and per block
+//! distinct id, event name or property key), the ids of the blocks with its events, and per block
 //! its project and newest time (what names the block in the `events` tree) and its
 //! oldest (so a read before a time passes over it unread). Written once by a fold or a
 //! merge, synced and renamed into place, then only read.
@@ -11,7 +11,8 @@
 //! ascending (varint count, varint deltas). The block table is LZ4'd: per block
 //! ascending, the id's delta, the project, the newest time's zigzag delta and the
 //! newest less the oldest, all varints. Version 1 (`FPEIDX01`) had distinct-id keys
-//! only, without the kind, and no oldest times: its index is built again. Opening
+//! only, without the kind, and no oldest times; version 2 (`FPEIDX02`) no property
+//! keys: their index is built again. Opening
 //! reads the page index and the block table (a few bytes a block); a lookup reads and
 //! decodes one page.
 
@@ -28,7 +29,7 @@ use super::table::{decode_table, encode_table, get_varint, put_varint, ByNewest}
 /// Uncompressed bytes a page holds (the last entry may pass it): a lookup decodes one.
 const PAGE_BYTES: usize = 16 * 1024;
 /// The footer's first bytes, and the format's version.
-const MAGIC: &[u8; 8] = b"FPEIDX02";
+const MAGIC: &[u8; 8] = b"FPEIDX03";
 /// magic, index offset and length, table offset and length, their CRCs, entries, blocks.
 const FOOTER_LEN: usize = 8 + 8 + 4 + 8 + 4 + 4 + 4 + 8 + 8;
 /// No section or page claims more: a larger length is damage, refused before allocating.
@@ -239,7 +240,7 @@ impl Run {
 
     /// The places in read order of `key`'s blocks, kept for the next read (a name the
     /// run does not have too, so asking again decodes no page); None when the run has
-    /// none. For event names: a distinct id is rarely read twice.
+    /// none. For event names and property keys: a distinct id is rarely read twice.
     pub fn named(&self, key: &[u8]) -> io::Result<Option<Arc<Places>>> {
         let places = match self.names.get(key) {
             Some(held) => held,

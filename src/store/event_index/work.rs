@@ -319,8 +319,8 @@ fn find_uncovered(trees: &Trees, covered: u64, start_next: u64) -> io::Result<Bu
     })
 }
 
-/// A stored block as the index keeps it: its oldest time, its events' distinct ids
-/// and names; None if it is gone (retention) or does not decode (skipped by reads
+/// A stored block as the index keeps it: its oldest time, its events' distinct ids,
+/// names and property keys; None if it is gone (retention) or does not decode (skipped by reads
 /// too). Read past the block cache, which a build would only churn.
 fn keys_of(trees: &Trees, b: &BlockRef) -> io::Result<Option<NewBlock>> {
     let key = keys::block(b.project, b.newest, b.id);
@@ -343,5 +343,6 @@ fn keys_of(trees: &Trees, b: &BlockRef) -> io::Result<Option<NewBlock>> {
         block: BlockRef { oldest, ..*b },
         distinct_ids,
         events,
+        properties: rows.property_keys(),
     }))
 }

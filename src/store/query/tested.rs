@@ -1,24 +1,37 @@
 //! A read of events that tests each block's events as the block loads
 //! ([`Events::tested`]), for filters that [`BlockTest`] can answer from a block's
 //! columns (the console's filter by a property) rather than from each event made
-//! whole; only the events that pass are ever made. Such a read is bounded in blocks
-//! loaded, not in events: when the bound is reached and the next block is needed, the
-//! read stops at a cut below which nothing was returned, every event above it having
-//! been tested, and [`Events::stopped_at`] gives the place the next page reads below.
+//! whole; only the events that pass are ever made. A test that only events having a
+//! property key can pass ([`BlockTest::key`]) reads only the blocks that may hold the
+//! key: those the event index names for it, or without the index every block with
+//! those lacking it passed over ([`super::source::Narrow`]), so both read the same
+//! blocks and answer the same pages. Such a read is bounded in blocks loaded, not in
+//! events: when the bound is reached and the next block is needed, the read stops at
+//! a cut below which nothing was returned, every event above it having been tested,
+//! and [`Events::stopped_at`] gives the place the next page reads below. So a key few
+//! events have takes a page to its matches however many blocks lack it, and the
+//! bound holds for what the key cannot narrow (a value test on a key every event has).
 //!
 //! The cut is just above the newest event the next unread block may hold (blocks come
 //! newest block first, so every unread event is at or below it). It is always below
 //! the page's own cursor: a read that cannot yet cut below it loads on past the bound,
 //! so every page moves on.
 
+use super::source::Narrow;
 use super::{Events, Place};
-use crate::store::block::{self, Rows};
+use crate::store::block::Rows;
+
+/// A read without the index passes over at most this many blocks lacking the key for
+/// each block it may load, then stops as at its bound: its time stays within about
+/// what its loads cost (passing over one decompresses its first few KiB).
+const PASSED_A_LOAD: usize = 10;
 
 /// A test of a loaded block's events.
 pub trait BlockTest: Send {
-    /// Whether the block whose stored bytes are `value` ([`crate::store::block::Files::resolve`])
-    /// holds no event that can pass, told without decoding it; false when unsure.
-    fn skips(&mut self, value: &[u8]) -> bool;
+    /// The property key every event that can pass has, when only such events can:
+    /// the blocks that cannot hold it are not read at all. None when an event without
+    /// it may pass (a negative test) or the key is not a property (`distinct_id`).
+    fn key(&self) -> Option<String>;
 
     /// Keep in `left` (indexes of `rows`' events, oldest first) those that pass.
     fn keep(&mut self, rows: &Rows, left: &mut Vec<u32>);
@@ -30,8 +43,7 @@ pub(super) struct Tested {
     /// Blocks it may load before it stops.
     budget: usize,
     loaded: usize,
-    /// Events tested: those within the filter in the blocks decoded, and every event
-    /// of the blocks skipped undecoded.
+    /// Events tested: those within the filter in the blocks loaded.
     examined: usize,
     /// Where the read stopped: it returns nothing below this place.
     cut: Option<Place>,
@@ -39,8 +51,33 @@ pub(super) struct Tested {
 
 impl Events {
     /// Only the events `test` passes, tested a block at a time, loading at most
-    /// `budget` blocks (more only when needed to move below the page's cursor).
-    pub fn tested(mut self, test: Box<dyn BlockTest>, budget: usize) -> Events {
+    /// `budget` blocks (more only when needed to move below the page's cursor); when
+    /// the test needs a key, only blocks that may hold it are read and counted.
+    pub fn tested(self, test: Box<dyn BlockTest>, budget: usize) -> Events {
+        let passes = budget.saturating_mul(PASSED_A_LOAD);
+        self.tested_within(test, budget, passes)
+    }
+
+    /// [`Events::tested`], passing over at most `passes` blocks without the key when
+    /// the index is not built.
+    fn tested_within(mut self, test: Box<dyn BlockTest>, budget: usize, passes: usize) -> Events {
+        if let Some(key) = test.key() {
+            let narrow = Narrow {
+                key,
+                files: self.files.clone(),
+                newest: None,
+                event: None,
+                who: None,
+                passed: 0,
+                limit: passes,
+            };
+            if self.failed.is_none() {
+                match self.plan.source(Some(narrow)) {
+                    Ok(blocks) => self.blocks = blocks,
+                    Err(e) => self.failed = Some(e),
+                }
+            }
+        }
         self.test = Some(Tested {
             test,
             budget,
@@ -65,13 +102,15 @@ impl Events {
     /// is at `newest` (None when unreadable: loaded, to report it).
     pub(super) fn over_budget(&mut self, newest: Option<i64>) -> bool {
         let below = self.bounds.below;
+        let passed_all = self.blocks.passed_all();
         let Some(t) = &mut self.test else {
             return false;
         };
         if t.cut.is_some() {
             return true;
         }
-        let (Some(newest), true) = (newest, t.loaded >= t.budget) else {
+        let spent = t.loaded >= t.budget || passed_all;
+        let (Some(newest), true) = (newest, spent) else {
             return false;
         };
         let Some(above) = newest.checked_add(1) else {
@@ -85,22 +124,11 @@ impl Events {
         true
     }
 
-    /// Whether the test tells, from the block's stored bytes, that none of its events
-    /// can pass: then it is not decoded, and all its events count as examined.
-    pub(super) fn skipped(&mut self, value: &[u8]) -> bool {
-        let Some(t) = &mut self.test else {
-            return false;
-        };
-        t.loaded += 1;
-        // A block that cannot be read is decoded as every read does, which reports it.
-        let Ok(bytes) = self.files.resolve(value) else {
-            return false;
-        };
-        if !t.test.skips(&bytes) {
-            return false;
+    /// A block is loaded: it counts towards the bound.
+    pub(super) fn count_loaded(&mut self) {
+        if let Some(t) = &mut self.test {
+            t.loaded += 1;
         }
-        t.examined += block::count(&bytes).map_or(0, |n| n as usize);
-        true
     }
 
     /// `left` less the events the test fails.
@@ -125,3 +153,7 @@ impl Events {
 #[cfg(test)]
 #[path = "../tests/query_tested.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "../tests/query_props.rs"]
+mod props_tests;

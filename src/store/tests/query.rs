@@ -55,6 +55,7 @@ pub(super) fn fixture(trees: &Trees, seed: u64) -> Vec<(u64, StoredEvent)> {
                 block,
                 distinct_ids: built.distinct_ids,
                 events: built.events,
+                properties: built.properties,
             }]);
             next_id += 1;
         }

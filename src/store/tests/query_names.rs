@@ -94,6 +94,7 @@ fn store(trees: &Trees) -> Vec<(u64, StoredEvent)> {
                 block,
                 distinct_ids: b.distinct_ids,
                 events: b.events,
+                properties: b.properties,
             }]);
         }
         trees.event_index.committed();

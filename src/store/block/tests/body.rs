@@ -191,7 +191,7 @@ fn any_rows_read_back_byte_for_byte() {
 
 #[test]
 fn an_empty_block_reads_as_no_events() {
-    let (_, value) = super::super::encode(&[]);
+    let (_, value, _) = super::super::encode(&[]);
     read_back(&value, Vec::new());
 }
 

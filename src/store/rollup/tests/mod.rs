@@ -105,6 +105,7 @@ fn store(trees: &Trees, events: &[(u64, Entry)], chunk: usize, rollups: bool) {
                             block,
                             distinct_ids,
                             events,
+                            properties: built.properties,
                         }]);
                         next += 1;
                     }
