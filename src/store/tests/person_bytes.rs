@@ -29,13 +29,8 @@ fn same(kept: &Kept, table: &Layered, n: u64) {
     }
 }
 
-#[test]
-fn values_read_through_it_are_the_tables_through_changes_removals_and_folds() {
-    let (_dir, trees) = trees();
-    let table = &trees.persons;
-    let kept = Kept::new(1 << 20);
-    let mut rng = Lcg(38);
-    let n = 400;
+/// Persons `0..n` written with their first values, in the delta.
+fn write_first(table: &Layered, n: u64) {
     table
         .write(
             (0..n)
@@ -43,6 +38,16 @@ fn values_read_through_it_are_the_tables_through_changes_removals_and_folds() {
                 .collect(),
         )
         .unwrap();
+}
+
+#[test]
+fn values_read_through_it_are_the_tables_through_changes_removals_and_folds() {
+    let (_dir, trees) = trees();
+    let table = &trees.persons;
+    let kept = Kept::new(1 << 20);
+    let mut rng = Lcg(38);
+    let n = 400;
+    write_first(table, n);
     // Before any fold, all is in the delta: nothing is kept.
     same(&kept, table, n + 5);
     assert_eq!(kept.held().0, 0);
@@ -70,13 +75,7 @@ fn the_bytes_kept_stay_within_the_bound() {
     let (_dir, trees) = trees();
     let table = &trees.persons;
     let n = 2_000;
-    table
-        .write(
-            (0..n)
-                .map(|i| (key(i).into(), value(i, 0).into()))
-                .collect(),
-        )
-        .unwrap();
+    write_first(table, n);
     table.fold().unwrap();
     let capacity = 16 * 1024;
     let kept = Kept::new(capacity);
