@@ -39,28 +39,32 @@ pub(super) fn fixture(trees: &Trees, seed: u64) -> Vec<(u64, StoredEvent)> {
             entries.push(Entry::from_stored(&e));
             all.push((project, e));
         }
-        // Stored and then indexed, as the compactor does.
         for built in block::build_indexed(entries) {
-            trees
-                .events
-                .insert(keys::block(project, built.newest, next_id), built.value)
-                .unwrap();
-            let block = event_index::BlockRef {
-                id: next_id,
-                project,
-                newest: built.newest,
-                oldest: built.oldest,
-            };
-            trees.event_index.add(&[event_index::NewBlock {
-                block,
-                distinct_ids: built.distinct_ids,
-                events: built.events,
-                properties: built.properties,
-            }]);
+            put(trees, project, next_id, built);
             next_id += 1;
         }
     }
     all
+}
+
+/// Block `id` of `project` stored and then indexed, as the compactor does.
+pub(super) fn put(trees: &Trees, project: u64, id: u64, built: block::Built) {
+    trees
+        .events
+        .insert(keys::block(project, built.newest, id), built.value)
+        .unwrap();
+    let block = event_index::BlockRef {
+        id,
+        project,
+        newest: built.newest,
+        oldest: built.oldest,
+    };
+    trees.event_index.add(&[event_index::NewBlock {
+        block,
+        distinct_ids: built.distinct_ids,
+        events: built.events,
+        properties: built.properties,
+    }]);
 }
 
 pub(super) fn open() -> (tempfile::TempDir, Trees) {

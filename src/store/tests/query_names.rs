@@ -6,10 +6,10 @@
 
 use serde_json::json;
 
-use super::tests::{naive, paged};
+use super::tests::{naive, paged, put};
 use super::*;
 use crate::store::block::{self, Entry};
-use crate::store::event_index::{self, NewBlock, Step};
+use crate::store::event_index::Step;
 
 const MINUTE: i64 = 60_000;
 const BASE: i64 = 1_000 * 60 * MINUTE;
@@ -82,20 +82,7 @@ fn store(trees: &Trees) -> Vec<(u64, StoredEvent)> {
         let built = block::build_indexed(events.iter().map(Entry::from_stored).collect());
         assert_eq!(built.len(), 1);
         for b in built {
-            let key = keys::block(project, b.newest, i);
-            trees.events.insert(key, b.value).unwrap();
-            let block = event_index::BlockRef {
-                id: i,
-                project,
-                newest: b.newest,
-                oldest: b.oldest,
-            };
-            trees.event_index.add(&[NewBlock {
-                block,
-                distinct_ids: b.distinct_ids,
-                events: b.events,
-                properties: b.properties,
-            }]);
+            put(trees, project, i, b);
         }
         trees.event_index.committed();
         settle(trees);

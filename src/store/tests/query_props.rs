@@ -9,11 +9,11 @@
 use serde_json::{Map, Value};
 use uuid::Uuid;
 
-use super::super::tests::{naive, HOUR};
+use super::super::tests::{naive, put, HOUR};
 use super::*;
 use crate::store::block::{self, Entry};
 use crate::store::event::StoredEvent;
-use crate::store::event_index::{self, Index, NewBlock, Step};
+use crate::store::event_index::{self, Index, Step};
 use crate::store::query::{events, EventFilter};
 use crate::store::{keys, Trees};
 use crate::support::lcg::Lcg;
@@ -93,20 +93,7 @@ fn store(trees: &Trees, seed: u64) -> Vec<(u64, StoredEvent)> {
         let (entries, stored): (Vec<Entry>, Vec<StoredEvent>) =
             chunk(&mut rng, c, &mut uuid).into_iter().unzip();
         for built in block::build_indexed(entries) {
-            let key = keys::block(project, built.newest, next);
-            trees.events.insert(key, built.value).unwrap();
-            let block = event_index::BlockRef {
-                id: next,
-                project,
-                newest: built.newest,
-                oldest: built.oldest,
-            };
-            trees.event_index.add(&[NewBlock {
-                block,
-                distinct_ids: built.distinct_ids,
-                events: built.events,
-                properties: built.properties,
-            }]);
+            put(trees, project, next, built);
             next += 1;
         }
         trees.event_index.committed();
