@@ -127,7 +127,9 @@ fn flatten(value: Value, out: &mut Vec<Value>) -> Result<(), ApiError> {
 fn flatten_group(mut group: Map<String, Value>, out: &mut Vec<Value>) -> Result<(), ApiError> {
     let kind = (group.get("type").and_then(Value::as_str)).map(str::to_uppercase);
     let Some(Value::Array(values)) = group.remove("values") else {
-        return Err(refused("PropertyGroup is unparsable: values must be a list"));
+        return Err(refused(
+            "PropertyGroup is unparsable: values must be a list",
+        ));
     };
     match kind.as_deref() {
         Some("AND") => {}
@@ -137,7 +139,11 @@ fn flatten_group(mut group: Map<String, Value>, out: &mut Vec<Value>) -> Result<
                 "an OR group of several filters is not supported: ask once for each",
             ))
         }
-        _ => return Err(refused("PropertyGroup is unparsable: type must be AND or OR")),
+        _ => {
+            return Err(refused(
+                "PropertyGroup is unparsable: type must be AND or OR",
+            ))
+        }
     }
     for value in values {
         match value {

@@ -23,7 +23,11 @@ fn capture(server: &Server) -> Vec<String> {
         .collect();
     let batch: Vec<Value> = (0..10usize)
         .map(|n| {
-            let (who, plan) = if n % 2 == 0 { ("a", "pro") } else { ("b", "free") };
+            let (who, plan) = if n % 2 == 0 {
+                ("a", "pro")
+            } else {
+                ("b", "free")
+            };
             json!({"event": if n % 3 == 0 { "signup" } else { "$pageview" },
                    "distinct_id": who, "timestamp": times[n],
                    "properties": {"$browser": if n < 6 { "Chrome" } else { "Safari" }, "n": n,
@@ -84,17 +88,41 @@ fn events_are_filtered_by_properties_as_posthog_takes_them() {
             "",
             &[7, 4, 1],
         ),
-        (r#"[{"key":"$browser","value":"^S","operator":"regex"}]"#, "", &[9, 8, 7, 6]),
-        (r#"[{"key":"$os","operator":"is_not_set"}]"#, "&limit=2", &[9, 8, 7, 6, 5, 4, 3, 2, 1, 0]),
-        (r#"[{"key":"plan","value":"pro","type":"person"}]"#, "", &[8, 6, 4, 2, 0]),
-        (r#"[{"key":"plan","value":"pro","type":"person"}]"#, "&event=signup", &[6, 0]),
+        (
+            r#"[{"key":"$browser","value":"^S","operator":"regex"}]"#,
+            "",
+            &[9, 8, 7, 6],
+        ),
+        (
+            r#"[{"key":"$os","operator":"is_not_set"}]"#,
+            "&limit=2",
+            &[9, 8, 7, 6, 5, 4, 3, 2, 1, 0],
+        ),
+        (
+            r#"[{"key":"plan","value":"pro","type":"person"}]"#,
+            "",
+            &[8, 6, 4, 2, 0],
+        ),
+        (
+            r#"[{"key":"plan","value":"pro","type":"person"}]"#,
+            "&event=signup",
+            &[6, 0],
+        ),
         (chrome, "&distinct_id=b", &[5, 3, 1]),
-        (chrome, &format!("&after={}", urlencode(&times[2])), &[5, 4, 3, 2]),
+        (
+            chrome,
+            &format!("&after={}", urlencode(&times[2])),
+            &[5, 4, 3, 2],
+        ),
         (chrome, "&limit=4", &[5, 4, 3, 2, 1, 0]),
         ("[]", "&event=signup", &[9, 6, 3, 0]),
     ];
     for (properties, rest, want) in cases {
-        assert_eq!(all(&server, &url(properties, rest)), *want, "{properties} {rest}");
+        assert_eq!(
+            all(&server, &url(properties, rest)),
+            *want,
+            "{properties} {rest}"
+        );
     }
     // A full page goes on from its last event, keeping the filter.
     let (first, next) = page(&server, &url(chrome, "&limit=4"));
@@ -111,7 +139,11 @@ fn events_are_filtered_by_properties_as_posthog_takes_them() {
     );
     assert_eq!(r.status, 200, "{}", r.text());
     let ns: Vec<i64> = (r.text().lines())
-        .map(|l| serde_json::from_str::<Value>(l).unwrap()["properties"]["n"].as_i64().unwrap())
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["properties"]["n"]
+                .as_i64()
+                .unwrap()
+        })
         .collect();
     assert_eq!(ns, [9, 8, 7, 6]);
 }
@@ -119,7 +151,10 @@ fn events_are_filtered_by_properties_as_posthog_takes_them() {
 #[test]
 fn what_cannot_be_answered_is_a_400_in_posthogs_shape() {
     let server = Server::start();
-    let r = server.api("/api/projects/1/events/?properties=invalid_json", PERSONAL_ONE);
+    let r = server.api(
+        "/api/projects/1/events/?properties=invalid_json",
+        PERSONAL_ONE,
+    );
     assert_eq!(r.status, 400);
     assert_eq!(
         r.json(),
@@ -127,10 +162,19 @@ fn what_cannot_be_answered_is_a_400_in_posthogs_shape() {
                "detail": "Properties are unparsable!", "attr": "properties"})
     );
     for (properties, says) in [
-        (r#"[{"key":"a","value":"x","operator":"ends_wth"}]"#, "unknown operator"),
+        (
+            r#"[{"key":"a","value":"x","operator":"ends_wth"}]"#,
+            "unknown operator",
+        ),
         (r#"[{"key":"a","value":"(","operator":"regex"}]"#, "regex"),
-        (r#"[{"key":"id","value":7,"type":"cohort"}]"#, "not supported"),
-        (r#"{"type":"OR","values":[{"key":"a","value":1},{"key":"b","value":1}]}"#, "OR"),
+        (
+            r#"[{"key":"id","value":7,"type":"cohort"}]"#,
+            "not supported",
+        ),
+        (
+            r#"{"type":"OR","values":[{"key":"a","value":1},{"key":"b","value":1}]}"#,
+            "OR",
+        ),
     ] {
         for accept in ["application/json", "application/x-ndjson"] {
             let r = server.request(
@@ -142,7 +186,11 @@ fn what_cannot_be_answered_is_a_400_in_posthogs_shape() {
             let body = r.json();
             assert_eq!(
                 (&body["type"], &body["code"], &body["attr"]),
-                (&json!("validation_error"), &json!("invalid_input"), &json!("properties"))
+                (
+                    &json!("validation_error"),
+                    &json!("invalid_input"),
+                    &json!("properties")
+                )
             );
             let detail = body["detail"].as_str().unwrap();
             assert!(detail.contains(says), "{properties}: {detail}");

@@ -105,8 +105,15 @@ impl Matcher {
             let field = e.field();
             let field = field.split_once("properties[0]").map_or(field, |(_, f)| f);
             let field = field.trim_start_matches('.');
-            let at = if field.is_empty() { String::new() } else { format!("{field}: ") };
-            ApiError::BadQuery(format!("the property filter is not valid: {at}{}", e.kind()))
+            let at = if field.is_empty() {
+                String::new()
+            } else {
+                format!("{field}: ")
+            };
+            ApiError::BadQuery(format!(
+                "the property filter is not valid: {at}{}",
+                e.kind()
+            ))
         };
         // What `check` refuses too (an unknown operator, a field no filter has, ...):
         // the flags would quietly never match it.

@@ -38,21 +38,57 @@ fn each_operator_is_posthogs_with_the_flags_coercion() {
                    "sent": "2026-01-01T00:00:00Z", "none": null});
     let cases = [
         (r#"[{"key":"$browser","value":"Chrome"}]"#, true),
-        (r#"[{"key":"$browser","value":"chrome","operator":"exact"}]"#, true),
-        (r#"[{"key":"$browser","value":["Safari","Chrome"],"operator":"exact"}]"#, true),
-        (r#"[{"key":"$browser","value":["Safari"],"operator":"exact"}]"#, false),
-        (r#"[{"key":"$browser","value":[],"operator":"exact"}]"#, false),
-        (r#"[{"key":"$browser","value":["Safari"],"operator":"is_not"}]"#, true),
-        (r#"[{"key":"$browser","value":"Chrome","operator":"is_not"}]"#, false),
-        (r#"[{"key":"$browser","value":"HRO","operator":"icontains"}]"#, true),
-        (r#"[{"key":"$browser","value":"hro","operator":"not_icontains"}]"#, false),
-        (r#"[{"key":"$browser","value":"^Chr","operator":"regex"}]"#, true),
-        (r#"[{"key":"$browser","value":"^chr","operator":"regex"}]"#, false),
-        (r#"[{"key":"$browser","value":"^Chr","operator":"not_regex"}]"#, false),
+        (
+            r#"[{"key":"$browser","value":"chrome","operator":"exact"}]"#,
+            true,
+        ),
+        (
+            r#"[{"key":"$browser","value":["Safari","Chrome"],"operator":"exact"}]"#,
+            true,
+        ),
+        (
+            r#"[{"key":"$browser","value":["Safari"],"operator":"exact"}]"#,
+            false,
+        ),
+        (
+            r#"[{"key":"$browser","value":[],"operator":"exact"}]"#,
+            false,
+        ),
+        (
+            r#"[{"key":"$browser","value":["Safari"],"operator":"is_not"}]"#,
+            true,
+        ),
+        (
+            r#"[{"key":"$browser","value":"Chrome","operator":"is_not"}]"#,
+            false,
+        ),
+        (
+            r#"[{"key":"$browser","value":"HRO","operator":"icontains"}]"#,
+            true,
+        ),
+        (
+            r#"[{"key":"$browser","value":"hro","operator":"not_icontains"}]"#,
+            false,
+        ),
+        (
+            r#"[{"key":"$browser","value":"^Chr","operator":"regex"}]"#,
+            true,
+        ),
+        (
+            r#"[{"key":"$browser","value":"^chr","operator":"regex"}]"#,
+            false,
+        ),
+        (
+            r#"[{"key":"$browser","value":"^Chr","operator":"not_regex"}]"#,
+            false,
+        ),
         (r#"[{"key":"$browser","operator":"is_set"}]"#, true),
         (r#"[{"key":"none","operator":"is_set"}]"#, true),
         (r#"[{"key":"$os","operator":"is_not_set"}]"#, true),
-        (r#"[{"key":"$browser","operator":"is_not_set","value":"is_not_set"}]"#, false),
+        (
+            r#"[{"key":"$browser","operator":"is_not_set","value":"is_not_set"}]"#,
+            false,
+        ),
         // Numbers: numeric strings on either side compare as numbers.
         (r#"[{"key":"n","value":10,"operator":"gt"}]"#, true),
         (r#"[{"key":"n","value":"12","operator":"gte"}]"#, true),
@@ -65,13 +101,25 @@ fn each_operator_is_posthogs_with_the_flags_coercion() {
         // Booleans: true and "true" are the same.
         (r#"[{"key":"paid","value":"true"}]"#, true),
         (r#"[{"key":"paid","value":["false"]}]"#, false),
-        (r#"[{"key":"sent","value":"2026-06-01","operator":"is_date_before"}]"#, true),
-        (r#"[{"key":"sent","value":"2026-06-01","operator":"is_date_after"}]"#, false),
+        (
+            r#"[{"key":"sent","value":"2026-06-01","operator":"is_date_before"}]"#,
+            true,
+        ),
+        (
+            r#"[{"key":"sent","value":"2026-06-01","operator":"is_date_after"}]"#,
+            false,
+        ),
         // A missing property: the positive operators fail, the negative ones pass.
         (r#"[{"key":"$os","value":"Mac"}]"#, false),
         (r#"[{"key":"$os","value":"Mac","operator":"is_not"}]"#, true),
-        (r#"[{"key":"$os","value":"x","operator":"not_icontains"}]"#, true),
-        (r#"[{"key":"$os","value":"x","operator":"not_regex"}]"#, true),
+        (
+            r#"[{"key":"$os","value":"x","operator":"not_icontains"}]"#,
+            true,
+        ),
+        (
+            r#"[{"key":"$os","value":"x","operator":"not_regex"}]"#,
+            true,
+        ),
         (r#"[{"key":"$os","value":1,"operator":"lt"}]"#, false),
     ];
     for (properties, want) in cases {
@@ -108,18 +156,48 @@ fn what_cannot_be_answered_is_a_400_naming_properties() {
     assert_eq!(refusal(r#"[{"key":"a""#), "Properties are unparsable!");
     let cases = [
         ("3", "must be a list of filters"),
-        (r#"[{"key":"a","value":"x","operator":"ends_wth"}]"#, "properties[0]: "),
-        (r#"[{"key":"a","value":"x","operator":"ends_wth"}]"#, r#"unknown operator "ends_wth""#),
-        (r#"[{"key":"a","value":"(","operator":"regex"}]"#, "regex parse error"),
-        (r#"[{"key":"a","value":1},{"key":"b"}]"#, r#"properties[1]: value is required for operator "exact""#),
-        (r#"[{"key":"id","value":2,"type":"cohort"}]"#, r#"filters of type "cohort" are not supported"#),
-        (r#"[{"key":"a","value":1,"type":"group","group_type_index":0}]"#, "not supported"),
+        (
+            r#"[{"key":"a","value":"x","operator":"ends_wth"}]"#,
+            "properties[0]: ",
+        ),
+        (
+            r#"[{"key":"a","value":"x","operator":"ends_wth"}]"#,
+            r#"unknown operator "ends_wth""#,
+        ),
+        (
+            r#"[{"key":"a","value":"(","operator":"regex"}]"#,
+            "regex parse error",
+        ),
+        (
+            r#"[{"key":"a","value":1},{"key":"b"}]"#,
+            r#"properties[1]: value is required for operator "exact""#,
+        ),
+        (
+            r#"[{"key":"id","value":2,"type":"cohort"}]"#,
+            r#"filters of type "cohort" are not supported"#,
+        ),
+        (
+            r#"[{"key":"a","value":1,"type":"group","group_type_index":0}]"#,
+            "not supported",
+        ),
         (r#"["a"]"#, "a filter must be an object"),
         (r#"[{"value":"x"}]"#, "key must be a property name"),
-        (r#"[{"key":"a","value":"x","operator":3}]"#, "operator must be a string"),
-        (r#"{"type":"OR","values":[{"key":"a","value":1},{"key":"b","value":2}]}"#, "OR group"),
-        (r#"{"type":"XOR","values":[]}"#, "PropertyGroup is unparsable"),
-        (r#"{"type":"AND","values":3}"#, "PropertyGroup is unparsable"),
+        (
+            r#"[{"key":"a","value":"x","operator":3}]"#,
+            "operator must be a string",
+        ),
+        (
+            r#"{"type":"OR","values":[{"key":"a","value":1},{"key":"b","value":2}]}"#,
+            "OR group",
+        ),
+        (
+            r#"{"type":"XOR","values":[]}"#,
+            "PropertyGroup is unparsable",
+        ),
+        (
+            r#"{"type":"AND","values":3}"#,
+            "PropertyGroup is unparsable",
+        ),
     ];
     for (properties, says) in cases {
         let detail = refusal(properties);
@@ -142,7 +220,9 @@ fn the_refusal_is_posthogs_error_shape() {
 
 fn body_json(response: hyper::Response<crate::http::response::Body>) -> Value {
     use http_body_util::BodyExt;
-    let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
     let bytes = runtime
         .block_on(response.into_body().collect())
         .unwrap()
@@ -172,9 +252,15 @@ fn store_persons(trees: &Trees) {
             first_distinct_id: name.clone(),
         };
         let person = serde_json::to_vec(&p).unwrap();
-        trees.persons.insert(keys::with_uuid(1, p.id), person).unwrap();
+        trees
+            .persons
+            .insert(keys::with_uuid(1, p.id), person)
+            .unwrap();
         let id = p.id.as_bytes().to_vec();
-        trees.distinct_ids.insert(keys::with_str(1, &name), id).unwrap();
+        trees
+            .distinct_ids
+            .insert(keys::with_str(1, &name), id)
+            .unwrap();
     }
 }
 
@@ -184,7 +270,11 @@ fn plain(trees: &Trees, properties: &str) -> Vec<Value> {
     let f = parse(properties).unwrap().unwrap();
     query::events(trees, 1, query::EventFilter::default(), None)
         .map(Result::unwrap)
-        .filter(|(_, e)| f.event.iter().all(|m| m.matches(&e.distinct_id, &e.properties)))
+        .filter(|(_, e)| {
+            f.event
+                .iter()
+                .all(|m| m.matches(&e.distinct_id, &e.properties))
+        })
         .filter(|(_, e)| {
             let p = query::person_by_distinct_id(trees, 1, &e.distinct_id).unwrap();
             let props = p.map(|p| p.properties).unwrap_or_default();
@@ -238,11 +328,20 @@ fn the_first_key_an_event_filter_needs_narrows_the_read() {
     let (dir, trees) = stored_events();
     let db = sled::open(dir.path().join("unused")).unwrap();
     let open = Arc::new(Open { db, trees });
-    let key = |properties: &str| parse(properties).unwrap().unwrap().test(open.clone(), 1).key();
+    let key = |properties: &str| {
+        parse(properties)
+            .unwrap()
+            .unwrap()
+            .test(open.clone(), 1)
+            .key()
+    };
     assert_eq!(
         key(r#"[{"key":"plan","operator":"is_not_set"},{"key":"n","value":3,"operator":"gt"}]"#),
         Some("n".to_owned())
     );
     assert_eq!(key(r#"[{"key":"plan","value":"x","type":"person"}]"#), None);
-    assert_eq!(key(r#"[{"key":"plan","value":"x","operator":"is_not"}]"#), None);
+    assert_eq!(
+        key(r#"[{"key":"plan","value":"x","operator":"is_not"}]"#),
+        None
+    );
 }
