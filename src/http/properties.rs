@@ -27,6 +27,7 @@ use super::params::Params;
 use crate::store::block::Rows;
 use crate::store::live::Open;
 use crate::store::query::{self, BlockTest};
+use crate::store::{keys, person_bytes, person_probe};
 
 /// Distinct ids whose answer a read remembers at most: a person's events share one or
 /// a few, and the memory stays bounded when a read meets many.
@@ -224,6 +225,8 @@ impl BlockTest for AllOf {
 
 /// Person filters on the current properties of the person of each event's distinct
 /// id (none: no properties), each distinct id's answer remembered for the read.
+/// A person is read from the runs (a random block read each), so a page costs about
+/// a person read for each distinct id among the events it tests.
 struct PersonTest {
     matchers: Vec<Matcher>,
     open: Arc<Open>,
@@ -236,8 +239,17 @@ impl PersonTest {
         if let Some(&known) = self.known.get(distinct_id) {
             return Ok(known);
         }
-        let person = query::person_by_distinct_id(&self.open.trees, self.project, distinct_id)?;
-        let properties = person.map(|p| p.properties).unwrap_or_default();
+        let trees = &self.open.trees;
+        let person = query::person_id_of(trees, self.project, distinct_id)?;
+        // Read as the console's searches of persons read them: bytes kept between
+        // requests, and only the properties tested taken out.
+        let bytes = person.and_then(|id| {
+            let key = keys::with_uuid(self.project, id);
+            person_bytes::global().get(&trees.persons, &key)
+        });
+        let tested: Vec<&str> = self.matchers.iter().map(Matcher::key).collect();
+        let probe = bytes.and_then(|b| person_probe::probe(&b, &tested));
+        let properties = probe.map(|p| p.properties).unwrap_or_default();
         let passes = (self.matchers.iter()).all(|m| m.matches(distinct_id, &properties));
         if self.known.len() >= PERSONS_MEMO {
             self.known.clear();
