@@ -45,7 +45,8 @@ pub struct Latency {
 /// What is looked up, to see which pages grow with the database: events of a name most
 /// events have, of a rarer one (one in twenty), of a rare one (one in two hundred, all
 /// sent early in the run), of a name no event has, and of a name and a person at once;
-/// the console's flag pages; searches by a property that many match and that few do.
+/// the console's flag pages; searches by a property that many match and that few do,
+/// and the read API's `properties` filter by an event's key and by a person's.
 const KINDS: &[&str] = &[
     "person by distinct id",
     "a person's events",
@@ -64,6 +65,8 @@ const KINDS: &[&str] = &[
     "console events, $pageview",
     "console events, $current_url contains billing",
     "console events, alias is set",
+    "API events, alias is set",
+    "API $pageviews, person's plan is pro",
     "console persons, email of one",
     "console persons, plan is pro",
     "console flags list",
@@ -134,6 +137,18 @@ fn lookup_request(
         "console events, alias is set" => {
             console("/console/api/events?property=alias&operator=is_set&limit=50")
         }
+        // `properties=[{"key":"alias","operator":"is_set"}]`
+        "API events, alias is set" => api(
+            "/api/projects/1/events/?limit=100&properties=%5B%7B%22key%22%3A%22alias%22%2C\
+             %22operator%22%3A%22is_set%22%7D%5D"
+                .into(),
+        ),
+        // `properties=[{"key":"plan","value":"pro","type":"person"}]`
+        "API $pageviews, person's plan is pro" => api(
+            "/api/projects/1/events/?event=%24pageview&limit=100&properties=%5B%7B%22key%22%3A\
+             %22plan%22%2C%22value%22%3A%22pro%22%2C%22type%22%3A%22person%22%7D%5D"
+                .into(),
+        ),
         "console persons, email of one" => console(&format!(
             "/console/api/persons?property=email&operator=icontains&value={id}%40&limit=50"
         )),

@@ -10,13 +10,15 @@ use hyper::{HeaderMap, Response, StatusCode};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
+use super::console::find;
 use super::error::ApiError;
 use super::params::Params;
+use super::properties::Filters;
 use super::response::{self, Body, Channel};
 use crate::app::App;
 use crate::capture::timestamp;
 use crate::persons::Person;
-use crate::store::query::{self, EventFilter};
+use crate::store::query::{self, BlockTest, EventFilter};
 use crate::store::Group;
 use crate::support::hex;
 
@@ -92,21 +94,30 @@ pub async fn serve(
     match resource {
         Resource::Events => {
             let filter = params.filter()?;
+            let test = Filters::from_params(&params)?.map(|f| f.test(trees.clone(), project));
             let wants_ndjson = headers
                 .get(ACCEPT)
                 .and_then(|v| v.to_str().ok())
                 .is_some_and(|v| v.contains("application/x-ndjson"));
             if wants_ndjson {
-                return Ok(export(trees, project, filter));
+                return Ok(export(trees, project, filter, test));
             }
             let limit = params.limit()?;
             let cursor = params.cursor()?;
-            let (events, next) = blocking(move || {
-                query::events_page(&trees.trees, project, filter, cursor.as_deref(), limit)
-            })
-            .await?;
+            let (results, next) = match test {
+                Some(test) => {
+                    let page = tested_page(trees, project, filter, cursor, limit, test).await?;
+                    (page.events, page.next)
+                }
+                None => {
+                    let (events, next) = blocking(move || {
+                        query::events_page(&trees.trees, project, filter, cursor.as_deref(), limit)
+                    })
+                    .await?;
+                    (events.iter().map(|e| e.to_api()).collect(), next)
+                }
+            };
             let next = next.map(|key| next_url(app, headers, path, query, &hex(&key)));
-            let results: Vec<Value> = events.iter().map(|e| e.to_api()).collect();
             Ok(response::json(
                 StatusCode::OK,
                 &json!({"results": results, "next": next}),
@@ -177,6 +188,25 @@ fn group_json(g: &Group) -> Value {
     })
 }
 
+/// A page of the events `test` passes: those in the next
+/// [`MAX_BLOCKS_EXAMINED`](find::MAX_BLOCKS_EXAMINED) blocks read, up to `limit`; its
+/// cursor goes on below the last event examined, so a page may be short, even empty,
+/// and still have a next.
+pub(super) async fn tested_page(
+    trees: Arc<crate::store::live::Open>,
+    project: u64,
+    filter: EventFilter,
+    cursor: Option<Vec<u8>>,
+    limit: usize,
+    test: Box<dyn BlockTest>,
+) -> Result<find::EventsPage, ApiError> {
+    blocking(move || {
+        let walk = query::events(&trees.trees, project, filter, cursor.as_deref());
+        find::events_page(walk.tested(test, find::MAX_BLOCKS_EXAMINED), project, limit)
+    })
+    .await
+}
+
 /// Run a storage read on the blocking pool.
 async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, sled::Error> + Send + 'static,
@@ -184,16 +214,21 @@ async fn blocking<T: Send + 'static>(
     super::error::storage_read("read API", f).await
 }
 
-/// Stream every matching event as one JSON object per line.
+/// Stream every matching event (every one `test` passes) as one JSON object per line.
 fn export(
     trees: Arc<crate::store::live::Open>,
     project: u64,
     filter: EventFilter,
+    test: Option<Box<dyn BlockTest>>,
 ) -> Response<Body> {
     let (tx, rx) = mpsc::channel(EXPORT_CHUNKS_AHEAD);
     tokio::task::spawn_blocking(move || {
         let mut chunk = Vec::with_capacity(EXPORT_CHUNK_BYTES);
-        for entry in query::events(&trees.trees, project, filter, None) {
+        let mut events = query::events(&trees.trees, project, filter, None);
+        if let Some(test) = test {
+            events = events.tested(test, usize::MAX);
+        }
+        for entry in events {
             match entry {
                 Ok((_, event)) => {
                     if serde_json::to_writer(&mut chunk, &event.to_api()).is_err() {

@@ -45,6 +45,9 @@ pub enum ApiError {
     SignedOut(&'static str),
     /// A query parameter that does not parse.
     BadQuery(String),
+    /// A query parameter that does not parse, named in `attr` as PostHog's API names
+    /// the field at fault (`properties`).
+    BadParam(&'static str, String),
     /// A storage read failed; the body says no more than that.
     Storage,
     /// A request's work failed unexpectedly (a background task did not finish).
@@ -250,7 +253,7 @@ impl ApiError {
                  /flags/definitions and /api/feature_flag/local_evaluation"
                     .into(),
             ),
-            ApiError::BadQuery(detail) => (
+            ApiError::BadQuery(detail) | ApiError::BadParam(_, detail) => (
                 StatusCode::BAD_REQUEST,
                 VALIDATION,
                 "invalid_input",
@@ -391,7 +394,11 @@ impl ApiError {
             Some(parts) => parts,
             None => {
                 let (status, kind, code, detail) = self.parts();
-                (status, kind, code, detail, None)
+                let attr = match &self {
+                    ApiError::BadParam(attr, _) => Some(*attr),
+                    _ => None,
+                };
+                (status, kind, code, detail, attr)
             }
         };
         let mut r = response::json(

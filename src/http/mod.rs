@@ -19,6 +19,7 @@ pub mod not_kept;
 pub mod params;
 pub mod personal;
 pub mod project_key;
+pub mod properties;
 pub mod recordings;
 pub mod remote_config;
 pub mod response;

@@ -189,7 +189,7 @@ impl Events {
         let mut left: Vec<u32> = (0..block.heads().len() as u32)
             .filter(|&i| self.bounds.matches(&block, &block.heads()[i as usize]))
             .collect();
-        self.keep(&block, &mut left);
+        self.keep(&block, &mut left)?;
         let loaded = Loaded::new(block, left);
         if let Some(place) = loaded.next_place() {
             let slot = match self.loaded.iter().position(Option::is_none) {

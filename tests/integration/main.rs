@@ -32,6 +32,7 @@ mod ops;
 mod package;
 mod person_events;
 mod read_api;
+mod read_api_properties;
 mod refusals;
 mod sdk;
 mod security;

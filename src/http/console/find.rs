@@ -20,10 +20,11 @@ use uuid::Uuid;
 use super::super::api::{self, Resource};
 use super::super::error::ApiError;
 use super::super::params::Params;
+use super::super::properties::Filters;
 use super::super::response::{self, Body};
 use super::insights::blocking;
 use crate::app::App;
-use crate::flags::{Context, ProjectRules};
+use crate::flags::{CompileError, Context, ProjectRules};
 use crate::persons::Person;
 use crate::store::block::{Cell, Column, Rows};
 use crate::store::keys;
@@ -35,7 +36,7 @@ use crate::store::query::{self, BlockTest};
 /// value, so this bounds one request to tens of milliseconds
 /// (BENCHMARKS.md, "The console's pages by a property"): about 100,000 events of
 /// web traffic.
-const MAX_BLOCKS_EXAMINED: usize = 2_000;
+pub const MAX_BLOCKS_EXAMINED: usize = 2_000;
 /// What the property suggestions sample: the newest events and the first persons in
 /// id order (hash order for most ids, so close to a random sample).
 const SAMPLE: usize = 2_000;
@@ -73,13 +74,6 @@ impl Matcher {
             "is_set" | "is_not_set" => Value::from(operator),
             _ => Value::from(text),
         };
-        if matches!(operator, "regex" | "not_regex") {
-            // The flags treat a regex that does not compile as never matching; a search
-            // says why instead.
-            regex::Regex::new(text).map_err(|e| {
-                ApiError::BadQuery(format!("the property filter is not valid: {e}"))
-            })?;
-        }
         let filter = json!({"key": key, "operator": operator, "value": value, "type": "person"});
         Matcher::new(filter, None).map(Some)
     }
@@ -91,16 +85,38 @@ impl Matcher {
             Some(Value::String(key)) => key.clone(),
             _ => return Err(ApiError::BadQuery("the property filter has no key".into())),
         };
+        let operator = filter.get("operator").and_then(Value::as_str);
+        if let (Some("regex" | "not_regex"), Some(Value::String(pattern))) =
+            (operator, filter.get("value"))
+        {
+            // The flags treat a regex that does not compile as never matching; a search
+            // says why instead.
+            regex::Regex::new(pattern).map_err(|e| {
+                ApiError::BadQuery(format!("the property filter is not valid: {e}"))
+            })?;
+        }
         let mut definitions = json!({"flags": [{"id": 1, "key": "console-filter", "active": true,
             "filters": {"groups": [{"properties": [filter], "rollout_percentage": 100}]}}]});
         if let Some(version) = matching {
             definitions["property_matching_version"] = version.clone();
         }
-        let refused = |e: &dyn std::fmt::Display| {
-            ApiError::BadQuery(format!("the property filter is not valid: {e}"))
+        let refused = |e: &CompileError| {
+            // The field of the filter at fault, without the flag it was compiled in.
+            let field = e.field();
+            let field = field.split_once("properties[0]").map_or(field, |(_, f)| f);
+            let field = field.trim_start_matches('.');
+            let at = if field.is_empty() {
+                String::new()
+            } else {
+                format!("{field}: ")
+            };
+            ApiError::BadQuery(format!(
+                "the property filter is not valid: {at}{}",
+                e.kind()
+            ))
         };
-        // What `check` refuses too (a regex that does not compile, ...): the flags
-        // would quietly never match it.
+        // What `check` refuses too (an unknown operator, a field no filter has, ...):
+        // the flags would quietly never match it.
         if let Some(problem) = crate::flags::lint(&definitions).first() {
             return Err(refused(problem));
         }
@@ -176,9 +192,10 @@ pub fn persons_of(
         .map(|entry| entry.map(|(_, bytes)| serde_json::from_slice::<Person>(&bytes).ok()))
 }
 
-/// `events?...` as the read API answers it, plus `property`/`operator`/`value`: the
-/// page holds the matches in the next [`MAX_BLOCKS_EXAMINED`] blocks read, and `next`
-/// goes on below the last event examined.
+/// `events?...` as the read API answers it (`properties` too), plus
+/// `property`/`operator`/`value`: the page holds the matches in the next
+/// [`MAX_BLOCKS_EXAMINED`] blocks read, and `next` goes on below the last event
+/// examined.
 pub async fn events(
     app: &Arc<App>,
     project: u64,
@@ -190,16 +207,13 @@ pub async fn events(
     let Some(matcher) = Matcher::from_params(&params)? else {
         return api::serve(app, project, Resource::Events, headers, path, query).await;
     };
+    let filters = Filters::from_params(&params)?.unwrap_or_default();
     let filter = params.filter()?;
     let limit = params.limit()?;
     let cursor = params.cursor()?;
     let open = app.store.get().ok_or(ApiError::Storage)?;
-    let page = blocking(move || {
-        let walk = query::events(&open.trees, project, filter, cursor.as_deref());
-        let test = Box::new(ColumnTest::new(matcher));
-        events_page(walk.tested(test, MAX_BLOCKS_EXAMINED), project, limit)
-    })
-    .await?;
+    let test = filters.and(matcher).test(open.clone(), project);
+    let page = api::tested_page(open, project, filter, cursor, limit, test).await?;
     let next =
         (page.next).map(|key| api::next_url(app, headers, path, query, &crate::support::hex(&key)));
     Ok(response::json(
@@ -299,7 +313,7 @@ impl BlockTest for ColumnTest {
         (self.matcher.needs_key()).then(|| self.matcher.key().to_owned())
     }
 
-    fn keep(&mut self, rows: &Rows, left: &mut Vec<u32>) {
+    fn keep(&mut self, rows: &Rows, left: &mut Vec<u32>) -> Result<(), sled::Error> {
         let key = self.matcher.key().to_owned();
         let Some(column) = rows.column(&key) else {
             // Layouts 1 and 2 keep each event's properties whole.
@@ -307,13 +321,14 @@ impl BlockTest for ColumnTest {
                 let event = rows.stored(i as usize);
                 event.is_some_and(|e| self.matcher.matches(&e.distinct_id, &e.properties))
             });
-            return;
+            return Ok(());
         };
         if self.matcher.needs_key() && !column.may_hold() {
             left.clear();
-            return;
+            return Ok(());
         }
         left.retain(|&i| self.passes(rows, &column, i as usize));
+        Ok(())
     }
 }
 
@@ -389,4 +404,4 @@ fn most_first(counts: HashMap<String, u64>, n: usize) -> Vec<String> {
 
 #[cfg(test)]
 #[path = "tests/find.rs"]
-mod tests;
+pub(crate) mod tests;

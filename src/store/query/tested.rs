@@ -33,8 +33,9 @@ pub trait BlockTest: Send {
     /// it may pass (a negative test) or the key is not a property (`distinct_id`).
     fn key(&self) -> Option<String>;
 
-    /// Keep in `left` (indexes of `rows`' events, oldest first) those that pass.
-    fn keep(&mut self, rows: &Rows, left: &mut Vec<u32>);
+    /// Keep in `left` (indexes of `rows`' events, oldest first) those that pass; a
+    /// test that reads more than the block (a person's properties) may fail reading.
+    fn keep(&mut self, rows: &Rows, left: &mut Vec<u32>) -> Result<(), sled::Error>;
 }
 
 /// The test of a read, its bound, and what it did.
@@ -132,13 +133,14 @@ impl Events {
     }
 
     /// `left` less the events the test fails.
-    pub(super) fn keep(&mut self, rows: &Rows, left: &mut Vec<u32>) {
+    pub(super) fn keep(&mut self, rows: &Rows, left: &mut Vec<u32>) -> Result<(), sled::Error> {
         if let Some(t) = &mut self.test {
             t.examined += left.len();
             if !left.is_empty() {
-                t.test.keep(rows, left);
+                t.test.keep(rows, left)?;
             }
         }
+        Ok(())
     }
 
     /// Whether the newest pending match is below the cut, so the read ends here.

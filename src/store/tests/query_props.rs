@@ -31,13 +31,14 @@ impl BlockTest for Has {
         Some(self.0.into())
     }
 
-    fn keep(&mut self, rows: &Rows, left: &mut Vec<u32>) {
+    fn keep(&mut self, rows: &Rows, left: &mut Vec<u32>) -> Result<(), sled::Error> {
         left.retain(|&i| {
             rows.stored(i as usize)
                 .unwrap()
                 .properties
                 .contains_key(self.0)
         });
+        Ok(())
     }
 }
 

@@ -93,7 +93,7 @@ fn most_common_first_then_by_name() {
 /// ranges, properties of every kind (a key needing escapes, null, a list, numbers as
 /// text, a `distinct_id` property, properties kept whole), and chunks whose blocks
 /// hold no `plan` at all.
-fn stored_events() -> (tempfile::TempDir, crate::store::Trees) {
+pub(crate) fn stored_events() -> (tempfile::TempDir, crate::store::Trees) {
     use crate::store::block::Entry;
     use crate::store::StoredEvent;
     let dir = tempfile::tempdir().unwrap();
@@ -248,9 +248,9 @@ fn blocks_without_the_property_are_not_decoded() {
         fn key(&self) -> Option<String> {
             self.0.key()
         }
-        fn keep(&mut self, rows: &Rows, left: &mut Vec<u32>) {
+        fn keep(&mut self, rows: &Rows, left: &mut Vec<u32>) -> Result<(), sled::Error> {
             self.1.fetch_add(1, Ordering::Relaxed);
-            self.0.keep(rows, left);
+            self.0.keep(rows, left)
         }
     }
     let (mut blocks, mut with_plan, mut events_with_plan) = (0, 0, 0);
