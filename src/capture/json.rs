@@ -211,9 +211,9 @@ impl Working {
     /// Its copies of the body and of its strings, as made for `len` with simd-json's
     /// padding (32 and 64 bytes), and its index of structural characters by the
     /// length of the last parse: that index's capacity is private, so this part is
-    /// a floor (up to twice it).
+    /// a floor.
     fn bytes(&self) -> usize {
-        2 * self.len + 96 + self.buffers.structural_indexes().len() * size_of::<u32>()
+        2 * self.len + 96 + size_of_val(self.buffers.structural_indexes())
     }
 }
 
