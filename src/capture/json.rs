@@ -1,7 +1,8 @@
 //! JSON parsing for ingestion, with simd-json, guarded against input that would
 //! overflow the stack when turned into (or dropped as) a recursive value.
 
-use std::cell::RefCell;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use serde_json::Value;
 use simd_json::{Buffers, Node, Tape};
@@ -65,8 +66,8 @@ fn parse_large_keeping(bytes: &mut [u8]) -> Result<Parsed<'_>, Error> {
     }
 }
 
-/// [`parse_tape`], reusing this thread's scratch memory for bodies up to `scratch_max`
-/// bytes.
+/// [`parse_tape`], reusing the kept scratch memory ([`Kept`]) for bodies up to
+/// `scratch_max` bytes.
 ///
 /// A small body is parsed first and its depth read off the tape, which is far cheaper
 /// than a pass over its bytes; only a body that fails to parse is scanned, from a copy
@@ -84,54 +85,45 @@ fn parse_tape_within(bytes: &mut [u8], scratch_max: usize) -> Result<Parsed<'_>,
             })
             .map_err(|e| Error::InvalidJson(e.to_string()));
     }
-    let mut scratch = SCRATCH.with(|s| s.borrow_mut().take()).unwrap_or_default();
-    scratch.original.clear();
-    scratch.original.extend_from_slice(bytes);
-    let mut tape = std::mem::replace(&mut scratch.tape, Tape(Vec::new())).reset();
-    let parsed = simd_json::fill_tape(bytes, &mut scratch.buffers, &mut tape);
+    let mut working = WORKING
+        .take()
+        .filter(|w| w.len >= bytes.len())
+        .unwrap_or_else(|| Working::new(bytes.len().next_power_of_two().max(USUAL_BODY_BYTES)));
+    let mut original = ORIGINALS.take().unwrap_or_default();
+    original.clear();
+    original.extend_from_slice(bytes);
+    let mut tape = Tape(TAPES.take().unwrap_or_default()).reset();
+    let parsed = simd_json::fill_tape(bytes, &mut working.buffers, &mut tape);
     let result = match parsed {
         Ok(()) if deeper_than(&tape.0, MAX_DEPTH) => Err(too_deep(MAX_DEPTH)),
         Ok(()) => Ok(()),
-        Err(e) => {
-            check_depth(&scratch.original, MAX_DEPTH).and(Err(Error::InvalidJson(e.to_string())))
-        }
+        Err(e) => check_depth(&original, MAX_DEPTH).and(Err(Error::InvalidJson(e.to_string()))),
     };
-    let original = if result.is_ok() {
-        Some(std::mem::take(&mut scratch.original))
-    } else {
-        if scratch.original.capacity() > scratch_max {
-            scratch.original = Vec::new();
-        }
-        None
-    };
-    // The scratch goes back now, the tape and the original when the caller is done
+    // The buffers go back now, the tape and the original when the caller is done
     // with them.
-    SCRATCH.with(|s| *s.borrow_mut() = Some(scratch));
+    let weight = working.bytes();
+    WORKING.give(working, weight);
     match result {
         Ok(()) => Ok(Parsed {
             tape: tape.0,
-            original,
+            original: Some(original),
         }),
         Err(e) => {
             recycle(tape.0);
+            recycle_original(original);
             Err(e)
         }
     }
 }
 
-/// Keep a body copy from [`parse_tape_keeping`] for the next parse on this thread.
+/// Keep a body copy from [`parse_tape_keeping`] for a later parse.
 pub fn recycle_original(mut original: Vec<u8>) {
     if original.capacity() > SCRATCH_MAX_BYTES {
         return;
     }
     original.clear();
-    SCRATCH.with(|s| {
-        if let Some(scratch) = s.borrow_mut().as_mut() {
-            if scratch.original.capacity() < original.capacity() {
-                scratch.original = original;
-            }
-        }
-    });
+    let weight = original.capacity();
+    ORIGINALS.give(original, weight);
 }
 
 /// Whether a tape nests containers more than `max` deep.
@@ -159,25 +151,29 @@ fn too_deep(max: usize) -> Error {
     Error::InvalidJson(format!("nested deeper than {max} levels"))
 }
 
-/// Keep a tape's memory for the next [`parse_tape`] on this thread.
+/// Keep a tape's memory for a later [`parse_tape`].
 pub fn recycle(tape: Vec<Node<'_>>) {
     if tape.capacity() > SCRATCH_MAX_NODES {
         return;
     }
-    let tape = Tape(tape).reset();
-    SCRATCH.with(|s| {
-        if let Some(scratch) = s.borrow_mut().as_mut() {
-            if scratch.tape.0.capacity() < tape.0.capacity() {
-                scratch.tape = tape;
-            }
-        }
-    });
+    let tape: Tape<'static> = Tape(tape).reset();
+    let weight = tape.0.capacity() * size_of::<Node<'static>>();
+    TAPES.give(tape.0, weight);
 }
 
-/// Bodies up to this size are parsed with memory each thread keeps (a few times
+/// The bytes of the parser's scratch memory kept between parses (`/metrics`,
+/// `flagpost_memory_bytes{holder="parser_scratch"}`).
+pub fn kept_bytes() -> usize {
+    WORKING.bytes() + TAPES.bytes() + ORIGINALS.bytes()
+}
+
+/// Bodies up to this size are parsed with memory kept between parses (a few times
 /// this size: simd-json's copies and indexes, and the tape), so a request does not
 /// allocate and page in fresh buffers for them. A batch of 100 events is ~60 KiB.
 const SCRATCH_MAX_BYTES: usize = 256 * 1024;
+/// The body size kept buffers are first made for, and below which a kept value is
+/// never thought far larger than usual.
+const USUAL_BODY_BYTES: usize = SCRATCH_MAX_BYTES / 4;
 /// Bodies past the scratch, up to this size, are still kept as sent by
 /// [`parse_tape_keeping`]: the copy is one memcpy, where writing each event out
 /// again a value at a time costs about as much as parsing it (an edge forwards
@@ -188,27 +184,100 @@ const KEEP_MAX_BYTES: usize = 32 * 1024 * 1024;
 /// reserves one per structural character of the body, about one in six bytes of an
 /// event.
 const SCRATCH_MAX_NODES: usize = SCRATCH_MAX_BYTES / 4;
+/// Values of each kind kept: as many as parse at once in service, a body on each
+/// runtime worker (two on the small VMs this runs on) and one in each large decode
+/// (`App::heavy_decodes`, two). A parse finding none makes its own, and only this
+/// many are kept when they come back.
+const KEPT_EACH: usize = 4;
+/// A value given back this many times larger than the usual one is freed, not kept.
+const FAR_LARGER: usize = 4;
 
-/// simd-json's working memory, a tape and a copy of the body, lent to one parse at a
-/// time.
-struct Scratch {
+/// simd-json's buffers and the body length they were made for. A longer body would
+/// grow them inside simd-json, out of sight of the count, so it gets buffers made
+/// for it instead.
+struct Working {
     buffers: Buffers,
-    tape: Tape<'static>,
-    original: Vec<u8>,
+    len: usize,
 }
 
-impl Default for Scratch {
-    fn default() -> Self {
-        Scratch {
-            buffers: Buffers::new(SCRATCH_MAX_BYTES / 4),
-            tape: Tape(Vec::new()),
-            original: Vec::new(),
+impl Working {
+    fn new(len: usize) -> Working {
+        Working {
+            buffers: Buffers::new(len),
+            len,
         }
+    }
+
+    /// Its copies of the body and of its strings, as made for `len` with simd-json's
+    /// padding (32 and 64 bytes), and its index of structural characters by the
+    /// length of the last parse: that index's capacity is private, so this part is
+    /// a floor.
+    fn bytes(&self) -> usize {
+        2 * self.len + 96 + size_of_val(self.buffers.structural_indexes())
     }
 }
 
-thread_local! {
-    static SCRATCH: RefCell<Option<Scratch>> = const { RefCell::new(None) };
+/// A few values of one kind (simd-json's buffers, tapes, body copies) kept between
+/// parses for whichever thread parses next, with their bytes counted. One of each
+/// kept by every thread that ever parsed grew with the blocking pool instead: 17
+/// threads kept 12.4 MiB at 5 M events.
+struct Kept<T> {
+    items: Mutex<Vec<(T, usize)>>,
+    bytes: AtomicUsize,
+    /// A moving average of the bytes of the values given back.
+    usual: AtomicUsize,
+    /// Values up to this many bytes are never thought far larger than usual.
+    floor: usize,
+}
+
+static WORKING: Kept<Working> = Kept::new(2 * USUAL_BODY_BYTES);
+static TAPES: Kept<Vec<Node<'static>>> =
+    Kept::new(USUAL_BODY_BYTES / 4 * size_of::<Node<'static>>());
+static ORIGINALS: Kept<Vec<u8>> = Kept::new(USUAL_BODY_BYTES);
+
+impl<T> Kept<T> {
+    const fn new(floor: usize) -> Kept<T> {
+        Kept {
+            items: Mutex::new(Vec::new()),
+            bytes: AtomicUsize::new(0),
+            usual: AtomicUsize::new(0),
+            floor,
+        }
+    }
+
+    fn take(&self) -> Option<T> {
+        let mut items = self.lock();
+        let (item, weight) = items.pop()?;
+        self.bytes.fetch_sub(weight, Ordering::Relaxed);
+        Some(item)
+    }
+
+    /// Keep `item` of `weight` bytes for a later parse, unless [`KEPT_EACH`] are kept
+    /// already or it is [`FAR_LARGER`] than usual: a rare large batch's memory is
+    /// freed rather than kept for the small ones after it, while a run of large
+    /// batches soon makes their size the usual one.
+    fn give(&self, item: T, weight: usize) {
+        let usual = self.usual.load(Ordering::Relaxed);
+        // A sixteenth of the way to this one; a concurrent update may be lost.
+        self.usual
+            .store(usual - usual / 16 + weight / 16, Ordering::Relaxed);
+        if weight > FAR_LARGER * usual.max(self.floor) {
+            return;
+        }
+        let mut items = self.lock();
+        if items.len() < KEPT_EACH {
+            items.push((item, weight));
+            self.bytes.fetch_add(weight, Ordering::Relaxed);
+        }
+    }
+
+    fn bytes(&self) -> usize {
+        self.bytes.load(Ordering::Relaxed)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Vec<(T, usize)>> {
+        self.items.lock().unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
 /// Reject nesting beyond `max` with one cheap pass over the bytes (brackets inside
@@ -342,6 +411,86 @@ mod tests {
         }
         let sibling = format!("[{},{}]", deep(MAX_DEPTH - 1, ""), deep(MAX_DEPTH - 1, ""));
         assert!(parse_tape(&mut sibling.into_bytes()).is_ok());
+    }
+
+    #[test]
+    fn kept_values_are_few_and_counted() {
+        let kept = Kept::<Vec<u8>>::new(1000);
+        for _ in 0..10 {
+            kept.give(vec![0u8; 100], 100);
+        }
+        assert_eq!(kept.lock().len(), KEPT_EACH);
+        assert_eq!(kept.bytes(), KEPT_EACH * 100);
+        assert_eq!(kept.take().map(|v| v.len()), Some(100));
+        assert_eq!(kept.bytes(), (KEPT_EACH - 1) * 100);
+        while kept.take().is_some() {}
+        assert_eq!(kept.bytes(), 0);
+    }
+
+    #[test]
+    fn a_far_larger_value_is_freed_until_it_is_the_usual() {
+        let kept = Kept::<Vec<u8>>::new(100);
+        for _ in 0..20 {
+            kept.give(Vec::new(), 100);
+        }
+        while kept.take().is_some() {}
+        // Four times the usual (or the floor) is kept, more is not.
+        kept.give(Vec::new(), 400);
+        assert_eq!(kept.bytes(), 400);
+        kept.give(Vec::new(), 10_000);
+        assert_eq!(kept.bytes(), 400, "a rare large value is freed");
+        // A run of them becomes the usual, and they are kept again.
+        let gives = (1..=16).find(|_| {
+            kept.give(Vec::new(), 10_000);
+            kept.bytes() > 400
+        });
+        assert!(gives.is_some_and(|n| n > 1), "{gives:?}");
+        assert_eq!(kept.bytes(), 10_400);
+    }
+
+    /// Parses on many threads at once share the few kept buffers, whatever sizes the
+    /// bodies before them had, and give the tapes a fresh parse gives; what is kept
+    /// stays within its bound and its count.
+    #[test]
+    fn kept_buffers_are_shared_across_threads() {
+        let body = |events: usize, seed: usize| {
+            let one = format!(
+                r#"{{"event":"e{seed}","properties":{{"n":{seed},"s":"a\"b","l":[1,2,{{}}]}}}}"#
+            );
+            format!("[{}]", vec![one; events].join(","))
+        };
+        std::thread::scope(|s| {
+            for t in 0..8 {
+                s.spawn(move || {
+                    for i in 0..40 {
+                        // Mostly small bodies, now and then one far larger.
+                        let events = if (i + t) % 13 == 0 {
+                            3000
+                        } else {
+                            1 + (i * 7 + t) % 40
+                        };
+                        let text = body(events, i * 8 + t);
+                        let mut reference = text.clone().into_bytes();
+                        let want = simd_json::to_tape(&mut reference).unwrap().0;
+                        let mut bytes = text.clone().into_bytes();
+                        let parsed = parse_tape_keeping(&mut bytes).unwrap();
+                        assert_eq!(parsed.tape, want);
+                        assert_eq!(parsed.original.as_deref(), Some(text.as_bytes()));
+                        recycle(parsed.tape);
+                        recycle_original(parsed.original.unwrap());
+                    }
+                });
+            }
+        });
+        fn check<T>(kept: &Kept<T>, max: usize) {
+            let items = kept.lock();
+            assert!(items.len() <= KEPT_EACH);
+            assert_eq!(kept.bytes(), items.iter().map(|(_, w)| w).sum::<usize>());
+            assert!(items.iter().all(|(_, w)| *w <= max));
+        }
+        check(&WORKING, 2 * SCRATCH_MAX_BYTES + 96 + SCRATCH_MAX_BYTES * 4);
+        check(&TAPES, SCRATCH_MAX_NODES * size_of::<Node<'static>>());
+        check(&ORIGINALS, SCRATCH_MAX_BYTES);
     }
 
     #[test]

@@ -85,6 +85,9 @@ impl Compactor {
         s.last_fold = Some(Instant::now());
         match table.fold() {
             Ok(f) => {
+                // The delta folded was allocated on this thread: its memory goes back now,
+                // not when the compactor next idles (after the log empties, while busy).
+                crate::support::idle::freed();
                 s.retry_at = None;
                 s.busy_after = Some(Instant::now() + f.took * BUSY_SPACING);
                 let (hits, misses) = cache::global().counts();

@@ -73,6 +73,8 @@ pub struct Stats {
     /// About the bytes the deduplication window and the memo take, as of the last step.
     pub window_bytes: AtomicU64,
     pub memo_bytes: AtomicU64,
+    /// The overflow limiter's map ([`Limiter::footprint`]), as of the last step or rest.
+    pub limiter_bytes: AtomicU64,
 }
 
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -152,6 +154,16 @@ impl Compactor {
 
     pub fn stats(&self) -> Arc<Stats> {
         self.stats.clone()
+    }
+
+    /// Nothing to apply: the overflow limiter gives back what a spike of distinct ids
+    /// made its map take ([`Limiter::rest`]).
+    fn rest(&mut self) {
+        self.limiter.rest(crate::support::clock::now_ms());
+        let bytes = self.limiter.footprint() as u64;
+        self.stats
+            .limiter_bytes
+            .store(bytes, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// At a stop: cut the unused end off the block file, make the checkpoint durable,

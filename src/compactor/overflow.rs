@@ -7,6 +7,9 @@ use std::hash::{Hash, Hasher};
 
 /// Buckets kept in memory; past this, the idle ones (full again) are forgotten.
 const MAX_BUCKETS: usize = 100_000;
+/// At rest, a map with room for more buckets than this gives back what it can
+/// ([`Limiter::rest`]).
+const SMALL_MAP: usize = 1024;
 
 #[derive(Debug, Clone, Copy)]
 struct Bucket {
@@ -24,6 +27,11 @@ pub struct Limiter {
     /// the key again with its own random keys: the key's hash has fixed keys, so a
     /// client could choose distinct ids that crowd one slot of a map indexed by it.
     buckets: HashMap<u64, Bucket>,
+    /// The latest arrival seen (unix ms): every bucket is full again once the burst
+    /// has refilled since.
+    latest: i64,
+    /// When [`Limiter::rest`] last forgot the full buckets (clock ms).
+    trimmed: i64,
 }
 
 /// The bucket's key: SipHash with fixed keys over the project and the distinct id, so
@@ -41,6 +49,8 @@ impl Limiter {
             rate_per_ms: rate_per_second.max(0.0) / 1000.0,
             burst: burst.max(1.0),
             buckets: HashMap::new(),
+            latest: i64::MIN,
+            trimmed: i64::MIN,
         }
     }
 
@@ -51,6 +61,7 @@ impl Limiter {
         if self.buckets.len() >= MAX_BUCKETS {
             self.forget_idle(now);
         }
+        self.latest = self.latest.max(now);
         let (rate, burst) = (self.rate_per_ms, self.burst);
         let bucket = self
             .buckets
@@ -70,10 +81,49 @@ impl Limiter {
         }
     }
 
-    fn forget_idle(&mut self, now: i64) {
+    /// Nothing to apply (`now` is the clock's): give back the map's memory. Once the
+    /// burst has refilled since the latest arrival every bucket is full, as a new one
+    /// starts, so the whole map goes (a comparison); before that, a map past
+    /// [`SMALL_MAP`] forgets its full buckets and the room they took, at most once a
+    /// refill (a pass over the map), so a spike of distinct ids does not keep its
+    /// room while a few ids stay busy. Forgetting a full bucket changes no answer for
+    /// the events that arrive after `now`.
+    pub fn rest(&mut self, now: i64) {
+        if self.buckets.capacity() == 0 {
+            return;
+        }
+        // Infinite when the rate is 0: the buckets never refill.
+        let refill_ms = self.burst / self.rate_per_ms;
+        let since = |t: i64| now.saturating_sub(t) as f64;
+        if since(self.latest) >= refill_ms {
+            self.buckets = HashMap::new();
+        } else if self.buckets.capacity() > SMALL_MAP && since(self.trimmed) >= refill_ms {
+            self.trimmed = now;
+            self.forget_full(now);
+            self.buckets.shrink_to_fit();
+        }
+    }
+
+    /// The bytes of the map's table: a slot (key and bucket) and a control byte for
+    /// each of its buckets, which hold up to seven eighths of their number.
+    pub fn footprint(&self) -> usize {
+        let room = self.buckets.capacity();
+        let slots = match room {
+            0 => return 0,
+            1..=7 => room + 1,
+            _ => room / 7 * 8,
+        };
+        slots * (size_of::<(u64, Bucket)>() + 1) + 16
+    }
+
+    fn forget_full(&mut self, now: i64) {
         let (rate, burst) = (self.rate_per_ms, self.burst);
         self.buckets
             .retain(|_, b| b.tokens + (now - b.at).max(0) as f64 * rate < burst);
+    }
+
+    fn forget_idle(&mut self, now: i64) {
+        self.forget_full(now);
         if self.buckets.len() >= MAX_BUCKETS / 2 {
             // Most buckets are busy: start over rather than grow without bound, and
             // rather than scan them all again for every new id that follows.
@@ -132,5 +182,66 @@ mod tests {
         }
         assert!(l.allow(1, "new", 20_000));
         assert_eq!(l.buckets.len(), MAX_BUCKETS / 4 + 1);
+    }
+
+    #[test]
+    fn at_rest_the_map_gives_its_memory_back() {
+        // 100/s, a burst of 1000: a bucket that took one token is full again after
+        // 10 ms, one that took them all after 10 s.
+        let mut l = Limiter::new(100.0, 1000.0);
+        for i in 0..20_000 {
+            l.allow(1, &i.to_string(), 0);
+        }
+        let spike = l.footprint();
+        assert!(spike >= 20_000 * size_of::<(u64, Bucket)>(), "{spike}");
+        // None has refilled yet: all stay.
+        l.rest(0);
+        assert_eq!(l.buckets.len(), 20_000);
+        // All have, but a pass over the map is made at most once a refill.
+        l.rest(1);
+        assert_eq!(l.buckets.len(), 20_000);
+        // The burst has refilled since the latest arrival: the whole map goes.
+        l.rest(10_000);
+        assert_eq!(l.footprint(), 0);
+        // A new bucket starts full, as the forgotten ones were.
+        assert_eq!((0..1100).filter(|_| l.allow(1, "0", 10_000)).count(), 1000);
+
+        // A spike, then a few ids still busy: the busy ones stay, with their tokens,
+        // and the room the spike took goes.
+        let mut l = Limiter::new(100.0, 1000.0);
+        for i in 0..20_000 {
+            l.allow(1, &i.to_string(), 0);
+        }
+        for i in 0..10 {
+            for _ in 0..1000 {
+                l.allow(1, &format!("busy {i}"), 5_000);
+            }
+        }
+        assert!(!l.allow(1, "busy 0", 5_000));
+        let before = l.footprint();
+        l.rest(5_000);
+        assert_eq!(l.buckets.len(), 10);
+        assert!(
+            l.footprint() * 100 < before,
+            "{} of {before}",
+            l.footprint()
+        );
+        assert!(!l.allow(1, "busy 0", 5_000), "still empty");
+        assert!(l.allow(1, "busy 0", 5_010), "one token back after 10 ms");
+        // A small map is left as it is until the burst has refilled.
+        let room = l.buckets.capacity();
+        l.rest(15_009);
+        assert_eq!(l.buckets.capacity(), room);
+        l.rest(15_010);
+        assert_eq!(l.footprint(), 0);
+    }
+
+    #[test]
+    fn with_no_rate_the_buckets_are_never_forgotten_at_rest() {
+        let mut l = Limiter::new(0.0, 2.0);
+        assert!(l.allow(1, "a", 0));
+        assert!(l.allow(1, "a", 0));
+        l.rest(i64::MAX);
+        assert!(!l.allow(1, "a", i64::MAX), "it never refills");
     }
 }

@@ -396,6 +396,8 @@ impl Compactor {
             let window = state.window.footprint() as u64;
             self.stats.window_bytes.store(window, Ordering::Relaxed);
         }
+        let limiter = self.limiter.footprint() as u64;
+        self.stats.limiter_bytes.store(limiter, Ordering::Relaxed);
         if steps % MEMORY_EVERY == 1 {
             let memo = self.memo.footprint() as u64;
             self.stats.memo_bytes.store(memo, Ordering::Relaxed);

@@ -29,6 +29,10 @@ const IDLE_WAIT: Duration = Duration::from_millis(5);
 /// that each pay a sync beside the log's.
 const GATHER_WAIT: Duration = Duration::from_millis(5);
 const FEW_RECORDS: usize = 256;
+/// Records applied between two idle steps that make a backlog: the step that empties
+/// the log after one hands the memory freed back at once ([`crate::support::idle::freed`]).
+/// A trickle, idle between chunks, leaves it to [`crate::support::idle::idle`]'s interval.
+const BACKLOG_RECORDS: usize = 10_000;
 /// After a storage error, wait before retrying the same step.
 const ERROR_BACKOFF: Duration = Duration::from_millis(500);
 /// How often old events are deleted.
@@ -118,6 +122,8 @@ pub fn spawn(
         crate::support::priority::lower(compactor.settings.nice, "compactor");
         let stats = compactor.stats();
         let mut last_retention: Option<Instant> = None;
+        // Records applied since the last idle step.
+        let mut applied = 0;
         while !stop_flag.load(Ordering::SeqCst) {
             if held() {
                 std::thread::park_timeout(HOLD_POLL);
@@ -141,13 +147,20 @@ pub fn spawn(
                     };
                     compactor.fold_tables(moment);
                     if report.is_idle() {
+                        compactor.rest();
                         write_rollups(&compactor, Some(Moment::Idle));
-                        crate::support::idle::idle();
+                        // The log just emptied after a backlog: what its chunks took goes
+                        // back at once, not up to an interval later.
+                        match std::mem::take(&mut applied) >= BACKLOG_RECORDS {
+                            true => crate::support::idle::freed(),
+                            false => crate::support::idle::idle(),
+                        }
                         std::thread::park_timeout(IDLE_WAIT);
-                    } else if report.realtime < FEW_RECORDS
-                        && report.historical + report.overflow == 0
-                    {
-                        std::thread::park_timeout(GATHER_WAIT);
+                    } else {
+                        applied += report.realtime + report.historical + report.overflow;
+                        if report.realtime < FEW_RECORDS && report.historical + report.overflow == 0 {
+                            std::thread::park_timeout(GATHER_WAIT);
+                        }
                     }
                 }
                 Ok(Err(e)) => {

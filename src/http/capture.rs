@@ -25,6 +25,10 @@ use crate::support::memory::Reservation;
 /// expand past it, move to the blocking pool so they never stall other requests; an
 /// expanding one is inflated at most this far on the reactor first.
 pub(super) const INLINE_DECODE_BYTES: usize = 64 * 1024;
+/// A body decoded to at least this many bytes is freed in bulk: the blocking thread
+/// that decoded it hands the memory back at once, as the pool's threads never go
+/// quiet through [`crate::support::idle::idle`].
+const FREED_AFTER_BYTES: usize = 1024 * 1024;
 /// The body of every accepted capture, as PostHog answers it.
 const ACCEPTED: &[u8] = br#"{"status":1}"#;
 
@@ -85,7 +89,12 @@ pub async fn handle(
                 .map_err(|_| ApiError::Draining)?;
             tokio::task::spawn_blocking(move || {
                 let mut bytes = request.payload.decode(request.max_decoded)?;
-                accept(&request, &mut bytes, &projects)
+                let accepted = accept(&request, &mut bytes, &projects);
+                if bytes.capacity() >= FREED_AFTER_BYTES {
+                    drop(bytes);
+                    crate::support::idle::freed();
+                }
+                accepted
             })
             .await
             .map_err(|_| ApiError::Internal)??

@@ -154,6 +154,8 @@ fn refresh_memory(app: &App) {
         ("person_cache", app.persons.bytes() as u64),
         ("dedup_window", c.window_bytes.load(Relaxed)),
         ("compactor_memo", c.memo_bytes.load(Relaxed)),
+        ("overflow_limiter", c.limiter_bytes.load(Relaxed)),
+        ("parser_scratch", crate::capture::json::kept_bytes() as u64),
     ];
     if let Some(open) = app.store.get() {
         holders.extend(crate::store::memory::holders(&open.trees));

@@ -3,7 +3,9 @@
 //! action (with mimalloc: hand the memory this thread freed back to the kernel, which
 //! the allocator otherwise does only when the thread allocates again, so a server that
 //! goes quiet after a burst would keep the burst's peak resident). Each thread runs
-//! it at most once per [`INTERVAL`], so under load a call costs a clock read.
+//! it at most once per [`INTERVAL`], so under load a call costs a clock read; a thread
+//! that has just freed memory in bulk while busy (a fold's deltas, a large body) runs
+//! it at once with [`freed`].
 
 use std::cell::Cell;
 use std::sync::OnceLock;
@@ -42,6 +44,16 @@ pub fn idle() {
     }
 }
 
+/// The calling thread has just freed memory in bulk: run the action now, whatever
+/// the interval (and start the interval again). Memory is handed back by the thread
+/// that allocated it, so call this from that thread.
+pub fn freed() {
+    if let Some(action) = ACTION.get() {
+        LAST.with(|last| last.set(Some(Instant::now())));
+        action();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -62,5 +74,17 @@ mod tests {
         // Another thread has its own interval.
         std::thread::spawn(idle).join().unwrap();
         assert_eq!(RUNS.load(Ordering::SeqCst), 2);
+        // Memory freed in bulk runs it at once, and starts the interval again.
+        freed();
+        assert_eq!(RUNS.load(Ordering::SeqCst), 3);
+        idle();
+        assert_eq!(RUNS.load(Ordering::SeqCst), 3);
+        std::thread::spawn(|| {
+            freed();
+            idle();
+        })
+        .join()
+        .unwrap();
+        assert_eq!(RUNS.load(Ordering::SeqCst), 4);
     }
 }
