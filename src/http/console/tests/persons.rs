@@ -141,8 +141,10 @@ fn varied(n: i64) -> (tempfile::TempDir, Trees) {
             3 => json!({}),
             4 => json!({"nested": {"plan": "pro"}, "app": "1.4.2"}),
             5 => json!({"plan": ["pro"], "distinct_id": "someone-else"}),
-            6 => json!({"plan": "Free", "n": 9.5}),
-            _ => json!({"email": "b@example.com"}),
+            6 => json!({"plan": "Free", "n": 9.5, "city": "\u{212A}iel"}),
+            _ => {
+                json!({"email": "b@example.com", "url": format!("https://example.com/{}{i}", "a".repeat(80))})
+            }
         };
         let p = Person {
             id: crate::persons::id_for(1, &name),
@@ -170,8 +172,32 @@ fn varied(n: i64) -> (tempfile::TempDir, Trees) {
             .map(|(k, v)| (sled::IVec::from(&k[..]), sled::IVec::from(v)))
             .collect();
         trees.first_seen.write(index).unwrap();
+        // A stale entry by property: a value the person does not have.
+        if i % 11 == 10 {
+            let stale = json!({"plan": "pro", "email": "zz@example.com", "n": 100});
+            let stale = Some((p.created_at, stale.as_object().unwrap()));
+            write_by_property(&trees, p.id, None, stale);
+        }
     }
+    by_property::start_build(&trees).unwrap();
+    let build = by_property::Build::new(&trees);
+    while build.step(&trees).unwrap() != Step::Done {}
     (dir, trees)
+}
+
+/// Write the index of persons by property's changes from `was` to `now`, as the
+/// compactor does with a person it changes.
+fn write_by_property(
+    trees: &Trees,
+    id: uuid::Uuid,
+    was: Option<by_property::Indexed<'_>>,
+    now: Option<by_property::Indexed<'_>>,
+) {
+    let mut writes = Vec::new();
+    by_property::changes(1, id, was, now, |k, v| {
+        writes.push((sled::IVec::from(k), sled::IVec::from(v)))
+    });
+    trees.by_property.write(writes).unwrap();
 }
 
 /// Project 1's persons newest first after the index key `after`, each read from the
@@ -250,6 +276,7 @@ fn churn(trees: &Trees, n: i64, round: i64) {
         let Ok(mut p) = serde_json::from_slice::<Person>(&bytes) else {
             continue;
         };
+        let was = p.clone();
         let value = match (i + round) % 4 {
             0 => Vec::new(),
             1 => {
@@ -267,6 +294,9 @@ fn churn(trees: &Trees, n: i64, round: i64) {
                 serde_json::to_vec(&p).unwrap()
             }
         };
+        let now: Option<Person> = serde_json::from_slice(&value).ok();
+        let now = now.as_ref().map(|p| (p.created_at, &p.properties));
+        write_by_property(trees, id, Some((was.created_at, &was.properties)), now);
         changes.push((sled::IVec::from(&key[..]), sled::IVec::from(value)));
     }
     trees.persons.write(changes).unwrap();
@@ -306,6 +336,84 @@ fn pages_are_the_plain_answer(trees: &Trees, state: &str) {
         }
     }
 }
+
+/// Every filter the index of persons by property answers, paged through from the
+/// index, against the plain search: the same persons page after page, and the index's
+/// last page is where the plain search finds no more.
+fn index_pages_are_the_plain_answer(trees: &Trees, state: &str) {
+    let mut answered = 0;
+    for q in FILTERS.iter().chain(&INDEXED_FILTERS) {
+        let m = Matcher::from_params(&Params::parse(Some(q)))
+            .unwrap()
+            .unwrap();
+        if !indexed(trees, 1, &m) {
+            continue;
+        }
+        answered += 1;
+        for (limit, offset) in [(5, 0), (3, 2), (1, 0), (100, 0)] {
+            let mut cursor = None;
+            for page_number in 0.. {
+                let s = Span {
+                    cursor: cursor.clone(),
+                    offset: if page_number == 0 { offset } else { 0 },
+                    limit,
+                    examine: usize::MAX,
+                };
+                let got = by_index(trees, 1, &m, s.clone()).unwrap();
+                let want = plain_newest(trees, &m, s.clone());
+                let ctx = format!("{state}: {q} limit {limit} page {page_number}");
+                assert_eq!(got.persons, want.persons, "{ctx}");
+                let Some(next) = got.next else {
+                    assert!(got.complete, "{ctx}");
+                    let rest = Span {
+                        offset: s.offset + got.persons.len(),
+                        limit: 1,
+                        ..s
+                    };
+                    assert_eq!(plain_newest(trees, &m, rest).persons, [], "{ctx}");
+                    break;
+                };
+                assert!(!got.complete, "{ctx}");
+                cursor = Some(next);
+            }
+        }
+    }
+    assert_eq!(answered, 16, "{state}");
+}
+
+/// The index of persons by property answers as the plain search, with stale entries,
+/// cut values, escapes and non-ASCII values, as persons change and are folded.
+#[test]
+fn a_search_through_the_index_is_the_plain_tests_answer() {
+    let n = 80;
+    let (_dir, trees) = varied(n);
+    index_pages_are_the_plain_answer(&trees, "in the delta");
+    trees.persons.fold().unwrap();
+    trees.by_property.fold().unwrap();
+    index_pages_are_the_plain_answer(&trees, "folded");
+    for round in 1..4 {
+        churn(&trees, n, round);
+        index_pages_are_the_plain_answer(&trees, &format!("changed {round}"));
+        trees.persons.fold().unwrap();
+        trees.by_property.fold().unwrap();
+        index_pages_are_the_plain_answer(&trees, &format!("folded {round}"));
+    }
+}
+
+/// More of the operators the index answers, each of a value it must read right: in
+/// every case, past an escape, beyond a cut value's kept start, a Kelvin sign that
+/// only full case folding makes a `k`.
+const INDEXED_FILTERS: [&str; 9] = [
+    "property=email&operator=icontains&value=EXAMPLE.COM",
+    "property=email&operator=icontains&value=zz",
+    "property=plan&operator=regex&value=^(pro|Free)$",
+    "property=plan&value=PRO,free",
+    "property=n&operator=lt&value=12",
+    "property=we%22ird%5Ckey&operator=icontains&value=X",
+    "property=url&operator=regex&value=a7$",
+    "property=city&value=kiel",
+    "property=city&operator=icontains&value=kiel",
+];
 
 /// The persons are read through the bytes kept between searches (`person_bytes`):
 /// the answers stay the plain ones while persons change in the delta, are folded into
