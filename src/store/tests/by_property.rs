@@ -10,8 +10,11 @@ fn trees() -> (tempfile::TempDir, Trees) {
     (dir, trees)
 }
 
+/// A person as the index sees it, by uuid: its first event and properties, if stored.
+type Kept = (Uuid, Option<(i64, Map<String, Value>)>);
+
 /// The index's entries of persons, as a build makes them.
-fn fresh(persons: &[(Uuid, Option<(i64, Map<String, Value>)>)]) -> Vec<(Vec<u8>, Vec<u8>)> {
+fn fresh(persons: &[Kept]) -> Vec<(Vec<u8>, Vec<u8>)> {
     let mut out = Vec::new();
     for (id, p) in persons {
         let now = p.as_ref().map(|(t, props)| (*t, props));
@@ -29,8 +32,7 @@ fn a_persons_changes_leave_the_entries_a_build_would_make() {
     let (_dir, trees) = trees();
     let mut g = Lcg(7);
     let ids: Vec<Uuid> = (0..20u128).map(Uuid::from_u128).collect();
-    let mut persons: Vec<(Uuid, Option<(i64, Map<String, Value>)>)> =
-        ids.iter().map(|id| (*id, None)).collect();
+    let mut persons: Vec<Kept> = ids.iter().map(|id| (*id, None)).collect();
     let long = "x".repeat(VALUE_BYTES * 2);
     let values = [
         json!("pro"),
