@@ -184,8 +184,8 @@ pub fn candidates(
         return Ok(Vec::new());
     };
     let mut found = Vec::new();
-    let mut last: Option<(IVec, bool)> = None;
-    let mut passes = false;
+    // The value last tested (its text, whether cut) and its answer.
+    let (mut last, mut last_cut, mut passes) = (None::<Vec<u8>>, false, false);
     for entry in trees.by_property.scan_prefix(&prefix) {
         let (k, v) = entry?;
         let Some(rest) = k.get(prefix.len()..) else {
@@ -198,12 +198,12 @@ pub fn candidates(
             continue;
         };
         let cut = v.as_ref() == CUT;
-        let same = last
-            .as_ref()
-            .is_some_and(|(t, c)| t.as_ref() == text && *c == cut);
-        if !same {
+        if last.as_deref() != Some(text) || last_cut != cut {
             passes = test(text, cut);
-            last = Some((IVec::from(text), cut));
+            let kept = last.get_or_insert_with(Vec::new);
+            kept.clear();
+            kept.extend_from_slice(text);
+            last_cut = cut;
         }
         if !passes || tail.len() != 24 {
             continue;

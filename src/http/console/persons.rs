@@ -230,15 +230,10 @@ pub fn by_index(
     matcher: &Matcher,
     span: Span,
 ) -> Result<Page, sled::Error> {
-    let mut lower = Vec::new();
-    let may_pass = |text: &[u8], cut: bool| value_may_pass(matcher, text, cut, &mut lower);
-    let places = by_property::candidates(
-        trees,
-        project,
-        matcher.key(),
-        span.cursor.as_deref(),
-        may_pass,
-    )?;
+    let mut values = ValueTest::new(matcher);
+    let may_pass = |text: &[u8], cut: bool| values.may_pass(text, cut);
+    let after = span.cursor.as_deref();
+    let places = by_property::candidates(trees, project, matcher.key(), after, may_pass)?;
     let test = PersonTest::new(Some(matcher));
     let mut page = Page {
         persons: Vec::with_capacity(span.limit),
@@ -277,25 +272,42 @@ pub fn by_index(
     Ok(page)
 }
 
-/// Whether persons whose value of the tested key has the JSON text `text` (its start,
-/// if `cut`) may pass: a cut value may, as may one that does not parse; they are
-/// checked against the person. `icontains` folds ASCII only, so a value whose text has
-/// no escapes and does not hold the needle in any ASCII case cannot pass, and is not
-/// parsed. `lower` is a buffer.
-fn value_may_pass(matcher: &Matcher, text: &[u8], cut: bool, lower: &mut Vec<u8>) -> bool {
-    if cut {
-        return true;
-    }
-    if let Some(needle) = matcher.needle() {
-        lower.clear();
-        lower.extend(text.iter().map(u8::to_ascii_lowercase));
-        if !text.contains(&b'\\') && memchr::memmem::find(lower, needle).is_none() {
-            return false;
+/// The test of the values in the index: whether persons whose value of the tested key
+/// has the JSON text `text` (its start, if `cut`) may pass. A cut value may, as may one
+/// that does not parse; they are checked against the person. `icontains` folds ASCII
+/// only, so a value whose text has no escapes and does not hold the needle in any ASCII
+/// case cannot pass, and is not parsed.
+struct ValueTest<'m> {
+    matcher: &'m Matcher,
+    needle: Option<memchr::memmem::Finder<'m>>,
+    /// The text ASCII-lowercased, reused from value to value.
+    lower: Vec<u8>,
+}
+
+impl<'m> ValueTest<'m> {
+    fn new(matcher: &'m Matcher) -> ValueTest<'m> {
+        ValueTest {
+            matcher,
+            needle: matcher.needle().map(memchr::memmem::Finder::new),
+            lower: Vec::new(),
         }
     }
-    match serde_json::from_slice::<Value>(text) {
-        Ok(value) => matcher.matches_value("", Some(value)),
-        Err(_) => true,
+
+    fn may_pass(&mut self, text: &[u8], cut: bool) -> bool {
+        if cut {
+            return true;
+        }
+        if let Some(needle) = &self.needle {
+            self.lower.clear();
+            self.lower.extend(text.iter().map(u8::to_ascii_lowercase));
+            if !text.contains(&b'\\') && needle.find(&self.lower).is_none() {
+                return false;
+            }
+        }
+        match serde_json::from_slice::<Value>(text) {
+            Ok(value) => self.matcher.matches_value("", Some(value)),
+            Err(_) => true,
+        }
     }
 }
 
