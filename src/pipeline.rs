@@ -21,7 +21,7 @@ use crate::projects::Projects;
 use crate::store::check as store_check;
 use crate::store::live::{Live, Open};
 use crate::store::rollup::{self, backfill::Step};
-use crate::store::{first_seen, keys, person_cache, Error, Trees};
+use crate::store::{by_property, first_seen, keys, person_cache, Error, Trees};
 use crate::support::sync::Gate;
 
 /// The open database, its log writer, its compactor and, when configured, its sink.
@@ -119,8 +119,11 @@ impl Pipeline {
             backfills
                 .push(Backfill::spawn(job, store.clone(), compactor_gate.clone()).map_err(io)?);
         }
-        if first_seen::building(&trees_meta)? {
-            let job = Job::FirstSeen;
+        let builds = [
+            (Job::FirstSeen, first_seen::building(&trees_meta)?),
+            (Job::ByProperty, by_property::building(&trees_meta)?),
+        ];
+        for (job, _) in builds.into_iter().filter(|b| b.1) {
             backfills
                 .push(Backfill::spawn(job, store.clone(), compactor_gate.clone()).map_err(io)?);
         }
@@ -201,8 +204,8 @@ impl Pipeline {
 }
 
 /// A thread that builds what an older database lacks while the server runs (the
-/// console's rollups from stored events, [`rollup::backfill`]; the persons' index by
-/// first seen, [`first_seen`]): a batch at a time, each on the database as it is then
+/// console's rollups from stored events, [`rollup::backfill`]; the persons' indexes by
+/// first seen, [`first_seen`], and by property, [`by_property`]): a batch at a time, each on the database as it is then
 /// (so a reopen never waits long for it), resting as long as each batch took so
 /// capture and the compactor keep most of the machine.
 struct Backfill {
@@ -215,12 +218,14 @@ struct Backfill {
 enum Job {
     Rollups,
     FirstSeen,
+    ByProperty,
 }
 
 /// A build's plan, made on its first step.
 enum Plan {
     Rollups(rollup::backfill::Backfill),
     FirstSeen(first_seen::Build),
+    ByProperty(by_property::Build),
 }
 
 impl Job {
@@ -237,6 +242,11 @@ impl Job {
                 "indexing persons by first seen",
                 "persons indexed by first seen: the console lists them from the index",
             ],
+            Job::ByProperty => [
+                "by-property",
+                "indexing persons by property",
+                "persons indexed by property: the console searches them through the index",
+            ],
         }
     }
 
@@ -244,6 +254,7 @@ impl Job {
         Ok(match self {
             Job::Rollups => Plan::Rollups(rollup::backfill::Backfill::new(trees)?),
             Job::FirstSeen => Plan::FirstSeen(first_seen::Build::new(trees)),
+            Job::ByProperty => Plan::ByProperty(by_property::Build::new(trees)),
         })
     }
 }
@@ -253,6 +264,7 @@ impl Plan {
         match self {
             Plan::Rollups(b) => b.step(trees),
             Plan::FirstSeen(b) => b.step(trees),
+            Plan::ByProperty(b) => b.step(trees),
         }
     }
 }

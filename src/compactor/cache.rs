@@ -7,6 +7,7 @@
 use std::collections::{HashMap, HashSet};
 
 use sled::transaction::{TransactionalTree, UnabortableTransactionError};
+use sled::IVec;
 use uuid::Uuid;
 
 use super::memo::{Learned, Memo};
@@ -14,7 +15,7 @@ use crate::persons::{self, Person};
 use crate::store::layered::chunk::{Journaled, Pending};
 use crate::store::layered::TOMBSTONE;
 use crate::store::person_cache::Changes;
-use crate::store::{first_seen, keys, Trees};
+use crate::store::{by_property, first_seen, keys, Trees};
 
 type Result<T> = std::result::Result<T, UnabortableTransactionError>;
 
@@ -25,22 +26,24 @@ pub struct Tx<'a> {
     pub distinct_ids: &'a Pending,
     /// Persons by first seen ([`crate::store::first_seen`]), kept with the persons.
     pub first_seen: &'a Pending,
+    /// Persons by property ([`crate::store::by_property`]), kept with the persons.
+    pub by_property: &'a Pending,
     pub groups: &'a TransactionalTree,
     pub group_types: &'a TransactionalTree,
 }
 
-/// The layered tables' side of one chunk: persons', distinct ids' and first-seen
-/// writes gathered until the chunk commits. The compactor's transaction and the
+/// The layered tables' side of one chunk: persons', distinct ids' and the persons'
+/// indexes' writes gathered until the chunk commits. The compactor's transaction and the
 /// tests' are built from it alike.
 pub struct Tables {
-    /// Persons, distinct ids, first seen.
-    pending: [Pending; 3],
+    /// Persons, distinct ids, first seen, by property.
+    pending: [Pending; 4],
 }
 
 impl Tables {
     pub fn new(trees: &Trees) -> Tables {
         Tables {
-            pending: [&trees.persons, &trees.distinct_ids, &trees.first_seen].map(Pending::new),
+            pending: trees.tables().map(Pending::new),
         }
     }
 
@@ -56,11 +59,12 @@ impl Tables {
         groups: &'a TransactionalTree,
         group_types: &'a TransactionalTree,
     ) -> Tx<'a> {
-        let [persons, distinct_ids, first_seen] = &self.pending;
+        let [persons, distinct_ids, first_seen, by_property] = &self.pending;
         Tx {
             persons,
             distinct_ids,
             first_seen,
+            by_property,
             groups,
             group_types,
         }
@@ -78,9 +82,10 @@ pub struct Cache<'m> {
     /// (project, person) -> the person, or None once deleted by a merge.
     persons: HashMap<(u64, Uuid), Option<Person>>,
     dirty: HashSet<(u64, Uuid)>,
-    /// (project, person) -> its first event's time as stored before the chunk, for
-    /// the persons read from the transaction: where its first-seen key is.
-    born: HashMap<(u64, Uuid), i64>,
+    /// (project, person) -> its first event's time and bytes as stored before the
+    /// chunk, for the persons read from the transaction: where its first-seen key is,
+    /// and the properties its by-property entries are of.
+    born: HashMap<(u64, Uuid), (i64, IVec)>,
     /// Project -> group type name -> index, once known.
     group_types: HashMap<u64, HashMap<String, u8>>,
     /// (project, person) -> the person operations (as text) applied to it last, by
@@ -105,7 +110,7 @@ impl<'m> Cache<'m> {
     }
 
     /// Write every person changed during the chunk into the transaction (a deleted
-    /// one as a tombstone), and their first-seen keys.
+    /// one as a tombstone), and their first-seen keys and by-property entries.
     pub fn write(&self, tx: &Tx<'_>) -> Result<()> {
         for key @ (project, id) in &self.dirty {
             let k = keys::with_uuid(*project, *id);
@@ -115,6 +120,7 @@ impl<'m> Cache<'m> {
             };
             tx.persons.insert(&k[..], value);
             self.write_first_seen(tx, *project, *id);
+            self.write_by_property(tx, *project, *id);
         }
         Ok(())
     }
@@ -123,7 +129,7 @@ impl<'m> Cache<'m> {
     /// merged away, or given an older one by a merge). A person saved without being
     /// read is new to this chunk.
     fn write_first_seen(&self, tx: &Tx<'_>, project: u64, id: Uuid) {
-        let was = self.born.get(&(project, id)).copied();
+        let was = self.born.get(&(project, id)).map(|b| b.0);
         let now = match self.persons.get(&(project, id)) {
             Some(Some(person)) => Some(person.created_at),
             _ => None,
@@ -138,6 +144,20 @@ impl<'m> Cache<'m> {
                 tx.first_seen.insert(&key[..], value);
             }
         }
+    }
+
+    /// A changed person's entries by property: the ones of values it lost removed, of
+    /// values it gained added (all of them if its first event moved), from the person
+    /// as stored before the chunk.
+    fn write_by_property(&self, tx: &Tx<'_>, project: u64, id: Uuid) {
+        let stored = self.born.get(&(project, id));
+        let was = stored.and_then(|(_, b)| serde_json::from_slice::<by_property::Stored>(b).ok());
+        let now = match self.persons.get(&(project, id)) {
+            Some(Some(person)) => Some((person.created_at, &person.properties)),
+            _ => None,
+        };
+        let was = was.as_ref().map(|w| (w.created_at, &w.properties));
+        by_property::changes(project, id, was, now, |k, v| tx.by_property.insert(k, v));
     }
 
     /// How many persons [`Cache::write`] would write.
@@ -258,12 +278,11 @@ impl<'m> Cache<'m> {
         let slot = match self.persons.entry((project, id)) {
             std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
             std::collections::hash_map::Entry::Vacant(e) => {
-                let found: Option<Person> = tx
-                    .persons
-                    .get(&keys::with_uuid(project, id))
-                    .and_then(|b| serde_json::from_slice(&b).ok());
-                if let Some(p) = &found {
-                    self.born.insert((project, id), p.created_at);
+                let bytes = tx.persons.get(&keys::with_uuid(project, id));
+                let found: Option<Person> =
+                    bytes.as_ref().and_then(|b| serde_json::from_slice(b).ok());
+                if let (Some(p), Some(b)) = (&found, bytes) {
+                    self.born.insert((project, id), (p.created_at, b));
                 }
                 e.insert(found)
             }

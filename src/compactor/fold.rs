@@ -64,11 +64,7 @@ impl Compactor {
         let idle_enough = s.idle_since.is_some_and(|t| now - t >= IDLE_BEFORE_FOLD)
             && s.last_fold.is_none_or(|t| now - t >= IDLE_FOLD_SPACING);
         let t = &self.trees;
-        for table in [
-            t.persons.clone(),
-            t.distinct_ids.clone(),
-            t.first_seen.clone(),
-        ] {
+        for table in t.tables().map(Layered::clone) {
             let due = match moment {
                 Moment::Busy => table.should_fold(),
                 Moment::Idle => table.should_fold() || (idle_enough && table.pending() > 0),

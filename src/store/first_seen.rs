@@ -25,6 +25,7 @@ use serde::Deserialize;
 use sled::IVec;
 use uuid::Uuid;
 
+use super::layered::Layered;
 use super::rollup::backfill::Step;
 use super::{keys, person_bytes, Trees};
 use crate::persons::Person;
@@ -33,12 +34,12 @@ use crate::persons::Person;
 pub const TREE: &str = "persons_first_seen";
 /// A key's value: anything but empty, which is a removal in a layered table.
 pub const PRESENT: &[u8] = &[1];
-/// In `meta` once the compactor keeps the index (set with the build it may need).
-const VERSION_KEY: &[u8] = b"persons_first_seen.version";
-const VERSION: u8 = 1;
-/// In `meta` while a build is due: persons indexed so far (u64 BE), then the last
-/// persons key indexed (empty before the first).
-const STATE_KEY: &[u8] = b"persons_first_seen.build";
+/// In `meta` once the compactor keeps the index, and while a build is due.
+const MARKS: Marks = Marks {
+    version: b"persons_first_seen.version",
+    build: b"persons_first_seen.build",
+    version_now: 1,
+};
 /// Persons a build step indexes: one sled batch of about 100 KiB of keys, read in a
 /// few tens of milliseconds, so the compactor and capture keep most of the machine.
 const BUILD_BATCH: usize = 4096;
@@ -49,61 +50,129 @@ struct Born {
     created_at: i64,
 }
 
-/// Make the index current: nothing to do if the compactor keeps it already; else a
-/// build is recorded if there are stored persons to index. Runs before the compactor.
+/// Where in `meta` an index of the persons records that the compactor keeps it
+/// (`version`, set with the build it may need) and, while a build is due, the build's
+/// position (`build`: persons indexed so far, u64 BE, then the last persons key
+/// indexed, empty before the first). This index's and [`super::by_property`]'s.
+pub struct Marks {
+    pub version: &'static [u8],
+    pub build: &'static [u8],
+    pub version_now: u8,
+}
+
+impl Marks {
+    /// Make the index current: nothing to do if the compactor keeps it already; else a
+    /// build is recorded (`why` logged) if there are stored persons to index. Runs
+    /// before the compactor.
+    pub fn prepare(&self, trees: &Trees, why: &str) -> Result<(), sled::Error> {
+        if trees.meta.get(self.version)?.as_deref() == Some(&[self.version_now][..]) {
+            return Ok(());
+        }
+        if trees.persons.is_empty()? {
+            trees.meta.insert(self.version, &[self.version_now][..])?;
+        } else {
+            tracing::info!("{why}");
+            self.start_build(&trees.meta)?;
+        }
+        trees.meta.flush()?;
+        Ok(())
+    }
+
+    /// Record a build of the index from every stored person (and that the compactor
+    /// keeps it from now on).
+    pub fn start_build(&self, meta: &sled::Tree) -> Result<(), sled::Error> {
+        let mut batch = sled::Batch::default();
+        batch.insert(self.build, &0u64.to_be_bytes()[..]);
+        batch.insert(self.version, &[self.version_now][..]);
+        meta.apply_batch(batch)
+    }
+
+    /// Whether every stored person is in the index (no build due).
+    pub fn ready(&self, meta: &sled::Tree) -> Result<bool, sled::Error> {
+        Ok(meta.get(self.build)?.is_none() && meta.get(self.version)?.is_some())
+    }
+
+    /// Whether a build is due.
+    pub fn building(&self, meta: &sled::Tree) -> Result<bool, sled::Error> {
+        Ok(meta.get(self.build)?.is_some())
+    }
+}
+
+/// Make the index current (see [`Marks::prepare`]).
 pub fn prepare(trees: &Trees) -> Result<(), sled::Error> {
-    if trees.meta.get(VERSION_KEY)?.as_deref() == Some(&[VERSION][..]) {
-        return Ok(());
-    }
-    if trees.persons.is_empty()? {
-        trees.meta.insert(VERSION_KEY, &[VERSION][..])?;
-    } else {
-        tracing::info!("persons are indexed by first seen in the background, for the console");
-        start_build(trees)?;
-    }
-    trees.meta.flush()?;
-    Ok(())
+    MARKS.prepare(
+        trees,
+        "persons are indexed by first seen in the background, for the console",
+    )
 }
 
 /// Record a build of the index from every stored person (and that the compactor keeps
 /// it from now on). The persons benchmark calls it after filling persons directly.
 pub fn start_build(trees: &Trees) -> Result<(), sled::Error> {
-    let mut batch = sled::Batch::default();
-    batch.insert(STATE_KEY, &0u64.to_be_bytes()[..]);
-    batch.insert(VERSION_KEY, &[VERSION][..]);
-    trees.meta.apply_batch(batch)
+    MARKS.start_build(&trees.meta)
 }
 
 /// Whether every stored person is in the index (no build due).
 pub fn ready(meta: &sled::Tree) -> Result<bool, sled::Error> {
-    Ok(meta.get(STATE_KEY)?.is_none() && meta.get(VERSION_KEY)?.is_some())
+    MARKS.ready(meta)
 }
 
 /// Whether a build is due (for `pipeline`, deciding to run one).
 pub fn building(meta: &sled::Tree) -> Result<bool, sled::Error> {
-    Ok(meta.get(STATE_KEY)?.is_some())
+    MARKS.building(meta)
 }
 
 /// A build of the index, with the number of persons it expects, for the progress.
-pub struct Build {
-    total: u64,
-}
+pub struct Build(Progress);
 
 impl Build {
     pub fn new(trees: &Trees) -> Build {
-        // The run holds all but recent changes; the delta's entries are at most an
-        // eighth more (see layered::FOLD_SHARE), so this is close enough for a percent.
-        let run = trees.persons.run().map_or(0, |r| r.entries());
-        let delta = trees.persons.delta_len() as u64;
-        Build {
-            total: (run + delta).max(1),
-        }
+        Build(Progress::new(trees))
     }
 
     /// Index the next batch of persons; `Done` once all are (the state is then removed
     /// from `meta`). A batch applied again after a crash writes the same keys.
     pub fn step(&self, trees: &Trees) -> Result<Step, sled::Error> {
-        let Some(state) = trees.meta.get(STATE_KEY)? else {
+        let index = |project, id, bytes: &[u8], out: &mut Vec<(IVec, IVec)>| {
+            if let Ok(born) = serde_json::from_slice::<Born>(bytes) {
+                let key = keys::first_seen(project, born.created_at, id);
+                out.push((IVec::from(&key[..]), IVec::from(PRESENT)));
+            }
+        };
+        self.0
+            .step(trees, &MARKS, &trees.first_seen, BUILD_BATCH, index)
+    }
+}
+
+/// A build of an index of the persons through every stored person, a batch at a time,
+/// with the number of persons it expects, for the progress.
+pub struct Progress {
+    total: u64,
+}
+
+impl Progress {
+    pub fn new(trees: &Trees) -> Progress {
+        // The run holds all but recent changes; the delta's entries are at most an
+        // eighth more (see layered::FOLD_SHARE), so this is close enough for a percent.
+        let run = trees.persons.run().map_or(0, |r| r.entries());
+        let delta = trees.persons.delta_len() as u64;
+        Progress {
+            total: (run + delta).max(1),
+        }
+    }
+
+    /// Write to `table` what `index` makes of each of the next `batch` persons (given
+    /// its project, uuid and bytes); `Done` once all are (the position is then removed
+    /// from `meta`).
+    pub fn step(
+        &self,
+        trees: &Trees,
+        marks: &Marks,
+        table: &Layered,
+        batch: usize,
+        mut index: impl FnMut(u64, Uuid, &[u8], &mut Vec<(IVec, IVec)>),
+    ) -> Result<Step, sled::Error> {
+        let Some(state) = trees.meta.get(marks.build)? else {
             return Ok(Step::Done);
         };
         let done = state
@@ -114,36 +183,30 @@ impl Build {
             Some(cursor) if !cursor.is_empty() => Bound::Excluded(cursor.to_vec()),
             _ => Bound::Unbounded,
         };
-        let mut batch = Vec::new();
+        let mut writes = Vec::new();
         let mut last: Option<IVec> = None;
         let mut n = 0u64;
-        for entry in trees
-            .persons
-            .range((from, Bound::Unbounded))
-            .take(BUILD_BATCH)
-        {
+        for entry in trees.persons.range((from, Bound::Unbounded)).take(batch) {
             let (key, value) = entry?;
-            if let (Some(project), Some(id), Ok(born)) = (
+            if let (Some(project), Some(id)) = (
                 key.get(..8).and_then(|b| b.try_into().ok()),
                 key.get(8..24).and_then(|b| Uuid::from_slice(b).ok()),
-                serde_json::from_slice::<Born>(&value),
             ) {
-                let key = keys::first_seen(u64::from_be_bytes(project), born.created_at, id);
-                batch.push((IVec::from(&key[..]), IVec::from(PRESENT)));
+                index(u64::from_be_bytes(project), id, &value, &mut writes);
             }
             last = Some(key);
             n += 1;
         }
         // The compactor folds it into the table's run as it folds its own writes.
-        trees.first_seen.write(batch).map_err(sled::Error::Io)?;
+        table.write(writes).map_err(sled::Error::Io)?;
         let Some(last) = last else {
-            trees.meta.remove(STATE_KEY)?;
+            trees.meta.remove(marks.build)?;
             return Ok(Step::Done);
         };
         let done = done + n;
         trees
             .meta
-            .insert(STATE_KEY, [&done.to_be_bytes()[..], &last].concat())?;
+            .insert(marks.build, [&done.to_be_bytes()[..], &last].concat())?;
         Ok(Step::Progress((done * 100 / self.total).min(99) as u8))
     }
 }

@@ -22,6 +22,7 @@ pub fn holders(trees: &Trees) -> Vec<(&'static str, u64)> {
         ("persons_delta", &trees.persons),
         ("distinct_ids_delta", &trees.distinct_ids),
         ("first_seen_delta", &trees.first_seen),
+        ("by_property_delta", &trees.by_property),
     ] {
         let (delta, resident) = table.memory_bytes();
         out.push((name, delta));

@@ -81,7 +81,7 @@ pub fn run(db: &sled::Db, trees: &Trees, purpose: Purpose) -> Result<(), Error> 
         return Err(Error::Newer { found });
     }
     if purpose == Purpose::Write && recorded.is_some_and(|f| f < SPLIT_RUNS) {
-        let tables = [&trees.persons, &trees.distinct_ids, &trees.first_seen];
+        let tables = trees.tables();
         let bytes: u64 = tables
             .iter()
             .filter_map(|t| t.run())
@@ -122,7 +122,7 @@ pub fn run(db: &sled::Db, trees: &Trees, purpose: Purpose) -> Result<(), Error> 
 /// journal never rewrites it). A crash midway moves the rest at the next open: what
 /// was moved is in both, with the same values.
 fn move_deltas(db: &sled::Db, trees: &Trees) -> Result<(), Error> {
-    for table in [&trees.persons, &trees.distinct_ids, &trees.first_seen] {
+    for table in trees.tables() {
         if !db.tree_names().iter().any(|n| n == table.name().as_bytes()) {
             continue;
         }

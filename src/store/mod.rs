@@ -11,6 +11,7 @@
 //! `pipeline` does.
 
 pub mod block;
+pub mod by_property;
 pub mod check;
 pub mod dedup;
 pub mod event;
@@ -43,8 +44,14 @@ pub const EVENTS_TREE: &str = "event_blocks";
 /// The persons' and distinct ids' delta trees, and their runs' names.
 pub const PERSONS_TREE: &str = "persons";
 pub const DISTINCT_IDS_TREE: &str = "distinct_ids";
-/// Every [`layered`] table: the two above and the persons' [`first_seen`] index.
-pub const LAYERED_TABLES: [&str; 3] = [PERSONS_TREE, DISTINCT_IDS_TREE, first_seen::TREE];
+/// Every [`layered`] table: the two above and the persons' [`first_seen`] and
+/// [`by_property`] indexes.
+pub const LAYERED_TABLES: [&str; 4] = [
+    PERSONS_TREE,
+    DISTINCT_IDS_TREE,
+    first_seen::TREE,
+    by_property::TREE,
+];
 
 /// PostHog's limit: five group types per project, indexes 0-4.
 pub const MAX_GROUP_TYPES: u8 = 5;
@@ -136,6 +143,10 @@ pub struct Trees {
     /// Project, first event's time (newest first), person uuid -> a marker:
     /// [`first_seen`], the console's persons list, [`layered`].
     pub first_seen: layered::Layered,
+    /// Project, property key, value, first event's time (newest first), person uuid ->
+    /// whether the value was cut: [`by_property`], the console's search of persons,
+    /// [`layered`].
+    pub by_property: layered::Layered,
     /// (Project, distinct id) -> the blocks holding its events: [`event_index`], in
     /// files of its own beside sled's.
     pub event_index: event_index::Index,
@@ -184,16 +195,27 @@ impl Trees {
             event_index::Index::open(dir, next_block, writable).map_err(Error::EventIndex)?;
         if purpose == migrate::Purpose::Write {
             trees.blocks.trim(&trees.events)?;
-            for table in [&trees.persons, &trees.distinct_ids, &trees.first_seen] {
+            for table in trees.tables() {
                 table.remove_strays().map_err(Error::Tables)?;
             }
         }
         rollup::backfill::prepare(&trees)?;
         if purpose == migrate::Purpose::Write {
             first_seen::prepare(&trees)?;
+            by_property::prepare(&trees)?;
             rollup::hot::recount(&trees)?;
         }
         Ok(trees)
+    }
+
+    /// Every [`layered`] table, in [`LAYERED_TABLES`]' order.
+    pub fn tables(&self) -> [&layered::Layered; 4] {
+        [
+            &self.persons,
+            &self.distinct_ids,
+            &self.first_seen,
+            &self.by_property,
+        ]
     }
 
     fn open_current(db: &sled::Db, dir: &Path, writable: bool) -> Result<Trees, Error> {
@@ -213,6 +235,7 @@ impl Trees {
             persons: table()?,
             distinct_ids: table()?,
             first_seen: table()?,
+            by_property: table()?,
             event_index: event_index::Index::unopened(dir),
             groups: db.open_tree("groups")?,
             group_types: db.open_tree("group_types")?,

@@ -250,6 +250,87 @@ fn an_older_database_gets_its_persons_indexed_in_the_background() {
     assert_eq!(server.stop(), Some(0));
 }
 
+/// A database written before the index of persons by property: the next start builds
+/// it in the background, and SIGKILLs while it is built lose nothing. Once built, a
+/// search for a value one person has is answered from the index (one person examined,
+/// not the thousands the walk would) and finds that person whichever batch of the
+/// build it was in.
+#[test]
+fn an_index_by_property_built_across_kills_finds_every_person() {
+    const PERSONS: usize = 5_000;
+    let tmp = data_dir();
+    let mut server = Server::spawn(tmp.path(), &[]);
+    for first in (0..PERSONS).step_by(500) {
+        let batch: Vec<Value> = (first..first + 500)
+            .map(|i| {
+                json!({"event": "visit", "distinct_id": format!("u{i}"),
+                       "properties": {"$set": {"email": format!("u{i}@example.com"), "plan": i % 3}}})
+            })
+            .collect();
+        let body = json!({"api_key": KEY_ONE, "batch": batch});
+        assert_eq!(server.post("/batch/", body.to_string()).status, 200);
+    }
+    server.settle(1);
+    assert_eq!(server.stop(), Some(0));
+    // As an older version left it: no index, no index version (see above).
+    {
+        let tables = tmp
+            .path()
+            .join("db")
+            .join(flagpost::store::layered::DIR_NAME);
+        for entry in std::fs::read_dir(&tables).unwrap() {
+            let path = entry.unwrap().path();
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            if name.starts_with("persons_by_property.") {
+                std::fs::remove_file(&path).unwrap();
+            }
+        }
+        let db = flagpost::store::check::open(&tmp.path().join("db"), 1 << 24).unwrap();
+        let meta = db.open_tree("meta").unwrap();
+        assert!(meta
+            .remove("persons_by_property.version")
+            .unwrap()
+            .is_some());
+        db.flush().unwrap();
+    }
+    // Killed a moment after each start, a moment that grows with each start, until
+    // one start finishes the build; some kills come after the build logged progress.
+    let (going, built) = (
+        "indexing persons by property",
+        "persons indexed by property",
+    );
+    let mut killed_midway = 0;
+    for kill in 0..20u64 {
+        let mut server = Server::spawn(tmp.path(), &[]);
+        std::thread::sleep(std::time::Duration::from_millis(kill * 25));
+        let log = server.log();
+        server.kill();
+        if log.contains(built) {
+            break;
+        }
+        killed_midway += usize::from(log.contains(going));
+    }
+    let server = Server::spawn(tmp.path(), &[]);
+    wait_for("the index built", || {
+        server.log().contains(built).then_some(())
+    });
+    let s = sign_in(&server, PERSONAL_ONE);
+    for i in (0..PERSONS).step_by(97) {
+        let page = ok(
+            &server,
+            &s,
+            &format!("/console/api/persons?property=email&operator=icontains&value=U{i}%40"),
+        );
+        assert_eq!(ids(&page), [format!("u{i}")], "u{i}");
+        assert_eq!(
+            (&page["complete"], &page["scanned"]),
+            (&json!(true), &json!(1))
+        );
+    }
+    eprintln!("{killed_midway} kills after the build's progress was logged");
+    assert!(killed_midway > 0, "{}", server.log());
+}
+
 #[test]
 fn a_flag_reaches_the_stored_persons_it_matches_and_its_exposures_are_by_day() {
     let server = Server::start();

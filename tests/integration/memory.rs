@@ -46,6 +46,7 @@ fn each_holder_reports_what_stored_events_left_in_memory() {
         "person_bytes",
         "compactor_memo",
         "first_seen_delta",
+        "by_property_delta",
         "table_run_indexes",
         "event_index_recent",
         "event_index_runs",

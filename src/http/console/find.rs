@@ -53,6 +53,8 @@ pub struct Matcher {
     /// reads nothing else (its rollout is 100%, so nothing is hashed), except for the
     /// key `distinct_id`, which PostHog fills with the distinct id (None then).
     absent: Option<bool>,
+    /// An `icontains` test's value, ASCII-lowercased as the flags fold it.
+    needle: Option<Vec<u8>>,
 }
 
 impl Matcher {
@@ -75,7 +77,11 @@ impl Matcher {
             _ => Value::from(text),
         };
         let filter = json!({"key": key, "operator": operator, "value": value, "type": "person"});
-        Matcher::new(filter, None).map(Some)
+        let mut matcher = Matcher::new(filter, None)?;
+        if operator == "icontains" {
+            matcher.needle = Some(text.to_ascii_lowercase().into_bytes());
+        }
+        Ok(Some(matcher))
     }
 
     /// A flag's person property `filter` alone, matched as a file whose
@@ -129,6 +135,7 @@ impl Matcher {
             now: crate::flags::now(),
             absent: None,
             key,
+            needle: None,
         };
         if matcher.key != "distinct_id" {
             matcher.absent = Some(matcher.matches("", &Map::new()));
@@ -139,6 +146,11 @@ impl Matcher {
     /// The property it tests.
     pub fn key(&self) -> &str {
         &self.key
+    }
+
+    /// The text an `icontains` test looks for, ASCII-lowercased.
+    pub fn needle(&self) -> Option<&[u8]> {
+        self.needle.as_deref()
     }
 
     /// Whether only properties that have the key can pass (every operator but the

@@ -51,7 +51,7 @@ fn a_new_database_needs_no_build_and_an_old_one_gets_one() {
     assert!(ready(&trees.meta).unwrap());
     assert!(!building(&trees.meta).unwrap());
     // Persons stored before the index existed: the next open records a build.
-    trees.meta.remove(VERSION_KEY).unwrap();
+    trees.meta.remove(MARKS.version).unwrap();
     store(&trees, 1, &person(1, "old", 5));
     prepare(&trees).unwrap();
     assert!(building(&trees.meta).unwrap());

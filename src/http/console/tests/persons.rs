@@ -141,8 +141,10 @@ fn varied(n: i64) -> (tempfile::TempDir, Trees) {
             3 => json!({}),
             4 => json!({"nested": {"plan": "pro"}, "app": "1.4.2"}),
             5 => json!({"plan": ["pro"], "distinct_id": "someone-else"}),
-            6 => json!({"plan": "Free", "n": 9.5}),
-            _ => json!({"email": "b@example.com"}),
+            6 => json!({"plan": "Free", "n": 9.5, "city": "\u{212A}iel"}),
+            _ => {
+                json!({"email": "b@example.com", "url": format!("https://example.com/{}{i}", "a".repeat(80))})
+            }
         };
         let p = Person {
             id: crate::persons::id_for(1, &name),
@@ -170,8 +172,32 @@ fn varied(n: i64) -> (tempfile::TempDir, Trees) {
             .map(|(k, v)| (sled::IVec::from(&k[..]), sled::IVec::from(v)))
             .collect();
         trees.first_seen.write(index).unwrap();
+        // A stale entry by property: a value the person does not have.
+        if i % 11 == 10 {
+            let stale = json!({"plan": "pro", "email": "zz@example.com", "n": 100});
+            let stale = Some((p.created_at, stale.as_object().unwrap()));
+            write_by_property(&trees, p.id, None, stale);
+        }
     }
+    by_property::start_build(&trees).unwrap();
+    let build = by_property::Build::new(&trees);
+    while build.step(&trees).unwrap() != Step::Done {}
     (dir, trees)
+}
+
+/// Write the index of persons by property's changes from `was` to `now`, as the
+/// compactor does with a person it changes.
+fn write_by_property(
+    trees: &Trees,
+    id: uuid::Uuid,
+    was: Option<by_property::Indexed<'_>>,
+    now: Option<by_property::Indexed<'_>>,
+) {
+    let mut writes = Vec::new();
+    by_property::changes(1, id, was, now, |k, v| {
+        writes.push((sled::IVec::from(k), sled::IVec::from(v)))
+    });
+    trees.by_property.write(writes).unwrap();
 }
 
 /// Project 1's persons newest first after the index key `after`, each read from the
@@ -250,6 +276,7 @@ fn churn(trees: &Trees, n: i64, round: i64) {
         let Ok(mut p) = serde_json::from_slice::<Person>(&bytes) else {
             continue;
         };
+        let was = p.clone();
         let value = match (i + round) % 4 {
             0 => Vec::new(),
             1 => {
@@ -267,6 +294,9 @@ fn churn(trees: &Trees, n: i64, round: i64) {
                 serde_json::to_vec(&p).unwrap()
             }
         };
+        let now: Option<Person> = serde_json::from_slice(&value).ok();
+        let now = now.as_ref().map(|p| (p.created_at, &p.properties));
+        write_by_property(trees, id, Some((was.created_at, &was.properties)), now);
         changes.push((sled::IVec::from(&key[..]), sled::IVec::from(value)));
     }
     trees.persons.write(changes).unwrap();
@@ -280,14 +310,7 @@ fn pages_are_the_plain_answer(trees: &Trees, state: &str) {
             .unwrap()
             .unwrap();
         for (limit, examine, offset) in [(5, 1_000, 0), (100, 7, 0), (3, 10, 2), (1, 1, 0)] {
-            let mut cursor = None;
-            for page_number in 0.. {
-                let s = Span {
-                    cursor: cursor.clone(),
-                    offset: if page_number == 0 { offset } else { 0 },
-                    limit,
-                    examine,
-                };
+            page_through(limit, examine, offset, |s, page_number| {
                 let got = newest(trees, 1, Some(&m), s.clone()).unwrap();
                 let want = plain_newest(trees, &m, s);
                 let ctx =
@@ -298,30 +321,110 @@ fn pages_are_the_plain_answer(trees: &Trees, state: &str) {
                     (want.examined, want.complete, &want.next),
                     "{ctx}"
                 );
-                match got.next {
-                    Some(next) => cursor = Some(next),
-                    None => break,
-                }
-            }
+                got.next
+            });
         }
     }
 }
 
+/// Page through from the first page as the console does: `page` answers a page
+/// (given its span and number) with the cursor of the next, if any.
+fn page_through(
+    limit: usize,
+    examine: usize,
+    offset: usize,
+    mut page: impl FnMut(Span, usize) -> Option<Vec<u8>>,
+) {
+    let mut cursor = None;
+    for number in 0.. {
+        let s = Span {
+            cursor: cursor.take(),
+            offset: if number == 0 { offset } else { 0 },
+            limit,
+            examine,
+        };
+        match page(s, number) {
+            Some(next) => cursor = Some(next),
+            None => break,
+        }
+    }
+}
+
+/// Every filter the index of persons by property answers, paged through from the
+/// index, against the plain search: the same persons page after page, and the index's
+/// last page is where the plain search finds no more.
+fn index_pages_are_the_plain_answer(trees: &Trees, state: &str) {
+    let mut answered = 0;
+    for q in FILTERS.iter().chain(&INDEXED_FILTERS) {
+        let m = Matcher::from_params(&Params::parse(Some(q)))
+            .unwrap()
+            .unwrap();
+        if !indexed(trees, 1, &m) {
+            continue;
+        }
+        answered += 1;
+        for (limit, offset) in [(5, 0), (3, 2), (1, 0), (100, 0)] {
+            page_through(limit, usize::MAX, offset, |s, page_number| {
+                let got = by_index(trees, 1, &m, s.clone()).unwrap();
+                let want = plain_newest(trees, &m, s.clone());
+                let ctx = format!("{state}: {q} limit {limit} page {page_number}");
+                assert_eq!(got.persons, want.persons, "{ctx}");
+                if got.next.is_none() {
+                    // Nothing passes past what the last page holds.
+                    let rest = Span {
+                        offset: s.offset + got.persons.len(),
+                        limit: 1,
+                        ..s
+                    };
+                    assert_eq!(plain_newest(trees, &m, rest).persons, [], "{ctx}");
+                }
+                assert_eq!(got.complete, got.next.is_none(), "{ctx}");
+                got.next
+            });
+        }
+    }
+    assert_eq!(answered, 16, "{state}");
+}
+
+/// More of the operators the index answers, each of a value it must read right: in
+/// every case, past an escape, beyond a cut value's kept start, a Kelvin sign that
+/// only full case folding makes a `k`.
+const INDEXED_FILTERS: [&str; 9] = [
+    "property=email&operator=icontains&value=EXAMPLE.COM",
+    "property=email&operator=icontains&value=zz",
+    "property=plan&operator=regex&value=^(pro|Free)$",
+    "property=plan&value=PRO,free",
+    "property=n&operator=lt&value=12",
+    "property=we%22ird%5Ckey&operator=icontains&value=X",
+    "property=url&operator=regex&value=a7$",
+    "property=city&value=kiel",
+    "property=city&operator=icontains&value=kiel",
+];
+
 /// The persons are read through the bytes kept between searches (`person_bytes`):
 /// the answers stay the plain ones while persons change in the delta, are folded into
-/// the runs, and change again.
+/// the runs, and change again; and so do the index by property's (with its stale
+/// entries, cut values, escapes and non-ASCII values).
 #[test]
 fn a_property_search_is_the_plain_tests_answer() {
-    let n = 60;
+    let n = 80;
     let (_dir, trees) = varied(n);
-    pages_are_the_plain_answer(&trees, "in the delta");
-    trees.persons.fold().unwrap();
-    pages_are_the_plain_answer(&trees, "folded");
+    let check = |state: &str| {
+        pages_are_the_plain_answer(&trees, state);
+        index_pages_are_the_plain_answer(&trees, state);
+    };
+    let fold = || {
+        trees.persons.fold().unwrap();
+        trees.by_property.fold().unwrap();
+    };
+    check("in the delta");
+    fold();
+    check("folded");
     for round in 1..4 {
         churn(&trees, n, round);
-        pages_are_the_plain_answer(&trees, &format!("changed {round}"));
-        trees.persons.fold().unwrap();
-        pages_are_the_plain_answer(&trees, &format!("folded {round}"));
+        check(&format!("changed {round}"));
+        fold();
+        check(&format!("folded {round}"));
     }
 }
 

@@ -1,0 +1,225 @@
+//! Persons by property: a [`super::layered`] table of (project, property key, value,
+//! first event's time inverted, person uuid) keys, so the console's search of persons by
+//! a property reads the key's entries (a few bytes each, values in order) instead of
+//! every person. Within one value the persons are newest first, as in [`first_seen`].
+//!
+//! A value is its JSON text as the person's bytes hold it, cut to [`VALUE_BYTES`]; the
+//! entry's value says whether it was cut ([`CUT`]), and a cut one is a candidate checked
+//! against the person. Property keys longer than [`MAX_KEY_BYTES`] are not indexed (a
+//! search of one walks the persons).
+//!
+//! The compactor keeps it in its chunk transaction (`compactor::cache` writes the
+//! entries a changed person gains and tombstones the ones it loses, all of them when its
+//! first event moves), so it is never out of step with the persons after a crash. A
+//! database written before the index gets it built in the background as
+//! [`first_seen`]'s is ([`Build`], run by `pipeline`); until it is done [`ready`] says
+//! no and the console walks the persons instead. A build step racing the compactor may
+//! leave an entry of a value the person no longer has: every entry is a candidate the
+//! reader checks against the stored person, so such an entry is never shown.
+
+use serde::Deserialize;
+use serde_json::{Map, Value};
+use sled::IVec;
+use uuid::Uuid;
+
+use super::first_seen;
+use super::rollup::backfill::Step;
+use super::{keys, Trees};
+
+/// The table's name, part of the on-disk format.
+pub const TREE: &str = "persons_by_property";
+/// An entry's value: the value in the key is the whole JSON text ...
+pub const WHOLE: &[u8] = &[1];
+/// ... or only its first [`VALUE_BYTES`].
+pub const CUT: &[u8] = &[2];
+/// Longest property key indexed (its length is one byte of the entry).
+pub const MAX_KEY_BYTES: usize = 255;
+/// A value's JSON text is kept to this many bytes: an email, a plan, a country, a
+/// browser are whole; a long URL is a prefix.
+pub const VALUE_BYTES: usize = 64;
+/// In `meta` once the compactor keeps the index, and while a build is due (see
+/// [`first_seen::Marks`]).
+const MARKS: first_seen::Marks = first_seen::Marks {
+    version: b"persons_by_property.version",
+    build: b"persons_by_property.build",
+    version_now: 1,
+};
+/// Persons a build step indexes: each writes an entry a property.
+const BUILD_BATCH: usize = 1024;
+
+/// The start of every entry of `key` in `project`; None if the key is too long to be
+/// indexed.
+pub fn key_prefix(project: u64, key: &str) -> Option<Vec<u8>> {
+    let len = u8::try_from(key.len()).ok()?;
+    let mut k = Vec::with_capacity(8 + 1 + key.len() + 1 + VALUE_BYTES + 24);
+    k.extend_from_slice(&keys::project(project));
+    k.push(len);
+    k.extend_from_slice(key.as_bytes());
+    Some(k)
+}
+
+/// The entry of one property of a person, and whether its value was cut; None for a
+/// key too long to be indexed.
+fn entry(
+    project: u64,
+    key: &str,
+    value: &Value,
+    created_at: i64,
+    id: Uuid,
+) -> Option<(Vec<u8>, &'static [u8])> {
+    let mut k = key_prefix(project, key)?;
+    let text = serde_json::to_vec(value).unwrap_or_default();
+    let kept = text.len().min(VALUE_BYTES);
+    k.push(kept as u8);
+    k.extend_from_slice(&text[..kept]);
+    let place = keys::first_seen(project, created_at, id);
+    k.extend_from_slice(&place[8..]);
+    let cut = if kept < text.len() { CUT } else { WHOLE };
+    Some((k, cut))
+}
+
+/// A person as the index sees it: its first event and properties.
+pub type Indexed<'a> = (i64, &'a Map<String, Value>);
+
+/// The writes that take the index from a person as it was (`was`, None if it was not
+/// stored) to as it is (`now`, None if deleted): tombstones for the entries it loses,
+/// then the entries it gains, as `put(key, value)`.
+pub fn changes(
+    project: u64,
+    id: Uuid,
+    was: Option<Indexed<'_>>,
+    now: Option<Indexed<'_>>,
+    mut put: impl FnMut(Vec<u8>, &[u8]),
+) {
+    // Only what differs moves, unless the first event did (every entry then moves).
+    let moved = was.map(|w| w.0) != now.map(|n| n.0);
+    let kept = |(k, v): (&String, &Value), other: Option<Indexed<'_>>| {
+        !moved && other.is_some_and(|o| o.1.get(k) == Some(v))
+    };
+    if let Some((born, properties)) = was {
+        for p in properties.iter().filter(|&p| !kept(p, now)) {
+            if let Some((key, _)) = entry(project, p.0, p.1, born, id) {
+                put(key, super::layered::TOMBSTONE);
+            }
+        }
+    }
+    if let Some((born, properties)) = now {
+        for p in properties.iter().filter(|&p| !kept(p, was)) {
+            if let Some((key, value)) = entry(project, p.0, p.1, born, id) {
+                put(key, value);
+            }
+        }
+    }
+}
+
+/// The first event and properties of a stored person, read without the rest of it.
+#[derive(Deserialize)]
+pub struct Stored {
+    pub created_at: i64,
+    #[serde(default)]
+    pub properties: Map<String, Value>,
+}
+
+/// Whether every stored person is in the index (no build due).
+pub fn ready(meta: &sled::Tree) -> Result<bool, sled::Error> {
+    MARKS.ready(meta)
+}
+
+/// Whether a build is due (for `pipeline`, deciding to run one).
+pub fn building(meta: &sled::Tree) -> Result<bool, sled::Error> {
+    MARKS.building(meta)
+}
+
+/// Make the index current, as [`first_seen::prepare`] does its own.
+pub fn prepare(trees: &Trees) -> Result<(), sled::Error> {
+    MARKS.prepare(
+        trees,
+        "persons are indexed by property in the background, for the console",
+    )
+}
+
+/// Record a build of the index from every stored person (the persons benchmark calls
+/// it after filling persons directly).
+pub fn start_build(trees: &Trees) -> Result<(), sled::Error> {
+    MARKS.start_build(&trees.meta)
+}
+
+/// A build of the index, a batch of persons at a time; its position is in `meta`, so
+/// a restart resumes it, and a batch applied again after a crash writes the same
+/// entries.
+pub struct Build(first_seen::Progress);
+
+impl Build {
+    pub fn new(trees: &Trees) -> Build {
+        Build(first_seen::Progress::new(trees))
+    }
+
+    /// Index the next batch of persons; `Done` once all are.
+    pub fn step(&self, trees: &Trees) -> Result<Step, sled::Error> {
+        let index = |project, id, bytes: &[u8], out: &mut Vec<(IVec, IVec)>| {
+            if let Ok(p) = serde_json::from_slice::<Stored>(bytes) {
+                let now = Some((p.created_at, &p.properties));
+                changes(project, id, None, now, |k, v| {
+                    out.push((IVec::from(k), IVec::from(v)));
+                });
+            }
+        };
+        self.0
+            .step(trees, &MARKS, &trees.by_property, BUILD_BATCH, index)
+    }
+}
+
+/// The persons of `project` having `key` with a value `test` passes (given the value's
+/// JSON text and whether it was cut), as their first-seen keys after `after`, newest
+/// first. Each distinct value is tested once. Candidates only: an entry may be of a
+/// value the person no longer has (see the module docs), or a cut one.
+pub fn candidates(
+    trees: &Trees,
+    project: u64,
+    key: &str,
+    after: Option<&[u8]>,
+    mut test: impl FnMut(&[u8], bool) -> bool,
+) -> Result<Vec<[u8; 32]>, sled::Error> {
+    let Some(prefix) = key_prefix(project, key) else {
+        return Ok(Vec::new());
+    };
+    let mut found = Vec::new();
+    // The value last tested (its text, whether cut) and its answer.
+    let (mut last, mut last_cut, mut passes) = (None::<Vec<u8>>, false, false);
+    for entry in trees.by_property.scan_prefix(&prefix) {
+        let (k, v) = entry?;
+        let Some(rest) = k.get(prefix.len()..) else {
+            continue;
+        };
+        let Some((&len, rest)) = rest.split_first() else {
+            continue;
+        };
+        let (Some(text), Some(tail)) = (rest.get(..len as usize), rest.get(len as usize..)) else {
+            continue;
+        };
+        let cut = v.as_ref() == CUT;
+        if last.as_deref() != Some(text) || last_cut != cut {
+            passes = test(text, cut);
+            let kept = last.get_or_insert_with(Vec::new);
+            kept.clear();
+            kept.extend_from_slice(text);
+            last_cut = cut;
+        }
+        if !passes || tail.len() != 24 {
+            continue;
+        }
+        let mut place = [0u8; 32];
+        place[..8].copy_from_slice(&keys::project(project));
+        place[8..].copy_from_slice(tail);
+        if after.is_none_or(|a| &place[..] > a) {
+            found.push(place);
+        }
+    }
+    found.sort_unstable();
+    found.dedup();
+    Ok(found)
+}
+
+#[cfg(test)]
+#[path = "tests/by_property.rs"]
+mod tests;
