@@ -219,3 +219,140 @@ impl Drop for Building {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
+
+    use uuid::Uuid;
+
+    use super::*;
+    use crate::store::block::files::FILE_SYNC;
+
+    /// `n` events of each of two projects, a minute apart, some persons each.
+    fn entries(n: usize) -> HashMap<u64, Vec<Entry>> {
+        let one = |project: u64, i: usize| Entry {
+            timestamp: 1_700_000_000_000 + i as i64 * 60_000,
+            created_at: 1_700_000_000_000 + i as i64 * 60_000 + 5,
+            uuid: Uuid::from_u128((project as u128) << 64 | i as u128),
+            person_id: Some(Uuid::from_u128(i as u128 % 13)),
+            event: ["$pageview", "$autocapture"][i % 2].into(),
+            distinct_id: format!("user-{}", i % 13),
+            properties: format!(r#"{{"$current_url":"https://a.example/{i}","n":{i}}}"#).into(),
+        };
+        [1, 2]
+            .into_iter()
+            .map(|p| (p, (0..n).map(|i| one(p, i)).collect()))
+            .collect()
+    }
+
+    fn chunk(dir: &std::path::Path, n: usize) -> Chunk {
+        Chunk {
+            entries: entries(n),
+            first_block: 7,
+            files: Files::open(dir).unwrap(),
+            index: event_index::Index::unopened(dir),
+        }
+    }
+
+    /// Each block's project and newest time (its key without the id, which follows
+    /// the projects' order) and bytes.
+    type Blocks = Vec<(Vec<u8>, Vec<u8>)>;
+
+    /// What a chunk stored, read back: its blocks and their ids.
+    fn read_back(files: &Files, stored: &Stored) -> (Blocks, Vec<u64>) {
+        let (mut blocks, mut ids) = (Vec::new(), Vec::new());
+        for (key, pointer) in &stored.blocks {
+            let bytes = files.resolve(pointer).unwrap().into_owned();
+            blocks.push((key[..16].to_vec(), bytes));
+            ids.push(u64::from_be_bytes(key[16..].try_into().unwrap()));
+        }
+        blocks.sort();
+        ids.sort();
+        (blocks, ids)
+    }
+
+    #[test]
+    fn blocks_made_on_the_thread_are_the_ones_made_here() {
+        let (there, here) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let builder = Builder::new(0);
+        let (on_thread, in_place) = (chunk(there.path(), 700), chunk(here.path(), 700));
+        let (files_there, files_here) = (on_thread.files.clone(), in_place.files.clone());
+        let a = builder.start(on_thread).wait().unwrap();
+        let b = store(in_place).unwrap();
+        assert!(matches!(builder.thread.get(), Some(Some(_))));
+        // 700 events a minute apart span more than an hour: several blocks a project.
+        assert!(a.blocks.len() >= 4, "{} blocks", a.blocks.len());
+        assert_eq!(a.next_block, 7 + a.blocks.len() as u64);
+        assert_eq!(a.next_block, b.next_block);
+        let (blocks, ids) = read_back(&files_there, &a);
+        assert_eq!(ids, (7..a.next_block).collect::<Vec<_>>());
+        assert_eq!((blocks, ids), read_back(&files_here, &b));
+    }
+
+    #[test]
+    fn chunks_are_made_on_the_block_thread() {
+        let builder = Builder::new(0);
+        let name = Arc::new(Mutex::new(None));
+        let seen = name.clone();
+        let building = builder.run(Box::new(move || {
+            *seen.lock().unwrap() = std::thread::current().name().map(str::to_owned);
+            store(chunk(tempfile::tempdir().unwrap().path(), 0))
+        }));
+        let stored = building.wait().unwrap();
+        assert!(stored.blocks.is_empty());
+        assert_eq!(stored.next_block, 7);
+        assert_eq!(name.lock().unwrap().as_deref(), Some("compactor-block"));
+    }
+
+    #[test]
+    fn a_failed_sync_on_the_thread_comes_back_and_the_next_chunk_is_stored() {
+        let dir = tempfile::tempdir().unwrap();
+        let builder = Builder::new(0);
+        let first = chunk(dir.path(), 50);
+        first.files.syncs().fail(FILE_SYNC, 0);
+        let failed = builder.start(first).wait();
+        assert!(failed.is_err());
+        let again = chunk(dir.path(), 50);
+        let files = again.files.clone();
+        let stored = builder.start(again).wait().unwrap();
+        assert!(!stored.blocks.is_empty());
+        assert_eq!(read_back(&files, &stored).0.len(), stored.blocks.len());
+    }
+
+    #[test]
+    fn a_panic_on_the_thread_is_raised_on_the_waiting_one() {
+        let builder = Builder::new(0);
+        let building = builder.run(Box::new(|| panic!("a block that cannot be made")));
+        let Err(raised) = panic::catch_unwind(AssertUnwindSafe(|| building.wait())) else {
+            panic!("the panic was not raised");
+        };
+        assert_eq!(
+            raised.downcast_ref::<&str>(),
+            Some(&"a block that cannot be made")
+        );
+        // The thread goes on with the next chunk.
+        let dir = tempfile::tempdir().unwrap();
+        assert!(!builder
+            .start(chunk(dir.path(), 10))
+            .wait()
+            .unwrap()
+            .blocks
+            .is_empty());
+    }
+
+    #[test]
+    fn a_transaction_returning_early_still_waits_for_its_blocks() {
+        let builder = Builder::new(0);
+        let done = Arc::new(AtomicBool::new(false));
+        let finished = done.clone();
+        let building = builder.run(Box::new(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            finished.store(true, Ordering::SeqCst);
+            store(chunk(tempfile::tempdir().unwrap().path(), 0))
+        }));
+        drop(building);
+        assert!(done.load(Ordering::SeqCst));
+    }
+}
