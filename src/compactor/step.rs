@@ -143,8 +143,9 @@ impl Compactor {
             &t.rollups.tree,
         );
         let to_outbox = self.settings.outbox;
-        // The layered tables' writes, journaled at the end of the closure (see
-        // store::layered): the journal is held until the transaction returns.
+        // The layered tables' writes, journaled once the records are applied, while
+        // the blocks are made (see store::layered): the journal is held until the
+        // transaction returns.
         let tables = Tables::new(t);
         let journal = tables.begin();
         let journal_error: RefCell<Option<std::io::Error>> = RefCell::new(None);
