@@ -9,7 +9,8 @@
 //! `splice.rs` (event JSON edited as text, `raw.rs`) or a `serde_json::Value`, with
 //! `enrich.rs` (GeoIP, IP settings) and `groups.rs`; `cache.rs` (what one chunk read
 //! and changed) and `memo.rs` (what the compactor remembers between chunks);
-//! `retention.rs` (deleting old blocks).
+//! `blocks.rs` (a chunk's event blocks, made on a thread of their own while the
+//! transaction goes on); `retention.rs` (deleting old blocks).
 //!
 //! Each [`Compactor::step`] takes a chunk of the log and, in ONE sled transaction,
 //! applies the records, moves the ones that belong to a slower lane (historical
@@ -24,6 +25,7 @@
 //! not stored twice.
 
 mod apply;
+mod blocks;
 mod cache;
 mod chunk;
 mod enrich;
@@ -110,6 +112,8 @@ pub struct Compactor {
     geoip: Arc<crate::geoip::Database>,
     /// When the persons' and distinct ids' tables may next be folded ([`fold`]).
     folds: fold::Schedule,
+    /// The thread each chunk's event blocks are made on ([`blocks`]).
+    builder: blocks::Builder,
     /// Test hook: fail the next transaction on this tree after this many records.
     #[cfg(test)]
     fail_at: Option<(chunk::Source, usize)>,
@@ -125,6 +129,7 @@ impl Compactor {
     ) -> Compactor {
         Compactor {
             geoip,
+            builder: blocks::Builder::new(settings.nice),
             limiter: Limiter::new(settings.overflow_rate, settings.overflow_burst),
             trees,
             log,

@@ -13,11 +13,11 @@ use sled::transaction::{ConflictableTransactionError, TransactionError, Transact
 use super::cache::{Cache, Tables};
 use super::chunk::{io, read_lane, Action, Chunk, Item, Source};
 use super::enrich::{Geo, ProjectSettings};
-use super::{apply, memo, Compactor, Error, StepReport};
+use super::{apply, blocks, memo, Compactor, Error, StepReport};
 use crate::log::{record::decode_frame, Record};
 use crate::store::dedup::{self, IdSet};
 use crate::store::keys::{CHECKPOINT_KEY, NEXT_BLOCK_KEY};
-use crate::store::{block, event_index, keys, outbox, person_cache, rollup};
+use crate::store::{block, keys, outbox, person_cache, rollup};
 
 /// What the compactor keeps between steps, read from the database at the first.
 pub(super) struct State {
@@ -121,7 +121,7 @@ impl Compactor {
             return Err(Error::StateNotLoaded);
         };
         let (window, first_block) = (&state.window, state.next_block);
-        let memo = &self.memo;
+        let (memo, builder) = (&self.memo, &self.builder);
         #[cfg(test)]
         let memo_off = self.memo_off;
         #[cfg(not(test))]
@@ -143,9 +143,9 @@ impl Compactor {
             &t.rollups.tree,
         );
         let to_outbox = self.settings.outbox;
-        let blocks = &t.blocks;
-        // The layered tables' writes, journaled at the end of the closure (see
-        // store::layered): the journal is held until the transaction returns.
+        // The layered tables' writes, journaled once the records are applied, while
+        // the blocks are made (see store::layered): the journal is held until the
+        // transaction returns.
         let tables = Tables::new(t);
         let journal = tables.begin();
         let journal_error: RefCell<Option<std::io::Error>> = RefCell::new(None);
@@ -221,53 +221,34 @@ impl Compactor {
                         }
                     }
                 }
+                // The blocks are made on their own thread meanwhile (see blocks.rs).
+                let building = builder.start(blocks::Chunk {
+                    entries,
+                    first_block,
+                    files: t.blocks.clone(),
+                    index: t.event_index.clone(),
+                });
                 cache.write(&tx)?;
                 (counts.persons, counts.learned) = cache.into_reports();
+                // Synced before the commit that records it; put back if the chunk fails.
+                match journal.stage() {
+                    Ok(Some((key, value))) => meta.insert(key, &value[..]).map(drop)?,
+                    Ok(None) => {}
+                    Err(e) => {
+                        *journal_error.borrow_mut() = Some(e);
+                        return Err(ConflictableTransactionError::Abort(()));
+                    }
+                }
+                let stored = building.wait().map_err(blocks_failed)?;
                 // The console's rollups, with the events they count.
-                let mut pending = rollup::Pending::default();
-                for (project, list) in &entries {
-                    for e in list {
-                        let (name, who) = (&e.event, &e.distinct_id);
-                        pending.add(*project, e.timestamp, name, e.person_id, who, &e.properties);
-                    }
+                hot.stage(&stored.counted, write_rollups, first_block, rollups, meta)?;
+                *counted.borrow_mut() = Some(stored.counted);
+                let mut written = Vec::with_capacity(stored.blocks.len());
+                for (key, pointer) in &stored.blocks {
+                    events.insert(&key[..], &pointer[..])?;
+                    written.push(*key);
                 }
-                hot.stage(&pending, write_rollups, first_block, rollups, meta)?;
-                *counted.borrow_mut() = Some(pending);
-                let mut next_block = first_block;
-                let mut written = Vec::new();
-                for (project, list) in entries {
-                    for built in block::build_indexed(list) {
-                        let key = keys::block(project, built.newest, next_block);
-                        let block = event_index::BlockRef {
-                            id: next_block,
-                            project,
-                            newest: built.newest,
-                            oldest: built.oldest,
-                        };
-                        // Before the commit, so a read never finds a committed block
-                        // missing from the index; one naming a block that is not (yet)
-                        // stored passes over it.
-                        t.event_index.add(&[event_index::NewBlock {
-                            block,
-                            distinct_ids: built.distinct_ids,
-                            events: built.events,
-                            properties: built.properties,
-                        }]);
-                        let pointer = match blocks.append(&built.value) {
-                            Ok(pointer) => pointer,
-                            Err(e) => return Err(blocks_failed(e)),
-                        };
-                        events.insert(&key[..], &pointer[..])?;
-                        written.push(key);
-                        next_block += 1;
-                    }
-                }
-                // The blocks are on disk before the pointers can be (see block::files).
-                if !written.is_empty() {
-                    if let Err(e) = blocks.sync() {
-                        return Err(blocks_failed(e));
-                    }
-                }
+                let next_block = stored.next_block;
                 // The outbox: what this chunk changed, in this transaction.
                 if to_outbox {
                     let done =
@@ -295,15 +276,6 @@ impl Compactor {
                         (None, Some(key)) => meta.insert(CHECKPOINT_KEY, key)?,
                         (None, None) => None,
                     };
-                }
-                // Last: synced before the commit that records it.
-                match journal.stage() {
-                    Ok(Some((key, value))) => meta.insert(key, &value[..]).map(drop)?,
-                    Ok(None) => {}
-                    Err(e) => {
-                        *journal_error.borrow_mut() = Some(e);
-                        return Err(ConflictableTransactionError::Abort(()));
-                    }
                 }
                 Ok(counts)
             },

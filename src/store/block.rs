@@ -39,6 +39,7 @@ mod texts;
 
 pub use column::{may_hold_key, Cell, Column, PropertyKeys};
 pub use files::Files;
+pub use pointer::POINTER_LEN;
 pub use rows::Rows;
 
 /// The version written; [`BY_KEY`], [`COLUMNS`] and [`ROWS`] are still read.

@@ -6,7 +6,7 @@
 /// A tree value holding a pointer instead of a block starts with this byte.
 pub const TAG: u8 = 0xB0;
 /// tag, event count, file, offset, length, CRC-32 of the bytes.
-pub(super) const POINTER_LEN: usize = 1 + 4 + 4 + 8 + 4 + 4;
+pub const POINTER_LEN: usize = 1 + 4 + 4 + 8 + 4 + 4;
 
 /// Where a block's bytes are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
