@@ -8,17 +8,30 @@
 //! not the bytes written to it, decides a fold, so a key rewritten five times between
 //! folds counts once, as the map holds it once.
 
+use std::cmp::Ordering;
 use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::sync::Arc;
 
 use sled::IVec;
 
+pub use super::key::Key;
+use super::key::KEY_INLINE;
+
 /// Keys to values; an empty value is a removal (the runs may hold the key).
-pub type Map = BTreeMap<IVec, IVec>;
+pub type Map = BTreeMap<Key, IVec>;
 
 /// What a write replaced, to put back if its chunk does not commit.
-pub type Undo = Vec<(IVec, Option<IVec>)>;
+pub type Undo = Vec<(Key, Option<IVec>)>;
+
+/// `entries` as a map (a later entry of a key replacing an earlier).
+#[cfg(test)]
+pub fn map_of(entries: impl IntoIterator<Item = (IVec, IVec)>) -> Map {
+    entries
+        .into_iter()
+        .map(|(k, v)| (Key::from(&k[..]), v))
+        .collect()
+}
 
 #[derive(Default)]
 pub struct Delta {
@@ -28,7 +41,7 @@ pub struct Delta {
     frozen: Option<Arc<Map>>,
 }
 
-fn size(k: &IVec, v: &IVec) -> u64 {
+fn size(k: &[u8], v: &IVec) -> u64 {
     (k.len() + v.len()) as u64
 }
 
@@ -38,7 +51,7 @@ pub fn bytes(map: &Map) -> u64 {
 }
 
 /// Put `entries` in `map` (replacing what it holds), keeping `bytes` its size.
-fn merge(map: &mut Map, bytes: &mut u64, entries: impl IntoIterator<Item = (IVec, IVec)>) {
+fn merge(map: &mut Map, bytes: &mut u64, entries: impl IntoIterator<Item = (Key, IVec)>) {
     for (k, v) in entries {
         *bytes += size(&k, &v);
         if let Some(old) = map.insert(k.clone(), v) {
@@ -100,16 +113,16 @@ impl Delta {
                 (Some(_), None) => active.next(),
                 (None, Some(_)) => frozen.next(),
                 (Some((a, _)), Some((f, _))) => match a.cmp(f) {
-                    std::cmp::Ordering::Less => active.next(),
-                    std::cmp::Ordering::Greater => frozen.next(),
-                    std::cmp::Ordering::Equal => {
+                    Ordering::Less => active.next(),
+                    Ordering::Greater => frozen.next(),
+                    Ordering::Equal => {
                         frozen.next();
                         active.next()
                     }
                 },
             };
             if let Some((k, v)) = next {
-                out.push((k.clone(), v.clone()));
+                out.push((IVec::from(&k[..]), v.clone()));
             }
         }
         out
@@ -119,12 +132,13 @@ impl Delta {
     pub fn stage(&mut self, entries: &[(IVec, IVec)]) -> Undo {
         let mut undo = Vec::with_capacity(entries.len());
         for (k, v) in entries {
+            let key = Key::from(&k[..]);
             self.active_bytes += size(k, v);
-            let old = self.active.insert(k.clone(), v.clone());
+            let old = self.active.insert(key.clone(), v.clone());
             if let Some(old) = &old {
                 self.active_bytes -= size(k, old);
             }
-            undo.push((k.clone(), old));
+            undo.push((key, old));
         }
         undo
     }
@@ -219,25 +233,30 @@ fn footprint_of(map: &Map) -> u64 {
 }
 
 /// About the bytes one entry of `key_len` and `value_len` takes in a [`Map`]: its share
-/// of a B-tree node (two `IVec` slots in a node filled to [`BTREE_FILL_PERCENT`], plus
-/// the node's header and the internal nodes above it) and the heap copies of a key or
-/// value too long to sit inline, rounded as an allocator rounds them. The bytes of keys
-/// and values alone understate it two to three times for short keys and values.
+/// of a B-tree node (a [`Key`] and an `IVec` slot in a node filled to
+/// [`BTREE_FILL_PERCENT`], plus the node's header and the internal nodes above it) and
+/// the heap copies of a key or value too long to sit inline, rounded as an allocator
+/// rounds them. The bytes of keys and values alone understate it two to three times
+/// for short keys and values.
 pub fn entry_footprint(key_len: usize, value_len: usize) -> u64 {
-    let slot = 2 * std::mem::size_of::<IVec>();
+    let slot = std::mem::size_of::<Key>() + std::mem::size_of::<IVec>();
     let node = BTREE_NODE_ENTRIES * slot + 16;
     let share = node * 100 / (BTREE_NODE_ENTRIES * BTREE_FILL_PERCENT);
     let share = share * (100 + BTREE_INTERNAL_PERCENT) / 100;
-    (share + heap(key_len) + heap(value_len)) as u64
+    let key = match key_len {
+        0..=KEY_INLINE => 0,
+        _ => size_class(key_len),
+    };
+    let value = match value_len {
+        0..=IVEC_INLINE => 0,
+        _ => size_class(value_len + IVEC_HEADER),
+    };
+    (share + key + value) as u64
 }
 
-/// Heap bytes of an `IVec` of `len` bytes: none inline, else its header and bytes in
-/// the allocator's size class (steps of 16 bytes up to 128, then of an eighth).
-fn heap(len: usize) -> usize {
-    if len <= IVEC_INLINE {
-        return 0;
-    }
-    let n = len + IVEC_HEADER;
+/// `n` bytes in the allocator's size class (steps of 16 bytes up to 128, then of an
+/// eighth).
+fn size_class(n: usize) -> usize {
     if n <= 128 {
         return n.div_ceil(16) * 16;
     }

@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use sled::IVec;
 
-use super::delta::{self, Map};
+use super::delta::{self, Key, Map};
 use super::files::part_file;
 use super::journal::Guard;
 use super::run::{self, Run};
@@ -35,7 +35,7 @@ struct Written {
     replacing: Vec<Vec<(Box<[u8]>, String)>>,
     /// Every file made, removed if the fold fails.
     files: Vec<String>,
-    taken: Vec<(IVec, IVec)>,
+    taken: Vec<(Key, IVec)>,
     bytes: u64,
 }
 
@@ -167,7 +167,9 @@ impl Layered {
                     let mut all = left.clone();
                     let d = t.delta();
                     all.extend(d.active().iter().map(|(k, v)| (k.clone(), v.clone())));
-                    all.into_iter().collect()
+                    all.into_iter()
+                        .map(|(k, v)| (IVec::from(&k[..]), v))
+                        .collect()
                 }
                 false => t.delta_entries(),
             };
@@ -321,7 +323,7 @@ impl Layered {
 }
 
 /// The entries of `frozen` not in `taken` (both in key order).
-fn untaken(frozen: &Map, taken: &[(IVec, IVec)]) -> Map {
+fn untaken(frozen: &Map, taken: &[(Key, IVec)]) -> Map {
     let mut taken = taken.iter().map(|(k, _)| k).peekable();
     // Collected in key order, which a `BTreeMap` builds in one pass.
     frozen

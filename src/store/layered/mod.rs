@@ -50,6 +50,7 @@ mod files;
 mod fold;
 mod iter;
 pub mod journal;
+mod key;
 mod plan;
 mod records;
 pub mod run;
@@ -243,7 +244,7 @@ impl Layered {
         if db.tree_names().iter().any(|t| t == name.as_bytes()) {
             for kv in db.open_tree(name)?.iter() {
                 let (k, v) = kv?;
-                active.insert(k, v);
+                active.insert(delta::Key::from(&k[..]), v);
             }
         }
         active.extend(shared.journal.take_replayed(name));

@@ -14,7 +14,7 @@ use std::path::Path;
 
 use sled::IVec;
 
-use super::delta::Map;
+use super::delta::{Key, Map};
 
 pub(super) const HEADER: &[u8] = b"flagpost-journal 1\n";
 
@@ -113,7 +113,7 @@ fn decode(payload: &[u8], maps: &mut HashMap<String, Map>) -> Option<()> {
             let v = u32_at(payload, at + 4)? as usize;
             let key = payload.get(at + 8..at + 8 + k)?;
             let value = payload.get(at + 8 + k..at + 8 + k + v)?;
-            map.insert(IVec::from(key), IVec::from(value));
+            map.insert(Key::from(key), IVec::from(value));
             at += 8 + k + v;
         }
     }

@@ -31,6 +31,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use twox_hash::XxHash64;
 
 use super::cache;
+use super::key::Key;
 
 pub(super) const MAGIC: &[u8; 16] = b"flagpost-run 1\n\0";
 pub(super) const FOOTER_MAGIC: &[u8; 4] = b"FPRE";
@@ -57,7 +58,8 @@ pub(super) struct BlockInfo {
     pub(super) stored: u32,
     pub(super) raw: u32,
     pub(super) crc: u32,
-    pub(super) first_key: Box<[u8]>,
+    /// Inline: the index is binary-searched on every point read.
+    pub(super) first_key: Key,
 }
 
 /// An open run.
@@ -166,7 +168,7 @@ impl Run {
                 stored,
                 raw,
                 crc,
-                first_key: first_key.into(),
+                first_key: Key::from(first_key),
             });
         }
         let probes = u32_at(&index, &mut at).ok_or_else(cut)?;
@@ -222,7 +224,7 @@ impl Run {
     /// Bytes it keeps in memory while open: its block index and Bloom filter.
     pub fn resident_bytes(&self) -> u64 {
         let block = std::mem::size_of::<BlockInfo>() + std::mem::size_of::<AtomicBool>();
-        let keys: usize = self.blocks.iter().map(|b| b.first_key.len()).sum();
+        let keys: usize = self.blocks.iter().map(|b| b.first_key.heap_bytes()).sum();
         let filter = self.filter.words.len() * std::mem::size_of::<u64>();
         (self.blocks.len() * block + keys + filter) as u64
     }

@@ -4,6 +4,7 @@ use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 
+use super::key::Key;
 use super::run::{BlockInfo, Filter, BLOCK_BYTES, FOOTER_MAGIC, MAGIC};
 
 /// Writes a run; keys must come in ascending order.
@@ -85,7 +86,7 @@ impl Writer {
             stored: len(stored.len())?,
             raw: len(self.block.len())?,
             crc: crc32fast::hash(&stored),
-            first_key: first_key.into(),
+            first_key: Key::from(&first_key[..]),
         });
         self.out.write_all(&stored)?;
         self.written += stored.len() as u64;

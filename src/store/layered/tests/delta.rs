@@ -19,7 +19,7 @@ fn assert_counted(d: &Delta) {
 
 #[test]
 fn the_active_maps_bytes_follow_every_change() {
-    let mut d = Delta::new((0..10).map(|i| entry(i, 1)).collect());
+    let mut d = Delta::new(delta::map_of((0..10).map(|i| entry(i, 1))));
     assert_counted(&d);
     // Rewrites of the same keys, a removal, new keys; then put back.
     let undo = d.stage(&[entry(3, 22), entry(3, 333), entry(20, 1)]);
@@ -31,7 +31,7 @@ fn the_active_maps_bytes_follow_every_change() {
     assert_counted(&d);
     assert_eq!(
         d.active_bytes(),
-        bytes(&(0..10).map(|i| entry(i, 1)).collect())
+        bytes(&delta::map_of((0..10).map(|i| entry(i, 1))))
     );
 
     // A fold: frozen, written to meanwhile, then what it left under the newer writes.
