@@ -10,8 +10,8 @@ use hyper::{HeaderMap, Response, StatusCode};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
-use super::console::find;
 use super::error::ApiError;
+use super::matching;
 use super::params::Params;
 use super::properties::Filters;
 use super::response::{self, Body, Channel};
@@ -189,7 +189,7 @@ fn group_json(g: &Group) -> Value {
 }
 
 /// A page of the events `test` passes: those in the next
-/// [`MAX_BLOCKS_EXAMINED`](find::MAX_BLOCKS_EXAMINED) blocks read, up to `limit`; its
+/// [`MAX_BLOCKS_EXAMINED`](matching::MAX_BLOCKS_EXAMINED) blocks read, up to `limit`; its
 /// cursor goes on below the last event examined, so a page may be short, even empty,
 /// and still have a next.
 pub(super) async fn tested_page(
@@ -199,10 +199,14 @@ pub(super) async fn tested_page(
     cursor: Option<Vec<u8>>,
     limit: usize,
     test: Box<dyn BlockTest>,
-) -> Result<find::EventsPage, ApiError> {
+) -> Result<matching::EventsPage, ApiError> {
     blocking(move || {
         let walk = query::events(&trees.trees, project, filter, cursor.as_deref());
-        find::events_page(walk.tested(test, find::MAX_BLOCKS_EXAMINED), project, limit)
+        matching::events_page(
+            walk.tested(test, matching::MAX_BLOCKS_EXAMINED),
+            project,
+            limit,
+        )
     })
     .await
 }

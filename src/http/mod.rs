@@ -15,6 +15,7 @@ pub mod flags_api;
 pub mod inflate;
 pub mod linger;
 pub mod links;
+pub mod matching;
 pub mod not_kept;
 pub mod params;
 pub mod personal;

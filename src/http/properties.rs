@@ -21,8 +21,8 @@ use std::sync::Arc;
 
 use serde_json::{json, Map, Value};
 
-use super::console::find::{ColumnTest, Matcher};
 use super::error::ApiError;
+use super::matching::{ColumnTest, Matcher};
 use super::params::Params;
 use crate::store::block::Rows;
 use crate::store::live::Open;

@@ -1,7 +1,8 @@
 use serde_json::{json, Map, Value};
 
 use super::*;
-use crate::http::console::find::{events_page, tests::stored_events};
+use crate::http::console::find::tests::stored_events;
+use crate::http::matching::events_page;
 use crate::persons::Person;
 use crate::store::{keys, Trees};
 

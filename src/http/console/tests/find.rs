@@ -1,4 +1,7 @@
 use super::*;
+use crate::http::matching::events_page;
+use crate::store::block::Rows;
+use crate::store::query::BlockTest;
 
 fn props(v: Value) -> Map<String, Value> {
     v.as_object().unwrap().clone()
