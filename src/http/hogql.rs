@@ -3,7 +3,7 @@
 //! rules, where the flags ([`crate::flags`]) compare as `/decide` does. What differs:
 //!
 //! - A property that is absent or JSON `null` has no value: `is_set` fails, and of
-//!   the rest only the negative operators pass (`is_not`, `not_in`, `not_icontains`,
+//!   the rest only the negative operators pass (`is_not`, `not_icontains`,
 //!   `not_regex`, `semver_neq`), as HogQL's `ifNull(..., 1)` makes them.
 //! - `exact` and `is_not` compare text case-sensitively. A stored number equals a
 //!   filter value that reads as the same number, a stored boolean `true`/`"true"` (as
@@ -43,7 +43,7 @@ enum Test {
     Always,
     /// `is_set` (true) or `is_not_set`.
     Set(bool),
-    /// `exact`, `is_not`, `in`, `not_in`: equal to any of these.
+    /// `exact`, `is_not`: equal to any of these.
     Equals(Vec<Value>),
     /// `icontains` of one value: `ILIKE`, a pattern on the ASCII-lowercased text.
     Like(Regex),
@@ -66,15 +66,22 @@ impl Compare {
         };
         let negative = matches!(
             operator,
-            "is_not" | "not_in" | "not_icontains" | "not_icontains_multi" | "not_regex" | "semver_neq"
+            "is_not" | "not_icontains" | "not_icontains_multi" | "not_regex" | "semver_neq"
         );
         let test = match operator {
             "is_set" | "is_not_set" => Test::Set(operator == "is_set"),
             _ if values.is_empty() => Test::Always,
-            "exact" | "is_not" | "in" | "not_in" => Test::Equals(values),
-            "icontains" | "not_icontains" if values.len() == 1 => Test::Like(like(&text(&values[0]))?),
+            "exact" | "is_not" => Test::Equals(values),
+            "icontains" | "not_icontains" if values.len() == 1 => {
+                Test::Like(like(&text(&values[0]))?)
+            }
             "icontains" | "not_icontains" | "icontains_multi" | "not_icontains_multi" => {
-                Test::Contains(values.iter().map(|v| text(v).to_ascii_lowercase()).collect())
+                Test::Contains(
+                    values
+                        .iter()
+                        .map(|v| text(v).to_ascii_lowercase())
+                        .collect(),
+                )
             }
             "regex" | "not_regex" => Test::Regex(
                 (values.iter())
@@ -110,8 +117,9 @@ impl Compare {
                 let text = text(v);
                 patterns.iter().any(|p| p.is_match(&text))
             }
-            (Test::Order(pass, values), Some(v)) => (values.iter())
-                .any(|f| order(v, f).is_some_and(|o| pass.contains(&o))),
+            (Test::Order(pass, values), Some(v)) => {
+                (values.iter()).any(|f| order(v, f).is_some_and(|o| pass.contains(&o)))
+            }
         };
         Some(found != self.negative)
     }

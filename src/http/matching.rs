@@ -77,9 +77,8 @@ impl Matcher {
         let mut matcher = Matcher::new(filter.clone(), None)?;
         let operator = (filter.get("operator").and_then(Value::as_str)).unwrap_or("exact");
         let value = filter.get("value").unwrap_or(&Value::Null);
-        let compare = Compare::new(operator, value).map_err(|e| {
-            ApiError::BadQuery(format!("the property filter is not valid: {e}"))
-        })?;
+        let compare = Compare::new(operator, value)
+            .map_err(|e| ApiError::BadQuery(format!("the property filter is not valid: {e}")))?;
         let needle = match (operator, value) {
             ("icontains", Value::String(text)) => hogql::plain_needle(text),
             _ => None,

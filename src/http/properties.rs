@@ -137,7 +137,9 @@ impl Filters {
                 }
                 Node::All(nodes)
             }
-            Filters::Any(any) => Node::Any(any.into_iter().map(|f| f.node(open, project)).collect()),
+            Filters::Any(any) => {
+                Node::Any(any.into_iter().map(|f| f.node(open, project)).collect())
+            }
         }
     }
 }

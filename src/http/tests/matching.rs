@@ -21,7 +21,10 @@ fn the_consoles_property_tests_are_posthogs_uis() {
         ("property=email&value=ada@example.com", false),
         ("property=email&value=bob@example.com,ada@Example.com", true),
         ("property=email&operator=is_not&value=ada@example.com", true),
-        ("property=email&operator=is_not&value=ada@Example.com", false),
+        (
+            "property=email&operator=is_not&value=ada@Example.com",
+            false,
+        ),
         ("property=email&operator=icontains&value=EXAMPLE", true),
         ("property=email&operator=icontains&value=ada%25com", true),
         ("property=email&operator=regex&value=^ada@", true),
@@ -48,8 +51,14 @@ fn a_flags_filter_keeps_the_flags_comparison() {
     let ada = props(json!({"email": "ada@Example.com", "plan": null}));
     let cases = [
         (json!({"key": "email", "value": "ADA@example.com"}), true),
-        (json!({"key": "email", "value": ["ada@example.com"], "operator": "is_not"}), false),
-        (json!({"key": "plan", "value": "is_set", "operator": "is_set"}), true),
+        (
+            json!({"key": "email", "value": ["ada@example.com"], "operator": "is_not"}),
+            false,
+        ),
+        (
+            json!({"key": "plan", "value": "is_set", "operator": "is_set"}),
+            true,
+        ),
     ];
     for (mut filter, want) in cases {
         filter["type"] = json!("person");

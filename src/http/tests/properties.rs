@@ -18,7 +18,12 @@ fn props(v: Value) -> Map<String, Value> {
 
 /// Whether an event of `distinct_id` with properties `event`, of a person with
 /// properties `person`, passes `filters`: each filter matched on the whole properties.
-fn holds(filters: &Filters, distinct_id: &str, event: &Map<String, Value>, person: &Map<String, Value>) -> bool {
+fn holds(
+    filters: &Filters,
+    distinct_id: &str,
+    event: &Map<String, Value>,
+    person: &Map<String, Value>,
+) -> bool {
     let holds = |f: &Filters| holds(f, distinct_id, event, person);
     match filters {
         Filters::Event(m) => m.matches(distinct_id, event),
@@ -142,6 +147,10 @@ fn each_operator_is_posthogs_events_apis() {
             true,
         ),
         (r#"[{"key":"$os","value":1,"operator":"lt"}]"#, false),
+        (
+            r#"[{"key":"$browser","value":["x","ROM"],"operator":"icontains_multi"}]"#,
+            true,
+        ),
     ];
     for (properties, want) in cases {
         assert_eq!(passes(properties, &e), want, "{properties}");
@@ -235,7 +244,12 @@ fn an_abusive_filter_is_refused() {
     // OR groups of lists of groups count too.
     let and = |n| format!(r#"{{"type":"AND","values":{}}}"#, list(n));
     let wide = format!(r#"{{"type":"OR","values":[{},{}]}}"#, and(60), and(41));
-    assert!(parse(&format!(r#"{{"type":"OR","values":[{},{}]}}"#, and(60), and(40))).is_ok());
+    assert!(parse(&format!(
+        r#"{{"type":"OR","values":[{},{}]}}"#,
+        and(60),
+        and(40)
+    ))
+    .is_ok());
     assert!(refusal(&wide).contains("filters at most"));
 }
 
@@ -434,7 +448,10 @@ fn the_first_key_an_event_filter_needs_narrows_the_read() {
     assert_eq!(key(r#"[{"key":"plan","value":"x","type":"person"}]"#), None);
     // An OR needs a key when each of its filters needs the same one.
     let or = |a: &str, b: &str| format!(r#"{{"type":"OR","values":[{a},{b}]}}"#);
-    let (plan, n) = (r#"{"key":"plan","value":"x"}"#, r#"{"key":"n","operator":"is_set"}"#);
+    let (plan, n) = (
+        r#"{"key":"plan","value":"x"}"#,
+        r#"{"key":"n","operator":"is_set"}"#,
+    );
     assert_eq!(key(&or(plan, plan)), Some("plan".to_owned()));
     assert_eq!(key(&or(plan, n)), None);
     assert_eq!(key(&format!("[{},{n}]", or(plan, n))), Some("n".to_owned()));
