@@ -119,14 +119,14 @@ impl Filters {
             known: HashMap::new(),
         };
         match self {
-            Filters::Event(m) => Node::Column(ColumnTest::new(m)),
+            Filters::Event(m) => Node::Column(Box::new(ColumnTest::new(m))),
             Filters::Person(m) => Node::Person(persons(vec![m])),
             // The block's columns first, then the groups, then the persons all at once.
             Filters::All(all) => {
                 let (mut nodes, mut people, mut groups) = (Vec::new(), Vec::new(), Vec::new());
                 for filter in all {
                     match filter {
-                        Filters::Event(m) => nodes.push(Node::Column(ColumnTest::new(m))),
+                        Filters::Event(m) => nodes.push(Node::Column(Box::new(ColumnTest::new(m)))),
                         Filters::Person(m) => people.push(m),
                         group => groups.push(group.node(open, project)),
                     }
@@ -253,7 +253,7 @@ fn normalize(filter: Value) -> Result<(bool, Value), String> {
 
 /// The test of a block's events by a tree of filters.
 enum Node {
-    Column(ColumnTest),
+    Column(Box<ColumnTest>),
     Person(PersonTest),
     All(Vec<Node>),
     Any(Vec<Node>),
