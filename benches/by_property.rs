@@ -14,7 +14,7 @@ use std::hint::black_box;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use flagpost::compactor::by_property_writes;
 use flagpost::persons::{self, Person};
-use flagpost::store::{by_property, keys, Trees};
+use flagpost::store::{keys, Trees};
 
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -51,24 +51,11 @@ fn write_by_property(c: &mut Criterion) {
         let was = person(7, 0, count);
         let born = serde_json::to_vec(&was).expect("serialises");
         let now = person(7, 1, count);
-        let now_id = now.id;
         group.bench_function(format!("{count} properties, new"), |b| {
             b.iter(|| writes(None, black_box(&was)))
         });
         group.bench_function(format!("{count} properties, changed"), |b| {
             b.iter(|| writes(Some(black_box(&born)), black_box(&now)))
-        });
-        // The diff as it was made before (1c0e2b9): the stored person parsed whole.
-        group.bench_function(format!("{count} properties, changed, parsed whole"), |b| {
-            b.iter(|| {
-                let stored = serde_json::from_slice::<by_property::Stored>(black_box(&born));
-                let was = stored.expect("a person");
-                let mut bytes = 0;
-                let was = Some((was.created_at, &was.properties));
-                let now = Some((now.created_at, &now.properties));
-                by_property::changes(PROJECT, now_id, was, now, |k, v| bytes += k.len() + v.len());
-                bytes
-            })
         });
     }
     group.finish();

@@ -7,10 +7,6 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use serde::de::{Deserializer, MapAccess, Visitor};
-use serde::Deserialize;
-use serde_json::value::RawValue;
-use serde_json::{Map, Value};
 use sled::transaction::{TransactionalTree, UnabortableTransactionError};
 use sled::IVec;
 use uuid::Uuid;
@@ -32,10 +28,9 @@ pub static BY_PROPERTY_WRITES: AtomicBool = AtomicBool::new(true);
 /// A changed person's entries by property, as `put(key, value)`: the ones of values
 /// it lost removed, of values it gained added (all of them if its first event moved),
 /// from the person as stored before the chunk (`born`, None if new) to `now` (None if
-/// deleted). The stored person's properties are compared as the JSON texts its bytes
-/// hold with the new ones written the same way: only those that differ are built, so
-/// a person whose event changed one of 40 properties costs a scan of its bytes, not a
-/// second parse of them.
+/// deleted). The stored person is parsed again for it: a diff of its properties' JSON
+/// texts read in place costs as much (BENCHMARKS.md, "The persons' index by property:
+/// what keeping it costs").
 pub fn by_property_writes(
     project: u64,
     id: Uuid,
@@ -43,76 +38,10 @@ pub fn by_property_writes(
     now: Option<&Person>,
     put: impl FnMut(Vec<u8>, &[u8]),
 ) {
-    let texts = born.and_then(|b| serde_json::from_slice::<BornTexts<'_>>(b).ok());
-    let (Some(was), Some(now)) = (texts, now) else {
-        // New, deleted or not readable so: every entry of the one there is written.
-        let was = born.and_then(|b| serde_json::from_slice::<by_property::Stored>(b).ok());
-        let was = was.as_ref().map(|w| (w.created_at, &w.properties));
-        let now = now.map(|p| (p.created_at, &p.properties));
-        return by_property::changes(project, id, was, now, put);
-    };
-    let mut text = Vec::new();
-    let mut gained = Map::new();
-    for (i, (key, value)) in now.properties.iter().enumerate() {
-        text.clear();
-        let written = serde_json::to_writer(&mut text, value).is_ok();
-        // Mostly where it was: a `$set` changes a value in place.
-        let old = match was.properties.get(i) {
-            Some((k, raw)) if k == key => Some(raw),
-            _ => was
-                .properties
-                .iter()
-                .find(|(k, _)| k == key)
-                .map(|(_, raw)| raw),
-        };
-        let same = old.is_some_and(|raw| raw.get().as_bytes() == &text[..]);
-        if !written || !same || was.created_at != now.created_at {
-            gained.insert(key.clone(), value.clone());
-        }
-    }
-    let mut lost = Map::new();
-    for (key, raw) in was.properties {
-        let kept = now.properties.contains_key(key) && !gained.contains_key(key);
-        if let (false, Ok(value)) = (kept, serde_json::from_str::<Value>(raw.get())) {
-            lost.insert(key.to_owned(), value);
-        }
-    }
-    let was = (was.created_at, &lost);
-    by_property::changes(project, id, Some(was), Some((now.created_at, &gained)), put);
-}
-
-/// A stored person's first event and its properties' JSON texts in their order,
-/// borrowed from its bytes. A key with an escape is not borrowed: the person is then
-/// not read so, and is parsed whole.
-#[derive(Deserialize)]
-struct BornTexts<'a> {
-    created_at: i64,
-    #[serde(borrow, default, deserialize_with = "texts")]
-    properties: Vec<(&'a str, &'a RawValue)>,
-}
-
-/// A JSON object's entries in order, keys and values borrowed.
-fn texts<'de, D: Deserializer<'de>>(
-    d: D,
-) -> std::result::Result<Vec<(&'de str, &'de RawValue)>, D::Error> {
-    struct Entries;
-    impl<'de> Visitor<'de> for Entries {
-        type Value = Vec<(&'de str, &'de RawValue)>;
-        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-            f.write_str("an object")
-        }
-        fn visit_map<M: MapAccess<'de>>(
-            self,
-            mut map: M,
-        ) -> std::result::Result<Self::Value, M::Error> {
-            let mut entries = Vec::with_capacity(map.size_hint().unwrap_or(16));
-            while let Some(entry) = map.next_entry()? {
-                entries.push(entry);
-            }
-            Ok(entries)
-        }
-    }
-    d.deserialize_map(Entries)
+    let was = born.and_then(|b| serde_json::from_slice::<by_property::Stored>(b).ok());
+    let was = was.as_ref().map(|w| (w.created_at, &w.properties));
+    let now = now.map(|p| (p.created_at, &p.properties));
+    by_property::changes(project, id, was, now, put);
 }
 
 /// The trees a record touches. Persons and distinct ids are layered tables
