@@ -4,8 +4,12 @@
 //! (a) with `$process_person_profile: false`, so only the event is stored, and (b) with
 //! `$set` and `$set_once` on every event and eight `$identify` merges of an anonymous
 //! person into an identified one per step. Every step sees fresh uuids and distinct
-//! ids, so nothing is deduplicated or diverted to the overflow lane. The database and
-//! the log live under the target dir. Throughput is in events.
+//! ids, so nothing is deduplicated or diverted to the overflow lane; and (c) with 20
+//! or 40 of the properties posthog-js sets on a person (`common::person_properties`),
+//! by returning users (each step's users are the ones before, two of their properties
+//! changing with the page) or new ones, with the persons' index by property kept and
+//! not (`compactor::BY_PROPERTY_WRITES`): what keeping it costs. The database and the
+//! log live under the target dir. Throughput is in events.
 
 #[path = "common/mod.rs"]
 mod common;
@@ -15,7 +19,7 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, SamplingMode, Throughput};
-use flagpost::compactor::Compactor;
+use flagpost::compactor::{Compactor, BY_PROPERTY_WRITES};
 use flagpost::config::{Compaction, DEFAULT_LOG_SEGMENT_BYTES};
 use flagpost::geoip;
 use flagpost::log;
@@ -47,6 +51,11 @@ const SAMPLES: usize = 20;
 enum Persons {
     Off,
     On,
+    /// Persons of this many properties, returning from step to step or new.
+    Many {
+        properties: usize,
+        returning: bool,
+    },
 }
 
 /// A compactor on a fresh database under the target dir.
@@ -111,7 +120,12 @@ impl Fixture {
 /// The `i`th record of fill `fill`. Users' events interleave, as live traffic does.
 fn record(fill: usize, i: usize, persons: Persons) -> Record {
     let (user, nth) = (i % USERS, i / USERS);
-    let person = fill * USERS + user;
+    let person = match persons {
+        Persons::Many {
+            returning: true, ..
+        } => user,
+        _ => fill * USERS + user,
+    };
     let merges = persons == Persons::On && user % MERGE_EVERY == 0;
     let known = format!("user-{person:08}");
     let anon = format!("anon-{person:08}");
@@ -135,6 +149,16 @@ fn record(fill: usize, i: usize, persons: Persons) -> Record {
                 "$initial_referrer": "$direct",
                 "$initial_current_url": properties["$current_url"].clone(),
             });
+        }
+        Persons::Many {
+            properties: count, ..
+        } => {
+            let all = common::person_properties(person, fill * 8 + nth, count);
+            let (once, set): (Vec<_>, Vec<_>) = all
+                .into_iter()
+                .partition(|(k, _)| k.starts_with("$initial_"));
+            properties["$set"] = serde_json::Value::Object(set.into_iter().collect());
+            properties["$set_once"] = serde_json::Value::Object(once.into_iter().collect());
         }
     }
     if merges && nth == 6 {
@@ -165,10 +189,26 @@ fn step(c: &mut Criterion) {
         .sampling_mode(SamplingMode::Flat)
         .sample_size(SAMPLES)
         .throughput(Throughput::Elements(STEP_RECORDS as u64));
-    for (name, persons) in [
-        ("1024 events, no persons", Persons::Off),
-        ("1024 events, persons", Persons::On),
-    ] {
+    let many = |properties, returning| Persons::Many {
+        properties,
+        returning,
+    };
+    let variants = [
+        ("1024 events, no persons", Persons::Off, true),
+        ("1024 events, persons", Persons::On, true),
+        ("20 properties, returning, index", many(20, true), true),
+        ("20 properties, returning, no index", many(20, true), false),
+        ("40 properties, returning, index", many(40, true), true),
+        ("40 properties, returning, no index", many(40, true), false),
+        ("40 properties, new, index", many(40, false), true),
+        ("40 properties, new, no index", many(40, false), false),
+    ];
+    let only = std::env::var("COMPACTOR_BENCH_ONLY").unwrap_or_default();
+    for (name, persons, index) in variants {
+        if !name.contains(only.as_str()) {
+            continue;
+        }
+        BY_PROPERTY_WRITES.store(index, Ordering::Relaxed);
         let mut fixture = Fixture::new();
         let fixture = &mut fixture;
         group.bench_function(name, |b| {

@@ -124,3 +124,42 @@ pub fn open_db(prefix: &str) -> (tempfile::TempDir, sled::Db) {
         .expect("sled opens");
     (dir, db)
 }
+
+/// The first `count` (at most 40) of the person properties posthog-js and PostHog's
+/// enrichment set on the `n`th person, on its `page`th page: who it is, where it is
+/// and what it uses (`$set`, two of them changing with the page), and where it first
+/// came from (`$initial_*`, `$set_once`).
+pub fn person_properties(n: usize, page: usize, count: usize) -> serde_json::Map<String, Value> {
+    let path = ["dashboard", "insights", "settings", "billing"][page % 4];
+    let city = ["Berlin", "London", "Paris", "Madrid"][n % 4];
+    let plan = ["free", "pro", "enterprise"][n % 3];
+    let all = json!({
+        "email": format!("user{n}@example.com"),
+        "plan": plan,
+        "$current_url": format!("https://app.example.com/{path}"),
+        "$initial_referrer": "https://www.google.com/",
+        "$initial_current_url": format!("https://app.example.com/welcome?ref={}", n % 97),
+        "name": format!("User {n}"),
+        "$pathname": format!("/{path}"),
+        "$browser": "Chrome", "$browser_version": 131,
+        "$os": "Mac OS X", "$os_version": "15.1.0", "$device_type": "Desktop",
+        "$geoip_city_name": city, "$geoip_country_code": "DE", "$geoip_country_name": "Germany",
+        "$geoip_continent_code": "EU", "$geoip_time_zone": "Europe/Berlin",
+        "$geoip_latitude": 52.52, "$geoip_longitude": 13.405, "seats": n % 40,
+        "$initial_browser": "Chrome", "$initial_browser_version": 131,
+        "$initial_os": "Mac OS X", "$initial_os_version": "15.1.0",
+        "$initial_device_type": "Desktop", "$initial_pathname": "/welcome",
+        "$initial_referring_domain": "www.google.com", "$initial_utm_source": "newsletter",
+        "$initial_utm_medium": "email", "$initial_utm_campaign": format!("spring-{}", n % 7),
+        "$initial_gclid": format!("Cj0KCQ{n:012}"),
+        "$initial_geoip_city_name": city, "$initial_geoip_country_code": "DE",
+        "$initial_geoip_country_name": "Germany", "$initial_geoip_continent_code": "EU",
+        "$initial_geoip_time_zone": "Europe/Berlin", "$initial_geoip_latitude": 52.52,
+        "$initial_geoip_longitude": 13.405, "company": format!("company-{}", n % 1000),
+        "role": "engineer",
+    });
+    let Value::Object(all) = all else {
+        unreachable!("an object")
+    };
+    all.into_iter().take(count).collect()
+}

@@ -5,6 +5,7 @@
 //! an event changed them.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use sled::transaction::{TransactionalTree, UnabortableTransactionError};
 use sled::IVec;
@@ -18,6 +19,30 @@ use crate::store::person_cache::Changes;
 use crate::store::{by_property, first_seen, keys, Trees};
 
 type Result<T> = std::result::Result<T, UnabortableTransactionError>;
+
+/// Whether the compactor keeps the persons' index by property: always, but for the
+/// benches that measure what keeping it costs (`benches/compactor.rs`).
+#[doc(hidden)]
+pub static BY_PROPERTY_WRITES: AtomicBool = AtomicBool::new(true);
+
+/// A changed person's entries by property, as `put(key, value)`: the ones of values
+/// it lost removed, of values it gained added (all of them if its first event moved),
+/// from the person as stored before the chunk (`born`, None if new) to `now` (None if
+/// deleted). The stored person is parsed again for it: a diff of its properties' JSON
+/// texts read in place costs as much (BENCHMARKS.md, "The persons' index by property:
+/// what keeping it costs").
+pub fn by_property_writes(
+    project: u64,
+    id: Uuid,
+    born: Option<&[u8]>,
+    now: Option<&Person>,
+    put: impl FnMut(Vec<u8>, &[u8]),
+) {
+    let was = born.and_then(|b| serde_json::from_slice::<by_property::Stored>(b).ok());
+    let was = was.as_ref().map(|w| (w.created_at, &w.properties));
+    let now = now.map(|p| (p.created_at, &p.properties));
+    by_property::changes(project, id, was, now, put);
+}
 
 /// The trees a record touches. Persons and distinct ids are layered tables
 /// ([`crate::store::layered`]): their writes gathered until the chunk commits.
@@ -146,18 +171,14 @@ impl<'m> Cache<'m> {
         }
     }
 
-    /// A changed person's entries by property: the ones of values it lost removed, of
-    /// values it gained added (all of them if its first event moved), from the person
-    /// as stored before the chunk.
+    /// A changed person's entries by property ([`by_property_writes`]).
     fn write_by_property(&self, tx: &Tx<'_>, project: u64, id: Uuid) {
-        let stored = self.born.get(&(project, id));
-        let was = stored.and_then(|(_, b)| serde_json::from_slice::<by_property::Stored>(b).ok());
-        let now = match self.persons.get(&(project, id)) {
-            Some(Some(person)) => Some((person.created_at, &person.properties)),
-            _ => None,
-        };
-        let was = was.as_ref().map(|w| (w.created_at, &w.properties));
-        by_property::changes(project, id, was, now, |k, v| tx.by_property.insert(k, v));
+        if !BY_PROPERTY_WRITES.load(Ordering::Relaxed) {
+            return;
+        }
+        let born = self.born.get(&(project, id)).map(|(_, b)| &b[..]);
+        let now = self.persons.get(&(project, id)).and_then(Option::as_ref);
+        by_property_writes(project, id, born, now, |k, v| tx.by_property.insert(k, v));
     }
 
     /// How many persons [`Cache::write`] would write.
@@ -374,3 +395,7 @@ impl persons::Store for TxPersons<'_, '_, '_> {
         Ok(true)
     }
 }
+
+#[cfg(test)]
+#[path = "tests/cache.rs"]
+mod tests;

@@ -55,6 +55,7 @@ use crate::projects::Projects;
 use crate::store::person_cache::PersonCache;
 use crate::store::{keys, Trees};
 
+pub use cache::{by_property_writes, BY_PROPERTY_WRITES};
 pub use error::Error;
 pub use worker::{spawn, Handle};
 

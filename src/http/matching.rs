@@ -1,10 +1,13 @@
 //! The property test events and persons are searched with, by the console and the read
-//! API's `properties`: PostHog's, since the filter is compiled as the release condition
-//! of a one-flag project and matched by the flag evaluation `/decide` runs
-//! ([`Matcher`]), so `icontains`, `regex`, `gt`, `is_date_before`, `semver_gte` ...
-//! are exactly the flags'. Event filters test each block's column of the property
-//! ([`ColumnTest`]) and stop after [`MAX_BLOCKS_EXAMINED`] blocks that may hold it (the
-//! event index names them); the page's cursor resumes where they stopped.
+//! API's `properties`, and a flag's reach is found with. Each filter is compiled as the
+//! release condition of a one-flag project ([`Matcher`]): what the flags refuse is
+//! refused, and a flag's reach is matched by the flag evaluation `/decide` runs. The
+//! read API and the console compare as PostHog's events API and UI do instead
+//! ([`hogql`]: `exact` case-sensitive, a JSON `null` no value, ...), leaving to the
+//! flags only the dates and versions, which both compare alike. Event filters test each
+//! block's column of the property ([`ColumnTest`]) and stop after
+//! [`MAX_BLOCKS_EXAMINED`] blocks that may hold it (the event index names them); the
+//! page's cursor resumes where they stopped.
 
 use std::collections::HashMap;
 
@@ -12,6 +15,7 @@ use serde_json::{json, Map, Value};
 use uuid::Uuid;
 
 use super::error::ApiError;
+use super::hogql::{self, Compare};
 use super::params::Params;
 use crate::flags::{CompileError, Context, ProjectRules};
 use crate::store::block::{Cell, Column, Rows};
@@ -29,6 +33,8 @@ pub const MAX_BLOCKS_EXAMINED: usize = 2_000;
 /// One property test, compiled as PostHog compiles a flag's property filter.
 pub struct Matcher {
     rules: ProjectRules,
+    /// The comparison of PostHog's events API, where it is not the flags'.
+    compare: Option<Compare>,
     now: time::OffsetDateTime,
     /// The property it tests.
     key: String,
@@ -36,14 +42,15 @@ pub struct Matcher {
     /// reads nothing else (its rollout is 100%, so nothing is hashed), except for the
     /// key `distinct_id`, which PostHog fills with the distinct id (None then).
     absent: Option<bool>,
-    /// An `icontains` test's value, ASCII-lowercased as the flags fold it.
+    /// An `icontains` test's value without wildcards, ASCII-lowercased as it folds.
     needle: Option<Vec<u8>>,
 }
 
 impl Matcher {
-    /// `?property=&operator=&value=` (operator `exact` unless given); None without a
-    /// property. `value` is a list for `exact` and `is_not` (comma separated), else
-    /// text. A filter the flags would refuse is refused with their words.
+    /// `?property=&operator=&value=` (operator `exact` unless given), compared as
+    /// PostHog's UI compares; None without a property. `value` is a list for `exact`
+    /// and `is_not` (comma separated), else text. A filter the flags would refuse is
+    /// refused with their words.
     pub fn from_params(params: &Params) -> Result<Option<Matcher>, ApiError> {
         let Some(key) = params.get("property") else {
             return Ok(None);
@@ -59,16 +66,31 @@ impl Matcher {
             "is_set" | "is_not_set" => Value::from(operator),
             _ => Value::from(text),
         };
-        let filter = json!({"key": key, "operator": operator, "value": value, "type": "person"});
-        let mut matcher = Matcher::new(filter, None)?;
-        if operator == "icontains" {
-            matcher.needle = Some(text.to_ascii_lowercase().into_bytes());
-        }
-        Ok(Some(matcher))
+        let filter = json!({"key": key, "operator": operator, "value": value});
+        Matcher::posthog(filter).map(Some)
+    }
+
+    /// A filter `{"key", "operator", "value"}` compared as PostHog's events API
+    /// compares it ([`hogql`]), refused as [`Matcher::new`] refuses.
+    pub fn posthog(mut filter: Value) -> Result<Matcher, ApiError> {
+        filter["type"] = Value::from("person");
+        let mut matcher = Matcher::new(filter.clone(), None)?;
+        let operator = (filter.get("operator").and_then(Value::as_str)).unwrap_or("exact");
+        let value = filter.get("value").unwrap_or(&Value::Null);
+        let compare = Compare::new(operator, value)
+            .map_err(|e| ApiError::BadQuery(format!("the property filter is not valid: {e}")))?;
+        let needle = match (operator, value) {
+            ("icontains", Value::String(text)) => hogql::plain_needle(text),
+            _ => None,
+        };
+        matcher.compare = Some(compare);
+        matcher.needle = needle;
+        matcher.absent = matcher.absent.map(|_| matcher.matches("", &Map::new()));
+        Ok(matcher)
     }
 
     /// A flag's person property `filter` alone, matched as a file whose
-    /// `property_matching_version` is `matching` matches it.
+    /// `property_matching_version` is `matching` matches it: the flags' comparison.
     pub fn new(filter: Value, matching: Option<&Value>) -> Result<Matcher, ApiError> {
         let key = match filter.get("key") {
             Some(Value::String(key)) => key.clone(),
@@ -115,6 +137,7 @@ impl Matcher {
         }
         let mut matcher = Matcher {
             rules,
+            compare: None,
             now: crate::flags::now(),
             absent: None,
             key,
@@ -156,8 +179,24 @@ impl Matcher {
         }
     }
 
-    /// Whether these properties pass the test.
+    /// Whether these properties pass the test. `distinct_id`, when they lack it, is
+    /// the distinct id (the flags', and PostHog's persons' distinct id).
     pub fn matches(&self, distinct_id: &str, properties: &Map<String, Value>) -> bool {
+        let Some(compare) = &self.compare else {
+            return self.flag_matches(distinct_id, properties);
+        };
+        let filled;
+        let mut value = properties.get(&self.key);
+        if value.is_none() && self.key == "distinct_id" {
+            filled = Value::from(distinct_id);
+            value = Some(&filled);
+        }
+        compare
+            .test(value)
+            .unwrap_or_else(|| self.flag_matches(distinct_id, properties))
+    }
+
+    fn flag_matches(&self, distinct_id: &str, properties: &Map<String, Value>) -> bool {
         let (groups, group_properties) = (Map::new(), HashMap::new());
         let ctx = Context {
             distinct_id,
@@ -285,3 +324,7 @@ impl BlockTest for ColumnTest {
         Ok(())
     }
 }
+
+#[cfg(test)]
+#[path = "tests/matching.rs"]
+pub(crate) mod tests;

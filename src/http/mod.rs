@@ -12,6 +12,7 @@ pub mod decode;
 pub mod definitions;
 pub mod error;
 pub mod flags_api;
+pub mod hogql;
 pub mod inflate;
 pub mod linger;
 pub mod links;

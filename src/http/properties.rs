@@ -1,20 +1,20 @@
 //! PostHog's `properties` parameter of the events API
 //! (`?properties=[{"key":"$browser","value":"Chrome","operator":"exact","type":"event"}]`):
-//! filters every event listed must pass, read in the shapes PostHog's
-//! `posthog/models/property/parse.py` reads, each one tested by the console's
-//! [`Matcher`], so their operators and their coercion of numbers and booleans are the
-//! flags'. Event filters test each block's column of the property ([`ColumnTest`]), and
-//! one that needs its key narrows the read to the blocks the event index names for it;
-//! person filters test the current properties of each event's person, read once a
-//! distinct id a request.
+//! filters in AND and OR groups, read in the shapes PostHog's
+//! `posthog/models/property/parse.py` reads and compared as its events API compares
+//! ([`Matcher::posthog`], HogQL's rules). Event filters test each block's column of the
+//! property ([`ColumnTest`]), and one every passing event needs narrows the read to the
+//! blocks the event index names for its key; person filters test the current
+//! properties of each event's person, read once a distinct id a request.
 //!
-//! The shapes: a list of filters (`type` is `event` unless given, `operator` `exact`);
-//! an `AND` group `{"type":"AND","values":[...]}`, nested groups flattened; the old
-//! object `{"$browser":"Chrome","n__gt":3}` (the operator after `__`). What PostHog
-//! would drop without a word, matching more than was asked (a filter it cannot read, a
-//! type other than `event` and `person`), or cannot answer (an `OR` of several), is
-//! refused here with a 400 naming `properties`, as is an unknown operator or a regex
-//! that does not compile.
+//! The shapes: a list of filters, all of which pass (`type` is `event` unless given,
+//! `operator` `exact`); a group `{"type":"AND"|"OR","values":[...]}` of filters and
+//! groups; the old object `{"$browser":"Chrome","n__gt":3}` (the operator after `__`).
+//! What PostHog would drop without a word, matching more than was asked (a filter it
+//! cannot read, a type other than `event` and `person`), is refused here with a 400
+//! naming `properties`, as is an unknown operator, a regex that does not compile, and
+//! a filter of more than [`MAX_FILTERS`] filters or groups nested deeper than
+//! [`MAX_DEPTH`].
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -33,14 +33,31 @@ use crate::store::{keys, person_bytes, person_probe};
 /// a few, and the memory stays bounded when a read meets many.
 const PERSONS_MEMO: usize = 4096;
 
+/// Filters a request may hold: each is a test of every event a page examines.
+pub const MAX_FILTERS: usize = 100;
+
+/// Groups nested in groups at most (PostHog's UI makes two).
+pub const MAX_DEPTH: usize = 8;
+
 /// What PostHog's API says of `properties` that is not JSON.
 const UNPARSABLE: &str = "Properties are unparsable!";
 
-/// The filters of a request, all of which an event must pass.
-#[derive(Default)]
-pub struct Filters {
-    event: Vec<Matcher>,
-    person: Vec<Matcher>,
+/// The filters of a request: what an event must pass.
+pub enum Filters {
+    /// A test of the event's properties.
+    Event(Matcher),
+    /// A test of its person's.
+    Person(Matcher),
+    /// Every one of these (none: every event).
+    All(Vec<Filters>),
+    /// One of these at least.
+    Any(Vec<Filters>),
+}
+
+impl Default for Filters {
+    fn default() -> Filters {
+        Filters::All(Vec::new())
+    }
 }
 
 /// A 400 about `properties`.
@@ -55,104 +72,141 @@ impl Filters {
             return Ok(None);
         };
         let value: Value = serde_json::from_str(text).map_err(|_| refused(UNPARSABLE))?;
-        let mut found = Vec::new();
-        flatten(value, &mut found)?;
-        let mut filters = Filters::default();
-        for (i, filter) in found.into_iter().enumerate() {
-            let at = |detail: String| refused(format!("properties[{i}]: {detail}"));
-            let (person, filter) = normalize(filter).map_err(at)?;
-            let matcher = Matcher::new(filter, None).map_err(|e| match e {
-                ApiError::BadQuery(detail) => at(detail),
-                other => other,
-            })?;
-            if person {
-                filters.person.push(matcher);
-            } else {
-                filters.event.push(matcher);
+        let mut read = 0;
+        let filters = match value {
+            Value::Null => Filters::default(),
+            Value::Array(filters) => Filters::All(each(filters, 0, &mut read)?),
+            Value::Object(group) if is_group(&group) => read_group(group, 1, &mut read)?,
+            // The old form: key (and `__operator`) to value, all of events.
+            Value::Object(old) => {
+                let filters = old.into_iter().map(|(key, value)| {
+                    let (key, operator) = key.split_once("__").unwrap_or((&key, "exact"));
+                    let operator = operator.split("__").next().unwrap_or(operator);
+                    json!({"key": key, "operator": operator, "value": value})
+                });
+                Filters::All(each(filters.collect(), 0, &mut read)?)
             }
-        }
-        Ok((!filters.is_empty()).then_some(filters))
-    }
-
-    fn is_empty(&self) -> bool {
-        self.event.is_empty() && self.person.is_empty()
+            _ => {
+                return Err(refused(
+                    "Properties must be a list of filters, a group of them or an object",
+                ))
+            }
+        };
+        Ok((read > 0).then_some(filters))
     }
 
     /// These and an event filter more (the console's `property`).
-    pub fn and(mut self, event: Matcher) -> Filters {
-        self.event.push(event);
-        self
+    pub fn and(self, event: Matcher) -> Filters {
+        match self {
+            Filters::All(mut all) => {
+                all.push(Filters::Event(event));
+                Filters::All(all)
+            }
+            other => Filters::All(vec![other, Filters::Event(event)]),
+        }
     }
 
     /// The test of a read of `project`'s events in `open`.
     pub fn test(self, open: Arc<Open>, project: u64) -> Box<dyn BlockTest> {
-        let persons = (!self.person.is_empty()).then(|| PersonTest {
-            matchers: self.person,
-            open,
+        Box::new(self.node(&open, project))
+    }
+
+    fn node(self, open: &Arc<Open>, project: u64) -> Node {
+        let persons = |matchers| PersonTest {
+            matchers,
+            open: open.clone(),
             project,
             known: HashMap::new(),
-        });
-        Box::new(AllOf {
-            columns: self.event.into_iter().map(ColumnTest::new).collect(),
-            persons,
-        })
-    }
-}
-
-/// The filters of `properties` parsed as JSON, in order, groups flattened.
-fn flatten(value: Value, out: &mut Vec<Value>) -> Result<(), ApiError> {
-    match value {
-        Value::Null => Ok(()),
-        Value::Array(filters) => {
-            out.extend(filters);
-            Ok(())
-        }
-        Value::Object(group) if is_group(&group) => flatten_group(group, out),
-        // The old form: key (and `__operator`) to value, all of events.
-        Value::Object(old) => {
-            for (key, value) in old {
-                let (key, operator) = key.split_once("__").unwrap_or((&key, "exact"));
-                let operator = operator.split("__").next().unwrap_or(operator);
-                out.push(json!({"key": key, "operator": operator, "value": value}));
+        };
+        match self {
+            Filters::Event(m) => Node::Column(Box::new(ColumnTest::new(m))),
+            Filters::Person(m) => Node::Person(persons(vec![m])),
+            // The block's columns first, then the groups, then the persons all at once.
+            Filters::All(all) => {
+                let (mut nodes, mut people, mut groups) = (Vec::new(), Vec::new(), Vec::new());
+                for filter in all {
+                    match filter {
+                        Filters::Event(m) => nodes.push(Node::Column(Box::new(ColumnTest::new(m)))),
+                        Filters::Person(m) => people.push(m),
+                        group => groups.push(group.node(open, project)),
+                    }
+                }
+                nodes.extend(groups);
+                if !people.is_empty() {
+                    nodes.push(Node::Person(persons(people)));
+                }
+                Node::All(nodes)
             }
-            Ok(())
+            Filters::Any(any) => {
+                Node::Any(any.into_iter().map(|f| f.node(open, project)).collect())
+            }
         }
-        _ => Err(refused(
-            "Properties must be a list of filters, a group of them or an object",
-        )),
     }
 }
 
-/// A group `{"type": "AND"|"OR", "values": [...]}`: its filters and those of the groups
-/// in it. An `OR` of more than one is refused: the read tests conjunctions only.
-fn flatten_group(mut group: Map<String, Value>, out: &mut Vec<Value>) -> Result<(), ApiError> {
+/// The filters (and groups) of a list at `depth`, `read` counting them.
+fn each(values: Vec<Value>, depth: usize, read: &mut usize) -> Result<Vec<Filters>, ApiError> {
+    let mut filters = Vec::with_capacity(values.len());
+    for value in values {
+        filters.push(match value {
+            Value::Object(group) if is_group(&group) => read_group(group, depth + 1, read)?,
+            filter => {
+                let i = *read;
+                *read += 1;
+                if *read > MAX_FILTERS {
+                    return Err(refused(format!(
+                        "properties hold {MAX_FILTERS} filters at most"
+                    )));
+                }
+                let at = |detail: String| refused(format!("properties[{i}]: {detail}"));
+                let (person, filter) = normalize(filter).map_err(at)?;
+                let matcher = Matcher::posthog(filter).map_err(|e| match e {
+                    ApiError::BadQuery(detail) => at(detail),
+                    other => other,
+                })?;
+                match person {
+                    true => Filters::Person(matcher),
+                    false => Filters::Event(matcher),
+                }
+            }
+        });
+    }
+    Ok(filters)
+}
+
+/// A group `{"type": "AND"|"OR", "values": [...]}` at `depth` (1 for the outermost).
+fn read_group(
+    mut group: Map<String, Value>,
+    depth: usize,
+    read: &mut usize,
+) -> Result<Filters, ApiError> {
+    if depth > MAX_DEPTH {
+        return Err(refused(format!(
+            "property groups nest {MAX_DEPTH} deep at most"
+        )));
+    }
     let kind = (group.get("type").and_then(Value::as_str)).map(str::to_uppercase);
     let Some(Value::Array(values)) = group.remove("values") else {
         return Err(refused(
             "PropertyGroup is unparsable: values must be a list",
         ));
     };
-    match kind.as_deref() {
-        Some("AND") => {}
-        Some("OR") if values.len() <= 1 => {}
-        Some("OR") => {
-            return Err(refused(
-                "an OR group of several filters is not supported: ask once for each",
-            ))
-        }
+    let any = match kind.as_deref() {
+        Some("AND") => false,
+        Some("OR") => true,
         _ => {
             return Err(refused(
                 "PropertyGroup is unparsable: type must be AND or OR",
             ))
         }
-    }
-    for value in values {
-        match value {
-            Value::Object(inner) if is_group(&inner) => flatten_group(inner, out)?,
-            filter => out.push(filter),
-        }
-    }
-    Ok(())
+    };
+    let mut filters = each(values, depth, read)?;
+    Ok(match filters.len() {
+        1 => filters.remove(0),
+        // PostHog's empty group passes every event, as an empty AND does.
+        n if any && n > 1 => Filters::Any(filters),
+        _ => Filters::All(filters),
+    })
 }
 
 fn is_group(object: &Map<String, Value>) -> bool {
@@ -197,28 +251,63 @@ fn normalize(filter: Value) -> Result<(bool, Value), String> {
     ))
 }
 
-/// Every event filter on the block's columns, then the person filters.
-struct AllOf {
-    columns: Vec<ColumnTest>,
-    persons: Option<PersonTest>,
+/// The test of a block's events by a tree of filters.
+enum Node {
+    Column(Box<ColumnTest>),
+    Person(PersonTest),
+    All(Vec<Node>),
+    Any(Vec<Node>),
 }
 
-impl BlockTest for AllOf {
-    /// The first key an event filter needs: every event passing has it.
+impl BlockTest for Node {
+    /// A key every passing event has: the first one any test of an `All` needs, the
+    /// one all tests of an `Any` need.
     fn key(&self) -> Option<String> {
-        self.columns.iter().find_map(BlockTest::key)
+        match self {
+            Node::Column(test) => test.key(),
+            Node::Person(_) => None,
+            Node::All(all) => all.iter().find_map(Node::key),
+            Node::Any(any) => {
+                let mut keys = any.iter().map(Node::key);
+                let first = keys.next()??;
+                keys.all(|k| k.as_ref() == Some(&first)).then_some(first)
+            }
+        }
     }
 
     fn keep(&mut self, rows: &Rows, left: &mut Vec<u32>) -> Result<(), sled::Error> {
-        for column in &mut self.columns {
-            if left.is_empty() {
-                return Ok(());
+        match self {
+            Node::Column(test) => test.keep(rows, left),
+            Node::Person(test) => test.keep(rows, left),
+            Node::All(all) => {
+                for node in all {
+                    if left.is_empty() {
+                        break;
+                    }
+                    node.keep(rows, left)?;
+                }
+                Ok(())
             }
-            column.keep(rows, left)?;
-        }
-        match &mut self.persons {
-            Some(persons) if !left.is_empty() => persons.keep(rows, left),
-            _ => Ok(()),
+            // Each test sees only the events the ones before it did not pass.
+            Node::Any(any) => {
+                let mut passed = vec![false; rows.heads().len()];
+                let mut rest = left.clone();
+                for node in any {
+                    if rest.is_empty() {
+                        break;
+                    }
+                    let mut kept = rest.clone();
+                    node.keep(rows, &mut kept)?;
+                    for &i in &kept {
+                        if let Some(p) = passed.get_mut(i as usize) {
+                            *p = true;
+                        }
+                    }
+                    rest.retain(|&i| passed.get(i as usize) == Some(&false));
+                }
+                left.retain(|&i| passed.get(i as usize) == Some(&true));
+                Ok(())
+            }
         }
     }
 }

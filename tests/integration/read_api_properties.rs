@@ -1,7 +1,8 @@
 //! The read API's events filtered by PostHog's `properties` parameter over loopback:
-//! event and person filters in each shape PostHog takes, with `event`, `distinct_id`,
-//! `after` and `limit` beside them, paged by `next` and exported as NDJSON; and the
-//! 400s in PostHog's error shape for what cannot be answered.
+//! event and person filters in each shape PostHog takes (AND and OR groups nested),
+//! compared as its events API compares (`exact` case-sensitive), with `event`,
+//! `distinct_id`, `after` and `limit` beside them, paged by `next` and exported as
+//! NDJSON; and the 400s in PostHog's error shape for what cannot be answered.
 
 use serde_json::{json, Value};
 use time::format_description::well_known::Rfc3339;
@@ -78,9 +79,32 @@ fn events_are_filtered_by_properties_as_posthog_takes_them() {
     let cases: &[(&str, &str, &[i64])] = &[
         (chrome, "", &[5, 4, 3, 2, 1, 0]),
         (
-            r#"[{"key":"$browser","value":"chrome"},{"key":"n","value":2,"operator":"gt"}]"#,
+            r#"[{"key":"$browser","value":"Chrome"},{"key":"n","value":2,"operator":"gt"}]"#,
             "",
             &[5, 4, 3],
+        ),
+        // Case-sensitive, as PostHog's events API (the flags ignore case).
+        (r#"[{"key":"$browser","value":"chrome"}]"#, "", &[]),
+        (
+            r#"[{"key":"$browser","value":"chrome","operator":"is_not"}]"#,
+            "&limit=3",
+            &[9, 8, 7, 6, 5, 4, 3, 2, 1, 0],
+        ),
+        (
+            r#"[{"key":"$browser","value":"chrome","operator":"icontains"}]"#,
+            "",
+            &[5, 4, 3, 2, 1, 0],
+        ),
+        (
+            r#"{"type":"OR","values":[{"key":"n","value":8,"operator":"gte"},
+                {"type":"AND","values":[{"key":"$browser","value":"Chrome"},{"key":"n","value":2,"operator":"lt"}]}]}"#,
+            "&limit=2",
+            &[9, 8, 1, 0],
+        ),
+        (
+            r#"{"type":"OR","values":[{"key":"plan","value":"free","type":"person"},{"key":"n","value":[0,4]}]}"#,
+            "&event=%24pageview",
+            &[7, 5, 4, 1],
         ),
         (r#"{"$browser":"Safari","n__lt":8}"#, "", &[7, 6]),
         (
@@ -161,6 +185,12 @@ fn what_cannot_be_answered_is_a_400_in_posthogs_shape() {
         json!({"type": "validation_error", "code": "invalid_input",
                "detail": "Properties are unparsable!", "attr": "properties"})
     );
+    let filter = r#"{"key":"a","value":1}"#;
+    let abusive = format!("[{}]", vec![filter; 101].join(","));
+    let mut deep = filter.to_owned();
+    for _ in 0..9 {
+        deep = format!(r#"{{"type":"OR","values":[{deep},{filter}]}}"#);
+    }
     for (properties, says) in [
         (
             r#"[{"key":"a","value":"x","operator":"ends_wth"}]"#,
@@ -171,10 +201,8 @@ fn what_cannot_be_answered_is_a_400_in_posthogs_shape() {
             r#"[{"key":"id","value":7,"type":"cohort"}]"#,
             "not supported",
         ),
-        (
-            r#"{"type":"OR","values":[{"key":"a","value":1},{"key":"b","value":1}]}"#,
-            "OR",
-        ),
+        (abusive.as_str(), "100 filters at most"),
+        (deep.as_str(), "nest 8 deep at most"),
     ] {
         for accept in ["application/json", "application/x-ndjson"] {
             let r = server.request(

@@ -140,4 +140,4 @@ fn most_first(counts: HashMap<String, u64>, n: usize) -> Vec<String> {
 
 #[cfg(test)]
 #[path = "tests/find.rs"]
-pub(crate) mod tests;
+mod tests;

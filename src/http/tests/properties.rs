@@ -1,8 +1,8 @@
 use serde_json::{json, Map, Value};
 
 use super::*;
-use crate::http::console::find::tests::stored_events;
 use crate::http::matching::events_page;
+use crate::http::matching::tests::stored_events;
 use crate::persons::Person;
 use crate::store::{keys, Trees};
 
@@ -16,12 +16,27 @@ fn props(v: Value) -> Map<String, Value> {
     v.as_object().unwrap().clone()
 }
 
-/// Whether event properties `event` pass the event filters of `properties`.
+/// Whether an event of `distinct_id` with properties `event`, of a person with
+/// properties `person`, passes `filters`: each filter matched on the whole properties.
+fn holds(
+    filters: &Filters,
+    distinct_id: &str,
+    event: &Map<String, Value>,
+    person: &Map<String, Value>,
+) -> bool {
+    let holds = |f: &Filters| holds(f, distinct_id, event, person);
+    match filters {
+        Filters::Event(m) => m.matches(distinct_id, event),
+        Filters::Person(m) => m.matches(distinct_id, person),
+        Filters::All(all) => all.iter().all(holds),
+        Filters::Any(any) => any.iter().any(holds),
+    }
+}
+
+/// Whether event properties `event` (of a person without any) pass `properties`.
 fn passes(properties: &str, event: &Value) -> bool {
     let filters = parse(properties).unwrap().unwrap();
-    assert!(filters.person.is_empty(), "{properties}");
-    let event = props(event.clone());
-    filters.event.iter().all(|m| m.matches("ada", &event))
+    holds(&filters, "ada", &props(event.clone()), &Map::new())
 }
 
 /// The detail of the 400 `properties` gets, checked to name `properties`.
@@ -34,13 +49,18 @@ fn refusal(properties: &str) -> String {
 }
 
 #[test]
-fn each_operator_is_posthogs_with_the_flags_coercion() {
+fn each_operator_is_posthogs_events_apis() {
     let e = json!({"$browser": "Chrome", "n": 12, "text_n": "12", "paid": true,
                    "sent": "2026-01-01T00:00:00Z", "none": null});
     let cases = [
         (r#"[{"key":"$browser","value":"Chrome"}]"#, true),
+        // Case-sensitive, as HogQL's `=`: not the flags' comparison.
         (
             r#"[{"key":"$browser","value":"chrome","operator":"exact"}]"#,
+            false,
+        ),
+        (
+            r#"[{"key":"$browser","value":"chrome","operator":"is_not"}]"#,
             true,
         ),
         (
@@ -51,9 +71,10 @@ fn each_operator_is_posthogs_with_the_flags_coercion() {
             r#"[{"key":"$browser","value":["Safari"],"operator":"exact"}]"#,
             false,
         ),
+        // An empty list filters nothing, as PostHog's `Constant(1)`.
         (
             r#"[{"key":"$browser","value":[],"operator":"exact"}]"#,
-            false,
+            true,
         ),
         (
             r#"[{"key":"$browser","value":["Safari"],"operator":"is_not"}]"#,
@@ -84,13 +105,16 @@ fn each_operator_is_posthogs_with_the_flags_coercion() {
             false,
         ),
         (r#"[{"key":"$browser","operator":"is_set"}]"#, true),
-        (r#"[{"key":"none","operator":"is_set"}]"#, true),
+        // A JSON null is no value.
+        (r#"[{"key":"none","operator":"is_set"}]"#, false),
+        (r#"[{"key":"none","operator":"is_not_set"}]"#, true),
+        (r#"[{"key":"none","value":"x","operator":"is_not"}]"#, true),
         (r#"[{"key":"$os","operator":"is_not_set"}]"#, true),
         (
             r#"[{"key":"$browser","operator":"is_not_set","value":"is_not_set"}]"#,
             false,
         ),
-        // Numbers: numeric strings on either side compare as numbers.
+        // Numbers as PostHog's Numeric properties: text that reads as a number too.
         (r#"[{"key":"n","value":10,"operator":"gt"}]"#, true),
         (r#"[{"key":"n","value":"12","operator":"gte"}]"#, true),
         (r#"[{"key":"text_n","value":9,"operator":"gt"}]"#, true),
@@ -99,8 +123,9 @@ fn each_operator_is_posthogs_with_the_flags_coercion() {
         (r#"[{"key":"$browser","value":1,"operator":"gt"}]"#, false),
         (r#"[{"key":"n","value":"12"}]"#, true),
         (r#"[{"key":"text_n","value":12}]"#, true),
-        // Booleans: true and "true" are the same.
+        // Booleans as its Boolean properties: true and "true" are the same.
         (r#"[{"key":"paid","value":"true"}]"#, true),
+        (r#"[{"key":"paid","value":"TRUE"}]"#, false),
         (r#"[{"key":"paid","value":["false"]}]"#, false),
         (
             r#"[{"key":"sent","value":"2026-06-01","operator":"is_date_before"}]"#,
@@ -122,6 +147,10 @@ fn each_operator_is_posthogs_with_the_flags_coercion() {
             true,
         ),
         (r#"[{"key":"$os","value":1,"operator":"lt"}]"#, false),
+        (
+            r#"[{"key":"$browser","value":["x","ROM"],"operator":"icontains_multi"}]"#,
+            true,
+        ),
     ];
     for (properties, want) in cases {
         assert_eq!(passes(properties, &e), want, "{properties}");
@@ -147,8 +176,81 @@ fn every_shape_posthog_takes_and_all_must_pass() {
         assert!(parse(none).unwrap().is_none(), "{none:?}");
     }
     let person = parse(r#"[{"key":"plan","value":"pro","type":"person"},{"key":"n","value":1}]"#);
-    let person = person.unwrap().unwrap();
-    assert_eq!((person.event.len(), person.person.len()), (1, 1));
+    let Some(Filters::All(both)) = person.unwrap() else {
+        panic!("not a list of filters")
+    };
+    assert!(matches!(both[..], [Filters::Person(_), Filters::Event(_)]));
+}
+
+/// `OR` groups, nested in `AND` ones and the other way round, as PostHog's
+/// `PropertyGroup`s: an empty group passes every event, one of one filter is it.
+#[test]
+fn or_and_groups_nest() {
+    let events = [
+        json!({"$browser": "Chrome", "n": 12}),
+        json!({"$browser": "Safari", "n": 12}),
+        json!({"$browser": "Firefox", "n": 3}),
+        json!({"n": 30}),
+        json!({}),
+    ];
+    let cases = [
+        (
+            r#"{"type":"OR","values":[{"key":"$browser","value":"Chrome"},{"key":"n","value":20,"operator":"gt"}]}"#,
+            [true, false, false, true, false],
+        ),
+        (
+            r#"{"type":"AND","values":[{"type":"OR","values":[{"key":"$browser","value":"Chrome"},
+                {"key":"$browser","value":"Safari"}]},{"key":"n","value":12}]}"#,
+            [true, true, false, false, false],
+        ),
+        (
+            r#"{"type":"OR","values":[{"type":"AND","values":[{"key":"$browser","value":"Firefox"},
+                {"key":"n","value":5,"operator":"lt"}]},{"key":"$browser","operator":"is_not_set"}]}"#,
+            [false, false, true, true, true],
+        ),
+        (
+            r#"[{"type":"OR","values":[{"key":"n","value":3},{"key":"n","value":30}]},
+                {"key":"$browser","value":"Firefox","operator":"is_not"}]"#,
+            [false, false, false, true, false],
+        ),
+        (
+            r#"{"type":"OR","values":[{"type":"OR","values":[]},{"key":"n","value":3}]}"#,
+            [true; 5],
+        ),
+    ];
+    for (properties, want) in cases {
+        let got = events.clone().map(|e| passes(properties, &e));
+        assert_eq!(got, want, "{properties}");
+    }
+}
+
+/// A filter of more filters than [`MAX_FILTERS`] or groups deeper than [`MAX_DEPTH`]
+/// is refused; one at the bounds is read.
+#[test]
+fn an_abusive_filter_is_refused() {
+    let filter = r#"{"key":"n","value":1,"operator":"gte"}"#;
+    let list = |n: usize| format!("[{}]", vec![filter; n].join(","));
+    assert!(parse(&list(MAX_FILTERS)).unwrap().is_some());
+    assert!(refusal(&list(MAX_FILTERS + 1)).contains("100 filters at most"));
+    let nested = |depth: usize| {
+        let mut text = filter.to_owned();
+        for _ in 0..depth {
+            text = format!(r#"{{"type":"OR","values":[{text},{filter}]}}"#);
+        }
+        text
+    };
+    assert!(passes(&nested(MAX_DEPTH), &json!({"n": 1})));
+    assert!(refusal(&nested(MAX_DEPTH + 1)).contains("nest 8 deep at most"));
+    // OR groups of lists of groups count too.
+    let and = |n| format!(r#"{{"type":"AND","values":{}}}"#, list(n));
+    let wide = format!(r#"{{"type":"OR","values":[{},{}]}}"#, and(60), and(41));
+    assert!(parse(&format!(
+        r#"{{"type":"OR","values":[{},{}]}}"#,
+        and(60),
+        and(40)
+    ))
+    .is_ok());
+    assert!(refusal(&wide).contains("filters at most"));
 }
 
 #[test]
@@ -188,8 +290,12 @@ fn what_cannot_be_answered_is_a_400_naming_properties() {
             "operator must be a string",
         ),
         (
-            r#"{"type":"OR","values":[{"key":"a","value":1},{"key":"b","value":2}]}"#,
-            "OR group",
+            r#"{"type":"OR","values":[{"key":"a","value":1},{"key":"b","value":"(","operator":"regex"}]}"#,
+            "properties[1]: ",
+        ),
+        (
+            r#"[{"key":"a","value":true,"operator":"flag_evaluates_to"}]"#,
+            "properties[0]: ",
         ),
         (
             r#"{"type":"XOR","values":[]}"#,
@@ -272,14 +378,9 @@ fn plain(trees: &Trees, properties: &str) -> Vec<Value> {
     query::events(trees, 1, query::EventFilter::default(), None)
         .map(Result::unwrap)
         .filter(|(_, e)| {
-            f.event
-                .iter()
-                .all(|m| m.matches(&e.distinct_id, &e.properties))
-        })
-        .filter(|(_, e)| {
             let p = query::person_by_distinct_id(trees, 1, &e.distinct_id).unwrap();
-            let props = p.map(|p| p.properties).unwrap_or_default();
-            f.person.iter().all(|m| m.matches(&e.distinct_id, &props))
+            let person = p.map(|p| p.properties).unwrap_or_default();
+            holds(&f, &e.distinct_id, &e.properties, &person)
         })
         .map(|(_, e)| e.to_api())
         .collect()
@@ -298,6 +399,10 @@ fn pages_of_several_filters_add_up_to_the_events_passing_them_all() {
         r#"[{"key":"plan","operator":"is_not_set","type":"person"},{"key":"n","operator":"is_set"}]"#,
         r#"{"type":"AND","values":[{"key":"plan","operator":"is_not","value":["pro"]},
              {"key":"age","value":31,"operator":"gte","type":"person"}]}"#,
+        r#"{"type":"OR","values":[{"key":"plan","value":"Free"},{"key":"plan","value":"pro","type":"person"}]}"#,
+        r#"{"type":"OR","values":[{"key":"n","value":"^1","operator":"regex"},
+             {"type":"AND","values":[{"key":"plan","operator":"is_set"},
+               {"key":"age","value":32,"operator":"lt","type":"person"}]}]}"#,
     ];
     for properties in cases {
         let want = plain(&open.trees, properties);
@@ -341,6 +446,15 @@ fn the_first_key_an_event_filter_needs_narrows_the_read() {
         Some("n".to_owned())
     );
     assert_eq!(key(r#"[{"key":"plan","value":"x","type":"person"}]"#), None);
+    // An OR needs a key when each of its filters needs the same one.
+    let or = |a: &str, b: &str| format!(r#"{{"type":"OR","values":[{a},{b}]}}"#);
+    let (plan, n) = (
+        r#"{"key":"plan","value":"x"}"#,
+        r#"{"key":"n","operator":"is_set"}"#,
+    );
+    assert_eq!(key(&or(plan, plan)), Some("plan".to_owned()));
+    assert_eq!(key(&or(plan, n)), None);
+    assert_eq!(key(&format!("[{},{n}]", or(plan, n))), Some("n".to_owned()));
     assert_eq!(
         key(r#"[{"key":"plan","value":"x","operator":"is_not"}]"#),
         None
