@@ -62,13 +62,12 @@ use std::io;
 use std::ops::Bound;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use sled::IVec;
 
-use crate::support::sync::lock;
 use crate::support::syncs::Syncs;
 use delta::Delta;
 use files::{list, Kind};
@@ -97,6 +96,10 @@ pub const MIN_FOLD_BYTES: u64 = 128 * 1024;
 /// ... and at most this many, however large the run: the delta's memory is bounded by
 /// about this (and the maps' overhead).
 const MAX_FOLD_BYTES: u64 = 64 * 1024 * 1024;
+/// While a fold runs beside the writes, the active map may grow to this many times
+/// what makes it due before the writer waits for the fold: the delta then holds at
+/// most about twice that (the frozen map and the active one).
+pub const OUTRUN: u64 = 2;
 /// A fold cuts a new run once it holds this many bytes of keys and values: small
 /// enough that a fold of a few changed ranges writes a few MB however large the
 /// table (a million persons are about 30 such parts), large enough that a table is a
@@ -122,10 +125,11 @@ pub struct Layered {
     inner: Arc<Inner>,
 }
 
-/// A journal and the tables writing to it, which a fold's rotation carries over.
+/// A journal and what its tables share.
 pub(crate) struct Shared {
     journal: Journal,
-    tables: Mutex<Vec<Weak<Inner>>>,
+    /// Held by a fold of any of the tables: one at a time.
+    folding: Mutex<()>,
 }
 
 struct Inner {
@@ -159,6 +163,8 @@ pub struct Folded {
     /// Bytes of the runs written.
     pub written_bytes: u64,
     pub took: Duration,
+    /// Of which the journal was held, writes waiting: the freeze and the switch.
+    pub held: Duration,
 }
 
 /// The value of `key`, given what the delta holds for it (`found`) and the run.
@@ -196,7 +202,7 @@ fn shared(
     let journal = Journal::open(&meta, &dir, journal, writable).map_err(super::Error::Tables)?;
     Ok(Arc::new(Shared {
         journal,
-        tables: Mutex::new(Vec::new()),
+        folding: Mutex::new(()),
     }))
 }
 
@@ -260,7 +266,6 @@ impl Layered {
             part_bytes: AtomicU64::new(part_bytes()),
             syncs: Syncs::default(),
         });
-        lock(&shared.tables).push(Arc::downgrade(&inner));
         Ok(Layered { inner })
     }
 
@@ -447,8 +452,19 @@ impl Layered {
 
     /// Whether the delta has grown enough to be folded.
     pub fn should_fold(&self) -> bool {
+        self.pending() > self.fold_threshold()
+    }
+
+    /// Whether the active map holds more than [`OUTRUN`] times what makes a fold due:
+    /// a writer then waits for the fold under way (`compactor::fold`).
+    pub fn outran(&self) -> bool {
+        self.pending() > OUTRUN * self.fold_threshold()
+    }
+
+    /// Bytes of the active map past which it is folded.
+    fn fold_threshold(&self) -> u64 {
         let run = self.inner.runs.load().raw_bytes();
-        self.pending() > (run / FOLD_SHARE).clamp(MIN_FOLD_BYTES, MAX_FOLD_BYTES)
+        (run / FOLD_SHARE).clamp(MIN_FOLD_BYTES, MAX_FOLD_BYTES)
     }
 
     /// Read every block of the runs: their entries, or the damage met.
