@@ -152,6 +152,8 @@ impl Delta {
     /// The active map becomes the frozen one, which a fold writes into the runs;
     /// reads still see it until [`Delta::unfreeze`].
     pub fn freeze(&mut self) -> Arc<Map> {
+        // A fold that never ended (it panicked) left its map frozen: back under this one.
+        self.thaw();
         let frozen = Arc::new(std::mem::take(&mut self.active));
         self.active_bytes = 0;
         self.frozen = Some(frozen.clone());

@@ -50,14 +50,17 @@ impl Layered {
         let _one = lock(&inner.shared.folding);
         // A journal that failed a write takes nothing until the database is reopened.
         self.journal().kept_error().map_err(Error::Tables)?;
-        let held = Instant::now();
-        let (split, frozen) = {
+        let (split, frozen, mut held) = {
             let mut guard = self.journal().lock();
+            let held = Instant::now();
             self.make_dir()?;
             let split = guard.split().map_err(Error::Tables)?;
-            (split, self.delta_mut().freeze())
+            (split, self.delta_mut().freeze(), held.elapsed())
         };
-        let mut held = held.elapsed();
+        #[cfg(test)]
+        if let Some(hook) = &*lock(&inner.during_fold) {
+            hook(self);
+        }
         // What a run takes must be durable first: a chunk committed but not yet
         // written out by sled is lost in a crash and applied again from the log, which
         // must not find its own changes in the run already. Every chunk in the frozen
@@ -162,13 +165,13 @@ impl Layered {
         journal
             .carry(split, self.name(), &left)
             .map_err(Error::Tables)?;
-        let switching = Instant::now();
         {
             let mut guard = journal.lock();
+            let switching = Instant::now();
             guard.carried(split).map_err(Error::Tables)?;
             self.delta_mut().unfreeze(left);
+            *held += switching.elapsed();
         }
-        *held += switching.elapsed();
         journal.forget(split).map_err(Error::Tables)?;
         Ok(Folded {
             entries,

@@ -48,7 +48,7 @@ use sled::IVec;
 
 use super::delta::Map;
 pub use super::records::Group;
-use super::records::{damaged, encode, frame, replay, HEADER};
+use super::records::{damaged, encode, frame, replay, replay_file, HEADER};
 use crate::support::sync::lock;
 use crate::support::sync_dir;
 use crate::support::syncs::Syncs;
@@ -411,7 +411,7 @@ impl Journal {
         let mut maps = HashMap::new();
         for (n, path) in list(&self.dir, &self.name)? {
             if (split.first..=split.upto).contains(&n) {
-                replay(&path, &fs::read(&path)?, Some(table), &mut maps)?;
+                replay_file(&path, Some(table), &mut maps)?;
             }
         }
         maps.insert(table.to_owned(), left.clone());

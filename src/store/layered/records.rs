@@ -9,7 +9,7 @@
 //! ```
 
 use std::collections::HashMap;
-use std::io;
+use std::io::{self, Read};
 use std::path::Path;
 
 use sled::IVec;
@@ -99,6 +99,38 @@ pub(super) fn replay(
         at += 8 + len;
     }
     Ok(())
+}
+
+/// [`replay`] of the whole file at `path`, read a record at a time: a journal that is
+/// no longer appended to, read back beside the compactor by a fold.
+pub(super) fn replay_file(
+    path: &Path,
+    skip: Option<&str>,
+    maps: &mut HashMap<String, Map>,
+) -> io::Result<()> {
+    let mut file = io::BufReader::new(std::fs::File::open(path)?);
+    let mut header = vec![0u8; HEADER.len()];
+    file.read_exact(&mut header)
+        .map_err(|_| damaged(path, "it does not start as a journal"))?;
+    if header != HEADER {
+        return Err(damaged(path, "it does not start as a journal"));
+    }
+    let cut = || damaged(path, "a record is cut short or fails its CRC");
+    let mut head = [0u8; RECORD_HEADER];
+    loop {
+        match file.read(&mut head[..1])? {
+            0 => return Ok(()),
+            _ => file.read_exact(&mut head[1..]).map_err(|_| cut())?,
+        }
+        let len = u32_at(&head, 0).ok_or_else(cut)? as usize;
+        let crc = u32_at(&head, 4).ok_or_else(cut)?;
+        let mut payload = vec![0u8; len];
+        file.read_exact(&mut payload).map_err(|_| cut())?;
+        if crc32fast::hash(&payload) != crc {
+            return Err(cut());
+        }
+        decode(&payload, skip, maps).ok_or_else(cut)?;
+    }
 }
 
 fn u32_at(b: &[u8], at: usize) -> Option<u32> {
