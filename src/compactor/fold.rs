@@ -73,7 +73,7 @@ struct Request {
     table: Layered,
     moment: Moment,
     /// The compactor's gate, held for reading until the fold ends.
-    _pass: Option<OwnedRwLockReadGuard<()>>,
+    pass: Option<OwnedRwLockReadGuard<()>>,
 }
 
 /// The fold thread, started at the first fold; stopped (after the fold under way) when
@@ -153,7 +153,7 @@ impl Schedule {
         let request = Request {
             table: table.clone(),
             moment,
-            _pass: pass,
+            pass,
         };
         let sent = folder.requests.as_ref().map(|r| r.send(request));
         if !matches!(sent, Some(Ok(()))) {
@@ -172,15 +172,13 @@ impl Folder {
             .name(THREAD.into())
             .spawn(move || {
                 crate::support::priority::lower(nice, THREAD);
-                for request in received {
-                    let (table, moment) = (request.table.clone(), request.moment);
+                for Request { table, moment, pass } in received {
                     let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| table.fold()));
-                    drop(request);
+                    drop(pass);
                     let outcome = outcome.unwrap_or_else(|_| {
                         Err(Error::Tables(std::io::Error::other("the fold panicked")))
                     });
                     ended(&shared, &table, moment, outcome);
-                    drop(table);
                     // The fold's maps and buffers go back now, not when this thread
                     // next idles.
                     crate::support::idle::freed();
