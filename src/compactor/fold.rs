@@ -10,8 +10,9 @@
 //! active map passes [`Layered::outran`] (twice what makes it due) while a fold is
 //! under way, the compactor waits for that fold before its next chunk: the delta then
 //! holds at most a frozen map and an active one of about twice the fold's threshold
-//! each (the threshold is at most 64 MiB of keys and values, so 256 MiB at the very
-//! most; about 52 MiB at a million persons), never more however far behind it is.
+//! each (the threshold is an eighth of the table's runs, at most 64 MiB of keys and
+//! values, so 256 MiB a table at the very most; about 50 MiB for the persons' table at
+//! a million persons, whose runs hold about 100 MB), however far behind it is.
 //!
 //! A fold holds the compactor's gate for reading, as a step does, so a backup finds no
 //! fold under way; it takes it only if no backup is waiting for it, so neither waits
@@ -172,7 +173,12 @@ impl Folder {
             .name(THREAD.into())
             .spawn(move || {
                 crate::support::priority::lower(nice, THREAD);
-                for Request { table, moment, pass } in received {
+                for Request {
+                    table,
+                    moment,
+                    pass,
+                } in received
+                {
                     let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| table.fold()));
                     drop(pass);
                     let outcome = outcome.unwrap_or_else(|_| {
@@ -281,7 +287,12 @@ impl Compactor {
         drop(state);
         let idle = s.idle_since.is_some_and(|t| now - t >= IDLE_BEFORE_FOLD);
         let count = tables.len();
-        for i in (0..count).map(|i| (s.next + i) % count) {
+        // A table that outran its fold first, so the delta stays within its bound.
+        let outran = tables.iter().position(Layered::outran);
+        for i in outran
+            .into_iter()
+            .chain((0..count).map(|i| (s.next + i) % count))
+        {
             let table = &tables[i];
             let spaced = || {
                 let last = s.last_fold.get(table.name());
