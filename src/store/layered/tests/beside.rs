@@ -134,7 +134,7 @@ fn writes_and_reads_during_a_fold_are_kept_and_read_the_same_after_a_start() {
 
 #[test]
 fn a_fold_failing_at_any_sync_beside_writes_loses_nothing() {
-    let table_syncs = [RUN_SYNC, MANIFEST_SYNC, DIR_SYNC];
+    let table_syncs = [DELTA_SYNC, RUN_SYNC, MANIFEST_SYNC, DIR_SYNC];
     let journal_syncs = [JOURNAL_SYNC, JOURNAL_DIR_SYNC, JOURNAL_RECORD_SYNC];
     let failures = table_syncs
         .iter()
