@@ -75,6 +75,8 @@ pub struct Report {
     pub drain_rate: f64,
     /// The compactor thread's CPU seconds from the server's start to the empty log.
     pub compactor_cpu_seconds: Option<f64>,
+    /// The fold thread's (`layered-fold`), where folds run beside the compactor.
+    pub fold_cpu_seconds: Option<f64>,
     pub rss_at_rest_kib: u64,
     pub lookups: Vec<Latency>,
     pub disk: disk::Report,
@@ -106,17 +108,23 @@ pub fn run(
         "scale: {name} ingested {} events in {ingest_seconds:.1} s; waiting for the compactor",
         settings.events
     );
-    let (drain_seconds, drain_rate, compactor_cpu_seconds, lookups, rss_at_rest_kib) = runtime
-        .block_on(async {
-            let before = client::metric(flagpost.addr, "flagpost_compactor_applied_total").await?;
-            let drain = client::wait_for_empty_log(flagpost.addr, DRAIN_LIMIT).await?;
-            let after = client::metric(flagpost.addr, "flagpost_compactor_applied_total").await?;
-            let rate = (after - before) / drain.as_secs_f64().max(1e-3);
-            let cpu = crate::target::thread_cpu_seconds(pid, "compactor").ok();
-            let rss = crate::target::status_kib(pid, "VmRSS")?;
-            let lookups = scale_lookups::lookups(flagpost.addr, pid, &traffic).await?;
-            Ok::<_, String>((drain.as_secs_f64(), rate, cpu, lookups, rss))
-        })?;
+    let (
+        drain_seconds,
+        drain_rate,
+        (compactor_cpu_seconds, fold_cpu_seconds),
+        lookups,
+        rss_at_rest_kib,
+    ) = runtime.block_on(async {
+        let before = client::metric(flagpost.addr, "flagpost_compactor_applied_total").await?;
+        let drain = client::wait_for_empty_log(flagpost.addr, DRAIN_LIMIT).await?;
+        let after = client::metric(flagpost.addr, "flagpost_compactor_applied_total").await?;
+        let rate = (after - before) / drain.as_secs_f64().max(1e-3);
+        let cpu = crate::target::thread_cpu_seconds(pid, "compactor").ok();
+        let fold_cpu = crate::target::thread_cpu_seconds(pid, "layered-fold").ok();
+        let rss = crate::target::status_kib(pid, "VmRSS")?;
+        let lookups = scale_lookups::lookups(flagpost.addr, pid, &traffic).await?;
+        Ok::<_, String>((drain.as_secs_f64(), rate, (cpu, fold_cpu), lookups, rss))
+    })?;
     let running = disk::measure_dir(db)?;
     flagpost.stop()?;
     let stopped = disk::measure_dir(db)?;
@@ -169,6 +177,7 @@ pub fn run(
         drain_seconds,
         drain_rate,
         compactor_cpu_seconds,
+        fold_cpu_seconds,
         rss_at_rest_kib,
         lookups,
         disk,
@@ -435,6 +444,12 @@ pub fn report(r: &Report) {
     if let Some(cpu) = r.compactor_cpu_seconds {
         println!(
             "compactor thread's CPU from the start to the empty log: {cpu:.1} s, {:.1} us an event",
+            cpu * 1e6 / r.disk.events.max(1) as f64
+        );
+    }
+    if let Some(cpu) = r.fold_cpu_seconds {
+        println!(
+            "fold thread's CPU from the start to the empty log: {cpu:.1} s, {:.1} us an event",
             cpu * 1e6 / r.disk.events.max(1) as f64
         );
     }

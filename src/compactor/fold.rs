@@ -1,14 +1,37 @@
-//! When the compactor folds the persons' and distinct ids' deltas into their runs
-//! ([`crate::store::layered`]): after a step once a delta has grown past its share of
-//! the run, once the compactor has been idle for a while with changes not yet folded,
-//! and at a clean stop. Folds run on the compactor's thread between chunks, the only
-//! time nothing writes the deltas. A failed fold (a full disk) is logged, changes
-//! nothing, and is tried again after [`RETRY_AFTER`].
+//! When the layered tables ([`crate::store::layered`]: persons, distinct ids, first
+//! seen, persons by property) are folded into their runs: after a step once a table's
+//! delta has grown past its share of the run, once the compactor has been idle for a
+//! while with changes not yet folded, and at a clean stop.
+//!
+//! A fold runs on a thread of its own, `layered-fold`, one at a time, while the
+//! compactor goes on applying chunks: the fold holds the tables' journal only to freeze
+//! the delta and to switch to the new runs (see [`Layered::fold`]). The compactor only
+//! hands it the table due. If the compactor outruns the folds, so that a table's
+//! active map passes [`Layered::outran`] (twice what makes it due) while a fold is
+//! under way, the compactor waits for that fold before its next chunk: the delta then
+//! holds at most a frozen map and an active one of about twice the fold's threshold
+//! each (the threshold is an eighth of the table's runs, at most 64 MiB of keys and
+//! values, so 256 MiB a table at the very most; about 50 MiB for the persons' table at
+//! a million persons, whose runs hold about 100 MB), however far behind it is.
+//!
+//! A fold holds the compactor's gate for reading, as a step does, so a backup finds no
+//! fold under way; it takes it only if no backup is waiting for it, so neither waits
+//! for the other. A clean stop waits for the fold under way, then folds what is left
+//! on the compactor's thread. A failed fold (a full disk) is logged, changes nothing,
+//! and is tried again after [`RETRY_AFTER`].
 
+use std::collections::HashMap;
+use std::panic::AssertUnwindSafe;
+use std::sync::{mpsc, Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use tokio::sync::OwnedRwLockReadGuard;
+
 use super::Compactor;
-use crate::store::layered::{cache, Layered};
+use crate::store::layered::{cache, Folded, Layered};
+use crate::store::Error;
+use crate::support::sync::{lock, Gate};
 
 /// Idle this long before changes not yet folded are folded...
 const IDLE_BEFORE_FOLD: Duration = Duration::from_secs(10);
@@ -17,10 +40,8 @@ const IDLE_BEFORE_FOLD: Duration = Duration::from_secs(10);
 const IDLE_FOLD_SPACING: Duration = Duration::from_secs(60);
 /// After a failed fold.
 const RETRY_AFTER: Duration = Duration::from_secs(30);
-/// While busy, the next fold waits this many times as long as the last one took, so
-/// folds take at most about a quarter of the compactor's time however large the run
-/// (or slow the build): the delta grows meanwhile and the next fold takes more.
-const BUSY_SPACING: u32 = 3;
+/// The fold thread's name.
+pub const THREAD: &str = "layered-fold";
 
 /// Why a fold is considered.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -33,78 +54,258 @@ pub enum Moment {
     Stop,
 }
 
+/// What the compactor and the fold thread share.
 #[derive(Default)]
+struct Shared {
+    state: Mutex<State>,
+    /// Told when a fold ends.
+    ended: Condvar,
+}
+
+#[derive(Default)]
+struct State {
+    /// A fold is under way on the fold thread.
+    running: bool,
+    retry_at: Option<Instant>,
+}
+
+/// A fold handed to the fold thread.
+struct Request {
+    table: Layered,
+    moment: Moment,
+    /// The compactor's gate, held for reading until the fold ends.
+    pass: Option<OwnedRwLockReadGuard<()>>,
+}
+
+/// The fold thread, started at the first fold; stopped (after the fold under way) when
+/// the compactor is dropped.
+struct Folder {
+    requests: Option<mpsc::Sender<Request>>,
+    thread: Option<JoinHandle<()>>,
+}
+
 pub struct Schedule {
     /// Since when steps have found nothing to do.
     idle_since: Option<Instant>,
-    last_fold: Option<Instant>,
-    retry_at: Option<Instant>,
-    /// No fold while busy before this ([`BUSY_SPACING`]).
-    busy_after: Option<Instant>,
+    /// The table looked at first next time, so that one due again and again does not
+    /// keep the others waiting.
+    next: usize,
+    /// When each table (by name) was last handed to a fold.
+    last_fold: HashMap<String, Instant>,
+    /// The fold thread's nice value, the compactor's.
+    nice: i32,
+    gate: Option<Arc<Gate>>,
+    shared: Arc<Shared>,
+    folder: Option<Folder>,
+}
+
+impl Schedule {
+    pub fn new(nice: i32) -> Schedule {
+        Schedule {
+            idle_since: None,
+            next: 0,
+            last_fold: HashMap::new(),
+            nice,
+            gate: None,
+            shared: Arc::default(),
+            folder: None,
+        }
+    }
+
+    /// The gate a fold holds for reading, as the compactor's steps do.
+    pub fn set_gate(&mut self, gate: Arc<Gate>) {
+        self.gate = Some(gate);
+    }
+
+    /// Wait for the fold under way, if any; the state after it.
+    fn wait(&self) -> MutexGuard<'_, State> {
+        let state = lock(&self.shared.state);
+        self.shared
+            .ended
+            .wait_while(state, |s| s.running)
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Hand `table` to the fold thread, unless a backup is waiting for the gate.
+    fn start(&mut self, table: &Layered, moment: Moment) {
+        let pass = match &self.gate {
+            Some(gate) => match gate.clone().try_read_owned() {
+                Ok(pass) => Some(pass),
+                // A backup is waiting: the fold is tried again after it.
+                Err(_) => return,
+            },
+            None => None,
+        };
+        let folder = match &mut self.folder {
+            Some(f) => f,
+            None => match Folder::spawn(self.shared.clone(), self.nice) {
+                Ok(f) => self.folder.insert(f),
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot start the fold thread; folding on the compactor's");
+                    drop(pass);
+                    fold_now(&self.shared, table, moment);
+                    return;
+                }
+            },
+        };
+        self.last_fold
+            .insert(table.name().to_owned(), Instant::now());
+        lock(&self.shared.state).running = true;
+        let request = Request {
+            table: table.clone(),
+            moment,
+            pass,
+        };
+        let sent = folder.requests.as_ref().map(|r| r.send(request));
+        if !matches!(sent, Some(Ok(()))) {
+            // The thread is gone (it panicked outside a fold): fold here.
+            self.folder = None;
+            lock(&self.shared.state).running = false;
+            fold_now(&self.shared, table, moment);
+        }
+    }
+}
+
+impl Folder {
+    fn spawn(shared: Arc<Shared>, nice: i32) -> std::io::Result<Folder> {
+        let (requests, received) = mpsc::channel::<Request>();
+        let thread = std::thread::Builder::new()
+            .name(THREAD.into())
+            .spawn(move || {
+                crate::support::priority::lower(nice, THREAD);
+                for Request {
+                    table,
+                    moment,
+                    pass,
+                } in received
+                {
+                    let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| table.fold()));
+                    drop(pass);
+                    let outcome = outcome.unwrap_or_else(|_| {
+                        Err(Error::Tables(std::io::Error::other("the fold panicked")))
+                    });
+                    ended(&shared, &table, moment, outcome);
+                    // The fold's maps and buffers go back now, not when this thread
+                    // next idles.
+                    crate::support::idle::freed();
+                }
+            })?;
+        Ok(Folder {
+            requests: Some(requests),
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for Folder {
+    fn drop(&mut self) {
+        // The thread ends once it has no more requests, after the fold under way.
+        drop(self.requests.take());
+        if let Some(thread) = self.thread.take() {
+            if thread.join().is_err() {
+                tracing::error!("the fold thread panicked");
+            }
+        }
+    }
+}
+
+/// Fold `table` on this thread.
+fn fold_now(shared: &Shared, table: &Layered, moment: Moment) {
+    let outcome = table.fold();
+    ended(shared, table, moment, outcome);
+    crate::support::idle::freed();
+}
+
+/// Record and log how a fold of `table` ended, and wake whoever waits for it.
+fn ended(shared: &Shared, table: &Layered, moment: Moment, outcome: Result<Folded, Error>) {
+    let mut state = lock(&shared.state);
+    state.running = false;
+    match outcome {
+        Ok(f) => {
+            state.retry_at = None;
+            let (hits, misses) = cache::global().counts();
+            tracing::info!(
+                table = table.name(),
+                entries = f.entries,
+                taken = f.taken,
+                bytes = f.file_bytes,
+                rewritten = f.rewritten,
+                parts = f.parts_before,
+                written_bytes = f.written_bytes,
+                took_ms = f.took.as_millis() as u64,
+                held_us = f.held.as_micros() as u64,
+                at = ?moment,
+                block_cache_hits = hits,
+                block_cache_misses = misses,
+                "folded recent changes into the table's run"
+            );
+        }
+        Err(e) => {
+            state.retry_at = Some(Instant::now() + RETRY_AFTER);
+            tracing::warn!(table = table.name(), error = %e, "cannot fold recent changes into the table's run; they stay where they are and are read from there, and the fold is tried again");
+        }
+    }
+    drop(state);
+    shared.ended.notify_all();
 }
 
 impl Compactor {
     /// Fold whichever table is due at `moment` (see the module docs).
     pub(super) fn fold_tables(&mut self, moment: Moment) {
         let now = Instant::now();
+        let tables: Vec<Layered> = self.trees.tables().map(Layered::clone).into();
         let s = &mut self.folds;
         match moment {
             Moment::Busy => s.idle_since = None,
             Moment::Idle => {
                 s.idle_since.get_or_insert(now);
             }
-            Moment::Stop => {}
+            Moment::Stop => {
+                drop(s.wait());
+                for table in tables.iter().filter(|t| t.pending() > 0) {
+                    fold_now(&s.shared, table, moment);
+                }
+                return;
+            }
         }
-        if moment != Moment::Stop && s.retry_at.is_some_and(|t| now < t) {
+        let mut state = lock(&s.shared.state);
+        if state.running {
+            if !tables.iter().any(Layered::outran) {
+                return;
+            }
+            drop(state);
+            let waited = Instant::now();
+            state = s.wait();
+            tracing::info!(
+                waited_ms = waited.elapsed().as_millis() as u64,
+                "the compactor waited for a fold: a table's recent changes had passed twice the size that makes them due"
+            );
+        }
+        if state.retry_at.is_some_and(|t| now < t) {
             return;
         }
-        if moment == Moment::Busy && s.busy_after.is_some_and(|t| now < t) {
-            return;
-        }
-        let idle_enough = s.idle_since.is_some_and(|t| now - t >= IDLE_BEFORE_FOLD)
-            && s.last_fold.is_none_or(|t| now - t >= IDLE_FOLD_SPACING);
-        let t = &self.trees;
-        for table in t.tables().map(Layered::clone) {
+        drop(state);
+        let idle = s.idle_since.is_some_and(|t| now - t >= IDLE_BEFORE_FOLD);
+        let count = tables.len();
+        // A table that outran its fold first, so the delta stays within its bound.
+        let outran = tables.iter().position(Layered::outran);
+        for i in outran
+            .into_iter()
+            .chain((0..count).map(|i| (s.next + i) % count))
+        {
+            let table = &tables[i];
+            let spaced = || {
+                let last = s.last_fold.get(table.name());
+                last.is_none_or(|&t| now - t >= IDLE_FOLD_SPACING)
+            };
             let due = match moment {
                 Moment::Busy => table.should_fold(),
-                Moment::Idle => table.should_fold() || (idle_enough && table.pending() > 0),
-                Moment::Stop => table.pending() > 0,
+                _ => table.should_fold() || (idle && table.pending() > 0 && spaced()),
             };
             if due {
-                self.fold(&table, moment);
-            }
-        }
-    }
-
-    fn fold(&mut self, table: &Layered, moment: Moment) {
-        let s = &mut self.folds;
-        s.last_fold = Some(Instant::now());
-        match table.fold() {
-            Ok(f) => {
-                // The delta folded was allocated on this thread: its memory goes back now,
-                // not when the compactor next idles (after the log empties, while busy).
-                crate::support::idle::freed();
-                s.retry_at = None;
-                s.busy_after = Some(Instant::now() + f.took * BUSY_SPACING);
-                let (hits, misses) = cache::global().counts();
-                tracing::info!(
-                    table = table.name(),
-                    entries = f.entries,
-                    taken = f.taken,
-                    bytes = f.file_bytes,
-                    rewritten = f.rewritten,
-                    parts = f.parts_before,
-                    written_bytes = f.written_bytes,
-                    took_ms = f.took.as_millis() as u64,
-                    at = ?moment,
-                    block_cache_hits = hits,
-                    block_cache_misses = misses,
-                    "folded recent changes into the table's run"
-                );
-            }
-            Err(e) => {
-                s.retry_at = Some(Instant::now() + RETRY_AFTER);
-                tracing::warn!(table = table.name(), error = %e, "cannot fold recent changes into the table's run; they stay where they are and are read from there, and the fold is tried again");
+                s.next = (i + 1) % count;
+                s.start(table, moment);
+                return;
             }
         }
     }

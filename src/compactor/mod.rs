@@ -111,7 +111,7 @@ pub struct Compactor {
     stats: Arc<Stats>,
     settings: Compaction,
     geoip: Arc<crate::geoip::Database>,
-    /// When the persons' and distinct ids' tables may next be folded ([`fold`]).
+    /// When the layered tables are next folded, and the thread that folds them ([`fold`]).
     folds: fold::Schedule,
     /// The thread each chunk's event blocks are made on ([`blocks`]).
     builder: blocks::Builder,
@@ -145,8 +145,8 @@ impl Compactor {
                 healthy: AtomicBool::new(true),
                 ..Stats::default()
             }),
+            folds: fold::Schedule::new(settings.nice),
             settings,
-            folds: fold::Schedule::default(),
             #[cfg(test)]
             fail_at: None,
         }

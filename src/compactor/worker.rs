@@ -118,6 +118,7 @@ pub fn spawn(
 ) -> std::io::Result<Handle> {
     let stop = Arc::new(AtomicBool::new(false));
     let stop_flag = stop.clone();
+    compactor.folds.set_gate(gate.clone());
     let thread = std::thread::Builder::new().name("compactor".into()).spawn(move || {
         crate::support::priority::lower(compactor.settings.nice, "compactor");
         let stats = compactor.stats();
@@ -170,7 +171,10 @@ pub fn spawn(
                     if let Err(kept) = still_writes(&compactor.trees) {
                         tracing::error!(error = %kept, "the database keeps failing to write; reopening it once it can write again");
                         match recover(compactor, &live, &stop_flag) {
-                            Some(reopened) => compactor = reopened,
+                            Some(reopened) => {
+                                compactor = reopened;
+                                compactor.folds.set_gate(gate.clone());
+                            }
                             None => return,
                         }
                         continue;

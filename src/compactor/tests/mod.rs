@@ -2,6 +2,7 @@
 //! both, and each file below tests one concern.
 
 mod events;
+mod folds;
 mod lanes;
 mod once;
 mod person_events;

@@ -50,16 +50,6 @@ pub fn bytes(map: &Map) -> u64 {
     map.iter().map(|(k, v)| size(k, v)).sum()
 }
 
-/// Put `entries` in `map` (replacing what it holds), keeping `bytes` its size.
-fn merge(map: &mut Map, bytes: &mut u64, entries: impl IntoIterator<Item = (Key, IVec)>) {
-    for (k, v) in entries {
-        *bytes += size(&k, &v);
-        if let Some(old) = map.insert(k.clone(), v) {
-            *bytes -= size(&k, &old);
-        }
-    }
-}
-
 fn bounds(range: &(Bound<Vec<u8>>, Bound<Vec<u8>>)) -> (Bound<&[u8]>, Bound<&[u8]>) {
     (one(&range.0), one(&range.1))
 }
@@ -162,6 +152,8 @@ impl Delta {
     /// The active map becomes the frozen one, which a fold writes into the runs;
     /// reads still see it until [`Delta::unfreeze`].
     pub fn freeze(&mut self) -> Arc<Map> {
+        // A fold that never ended (it panicked) left its map frozen: back under this one.
+        self.thaw();
         let frozen = Arc::new(std::mem::take(&mut self.active));
         self.active_bytes = 0;
         self.frozen = Some(frozen.clone());
@@ -169,14 +161,17 @@ impl Delta {
     }
 
     /// The fold is done: the frozen map is dropped (the runs hold it now) and `left`,
-    /// what the runs did not take (`left_bytes` its size), goes under whatever was
-    /// written since the freeze. `left` is built by the caller, outside the lock:
-    /// here it is only swapped in.
-    pub fn unfreeze(&mut self, mut left: Map, mut left_bytes: u64) {
-        let newer = std::mem::take(&mut self.active);
-        merge(&mut left, &mut left_bytes, newer);
-        self.active = left;
-        self.active_bytes = left_bytes;
+    /// what the runs did not take, goes under whatever was written since the freeze.
+    /// `left` is built by the caller, outside the lock; here each of its keys is
+    /// looked up once in the active map (usually it is empty), so the lock is held a
+    /// moment however much the compactor wrote during the fold.
+    pub fn unfreeze(&mut self, left: Map) {
+        for (k, v) in left {
+            if let std::collections::btree_map::Entry::Vacant(e) = self.active.entry(k) {
+                self.active_bytes += size(e.key(), &v);
+                e.insert(v);
+            }
+        }
         self.frozen = None;
     }
 
@@ -184,8 +179,7 @@ impl Delta {
     pub fn thaw(&mut self) {
         if let Some(frozen) = self.frozen.take() {
             let frozen = Arc::try_unwrap(frozen).unwrap_or_else(|shared| (*shared).clone());
-            let frozen_bytes = bytes(&frozen);
-            self.unfreeze(frozen, frozen_bytes);
+            self.unfreeze(frozen);
         }
     }
 

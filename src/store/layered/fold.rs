@@ -6,13 +6,13 @@ use std::ops::Bound;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use sled::IVec;
 
-use super::delta::{self, Key, Map};
+use super::delta::{Key, Map};
 use super::files::part_file;
-use super::journal::Guard;
+use super::journal::Split;
 use super::run::{self, Run};
 use super::runs::{self, Part, Runs};
 use super::{
@@ -40,45 +40,69 @@ struct Written {
 }
 
 impl Layered {
-    /// Merge the delta into new runs (see the module docs). Only one fold at a time,
-    /// and nothing writes the tables meanwhile: the fold holds their journal, as a
-    /// chunk does. A failure (a full disk) leaves the table as it was.
+    /// Merge the delta into new runs (see the module docs). One fold at a time among
+    /// the tables of a journal; writes go on meanwhile: the journal is held only to
+    /// freeze the delta and to switch to what the fold made. A failure (a full disk)
+    /// leaves the table reading as it did.
     pub fn fold(&self) -> Result<Folded, Error> {
         let started = Instant::now();
         let inner = &self.inner;
+        let _one = lock(&inner.shared.folding);
         // A journal that failed a write takes nothing until the database is reopened.
         self.journal().kept_error().map_err(Error::Tables)?;
-        let mut guard = self.journal().lock();
+        let (split, frozen, mut held) = {
+            let mut guard = self.journal().lock();
+            let held = Instant::now();
+            self.make_dir()?;
+            let split = guard.split().map_err(Error::Tables)?;
+            (split, self.delta_mut().freeze(), held.elapsed())
+        };
+        #[cfg(test)]
+        if let Some(hook) = &*lock(&inner.during_fold) {
+            hook(self);
+        }
         // What a run takes must be durable first: a chunk committed but not yet
         // written out by sled is lost in a crash and applied again from the log, which
-        // must not find its own changes in the run already.
-        let syncs = &inner.syncs;
+        // must not find its own changes in the run already. Every chunk in the frozen
+        // map committed before the freeze, so this flush covers them.
         let meta = self.journal().meta();
-        syncs.run(DELTA_SYNC, || meta.flush())?;
-        if !inner.dir.exists() {
-            fs::create_dir_all(&inner.dir).map_err(Error::Tables)?;
-            if let Some(parent) = inner.dir.parent() {
-                if let Err(e) = syncs.run(NEW_DIR_SYNC, || sync_dir(parent)) {
-                    // Made but not durably: removed, so the next fold makes and syncs
-                    // it again rather than find it and name a run in it unsynced.
-                    let _ = fs::remove_dir(&inner.dir);
-                    return Err(Error::Tables(e));
-                }
-            }
-        }
-        let frozen = self.delta_mut().freeze();
-        let outcome = self.fold_frozen(&frozen, started, &mut guard);
+        let outcome = inner
+            .syncs
+            .run(DELTA_SYNC, || meta.flush())
+            .map_err(Error::from)
+            .and_then(|_| self.fold_frozen(&frozen, &split, started, &mut held));
+        drop(frozen);
         if outcome.is_err() {
+            let _guard = self.journal().lock();
             self.delta_mut().thaw();
         }
         outcome
     }
 
+    /// The runs' directory, made (and synced into the database's) by the first fold.
+    fn make_dir(&self) -> Result<(), Error> {
+        let inner = &self.inner;
+        if inner.dir.exists() {
+            return Ok(());
+        }
+        fs::create_dir_all(&inner.dir).map_err(Error::Tables)?;
+        if let Some(parent) = inner.dir.parent() {
+            if let Err(e) = inner.syncs.run(NEW_DIR_SYNC, || sync_dir(parent)) {
+                // Made but not durably: removed, so the next fold makes and syncs it
+                // again rather than find it and name a run in it unsynced.
+                let _ = fs::remove_dir(&inner.dir);
+                return Err(Error::Tables(e));
+            }
+        }
+        Ok(())
+    }
+
     fn fold_frozen(
         &self,
         frozen: &Map,
+        split: &Split,
         started: Instant,
-        guard: &mut Guard<'_>,
+        held: &mut Duration,
     ) -> Result<Folded, Error> {
         let inner = &self.inner;
         let old = inner.runs.load_full();
@@ -118,6 +142,8 @@ impl Layered {
             }
         };
         let (entries, file_bytes) = (new.entries(), new.file_bytes());
+        // Before the frozen map is dropped: a read that misses the delta finds the key
+        // in the new runs.
         inner.runs.store(new);
         // Readers still holding the old runs read them through their open files.
         for p in replaced {
@@ -132,13 +158,21 @@ impl Layered {
                 tracing::warn!(path = %path.display(), error = %e, "a replaced run could not be removed; it is removed at the next start");
             }
         }
-        // What the runs did not take stays in memory, and goes to the new journal.
-        // Its map is built here, outside the delta's lock, which every point read
-        // takes: the lock is held only to swap it in.
+        // What the runs did not take stays in memory, and goes to the journal that
+        // carries what the older ones held; both are made outside every lock.
         let left = untaken(frozen, &written.taken);
-        self.rotate(guard, &left)?;
-        let left_bytes = delta::bytes(&left);
-        self.delta_mut().unfreeze(left, left_bytes);
+        let journal = self.journal();
+        journal
+            .carry(split, self.name(), &left)
+            .map_err(Error::Tables)?;
+        {
+            let mut guard = journal.lock();
+            let switching = Instant::now();
+            guard.carried(split).map_err(Error::Tables)?;
+            self.delta_mut().unfreeze(left);
+            *held += switching.elapsed();
+        }
+        journal.forget(split).map_err(Error::Tables)?;
         Ok(Folded {
             entries,
             taken: written.taken.len() as u64,
@@ -147,36 +181,8 @@ impl Layered {
             parts_before: old.parts().len(),
             written_bytes: written.bytes,
             took: started.elapsed(),
+            held: *held,
         })
-    }
-
-    /// Start a new journal holding what every table of it keeps in memory: this
-    /// one's entries `left` (and any written since it froze), the others' deltas.
-    fn rotate(&self, guard: &mut Guard<'_>, left: &Map) -> Result<(), Error> {
-        let tables: Vec<Layered> = lock(&self.inner.shared.tables)
-            .iter()
-            .filter_map(|w| w.upgrade())
-            .map(|inner| Layered { inner })
-            .collect();
-        let mut held: Vec<(String, Vec<(IVec, IVec)>)> = Vec::new();
-        for t in &tables {
-            let entries = match Arc::ptr_eq(&t.inner, &self.inner) {
-                // Only the active map over `left`: the frozen one is what the runs
-                // now hold.
-                true => {
-                    let mut all = left.clone();
-                    let d = t.delta();
-                    all.extend(d.active().iter().map(|(k, v)| (k.clone(), v.clone())));
-                    all.into_iter()
-                        .map(|(k, v)| (IVec::from(&k[..]), v))
-                        .collect()
-                }
-                false => t.delta_entries(),
-            };
-            held.push((t.name().to_owned(), entries));
-        }
-        let groups: Vec<_> = held.iter().map(|(n, e)| (n.as_str(), &e[..])).collect();
-        guard.rotate(&groups).map_err(Error::Tables)
     }
 
     /// A fold that met damage which then read after all: fold again later rather

@@ -13,10 +13,20 @@
 //! from the log. Journals below the first (folded) or above the current (a rotation
 //! never recorded) are removed.
 //!
-//! A fold rotates the journal ([`Guard::rotate`]): the new one starts with what the
-//! tables hold that is not in their runs (what the fold left, the other tables'
-//! changes), is synced with its directory, then recorded as first and current (sled
-//! flushed); only then are the older journals removed.
+//! A fold rotates the journal in three short moments, so the compactor goes on
+//! appending while the fold writes its runs:
+//! - [`Guard::split`], as the fold freezes its table: the current journal is cut to
+//!   its committed bytes and synced (from then on it is read whole), and a new one
+//!   two numbers on becomes current, recorded in `meta`. Every later chunk goes there.
+//! - [`Journal::carry`], with nothing held: the journals up to the split are read
+//!   back, the folded table's entries replaced by what its fold left, and written as
+//!   the journal between, made under a temporary name, synced, renamed into place.
+//!   Replayed after the older ones it changes nothing (it holds what they hold, less
+//!   what the runs now hold with the same values), so a crash around it is harmless.
+//! - [`Guard::carried`]: that journal recorded as the first; once sled is flushed
+//!   ([`Journal::forget`]) the older ones are removed.
+//!
+//! A failure at any of them leaves journals that replay to what the tables hold.
 //!
 //! A record whose write or sync fails leaves the file in a state this process cannot
 //! know (after a failed `fsync` the kernel may drop the dirty pages and a later one
@@ -34,9 +44,11 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 
+use sled::IVec;
+
 use super::delta::Map;
 pub use super::records::Group;
-use super::records::{damaged, encode, frame, replay, HEADER};
+use super::records::{damaged, encode, frame, replay, replay_file, HEADER};
 use crate::support::sync::lock;
 use crate::support::sync_dir;
 use crate::support::syncs::Syncs;
@@ -45,6 +57,8 @@ use crate::support::syncs::Syncs;
 /// persons; written and synced once a reopen, so its cost does not matter.
 const PROBE_BYTES: usize = 1024 * 1024;
 const SUFFIX: &str = ".journal";
+/// A journal being made: renamed to its name once synced.
+const MAKING: &str = ".making";
 /// What [`Syncs`] calls the journal's syncs: a record's bytes before the chunk's
 /// transaction names them, the directory after a journal is made, and sled's flush
 /// of the record naming a rotated journal before the older ones are removed.
@@ -150,7 +164,7 @@ impl Journal {
                 return Err(damaged(&path, "it is shorter than the database records"));
             }
             let whole = usize::try_from(end).map_err(io::Error::other)?;
-            replay(&path, &bytes[..whole], &mut replayed)?;
+            replay(&path, &bytes[..whole], None, &mut replayed)?;
             if n == number {
                 seen_current = true;
                 if bytes.len() as u64 > end && writable {
@@ -162,6 +176,9 @@ impl Journal {
                     file = Some(f);
                 }
             }
+        }
+        if writable {
+            remove_making(dir, name)?;
         }
         if recorded.is_some() && !seen_current {
             return Err(damaged(&journal_path(dir, name, number), "it is missing"));
@@ -321,41 +338,109 @@ impl Guard<'_> {
         Ok(())
     }
 
-    /// Start a new journal holding `head` (what the tables hold outside their runs),
-    /// record it as first and current, then remove the older ones (module docs). A
-    /// failure before it is recorded leaves the old journal current.
-    pub fn rotate(&mut self, head: &[Group<'_>]) -> io::Result<()> {
+    /// Where a fold freezes a table (module docs): the current journal cut to its
+    /// committed bytes and synced, the journal two numbers on made current.
+    pub(super) fn split(&mut self) -> io::Result<Split> {
         if let Some(kept) = &self.writing.kept {
             return Err(kept.error());
         }
         let j = self.journal;
-        let next = self.writing.number + 1;
-        let payload = encode(head);
-        let record = match payload.is_empty() {
-            true => Vec::new(),
-            false => frame(payload)?,
-        };
-        let file = create(j, next, &record)?;
-        let end = (HEADER.len() + record.len()) as u64;
-        let v = value(next, next, end);
-        if let Err(e) = j.meta.insert(j.key(), &v[..]) {
+        let w = &mut *self.writing;
+        if let Some(file) = &w.file {
+            let cut = file.set_len(w.committed).and_then(|()| {
+                j.syncs
+                    .run_at(JOURNAL_SYNC, w.number, w.committed, || file.sync_data())
+            });
+            if let Err(e) = cut {
+                w.kept = Some(Kept::of(&e));
+                return Err(e);
+            }
+        }
+        let next = w.number + 2;
+        let file = create(j, next, &[])?;
+        let end = HEADER.len() as u64;
+        if let Err(e) = j.meta.insert(j.key(), &value(w.first, next, end)[..]) {
             let _ = fs::remove_file(journal_path(&j.dir, &j.name, next));
             return Err(io::Error::other(e));
         }
-        let old = self.writing.number;
-        *self.writing = Writing {
-            first: next,
+        let split = Split {
+            first: w.first,
+            upto: w.number,
+        };
+        *w = Writing {
+            first: w.first,
             number: next,
             committed: end,
             file: Some(file),
             appended: 0,
             kept: None,
         };
-        j.syncs.run(JOURNAL_RECORD_SYNC, || {
-            j.meta.flush().map_err(io::Error::other)
+        Ok(split)
+    }
+
+    /// The journal [`Journal::carry`] wrote for `split` becomes the first: recorded in
+    /// `meta` (made durable by [`Journal::forget`]).
+    pub(super) fn carried(&mut self, split: &Split) -> io::Result<()> {
+        if let Some(kept) = &self.writing.kept {
+            return Err(kept.error());
+        }
+        let j = self.journal;
+        let w = &mut *self.writing;
+        let first = split.upto + 1;
+        let recorded = j
+            .meta
+            .insert(j.key(), &value(first, w.number, w.committed)[..]);
+        recorded.map_err(io::Error::other)?;
+        w.first = first;
+        Ok(())
+    }
+}
+
+/// Where a fold split the journal: the journals from `first` to `upto` hold what the
+/// frozen table's map holds and the other tables' changes until then.
+pub(super) struct Split {
+    first: u64,
+    upto: u64,
+}
+
+impl Journal {
+    /// Write the journal between `split`'s and the current one: what the journals up
+    /// to the split hold, `table`'s entries replaced by `left` (module docs). Holds
+    /// nothing a chunk needs.
+    pub(super) fn carry(&self, split: &Split, table: &str, left: &Map) -> io::Result<()> {
+        let mut maps = HashMap::new();
+        for (n, path) in list(&self.dir, &self.name)? {
+            if (split.first..=split.upto).contains(&n) {
+                replay_file(&path, Some(table), &mut maps)?;
+            }
+        }
+        maps.insert(table.to_owned(), left.clone());
+        // Each map is dropped as its entries are listed.
+        let held: Vec<(String, Vec<(IVec, IVec)>)> = maps
+            .into_iter()
+            .map(|(name, map)| {
+                let entries = map.into_iter().map(|(k, v)| (IVec::from(&k[..]), v));
+                (name, entries.collect())
+            })
+            .collect();
+        let groups: Vec<Group<'_>> = held.iter().map(|(n, e)| (n.as_str(), &e[..])).collect();
+        let payload = encode(&groups);
+        let record = match payload.is_empty() {
+            true => Vec::new(),
+            false => frame(payload)?,
+        };
+        drop(held);
+        create(self, split.upto + 1, &record).map(drop)
+    }
+
+    /// After [`Guard::carried`]: `meta` flushed, then the journals up to `split`
+    /// removed.
+    pub(super) fn forget(&self, split: &Split) -> io::Result<()> {
+        self.syncs.run(JOURNAL_RECORD_SYNC, || {
+            self.meta.flush().map_err(io::Error::other)
         })?;
-        for (n, path) in list(&j.dir, &j.name)? {
-            if n <= old {
+        for (n, path) in list(&self.dir, &self.name)? {
+            if n <= split.upto {
                 if let Err(e) = fs::remove_file(&path) {
                     tracing::warn!(path = %path.display(), error = %e, "a folded journal could not be removed; it is removed at the next start");
                 }
@@ -365,10 +450,12 @@ impl Guard<'_> {
     }
 }
 
-/// Make journal `number` holding `record` after its header, synced with its
-/// directory; removed again if that fails.
+/// Make journal `number` holding `record` after its header: written under a
+/// temporary name, synced, renamed into place, its directory synced; removed again if
+/// that fails.
 fn create(j: &Journal, number: u64, record: &[u8]) -> io::Result<File> {
     let path = journal_path(&j.dir, &j.name, number);
+    let making = making_path(&path);
     let new_dir = !j.dir.exists();
     let made = (|| {
         if new_dir {
@@ -382,16 +469,18 @@ fn create(j: &Journal, number: u64, record: &[u8]) -> io::Result<File> {
             .truncate(true)
             .write(true)
             .read(true)
-            .open(&path)?;
+            .open(&making)?;
         file.write_all_at(HEADER, 0)?;
         file.write_all_at(record, HEADER.len() as u64)?;
         let end = (HEADER.len() + record.len()) as u64;
         j.syncs
             .run_at(JOURNAL_SYNC, number, end, || file.sync_data())?;
+        fs::rename(&making, &path)?;
         j.syncs.run(JOURNAL_DIR_SYNC, || sync_dir(&j.dir))?;
         Ok(file)
     })();
     if made.is_err() {
+        let _ = fs::remove_file(&making);
         let _ = fs::remove_file(&path);
         if new_dir {
             // Made but not durably: the next attempt makes and syncs it again.
@@ -399,6 +488,32 @@ fn create(j: &Journal, number: u64, record: &[u8]) -> io::Result<File> {
         }
     }
     made
+}
+
+fn making_path(path: &Path) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(MAKING);
+    PathBuf::from(name)
+}
+
+/// Remove the journals a crash left half made.
+fn remove_making(dir: &Path, name: &str) -> io::Result<()> {
+    let entries = match fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    let suffix = format!("{SUFFIX}{MAKING}");
+    for entry in entries {
+        let entry = entry?;
+        let file = entry.file_name();
+        let file = file.to_string_lossy();
+        if file.starts_with(&format!("{name}.")) && file.ends_with(&suffix) {
+            tracing::info!(path = %entry.path().display(), "removing a journal a crash left half made");
+            fs::remove_file(entry.path())?;
+        }
+    }
+    Ok(())
 }
 
 fn record_key(name: &str) -> Vec<u8> {

@@ -26,17 +26,27 @@
 //! that fails puts them back.
 //!
 //! Once the delta's active map holds more than an eighth of the runs' bytes (see
-//! [`FOLD_SHARE`]; a key counts once however often it was rewritten), and when the compactor is idle or stops, [`Layered::fold`] merges
-//! the two: the active map is frozen (reads see it until the new runs are in place),
-//! sled is flushed (a run takes only changes whose chunk is durable), the parts whose
-//! range the delta changed enough ([`plan`]) are rewritten as new runs (a part grown
-//! past [`PART_BYTES`] is cut in two or more), the others kept; the new runs are
-//! synced, then named by a new manifest ([`runs`]: written beside, synced, renamed
-//! into place, the directory synced). Then the journal is rotated: a new one holding
-//! what the tables keep in memory (what this fold left, the other tables' changes) is
-//! synced and recorded, and the older ones are removed. A crash before the manifest's
-//! rename leaves runs nothing names, removed at the next start; between the manifest
-//! and the rotation, a journal whose entries equal the runs', which read the same.
+//! [`FOLD_SHARE`]; a key counts once however often it was rewritten), and when the
+//! compactor is idle or stops, [`Layered::fold`] merges the two, on a thread of its own
+//! beside the compactor (`compactor::fold`), one fold at a time. Under the journal's
+//! lock, for a moment: the journal is split (the current one cut to its committed
+//! bytes, later chunks going to a new one, [`journal`]) and the active map frozen
+//! (reads see it until the new runs are in place; writes go to a new active map over
+//! it). Then, holding nothing the compactor needs: sled is flushed (a run takes only
+//! changes whose chunk is durable, and every chunk in the frozen map committed before
+//! the freeze), the parts whose range the delta changed enough ([`plan`]) are
+//! rewritten as new runs (a part grown past [`PART_BYTES`] is cut in two or more), the
+//! others kept; the new runs are synced, then named by a new manifest ([`runs`]:
+//! written beside, synced, renamed into place, the directory synced) and put in place
+//! for reads. What the journals before the split hold is carried into one journal (the
+//! folded table's entries replaced by what the runs did not take), synced and renamed
+//! into place. Under the lock again, for a moment: that journal is recorded as the
+//! first, and what the fold left goes back under the active map. Once sled is flushed
+//! the older journals are removed. A crash before the manifest's rename leaves runs
+//! nothing names, removed at the next start; after it, journals whose entries equal
+//! the runs' or are newer, which read the same; a journal half carried is removed at
+//! the next start. Chunks journaled during the fold are in the journal after the split,
+//! which no fold rewrites: the start cuts it to its committed length as ever.
 //!
 //! Reads while a fold switches runs: a point read consults the delta before loading
 //! the run, so a key already dropped from the frozen map is found in the new run (the
@@ -62,13 +72,12 @@ use std::io;
 use std::ops::Bound;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use sled::IVec;
 
-use crate::support::sync::lock;
 use crate::support::syncs::Syncs;
 use delta::Delta;
 use files::{list, Kind};
@@ -97,6 +106,10 @@ pub const MIN_FOLD_BYTES: u64 = 128 * 1024;
 /// ... and at most this many, however large the run: the delta's memory is bounded by
 /// about this (and the maps' overhead).
 const MAX_FOLD_BYTES: u64 = 64 * 1024 * 1024;
+/// While a fold runs beside the writes, the active map may grow to this many times
+/// what makes it due before the writer waits for the fold: the delta then holds at
+/// most about twice that (the frozen map and the active one).
+pub const OUTRUN: u64 = 2;
 /// A fold cuts a new run once it holds this many bytes of keys and values: small
 /// enough that a fold of a few changed ranges writes a few MB however large the
 /// table (a million persons are about 30 such parts), large enough that a table is a
@@ -122,10 +135,11 @@ pub struct Layered {
     inner: Arc<Inner>,
 }
 
-/// A journal and the tables writing to it, which a fold's rotation carries over.
+/// A journal and what its tables share.
 pub(crate) struct Shared {
     journal: Journal,
-    tables: Mutex<Vec<Weak<Inner>>>,
+    /// Held by a fold of any of the tables: one at a time.
+    folding: Mutex<()>,
 }
 
 struct Inner {
@@ -142,7 +156,14 @@ struct Inner {
     part_bytes: AtomicU64,
     /// Every sync a fold's next step rests on goes through it.
     syncs: Syncs,
+    /// Run by a fold once the delta is frozen, with nothing held: tests write and
+    /// read there as the compactor would beside a fold.
+    #[cfg(test)]
+    during_fold: Mutex<Option<DuringFold>>,
 }
+
+#[cfg(test)]
+type DuringFold = Box<dyn Fn(&Layered) + Send + Sync>;
 
 /// What a fold did.
 #[derive(Debug)]
@@ -159,6 +180,8 @@ pub struct Folded {
     /// Bytes of the runs written.
     pub written_bytes: u64,
     pub took: Duration,
+    /// Of which the journal was held, writes waiting: the freeze and the switch.
+    pub held: Duration,
 }
 
 /// The value of `key`, given what the delta holds for it (`found`) and the run.
@@ -196,7 +219,7 @@ fn shared(
     let journal = Journal::open(&meta, &dir, journal, writable).map_err(super::Error::Tables)?;
     Ok(Arc::new(Shared {
         journal,
-        tables: Mutex::new(Vec::new()),
+        folding: Mutex::new(()),
     }))
 }
 
@@ -259,8 +282,9 @@ impl Layered {
             take_bytes: AtomicU64::new(fold::TAKE_BYTES),
             part_bytes: AtomicU64::new(part_bytes()),
             syncs: Syncs::default(),
+            #[cfg(test)]
+            during_fold: Mutex::default(),
         });
-        lock(&shared.tables).push(Arc::downgrade(&inner));
         Ok(Layered { inner })
     }
 
@@ -427,6 +451,12 @@ impl Layered {
             .store(bytes, std::sync::atomic::Ordering::Relaxed);
     }
 
+    /// Run `hook` in every fold from now, once the delta is frozen (`None`: no more).
+    #[cfg(test)]
+    pub(crate) fn set_during_fold(&self, hook: Option<DuringFold>) {
+        *crate::support::sync::lock(&self.inner.during_fold) = hook;
+    }
+
     #[cfg(test)]
     pub(crate) fn syncs(&self) -> &Syncs {
         &self.inner.syncs
@@ -447,8 +477,19 @@ impl Layered {
 
     /// Whether the delta has grown enough to be folded.
     pub fn should_fold(&self) -> bool {
+        self.pending() > self.fold_threshold()
+    }
+
+    /// Whether the active map holds more than [`OUTRUN`] times what makes a fold due:
+    /// a writer then waits for the fold under way (`compactor::fold`).
+    pub fn outran(&self) -> bool {
+        self.pending() > OUTRUN * self.fold_threshold()
+    }
+
+    /// Bytes of the active map past which it is folded.
+    fn fold_threshold(&self) -> u64 {
         let run = self.inner.runs.load().raw_bytes();
-        self.pending() > (run / FOLD_SHARE).clamp(MIN_FOLD_BYTES, MAX_FOLD_BYTES)
+        (run / FOLD_SHARE).clamp(MIN_FOLD_BYTES, MAX_FOLD_BYTES)
     }
 
     /// Read every block of the runs: their entries, or the damage met.
@@ -487,3 +528,7 @@ mod journal_tests;
 #[cfg(test)]
 #[path = "tests/delta.rs"]
 mod delta_tests;
+
+#[cfg(test)]
+#[path = "tests/beside.rs"]
+mod beside_tests;

@@ -9,7 +9,7 @@
 //! ```
 
 use std::collections::HashMap;
-use std::io;
+use std::io::{self, Read};
 use std::path::Path;
 
 use sled::IVec;
@@ -75,8 +75,14 @@ pub(super) fn frame(mut record: Vec<u8>) -> io::Result<Vec<u8>> {
     Ok(record)
 }
 
-/// Apply the records of `bytes` (a journal up to where it is committed) to `maps`.
-pub(super) fn replay(path: &Path, bytes: &[u8], maps: &mut HashMap<String, Map>) -> io::Result<()> {
+/// Apply the records of `bytes` (a journal up to where it is committed) to `maps`,
+/// leaving out the table `skip` names.
+pub(super) fn replay(
+    path: &Path,
+    bytes: &[u8],
+    skip: Option<&str>,
+    maps: &mut HashMap<String, Map>,
+) -> io::Result<()> {
     let body = bytes
         .strip_prefix(HEADER)
         .ok_or_else(|| damaged(path, "it does not start as a journal"))?;
@@ -89,17 +95,49 @@ pub(super) fn replay(path: &Path, bytes: &[u8], maps: &mut HashMap<String, Map>)
         if crc32fast::hash(payload) != crc {
             return Err(cut());
         }
-        decode(payload, maps).ok_or_else(cut)?;
+        decode(payload, skip, maps).ok_or_else(cut)?;
         at += 8 + len;
     }
     Ok(())
+}
+
+/// [`replay`] of the whole file at `path`, read a record at a time: a journal that is
+/// no longer appended to, read back beside the compactor by a fold.
+pub(super) fn replay_file(
+    path: &Path,
+    skip: Option<&str>,
+    maps: &mut HashMap<String, Map>,
+) -> io::Result<()> {
+    let mut file = io::BufReader::new(std::fs::File::open(path)?);
+    let mut header = vec![0u8; HEADER.len()];
+    file.read_exact(&mut header)
+        .map_err(|_| damaged(path, "it does not start as a journal"))?;
+    if header != HEADER {
+        return Err(damaged(path, "it does not start as a journal"));
+    }
+    let cut = || damaged(path, "a record is cut short or fails its CRC");
+    let mut head = [0u8; RECORD_HEADER];
+    loop {
+        match file.read(&mut head[..1])? {
+            0 => return Ok(()),
+            _ => file.read_exact(&mut head[1..]).map_err(|_| cut())?,
+        }
+        let len = u32_at(&head, 0).ok_or_else(cut)? as usize;
+        let crc = u32_at(&head, 4).ok_or_else(cut)?;
+        let mut payload = vec![0u8; len];
+        file.read_exact(&mut payload).map_err(|_| cut())?;
+        if crc32fast::hash(&payload) != crc {
+            return Err(cut());
+        }
+        decode(&payload, skip, maps).ok_or_else(cut)?;
+    }
 }
 
 fn u32_at(b: &[u8], at: usize) -> Option<u32> {
     Some(u32::from_le_bytes(b.get(at..at + 4)?.try_into().ok()?))
 }
 
-fn decode(payload: &[u8], maps: &mut HashMap<String, Map>) -> Option<()> {
+fn decode(payload: &[u8], skip: Option<&str>, maps: &mut HashMap<String, Map>) -> Option<()> {
     let mut at = 0usize;
     while at < payload.len() {
         let name_len = *payload.get(at)? as usize;
@@ -107,13 +145,15 @@ fn decode(payload: &[u8], maps: &mut HashMap<String, Map>) -> Option<()> {
         at += 1 + name_len;
         let count = u32_at(payload, at)?;
         at += 4;
-        let map = maps.entry(name.to_owned()).or_default();
+        let mut map = (skip != Some(name)).then(|| maps.entry(name.to_owned()).or_default());
         for _ in 0..count {
             let k = u32_at(payload, at)? as usize;
             let v = u32_at(payload, at + 4)? as usize;
             let key = payload.get(at + 8..at + 8 + k)?;
             let value = payload.get(at + 8 + k..at + 8 + k + v)?;
-            map.insert(Key::from(key), IVec::from(value));
+            if let Some(map) = &mut map {
+                map.insert(Key::from(key), IVec::from(value));
+            }
             at += 8 + k + v;
         }
     }

@@ -43,7 +43,7 @@ fn the_active_maps_bytes_follow_every_change() {
         .range::<[u8], _>((Bound::Included(&from[..]), Bound::Unbounded))
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
-    d.unfreeze(left.clone(), bytes(&left));
+    d.unfreeze(left);
     assert_counted(&d);
     assert_eq!(
         d.get(&key(5)).unwrap(),
