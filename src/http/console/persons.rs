@@ -30,6 +30,7 @@ use super::find::Matcher;
 use super::insights::blocking;
 use crate::app::App;
 use crate::persons::Person;
+use crate::store::layered::successor;
 use crate::store::{by_property, first_seen, keys, person_bytes, person_probe, Trees};
 use crate::support::hex;
 
@@ -214,9 +215,10 @@ pub fn newest(
 }
 
 /// Whether the index of persons by property answers `matcher` in `project`: it is
-/// built, and only persons having the key can pass.
+/// built, and the test reads the property alone (not `distinct_id`, which reads the
+/// person's first distinct id when the property is absent).
 fn indexed(trees: &Trees, project: u64, matcher: &Matcher) -> bool {
-    matcher.needs_key()
+    matcher.key() != "distinct_id"
         && by_property::key_prefix(project, matcher.key()).is_some()
         && by_property::ready(&trees.meta).unwrap_or(false)
 }
@@ -233,7 +235,9 @@ pub fn by_index(
     let mut values = ValueTest::new(matcher);
     let may_pass = |text: &[u8], cut: bool| values.may_pass(text, cut);
     let after = span.cursor.as_deref();
-    let places = by_property::candidates(trees, project, matcher.key(), after, may_pass)?;
+    let absent_passes = !matcher.needs_key();
+    let key = matcher.key();
+    let places = by_property::candidates(trees, project, key, after, absent_passes, may_pass)?;
     let test = PersonTest::new(Some(matcher));
     let mut page = Page {
         persons: Vec::with_capacity(span.limit),
@@ -372,7 +376,7 @@ pub fn by_prefix(
         Some(c) if c.starts_with(&start) => std::ops::Bound::Excluded(c),
         _ => std::ops::Bound::Included(start.clone()),
     };
-    let to = match after_prefix(&start) {
+    let to = match successor(&start) {
         Some(end) => std::ops::Bound::Excluded(end),
         None => std::ops::Bound::Unbounded,
     };
@@ -401,18 +405,6 @@ pub fn by_prefix(
         }
     }
     Ok(page)
-}
-
-/// The first key after every key starting with `prefix`, if there is one.
-fn after_prefix(prefix: &[u8]) -> Option<Vec<u8>> {
-    let mut s = prefix.to_vec();
-    while let Some(last) = s.pop() {
-        if last < u8::MAX {
-            s.push(last + 1);
-            return Some(s);
-        }
-    }
-    None
 }
 
 /// A stored person's first event, read without building the rest of it: a list

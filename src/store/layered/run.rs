@@ -296,6 +296,38 @@ impl Run {
         out
     }
 
+    /// Every entry from `from` on and below `to` (none: to the end), in key order, given
+    /// to `f` as the block holds it: nothing is copied, and the blocks are read around
+    /// the cache, as [`Run::scan`] reads them. Blocks that cannot be read are passed
+    /// over.
+    pub(super) fn visit(&self, from: &[u8], to: Option<&[u8]>, f: &mut impl FnMut(&[u8], &[u8])) {
+        let first = self
+            .blocks
+            .partition_point(|b| &*b.first_key <= from)
+            .max(1)
+            - 1;
+        for i in first..self.blocks.len() {
+            if to.is_some_and(|t| *self.blocks[i].first_key >= *t) {
+                return;
+            }
+            let Some(raw) = self.readable_block(i) else {
+                continue;
+            };
+            for entry in entries(&raw) {
+                let Some((k, v)) = entry else {
+                    self.report(i, &self.bad_block(i, "its entries are cut"));
+                    break;
+                };
+                if to.is_some_and(|t| k >= t) {
+                    return;
+                }
+                if k >= from {
+                    f(k, v);
+                }
+            }
+        }
+    }
+
     /// Read every block through: the entries read, or the first damage met.
     pub fn verify(&self) -> io::Result<u64> {
         let mut count = 0u64;

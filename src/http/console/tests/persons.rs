@@ -172,11 +172,17 @@ fn varied(n: i64) -> (tempfile::TempDir, Trees) {
             .map(|(k, v)| (sled::IVec::from(&k[..]), sled::IVec::from(v)))
             .collect();
         trees.first_seen.write(index).unwrap();
-        // A stale entry by property: a value the person does not have.
+        // A stale entry by property (as a build racing the compactor left one before
+        // it put its entries right): a value the person does not have, of a key it has
+        // and keeps (`churn` removes only `plan`). A stale entry of a key the person
+        // lacks would hide it from a negative search.
         if i % 11 == 10 {
-            let stale = json!({"plan": "pro", "email": "zz@example.com", "n": 100});
-            let stale = Some((p.created_at, stale.as_object().unwrap()));
-            write_by_property(&trees, p.id, None, stale);
+            let stale = json!({"email": "zz@example.com", "n": 100});
+            let stale: serde_json::Map<_, _> = (stale.as_object().unwrap().iter())
+                .filter(|(k, _)| p.properties.contains_key(*k))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            write_by_property(&trees, p.id, None, Some((p.created_at, &stale)));
         }
     }
     by_property::start_build(&trees).unwrap();
@@ -383,7 +389,7 @@ fn index_pages_are_the_plain_answer(trees: &Trees, state: &str) {
             });
         }
     }
-    assert_eq!(answered, 16, "{state}");
+    assert_eq!(answered, 20, "{state}");
 }
 
 /// More of the operators the index answers, each of a value it must read right: in
