@@ -13,9 +13,15 @@
 //! first event moves), so it is never out of step with the persons after a crash. A
 //! database written before the index gets it built in the background as
 //! [`first_seen`]'s is ([`Build`], run by `pipeline`); until it is done [`ready`] says
-//! no and the console walks the persons instead. A build step racing the compactor may
-//! leave an entry of a value the person no longer has: every entry is a candidate the
-//! reader checks against the stored person, so such an entry is never shown.
+//! no and the console walks the persons instead. A build step racing the compactor
+//! would leave an entry of a value the person no longer has (the step's write of what
+//! it read lands after the compactor's change): the step then reads its persons again
+//! while the journal is held and puts right those that changed ([`put_right`]). Every
+//! entry is still only a candidate the reader checks against the stored person (a cut
+//! value, a database whose index was built before the step did this), so a stale one
+//! is never shown; but a search that passes persons without the key (a negative test)
+//! takes an entry as proof the person has the key, so a stale entry of a key its person
+//! no longer has hides it from such a search.
 
 use serde::Deserialize;
 use serde_json::{Map, Value};

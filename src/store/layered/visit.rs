@@ -44,3 +44,7 @@ impl Layered {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "tests/visit.rs"]
+mod tests;
