@@ -229,119 +229,53 @@ fn put_right(trees: &Trees, read: &[(u64, Uuid, IVec)]) -> Result<(), sled::Erro
 /// a key of a few values sorts in a few merges) and the first-seen index is read
 /// beside them.
 ///
-/// A key of many entries is read in two halves at once (each tests its values with a
-/// `test()` of its own).
-///
 /// [`Layered::visit`]: super::layered::Layered::visit
-pub fn candidates<T: FnMut(&[u8], bool) -> bool>(
+pub fn candidates(
     trees: &Trees,
     project: u64,
     key: &str,
     after: Option<&[u8]>,
     absent_passes: bool,
-    test: impl Fn() -> T + Sync,
+    mut test: impl FnMut(&[u8], bool) -> bool,
 ) -> Result<Vec<[u8; 32]>, sled::Error> {
     let Some(prefix) = key_prefix(project, key) else {
         return Ok(Vec::new());
     };
+    let mut found = Vec::new();
+    // The places of every entry of the key, when those without it pass.
+    let mut having: Vec<[u8; 24]> = Vec::new();
+    // The value last tested (its text, whether cut) and its answer.
+    let (mut last, mut last_cut, mut passes) = (Vec::new(), false, false);
+    let mut first = true;
     let end = super::layered::successor(&prefix);
-    let scan = |(from, to): (&[u8], Option<&[u8]>)| {
-        let mut piece = Piece::default();
-        piece.read(
-            trees,
-            prefix.len(),
-            (from, to),
-            after,
-            absent_passes,
-            test(),
-        );
-        piece
-    };
-    // A key of many entries spans several of the table's parts: the half from the
-    // middle part on is read on a thread of its own.
-    let middle = trees.by_property.run().and_then(|runs| {
-        let within =
-            |lower: &&[u8]| *lower > &prefix[..] && end.as_deref().is_none_or(|e| *lower < e);
-        let lowers: Vec<&[u8]> = runs
-            .parts()
-            .iter()
-            .map(|p| &*p.lower)
-            .filter(within)
-            .collect();
-        lowers.get(lowers.len() / 2).map(|m| m.to_vec())
+    trees.by_property.visit(&prefix, end.as_deref(), |k, v| {
+        let Some((text, tail)) = split_entry(&k[prefix.len()..]) else {
+            return;
+        };
+        let cut = v == CUT;
+        if first || last != text || last_cut != cut {
+            passes = test(text, cut);
+            last.clear();
+            last.extend_from_slice(text);
+            (last_cut, first) = (cut, false);
+        }
+        let place = place(&k[..8], tail);
+        if after.is_some_and(|a| place[..] <= *a) {
+            return;
+        }
+        if absent_passes {
+            having.push(*tail);
+        }
+        if passes {
+            found.push(place);
+        }
     });
-    let (mut found, having) = match &middle {
-        None => scan((&prefix, end.as_deref())).into_parts(),
-        Some(middle) => std::thread::scope(|s| {
-            let second = s.spawn(|| scan((middle, end.as_deref())));
-            let mut first = scan((&prefix, Some(middle)));
-            // A thread that panicked found nothing: its half is read here instead.
-            let second = second
-                .join()
-                .unwrap_or_else(|_| scan((middle, end.as_deref())));
-            first.found.extend(second.found);
-            first.having.extend(second.having);
-            first.into_parts()
-        }),
-    };
     if absent_passes {
         found.extend(lacking(trees, project, after, having));
     }
     found.sort_unstable();
     found.dedup();
     Ok(found)
-}
-
-/// What the read of a piece of a key's entries found: the places of the persons whose
-/// value may pass, and of every entry when persons without the key pass.
-#[derive(Default)]
-struct Piece {
-    found: Vec<[u8; 32]>,
-    having: Vec<[u8; 24]>,
-}
-
-impl Piece {
-    /// Read the entries from `from` below `to` (their property key `key_len` bytes of
-    /// each), testing each distinct value once.
-    fn read(
-        &mut self,
-        trees: &Trees,
-        key_len: usize,
-        (from, to): (&[u8], Option<&[u8]>),
-        after: Option<&[u8]>,
-        absent_passes: bool,
-        mut test: impl FnMut(&[u8], bool) -> bool,
-    ) {
-        // The value last tested (its text, whether cut) and its answer.
-        let (mut last, mut last_cut, mut passes) = (Vec::new(), false, false);
-        let mut first = true;
-        trees.by_property.visit(from, to, |k, v| {
-            let Some((text, tail)) = k.get(key_len..).and_then(split_entry) else {
-                return;
-            };
-            let cut = v == CUT;
-            if first || last != text || last_cut != cut {
-                passes = test(text, cut);
-                last.clear();
-                last.extend_from_slice(text);
-                (last_cut, first) = (cut, false);
-            }
-            let place = place(&k[..8], tail);
-            if after.is_some_and(|a| place[..] <= *a) {
-                return;
-            }
-            if absent_passes {
-                self.having.push(*tail);
-            }
-            if passes {
-                self.found.push(place);
-            }
-        });
-    }
-
-    fn into_parts(self) -> (Vec<[u8; 32]>, Vec<[u8; 24]>) {
-        (self.found, self.having)
-    }
 }
 
 /// An entry's key past its property key: the value's text and the person's place

@@ -247,10 +247,8 @@ pub fn by_index(
     excluded: Option<&[u8]>,
     span: Span,
 ) -> Result<Page, sled::Error> {
-    let may_pass = || {
-        let mut values = ValueTest::new(matcher, excluded);
-        move |text: &[u8], cut: bool| values.may_pass(text, cut)
-    };
+    let mut values = ValueTest::new(matcher, excluded);
+    let may_pass = |text: &[u8], cut: bool| values.may_pass(text, cut);
     let after = span.cursor.as_deref();
     let absent_passes = !matcher.needs_key();
     let key = matcher.key();

@@ -419,8 +419,7 @@ const INDEXED_FILTERS: [&str; 12] = [
 fn a_property_search_is_the_plain_tests_answer() {
     let n = 80;
     let (_dir, trees) = varied(n);
-    // Parts of a few dozen entries, so a key's entries span several and are read in
-    // two halves at once.
+    // Parts of a few dozen entries, so a key's entries span several.
     trees.by_property.set_part_bytes(2048);
     let check = |state: &str| {
         pages_are_the_plain_answer(&trees, state);
