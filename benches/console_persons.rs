@@ -13,14 +13,17 @@
 //! persons it reads are kept (`store::person_bytes`). Then the index of persons by
 //! property is built and folded the same way (times and bytes printed), and searches
 //! answered from it are timed: an email containing one person's id (every person has
-//! an email, so the whole key is read), a plan no one has, a regex of a URL.
+//! an email, so the whole key is read), a plan no one has, a regex of a URL, and
+//! negative tests no one passes (the persons without the key are found too); beside
+//! them, a read of the email key's entries through the table's iterator.
 
 use std::time::Instant;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use flagpost::http::console::find::Matcher;
 use flagpost::http::console::persons::{
-    by_index, by_prefix, newest, newest_persons, Span, MAX_PERSONS_EXAMINED, MAX_PERSONS_SCANNED,
+    by_index, by_prefix, excluded_text, newest, newest_persons, Span, MAX_PERSONS_EXAMINED,
+    MAX_PERSONS_SCANNED,
 };
 use flagpost::http::params::Params;
 use flagpost::persons::{self, Person};
@@ -242,15 +245,33 @@ fn bench(c: &mut Criterion) {
             "index_url_regex",
             "property=$initial_current_url&operator=regex&value=ref%3D96$",
         ),
+        // Negative tests no one passes: the whole key's entries and the whole
+        // first-seen index are read for the persons without the key.
+        (
+            "index_browser_is_not_chrome",
+            "property=$initial_browser&operator=is_not&value=Chrome",
+        ),
+        (
+            "index_email_not_icontains_example",
+            "property=email&operator=not_icontains&value=example",
+        ),
+        ("index_plan_is_not_set", "property=plan&operator=is_not_set"),
     ];
     let mut g = c.benchmark_group(format!("console_persons_by_property_{n}"));
     g.sample_size(10);
+    // What reading the email key's entries cost through the table's iterator (main's
+    // search before it read the blocks in place), beside the reads below.
+    let emails = by_property::key_prefix(PROJECT, "email").unwrap();
+    g.bench_function("iterator_over_the_email_key", |b| {
+        b.iter(|| f.trees.by_property.scan_prefix(&emails).count())
+    });
     for (name, query) in searches {
-        let m = Matcher::from_params(&Params::parse(Some(query)))
-            .unwrap()
-            .unwrap();
+        let params = Params::parse(Some(query));
+        let m = Matcher::from_params(&params).unwrap().unwrap();
+        let excluded = excluded_text(&params);
+        let excluded = excluded.as_deref();
         let started = Instant::now();
-        let page = by_index(&f.trees, PROJECT, &m, span(None, 0, 50)).unwrap();
+        let page = by_index(&f.trees, PROJECT, &m, excluded, span(None, 0, 50)).unwrap();
         eprintln!(
             "{name}: first search {:.1} ms, {} found, {} examined, complete {}",
             started.elapsed().as_secs_f64() * 1000.0,
@@ -259,7 +280,7 @@ fn bench(c: &mut Criterion) {
             page.complete
         );
         g.bench_function(name, |b| {
-            b.iter(|| by_index(&f.trees, PROJECT, &m, span(None, 0, 50)).unwrap())
+            b.iter(|| by_index(&f.trees, PROJECT, &m, excluded, span(None, 0, 50)).unwrap())
         });
     }
     g.finish();

@@ -13,9 +13,15 @@
 //! first event moves), so it is never out of step with the persons after a crash. A
 //! database written before the index gets it built in the background as
 //! [`first_seen`]'s is ([`Build`], run by `pipeline`); until it is done [`ready`] says
-//! no and the console walks the persons instead. A build step racing the compactor may
-//! leave an entry of a value the person no longer has: every entry is a candidate the
-//! reader checks against the stored person, so such an entry is never shown.
+//! no and the console walks the persons instead. A build step racing the compactor
+//! would leave an entry of a value the person no longer has (the step's write of what
+//! it read lands after the compactor's change): the step then reads its persons again
+//! while the journal is held and puts right those that changed ([`put_right`]). Every
+//! entry is still only a candidate the reader checks against the stored person (a cut
+//! value, a database whose index was built before the step did this), so a stale one
+//! is never shown; but a search that passes persons without the key (a negative test)
+//! takes an entry as proof the person has the key, so a stale entry of a key its person
+//! no longer has hides it from such a search.
 
 use serde::Deserialize;
 use serde_json::{Map, Value};
@@ -120,6 +126,12 @@ pub struct Stored {
     pub properties: Map<String, Value>,
 }
 
+impl Stored {
+    fn indexed(&self) -> Indexed<'_> {
+        (self.created_at, &self.properties)
+    }
+}
+
 /// Whether every stored person is in the index (no build due).
 pub fn ready(meta: &sled::Tree) -> Result<bool, sled::Error> {
     MARKS.ready(meta)
@@ -156,6 +168,7 @@ impl Build {
 
     /// Index the next batch of persons; `Done` once all are.
     pub fn step(&self, trees: &Trees) -> Result<Step, sled::Error> {
+        let mut read = Vec::with_capacity(BUILD_BATCH);
         let index = |project, id, bytes: &[u8], out: &mut Vec<(IVec, IVec)>| {
             if let Ok(p) = serde_json::from_slice::<Stored>(bytes) {
                 let now = Some((p.created_at, &p.properties));
@@ -163,61 +176,155 @@ impl Build {
                     out.push((IVec::from(k), IVec::from(v)));
                 });
             }
+            read.push((project, id, IVec::from(bytes)));
         };
-        self.0
-            .step(trees, &MARKS, &trees.by_property, BUILD_BATCH, index)
+        let step = self
+            .0
+            .step(trees, &MARKS, &trees.by_property, BUILD_BATCH, index)?;
+        put_right(trees, &read)?;
+        Ok(step)
     }
 }
 
+/// After a build step wrote the entries of the persons it read (`read`: project, uuid,
+/// bytes), the changes that take them to the persons as stored now, for those the
+/// compactor changed in between (its own changes to the index, made from the person
+/// as it was, were overwritten by the step's). Made and written while the journal is
+/// held, so no chunk changes a person in between: every entry is then of a value its
+/// person has.
+fn put_right(trees: &Trees, read: &[(u64, Uuid, IVec)]) -> Result<(), sled::Error> {
+    let parse = |bytes: &[u8]| serde_json::from_slice::<Stored>(bytes).ok();
+    let made = || {
+        let mut out = Vec::new();
+        for (project, id, bytes) in read {
+            let now = trees.persons.get(keys::with_uuid(*project, *id));
+            let now = now.ok().flatten();
+            if now.as_ref() == Some(bytes) {
+                continue;
+            }
+            let (was, now) = (parse(bytes), now.as_deref().and_then(parse));
+            let put = |k: Vec<u8>, v: &[u8]| out.push((IVec::from(k), IVec::from(v)));
+            changes(
+                *project,
+                *id,
+                was.as_ref().map(Stored::indexed),
+                now.as_ref().map(Stored::indexed),
+                put,
+            );
+        }
+        out
+    };
+    trees.by_property.write_made(made).map_err(sled::Error::Io)
+}
+
 /// The persons of `project` having `key` with a value `test` passes (given the value's
-/// JSON text and whether it was cut), as their first-seen keys after `after`, newest
-/// first. Each distinct value is tested once. Candidates only: an entry may be of a
-/// value the person no longer has (see the module docs), or a cut one.
+/// JSON text and whether it was cut), and if `absent_passes` those without the key
+/// too, as their first-seen keys after `after`, newest first. Each distinct value is
+/// tested once. Candidates only: an entry may be of a value the person no longer has
+/// (see the module docs), or a cut one, and a first-seen key may be stale.
+///
+/// The key's entries are read in place from the table's blocks ([`Layered::visit`]).
+/// The persons without the key are the first-seen keys that none of its entries names:
+/// the places of its entries are sorted (within a value they are in order already, so
+/// a key of a few values sorts in a few merges) and the first-seen index is read
+/// beside them.
+///
+/// [`Layered::visit`]: super::layered::Layered::visit
 pub fn candidates(
     trees: &Trees,
     project: u64,
     key: &str,
     after: Option<&[u8]>,
+    absent_passes: bool,
     mut test: impl FnMut(&[u8], bool) -> bool,
 ) -> Result<Vec<[u8; 32]>, sled::Error> {
     let Some(prefix) = key_prefix(project, key) else {
         return Ok(Vec::new());
     };
     let mut found = Vec::new();
+    // The places of every entry of the key, when those without it pass.
+    let mut having: Vec<[u8; 24]> = Vec::new();
     // The value last tested (its text, whether cut) and its answer.
-    let (mut last, mut last_cut, mut passes) = (None::<Vec<u8>>, false, false);
-    for entry in trees.by_property.scan_prefix(&prefix) {
-        let (k, v) = entry?;
-        let Some(rest) = k.get(prefix.len()..) else {
-            continue;
+    let (mut last, mut last_cut, mut passes) = (Vec::new(), false, false);
+    let mut first = true;
+    let end = super::layered::successor(&prefix);
+    trees.by_property.visit(&prefix, end.as_deref(), |k, v| {
+        let Some((text, tail)) = split_entry(&k[prefix.len()..]) else {
+            return;
         };
-        let Some((&len, rest)) = rest.split_first() else {
-            continue;
-        };
-        let (Some(text), Some(tail)) = (rest.get(..len as usize), rest.get(len as usize..)) else {
-            continue;
-        };
-        let cut = v.as_ref() == CUT;
-        if last.as_deref() != Some(text) || last_cut != cut {
+        let cut = v == CUT;
+        if first || last != text || last_cut != cut {
             passes = test(text, cut);
-            let kept = last.get_or_insert_with(Vec::new);
-            kept.clear();
-            kept.extend_from_slice(text);
-            last_cut = cut;
+            last.clear();
+            last.extend_from_slice(text);
+            (last_cut, first) = (cut, false);
         }
-        if !passes || tail.len() != 24 {
-            continue;
+        let place = place(&k[..8], tail);
+        if after.is_some_and(|a| place[..] <= *a) {
+            return;
         }
-        let mut place = [0u8; 32];
-        place[..8].copy_from_slice(&keys::project(project));
-        place[8..].copy_from_slice(tail);
-        if after.is_none_or(|a| &place[..] > a) {
+        if absent_passes {
+            having.push(*tail);
+        }
+        if passes {
             found.push(place);
         }
+    });
+    if absent_passes {
+        found.extend(lacking(trees, project, after, having));
     }
     found.sort_unstable();
     found.dedup();
     Ok(found)
+}
+
+/// An entry's key past its property key: the value's text and the person's place
+/// (first event inverted, uuid).
+fn split_entry(rest: &[u8]) -> Option<(&[u8], &[u8; 24])> {
+    let (&len, rest) = rest.split_first()?;
+    let (text, tail) = (rest.get(..len as usize)?, rest.get(len as usize..)?);
+    Some((text, tail.try_into().ok()?))
+}
+
+fn place(project: &[u8], tail: &[u8; 24]) -> [u8; 32] {
+    let mut place = [0u8; 32];
+    place[..8].copy_from_slice(project);
+    place[8..].copy_from_slice(tail);
+    place
+}
+
+/// The first-seen keys of `project` after `after` whose place is not in `having`.
+fn lacking(
+    trees: &Trees,
+    project: u64,
+    after: Option<&[u8]>,
+    mut having: Vec<[u8; 24]>,
+) -> Vec<[u8; 32]> {
+    // Stable: it merges runs already in order instead of sorting them again.
+    having.sort();
+    let mut having = having.into_iter().peekable();
+    let prefix = keys::project(project);
+    let from = match after {
+        Some(a) if a.starts_with(&prefix) => a.to_vec(),
+        _ => prefix.to_vec(),
+    };
+    let end = project.checked_add(1).map(keys::project);
+    let mut out = Vec::new();
+    trees
+        .first_seen
+        .visit(&from, end.as_ref().map(|e| &e[..]), |k, _| {
+            let Ok(tail) = <&[u8; 24]>::try_from(&k[8..]) else {
+                return;
+            };
+            if after.is_some_and(|a| k <= a) {
+                return;
+            }
+            while having.next_if(|h| h < tail).is_some() {}
+            if having.peek() != Some(tail) {
+                out.push(place(&prefix, tail));
+            }
+        });
+    out
 }
 
 #[cfg(test)]

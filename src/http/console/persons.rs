@@ -2,18 +2,21 @@
 //! ([`crate::store::first_seen`]), a page at a time from a cursor (an index key), so a
 //! page costs its own persons however many are stored. Searches use what is cheap:
 //! an exact distinct id or a distinct id prefix reads the distinct-id table in key
-//! order. A property test that only persons having the key can pass (every operator
-//! but the negative ones and `is_not_set`) first walks the persons newest first,
-//! reading each one's bytes for the property alone ([`PersonTest`]), for
+//! order. A property test (of any key but `distinct_id`) first walks the persons
+//! newest first, reading each one's bytes for the property alone ([`PersonTest`]), for
 //! [`WALK_FIRST`] persons: a value many persons have fills a page there. Past them it
 //! answers from the index of persons by property ([`by_property`]): the key's entries
-//! read in value order, each distinct value tested once, the persons of those that pass
-//! checked against their bytes as the walk checks them, newest first: complete in one
-//! request however rare the value. Other tests (and any test while that index is still
-//! being built for an older database) walk, stopping after [`MAX_PERSONS_EXAMINED`]
-//! per request, saying how many were examined and where to go on. While an older
-//! database's first-seen index is still being built, the list falls back to a bounded
-//! scan of every person.
+//! read in place from the index's blocks, each distinct value tested once, and for a
+//! test that persons without the key pass (the negative operators, `is_not_set`, as
+//! PostHog's persons query passes them: HogQL reads a missing property as NULL and
+//! wraps `!=`, `NOT ILIKE` and `NOT match` in `ifNull(..., 1)`) the persons the key's
+//! entries do not name; the persons of those checked against their bytes as the walk
+//! checks them, newest first: complete in one request however rare the match. Other
+//! tests (`distinct_id`, a key too long to be indexed, and any test while that index is
+//! still being built for an older database) walk, stopping after
+//! [`MAX_PERSONS_EXAMINED`] per request, saying how many were examined and where to go
+//! on. While an older database's first-seen index is still being built, the list
+//! falls back to a bounded scan of every person.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -30,6 +33,7 @@ use super::find::Matcher;
 use super::insights::blocking;
 use crate::app::App;
 use crate::persons::Person;
+use crate::store::layered::successor;
 use crate::store::{by_property, first_seen, keys, person_bytes, person_probe, Trees};
 use crate::support::hex;
 
@@ -77,6 +81,7 @@ pub async fn persons(
     }
     let prefix = params.get("distinct_id_prefix").map(str::to_owned);
     let matcher = Matcher::from_params(&params)?;
+    let excluded = excluded_text(&params);
     let offset = params.number("offset", 0)?;
     let limit = params.number("limit", PERSONS_PAGE)?.clamp(1, 200);
     let cursor = params.cursor()?;
@@ -120,7 +125,8 @@ pub async fn persons(
             if first.complete || first.persons.len() >= limit {
                 return Ok((first, true));
             }
-            return Ok((by_index(trees, project, m, span)?, true));
+            let excluded = excluded.as_deref();
+            return Ok((by_index(trees, project, m, excluded, span)?, true));
         }
         let page = newest(trees, project, matcher.as_ref(), span)?;
         Ok((page, true))
@@ -214,26 +220,39 @@ pub fn newest(
 }
 
 /// Whether the index of persons by property answers `matcher` in `project`: it is
-/// built, and only persons having the key can pass.
+/// built, and the test reads the property alone (not `distinct_id`, which reads the
+/// person's first distinct id when the property is absent).
 fn indexed(trees: &Trees, project: u64, matcher: &Matcher) -> bool {
-    matcher.needs_key()
+    matcher.key() != "distinct_id"
         && by_property::key_prefix(project, matcher.key()).is_some()
         && by_property::ready(&trees.meta).unwrap_or(false)
+}
+
+/// The text of a `not_icontains` test, ASCII-lowercased: a value holding it fails.
+pub fn excluded_text(params: &Params) -> Option<Vec<u8>> {
+    let text = params
+        .get("value")
+        .filter(|_| params.get("operator") == Some("not_icontains"));
+    text.map(|t| t.to_ascii_lowercase().into_bytes())
 }
 
 /// A page of the persons passing `matcher` (one [`indexed`] answers) newest first,
 /// from the index of persons by property: the candidates are checked against the
 /// persons' bytes as the walk checks them, so the page is the walk's, complete.
+/// `excluded` is a `not_icontains` test's text ([`excluded_text`]).
 pub fn by_index(
     trees: &Trees,
     project: u64,
     matcher: &Matcher,
+    excluded: Option<&[u8]>,
     span: Span,
 ) -> Result<Page, sled::Error> {
-    let mut values = ValueTest::new(matcher);
+    let mut values = ValueTest::new(matcher, excluded);
     let may_pass = |text: &[u8], cut: bool| values.may_pass(text, cut);
     let after = span.cursor.as_deref();
-    let places = by_property::candidates(trees, project, matcher.key(), after, may_pass)?;
+    let absent_passes = !matcher.needs_key();
+    let key = matcher.key();
+    let places = by_property::candidates(trees, project, key, after, absent_passes, may_pass)?;
     let test = PersonTest::new(Some(matcher));
     let mut page = Page {
         persons: Vec::with_capacity(span.limit),
@@ -276,19 +295,22 @@ pub fn by_index(
 /// has the JSON text `text` (its start, if `cut`) may pass. A cut value may, as may one
 /// that does not parse; they are checked against the person. `icontains` folds ASCII
 /// only, so a value whose text has no escapes and does not hold the needle in any ASCII
-/// case cannot pass, and is not parsed.
+/// case cannot pass an `icontains` test, and a string whose text holds it cannot pass a
+/// `not_icontains` one; neither is parsed.
 struct ValueTest<'m> {
     matcher: &'m Matcher,
     needle: Option<memchr::memmem::Finder<'m>>,
+    excluded: Option<memchr::memmem::Finder<'m>>,
     /// The text ASCII-lowercased, reused from value to value.
     lower: Vec<u8>,
 }
 
 impl<'m> ValueTest<'m> {
-    fn new(matcher: &'m Matcher) -> ValueTest<'m> {
+    fn new(matcher: &'m Matcher, excluded: Option<&'m [u8]>) -> ValueTest<'m> {
         ValueTest {
             matcher,
             needle: matcher.needle().map(memchr::memmem::Finder::new),
+            excluded: excluded.map(memchr::memmem::Finder::new),
             lower: Vec::new(),
         }
     }
@@ -297,11 +319,21 @@ impl<'m> ValueTest<'m> {
         if cut {
             return true;
         }
-        if let Some(needle) = &self.needle {
+        if (self.needle.is_some() || self.excluded.is_some()) && !text.contains(&b'\\') {
             self.lower.clear();
             self.lower.extend(text.iter().map(u8::to_ascii_lowercase));
-            if !text.contains(&b'\\') && needle.find(&self.lower).is_none() {
-                return false;
+            if let Some(needle) = &self.needle {
+                if needle.find(&self.lower).is_none() {
+                    return false;
+                }
+            }
+            // Within the quotes of a string: the text of the value itself.
+            let inner = (self.lower.len() >= 2 && self.lower[0] == b'"')
+                .then(|| &self.lower[1..self.lower.len() - 1]);
+            if let (Some(excluded), Some(inner)) = (&self.excluded, inner) {
+                if excluded.find(inner).is_some() {
+                    return false;
+                }
             }
         }
         match serde_json::from_slice::<Value>(text) {
@@ -372,7 +404,7 @@ pub fn by_prefix(
         Some(c) if c.starts_with(&start) => std::ops::Bound::Excluded(c),
         _ => std::ops::Bound::Included(start.clone()),
     };
-    let to = match after_prefix(&start) {
+    let to = match successor(&start) {
         Some(end) => std::ops::Bound::Excluded(end),
         None => std::ops::Bound::Unbounded,
     };
@@ -401,18 +433,6 @@ pub fn by_prefix(
         }
     }
     Ok(page)
-}
-
-/// The first key after every key starting with `prefix`, if there is one.
-fn after_prefix(prefix: &[u8]) -> Option<Vec<u8>> {
-    let mut s = prefix.to_vec();
-    while let Some(last) = s.pop() {
-        if last < u8::MAX {
-            s.push(last + 1);
-            return Some(s);
-        }
-    }
-    None
 }
 
 /// A stored person's first event, read without building the rest of it: a list

@@ -123,7 +123,7 @@ impl Iterator for Iter {
 }
 
 /// The keys after every key starting with `prefix`, or none when there are none.
-pub(super) fn successor(prefix: &[u8]) -> Option<Vec<u8>> {
+pub fn successor(prefix: &[u8]) -> Option<Vec<u8>> {
     let mut s = prefix.to_vec();
     while let Some(last) = s.pop() {
         if last < u8::MAX {

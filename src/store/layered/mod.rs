@@ -65,6 +65,7 @@ mod plan;
 mod records;
 pub mod run;
 pub mod runs;
+mod visit;
 mod write;
 
 use std::fs;
@@ -81,7 +82,7 @@ use sled::IVec;
 use crate::support::syncs::Syncs;
 use delta::Delta;
 use files::{list, Kind};
-use iter::successor;
+pub use iter::successor;
 pub use iter::Iter;
 pub use journal::Journal;
 pub use run::Run;
@@ -374,7 +375,16 @@ impl Layered {
     /// Write `entries` (a tombstone removes) outside a chunk: a build in the
     /// background, a migration, tests. Journaled and synced before it returns.
     pub fn write(&self, entries: Vec<(IVec, IVec)>) -> io::Result<()> {
+        self.write_made(|| entries)
+    }
+
+    /// [`Layered::write`] of the entries `make` returns, made while the journal is
+    /// held: no chunk commits between what `make` reads and the write (a build of an
+    /// index reads the persons again there, so a change the compactor made since the
+    /// build first read them is not undone).
+    pub fn write_made(&self, make: impl FnOnce() -> Vec<(IVec, IVec)>) -> io::Result<()> {
         let mut guard = self.journal().lock();
+        let entries = make();
         guard.write(&[(self.name(), &entries)])?;
         self.delta_mut().stage(&entries);
         Ok(())

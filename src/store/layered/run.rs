@@ -23,7 +23,7 @@
 
 use std::fs::File;
 use std::io;
-use std::ops::Bound;
+use std::ops::{Bound, ControlFlow};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -261,10 +261,55 @@ impl Run {
         let mut out = Vec::new();
         let first = match from {
             Bound::Unbounded => 0,
-            Bound::Included(k) | Bound::Excluded(k) => {
-                self.blocks.partition_point(|b| &*b.first_key <= k).max(1) - 1
-            }
+            Bound::Included(k) | Bound::Excluded(k) => self.first_block(k),
         };
+        self.each(first, |k, v| {
+            let after_start = match from {
+                Bound::Unbounded => true,
+                Bound::Included(f) => k >= f,
+                Bound::Excluded(f) => k > f,
+            };
+            if !after_start {
+                return ControlFlow::Continue(());
+            }
+            let before_end = match to {
+                Bound::Unbounded => true,
+                Bound::Included(t) => k <= t,
+                Bound::Excluded(t) => k < t,
+            };
+            if !before_end || out.len() >= limit {
+                return ControlFlow::Break(());
+            }
+            out.push((k.to_vec(), v.to_vec()));
+            ControlFlow::Continue(())
+        });
+        out
+    }
+
+    /// Every entry from `from` on and below `to` (none: to the end), in key order, given
+    /// to `f` as the block holds it: nothing is copied, and the blocks are read around
+    /// the cache, as [`Run::scan`] reads them. Blocks that cannot be read are passed
+    /// over.
+    pub(super) fn visit(&self, from: &[u8], to: Option<&[u8]>, f: &mut impl FnMut(&[u8], &[u8])) {
+        self.each(self.first_block(from), |k, v| {
+            if to.is_some_and(|t| k >= t) {
+                return ControlFlow::Break(());
+            }
+            if k >= from {
+                f(k, v);
+            }
+            ControlFlow::Continue(())
+        });
+    }
+
+    /// The block that may hold `key`, or the first.
+    fn first_block(&self, key: &[u8]) -> usize {
+        self.blocks.partition_point(|b| &*b.first_key <= key).max(1) - 1
+    }
+
+    /// Each entry of the blocks from `first` on, in key order, until `f` breaks; blocks
+    /// that cannot be read are passed over (and reported).
+    fn each(&self, first: usize, mut f: impl FnMut(&[u8], &[u8]) -> ControlFlow<()>) {
         for i in first..self.blocks.len() {
             let Some(raw) = self.readable_block(i) else {
                 continue;
@@ -274,26 +319,11 @@ impl Run {
                     self.report(i, &self.bad_block(i, "its entries are cut"));
                     break;
                 };
-                let after_start = match from {
-                    Bound::Unbounded => true,
-                    Bound::Included(f) => k >= f,
-                    Bound::Excluded(f) => k > f,
-                };
-                if !after_start {
-                    continue;
+                if f(k, v).is_break() {
+                    return;
                 }
-                let before_end = match to {
-                    Bound::Unbounded => true,
-                    Bound::Included(t) => k <= t,
-                    Bound::Excluded(t) => k < t,
-                };
-                if !before_end || out.len() >= limit {
-                    return out;
-                }
-                out.push((k.to_vec(), v.to_vec()));
             }
         }
-        out
     }
 
     /// Read every block through: the entries read, or the first damage met.

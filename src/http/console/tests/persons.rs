@@ -172,11 +172,17 @@ fn varied(n: i64) -> (tempfile::TempDir, Trees) {
             .map(|(k, v)| (sled::IVec::from(&k[..]), sled::IVec::from(v)))
             .collect();
         trees.first_seen.write(index).unwrap();
-        // A stale entry by property: a value the person does not have.
+        // A stale entry by property (as a build racing the compactor left one before
+        // it put its entries right): a value the person does not have, of a key it has
+        // and keeps (`churn` removes only `plan`). A stale entry of a key the person
+        // lacks would hide it from a negative search.
         if i % 11 == 10 {
-            let stale = json!({"plan": "pro", "email": "zz@example.com", "n": 100});
-            let stale = Some((p.created_at, stale.as_object().unwrap()));
-            write_by_property(&trees, p.id, None, stale);
+            let stale = json!({"email": "zz@example.com", "n": 100});
+            let stale: serde_json::Map<_, _> = (stale.as_object().unwrap().iter())
+                .filter(|(k, _)| p.properties.contains_key(*k))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            write_by_property(&trees, p.id, None, Some((p.created_at, &stale)));
         }
     }
     by_property::start_build(&trees).unwrap();
@@ -365,7 +371,8 @@ fn index_pages_are_the_plain_answer(trees: &Trees, state: &str) {
         answered += 1;
         for (limit, offset) in [(5, 0), (3, 2), (1, 0), (100, 0)] {
             page_through(limit, usize::MAX, offset, |s, page_number| {
-                let got = by_index(trees, 1, &m, s.clone()).unwrap();
+                let excluded = excluded_text(&Params::parse(Some(q)));
+                let got = by_index(trees, 1, &m, excluded.as_deref(), s.clone()).unwrap();
                 let want = plain_newest(trees, &m, s.clone());
                 let ctx = format!("{state}: {q} limit {limit} page {page_number}");
                 assert_eq!(got.persons, want.persons, "{ctx}");
@@ -383,13 +390,13 @@ fn index_pages_are_the_plain_answer(trees: &Trees, state: &str) {
             });
         }
     }
-    assert_eq!(answered, 16, "{state}");
+    assert_eq!(answered, 23, "{state}");
 }
 
 /// More of the operators the index answers, each of a value it must read right: in
 /// every case, past an escape, beyond a cut value's kept start, a Kelvin sign that
 /// only full case folding makes a `k`.
-const INDEXED_FILTERS: [&str; 9] = [
+const INDEXED_FILTERS: [&str; 12] = [
     "property=email&operator=icontains&value=EXAMPLE.COM",
     "property=email&operator=icontains&value=zz",
     "property=plan&operator=regex&value=^(pro|Free)$",
@@ -399,6 +406,9 @@ const INDEXED_FILTERS: [&str; 9] = [
     "property=url&operator=regex&value=a7$",
     "property=city&value=kiel",
     "property=city&operator=icontains&value=kiel",
+    "property=email&operator=not_icontains&value=EXAMPLE.COM",
+    "property=city&operator=not_icontains&value=kiel",
+    "property=we%22ird%5Ckey&operator=not_icontains&value=X",
 ];
 
 /// The persons are read through the bytes kept between searches (`person_bytes`):
@@ -409,6 +419,8 @@ const INDEXED_FILTERS: [&str; 9] = [
 fn a_property_search_is_the_plain_tests_answer() {
     let n = 80;
     let (_dir, trees) = varied(n);
+    // Parts of a few dozen entries, so a key's entries span several.
+    trees.by_property.set_part_bytes(2048);
     let check = |state: &str| {
         pages_are_the_plain_answer(&trees, state);
         index_pages_are_the_plain_answer(&trees, state);
