@@ -57,10 +57,12 @@ pub mod cache;
 pub mod chunk;
 pub mod delta;
 mod files;
+mod filter;
 mod fold;
 mod iter;
 pub mod journal;
 mod key;
+mod migrate;
 mod plan;
 mod records;
 pub mod run;
@@ -407,71 +409,6 @@ impl Layered {
             .page(&(Bound::Unbounded, Bound::Unbounded), usize::MAX)
     }
 
-    /// Move what a sled tree of this table's name holds (a database of format 6 or
-    /// earlier kept the delta there) into the journal, in pieces, then drop the tree.
-    /// Returns the entries moved.
-    pub fn migrate_tree(&self, db: &sled::Db) -> Result<u64, super::Error> {
-        let name = self.name();
-        if !db.tree_names().iter().any(|t| t == name.as_bytes()) {
-            return Ok(0);
-        }
-        let tree = db.open_tree(name)?;
-        let mut moved = 0u64;
-        loop {
-            let mut piece = Vec::new();
-            let mut bytes = 0usize;
-            for kv in tree.iter() {
-                let (k, v) = kv?;
-                bytes += k.len() + v.len();
-                piece.push((k, v));
-                if bytes >= MIGRATE_PIECE {
-                    break;
-                }
-            }
-            if piece.is_empty() {
-                break;
-            }
-            let journaled = self.journal().lock().write(&[(name, &piece)]);
-            journaled.map_err(super::Error::Tables)?;
-            let mut batch = sled::Batch::default();
-            for (k, _) in &piece {
-                batch.remove(k);
-            }
-            tree.apply_batch(batch)?;
-            moved += piece.len() as u64;
-        }
-        drop(tree);
-        db.drop_tree(name)?;
-        Ok(moved)
-    }
-
-    /// Make folds take at most `bytes` of the delta.
-    #[cfg(test)]
-    pub fn set_take_bytes(&self, bytes: u64) {
-        self.inner
-            .take_bytes
-            .store(bytes, std::sync::atomic::Ordering::Relaxed);
-    }
-
-    /// Make folds cut runs at `bytes`.
-    #[cfg(test)]
-    pub fn set_part_bytes(&self, bytes: u64) {
-        self.inner
-            .part_bytes
-            .store(bytes, std::sync::atomic::Ordering::Relaxed);
-    }
-
-    /// Run `hook` in every fold from now, once the delta is frozen (`None`: no more).
-    #[cfg(test)]
-    pub(crate) fn set_during_fold(&self, hook: Option<DuringFold>) {
-        *crate::support::sync::lock(&self.inner.during_fold) = hook;
-    }
-
-    #[cfg(test)]
-    pub(crate) fn syncs(&self) -> &Syncs {
-        &self.inner.syncs
-    }
-
     /// Bytes of keys and values the delta's active map holds: what is not yet folded
     /// (a key rewritten since the last fold counted once).
     pub fn pending(&self) -> u64 {
@@ -508,9 +445,6 @@ impl Layered {
     }
 }
 
-/// Bytes of a format-6 delta moved into the journal at a time.
-const MIGRATE_PIECE: usize = 4 * 1024 * 1024;
-
 fn part_bytes() -> u64 {
     std::env::var(PART_BYTES_ENV)
         .ok()
@@ -518,6 +452,10 @@ fn part_bytes() -> u64 {
         .filter(|&b| b > 0)
         .unwrap_or(PART_BYTES)
 }
+
+#[cfg(test)]
+#[path = "tests/hooks.rs"]
+mod hooks;
 
 #[cfg(test)]
 #[path = "tests/table.rs"]

@@ -4,8 +4,9 @@ use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 
+use super::filter::Filter;
 use super::key::Key;
-use super::run::{BlockInfo, Filter, BLOCK_BYTES, FOOTER_MAGIC, MAGIC};
+use super::run::{BlockInfo, BLOCK_BYTES, FOOTER_MAGIC, MAGIC};
 
 /// Writes a run; keys must come in ascending order.
 pub struct Writer {
