@@ -92,6 +92,7 @@ pub struct Metrics {
     pub log_missing: Counter,
     pub decide_cached_persons: Gauge,
     pub memory_bytes: Family<HolderLabels, Gauge>,
+    pub resident_bytes: Gauge,
     pub compactor_applied: Counter,
     pub compactor_steps: Counter,
     pub compactor_duplicates: Counter,
@@ -159,6 +160,7 @@ impl Metrics {
             log_missing: Counter::default(),
             decide_cached_persons: Gauge::default(),
             memory_bytes: Family::default(),
+            resident_bytes: Gauge::default(),
             compactor_applied: Counter::default(),
             compactor_steps: Counter::default(),
             compactor_duplicates: Counter::default(),
@@ -304,6 +306,11 @@ impl Metrics {
             "memory_bytes",
             "Bytes each holder of memory keeps, by its own count (caches by their weight, maps estimated from their entries); the resident set adds the allocator's share, sled, buffers and code",
             m.memory_bytes.clone(),
+        );
+        registry.register(
+            "resident_bytes",
+            "The process's resident set; less the sum of flagpost_memory_bytes, it is what no holder counts: freed memory the allocator keeps in pages still partly in use, sled beyond its cache, requests in flight, the code and the threads' stacks",
+            m.resident_bytes.clone(),
         );
         registry.register(
             "compactor_applied",

@@ -142,7 +142,8 @@ fn report_line() -> (u64, String) {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
-    let (rss, commit) = (resident_bytes(), committed_bytes());
+    let rss = flagpost::support::memory::resident_bytes() as usize;
+    let commit = committed_bytes();
     let mut total = 0i64;
     let mut classes = String::new();
     for c in 0..CLASSES {
@@ -160,18 +161,6 @@ fn report_line() -> (u64, String) {
         total >> 10
     );
     (now, line)
-}
-
-/// The resident set, from `/proc/self/statm` (mimalloc's own figure on Linux is its
-/// committed bytes).
-fn resident_bytes() -> usize {
-    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
-    let pages: usize = statm
-        .split_whitespace()
-        .nth(1)
-        .and_then(|p| p.parse().ok())
-        .unwrap_or(0);
-    pages * 4096
 }
 
 /// mimalloc's committed bytes.

@@ -158,6 +158,8 @@ fn refresh_memory(app: &App) {
         ("compactor_memo", c.memo_bytes.load(Relaxed)),
         ("overflow_limiter", c.limiter_bytes.load(Relaxed)),
         ("parser_scratch", crate::capture::json::kept_bytes() as u64),
+        // Sled's page cache by its budget: sled 0.34 does not say what it holds.
+        ("sled_cache", app.config.cache_bytes),
     ];
     if let Some(open) = app.store.get() {
         holders.extend(crate::store::memory::holders(&open.trees));
@@ -169,4 +171,8 @@ fn refresh_memory(app: &App) {
             .get_or_create(&crate::metrics::HolderLabels { holder });
         gauge.set(i64::try_from(bytes).unwrap_or(i64::MAX));
     }
+    let resident = crate::support::memory::resident_bytes();
+    app.metrics
+        .resident_bytes
+        .set(i64::try_from(resident).unwrap_or(i64::MAX));
 }

@@ -1,6 +1,6 @@
 //! Small helpers every layer may use, none of which knows the rest of the crate:
 //! the wall clock in the forms the wire uses (`clock`), what a thread does while it
-//! idles (`idle`), the request memory budget (`memory`), the service manager's
+//! idles (`idle`), the request memory budget and the resident set (`memory`), the service manager's
 //! notifications (`notify`), a background thread's nice value (`priority`), lock
 //! helpers that survive a panicked holder (`sync`), the syncs a durability promise
 //! rests on, seen by tests (`syncs`), the reload lock and change detection of the
@@ -11,7 +11,7 @@ pub mod clock;
 pub mod idle;
 #[cfg(test)]
 pub mod lcg;
-pub(crate) mod memory;
+pub mod memory;
 pub(crate) mod notify;
 pub(crate) mod priority;
 pub(crate) mod sync;

@@ -53,4 +53,16 @@ fn each_holder_reports_what_stored_events_left_in_memory() {
     ] {
         assert!(holder(&metrics, name).is_some(), "{name} in {metrics}");
     }
+    // Sled's cache by the budget it is given (16 MiB unless --cache-mb says).
+    assert_eq!(bytes("sled_cache"), 16.0 * 1024.0 * 1024.0, "{metrics}");
+    // The resident set beside them, larger than what the holders count.
+    let resident = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("flagpost_resident_bytes "))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("flagpost_resident_bytes in {metrics}"));
+    assert!(
+        resident > bytes("dedup_window") + bytes("persons_delta"),
+        "{metrics}"
+    );
 }

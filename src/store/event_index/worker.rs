@@ -30,7 +30,12 @@ pub fn work(live: &Live, stop: &AtomicBool) {
         let step = index.step(&open.trees);
         drop(open);
         match step {
-            Ok(Step::Idle) => std::thread::park_timeout(IDLE),
+            Ok(Step::Idle) => {
+                // A merge frees its tables and the runs it replaced on this thread:
+                // hand the pages back before resting, as the compactor does.
+                crate::support::idle::idle();
+                std::thread::park_timeout(IDLE);
+            }
             Ok(Step::Wrote) => {}
             Ok(Step::Built { done, total }) => {
                 let percent = (done * 100).checked_div(total).unwrap_or(100);
