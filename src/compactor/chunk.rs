@@ -4,12 +4,20 @@
 
 use sled::IVec;
 
+use super::overflow::Limiter;
 use super::Compactor;
 use crate::log::{self, record::decode_frame, Record};
 
 /// Log records per realtime step: large enough to amortise a transaction, small
 /// enough that one step stays in the low milliseconds.
 const REALTIME_CHUNK: usize = 1024;
+/// Log records per step while the compactor is behind (more than [`BEHIND_ENTRIES`]
+/// entries waiting): a chunk's syncs, transaction and hand-over shared by more events,
+/// its memory still bounded (a few MB of records).
+const BEHIND_CHUNK: usize = 4096;
+/// Log entries waiting beyond which the compactor counts as behind: a `/batch/` of
+/// a hundred events is one entry, so this is several chunks' worth.
+const BEHIND_ENTRIES: usize = 64;
 /// Records per step from each slower lane: they progress even while realtime is
 /// saturated, at a quarter of its pace.
 const LANE_CHUNK: usize = 256;
@@ -65,15 +73,30 @@ fn lane_key(entry: &[u8], index: usize) -> [u8; 12] {
     k
 }
 
+/// What reading the log's files needs of the compactor, borrowed apart from the rest
+/// so the next chunk can be read while the current one's blocks are being made.
+pub(super) struct Reading<'a> {
+    pub(super) log: &'a mut log::Reader,
+    pub(super) limiter: &'a mut Limiter,
+    pub(super) last_received: &'a mut Option<i64>,
+}
+
 impl Compactor {
-    /// Whole log entries, up to about [`REALTIME_CHUNK`] records, each routed: its own
-    /// lane if historical, overflow if its distinct id is spiking, else applied now.
-    /// Entries left in the log tree of an earlier version come first.
+    /// Whole log entries, up to about [`REALTIME_CHUNK`] records ([`BEHIND_CHUNK`]
+    /// when more are waiting), each routed: its own lane if historical, overflow if its
+    /// distinct id is spiking, else applied now. Entries left in the log tree of an
+    /// earlier version come first; a chunk read ahead during the last step's commit
+    /// (see [`Reading::ahead`]) before the log's files.
     pub(super) fn read_log(&mut self) -> Result<Chunk, sled::Error> {
         let mut chunk = Chunk::default();
+        let mut reading = Reading {
+            log: &mut self.log,
+            limiter: &mut self.limiter,
+            last_received: &mut self.last_received,
+        };
         for entry in self.trees.wal.iter() {
             let (key, value) = entry?;
-            self.route_entry(&mut chunk, &key, &value);
+            reading.route_entry(&mut chunk, &key, &value);
             chunk.consumed.push(key);
             if chunk.items.len() >= REALTIME_CHUNK {
                 return Ok(chunk);
@@ -82,12 +105,27 @@ impl Compactor {
         if !chunk.is_empty() {
             return Ok(chunk);
         }
+        match self.ahead.take() {
+            Some(chunk) => Ok(chunk),
+            None => reading.files(),
+        }
+    }
+}
+
+impl Reading<'_> {
+    /// The next chunk of the log's files.
+    pub(super) fn files(&mut self) -> Result<Chunk, sled::Error> {
+        let mut chunk = Chunk::default();
+        let limit = match self.log.shared().depth() as usize > BEHIND_ENTRIES {
+            true => BEHIND_CHUNK,
+            false => REALTIME_CHUNK,
+        };
         let mut records = 0usize;
         let entries = self
             .log
             .next_entries(|entry| {
                 records += log::record::frame_len(&entry.bytes).unwrap_or(1);
-                records >= REALTIME_CHUNK
+                records >= limit
             })
             .map_err(io)?;
         for entry in entries {
@@ -106,6 +144,14 @@ impl Compactor {
         Ok(chunk)
     }
 
+    /// The chunk after one read from the log's files, read while that one commits;
+    /// `None` if nothing more is waiting or the read fails (the next step's read
+    /// meets the failure again). If the commit fails, the step seeks back to the
+    /// failed chunk's first entry and this one is dropped.
+    pub(super) fn ahead(&mut self) -> Option<Chunk> {
+        self.files().ok().filter(|chunk| !chunk.is_empty())
+    }
+
     /// Decode one log entry into the chunk's items.
     fn route_entry(&mut self, chunk: &mut Chunk, key: &[u8], value: &[u8]) {
         let Ok(records) = decode_frame(value) else {
@@ -118,7 +164,7 @@ impl Compactor {
         for (index, bytes) in records.into_iter().enumerate() {
             let decoded = decode(bytes);
             if let Action::Apply(r) = &decoded {
-                self.last_received = Some(r.received_at);
+                *self.last_received = Some(r.received_at);
             }
             let action = match decoded {
                 Action::Apply(r) if r.historical => Action::ToHistorical(bytes.to_vec()),

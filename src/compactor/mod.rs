@@ -34,6 +34,7 @@ mod fold;
 mod groups;
 mod memo;
 pub mod overflow;
+mod phases;
 mod raw;
 mod retention;
 mod splice;
@@ -105,6 +106,8 @@ pub struct Compactor {
     #[cfg(test)]
     memo_off: bool,
     state: Option<State>,
+    /// The log's next chunk, read while the last one committed.
+    ahead: Option<chunk::Chunk>,
     limiter: Limiter,
     projects: Arc<ArcSwap<Projects>>,
     stats: Arc<Stats>,
@@ -114,6 +117,8 @@ pub struct Compactor {
     folds: fold::Schedule,
     /// The thread each chunk's event blocks are made on ([`blocks`]).
     builder: blocks::Builder,
+    /// Where the thread's time goes, for the debug log.
+    phases: phases::Phases,
     /// Test hook: fail the next transaction on this tree after this many records.
     #[cfg(test)]
     fail_at: Option<(chunk::Source, usize)>,
@@ -139,6 +144,7 @@ impl Compactor {
             #[cfg(test)]
             memo_off: false,
             state: None,
+            ahead: None,
             projects,
             stats: Arc::new(Stats {
                 healthy: AtomicBool::new(true),
@@ -146,6 +152,7 @@ impl Compactor {
             }),
             settings,
             folds: fold::Schedule::default(),
+            phases: phases::Phases::default(),
             #[cfg(test)]
             fail_at: None,
         }

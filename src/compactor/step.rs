@@ -1,7 +1,10 @@
 //! One pass of the compactor ([`Compactor::step`]): a chunk of the log, then a
 //! smaller chunk of each slower lane, each applied in ONE sled transaction that also
 //! stores the chunk's event blocks, their rollups, its uuids for deduplication and the
-//! checkpoint.
+//! checkpoint. While a chunk's blocks are made on their own thread, the log's next
+//! chunk is read and decoded ([`Reading::ahead`]): it is the next step's if this one
+//! commits, and is dropped (the log read again from the failed chunk) if not.
+//! Where a step's time goes is logged at debug (`phases.rs`).
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -11,8 +14,9 @@ use std::sync::atomic::Ordering;
 use sled::transaction::{ConflictableTransactionError, TransactionError, Transactional};
 
 use super::cache::{Cache, Tables};
-use super::chunk::{io, read_lane, Action, Chunk, Item, Source};
+use super::chunk::{io, read_lane, Action, Chunk, Item, Reading, Source};
 use super::enrich::{Geo, ProjectSettings};
+use super::phases::Phase;
 use super::{apply, blocks, memo, Compactor, Error, StepReport};
 use crate::log::{record::decode_frame, Record};
 use crate::store::dedup::{self, IdSet};
@@ -55,7 +59,9 @@ impl Compactor {
     pub fn step(&mut self) -> Result<StepReport, Error> {
         self.load_state()?;
         let mut report = StepReport::default();
+        self.phases.start();
         let chunk = self.read_log()?;
+        self.phases.end(Phase::Read);
         if !chunk.is_empty() {
             report.realtime = match self.commit(Source::Log, &chunk) {
                 Ok(n) => n,
@@ -70,6 +76,7 @@ impl Compactor {
             if let Some(applied) = chunk.last_seq {
                 self.release_log(applied)?;
             }
+            self.phases.end(Phase::Release);
         }
         for (source, tree) in [
             (Source::Historical, self.trees.historical.clone()),
@@ -88,6 +95,7 @@ impl Compactor {
         self.stats.steps.fetch_add(1, Ordering::Relaxed);
         self.stats.lag_ms.store(self.lag()?, Ordering::Relaxed);
         self.publish_memory();
+        self.phases.end(Phase::Lanes);
         Ok(report)
     }
 
@@ -155,6 +163,15 @@ impl Compactor {
         let mut hot = t.rollups.hot();
         let write_rollups = hot.due(rollup::hot::Moment::Busy, std::time::Instant::now());
         let counted: RefCell<Option<rollup::Pending>> = RefCell::new(None);
+        let phases = RefCell::new(&mut self.phases);
+        // A chunk of the log's files: the next one is read while its blocks are made.
+        let read_ahead = source == Source::Log && chunk.consumed.is_empty();
+        let reading = RefCell::new(read_ahead.then_some(Reading {
+            log: &mut self.log,
+            limiter: &mut self.limiter,
+            last_received: &mut self.last_received,
+        }));
+        let ahead: RefCell<Option<Chunk>> = RefCell::new(None);
         let blocks_failed = |e: std::io::Error| {
             *blocks_error.borrow_mut() = Some(e);
             ConflictableTransactionError::Abort(())
@@ -221,6 +238,7 @@ impl Compactor {
                         }
                     }
                 }
+                phases.borrow_mut().end(Phase::Apply);
                 // The blocks are made on their own thread meanwhile (see blocks.rs).
                 let building = builder.start(blocks::Chunk {
                     entries,
@@ -239,7 +257,18 @@ impl Compactor {
                         return Err(ConflictableTransactionError::Abort(()));
                     }
                 }
+                phases.borrow_mut().end(Phase::Write);
+                if let Some(reading) = reading.borrow_mut().as_mut() {
+                    let mut ahead = ahead.borrow_mut();
+                    if ahead.is_none() {
+                        *ahead = reading.ahead();
+                    }
+                    phases.borrow_mut().end(Phase::Read);
+                }
                 let stored = building.wait().map_err(blocks_failed)?;
+                let mut phases = phases.borrow_mut();
+                phases.end(Phase::WaitBlocks);
+                phases.blocks(stored.times);
                 // The console's rollups, with the events they count.
                 hot.stage(&stored.counted, write_rollups, first_block, rollups, meta)?;
                 *counted.borrow_mut() = Some(stored.counted);
@@ -281,6 +310,9 @@ impl Compactor {
             },
         );
         journal.finish(outcome.is_ok());
+        let phases = phases.into_inner();
+        phases.end(Phase::Commit);
+        drop(reading);
         let mut counts = match outcome {
             Ok(c) => c,
             Err(TransactionError::Abort(())) => {
@@ -294,6 +326,8 @@ impl Compactor {
             }
             Err(TransactionError::Storage(e)) => return Err(e.into()),
         };
+        // Read from where this chunk ended, so it is the next one.
+        self.ahead = ahead.into_inner();
         hot.committed(counted.take().unwrap_or_default(), write_rollups);
         drop(hot);
         state.next_block = counts.next_block;
@@ -319,6 +353,7 @@ impl Compactor {
             .fetch_add(counts.historical, Ordering::Relaxed);
         s.to_overflow.fetch_add(counts.overflow, Ordering::Relaxed);
         s.corrupt.fetch_add(counts.corrupt, Ordering::Relaxed);
+        phases.end(Phase::After);
         if counts.corrupt > 0 {
             tracing::error!(
                 records = counts.corrupt,
