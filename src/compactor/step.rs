@@ -312,7 +312,6 @@ impl Compactor {
         journal.finish(outcome.is_ok());
         let phases = phases.into_inner();
         phases.end(Phase::Commit);
-        drop(reading);
         let mut counts = match outcome {
             Ok(c) => c,
             Err(TransactionError::Abort(())) => {
