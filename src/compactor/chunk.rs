@@ -4,7 +4,6 @@
 
 use sled::IVec;
 
-use super::overflow::Limiter;
 use super::Compactor;
 use crate::log::{self, record::decode_frame, Record};
 
@@ -12,12 +11,12 @@ use crate::log::{self, record::decode_frame, Record};
 /// enough that one step stays in the low milliseconds.
 const REALTIME_CHUNK: usize = 1024;
 /// Log records per step while the compactor is behind (more than [`BEHIND_ENTRIES`]
-/// entries waiting): a chunk's syncs, transaction and hand-over shared by more events,
-/// its memory still bounded (a few MB of records).
+/// entries waiting): a chunk's syncs, transaction and hand-over to the block thread
+/// shared by more events, its memory still bounded (a few MB of records).
 const BEHIND_CHUNK: usize = 4096;
 /// Log entries waiting beyond which the compactor counts as behind: a `/batch/` of
 /// a hundred events is one entry, so this is several chunks' worth.
-const BEHIND_ENTRIES: usize = 64;
+const BEHIND_ENTRIES: u64 = 64;
 /// Records per step from each slower lane: they progress even while realtime is
 /// saturated, at a quarter of its pace.
 const LANE_CHUNK: usize = 256;
@@ -73,30 +72,16 @@ fn lane_key(entry: &[u8], index: usize) -> [u8; 12] {
     k
 }
 
-/// What reading the log's files needs of the compactor, borrowed apart from the rest
-/// so the next chunk can be read while the current one's blocks are being made.
-pub(super) struct Reading<'a> {
-    pub(super) log: &'a mut log::Reader,
-    pub(super) limiter: &'a mut Limiter,
-    pub(super) last_received: &'a mut Option<i64>,
-}
-
 impl Compactor {
-    /// Whole log entries, up to about [`REALTIME_CHUNK`] records ([`BEHIND_CHUNK`]
-    /// when more are waiting), each routed: its own lane if historical, overflow if its
-    /// distinct id is spiking, else applied now. Entries left in the log tree of an
-    /// earlier version come first; a chunk read ahead during the last step's commit
-    /// (see [`Reading::ahead`]) before the log's files.
+    /// Whole log entries, up to about [`REALTIME_CHUNK`] records ([`BEHIND_CHUNK`] when
+    /// the compactor is behind), each routed: its own lane if historical, overflow if
+    /// its distinct id is spiking, else applied now.
+    /// Entries left in the log tree of an earlier version come first.
     pub(super) fn read_log(&mut self) -> Result<Chunk, sled::Error> {
         let mut chunk = Chunk::default();
-        let mut reading = Reading {
-            log: &mut self.log,
-            limiter: &mut self.limiter,
-            last_received: &mut self.last_received,
-        };
         for entry in self.trees.wal.iter() {
             let (key, value) = entry?;
-            reading.route_entry(&mut chunk, &key, &value);
+            self.route_entry(&mut chunk, &key, &value);
             chunk.consumed.push(key);
             if chunk.items.len() >= REALTIME_CHUNK {
                 return Ok(chunk);
@@ -105,18 +90,7 @@ impl Compactor {
         if !chunk.is_empty() {
             return Ok(chunk);
         }
-        match self.ahead.take() {
-            Some(chunk) => Ok(chunk),
-            None => reading.files(),
-        }
-    }
-}
-
-impl Reading<'_> {
-    /// The next chunk of the log's files.
-    pub(super) fn files(&mut self) -> Result<Chunk, sled::Error> {
-        let mut chunk = Chunk::default();
-        let limit = match self.log.shared().depth() as usize > BEHIND_ENTRIES {
+        let limit = match self.log.shared().depth() > BEHIND_ENTRIES {
             true => BEHIND_CHUNK,
             false => REALTIME_CHUNK,
         };
@@ -144,14 +118,6 @@ impl Reading<'_> {
         Ok(chunk)
     }
 
-    /// The chunk after one read from the log's files, read while that one commits;
-    /// `None` if nothing more is waiting or the read fails (the next step's read
-    /// meets the failure again). If the commit fails, the step seeks back to the
-    /// failed chunk's first entry and this one is dropped.
-    pub(super) fn ahead(&mut self) -> Option<Chunk> {
-        self.files().ok().filter(|chunk| !chunk.is_empty())
-    }
-
     /// Decode one log entry into the chunk's items.
     fn route_entry(&mut self, chunk: &mut Chunk, key: &[u8], value: &[u8]) {
         let Ok(records) = decode_frame(value) else {
@@ -164,7 +130,7 @@ impl Reading<'_> {
         for (index, bytes) in records.into_iter().enumerate() {
             let decoded = decode(bytes);
             if let Action::Apply(r) = &decoded {
-                *self.last_received = Some(r.received_at);
+                self.last_received = Some(r.received_at);
             }
             let action = match decoded {
                 Action::Apply(r) if r.historical => Action::ToHistorical(bytes.to_vec()),

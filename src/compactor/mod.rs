@@ -106,8 +106,6 @@ pub struct Compactor {
     #[cfg(test)]
     memo_off: bool,
     state: Option<State>,
-    /// The log's next chunk, read while the last one committed.
-    ahead: Option<chunk::Chunk>,
     limiter: Limiter,
     projects: Arc<ArcSwap<Projects>>,
     stats: Arc<Stats>,
@@ -144,7 +142,6 @@ impl Compactor {
             #[cfg(test)]
             memo_off: false,
             state: None,
-            ahead: None,
             projects,
             stats: Arc::new(Stats {
                 healthy: AtomicBool::new(true),

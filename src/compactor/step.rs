@@ -1,10 +1,7 @@
 //! One pass of the compactor ([`Compactor::step`]): a chunk of the log, then a
 //! smaller chunk of each slower lane, each applied in ONE sled transaction that also
 //! stores the chunk's event blocks, their rollups, its uuids for deduplication and the
-//! checkpoint. While a chunk's blocks are made on their own thread, the log's next
-//! chunk is read and decoded ([`Reading::ahead`]): it is the next step's if this one
-//! commits, and is dropped (the log read again from the failed chunk) if not.
-//! Where a step's time goes is logged at debug (`phases.rs`).
+//! checkpoint. Where a step's time goes is logged at debug (`phases.rs`).
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -14,7 +11,7 @@ use std::sync::atomic::Ordering;
 use sled::transaction::{ConflictableTransactionError, TransactionError, Transactional};
 
 use super::cache::{Cache, Tables};
-use super::chunk::{io, read_lane, Action, Chunk, Item, Reading, Source};
+use super::chunk::{io, read_lane, Action, Chunk, Item, Source};
 use super::enrich::{Geo, ProjectSettings};
 use super::phases::Phase;
 use super::{apply, blocks, memo, Compactor, Error, StepReport};
@@ -164,14 +161,6 @@ impl Compactor {
         let write_rollups = hot.due(rollup::hot::Moment::Busy, std::time::Instant::now());
         let counted: RefCell<Option<rollup::Pending>> = RefCell::new(None);
         let phases = RefCell::new(&mut self.phases);
-        // A chunk of the log's files: the next one is read while its blocks are made.
-        let read_ahead = source == Source::Log && chunk.consumed.is_empty();
-        let reading = RefCell::new(read_ahead.then_some(Reading {
-            log: &mut self.log,
-            limiter: &mut self.limiter,
-            last_received: &mut self.last_received,
-        }));
-        let ahead: RefCell<Option<Chunk>> = RefCell::new(None);
         let blocks_failed = |e: std::io::Error| {
             *blocks_error.borrow_mut() = Some(e);
             ConflictableTransactionError::Abort(())
@@ -258,13 +247,6 @@ impl Compactor {
                     }
                 }
                 phases.borrow_mut().end(Phase::Write);
-                if let Some(reading) = reading.borrow_mut().as_mut() {
-                    let mut ahead = ahead.borrow_mut();
-                    if ahead.is_none() {
-                        *ahead = reading.ahead();
-                    }
-                    phases.borrow_mut().end(Phase::Read);
-                }
                 let stored = building.wait().map_err(blocks_failed)?;
                 let mut phases = phases.borrow_mut();
                 phases.end(Phase::WaitBlocks);
@@ -325,8 +307,6 @@ impl Compactor {
             }
             Err(TransactionError::Storage(e)) => return Err(e.into()),
         };
-        // Read from where this chunk ended, so it is the next one.
-        self.ahead = ahead.into_inner();
         hot.committed(counted.take().unwrap_or_default(), write_rollups);
         drop(hot);
         state.next_block = counts.next_block;

@@ -1,7 +1,7 @@
 //! The compactor's tests, end to end over a real log and database: [`Fixture`] holds
 //! both, and each file below tests one concern.
 
-mod ahead;
+mod behind;
 mod events;
 mod lanes;
 mod once;
