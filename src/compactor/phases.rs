@@ -26,7 +26,8 @@ pub(super) enum Phase {
     After,
     /// sled flushed so the log's segments can go.
     Release,
-    /// The slower lanes, the lag and the memory figures.
+    /// Reading the slower lanes, the lag and the memory figures (the lanes'
+    /// transactions count in the phases above).
     Lanes,
     /// The layered tables' folds between steps.
     Fold,
