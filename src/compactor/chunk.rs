@@ -10,13 +10,6 @@ use crate::log::{self, record::decode_frame, Record};
 /// Log records per realtime step: large enough to amortise a transaction, small
 /// enough that one step stays in the low milliseconds.
 const REALTIME_CHUNK: usize = 1024;
-/// Log records per step while the compactor is behind (more than [`BEHIND_ENTRIES`]
-/// entries waiting): a chunk's syncs, transaction and hand-over to the block thread
-/// shared by more events, its memory still bounded (a few MB of records).
-const BEHIND_CHUNK: usize = 4096;
-/// Log entries waiting beyond which the compactor counts as behind: a `/batch/` of
-/// a hundred events is one entry, so this is several chunks' worth.
-const BEHIND_ENTRIES: u64 = 64;
 /// Records per step from each slower lane: they progress even while realtime is
 /// saturated, at a quarter of its pace.
 const LANE_CHUNK: usize = 256;
@@ -73,9 +66,8 @@ fn lane_key(entry: &[u8], index: usize) -> [u8; 12] {
 }
 
 impl Compactor {
-    /// Whole log entries, up to about [`REALTIME_CHUNK`] records ([`BEHIND_CHUNK`] when
-    /// the compactor is behind), each routed: its own lane if historical, overflow if
-    /// its distinct id is spiking, else applied now.
+    /// Whole log entries, up to about [`REALTIME_CHUNK`] records, each routed: its own
+    /// lane if historical, overflow if its distinct id is spiking, else applied now.
     /// Entries left in the log tree of an earlier version come first.
     pub(super) fn read_log(&mut self) -> Result<Chunk, sled::Error> {
         let mut chunk = Chunk::default();
@@ -90,16 +82,12 @@ impl Compactor {
         if !chunk.is_empty() {
             return Ok(chunk);
         }
-        let limit = match self.log.shared().depth() > BEHIND_ENTRIES {
-            true => BEHIND_CHUNK,
-            false => REALTIME_CHUNK,
-        };
         let mut records = 0usize;
         let entries = self
             .log
             .next_entries(|entry| {
                 records += log::record::frame_len(&entry.bytes).unwrap_or(1);
-                records >= limit
+                records >= REALTIME_CHUNK
             })
             .map_err(io)?;
         for entry in entries {

@@ -1,7 +1,6 @@
 //! The compactor's tests, end to end over a real log and database: [`Fixture`] holds
 //! both, and each file below tests one concern.
 
-mod behind;
 mod events;
 mod lanes;
 mod once;
