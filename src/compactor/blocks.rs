@@ -21,7 +21,9 @@ use std::panic::{self, AssertUnwindSafe};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender};
 use std::sync::OnceLock;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use super::phases::BlockTimes;
 
 use crate::store::block::{self, Entry, Files, POINTER_LEN};
 use crate::store::{event_index, keys, rollup};
@@ -47,10 +49,13 @@ pub struct Stored {
     pub next_block: u64,
     /// The console's rollups of the chunk's events.
     pub counted: rollup::Pending,
+    /// How long the blocks took to make and to sync.
+    pub times: BlockTimes,
 }
 
 /// Count, build, index, append and sync a chunk's blocks, on whichever thread.
 pub fn store(chunk: Chunk) -> io::Result<Stored> {
+    let started = Instant::now();
     let mut counted = rollup::Pending::default();
     for (project, list) in &chunk.entries {
         for e in list {
@@ -82,13 +87,19 @@ pub fn store(chunk: Chunk) -> io::Result<Stored> {
         }
     }
     // The blocks are on disk before the pointers can be (see block::files).
+    let built = Instant::now();
     if !blocks.is_empty() {
         chunk.files.sync()?;
     }
+    let times = BlockTimes {
+        build: built - started,
+        sync: built.elapsed(),
+    };
     Ok(Stored {
         blocks,
         next_block,
         counted,
+        times,
     })
 }
 

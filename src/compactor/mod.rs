@@ -34,6 +34,7 @@ mod fold;
 mod groups;
 mod memo;
 pub mod overflow;
+mod phases;
 mod raw;
 mod retention;
 mod splice;
@@ -115,6 +116,8 @@ pub struct Compactor {
     folds: fold::Schedule,
     /// The thread each chunk's event blocks are made on ([`blocks`]).
     builder: blocks::Builder,
+    /// Where the thread's time goes, for the debug log.
+    phases: phases::Phases,
     /// Test hook: fail the next transaction on this tree after this many records.
     #[cfg(test)]
     fail_at: Option<(chunk::Source, usize)>,
@@ -147,6 +150,7 @@ impl Compactor {
             }),
             folds: fold::Schedule::new(settings.nice),
             settings,
+            phases: phases::Phases::default(),
             #[cfg(test)]
             fail_at: None,
         }

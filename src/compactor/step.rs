@@ -1,7 +1,7 @@
 //! One pass of the compactor ([`Compactor::step`]): a chunk of the log, then a
 //! smaller chunk of each slower lane, each applied in ONE sled transaction that also
 //! stores the chunk's event blocks, their rollups, its uuids for deduplication and the
-//! checkpoint.
+//! checkpoint. Where a step's time goes is logged at debug (`phases.rs`).
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -13,6 +13,7 @@ use sled::transaction::{ConflictableTransactionError, TransactionError, Transact
 use super::cache::{Cache, Tables};
 use super::chunk::{io, read_lane, Action, Chunk, Item, Source};
 use super::enrich::{Geo, ProjectSettings};
+use super::phases::Phase;
 use super::{apply, blocks, memo, Compactor, Error, StepReport};
 use crate::log::{record::decode_frame, Record};
 use crate::store::dedup::{self, IdSet};
@@ -55,7 +56,9 @@ impl Compactor {
     pub fn step(&mut self) -> Result<StepReport, Error> {
         self.load_state()?;
         let mut report = StepReport::default();
+        self.phases.start();
         let chunk = self.read_log()?;
+        self.phases.end(Phase::Read);
         if !chunk.is_empty() {
             report.realtime = match self.commit(Source::Log, &chunk) {
                 Ok(n) => n,
@@ -70,6 +73,7 @@ impl Compactor {
             if let Some(applied) = chunk.last_seq {
                 self.release_log(applied)?;
             }
+            self.phases.end(Phase::Release);
         }
         for (source, tree) in [
             (Source::Historical, self.trees.historical.clone()),
@@ -88,6 +92,7 @@ impl Compactor {
         self.stats.steps.fetch_add(1, Ordering::Relaxed);
         self.stats.lag_ms.store(self.lag()?, Ordering::Relaxed);
         self.publish_memory();
+        self.phases.end(Phase::Lanes);
         Ok(report)
     }
 
@@ -155,6 +160,7 @@ impl Compactor {
         let mut hot = t.rollups.hot();
         let write_rollups = hot.due(rollup::hot::Moment::Busy, std::time::Instant::now());
         let counted: RefCell<Option<rollup::Pending>> = RefCell::new(None);
+        let phases = RefCell::new(&mut self.phases);
         let blocks_failed = |e: std::io::Error| {
             *blocks_error.borrow_mut() = Some(e);
             ConflictableTransactionError::Abort(())
@@ -221,6 +227,7 @@ impl Compactor {
                         }
                     }
                 }
+                phases.borrow_mut().end(Phase::Apply);
                 // The blocks are made on their own thread meanwhile (see blocks.rs).
                 let building = builder.start(blocks::Chunk {
                     entries,
@@ -239,7 +246,11 @@ impl Compactor {
                         return Err(ConflictableTransactionError::Abort(()));
                     }
                 }
+                phases.borrow_mut().end(Phase::Write);
                 let stored = building.wait().map_err(blocks_failed)?;
+                let mut phases = phases.borrow_mut();
+                phases.end(Phase::WaitBlocks);
+                phases.blocks(stored.times);
                 // The console's rollups, with the events they count.
                 hot.stage(&stored.counted, write_rollups, first_block, rollups, meta)?;
                 *counted.borrow_mut() = Some(stored.counted);
@@ -281,6 +292,8 @@ impl Compactor {
             },
         );
         journal.finish(outcome.is_ok());
+        let phases = phases.into_inner();
+        phases.end(Phase::Commit);
         let mut counts = match outcome {
             Ok(c) => c,
             Err(TransactionError::Abort(())) => {
@@ -319,6 +332,7 @@ impl Compactor {
             .fetch_add(counts.historical, Ordering::Relaxed);
         s.to_overflow.fetch_add(counts.overflow, Ordering::Relaxed);
         s.corrupt.fetch_add(counts.corrupt, Ordering::Relaxed);
+        phases.end(Phase::After);
         if counts.corrupt > 0 {
             tracing::error!(
                 records = counts.corrupt,

@@ -147,6 +147,11 @@ pub fn spawn(
                         false => fold::Moment::Busy,
                     };
                     compactor.fold_tables(moment);
+                    if !report.is_idle() {
+                        compactor.phases.end(super::phases::Phase::Fold);
+                        let records = report.realtime + report.historical + report.overflow;
+                        compactor.phases.step_done(records);
+                    }
                     if report.is_idle() {
                         compactor.rest();
                         write_rollups(&compactor, Some(Moment::Idle));
