@@ -313,11 +313,16 @@ pub(super) fn compile_regex(value: &Value) -> Option<Regex> {
     if pattern.len() > MAX_REGEX_PATTERN_BYTES {
         return None;
     }
-    RegexBuilder::new(&pattern)
+    bounded_regex(&pattern).ok()
+}
+
+/// A pattern a user wrote, compiled within the program and cache budgets above (the
+/// flags' `regex`, and the read API's and console's property filters).
+pub fn bounded_regex(pattern: &str) -> Result<Regex, regex::Error> {
+    RegexBuilder::new(pattern)
         .size_limit(REGEX_SIZE_LIMIT)
         .dfa_size_limit(REGEX_DFA_SIZE_LIMIT)
         .build()
-        .ok()
 }
 
 fn date_matches(

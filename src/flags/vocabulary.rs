@@ -119,6 +119,8 @@ pub const PROPERTY: &[&str] = &[
     "seq_time_interval",
 ];
 
+pub use super::property::bounded_regex;
+
 /// Whether a `regex` filter's pattern compiles as serving compiles it (within its size
 /// limits); one that does not never matches.
 pub fn regex_compiles(pattern: &str) -> bool {

@@ -26,9 +26,8 @@ use std::cmp::Ordering;
 use regex::Regex;
 use serde_json::Value;
 
-/// Bytes a compiled pattern may take, as the flags bound theirs: patterns come from
-/// users.
-const PATTERN_SIZE: usize = 1 << 20;
+// Patterns come from users: compiled within the flags' budgets.
+use crate::flags::vocabulary::bounded_regex as pattern;
 
 /// One property's test, compiled from a filter's operator and value.
 pub struct Compare {
@@ -159,12 +158,6 @@ fn order(stored: &Value, filter: &Value) -> Option<Ordering> {
         (_, _, Value::String(a), Value::String(b)) => Some(a.as_bytes().cmp(b.as_bytes())),
         _ => None,
     }
-}
-
-fn pattern(source: &str) -> Result<Regex, regex::Error> {
-    regex::RegexBuilder::new(source)
-        .size_limit(PATTERN_SIZE)
-        .build()
 }
 
 /// `ILIKE '%value%'` as a pattern of ASCII-lowercased text: `%` any text, `_` any one
