@@ -22,8 +22,7 @@ use std::time::Instant;
 use criterion::{criterion_group, criterion_main, Criterion};
 use flagpost::http::console::find::Matcher;
 use flagpost::http::console::persons::{
-    by_index, by_prefix, excluded_text, newest, newest_persons, Span, MAX_PERSONS_EXAMINED,
-    MAX_PERSONS_SCANNED,
+    by_index, by_prefix, newest, newest_persons, Span, MAX_PERSONS_EXAMINED, MAX_PERSONS_SCANNED,
 };
 use flagpost::http::params::Params;
 use flagpost::persons::{self, Person};
@@ -268,10 +267,8 @@ fn bench(c: &mut Criterion) {
     for (name, query) in searches {
         let params = Params::parse(Some(query));
         let m = Matcher::from_params(&params).unwrap().unwrap();
-        let excluded = excluded_text(&params);
-        let excluded = excluded.as_deref();
         let started = Instant::now();
-        let page = by_index(&f.trees, PROJECT, &m, excluded, span(None, 0, 50)).unwrap();
+        let page = by_index(&f.trees, PROJECT, &m, span(None, 0, 50)).unwrap();
         eprintln!(
             "{name}: first search {:.1} ms, {} found, {} examined, complete {}",
             started.elapsed().as_secs_f64() * 1000.0,
@@ -280,7 +277,7 @@ fn bench(c: &mut Criterion) {
             page.complete
         );
         g.bench_function(name, |b| {
-            b.iter(|| by_index(&f.trees, PROJECT, &m, excluded, span(None, 0, 50)).unwrap())
+            b.iter(|| by_index(&f.trees, PROJECT, &m, span(None, 0, 50)).unwrap())
         });
     }
     g.finish();

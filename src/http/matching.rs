@@ -44,6 +44,9 @@ pub struct Matcher {
     absent: Option<bool>,
     /// An `icontains` test's value without wildcards, ASCII-lowercased as it folds.
     needle: Option<Vec<u8>>,
+    /// A `not_icontains` test's value, ASCII-lowercased: a text holding it as it is
+    /// matches its `ILIKE` whatever wildcards it has, so it fails the test.
+    excluded: Option<Vec<u8>>,
 }
 
 impl Matcher {
@@ -83,8 +86,13 @@ impl Matcher {
             ("icontains", Value::String(text)) => hogql::plain_needle(text),
             _ => None,
         };
+        let excluded = match (operator, value) {
+            ("not_icontains", Value::String(text)) => Some(text.to_ascii_lowercase().into_bytes()),
+            _ => None,
+        };
         matcher.compare = Some(compare);
         matcher.needle = needle;
+        matcher.excluded = excluded;
         matcher.absent = matcher.absent.map(|_| matcher.matches("", &Map::new()));
         Ok(matcher)
     }
@@ -142,6 +150,7 @@ impl Matcher {
             absent: None,
             key,
             needle: None,
+            excluded: None,
         };
         if matcher.key != "distinct_id" {
             matcher.absent = Some(matcher.matches("", &Map::new()));
@@ -157,6 +166,11 @@ impl Matcher {
     /// The text an `icontains` test looks for, ASCII-lowercased.
     pub fn needle(&self) -> Option<&[u8]> {
         self.needle.as_deref()
+    }
+
+    /// The text a `not_icontains` test refuses, ASCII-lowercased.
+    pub fn excluded(&self) -> Option<&[u8]> {
+        self.excluded.as_deref()
     }
 
     /// Whether only properties that have the key can pass (every operator but the

@@ -81,7 +81,6 @@ pub async fn persons(
     }
     let prefix = params.get("distinct_id_prefix").map(str::to_owned);
     let matcher = Matcher::from_params(&params)?;
-    let excluded = excluded_text(&params);
     let offset = params.number("offset", 0)?;
     let limit = params.number("limit", PERSONS_PAGE)?.clamp(1, 200);
     let cursor = params.cursor()?;
@@ -125,8 +124,7 @@ pub async fn persons(
             if first.complete || first.persons.len() >= limit {
                 return Ok((first, true));
             }
-            let excluded = excluded.as_deref();
-            return Ok((by_index(trees, project, m, excluded, span)?, true));
+            return Ok((by_index(trees, project, m, span)?, true));
         }
         let page = newest(trees, project, matcher.as_ref(), span)?;
         Ok((page, true))
@@ -228,26 +226,16 @@ fn indexed(trees: &Trees, project: u64, matcher: &Matcher) -> bool {
         && by_property::ready(&trees.meta).unwrap_or(false)
 }
 
-/// The text of a `not_icontains` test, ASCII-lowercased: a value holding it fails.
-pub fn excluded_text(params: &Params) -> Option<Vec<u8>> {
-    let text = params
-        .get("value")
-        .filter(|_| params.get("operator") == Some("not_icontains"));
-    text.map(|t| t.to_ascii_lowercase().into_bytes())
-}
-
 /// A page of the persons passing `matcher` (one [`indexed`] answers) newest first,
 /// from the index of persons by property: the candidates are checked against the
 /// persons' bytes as the walk checks them, so the page is the walk's, complete.
-/// `excluded` is a `not_icontains` test's text ([`excluded_text`]).
 pub fn by_index(
     trees: &Trees,
     project: u64,
     matcher: &Matcher,
-    excluded: Option<&[u8]>,
     span: Span,
 ) -> Result<Page, sled::Error> {
-    let mut values = ValueTest::new(matcher, excluded);
+    let mut values = ValueTest::new(matcher);
     let may_pass = |text: &[u8], cut: bool| values.may_pass(text, cut);
     let after = span.cursor.as_deref();
     let absent_passes = !matcher.needs_key();
@@ -306,11 +294,11 @@ struct ValueTest<'m> {
 }
 
 impl<'m> ValueTest<'m> {
-    fn new(matcher: &'m Matcher, excluded: Option<&'m [u8]>) -> ValueTest<'m> {
+    fn new(matcher: &'m Matcher) -> ValueTest<'m> {
         ValueTest {
             matcher,
             needle: matcher.needle().map(memchr::memmem::Finder::new),
-            excluded: excluded.map(memchr::memmem::Finder::new),
+            excluded: matcher.excluded().map(memchr::memmem::Finder::new),
             lower: Vec::new(),
         }
     }
