@@ -81,7 +81,9 @@ impl Target {
             .arg(data_dir)
             .arg("--db")
             .arg(db_dir)
-            .env("FLAGPOST_LOG", "info")
+            // `FLAGPOST_BENCH_LOG` sets the server's log filter for a run that wants more
+            // (e.g. `info,flagpost::compactor::phases=debug` for the compactor's phases).
+            .env("FLAGPOST_LOG", bench_log())
             // The address is parsed from the log line; colour codes would only get in the way.
             .env("NO_COLOR", "1")
             .args(&options.args)
@@ -235,4 +237,9 @@ fn address(rest: &str) -> Option<SocketAddr> {
         .next()?
         .parse()
         .ok()
+}
+
+/// The served binary's log filter: `info` unless `FLAGPOST_BENCH_LOG` says otherwise.
+fn bench_log() -> String {
+    std::env::var("FLAGPOST_BENCH_LOG").unwrap_or_else(|_| "info".to_owned())
 }
