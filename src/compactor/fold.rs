@@ -67,6 +67,8 @@ struct State {
     /// A fold is under way on the fold thread.
     running: bool,
     retry_at: Option<Instant>,
+    /// Times the compactor waited for a fold, a table having outrun it.
+    waits: u64,
 }
 
 /// A fold handed to the fold thread.
@@ -249,6 +251,10 @@ fn ended(shared: &Shared, table: &Layered, moment: Moment, outcome: Result<Folde
     shared.ended.notify_all();
 }
 
+#[cfg(test)]
+#[path = "tests/fold_hooks.rs"]
+mod hooks;
+
 impl Compactor {
     /// Fold whichever table is due at `moment` (see the module docs).
     pub(super) fn fold_tables(&mut self, moment: Moment) {
@@ -273,11 +279,13 @@ impl Compactor {
             if !tables.iter().any(Layered::outran) {
                 return;
             }
+            state.waits += 1;
             drop(state);
             let waited = Instant::now();
             state = s.wait();
             tracing::info!(
                 waited_ms = waited.elapsed().as_millis() as u64,
+                times = state.waits,
                 "the compactor waited for a fold: a table's recent changes had passed twice the size that makes them due"
             );
         }

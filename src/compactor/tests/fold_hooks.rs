@@ -1,0 +1,45 @@
+//! What the tests see and change of the fold schedule.
+
+use super::*;
+
+/// The fold thread's state, seen from another thread while the compactor is busy.
+pub struct Probe(Arc<Shared>);
+
+impl Probe {
+    /// Whether a fold is under way on the fold thread.
+    pub fn running(&self) -> bool {
+        lock(&self.0.state).running
+    }
+
+    /// Times the compactor waited for a fold under way.
+    pub fn waits(&self) -> u64 {
+        lock(&self.0.state).waits
+    }
+
+    /// Wait up to `patience` for the fold under way to end; whether it did.
+    pub fn ended_within(&self, patience: Duration) -> bool {
+        let state = lock(&self.0.state);
+        let (state, _) = self
+            .0
+            .ended
+            .wait_timeout_while(state, patience, |s| s.running)
+            .unwrap_or_else(|e| e.into_inner());
+        !state.running
+    }
+}
+
+impl Schedule {
+    pub fn probe(&self) -> Probe {
+        Probe(self.shared.clone())
+    }
+
+    /// The fold thread gone, as if it had panicked outside a fold: requests to it
+    /// are not taken.
+    pub fn lose_thread(&mut self) {
+        let (requests, _) = mpsc::channel();
+        self.folder = Some(Folder {
+            requests: Some(requests),
+            thread: None,
+        });
+    }
+}

@@ -1,0 +1,269 @@
+//! The fold thread's rarer paths: a table that outruns the fold under way, a backup
+//! holding or waiting for the compactor's gate, a fold that panics, a thread that is
+//! gone. Each ends with the tables reading what was written, before and after a start.
+
+use std::sync::atomic::AtomicBool;
+use std::sync::{mpsc, Mutex};
+
+use sled::IVec;
+
+use super::*;
+use crate::compactor::fold::Moment;
+use crate::store::layered::Layered;
+use crate::support::sync::Gate;
+
+/// How long a test waits for what it waits for before it fails.
+const PATIENCE: Duration = Duration::from_secs(20);
+
+type Model = BTreeMap<Vec<u8>, Vec<u8>>;
+
+/// Keys `from..from + count` of about a KiB each written to `table` at `version`, in
+/// `model` too; at a version past the first, every seventh is removed instead.
+fn write(table: &Layered, model: &mut Model, from: u32, count: u32, version: u32) {
+    let mut entries = Vec::new();
+    for i in from..from + count {
+        let key = format!("fold-thread-{i:06}").into_bytes();
+        let value = match version > 1 && i % 7 == 0 {
+            true => Vec::new(),
+            false => format!("{i}@{version}:{}", "v".repeat(1000)).into_bytes(),
+        };
+        match value.is_empty() {
+            true => model.remove(&key),
+            false => model.insert(key.clone(), value.clone()),
+        };
+        entries.push((IVec::from(key), IVec::from(value)));
+    }
+    table.write(entries).unwrap();
+}
+
+fn contents(table: &Layered) -> Model {
+    let entries = table.iter().map(|kv| kv.unwrap());
+    entries.map(|(k, v)| (k.to_vec(), v.to_vec())).collect()
+}
+
+/// Each of `trees`' tables reads as its model, by iteration and by key.
+fn reads(trees: &Trees, models: &[Model], what: &str) {
+    for (table, model) in trees.tables().iter().zip(models) {
+        assert_eq!(&contents(table), model, "{what}: {}", table.name());
+        for (k, v) in model {
+            let found = table.get(k).unwrap();
+            assert_eq!(found.as_deref(), Some(&v[..]), "{what}: {}", table.name());
+        }
+    }
+}
+
+/// The tables of `f` as a start finds them.
+fn reopened(f: &Fixture) -> Trees {
+    Trees::open(&f.db, f._dir.path()).unwrap()
+}
+
+/// What the first fold of the watched table does at its hook.
+#[derive(Clone, Copy, PartialEq)]
+enum First {
+    /// Wait there until [`Watch::release`].
+    Hold,
+}
+
+/// A fold as it reached its hook: the table's name, the thread's.
+type Seen = (String, Option<String>);
+
+/// The folds of some tables, as they reach the hook after the freeze.
+struct Watch {
+    seen: Arc<Mutex<Vec<Seen>>>,
+    entered: mpsc::Receiver<()>,
+    release: mpsc::Sender<()>,
+}
+
+fn watch(tables: &[&Layered], first: Option<(&Layered, First)>) -> Watch {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let (entered_tx, entered) = mpsc::channel();
+    let (release, released) = mpsc::channel();
+    let released = Arc::new(Mutex::new(released));
+    for table in tables {
+        let (seen, entered_tx, released) = (seen.clone(), entered_tx.clone(), released.clone());
+        let then = first.filter(|(t, _)| t.name() == table.name()).map(|f| f.1);
+        let armed = AtomicBool::new(true);
+        table.set_during_fold(Some(Box::new(move |t: &Layered| {
+            let thread = std::thread::current().name().map(str::to_owned);
+            seen.lock().unwrap().push((t.name().to_owned(), thread));
+            if then.is_none() || !armed.swap(false, Ordering::SeqCst) {
+                return;
+            }
+            let _ = entered_tx.send(());
+            let _ = released.lock().unwrap().recv_timeout(PATIENCE);
+        })));
+    }
+    Watch {
+        seen,
+        entered,
+        release,
+    }
+}
+
+impl Watch {
+    /// The tables folded, in order.
+    fn tables(&self) -> Vec<String> {
+        let seen = self.seen.lock().unwrap();
+        seen.iter().map(|(t, _)| t.clone()).collect()
+    }
+
+    fn threads(&self) -> Vec<Option<String>> {
+        let seen = self.seen.lock().unwrap();
+        seen.iter().map(|(_, thread)| thread.clone()).collect()
+    }
+
+    /// Wait for the watched fold to reach its hook.
+    fn entered(&self) {
+        let entered = self.entered.recv_timeout(PATIENCE);
+        entered.expect("the fold never reached its hook");
+    }
+
+    fn release(&self) {
+        self.release.send(()).unwrap();
+    }
+}
+
+/// Wait until `done`, failing after [`PATIENCE`] with `what`.
+fn until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + PATIENCE;
+    while !done() {
+        assert!(Instant::now() < deadline, "{what}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+#[test]
+fn a_table_that_outruns_its_fold_makes_the_compactor_wait_then_is_folded_first() {
+    let mut f = fixture(Compaction::default());
+    let [x, y, z, by_property] = f.trees.tables().map(Layered::clone);
+    let watch = watch(&[&x, &y, &z, &by_property], Some((&x, First::Hold)));
+    let probe = f.compactor.folds.probe();
+    let mut models = vec![Model::new(); 4];
+    write(&x, &mut models[0], 0, 140, 1);
+    assert!(x.should_fold() && !x.outran());
+    f.compactor.fold_tables(Moment::Busy);
+    watch.entered();
+    // While it is held: more for it, and the next two tables in turn due, the
+    // second past twice what makes it due.
+    write(&x, &mut models[0], 100, 20, 2);
+    write(&y, &mut models[1], 0, 160, 1);
+    write(&z, &mut models[2], 0, 300, 1);
+    write(&z, &mut models[2], 250, 100, 2);
+    assert!(y.should_fold() && !y.outran() && z.outran());
+    let compactor = &mut f.compactor;
+    std::thread::scope(|s| {
+        let waiting = s.spawn(|| compactor.fold_tables(Moment::Busy));
+        until("the compactor never waited for the fold", || {
+            assert!(
+                !waiting.is_finished(),
+                "the compactor went on while a table had outrun the fold"
+            );
+            probe.waits() == 1
+        });
+        assert!(probe.running());
+        watch.release();
+        waiting.join().unwrap();
+    });
+    // The table that outran is folded next, though the one after the held one was
+    // due before it in turn; that one after.
+    assert!(probe.ended_within(PATIENCE));
+    assert_eq!(watch.tables(), [x.name(), z.name()]);
+    assert!(!z.should_fold());
+    f.compactor.fold_tables(Moment::Busy);
+    assert!(probe.ended_within(PATIENCE));
+    assert_eq!(watch.tables(), [x.name(), z.name(), y.name()]);
+    reads(&f.trees, &models, "after the folds");
+    f.compactor.fold_tables(Moment::Stop);
+    assert_eq!(x.pending(), 0);
+    reads(&f.trees, &models, "after the stop");
+    reads(&reopened(&f), &models, "reopened");
+}
+
+#[test]
+fn a_fold_due_while_a_backup_holds_or_waits_for_the_gate_starts_after_it() {
+    let mut f = fixture(Compaction::default());
+    let gate = Arc::new(Gate::default());
+    f.compactor.folds.set_gate(gate.clone());
+    let probe = f.compactor.folds.probe();
+    let tables = f.trees.tables().map(Layered::clone);
+    let x = tables[0].clone();
+    let watch = watch(&tables.each_ref(), Some((&x, First::Hold)));
+    let mut models = vec![Model::new(); 4];
+    write(&x, &mut models[0], 0, 140, 1);
+    // A backup holds the gate: the due fold is not started, and the compactor goes on
+    // without waiting for the backup.
+    let backup = gate.clone().try_write_owned().unwrap();
+    let compactor = &mut f.compactor;
+    std::thread::scope(|s| {
+        let folding = s.spawn(|| compactor.fold_tables(Moment::Busy));
+        let deadline = Instant::now() + PATIENCE;
+        while !folding.is_finished() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let returned = folding.is_finished();
+        drop(backup);
+        assert!(returned, "the compactor waited for the backup");
+    });
+    assert!(!probe.running());
+    assert!(watch.tables().is_empty());
+    assert!(x.should_fold());
+    // A backup waits for the gate, which a step holds, as the compactor's thread holds
+    // it for each pass: the fold is not started either.
+    std::thread::scope(|s| {
+        let step = gate.try_read().unwrap();
+        let backup = s.spawn(|| drop(gate.blocking_write()));
+        until("the backup never waited", || gate.try_read().is_err());
+        f.compactor.fold_tables(Moment::Busy);
+        assert!(!probe.running());
+        drop(step);
+        backup.join().unwrap();
+    });
+    assert!(watch.tables().is_empty());
+    // With the gate free, the fold starts and holds it: a backup then waits for the
+    // fold to end, and finds its runs in place.
+    f.compactor.fold_tables(Moment::Busy);
+    watch.entered();
+    assert!(gate.try_write().is_err());
+    std::thread::scope(|s| {
+        let backup = s.spawn(|| {
+            let _paused = gate.blocking_write();
+            x.run().map(|r| r.entries())
+        });
+        until("the backup never waited", || gate.try_read().is_err());
+        watch.release();
+        assert_eq!(backup.join().unwrap(), Some(140));
+    });
+    assert!(probe.ended_within(PATIENCE));
+    assert_eq!(watch.tables(), [x.name()]);
+    reads(&f.trees, &models, "after the fold");
+    reads(&reopened(&f), &models, "reopened");
+}
+
+#[test]
+fn a_fold_whose_thread_is_gone_runs_on_the_compactors() {
+    let mut f = fixture(Compaction::default());
+    let probe = f.compactor.folds.probe();
+    let tables = f.trees.tables().map(Layered::clone);
+    let (x, y) = (tables[0].clone(), tables[1].clone());
+    let watch = watch(&tables.each_ref(), None);
+    let mut models = vec![Model::new(); 4];
+    write(&x, &mut models[0], 0, 140, 1);
+    f.compactor.folds.lose_thread();
+    f.compactor.fold_tables(Moment::Busy);
+    // Folded here, before it returned.
+    let here = std::thread::current().name().map(str::to_owned);
+    assert_eq!(watch.tables(), [x.name()]);
+    assert_eq!(watch.threads(), [here]);
+    assert!(!probe.running());
+    assert_eq!(x.pending(), 0);
+    assert_eq!(x.run().map(|r| r.entries()), Some(140));
+    // The next fold has a thread again.
+    write(&y, &mut models[1], 0, 140, 1);
+    f.compactor.fold_tables(Moment::Busy);
+    assert!(probe.ended_within(PATIENCE));
+    assert_eq!(watch.tables(), [x.name(), y.name()]);
+    let thread = watch.threads().pop().flatten();
+    assert_eq!(thread.as_deref(), Some(crate::compactor::fold::THREAD));
+    reads(&f.trees, &models, "after the folds");
+    reads(&reopened(&f), &models, "reopened");
+}
