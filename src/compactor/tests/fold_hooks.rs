@@ -16,6 +16,18 @@ impl Probe {
         lock(&self.0.state).waits
     }
 
+    /// When a failed fold is tried again.
+    pub fn retry_at(&self) -> Option<Instant> {
+        lock(&self.0.state).retry_at
+    }
+
+    /// Make the retry of a failed fold due now.
+    pub fn retry_now(&self) {
+        if let Some(at) = &mut lock(&self.0.state).retry_at {
+            *at = Instant::now();
+        }
+    }
+
     /// Wait up to `patience` for the fold under way to end; whether it did.
     pub fn ended_within(&self, patience: Duration) -> bool {
         let state = lock(&self.0.state);

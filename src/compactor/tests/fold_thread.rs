@@ -7,6 +7,7 @@ use std::sync::{mpsc, Mutex};
 
 use sled::IVec;
 
+use super::folds::events;
 use super::*;
 use crate::compactor::fold::Moment;
 use crate::store::layered::Layered;
@@ -62,6 +63,7 @@ fn reopened(f: &Fixture) -> Trees {
 enum First {
     /// Wait there until [`Watch::release`].
     Hold,
+    Panic,
 }
 
 /// A fold as it reached its hook: the table's name, the thread's.
@@ -90,7 +92,12 @@ fn watch(tables: &[&Layered], first: Option<(&Layered, First)>) -> Watch {
                 return;
             }
             let _ = entered_tx.send(());
-            let _ = released.lock().unwrap().recv_timeout(PATIENCE);
+            match then {
+                Some(First::Panic) => panic!("a fold that panics"),
+                _ => {
+                    let _ = released.lock().unwrap().recv_timeout(PATIENCE);
+                }
+            }
         })));
     }
     Watch {
@@ -237,6 +244,59 @@ fn a_fold_due_while_a_backup_holds_or_waits_for_the_gate_starts_after_it() {
     assert_eq!(watch.tables(), [x.name()]);
     reads(&f.trees, &models, "after the fold");
     reads(&reopened(&f), &models, "reopened");
+}
+
+#[test]
+fn a_fold_that_panics_is_tried_again_and_loses_nothing() {
+    let mut with = fixture(Compaction::default());
+    let mut without = fixture(Compaction::default());
+    let probe = with.compactor.folds.probe();
+    let tables = with.trees.tables().map(Layered::clone);
+    let persons = tables[0].clone();
+    let watch = watch(&tables.each_ref(), Some((&persons, First::Panic)));
+    let both = |with: &mut Fixture, without: &mut Fixture, chunk: &[Record]| {
+        for f in [with, without] {
+            f.push(chunk);
+            f.drain();
+        }
+    };
+    let mut round = 0;
+    while !persons.should_fold() {
+        assert!(round < 50, "the persons' table never came due");
+        both(&mut with, &mut without, &events(round * 500, 500, 4_000));
+        round += 1;
+    }
+    // The first table due in turn is the persons': its fold panics.
+    with.compactor.fold_tables(Moment::Busy);
+    watch.entered();
+    assert!(probe.ended_within(PATIENCE));
+    assert_eq!(watch.tables(), [persons.name()]);
+    let retry = probe.retry_at().expect("no retry after the panic");
+    assert!(retry > Instant::now());
+    // The compactor goes on; reads and a start find everything.
+    both(&mut with, &mut without, &events(100_000, 30, 4_000));
+    let all = |trees: &Trees| trees.tables().map(contents);
+    assert_eq!(all(&with.trees), all(&without.trees));
+    assert_eq!(with.state(1), without.state(1));
+    assert_eq!(all(&reopened(&with)), all(&without.trees));
+    // Not before the retry is due ...
+    with.compactor.fold_tables(Moment::Busy);
+    assert!(!probe.running());
+    assert_eq!(watch.tables().len(), 1);
+    // ... then the retry folds what the panicked fold left (the tables due are
+    // folded in turn, the persons' last).
+    probe.retry_now();
+    for _ in &tables {
+        with.compactor.fold_tables(Moment::Busy);
+        assert!(probe.ended_within(PATIENCE));
+    }
+    let folded = watch.tables();
+    assert_eq!(folded.iter().filter(|t| *t == persons.name()).count(), 2);
+    assert!(persons.run().is_some_and(|r| r.entries() > 0));
+    assert_eq!(probe.retry_at(), None);
+    assert_eq!(all(&with.trees), all(&without.trees));
+    assert_eq!(with.state(1), without.state(1));
+    assert_eq!(all(&reopened(&with)), all(&without.trees));
 }
 
 #[test]
