@@ -327,3 +327,36 @@ fn a_fold_whose_thread_is_gone_runs_on_the_compactors() {
     reads(&f.trees, &models, "after the folds");
     reads(&reopened(&f), &models, "reopened");
 }
+
+#[test]
+fn a_fold_the_thread_never_runs_is_not_waited_for() {
+    let mut f = fixture(Compaction::default());
+    let probe = f.compactor.folds.probe();
+    let tables = f.trees.tables().map(Layered::clone);
+    let x = tables[0].clone();
+    let watch = watch(&tables.each_ref(), None);
+    let mut models = vec![Model::new(); 4];
+    write(&x, &mut models[0], 0, 140, 1);
+    f.compactor.folds.lose_next_request();
+    f.compactor.fold_tables(Moment::Busy);
+    // The request is gone with the thread: no fold is under way ...
+    assert!(
+        probe.ended_within(PATIENCE),
+        "a fold that never ran is under way"
+    );
+    assert!(watch.tables().is_empty());
+    // ... and the stop (on a thread of its own, so a stop that waits for ever fails
+    // the test) folds the table.
+    let (done, stopped) = mpsc::channel();
+    std::thread::spawn(move || {
+        f.compactor.fold_tables(Moment::Stop);
+        let _ = done.send(f);
+    });
+    let f = stopped
+        .recv_timeout(PATIENCE)
+        .expect("the stop waits for a fold that never ran");
+    assert_eq!(watch.tables(), [x.name()]);
+    assert_eq!(x.pending(), 0);
+    reads(&f.trees, &models, "after the stop");
+    reads(&reopened(&f), &models, "reopened");
+}
