@@ -77,6 +77,26 @@ struct Request {
     moment: Moment,
     /// The compactor's gate, held for reading until the fold ends.
     pass: Option<OwnedRwLockReadGuard<()>>,
+    running: Running,
+}
+
+/// A fold under way on the fold thread until dropped: ended, or never run (the thread
+/// gone with the request), or past a panic. Whoever waits for it is then woken, so
+/// the compactor never waits for a fold that will not end.
+struct Running(Arc<Shared>);
+
+impl Running {
+    fn start(shared: &Arc<Shared>) -> Running {
+        lock(&shared.state).running = true;
+        Running(shared.clone())
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        lock(&self.0.state).running = false;
+        self.0.ended.notify_all();
+    }
 }
 
 /// The fold thread, started at the first fold; stopped (after the fold under way) when
@@ -152,17 +172,16 @@ impl Schedule {
         };
         self.last_fold
             .insert(table.name().to_owned(), Instant::now());
-        lock(&self.shared.state).running = true;
         let request = Request {
             table: table.clone(),
             moment,
             pass,
+            running: Running::start(&self.shared),
         };
         let sent = folder.requests.as_ref().map(|r| r.send(request));
         if !matches!(sent, Some(Ok(()))) {
             // The thread is gone (it panicked outside a fold): fold here.
             self.folder = None;
-            lock(&self.shared.state).running = false;
             fold_now(&self.shared, table, moment);
         }
     }
@@ -179,6 +198,7 @@ impl Folder {
                     table,
                     moment,
                     pass,
+                    running,
                 } in received
                 {
                     let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| table.fold()));
@@ -187,6 +207,7 @@ impl Folder {
                         Err(Error::Tables(std::io::Error::other("the fold panicked")))
                     });
                     ended(&shared, &table, moment, outcome);
+                    drop(running);
                     // The fold's maps and buffers go back now, not when this thread
                     // next idles.
                     crate::support::idle::freed();
@@ -218,10 +239,9 @@ fn fold_now(shared: &Shared, table: &Layered, moment: Moment) {
     crate::support::idle::freed();
 }
 
-/// Record and log how a fold of `table` ended, and wake whoever waits for it.
+/// Record and log how a fold of `table` ended.
 fn ended(shared: &Shared, table: &Layered, moment: Moment, outcome: Result<Folded, Error>) {
     let mut state = lock(&shared.state);
-    state.running = false;
     match outcome {
         Ok(f) => {
             state.retry_at = None;
@@ -247,8 +267,6 @@ fn ended(shared: &Shared, table: &Layered, moment: Moment, outcome: Result<Folde
             tracing::warn!(table = table.name(), error = %e, "cannot fold recent changes into the table's run; they stay where they are and are read from there, and the fold is tried again");
         }
     }
-    drop(state);
-    shared.ended.notify_all();
 }
 
 #[cfg(test)]
