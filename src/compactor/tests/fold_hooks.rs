@@ -45,27 +45,16 @@ impl Schedule {
         Probe(self.shared.clone())
     }
 
-    /// The fold thread gone, as if it had panicked outside a fold: requests to it
-    /// are not taken.
+    /// The fold thread gone, as if it had panicked past a fold: folds handed to it
+    /// are given back.
     pub fn lose_thread(&mut self) {
-        let (requests, _) = mpsc::channel();
-        self.folder = Some(Folder {
-            requests: Some(requests),
-            thread: None,
-        });
+        self.folder = Some(Worker::gone(THREAD));
     }
-}
 
-impl Schedule {
-    /// The fold thread replaced by one that takes the next request and ends without
-    /// running it: a thread that panics past a fold leaves a request sent meanwhile
+    /// The fold thread replaced by one that takes the next fold and ends without
+    /// running it: a thread that panics past a fold leaves one handed to it meanwhile
     /// so.
     pub fn lose_next_request(&mut self) {
-        let (requests, taken) = mpsc::channel::<Request>();
-        let thread = std::thread::spawn(move || drop(taken.recv()));
-        self.folder = Some(Folder {
-            requests: Some(requests),
-            thread: Some(thread),
-        });
+        self.folder = Some(Worker::dropping_one(THREAD));
     }
 }
