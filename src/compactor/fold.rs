@@ -17,8 +17,8 @@
 //! A fold holds the compactor's gate for reading, as a step does, so a backup finds no
 //! fold under way; it takes it only if no backup is waiting for it, so neither waits
 //! for the other. A clean stop waits for the fold under way, then folds what is left
-//! on the compactor's thread. A failed fold (a full disk) is logged, changes nothing,
-//! and is tried again after [`RETRY_AFTER`].
+//! on the compactor's thread. A failed fold (a full disk, a panic on the fold thread)
+//! is logged, changes nothing, and is tried again after [`RETRY_AFTER`].
 
 use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
