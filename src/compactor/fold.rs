@@ -66,7 +66,8 @@ struct State {
     /// A fold is under way on the fold thread.
     running: bool,
     retry_at: Option<Instant>,
-    /// Times the compactor waited for a fold, a table having outrun it.
+    /// Times the compactor waited for a fold under way: a table had outrun it, or at
+    /// a stop.
     waits: u64,
 }
 
@@ -126,7 +127,8 @@ impl Schedule {
 
     /// Wait for the fold under way, if any; the state after it.
     fn wait(&self) -> MutexGuard<'_, State> {
-        let state = lock(&self.shared.state);
+        let mut state = lock(&self.shared.state);
+        state.waits += u64::from(state.running);
         self.shared
             .ended
             .wait_while(state, |s| s.running)
@@ -249,7 +251,6 @@ impl Compactor {
             if !tables.iter().any(Layered::outran) {
                 return;
             }
-            state.waits += 1;
             drop(state);
             let waited = Instant::now();
             state = s.wait();

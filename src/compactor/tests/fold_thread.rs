@@ -1,6 +1,7 @@
 //! The fold thread's rarer paths: a table that outruns the fold under way, a backup
 //! holding or waiting for the compactor's gate, a fold that panics, a thread that is
-//! gone. Each ends with the tables reading what was written, before and after a start.
+//! gone, a stop during a fold. Each ends with the tables reading what was written,
+//! before and after a start.
 
 use std::sync::atomic::AtomicBool;
 use std::sync::{mpsc, Mutex};
@@ -358,6 +359,45 @@ fn a_fold_the_thread_never_runs_is_not_waited_for() {
         .expect("the stop waits for a fold that never ran");
     assert_eq!(watch.tables(), [x.name()]);
     assert_eq!(x.pending(), 0);
+    reads(&f.trees, &models, "after the stop");
+    reads(&reopened(&f), &models, "reopened");
+}
+
+#[test]
+fn a_stop_during_a_fold_waits_for_it_then_folds_what_is_left() {
+    let mut f = fixture(Compaction::default());
+    let [x, y, z, by_property] = f.trees.tables().map(Layered::clone);
+    let watch = watch(&[&x, &y, &z, &by_property], Some((&x, First::Hold)));
+    let probe = f.compactor.folds.probe();
+    let mut models = vec![Model::new(); 4];
+    write(&x, &mut models[0], 0, 140, 1);
+    f.compactor.fold_tables(Moment::Busy);
+    watch.entered();
+    // Written during the fold: to the table folded, and a little to another.
+    write(&x, &mut models[0], 130, 30, 2);
+    write(&y, &mut models[1], 0, 10, 1);
+    let compactor = &mut f.compactor;
+    std::thread::scope(|s| {
+        let stopping = std::thread::Builder::new()
+            .name("stopping".into())
+            .spawn_scoped(s, || compactor.fold_tables(Moment::Stop))
+            .unwrap();
+        until("the stop never waited for the fold", || {
+            assert!(!stopping.is_finished(), "the stop went on during a fold");
+            probe.waits() == 1
+        });
+        watch.release();
+        stopping.join().unwrap();
+    });
+    // Then what was left, on the stopping thread.
+    assert_eq!(watch.tables(), [x.name(), x.name(), y.name()]);
+    let threads = watch.threads();
+    let threads: Vec<_> = threads.iter().map(Option::as_deref).collect();
+    let fold_thread = Some(crate::compactor::fold::THREAD);
+    assert_eq!(threads, [fold_thread, Some("stopping"), Some("stopping")]);
+    for t in [&x, &y, &z, &by_property] {
+        assert_eq!(t.pending(), 0, "{}", t.name());
+    }
     reads(&f.trees, &models, "after the stop");
     reads(&reopened(&f), &models, "reopened");
 }
