@@ -63,7 +63,7 @@ struct Shared {
 
 #[derive(Default)]
 struct State {
-    /// A fold is under way on the fold thread.
+    /// A fold is under way ([`Running`]).
     running: bool,
     retry_at: Option<Instant>,
     /// Times the compactor waited for a fold under way: a table had outrun it, or at
