@@ -225,7 +225,7 @@ fn ended(shared: &Shared, table: &Layered, moment: Moment, outcome: Result<Folde
 
 #[cfg(test)]
 #[path = "tests/fold_hooks.rs"]
-mod hooks;
+pub(super) mod hooks;
 
 impl Compactor {
     /// Fold whichever table is due at `moment` (see the module docs).

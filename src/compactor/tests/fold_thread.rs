@@ -10,6 +10,7 @@ use sled::IVec;
 
 use super::folds::events;
 use super::*;
+use crate::compactor::fold::hooks::Probe;
 use crate::compactor::fold::Moment;
 use crate::store::layered::Layered;
 use crate::support::sync::Gate;
@@ -140,17 +141,45 @@ fn until(what: &str, mut done: impl FnMut() -> bool) {
     }
 }
 
-#[test]
-fn a_table_that_outruns_its_fold_makes_the_compactor_wait_then_is_folded_first() {
+/// A compactor whose first table, written until due, is being folded, the fold held
+/// at its hook; the tables' models, the folds seen, the fold thread's state.
+struct Held {
+    f: Fixture,
+    tables: [Layered; 4],
+    models: Vec<Model>,
+    watch: Watch,
+    probe: Probe,
+}
+
+fn held_fold() -> Held {
     let mut f = fixture(Compaction::default());
-    let [x, y, z, by_property] = f.trees.tables().map(Layered::clone);
-    let watch = watch(&[&x, &y, &z, &by_property], Some((&x, First::Hold)));
+    let tables = f.trees.tables().map(Layered::clone);
+    let x = &tables[0];
+    let watch = watch(&tables.each_ref(), Some((x, First::Hold)));
     let probe = f.compactor.folds.probe();
     let mut models = vec![Model::new(); 4];
-    write(&x, &mut models[0], 0, 140, 1);
+    write(x, &mut models[0], 0, 140, 1);
     assert!(x.should_fold() && !x.outran());
     f.compactor.fold_tables(Moment::Busy);
     watch.entered();
+    Held {
+        f,
+        tables,
+        models,
+        watch,
+        probe,
+    }
+}
+
+#[test]
+fn a_table_that_outruns_its_fold_makes_the_compactor_wait_then_is_folded_first() {
+    let Held {
+        mut f,
+        tables: [x, y, z, _],
+        mut models,
+        watch,
+        probe,
+    } = held_fold();
     // While it is held: more for it, and the next two tables in turn due, the
     // second past twice what makes it due.
     write(&x, &mut models[0], 100, 20, 2);
@@ -365,17 +394,17 @@ fn a_fold_the_thread_never_runs_is_not_waited_for() {
 
 #[test]
 fn a_stop_during_a_fold_waits_for_it_then_folds_what_is_left() {
-    let mut f = fixture(Compaction::default());
-    let [x, y, z, by_property] = f.trees.tables().map(Layered::clone);
-    let watch = watch(&[&x, &y, &z, &by_property], Some((&x, First::Hold)));
-    let probe = f.compactor.folds.probe();
-    let mut models = vec![Model::new(); 4];
-    write(&x, &mut models[0], 0, 140, 1);
-    f.compactor.fold_tables(Moment::Busy);
-    watch.entered();
+    let Held {
+        mut f,
+        tables,
+        mut models,
+        watch,
+        probe,
+    } = held_fold();
+    let (x, y) = (&tables[0], &tables[1]);
     // Written during the fold: to the table folded, and a little to another.
-    write(&x, &mut models[0], 130, 30, 2);
-    write(&y, &mut models[1], 0, 10, 1);
+    write(x, &mut models[0], 130, 30, 2);
+    write(y, &mut models[1], 0, 10, 1);
     let compactor = &mut f.compactor;
     std::thread::scope(|s| {
         let stopping = std::thread::Builder::new()
@@ -395,7 +424,7 @@ fn a_stop_during_a_fold_waits_for_it_then_folds_what_is_left() {
     let threads: Vec<_> = threads.iter().map(Option::as_deref).collect();
     let fold_thread = Some(crate::compactor::fold::THREAD);
     assert_eq!(threads, [fold_thread, Some("stopping"), Some("stopping")]);
-    for t in [&x, &y, &z, &by_property] {
+    for t in &tables {
         assert_eq!(t.pending(), 0, "{}", t.name());
     }
     reads(&f.trees, &models, "after the stop");
