@@ -14,23 +14,18 @@
 //! it would for its own. Without the thread (it could not be started) the blocks are
 //! made on the compactor's thread, as they were before.
 
-use std::any::Any;
 use std::collections::HashMap;
 use std::io;
-use std::panic::{self, AssertUnwindSafe};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender};
+use std::panic;
+use std::sync::mpsc::{self, Receiver};
 use std::sync::OnceLock;
-use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use super::phases::BlockTimes;
 
 use crate::store::block::{self, Entry, Files, POINTER_LEN};
 use crate::store::{event_index, keys, rollup};
-
-/// With no chunk for this long the thread counts as quiet and hands back the memory it
-/// freed ([`crate::support::idle`]); under load the next chunk comes sooner.
-const QUIET: Duration = Duration::from_millis(100);
+use crate::support::worker::{Job, Worker};
 
 /// One chunk's events, by project, and where their blocks go.
 pub struct Chunk {
@@ -104,26 +99,16 @@ pub fn store(chunk: Chunk) -> io::Result<Stored> {
 }
 
 /// What the thread sends back: the blocks, or the panic that stopped their making.
-type Outcome = Result<io::Result<Stored>, Box<dyn Any + Send>>;
+type Outcome = crate::support::worker::Outcome<io::Result<Stored>>;
 
 /// What the thread runs: a chunk's [`store`], or what a test makes of it.
 type Work = Box<dyn FnOnce() -> io::Result<Stored> + Send>;
-
-struct Job {
-    work: Work,
-    reply: SyncSender<Outcome>,
-}
 
 /// The block thread, started at the first chunk; dropped, it finishes and is joined.
 pub struct Builder {
     /// The nice value the thread runs at, the compactor's.
     nice: i32,
-    thread: OnceLock<Option<Thread>>,
-}
-
-struct Thread {
-    jobs: Option<SyncSender<Job>>,
-    handle: Option<JoinHandle<()>>,
+    thread: OnceLock<Option<Worker>>,
 }
 
 impl Builder {
@@ -141,67 +126,27 @@ impl Builder {
 
     fn run(&self, work: Work) -> Building {
         let (reply, outcome) = mpsc::sync_channel(1);
-        let job = Job { work, reply };
-        let thread = self.thread.get_or_init(|| spawn(self.nice));
-        let unsent = match thread.as_ref().and_then(|t| t.jobs.as_ref()) {
-            Some(jobs) => jobs.send(job).err().map(|unsent| unsent.0),
+        let job = Job::new(work, move |made: Outcome| {
+            // The transaction waits for it; if it went, nothing is lost. The channel
+            // holds one, so this send never waits.
+            let _ = reply.send(made);
+        });
+        let thread = self.thread.get_or_init(|| {
+            // Each hand-over waits for the thread to take the chunk.
+            Worker::spawn("compactor-block", self.nice, 0)
+                .inspect_err(|e| tracing::warn!(error = %e, "cannot start the compactor's block thread; blocks are made on the compactor's"))
+                .ok()
+        });
+        let unsent = match thread {
+            Some(thread) => thread.send(job).err(),
             None => Some(job),
         };
         if let Some(job) = unsent {
-            // Made here; the channel holds one, so this send never waits.
-            let _ = job.reply.send(Ok((job.work)()));
+            job.run_here();
         }
         Building {
             outcome: Some(outcome),
         }
-    }
-}
-
-impl Drop for Thread {
-    fn drop(&mut self) {
-        drop(self.jobs.take());
-        if let Some(handle) = self.handle.take() {
-            if handle.join().is_err() {
-                tracing::error!("the compactor's block thread panicked");
-            }
-        }
-    }
-}
-
-fn spawn(nice: i32) -> Option<Thread> {
-    let (jobs, queue) = mpsc::sync_channel::<Job>(0);
-    let spawned = std::thread::Builder::new()
-        .name("compactor-block".into())
-        .spawn(move || {
-            crate::support::priority::lower(nice, "compactor's block thread");
-            while let Some(job) = next(&queue) {
-                let outcome = panic::catch_unwind(AssertUnwindSafe(job.work));
-                // The transaction waits for it; if it went, nothing is lost.
-                let _ = job.reply.send(outcome);
-            }
-        });
-    match spawned {
-        Ok(handle) => Some(Thread {
-            jobs: Some(jobs),
-            handle: Some(handle),
-        }),
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot start the compactor's block thread; blocks are made on the compactor's");
-            None
-        }
-    }
-}
-
-/// The next chunk, or `None` once the compactor is gone; the freed memory is handed
-/// back while none comes.
-fn next(queue: &Receiver<Job>) -> Option<Job> {
-    match queue.recv_timeout(QUIET) {
-        Ok(job) => Some(job),
-        Err(RecvTimeoutError::Timeout) => {
-            crate::support::idle::idle();
-            queue.recv().ok()
-        }
-        Err(RecvTimeoutError::Disconnected) => None,
     }
 }
 
@@ -233,8 +178,10 @@ impl Drop for Building {
 
 #[cfg(test)]
 mod tests {
+    use std::panic::AssertUnwindSafe;
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::{Arc, Mutex};
+    use std::time::Duration;
 
     use uuid::Uuid;
 

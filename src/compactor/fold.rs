@@ -17,13 +17,11 @@
 //! A fold holds the compactor's gate for reading, as a step does, so a backup finds no
 //! fold under way; it takes it only if no backup is waiting for it, so neither waits
 //! for the other. A clean stop waits for the fold under way, then folds what is left
-//! on the compactor's thread. A failed fold (a full disk) is logged, changes nothing,
-//! and is tried again after [`RETRY_AFTER`].
+//! on the compactor's thread. A failed fold (a full disk, a panic on the fold thread)
+//! is logged, changes nothing, and is tried again after [`RETRY_AFTER`].
 
 use std::collections::HashMap;
-use std::panic::AssertUnwindSafe;
-use std::sync::{mpsc, Arc, Condvar, Mutex, MutexGuard};
-use std::thread::JoinHandle;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use tokio::sync::OwnedRwLockReadGuard;
@@ -32,6 +30,7 @@ use super::Compactor;
 use crate::store::layered::{cache, Folded, Layered};
 use crate::store::Error;
 use crate::support::sync::{lock, Gate};
+use crate::support::worker::{Job, Worker};
 
 /// Idle this long before changes not yet folded are folded...
 const IDLE_BEFORE_FOLD: Duration = Duration::from_secs(10);
@@ -64,24 +63,31 @@ struct Shared {
 
 #[derive(Default)]
 struct State {
-    /// A fold is under way on the fold thread.
+    /// A fold is under way ([`Running`]).
     running: bool,
     retry_at: Option<Instant>,
+    /// Times the compactor waited for a fold under way: a table had outrun it, or at
+    /// a stop.
+    waits: u64,
 }
 
-/// A fold handed to the fold thread.
-struct Request {
-    table: Layered,
-    moment: Moment,
-    /// The compactor's gate, held for reading until the fold ends.
-    pass: Option<OwnedRwLockReadGuard<()>>,
+/// A fold under way until dropped: ended, or never run (the thread gone with its
+/// job), or past a panic. Whoever waits for it is then woken, so the compactor never
+/// waits for a fold that will not end.
+struct Running(Arc<Shared>);
+
+impl Running {
+    fn start(shared: &Arc<Shared>) -> Running {
+        lock(&shared.state).running = true;
+        Running(shared.clone())
+    }
 }
 
-/// The fold thread, started at the first fold; stopped (after the fold under way) when
-/// the compactor is dropped.
-struct Folder {
-    requests: Option<mpsc::Sender<Request>>,
-    thread: Option<JoinHandle<()>>,
+impl Drop for Running {
+    fn drop(&mut self) {
+        lock(&self.0.state).running = false;
+        self.0.ended.notify_all();
+    }
 }
 
 pub struct Schedule {
@@ -96,7 +102,9 @@ pub struct Schedule {
     nice: i32,
     gate: Option<Arc<Gate>>,
     shared: Arc<Shared>,
-    folder: Option<Folder>,
+    /// The fold thread, started at the first fold; stopped (after the fold under way)
+    /// when the compactor is dropped.
+    folder: Option<Worker>,
 }
 
 impl Schedule {
@@ -119,7 +127,8 @@ impl Schedule {
 
     /// Wait for the fold under way, if any; the state after it.
     fn wait(&self) -> MutexGuard<'_, State> {
-        let state = lock(&self.shared.state);
+        let mut state = lock(&self.shared.state);
+        state.waits += u64::from(state.running);
         self.shared
             .ended
             .wait_while(state, |s| s.running)
@@ -136,90 +145,57 @@ impl Schedule {
             },
             None => None,
         };
-        let folder = match &mut self.folder {
-            Some(f) => f,
-            None => match Folder::spawn(self.shared.clone(), self.nice) {
-                Ok(f) => self.folder.insert(f),
-                Err(e) => {
-                    tracing::warn!(error = %e, "cannot start the fold thread; folding on the compactor's");
-                    drop(pass);
-                    fold_now(&self.shared, table, moment);
-                    return;
-                }
-            },
-        };
         self.last_fold
             .insert(table.name().to_owned(), Instant::now());
-        lock(&self.shared.state).running = true;
-        let request = Request {
-            table: table.clone(),
-            moment,
-            pass,
-        };
-        let sent = folder.requests.as_ref().map(|r| r.send(request));
-        if !matches!(sent, Some(Ok(()))) {
-            // The thread is gone (it panicked outside a fold): fold here.
-            self.folder = None;
-            lock(&self.shared.state).running = false;
-            fold_now(&self.shared, table, moment);
-        }
-    }
-}
-
-impl Folder {
-    fn spawn(shared: Arc<Shared>, nice: i32) -> std::io::Result<Folder> {
-        let (requests, received) = mpsc::channel::<Request>();
-        let thread = std::thread::Builder::new()
-            .name(THREAD.into())
-            .spawn(move || {
-                crate::support::priority::lower(nice, THREAD);
-                for Request {
-                    table,
-                    moment,
-                    pass,
-                } in received
-                {
-                    let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| table.fold()));
-                    drop(pass);
-                    let outcome = outcome.unwrap_or_else(|_| {
-                        Err(Error::Tables(std::io::Error::other("the fold panicked")))
-                    });
-                    ended(&shared, &table, moment, outcome);
-                    // The fold's maps and buffers go back now, not when this thread
-                    // next idles.
-                    crate::support::idle::freed();
+        let job = fold_job(&self.shared, table, moment, pass);
+        if self.folder.is_none() {
+            match Worker::spawn(THREAD, self.nice, 1) {
+                Ok(worker) => self.folder = Some(worker),
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot start the fold thread; folding on the compactor's")
                 }
-            })?;
-        Ok(Folder {
-            requests: Some(requests),
-            thread: Some(thread),
-        })
-    }
-}
-
-impl Drop for Folder {
-    fn drop(&mut self) {
-        // The thread ends once it has no more requests, after the fold under way.
-        drop(self.requests.take());
-        if let Some(thread) = self.thread.take() {
-            if thread.join().is_err() {
-                tracing::error!("the fold thread panicked");
             }
         }
+        let unsent = match &self.folder {
+            Some(folder) => folder.send(job).err(),
+            None => Some(job),
+        };
+        if let Some(job) = unsent {
+            // The thread could not start, or is gone (it panicked past a fold): the
+            // fold runs here, and a thread is started again for the next.
+            self.folder = None;
+            job.run_here();
+        }
     }
 }
 
-/// Fold `table` on this thread.
-fn fold_now(shared: &Shared, table: &Layered, moment: Moment) {
-    let outcome = table.fold();
-    ended(shared, table, moment, outcome);
-    crate::support::idle::freed();
+/// The fold of `table`, holding `pass` (the compactor's gate, for reading) until it
+/// ends.
+fn fold_job(
+    shared: &Arc<Shared>,
+    table: &Layered,
+    moment: Moment,
+    pass: Option<OwnedRwLockReadGuard<()>>,
+) -> Job {
+    let running = Running::start(shared);
+    let (folding, table) = (table.clone(), table.clone());
+    Job::new(
+        move || folding.fold(),
+        move |outcome| {
+            drop(pass);
+            let outcome = outcome
+                .unwrap_or_else(|_| Err(Error::Tables(std::io::Error::other("the fold panicked"))));
+            ended(&running.0, &table, moment, outcome);
+            drop(running);
+            // The fold's maps and buffers go back now, not when this thread next idles.
+            crate::support::idle::freed();
+        },
+    )
 }
 
-/// Record and log how a fold of `table` ended, and wake whoever waits for it.
+/// Record and log how a fold of `table` ended.
 fn ended(shared: &Shared, table: &Layered, moment: Moment, outcome: Result<Folded, Error>) {
     let mut state = lock(&shared.state);
-    state.running = false;
     match outcome {
         Ok(f) => {
             state.retry_at = None;
@@ -245,9 +221,11 @@ fn ended(shared: &Shared, table: &Layered, moment: Moment, outcome: Result<Folde
             tracing::warn!(table = table.name(), error = %e, "cannot fold recent changes into the table's run; they stay where they are and are read from there, and the fold is tried again");
         }
     }
-    drop(state);
-    shared.ended.notify_all();
 }
+
+#[cfg(test)]
+#[path = "tests/fold_hooks.rs"]
+pub(super) mod hooks;
 
 impl Compactor {
     /// Fold whichever table is due at `moment` (see the module docs).
@@ -263,7 +241,7 @@ impl Compactor {
             Moment::Stop => {
                 drop(s.wait());
                 for table in tables.iter().filter(|t| t.pending() > 0) {
-                    fold_now(&s.shared, table, moment);
+                    fold_job(&s.shared, table, moment, None).run_here();
                 }
                 return;
             }
@@ -278,6 +256,7 @@ impl Compactor {
             state = s.wait();
             tracing::info!(
                 waited_ms = waited.elapsed().as_millis() as u64,
+                times = state.waits,
                 "the compactor waited for a fold: a table's recent changes had passed twice the size that makes them due"
             );
         }

@@ -4,8 +4,9 @@
 //! notifications (`notify`), a background thread's nice value (`priority`), lock
 //! helpers that survive a panicked holder (`sync`), the syncs a durability promise
 //! rests on, seen by tests (`syncs`), the reload lock and change detection of the
-//! files the server reloads by itself (`watch`), bytes as lowercase hex ([`hex`]) and
-//! a directory's entries made durable ([`sync_dir`]).
+//! files the server reloads by itself (`watch`), a background thread taking jobs
+//! (`worker`), bytes as lowercase hex ([`hex`]) and a directory's entries made durable
+//! ([`sync_dir`]).
 
 pub mod clock;
 pub mod idle;
@@ -17,6 +18,7 @@ pub(crate) mod priority;
 pub(crate) mod sync;
 pub(crate) mod syncs;
 pub(crate) mod watch;
+pub(crate) mod worker;
 
 /// Make the entries of `dir` durable (a file created, renamed or removed in it).
 pub fn sync_dir(dir: &std::path::Path) -> std::io::Result<()> {

@@ -8,7 +8,7 @@ use super::*;
 use crate::compactor::fold::Moment;
 
 /// Events over `persons` distinct ids: property changes, identifies linking pairs.
-fn events(from: i64, count: i64, persons: i64) -> Vec<Record> {
+pub(super) fn events(from: i64, count: i64, persons: i64) -> Vec<Record> {
     (from..from + count)
         .map(|i| {
             let id = format!("user-{}", (i * 7919) % persons);

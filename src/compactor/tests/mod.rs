@@ -2,6 +2,7 @@
 //! both, and each file below tests one concern.
 
 mod events;
+mod fold_thread;
 mod folds;
 mod lanes;
 mod once;

@@ -43,13 +43,15 @@ impl Layered {
     /// Merge the delta into new runs (see the module docs). One fold at a time among
     /// the tables of a journal; writes go on meanwhile: the journal is held only to
     /// freeze the delta and to switch to what the fold made. A failure (a full disk)
-    /// leaves the table reading as it did.
+    /// or a panic leaves the table reading as it did, its changes still due.
     pub fn fold(&self) -> Result<Folded, Error> {
         let started = Instant::now();
         let inner = &self.inner;
         let _one = lock(&inner.shared.folding);
         // A journal that failed a write takes nothing until the database is reopened.
         self.journal().kept_error().map_err(Error::Tables)?;
+        // Dropped after the frozen map, whichever way the fold ends.
+        let mut thaw = Thaw(Some(self));
         let (split, frozen, mut held) = {
             let mut guard = self.journal().lock();
             let held = Instant::now();
@@ -72,9 +74,8 @@ impl Layered {
             .map_err(Error::from)
             .and_then(|_| self.fold_frozen(&frozen, &split, started, &mut held));
         drop(frozen);
-        if outcome.is_err() {
-            let _guard = self.journal().lock();
-            self.delta_mut().thaw();
+        if outcome.is_ok() {
+            thaw.0 = None;
         }
         outcome
     }
@@ -325,6 +326,20 @@ impl Layered {
             out.replacing.push(files);
         }
         Ok(())
+    }
+}
+
+/// Puts a fold's frozen map back under the active map when dropped with its table: a
+/// fold that failed or panicked leaves the table's changes in the delta, counted as
+/// pending, so the fold is due again (a frozen map stays out of [`Layered::pending`]).
+struct Thaw<'a>(Option<&'a Layered>);
+
+impl Drop for Thaw<'_> {
+    fn drop(&mut self) {
+        if let Some(table) = self.0 {
+            let _guard = table.journal().lock();
+            table.delta_mut().thaw();
+        }
     }
 }
 

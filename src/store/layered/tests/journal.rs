@@ -1,6 +1,7 @@
 //! The journal across crashes: a start reads it up to the length sled recorded and
 //! cuts what lies past it (a torn record, a chunk sled never committed), a fold that
-//! stops between its manifest and its rotation reads the same after, and a chunk
+//! stops between its manifest and its rotation, or before the journal it carried over
+//! is recorded, reads the same after, and a chunk
 //! whose journal sync fails is not committed and leaves the journal refusing writes
 //! until it is opened again.
 
@@ -180,4 +181,64 @@ fn a_fold_stopped_before_its_rotation_reads_the_same() {
     reopened.fold().unwrap();
     assert_eq!(values(&reopened), before);
     assert_eq!(reopened.delta_len(), 0);
+}
+
+/// A fold killed once the journal it carried over is renamed into place, before the
+/// record naming that journal the first is durable: a start reads the older journals,
+/// then the carried one (what they hold, less what the runs took), then the current
+/// one, so the folded table and the one beside it read as they did, a change made to
+/// the latter during the fold included.
+#[test]
+fn a_fold_killed_before_its_carried_journal_is_recorded_reads_the_same() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = sled::open(dir.path().join("db")).unwrap();
+    let open = || {
+        let mut tables = open_all(&db, dir.path(), &["persons", "others"], true).unwrap();
+        let other = tables.pop().unwrap();
+        (tables.pop().unwrap(), other)
+    };
+    let (t, other) = open();
+    for table in [&t, &other] {
+        let entries = (0..50).map(|i| (IVec::from(key(i)), IVec::from(value(i, 1))));
+        table.write(entries.collect()).unwrap();
+    }
+    t.fold().unwrap();
+    t.insert(key(2), value(2, 2)).unwrap();
+    t.insert(key(7), TOMBSTONE).unwrap();
+    other.insert(key(3), value(3, 2)).unwrap();
+    let beside = other.clone();
+    t.set_during_fold(Some(Box::new(move |_: &Layered| {
+        beside.insert(key(4), value(4, 3)).unwrap();
+        beside.insert(key(3), TOMBSTONE).unwrap();
+    })));
+    let meta = db.open_tree("meta").unwrap();
+    let record = |meta: &sled::Tree| meta.get(t.journal().key()).unwrap().unwrap().to_vec();
+    let first = record(&meta)[..8].to_vec();
+    // The fold fails at the flush of the record naming the carried journal the first:
+    // every journal is still on disk.
+    t.journal().syncs().fail(JOURNAL_RECORD_SYNC, 0);
+    assert!(t.fold().is_err());
+    let (folded, beside) = (values(&t), values(&other));
+    assert_eq!(folded[2], Some(value(2, 2)));
+    assert_eq!((folded[7].as_ref(), beside[3].as_ref()), (None, None));
+    assert_eq!(beside[4], Some(value(4, 3)));
+    // The kill lost that record; the split's, flushed before the runs were written,
+    // is what the start finds.
+    let mut lost = record(&meta);
+    assert_ne!(lost[..8], first[..]);
+    lost[..8].copy_from_slice(&first);
+    meta.insert(t.journal().key(), lost).unwrap();
+    drop((t, other));
+    let (t, other) = open();
+    t.remove_strays().unwrap();
+    assert_eq!(
+        (values(&t), values(&other)),
+        (folded.clone(), beside.clone())
+    );
+    // A fold from there goes through, and a start after it reads the same.
+    t.fold().unwrap();
+    assert_eq!(t.delta_len(), 0);
+    drop((t, other));
+    let (t, other) = open();
+    assert_eq!((values(&t), values(&other)), (folded, beside));
 }
