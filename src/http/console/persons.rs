@@ -6,7 +6,8 @@
 //! newest first, reading each one's bytes for the property alone ([`PersonTest`]), for
 //! [`WALK_FIRST`] persons: a value many persons have fills a page there. Past them it
 //! answers from the index of persons by property ([`by_property`]): the key's entries
-//! read in place from the index's blocks, each distinct value tested once, and for a
+//! read in place from the index's blocks (a block that cannot hold a passing value
+//! left unread: see [`by_property::Sieve`]), each distinct value tested once, and for a
 //! test that persons without the key pass (the negative operators, `is_not_set`, as
 //! PostHog's persons query passes them: HogQL reads a missing property as NULL and
 //! wraps `!=`, `NOT ILIKE` and `NOT match` in `ifNull(..., 1)`) the persons the key's
