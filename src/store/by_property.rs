@@ -32,6 +32,9 @@ use super::first_seen;
 use super::rollup::backfill::Step;
 use super::{keys, Trees};
 
+mod read;
+pub use read::{candidates, Sieve};
+
 /// The table's name, part of the on-disk format.
 pub const TREE: &str = "persons_by_property";
 /// An entry's value: the value in the key is the whole JSON text ...
@@ -215,116 +218,6 @@ fn put_right(trees: &Trees, read: &[(u64, Uuid, IVec)]) -> Result<(), sled::Erro
         out
     };
     trees.by_property.write_made(made).map_err(sled::Error::Io)
-}
-
-/// The persons of `project` having `key` with a value `test` passes (given the value's
-/// JSON text and whether it was cut), and if `absent_passes` those without the key
-/// too, as their first-seen keys after `after`, newest first. Each distinct value is
-/// tested once. Candidates only: an entry may be of a value the person no longer has
-/// (see the module docs), or a cut one, and a first-seen key may be stale.
-///
-/// The key's entries are read in place from the table's blocks ([`Layered::visit`]).
-/// The persons without the key are the first-seen keys that none of its entries names:
-/// the places of its entries are sorted (within a value they are in order already, so
-/// a key of a few values sorts in a few merges) and the first-seen index is read
-/// beside them.
-///
-/// [`Layered::visit`]: super::layered::Layered::visit
-pub fn candidates(
-    trees: &Trees,
-    project: u64,
-    key: &str,
-    after: Option<&[u8]>,
-    absent_passes: bool,
-    mut test: impl FnMut(&[u8], bool) -> bool,
-) -> Result<Vec<[u8; 32]>, sled::Error> {
-    let Some(prefix) = key_prefix(project, key) else {
-        return Ok(Vec::new());
-    };
-    let mut found = Vec::new();
-    // The places of every entry of the key, when those without it pass.
-    let mut having: Vec<[u8; 24]> = Vec::new();
-    // The value last tested (its text, whether cut) and its answer.
-    let (mut last, mut last_cut, mut passes) = (Vec::new(), false, false);
-    let mut first = true;
-    let end = super::layered::successor(&prefix);
-    trees.by_property.visit(&prefix, end.as_deref(), |k, v| {
-        let Some((text, tail)) = split_entry(&k[prefix.len()..]) else {
-            return;
-        };
-        let cut = v == CUT;
-        if first || last != text || last_cut != cut {
-            passes = test(text, cut);
-            last.clear();
-            last.extend_from_slice(text);
-            (last_cut, first) = (cut, false);
-        }
-        let place = place(&k[..8], tail);
-        if after.is_some_and(|a| place[..] <= *a) {
-            return;
-        }
-        if absent_passes {
-            having.push(*tail);
-        }
-        if passes {
-            found.push(place);
-        }
-    });
-    if absent_passes {
-        found.extend(lacking(trees, project, after, having));
-    }
-    found.sort_unstable();
-    found.dedup();
-    Ok(found)
-}
-
-/// An entry's key past its property key: the value's text and the person's place
-/// (first event inverted, uuid).
-fn split_entry(rest: &[u8]) -> Option<(&[u8], &[u8; 24])> {
-    let (&len, rest) = rest.split_first()?;
-    let (text, tail) = (rest.get(..len as usize)?, rest.get(len as usize..)?);
-    Some((text, tail.try_into().ok()?))
-}
-
-fn place(project: &[u8], tail: &[u8; 24]) -> [u8; 32] {
-    let mut place = [0u8; 32];
-    place[..8].copy_from_slice(project);
-    place[8..].copy_from_slice(tail);
-    place
-}
-
-/// The first-seen keys of `project` after `after` whose place is not in `having`.
-fn lacking(
-    trees: &Trees,
-    project: u64,
-    after: Option<&[u8]>,
-    mut having: Vec<[u8; 24]>,
-) -> Vec<[u8; 32]> {
-    // Stable: it merges runs already in order instead of sorting them again.
-    having.sort();
-    let mut having = having.into_iter().peekable();
-    let prefix = keys::project(project);
-    let from = match after {
-        Some(a) if a.starts_with(&prefix) => a.to_vec(),
-        _ => prefix.to_vec(),
-    };
-    let end = project.checked_add(1).map(keys::project);
-    let mut out = Vec::new();
-    trees
-        .first_seen
-        .visit(&from, end.as_ref().map(|e| &e[..]), |k, _| {
-            let Ok(tail) = <&[u8; 24]>::try_from(&k[8..]) else {
-                return;
-            };
-            if after.is_some_and(|a| k <= a) {
-                return;
-            }
-            while having.next_if(|h| h < tail).is_some() {}
-            if having.peek() != Some(tail) {
-                out.push(place(&prefix, tail));
-            }
-        });
-    out
 }
 
 #[cfg(test)]

@@ -6,7 +6,8 @@
 //! newest first, reading each one's bytes for the property alone ([`PersonTest`]), for
 //! [`WALK_FIRST`] persons: a value many persons have fills a page there. Past them it
 //! answers from the index of persons by property ([`by_property`]): the key's entries
-//! read in place from the index's blocks, each distinct value tested once, and for a
+//! read in place from the index's blocks (a block that cannot hold a passing value
+//! left unread: see [`by_property::Sieve`]), each distinct value tested once, and for a
 //! test that persons without the key pass (the negative operators, `is_not_set`, as
 //! PostHog's persons query passes them: HogQL reads a missing property as NULL and
 //! wraps `!=`, `NOT ILIKE` and `NOT match` in `ifNull(..., 1)`) the persons the key's
@@ -33,8 +34,9 @@ use super::find::Matcher;
 use super::insights::blocking;
 use crate::app::App;
 use crate::persons::Person;
+use crate::store::by_property::{self, Sieve};
 use crate::store::layered::successor;
-use crate::store::{by_property, first_seen, keys, person_bytes, person_probe, Trees};
+use crate::store::{first_seen, keys, person_bytes, person_probe, Trees};
 use crate::support::hex;
 
 /// Persons a property search examines per request at most; the answer then says
@@ -235,12 +237,13 @@ pub fn by_index(
     matcher: &Matcher,
     span: Span,
 ) -> Result<Page, sled::Error> {
-    let mut values = ValueTest::new(matcher);
-    let may_pass = |text: &[u8], cut: bool| values.may_pass(text, cut);
     let after = span.cursor.as_deref();
     let absent_passes = !matcher.needs_key();
+    let sieve = (matcher.needle().map(Sieve::Holds)).or(matcher.excluded().map(Sieve::Lacks));
+    let may_pass = |text: &[u8], cut: bool| value_may_pass(matcher, text, cut);
     let key = matcher.key();
-    let places = by_property::candidates(trees, project, key, after, absent_passes, may_pass)?;
+    let places =
+        by_property::candidates(trees, project, key, after, absent_passes, sieve, may_pass)?;
     let test = PersonTest::new(Some(matcher));
     let mut page = Page {
         persons: Vec::with_capacity(span.limit),
@@ -281,53 +284,15 @@ pub fn by_index(
 
 /// The test of the values in the index: whether persons whose value of the tested key
 /// has the JSON text `text` (its start, if `cut`) may pass. A cut value may, as may one
-/// that does not parse; they are checked against the person. `icontains` folds ASCII
-/// only, so a value whose text has no escapes and does not hold the needle in any ASCII
-/// case cannot pass an `icontains` test, and a string whose text holds it cannot pass a
-/// `not_icontains` one; neither is parsed.
-struct ValueTest<'m> {
-    matcher: &'m Matcher,
-    needle: Option<memchr::memmem::Finder<'m>>,
-    excluded: Option<memchr::memmem::Finder<'m>>,
-    /// The text ASCII-lowercased, reused from value to value.
-    lower: Vec<u8>,
-}
-
-impl<'m> ValueTest<'m> {
-    fn new(matcher: &'m Matcher) -> ValueTest<'m> {
-        ValueTest {
-            matcher,
-            needle: matcher.needle().map(memchr::memmem::Finder::new),
-            excluded: matcher.excluded().map(memchr::memmem::Finder::new),
-            lower: Vec::new(),
-        }
+/// that does not parse; they are checked against the person. (What the text's bytes
+/// tell of an `icontains` or `not_icontains` test is told before: [`Sieve`].)
+fn value_may_pass(matcher: &Matcher, text: &[u8], cut: bool) -> bool {
+    if cut {
+        return true;
     }
-
-    fn may_pass(&mut self, text: &[u8], cut: bool) -> bool {
-        if cut {
-            return true;
-        }
-        if (self.needle.is_some() || self.excluded.is_some()) && !text.contains(&b'\\') {
-            self.lower.clear();
-            self.lower.extend(text.iter().map(u8::to_ascii_lowercase));
-            if let Some(needle) = &self.needle {
-                if needle.find(&self.lower).is_none() {
-                    return false;
-                }
-            }
-            // Within the quotes of a string: the text of the value itself.
-            let inner = (self.lower.len() >= 2 && self.lower[0] == b'"')
-                .then(|| &self.lower[1..self.lower.len() - 1]);
-            if let (Some(excluded), Some(inner)) = (&self.excluded, inner) {
-                if excluded.find(inner).is_some() {
-                    return false;
-                }
-            }
-        }
-        match serde_json::from_slice::<Value>(text) {
-            Ok(value) => self.matcher.matches_value("", Some(value)),
-            Err(_) => true,
-        }
+    match serde_json::from_slice::<Value>(text) {
+        Ok(value) => matcher.matches_value("", Some(value)),
+        Err(_) => true,
     }
 }
 

@@ -89,6 +89,7 @@ pub use iter::Iter;
 pub use journal::Journal;
 pub use run::Run;
 pub use runs::Runs;
+pub use visit::{block_entries, Visitor};
 pub use write::Writer;
 
 /// The directory of the runs, inside the database's.

@@ -64,8 +64,8 @@ pub struct Run {
     /// Its id in the block cache, never another run's.
     id: u64,
     path: PathBuf,
-    file: File,
-    blocks: Vec<BlockInfo>,
+    pub(super) file: File,
+    pub(super) blocks: Vec<BlockInfo>,
     filter: Filter,
     entries: u64,
     raw_bytes: u64,
@@ -282,24 +282,8 @@ impl Run {
         out
     }
 
-    /// Every entry from `from` on and below `to` (none: to the end), in key order, given
-    /// to `f` as the block holds it: nothing is copied, and the blocks are read around
-    /// the cache, as [`Run::scan`] reads them. Blocks that cannot be read are passed
-    /// over.
-    pub(super) fn visit(&self, from: &[u8], to: Option<&[u8]>, f: &mut impl FnMut(&[u8], &[u8])) {
-        self.each(self.first_block(from), |k, v| {
-            if to.is_some_and(|t| k >= t) {
-                return ControlFlow::Break(());
-            }
-            if k >= from {
-                f(k, v);
-            }
-            ControlFlow::Continue(())
-        });
-    }
-
     /// The block that may hold `key`, or the first.
-    fn first_block(&self, key: &[u8]) -> usize {
+    pub(super) fn first_block(&self, key: &[u8]) -> usize {
         self.blocks.partition_point(|b| &*b.first_key <= key).max(1) - 1
     }
 
@@ -376,7 +360,7 @@ impl Run {
     }
 
     /// Block `i`, or `None` (logged once) when it cannot be read.
-    fn readable_block(&self, i: usize) -> Option<Vec<u8>> {
+    pub(super) fn readable_block(&self, i: usize) -> Option<Vec<u8>> {
         match self.block(i) {
             Ok(raw) => Some(raw),
             Err(e) => {
@@ -386,13 +370,13 @@ impl Run {
         }
     }
 
-    fn report(&self, i: usize, e: &io::Error) {
+    pub(super) fn report(&self, i: usize, e: &io::Error) {
         if !self.reported[i].swap(true, Ordering::Relaxed) {
             tracing::error!(error = %e, "a block of persons or distinct ids cannot be read; its keys read as absent (run `flagpost check`)");
         }
     }
 
-    fn bad_block(&self, i: usize, what: impl std::fmt::Display) -> io::Error {
+    pub(super) fn bad_block(&self, i: usize, what: impl std::fmt::Display) -> io::Error {
         damaged(&self.path, format_args!("block {i}: {what}"))
     }
 
@@ -401,11 +385,22 @@ impl Run {
         let b = &self.blocks[i];
         let mut stored = vec![0u8; b.stored as usize];
         self.file.read_exact_at(&mut stored, b.offset)?;
-        if crc32fast::hash(&stored) != b.crc {
+        let mut raw = Vec::new();
+        self.unpack(i, &stored, &mut raw)?;
+        Ok(raw)
+    }
+
+    /// Block `i`'s stored bytes checked against their CRC and decompressed into `raw`.
+    pub(super) fn unpack(&self, i: usize, stored: &[u8], raw: &mut Vec<u8>) -> io::Result<()> {
+        if crc32fast::hash(stored) != self.blocks[i].crc {
             return Err(self.bad_block(i, "its bytes fail their CRC"));
         }
-        lz4_flex::block::decompress(&stored, b.raw as usize)
-            .map_err(|e| self.bad_block(i, format_args!("it does not decompress: {e}")))
+        raw.clear();
+        raw.resize(self.blocks[i].raw as usize, 0);
+        let n = lz4_flex::block::decompress_into(stored, raw)
+            .map_err(|e| self.bad_block(i, format_args!("it does not decompress: {e}")))?;
+        raw.truncate(n);
+        Ok(())
     }
 }
 
@@ -420,7 +415,7 @@ fn entry_at<'a>(raw: &'a [u8], at: &mut usize) -> Option<(&'a [u8], &'a [u8])> {
 }
 
 /// The entries of a decompressed block; `None` where they are cut.
-fn entries(raw: &[u8]) -> impl Iterator<Item = Option<(&[u8], &[u8])>> {
+pub(super) fn entries(raw: &[u8]) -> impl Iterator<Item = Option<(&[u8], &[u8])>> {
     let mut at = 0;
     let mut failed = false;
     std::iter::from_fn(move || {

@@ -111,7 +111,7 @@ fn candidates_are_each_tested_value_once_newest_first() {
     }
     trees.by_property.write(writes).unwrap();
     let mut tested = Vec::new();
-    let found = candidates(&trees, 1, "plan", None, false, |text, cut| {
+    let found = candidates(&trees, 1, "plan", None, false, None, |text, cut| {
         tested.push((String::from_utf8_lossy(text).into_owned(), cut));
         text == b"\"a\"" || cut
     })
@@ -131,7 +131,7 @@ fn candidates_are_each_tested_value_once_newest_first() {
         .collect();
     assert_eq!(times, [4, 3, 2, 0]);
     // After a first-seen key: only older persons.
-    let after = candidates(&trees, 1, "plan", Some(&found[1]), false, |_, _| true).unwrap();
+    let after = candidates(&trees, 1, "plan", Some(&found[1]), false, None, |_, _| true).unwrap();
     let times: Vec<i64> = after
         .iter()
         .map(|k| keys::split_first_seen(k).unwrap().0)
@@ -171,7 +171,7 @@ fn a_build_indexes_stored_persons_and_resumes() {
     let build = Build::new(&trees);
     while build.step(&trees).unwrap() != Step::Done {}
     assert!(ready(&trees.meta).unwrap());
-    let threes = candidates(&trees, 1, "n", None, false, |t, _| t == b"3").unwrap();
+    let threes = candidates(&trees, 1, "n", None, false, None, |t, _| t == b"3").unwrap();
     let times: Vec<i64> = threes
         .iter()
         .map(|k| keys::split_first_seen(k).unwrap().0)
