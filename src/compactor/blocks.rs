@@ -153,13 +153,6 @@ impl Making {
     }
 }
 
-/// Count, build, index, append and sync a chunk's blocks here, from one part.
-pub fn store(chunk: Chunk, part: Part) -> io::Result<Stored> {
-    let mut making = Making::new(chunk);
-    making.part(part)?;
-    making.finish()
-}
-
 /// What the compactor hands over for a chunk, in order: parts, then the end. A chunk
 /// whose end never comes was given up.
 enum Handed {
@@ -398,6 +391,13 @@ mod tests {
             files: Files::open(dir).unwrap(),
             index: event_index::Index::unopened(dir),
         }
+    }
+
+    /// Count, build, index, append and sync a chunk's blocks here, from one part.
+    fn store(chunk: Chunk, part: Part) -> io::Result<Stored> {
+        let mut making = Making::new(chunk);
+        making.part(part)?;
+        making.finish()
     }
 
     /// Hand `parts` over to a chunk made on the thread, and wait.
