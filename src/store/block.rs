@@ -166,17 +166,18 @@ pub fn build_open(entries: &mut Vec<Entry>) -> Vec<Built> {
 /// One block of sorted entries, with what the event index keeps of it.
 fn built(part: &[Entry]) -> Built {
     let (newest, value, properties) = encode(part);
-    let once = |mut texts: Vec<String>| {
+    // Each text copied once, after its repeats are gone.
+    let once = |mut texts: Vec<&str>| {
         texts.sort_unstable();
         texts.dedup();
-        texts
+        texts.into_iter().map(str::to_owned).collect()
     };
     Built {
         newest,
         oldest: part.first().map_or(newest, |e| e.timestamp),
         value,
-        distinct_ids: once(part.iter().map(|e| e.distinct_id.clone()).collect()),
-        events: once(part.iter().map(|e| e.event.clone()).collect()),
+        distinct_ids: once(part.iter().map(|e| e.distinct_id.as_str()).collect()),
+        events: once(part.iter().map(|e| e.event.as_str()).collect()),
         properties,
     }
 }
