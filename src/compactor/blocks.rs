@@ -1,40 +1,55 @@
 //! A chunk's event blocks, made on a thread of their own (`compactor-block`) while the
-//! compactor's thread goes on with the rest of the chunk's transaction: once the
-//! chunk's records are applied, their events are handed over here to be counted for the
-//! console's rollups, sorted and cut into blocks, compressed, added to the event index,
-//! appended to the block files and synced, while the transaction writes the persons
-//! the chunk changed and journals them. The transaction then waits for the blocks and
+//! compactor's thread applies the chunk's records: the events are handed over in parts
+//! as they are applied ([`Building::add`]), each part counted for the console's
+//! rollups, sorted and cut into blocks, compressed, added to the event index and
+//! appended to the block files while the next part is applied. Each project's last
+//! block of a part is left open to the next part's events, so events handed over in
+//! time order are cut as they would be all at once. Once every record is applied the
+//! transaction writes the persons the chunk changed and journals them, then waits
+//! ([`Building::wait`]) while the last blocks are made and the files synced, and
 //! stores their pointers, so a chunk still commits whole, in order, or not at all.
 //!
-//! One chunk at a time: the hand-over waits for the thread to take it (a channel that
-//! holds nothing), and a transaction waits for its chunk's blocks however it returns
-//! ([`Building`]'s drop), so no more than one chunk's events are ever held here. A
-//! failed append or sync comes back as the error that aborts the chunk, which is then
-//! read again; a panic here is raised again on the compactor's thread, which stops as
-//! it would for its own. Without the thread (it could not be started) the blocks are
-//! made on the compactor's thread, as they were before.
+//! One chunk at a time, a few parts in flight: the hand-over of a chunk waits for the
+//! thread to take it (a channel that holds nothing), a part waits once
+//! [`PARTS_QUEUED`] are queued, and a transaction waits for its chunk's blocks however
+//! it returns ([`Building`]'s drop). A transaction that returns before it waited (an
+//! abort, or a conflict sled retries) gives its chunk up: the thread stops making it,
+//! syncs nothing and sends nothing back, so what it counted is dropped, and a retry
+//! starts over from the same block id (the event index takes a block added again in
+//! its latest place; appended bytes are never named). A failed append or sync comes
+//! back as the error that aborts the chunk, which is then read again; a panic here is
+//! raised again on the compactor's thread, which stops as it would for its own.
+//! Without the thread (it could not be started) the blocks are made on the compactor's
+//! thread as the parts come, as they were before.
 
 use std::collections::HashMap;
 use std::io;
 use std::panic;
-use std::sync::mpsc::{self, Receiver};
-use std::sync::OnceLock;
+use std::sync::mpsc::{self, Receiver, SyncSender};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
 use super::phases::BlockTimes;
 
-use crate::store::block::{self, Entry, Files, POINTER_LEN};
+use crate::store::block::{self, Built, Entry, Files, POINTER_LEN};
 use crate::store::{event_index, keys, rollup};
+use crate::support::sync::lock;
 use crate::support::worker::{Job, Worker};
 
-/// One chunk's events, by project, and where their blocks go.
+/// Parts handed over and not yet taken by the thread, at most; with the one it makes
+/// and each project's open block, what a chunk holds here is bounded.
+const PARTS_QUEUED: usize = 2;
+
+/// Where a chunk's blocks go.
 pub struct Chunk {
-    pub entries: HashMap<u64, Vec<Entry>>,
     /// The id of the chunk's first block; the others follow it.
     pub first_block: u64,
     pub files: Files,
     pub index: event_index::Index,
 }
+
+/// Some of a chunk's events, by project.
+pub type Part = HashMap<u64, Vec<Entry>>;
 
 /// A chunk's blocks, appended to the block files and synced.
 pub struct Stored {
@@ -48,61 +63,116 @@ pub struct Stored {
     pub times: BlockTimes,
 }
 
-/// Count, build, index, append and sync a chunk's blocks, on whichever thread.
-pub fn store(chunk: Chunk) -> io::Result<Stored> {
-    let started = Instant::now();
-    let mut counted = rollup::Pending::default();
-    for (project, list) in &chunk.entries {
-        for e in list {
-            let (name, who) = (&e.event, &e.distinct_id);
-            counted.add(*project, e.timestamp, name, e.person_id, who, &e.properties);
+/// A chunk's blocks being made, part after part, on whichever thread.
+struct Making {
+    chunk: Chunk,
+    /// Each project's last block, open to the next part's events.
+    open: HashMap<u64, Vec<Entry>>,
+    stored: Stored,
+}
+
+impl Making {
+    fn new(chunk: Chunk) -> Making {
+        let next_block = chunk.first_block;
+        Making {
+            chunk,
+            open: HashMap::new(),
+            stored: Stored {
+                blocks: Vec::new(),
+                next_block,
+                counted: rollup::Pending::default(),
+                times: BlockTimes::default(),
+            },
         }
     }
-    let mut next_block = chunk.first_block;
-    let mut blocks = Vec::new();
-    for (project, list) in chunk.entries {
-        for built in block::build_indexed(list) {
-            let block = event_index::BlockRef {
-                id: next_block,
-                project,
-                newest: built.newest,
-                oldest: built.oldest,
-            };
-            // Before the commit, so a read never finds a committed block missing from
-            // the index; one naming a block that is not (yet) stored passes over it.
-            chunk.index.add(&[event_index::NewBlock {
-                block,
-                distinct_ids: built.distinct_ids,
-                events: built.events,
-                properties: built.properties,
-            }]);
-            let pointer = chunk.files.append(&built.value)?;
-            blocks.push((keys::block(project, built.newest, next_block), pointer));
-            next_block += 1;
+
+    /// Count a part's events, and make every block of it but each project's last.
+    fn part(&mut self, part: Part) -> io::Result<()> {
+        let started = Instant::now();
+        for (project, list) in part {
+            for e in &list {
+                let (name, who) = (&e.event, &e.distinct_id);
+                let counted = &mut self.stored.counted;
+                counted.add(project, e.timestamp, name, e.person_id, who, &e.properties);
+            }
+            let open = self.open.entry(project).or_default();
+            open.extend(list);
+            for built in block::build_open(open) {
+                self.store(project, built)?;
+            }
+        }
+        self.stored.times.build += started.elapsed();
+        Ok(())
+    }
+
+    /// Index and append one block.
+    fn store(&mut self, project: u64, built: Built) -> io::Result<()> {
+        let id = self.stored.next_block;
+        let block = event_index::BlockRef {
+            id,
+            project,
+            newest: built.newest,
+            oldest: built.oldest,
+        };
+        // Before the commit, so a read never finds a committed block missing from the
+        // index; one naming a block that is not (yet) stored passes over it.
+        self.chunk.index.add(&[event_index::NewBlock {
+            block,
+            distinct_ids: built.distinct_ids,
+            events: built.events,
+            properties: built.properties,
+        }]);
+        let pointer = self.chunk.files.append(&built.value)?;
+        let key = keys::block(project, built.newest, id);
+        self.stored.blocks.push((key, pointer));
+        self.stored.next_block += 1;
+        Ok(())
+    }
+
+    /// Make the open blocks and sync: the chunk's blocks are on disk before their
+    /// pointers can be (see block::files).
+    fn finish(mut self) -> io::Result<Stored> {
+        let started = Instant::now();
+        for (project, open) in std::mem::take(&mut self.open) {
+            for built in block::build_indexed(open) {
+                self.store(project, built)?;
+            }
+        }
+        let built = Instant::now();
+        if !self.stored.blocks.is_empty() {
+            self.chunk.files.sync()?;
+        }
+        let times = &mut self.stored.times;
+        times.build += built - started;
+        times.sync = built.elapsed();
+        Ok(self.stored)
+    }
+}
+
+/// What the compactor hands over for a chunk, in order: parts, then the end. A chunk
+/// whose end never comes was given up.
+enum Handed {
+    Part(Part),
+    End,
+}
+
+/// Make a chunk's blocks from what comes in `handed`.
+fn make(chunk: Chunk, handed: Receiver<Handed>) -> io::Result<Stored> {
+    let mut making = Making::new(chunk);
+    loop {
+        match handed.recv() {
+            Ok(Handed::Part(part)) => making.part(part)?,
+            Ok(Handed::End) => return making.finish(),
+            Err(_) => return Err(io::Error::other("the chunk was given up")),
         }
     }
-    // The blocks are on disk before the pointers can be (see block::files).
-    let built = Instant::now();
-    if !blocks.is_empty() {
-        chunk.files.sync()?;
-    }
-    let times = BlockTimes {
-        build: built - started,
-        sync: built.elapsed(),
-    };
-    Ok(Stored {
-        blocks,
-        next_block,
-        counted,
-        times,
-    })
 }
 
 /// What the thread sends back: the blocks, or the panic that stopped their making.
 type Outcome = crate::support::worker::Outcome<io::Result<Stored>>;
 
-/// What the thread runs: a chunk's [`store`], or what a test makes of it.
-type Work = Box<dyn FnOnce() -> io::Result<Stored> + Send>;
+/// What the thread runs for a chunk: [`make`], or what a test makes of it.
+type Work = Box<dyn FnOnce(Receiver<Handed>) -> io::Result<Stored> + Send>;
 
 /// The block thread, started at the first chunk; dropped, it finishes and is joined.
 pub struct Builder {
@@ -119,45 +189,99 @@ impl Builder {
         }
     }
 
-    /// Start storing `chunk`'s blocks on the thread (here, if it cannot be started).
+    /// Start making `chunk`'s blocks on the thread (here, if it cannot be started),
+    /// from the parts to be handed over.
     pub fn start(&self, chunk: Chunk) -> Building {
-        self.run(Box::new(move || store(chunk)))
+        self.run(Box::new(move |handed| make(chunk, handed)))
     }
 
     fn run(&self, work: Work) -> Building {
+        let (hand, handed) = mpsc::sync_channel(PARTS_QUEUED);
         let (reply, outcome) = mpsc::sync_channel(1);
-        let job = Job::new(work, move |made: Outcome| {
-            // The transaction waits for it; if it went, nothing is lost. The channel
-            // holds one, so this send never waits.
-            let _ = reply.send(made);
-        });
+        // The work waits here until the thread takes it, so a chunk the thread cannot
+        // take (it could not start, or it is gone) is made on this thread instead.
+        let kept = Arc::new(Mutex::new(Some((work, handed))));
+        let taken = kept.clone();
+        let job = Job::new(
+            move || {
+                let kept = lock(&taken).take();
+                match kept {
+                    Some((work, handed)) => work(handed),
+                    None => Err(io::Error::other(
+                        "the chunk was made on the compactor's thread",
+                    )),
+                }
+            },
+            move |made: Outcome| {
+                // The transaction waits for it; if it went, nothing is lost. The channel
+                // holds one, so this send never waits.
+                let _ = reply.send(made);
+            },
+        );
         let thread = self.thread.get_or_init(|| {
             // Each hand-over waits for the thread to take the chunk.
             Worker::spawn("compactor-block", self.nice, 0)
                 .inspect_err(|e| tracing::warn!(error = %e, "cannot start the compactor's block thread; blocks are made on the compactor's"))
                 .ok()
         });
-        let unsent = match thread {
-            Some(thread) => thread.send(job).err(),
-            None => Some(job),
+        let sent = thread.as_ref().is_some_and(|t| t.send(job).is_ok());
+        // Not sent, the job was dropped unrun, so the work is still here.
+        let unsent = match sent {
+            true => None,
+            false => lock(&kept).take(),
         };
-        if let Some(job) = unsent {
-            job.run_here();
-        }
-        Building {
-            outcome: Some(outcome),
+        match unsent {
+            Some((work, _)) => Building {
+                hand: None,
+                outcome: None,
+                here: Some((work, Vec::new())),
+            },
+            None => Building {
+                hand: Some(hand),
+                outcome: Some(outcome),
+                here: None,
+            },
         }
     }
 }
 
 /// A chunk's blocks on their way.
 pub struct Building {
+    /// Parts to the thread; `None` once the end is handed over.
+    hand: Option<SyncSender<Handed>>,
     outcome: Option<Receiver<Outcome>>,
+    /// Without the thread: the work and its parts, made when waited for.
+    here: Option<(Work, Vec<Part>)>,
 }
 
 impl Building {
-    /// Wait for the blocks; a panic while making them is raised again here.
+    /// Hand over some of the chunk's events; waits while [`PARTS_QUEUED`] are. After a
+    /// failure on the thread the part is dropped: [`Building::wait`] reports it.
+    pub fn add(&mut self, part: Part) {
+        if part.is_empty() {
+            return;
+        }
+        if let Some(hand) = &self.hand {
+            let _ = hand.send(Handed::Part(part));
+        } else if let Some((_, parts)) = &mut self.here {
+            parts.push(part);
+        }
+    }
+
+    /// Hand over the end and wait for the blocks; a panic while making them is raised
+    /// again here.
     pub fn wait(mut self) -> io::Result<Stored> {
+        if let Some((work, parts)) = self.here.take() {
+            let (hand, handed) = mpsc::channel();
+            for part in parts {
+                let _ = hand.send(Handed::Part(part));
+            }
+            let _ = hand.send(Handed::End);
+            return work(handed);
+        }
+        if let Some(hand) = self.hand.take() {
+            let _ = hand.send(Handed::End);
+        }
         match self.outcome.take().map(|o| o.recv()) {
             Some(Ok(Ok(stored))) => stored,
             Some(Ok(Err(panic))) => panic::resume_unwind(panic),
@@ -167,9 +291,11 @@ impl Building {
 }
 
 impl Drop for Building {
-    /// A transaction that returns before it waited still waits here, so its chunk's
-    /// blocks are done before another's start.
+    /// A transaction that returns before it waited gives its chunk up and still waits
+    /// here for the thread to stop, so its chunk's blocks are done with before
+    /// another's start.
     fn drop(&mut self) {
+        drop(self.hand.take());
         if let Some(outcome) = self.outcome.take() {
             let _ = outcome.recv();
         }
@@ -186,10 +312,10 @@ mod tests {
     use uuid::Uuid;
 
     use super::*;
-    use crate::store::block::files::FILE_SYNC;
+    use crate::store::block::files::{DIR_SYNC, FILE_SYNC};
 
     /// `n` events of each of two projects, a minute apart, some persons each.
-    fn entries(n: usize) -> HashMap<u64, Vec<Entry>> {
+    fn entries(n: usize) -> Part {
         let one = |project: u64, i: usize| Entry {
             timestamp: 1_700_000_000_000 + i as i64 * 60_000,
             created_at: 1_700_000_000_000 + i as i64 * 60_000 + 5,
@@ -205,13 +331,42 @@ mod tests {
             .collect()
     }
 
-    fn chunk(dir: &std::path::Path, n: usize) -> Chunk {
+    /// `entries` cut in parts of `each` events of each project, in order.
+    fn parts(entries: Part, each: usize) -> Vec<Part> {
+        let mut out: Vec<Part> = Vec::new();
+        for (project, list) in entries {
+            for (i, some) in list.chunks(each).enumerate() {
+                if out.len() == i {
+                    out.push(Part::new());
+                }
+                out[i].insert(project, some.to_vec());
+            }
+        }
+        out
+    }
+
+    fn chunk(dir: &std::path::Path) -> Chunk {
         Chunk {
-            entries: entries(n),
             first_block: 7,
             files: Files::open(dir).unwrap(),
             index: event_index::Index::unopened(dir),
         }
+    }
+
+    /// Count, build, index, append and sync a chunk's blocks here, from one part.
+    fn store(chunk: Chunk, part: Part) -> io::Result<Stored> {
+        let mut making = Making::new(chunk);
+        making.part(part)?;
+        making.finish()
+    }
+
+    /// Hand `parts` over to a chunk made on the thread, and wait.
+    fn made(builder: &Builder, chunk: Chunk, parts: Vec<Part>) -> io::Result<Stored> {
+        let mut building = builder.start(chunk);
+        for part in parts {
+            building.add(part);
+        }
+        building.wait()
     }
 
     /// Each block's project and newest time (its key without the id, which follows
@@ -232,18 +387,20 @@ mod tests {
     }
 
     #[test]
-    fn blocks_made_on_the_thread_are_the_ones_made_here() {
+    fn blocks_made_on_the_thread_part_after_part_are_the_ones_made_here_at_once() {
         let (there, here) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
         let builder = Builder::new(0);
-        let (on_thread, in_place) = (chunk(there.path(), 700), chunk(here.path(), 700));
+        let (on_thread, in_place) = (chunk(there.path()), chunk(here.path()));
         let (files_there, files_here) = (on_thread.files.clone(), in_place.files.clone());
-        let a = builder.start(on_thread).wait().unwrap();
-        let b = store(in_place).unwrap();
+        // Parts that end within blocks: each project's last block is left open.
+        let a = made(&builder, on_thread, parts(entries(700), 45)).unwrap();
+        let b = store(in_place, entries(700)).unwrap();
         assert!(matches!(builder.thread.get(), Some(Some(_))));
         // 700 events a minute apart span more than an hour: several blocks a project.
         assert!(a.blocks.len() >= 4, "{} blocks", a.blocks.len());
         assert_eq!(a.next_block, 7 + a.blocks.len() as u64);
         assert_eq!(a.next_block, b.next_block);
+        assert_eq!(a.counted, b.counted);
         let (blocks, ids) = read_back(&files_there, &a);
         assert_eq!(ids, (7..a.next_block).collect::<Vec<_>>());
         assert_eq!((blocks, ids), read_back(&files_here, &b));
@@ -254,10 +411,11 @@ mod tests {
         let builder = Builder::new(0);
         let name = Arc::new(Mutex::new(None));
         let seen = name.clone();
-        let building = builder.run(Box::new(move || {
+        let mut building = builder.run(Box::new(move |handed| {
             *seen.lock().unwrap() = std::thread::current().name().map(str::to_owned);
-            store(chunk(tempfile::tempdir().unwrap().path(), 0))
+            make(chunk(tempfile::tempdir().unwrap().path()), handed)
         }));
+        building.add(Part::new());
         let stored = building.wait().unwrap();
         assert!(stored.blocks.is_empty());
         assert_eq!(stored.next_block, 7);
@@ -265,24 +423,109 @@ mod tests {
     }
 
     #[test]
+    fn a_chunk_the_thread_cannot_take_is_made_here_part_after_part() {
+        let (there, here) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let builder = Builder::new(0);
+        // A thread that is gone gives every job back.
+        assert!(builder
+            .thread
+            .set(Some(Worker::gone("compactor-block")))
+            .is_ok());
+        let (in_parts, at_once) = (chunk(there.path()), chunk(here.path()));
+        let (files_parts, files_once) = (in_parts.files.clone(), at_once.files.clone());
+        let name = Arc::new(Mutex::new(None));
+        let seen = name.clone();
+        let mut building = builder.run(Box::new(move |handed| {
+            *seen.lock().unwrap() = std::thread::current().name().map(str::to_owned);
+            make(in_parts, handed)
+        }));
+        for part in parts(entries(300), 45) {
+            building.add(part);
+        }
+        let a = building.wait().unwrap();
+        let b = store(at_once, entries(300)).unwrap();
+        // Made on this test's thread, not a block thread's.
+        assert_ne!(name.lock().unwrap().as_deref(), Some("compactor-block"));
+        assert!(!a.blocks.is_empty());
+        assert_eq!(a.counted, b.counted);
+        assert_eq!(read_back(&files_parts, &a), read_back(&files_once, &b));
+    }
+
+    #[test]
     fn a_failed_sync_on_the_thread_comes_back_and_the_next_chunk_is_stored() {
         let dir = tempfile::tempdir().unwrap();
         let builder = Builder::new(0);
-        let first = chunk(dir.path(), 50);
+        let first = chunk(dir.path());
         first.files.syncs().fail(FILE_SYNC, 0);
-        let failed = builder.start(first).wait();
+        let failed = made(&builder, first, parts(entries(50), 20));
         assert!(failed.is_err());
-        let again = chunk(dir.path(), 50);
+        let again = chunk(dir.path());
         let files = again.files.clone();
-        let stored = builder.start(again).wait().unwrap();
+        let stored = made(&builder, again, parts(entries(50), 20)).unwrap();
         assert!(!stored.blocks.is_empty());
         assert_eq!(read_back(&files, &stored).0.len(), stored.blocks.len());
     }
 
     #[test]
-    fn a_panic_on_the_thread_is_raised_on_the_waiting_one() {
+    fn a_failure_in_a_middle_part_comes_back_and_the_next_chunk_is_stored() {
+        let dir = tempfile::tempdir().unwrap();
         let builder = Builder::new(0);
-        let building = builder.run(Box::new(|| panic!("a block that cannot be made")));
+        let first = chunk(dir.path());
+        let files = first.files.clone();
+        // The second block file cannot be made: the first part's blocks fit in the
+        // first, a later part's do not.
+        files.syncs().fail(DIR_SYNC, 1);
+        let all = parts(entries(3000), 300);
+        assert!(all.len() >= 4);
+        let failed = made(&builder, first, all.clone());
+        assert!(failed.is_err());
+        assert_eq!(files.syncs().count(DIR_SYNC), 1);
+        // The parts handed over after the failure were dropped, not waited on; the
+        // next chunk is stored whole.
+        let stored = made(&builder, chunk(dir.path()), all).unwrap();
+        let whole = store(chunk(tempfile::tempdir().unwrap().path()), entries(3000));
+        assert_eq!(stored.counted, whole.unwrap().counted);
+        assert_eq!(read_back(&files, &stored).0.len(), stored.blocks.len());
+    }
+
+    #[test]
+    fn a_chunk_given_up_part_way_and_made_again_counts_and_indexes_it_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let index = event_index::Index::open(dir.path(), 7, true).unwrap();
+        let builder = Builder::new(0);
+        let with_index = || Chunk {
+            index: index.clone(),
+            ..chunk(dir.path())
+        };
+        let all = parts(entries(700), 45);
+        // A transaction sled runs again: the first try hands over some parts and
+        // returns without waiting.
+        let mut tried = builder.start(with_index());
+        for part in all.iter().take(5) {
+            tried.add(part.clone());
+        }
+        drop(tried);
+        let stored = made(&builder, with_index(), all).unwrap();
+        let whole = store(chunk(tempfile::tempdir().unwrap().path()), entries(700)).unwrap();
+        assert_eq!(stored.counted, whole.counted);
+        assert_eq!(stored.next_block, whole.next_block);
+        // The index holds each block once, under its id of the try that committed.
+        let status = index.status();
+        assert_eq!(status.recent_blocks, stored.blocks.len());
+    }
+
+    #[test]
+    fn a_panic_in_a_middle_part_is_raised_on_the_waiting_thread() {
+        let builder = Builder::new(0);
+        let mut building = builder.run(Box::new(|handed| {
+            let _first = handed.recv();
+            panic!("a block that cannot be made")
+        }));
+        // More parts than the queue holds: the hand-over does not wait on a thread
+        // that stopped making the chunk.
+        for part in parts(entries(100), 10) {
+            building.add(part);
+        }
         let Err(raised) = panic::catch_unwind(AssertUnwindSafe(|| building.wait())) else {
             panic!("the panic was not raised");
         };
@@ -292,12 +535,8 @@ mod tests {
         );
         // The thread goes on with the next chunk.
         let dir = tempfile::tempdir().unwrap();
-        assert!(!builder
-            .start(chunk(dir.path(), 10))
-            .wait()
-            .unwrap()
-            .blocks
-            .is_empty());
+        let next = made(&builder, chunk(dir.path()), parts(entries(10), 5));
+        assert!(!next.unwrap().blocks.is_empty());
     }
 
     #[test]
@@ -305,11 +544,13 @@ mod tests {
         let builder = Builder::new(0);
         let done = Arc::new(AtomicBool::new(false));
         let finished = done.clone();
-        let building = builder.run(Box::new(move || {
+        let mut building = builder.run(Box::new(move |handed| {
+            let made = make(chunk(tempfile::tempdir().unwrap().path()), handed);
             std::thread::sleep(Duration::from_millis(50));
             finished.store(true, Ordering::SeqCst);
-            store(chunk(tempfile::tempdir().unwrap().path(), 0))
+            made
         }));
+        building.add(entries(10));
         drop(building);
         assert!(done.load(Ordering::SeqCst));
     }

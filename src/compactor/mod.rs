@@ -121,6 +121,10 @@ pub struct Compactor {
     /// Test hook: fail the next transaction on this tree after this many records.
     #[cfg(test)]
     fail_at: Option<(chunk::Source, usize)>,
+    /// Test hook: the next log transaction meets a conflict after this many records,
+    /// once, so sled runs it again.
+    #[cfg(test)]
+    conflict_at: Option<usize>,
 }
 
 impl Compactor {
@@ -153,6 +157,8 @@ impl Compactor {
             phases: phases::Phases::default(),
             #[cfg(test)]
             fail_at: None,
+            #[cfg(test)]
+            conflict_at: None,
         }
     }
 

@@ -18,7 +18,7 @@ use super::{apply, blocks, memo, Compactor, Error, StepReport};
 use crate::log::{record::decode_frame, Record};
 use crate::store::dedup::{self, IdSet};
 use crate::store::keys::{CHECKPOINT_KEY, NEXT_BLOCK_KEY};
-use crate::store::{block, keys, outbox, person_cache, rollup};
+use crate::store::{keys, outbox, person_cache, rollup};
 
 /// What the compactor keeps between steps, read from the database at the first.
 pub(super) struct State {
@@ -122,6 +122,13 @@ impl Compactor {
         };
         #[cfg(not(test))]
         let fail_after: Option<usize> = None;
+        #[cfg(test)]
+        let conflict_after = std::cell::Cell::new(match source {
+            Source::Log => self.conflict_at.take(),
+            _ => None,
+        });
+        #[cfg(not(test))]
+        let conflict_after = std::cell::Cell::new(None::<usize>);
         let Some(state) = self.state.as_mut() else {
             return Err(Error::StateNotLoaded);
         };
@@ -192,13 +199,25 @@ impl Compactor {
                     true => Cache::default(),
                 };
                 let mut seen = IdSet::default();
-                let mut entries: HashMap<u64, Vec<block::Entry>> = HashMap::new();
+                // The blocks are made on their own thread meanwhile, from the events
+                // handed over part after part (see blocks.rs).
+                let mut building = builder.start(blocks::Chunk {
+                    first_block,
+                    files: t.blocks.clone(),
+                    index: t.event_index.clone(),
+                });
+                let mut part = blocks::Part::new();
+                let mut in_part = 0;
                 for key in &chunk.consumed {
                     from.remove(key)?;
                 }
                 for (i, item) in items.iter().enumerate() {
                     if fail_after == Some(i) {
                         return Err(ConflictableTransactionError::Abort(()));
+                    }
+                    if conflict_after.get() == Some(i) {
+                        conflict_after.set(None);
+                        return Err(ConflictableTransactionError::Conflict);
                     }
                     match &item.action {
                         Action::Apply(record) => {
@@ -210,8 +229,13 @@ impl Compactor {
                             let s = settings.get(&record.project).copied().unwrap_or_default();
                             let g = record.ip.and_then(|ip| geo.get(&ip));
                             let entry = apply::record(&tx, &mut cache, record, s, g)?;
-                            entries.entry(record.project).or_default().push(entry);
+                            part.entry(record.project).or_default().push(entry);
                             counts.applied += 1;
+                            in_part += 1;
+                            if in_part == PART_ENTRIES {
+                                building.add(std::mem::take(&mut part));
+                                in_part = 0;
+                            }
                         }
                         Action::ToHistorical(bytes) => {
                             historical.insert(&item.lane_key[..], bytes.as_slice())?;
@@ -227,14 +251,8 @@ impl Compactor {
                         }
                     }
                 }
+                building.add(part);
                 phases.borrow_mut().end(Phase::Apply);
-                // The blocks are made on their own thread meanwhile (see blocks.rs).
-                let building = builder.start(blocks::Chunk {
-                    entries,
-                    first_block,
-                    files: t.blocks.clone(),
-                    index: t.event_index.clone(),
-                });
                 cache.write(&tx)?;
                 (counts.persons, counts.learned) = cache.into_reports();
                 // Synced before the commit that records it; put back if the chunk fails.
@@ -406,6 +424,10 @@ impl Compactor {
         Ok(self.last_received.map_or(0, |t| (now - t).max(0)))
     }
 }
+
+/// Events handed to the block thread at a time: the last part's blocks are made while
+/// the compactor waits, the others while it applies.
+const PART_ENTRIES: usize = if cfg!(test) { 2 } else { 128 };
 
 /// Steps between two counts of the memo's bytes: a walk over its ids.
 const MEMORY_EVERY: u64 = 64;

@@ -128,26 +128,22 @@ pub struct Built {
 /// [`build`], with each block's times, distinct ids, event names and property keys
 /// for the event index.
 pub fn build_indexed(mut entries: Vec<Entry>) -> Vec<Built> {
+    let mut out = build_open(&mut entries);
+    if !entries.is_empty() {
+        out.push(built(&entries));
+    }
+    out
+}
+
+/// [`build_indexed`] but for the last block: `entries` are sorted and cut, every block
+/// that another entry follows is made, and the last one's entries are left in
+/// `entries`, open to more (a chunk's next part) before it is made. Entries given in
+/// order, part after part, are cut as they would be given at once.
+pub fn build_open(entries: &mut Vec<Entry>) -> Vec<Built> {
     entries.sort_unstable_by_key(Entry::order);
     let mut out = Vec::new();
     let mut start = 0;
     let mut bytes = 0;
-    let mut push = |part: &[Entry]| {
-        let (newest, value, properties) = encode(part);
-        let once = |mut texts: Vec<String>| {
-            texts.sort_unstable();
-            texts.dedup();
-            texts
-        };
-        out.push(Built {
-            newest,
-            oldest: part.first().map_or(newest, |e| e.timestamp),
-            value,
-            distinct_ids: once(part.iter().map(|e| e.distinct_id.clone()).collect()),
-            events: once(part.iter().map(|e| e.event.clone()).collect()),
-            properties,
-        });
-    };
     for i in 0..entries.len() {
         let len = entries[i].encoded_len();
         let full = i - start >= MAX_EVENTS
@@ -157,16 +153,33 @@ pub fn build_indexed(mut entries: Vec<Entry>) -> Vec<Built> {
                 .saturating_sub(entries[start].timestamp)
                 > MAX_SPAN_MS;
         if full {
-            push(&entries[start..i]);
+            out.push(built(&entries[start..i]));
             start = i;
             bytes = 0;
         }
         bytes += len;
     }
-    if start < entries.len() {
-        push(&entries[start..]);
-    }
+    entries.drain(..start);
     out
+}
+
+/// One block of sorted entries, with what the event index keeps of it.
+fn built(part: &[Entry]) -> Built {
+    let (newest, value, properties) = encode(part);
+    // Each text copied once, after its repeats are gone.
+    let once = |mut texts: Vec<&str>| {
+        texts.sort_unstable();
+        texts.dedup();
+        texts.into_iter().map(str::to_owned).collect()
+    };
+    Built {
+        newest,
+        oldest: part.first().map_or(newest, |e| e.timestamp),
+        value,
+        distinct_ids: once(part.iter().map(|e| e.distinct_id.as_str()).collect()),
+        events: once(part.iter().map(|e| e.event.as_str()).collect()),
+        properties,
+    }
 }
 
 /// One block's value from sorted entries; returns its newest time and its property

@@ -94,6 +94,43 @@ fn a_failure_at_any_point_of_a_chunk_applies_nothing_and_a_retry_applies_all_onc
 }
 
 #[test]
+fn a_transaction_sled_runs_again_counts_and_stores_its_events_once() {
+    use crate::store::rollup;
+    // Many parts of events handed to the block thread before the conflict, or none.
+    let records: Vec<Record> = (0..40)
+        .map(|i| {
+            record(
+                1,
+                i,
+                json!({"event": "e", "distinct_id": format!("d{}", i % 7)}),
+            )
+        })
+        .collect();
+    let counts = |f: &Fixture| {
+        let hours = rollup::events(&f.trees.rollups, 1, "e", i64::MIN, i64::MAX).unwrap();
+        let counts: Vec<(i64, u64, u64)> = hours
+            .iter()
+            .map(|(h, n, s)| (*h, *n, s.estimate()))
+            .collect();
+        counts
+    };
+    let mut clean = fixture(Compaction::default());
+    clean.push(&records);
+    clean.drain();
+    assert_eq!(counts(&clean), [(rollup::hour_of(NOW), 40, 7)]);
+    for conflict_at in [0, 1, 7, 20, 39] {
+        let mut f = fixture(Compaction::default());
+        f.push(&records);
+        f.compactor.conflict_at = Some(conflict_at);
+        f.drain();
+        assert_eq!(f.compactor.conflict_at, None);
+        assert_eq!(counts(&f), counts(&clean), "conflict at {conflict_at}");
+        assert_eq!(f.state(1), clean.state(1), "conflict at {conflict_at}");
+        assert_eq!(f.events(1).len(), 40);
+    }
+}
+
+#[test]
 fn a_failure_in_a_lane_transaction_applies_nothing_of_it() {
     // Historical records move to their lane in the log's transaction and are applied
     // in the lane's: fail the second at every point.

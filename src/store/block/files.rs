@@ -55,6 +55,10 @@ const FILE_BYTES: u64 = if cfg!(test) {
 /// What [`Syncs`] calls a block file's sync, and the directory's once a file is named.
 pub(crate) const FILE_SYNC: &str = "block file";
 pub(crate) const DIR_SYNC: &str = "block directory";
+/// A block is written with the zeros after it to the end of a page of this size: a
+/// write that ends within a page the page cache does not hold (the file's zeros were
+/// written past it, `O_DIRECT`) would first read that page from the disk.
+const PAGE: u64 = 4096;
 /// A file being made is named so until it is whole.
 const MAKING_SUFFIX: &str = ".blk.new";
 /// Open files kept for reading; all are closed when more are needed.
@@ -82,6 +86,8 @@ struct Writing {
     end: u64,
     /// Appended since the last sync.
     dirty: bool,
+    /// A block and the zeros after it to the end of its last page ([`PAGE`]).
+    buffer: Vec<u8>,
 }
 
 struct Inner {
@@ -172,7 +178,13 @@ impl Files {
         let Some(w) = writing.as_mut() else {
             return Err(io::Error::other("no block file open"));
         };
-        if let Err(e) = w.file.write_all_at(value, w.end) {
+        // The file is zeros past `end`, and stays so past the block: only the read of
+        // the page it ends in is saved. FILE_BYTES is whole pages.
+        let padded = (w.end + u64::from(len)).next_multiple_of(PAGE) - w.end;
+        w.buffer.clear();
+        w.buffer.extend_from_slice(value);
+        w.buffer.resize(padded as usize, 0);
+        if let Err(e) = w.file.write_all_at(&w.buffer, w.end) {
             if let Some(old) = writing.take() {
                 leave(&old);
             }
@@ -295,6 +307,7 @@ impl Files {
             file,
             end: 0,
             dirty: false,
+            buffer: Vec::new(),
         })
     }
 

@@ -234,7 +234,8 @@ impl Index {
         let mut s = self.state_mut();
         let due = s.frozen.is_none() && s.active.blocks() >= FOLD_BLOCKS;
         if due && self.shared.writable {
-            let full = std::mem::take(&mut s.active);
+            let next = Recent::sized_as(&s.active);
+            let full = std::mem::replace(&mut s.active, next);
             s.frozen = Some(Arc::new(full));
             drop(s);
             self.wake();

@@ -46,12 +46,22 @@ pub fn key(project: u64, kind: Kind, text: &str) -> Vec<u8> {
 
 #[derive(Default)]
 pub struct Recent {
-    by_key: HashMap<Vec<u8>, Vec<u64>>,
+    by_key: HashMap<Vec<u8>, Vec<u64>, foldhash::fast::RandomState>,
     /// Ascending by id, as they mostly come: a read finds a key's blocks in one walk.
     blocks: Vec<BlockRef>,
 }
 
 impl Recent {
+    /// Empty, with room for as many keys as `full` holds: the next recent part after
+    /// a fold takes about as many, without growing its map through every size.
+    pub fn sized_as(full: &Recent) -> Recent {
+        let hasher = foldhash::fast::RandomState::default();
+        Recent {
+            by_key: HashMap::with_capacity_and_hasher(full.by_key.len(), hasher),
+            blocks: Vec::with_capacity(full.blocks.len()),
+        }
+    }
+
     /// A block added again (a chunk's transaction tried again, or the build and the
     /// compactor both saw it) takes its latest place; its keys are kept from every
     /// try (a read passes over a block without the events asked for).

@@ -172,7 +172,7 @@ fn count_of(value: &[u8]) -> Option<u64> {
 }
 
 /// A chunk's rollups, accumulated in memory and written once per key.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, PartialEq)]
 pub struct Pending {
     deltas: HashMap<Vec<u8>, Delta>,
 }
