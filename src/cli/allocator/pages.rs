@@ -1,5 +1,5 @@
 //! Which threads' pages hold the memory the allocator keeps: every page of mimalloc's
-//! main heap (all threads' pages) is visited, its committed and used bytes summed by
+//! heaps (all threads' pages; [`flagpost::support::heaps`]) is visited, its committed and used bytes summed by
 //! the thread that owns it and by its block size. A page's free bytes (committed less
 //! used) are the allocator's share of the resident set while the page has a live
 //! block; a page with none is one the thread keeps until it collects. Threads are named
@@ -66,35 +66,14 @@ impl Sum {
     }
 }
 
-/// Keyed by (owner id, bit length of the block size).
-type Table = HashMap<(usize, u32), Sum>;
+/// Keyed by (heap, owner id, bit length of the block size).
+type Table = HashMap<(&'static str, usize, u32), Sum>;
 
-unsafe extern "C" fn visit(
-    _heap: *const libmimalloc_sys::mi_heap_t,
-    area: *const libmimalloc_sys::mi_heap_area_t,
-    _block: *mut libc::c_void,
-    _size: usize,
-    arg: *mut libc::c_void,
-) -> bool {
-    // SAFETY: mimalloc passes a valid area, and `arg` is the table `write` passed.
-    let (area, table) = unsafe { (&*area, &mut *(arg as *mut Table)) };
-    // The area's internal pointer is the page, whose first word is its owner's id
-    // with two flag bits (0 or 4 once its thread ended: abandoned).
-    let page = area.reserved1 as *const AtomicUsize;
-    let owner = if page.is_null() {
-        0
-    } else {
-        // SAFETY: the page's header stays mapped (a purge zeroes it, never unmaps).
-        unsafe { (*page).load(Ordering::Relaxed) & !3 }
-    };
-    let committed = area.committed;
-    let used = area.used * area.full_block_size;
-    let class = usize::BITS - area.block_size.leading_zeros();
-    table
-        .entry((owner, class))
-        .or_default()
-        .add(committed, used);
-    true
+fn heap_name(name: &str) -> &'static str {
+    std::iter::once("main")
+        .chain(flagpost::support::heaps::APART.iter().map(|&(_, n)| n))
+        .find(|&n| n == name)
+        .unwrap_or("other")
 }
 
 fn names() -> HashMap<usize, String> {
@@ -120,17 +99,22 @@ fn names() -> HashMap<usize, String> {
 /// the heaviest (thread, block size) rows by free bytes.
 pub fn write(out: &mut impl Write, now: u64) {
     let mut table = Table::new();
-    // SAFETY: a null heap is the main heap; the visitor only reads page headers,
-    // which stay mapped, and writes the table, which outlives the call. Other threads
-    // allocating meanwhile make a page's counts approximate, never invalid.
-    unsafe {
-        libmimalloc_sys::mi_heap_visit_blocks(
-            std::ptr::null_mut(),
-            false,
-            Some(visit),
-            &mut table as *mut Table as *mut libc::c_void,
-        );
-    }
+    flagpost::support::heaps::visit(&mut |heap, area| {
+        // The area's internal pointer is the page, whose first word is its owner's id
+        // with two flag bits (0 or 4 once its thread ended, or while it is full and
+        // handed back: abandoned).
+        let page = area.reserved1 as *const AtomicUsize;
+        let owner = if page.is_null() {
+            0
+        } else {
+            // SAFETY: the page's header stays mapped (a purge zeroes it, never unmaps).
+            unsafe { (*page).load(Ordering::Relaxed) & !3 }
+        };
+        let class = usize::BITS - area.block_size.leading_zeros();
+        let used = area.used * area.full_block_size;
+        let sum = table.entry((heap_name(heap), owner, class)).or_default();
+        sum.add(area.committed, used);
+    });
     let names = names();
     let name = |owner: usize| match owner {
         0 | 4 => "abandoned".to_string(),
@@ -138,8 +122,11 @@ pub fn write(out: &mut impl Write, now: u64) {
     };
     let mut by_name: HashMap<String, Sum> = HashMap::new();
     let mut rows: HashMap<(String, u32), Sum> = HashMap::new();
-    for (&(owner, class), s) in &table {
-        let n = name(owner);
+    for (&(heap, owner, class), s) in &table {
+        let n = match heap {
+            "main" => name(owner),
+            apart => format!("{apart}:{}", name(owner)),
+        };
         by_name.entry(n.clone()).or_default().merge(s);
         rows.entry((n, class)).or_default().merge(s);
     }
