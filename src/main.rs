@@ -55,5 +55,4 @@ fn disable_transparent_huge_pages() {
 fn collect_freed_memory() {
     // SAFETY: mi_collect takes no pointers and works on the calling thread's heap.
     unsafe { libmimalloc_sys::mi_collect(true) };
-    flagpost::support::heaps::collect();
 }

@@ -15,8 +15,6 @@ use std::io::Write;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::Duration;
 
-use flagpost::support::heaps;
-
 /// Often enough to follow a scale run's tenths, rarely enough to cost nothing.
 const REPORT_EVERY: Duration = Duration::from_secs(5);
 /// The allocation sites' report is longer: one in this many lines.
@@ -51,14 +49,7 @@ fn sub(size: usize) {
 // SAFETY: every call is passed on to mimalloc unchanged; the counts only observe.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let p = match heaps::heap() {
-            // SAFETY: the heap is live for the process; size and alignment are the layout's.
-            Some(heap) => unsafe {
-                libmimalloc_sys::mi_heap_malloc_aligned(heap, layout.size(), layout.align())
-                    as *mut u8
-            },
-            None => unsafe { mimalloc::MiMalloc.alloc(layout) },
-        };
+        let p = unsafe { mimalloc::MiMalloc.alloc(layout) };
         if COUNTING.load(Ordering::Relaxed) && !p.is_null() {
             add(layout.size());
             sample::on_alloc(p, layout.size());
@@ -67,14 +58,7 @@ unsafe impl GlobalAlloc for Counting {
     }
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        let p = match heaps::heap() {
-            // SAFETY: as in `alloc`.
-            Some(heap) => unsafe {
-                libmimalloc_sys::mi_heap_zalloc_aligned(heap, layout.size(), layout.align())
-                    as *mut u8
-            },
-            None => unsafe { mimalloc::MiMalloc.alloc_zeroed(layout) },
-        };
+        let p = unsafe { mimalloc::MiMalloc.alloc_zeroed(layout) };
         if COUNTING.load(Ordering::Relaxed) && !p.is_null() {
             add(layout.size());
             sample::on_alloc(p, layout.size());
@@ -99,15 +83,7 @@ unsafe impl GlobalAlloc for Counting {
         if counting {
             sample::on_free(ptr);
         }
-        let p = match heaps::heap() {
-            // SAFETY: `ptr` is a live block of any of mimalloc's heaps (the caller's
-            // contract); a block that moves goes to `heap`.
-            Some(heap) => unsafe {
-                libmimalloc_sys::mi_heap_realloc_aligned(heap, ptr as _, new_size, layout.align())
-                    as *mut u8
-            },
-            None => unsafe { mimalloc::MiMalloc.realloc(ptr, layout, new_size) },
-        };
+        let p = unsafe { mimalloc::MiMalloc.realloc(ptr, layout, new_size) };
         if counting && !p.is_null() {
             sub(layout.size());
             add(new_size);
@@ -247,45 +223,6 @@ mod tests {
         assert_eq!(after, before);
         let (_, line) = report_line();
         assert!(line.contains(" live_kib="), "{line}");
-    }
-
-    /// Blocks of `size` bytes live in the heap named `heap`, by its pages' counts.
-    fn blocks_in(heap: &str, size: usize) -> usize {
-        let mut blocks = 0;
-        heaps::visit(&mut |name, area| {
-            if name == heap && area.block_size >= size && area.block_size < size + 256 {
-                blocks += area.used;
-            }
-        });
-        blocks
-    }
-
-    #[test]
-    fn a_place_apart_is_served_from_its_own_heap() {
-        // 2,500 bytes: a size the other tests of this binary do not allocate.
-        let size = 2500;
-        let before = blocks_in("kept", size);
-        let kept: Vec<Box<[u8]>> = heaps::within(heaps::Place::Kept, || {
-            (0..10)
-                .map(|_| vec![7u8; size].into_boxed_slice())
-                .collect()
-        });
-        assert_eq!(blocks_in("kept", size), before + 10);
-        // Outside the closure the main heap serves, and a block grown there stays out.
-        let mut main = vec![1u8; size];
-        main.reserve_exact(10);
-        assert_eq!(blocks_in("kept", size), before + 10);
-        // A block of the kept heap grown inside its place moves within it.
-        let mut grown = heaps::within(heaps::Place::Kept, || {
-            let mut v = Vec::with_capacity(size - 300);
-            v.resize(size - 300, 3u8);
-            v.reserve_exact(300);
-            v
-        });
-        assert_eq!(blocks_in("kept", size), before + 11);
-        grown.push(1);
-        drop((kept, main, grown));
-        assert_eq!(blocks_in("kept", size), before);
     }
 
     #[test]

@@ -19,7 +19,6 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 use sled::IVec;
 
 use super::layered::{Layered, Runs};
-use crate::support::heaps::{within, Place};
 use crate::support::sync::lock;
 
 /// Bytes of persons kept: 20,000 persons (a page's bound) of posthog-js's usual
@@ -80,12 +79,9 @@ impl Kept {
                 }
             }
         }
-        // A value kept, and the maps' growth, apart (`support::heaps`).
-        within(Place::Kept, || {
-            let value = IVec::from(runs.get(key)?);
-            self.keep(&runs, key, &value);
-            Some(value)
-        })
+        let value = IVec::from(runs.get(key)?);
+        self.keep(&runs, key, &value);
+        Some(value)
     }
 
     fn keep(&self, runs: &Arc<Runs>, key: &[u8], value: &IVec) {

@@ -27,7 +27,6 @@ use serde_json::{Map, Value};
 use uuid::Uuid;
 
 use super::{query, Trees};
-use crate::support::heaps::{within, Place};
 use crate::support::sync::lock;
 
 const SHARDS: usize = 8;
@@ -262,13 +261,10 @@ impl PersonCache {
             return Ok(value);
         }
         let epoch = self.epoch.load(Ordering::Acquire);
-        // A value kept, and the maps' growth, apart (`support::heaps`).
-        within(Place::Kept, || {
-            let value = read()?;
-            let w = weight(&value);
-            map.fill(key, value.clone(), w, || self.unchanged_since(epoch));
-            Ok(value)
-        })
+        let value = read()?;
+        let w = weight(&value);
+        map.fill(key, value.clone(), w, || self.unchanged_since(epoch));
+        Ok(value)
     }
 
     fn unchanged_since(&self, epoch: u64) -> bool {

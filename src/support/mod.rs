@@ -1,6 +1,5 @@
 //! Small helpers every layer may use, none of which knows the rest of the crate:
-//! the wall clock in the forms the wire uses (`clock`), the allocator's heaps kept
-//! apart by how long their blocks live (`heaps`), what a thread does while it
+//! the wall clock in the forms the wire uses (`clock`), what a thread does while it
 //! idles (`idle`), the request memory budget and the resident set (`memory`), the service manager's
 //! notifications (`notify`), a background thread's nice value (`priority`), lock
 //! helpers that survive a panicked holder (`sync`), the syncs a durability promise
@@ -9,7 +8,6 @@
 //! a directory's entries made durable ([`sync_dir`]).
 
 pub mod clock;
-pub mod heaps;
 pub mod idle;
 #[cfg(test)]
 pub mod lcg;

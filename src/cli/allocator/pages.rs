@@ -1,5 +1,5 @@
 //! Which threads' pages hold the memory the allocator keeps: every page of mimalloc's
-//! heaps (all threads' pages; [`flagpost::support::heaps`]) is visited, its committed and used bytes summed by
+//! main heap (all threads' pages) is visited, its committed and used bytes summed by
 //! the thread that owns it and by its block size. A page's free bytes (committed less
 //! used) are the allocator's share of the resident set while the page has a live
 //! block; a page with none is one the thread keeps until it collects. Threads are named
@@ -66,15 +66,8 @@ impl Sum {
     }
 }
 
-/// Keyed by (heap, owner id, bit length of the block size).
-type Table = HashMap<(&'static str, usize, u32), Sum>;
-
-fn heap_name(name: &str) -> &'static str {
-    std::iter::once("main")
-        .chain(flagpost::support::heaps::APART.iter().map(|&(_, n)| n))
-        .find(|&n| n == name)
-        .unwrap_or("other")
-}
+/// Keyed by (owner id, bit length of the block size).
+type Table = HashMap<(usize, u32), Sum>;
 
 fn names() -> HashMap<usize, String> {
     let n = NEXT.load(Ordering::Relaxed).min(THREADS);
@@ -99,7 +92,7 @@ fn names() -> HashMap<usize, String> {
 /// the heaviest (thread, block size) rows by free bytes.
 pub fn write(out: &mut impl Write, now: u64) {
     let mut table = Table::new();
-    flagpost::support::heaps::visit(&mut |heap, area| {
+    flagpost::support::memory::visit_pages(&mut |area| {
         // The area's internal pointer is the page, whose first word is its owner's id
         // with two flag bits (0 or 4 once its thread ended, or while it is full and
         // handed back: abandoned).
@@ -112,8 +105,10 @@ pub fn write(out: &mut impl Write, now: u64) {
         };
         let class = usize::BITS - area.block_size.leading_zeros();
         let used = area.used * area.full_block_size;
-        let sum = table.entry((heap_name(heap), owner, class)).or_default();
-        sum.add(area.committed, used);
+        table
+            .entry((owner, class))
+            .or_default()
+            .add(area.committed, used);
     });
     let names = names();
     let name = |owner: usize| match owner {
@@ -122,11 +117,8 @@ pub fn write(out: &mut impl Write, now: u64) {
     };
     let mut by_name: HashMap<String, Sum> = HashMap::new();
     let mut rows: HashMap<(String, u32), Sum> = HashMap::new();
-    for (&(heap, owner, class), s) in &table {
-        let n = match heap {
-            "main" => name(owner),
-            apart => format!("{apart}:{}", name(owner)),
-        };
+    for (&(owner, class), s) in &table {
+        let n = name(owner);
         by_name.entry(n.clone()).or_default().merge(s);
         rows.entry((n, class)).or_default().merge(s);
     }

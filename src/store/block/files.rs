@@ -39,7 +39,6 @@ use super::cache::Cache;
 use super::pointer::POINTER_LEN;
 pub use super::pointer::{Pointer, TAG};
 use super::{Block, Rows};
-use crate::support::heaps::{within, Place};
 use crate::support::hex;
 use crate::support::sync::lock;
 use crate::support::syncs::Syncs;
@@ -341,15 +340,11 @@ impl Files {
         if let Some(hit) = pointer.and_then(|p| self.inner.cache.get(p)) {
             return Some(hit);
         }
-        let bytes = self.read(key, value)?;
-        // Kept blocks apart from the reads' short-lived buffers (`support::heaps`).
-        within(Place::Kept, || {
-            let rows = Arc::new(Rows::decode(&bytes)?);
-            if let Some(p) = pointer {
-                self.inner.cache.insert(p, rows.clone());
-            }
-            Some(rows)
-        })
+        let rows = Arc::new(Rows::decode(&self.read(key, value)?)?);
+        if let Some(p) = pointer {
+            self.inner.cache.insert(p, rows.clone());
+        }
+        Some(rows)
     }
 
     /// [`Files::rows`] past the cache, for a read of every block once (the event

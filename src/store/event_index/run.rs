@@ -200,11 +200,6 @@ fn le_u32(b: &[u8], at: usize) -> u32 {
 
 impl Run {
     pub fn open(path: &Path) -> io::Result<Run> {
-        // Its table stays while the run is open: kept apart (`support::heaps`).
-        crate::support::heaps::within(crate::support::heaps::Place::Kept, || Run::read(path))
-    }
-
-    fn read(path: &Path) -> io::Result<Run> {
         let file = File::open(path)?;
         let bytes = file.metadata()?.len();
         if bytes < FOOTER_LEN as u64 {

@@ -19,8 +19,6 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use crate::support::heaps::{within, Place};
-
 /// Bytes of decompressed blocks kept: at a million persons (about 100 MB of runs) it
 /// keeps the blocks of the busiest third, well inside the 300 MB the whole process
 /// is held to.
@@ -120,11 +118,8 @@ impl Cache {
             }
         }
         self.misses.fetch_add(1, Ordering::Relaxed);
-        // Read outside the lock: two readers of one block may both read it. A kept
-        // block and the maps' growth go to the kept heap (`support::heaps`), so an
-        // evicted block leaves a hole the next one fills, not one among a busy
-        // thread's short-lived buffers that pins their page.
-        let block: Block = within(Place::Kept, || load().map(Arc::new))?;
+        // Read outside the lock: two readers of one block may both read it.
+        let block: Block = Arc::new(load()?);
         let weight = block.weight() + OVERHEAD_BYTES;
         if weight > self.per_shard {
             return Ok(block);
@@ -149,14 +144,12 @@ impl Cache {
             }
         }
         s.bytes += weight;
+        s.clock.push_back(key);
         let slot = Slot {
             block: block.clone(),
             referenced: false,
         };
-        within(Place::Kept, || {
-            s.clock.push_back(key);
-            s.map.insert(key, slot);
-        });
+        s.map.insert(key, slot);
         Ok(block)
     }
 

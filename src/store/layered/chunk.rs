@@ -13,7 +13,6 @@ use sled::IVec;
 use super::delta::Undo;
 use super::journal::{Guard, Journal};
 use super::Layered;
-use crate::support::heaps::{within, Place};
 
 /// One table's writes in a chunk's transaction, read through for the chunk's reads
 /// of other keys. The chunk's own reads of keys it wrote go through its cache.
@@ -42,9 +41,7 @@ impl Pending {
 
     /// Write `value` (a tombstone removes) when the chunk commits.
     pub fn insert(&self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) {
-        // The value goes into the delta's map: allocated where the map's are.
-        let v = within(Place::Delta, || IVec::from(value.as_ref()));
-        let k = IVec::from(key.as_ref());
+        let (k, v) = (IVec::from(key.as_ref()), IVec::from(value.as_ref()));
         self.writes.borrow_mut().push((k, v));
     }
 }

@@ -4,10 +4,6 @@
 //! through them with the runs. What they hold is in the journal ([`super::journal`]),
 //! from which a start fills them again.
 //!
-//! The maps' nodes, and the values the chunks make for them, are allocated in a heap
-//! of their own ([`Place::Delta`]): freed whole at each fold, their pages go back
-//! whole, where among other threads' longer-lived blocks they would stay partly used.
-//!
 //! The active map counts its own bytes as it changes ([`Delta::active_bytes`]): that,
 //! not the bytes written to it, decides a fold, so a key rewritten five times between
 //! folds counts once, as the map holds it once.
@@ -21,7 +17,6 @@ use sled::IVec;
 
 pub use super::key::Key;
 use super::key::KEY_INLINE;
-use crate::support::heaps::{within, Place};
 
 /// Keys to values; an empty value is a removal (the runs may hold the key).
 pub type Map = BTreeMap<Key, IVec>;
@@ -125,10 +120,6 @@ impl Delta {
 
     /// Write `entries` to the active map; what they replaced.
     pub fn stage(&mut self, entries: &[(IVec, IVec)]) -> Undo {
-        within(Place::Delta, || self.stage_here(entries))
-    }
-
-    fn stage_here(&mut self, entries: &[(IVec, IVec)]) -> Undo {
         let mut undo = Vec::with_capacity(entries.len());
         for (k, v) in entries {
             let key = Key::from(&k[..]);
@@ -144,20 +135,18 @@ impl Delta {
 
     /// Put back what [`Delta::stage`] replaced, newest first.
     pub fn unstage(&mut self, undo: Undo) {
-        within(Place::Delta, || {
-            for (k, old) in undo.into_iter().rev() {
-                let now = match old {
-                    Some(v) => {
-                        self.active_bytes += size(&k, &v);
-                        self.active.insert(k.clone(), v)
-                    }
-                    None => self.active.remove(&k),
-                };
-                if let Some(now) = now {
-                    self.active_bytes -= size(&k, &now);
+        for (k, old) in undo.into_iter().rev() {
+            let now = match old {
+                Some(v) => {
+                    self.active_bytes += size(&k, &v);
+                    self.active.insert(k.clone(), v)
                 }
+                None => self.active.remove(&k),
+            };
+            if let Some(now) = now {
+                self.active_bytes -= size(&k, &now);
             }
-        });
+        }
     }
 
     /// The active map becomes the frozen one, which a fold writes into the runs;
@@ -177,14 +166,12 @@ impl Delta {
     /// looked up once in the active map (usually it is empty), so the lock is held a
     /// moment however much the compactor wrote during the fold.
     pub fn unfreeze(&mut self, left: Map) {
-        within(Place::Delta, || {
-            for (k, v) in left {
-                if let std::collections::btree_map::Entry::Vacant(e) = self.active.entry(k) {
-                    self.active_bytes += size(e.key(), &v);
-                    e.insert(v);
-                }
+        for (k, v) in left {
+            if let std::collections::btree_map::Entry::Vacant(e) = self.active.entry(k) {
+                self.active_bytes += size(e.key(), &v);
+                e.insert(v);
             }
-        });
+        }
         self.frozen = None;
     }
 

@@ -102,14 +102,8 @@ fn u64_at(bytes: &[u8], at: &mut usize) -> Option<u64> {
 }
 
 impl Run {
-    /// Open the run at `path`: its footer and index are read and checked. The index
-    /// and filter stay while the run is open: kept apart from the opening thread's
-    /// short-lived buffers (`support::heaps`).
+    /// Open the run at `path`: its footer and index are read and checked.
     pub fn open(path: &Path) -> io::Result<Run> {
-        crate::support::heaps::within(crate::support::heaps::Place::Kept, || Run::read(path))
-    }
-
-    fn read(path: &Path) -> io::Result<Run> {
         let file = File::open(path)?;
         let file_bytes = file.metadata()?.len();
         let min = MAGIC.len() as u64 + FOOTER_LEN;
