@@ -7,6 +7,7 @@
 //! bytes and the live bytes by size (power-of-two classes). Off, it costs a predicted
 //! branch per call.
 
+mod pages;
 mod sample;
 
 use std::alloc::{GlobalAlloc, Layout};
@@ -33,6 +34,7 @@ fn class(size: usize) -> usize {
 }
 
 fn add(size: usize) {
+    pages::note_thread();
     let c = class(size);
     LIVE_BYTES[c].fetch_add(size as i64, Ordering::Relaxed);
     LIVE_BLOCKS[c].fetch_add(1, Ordering::Relaxed);
@@ -111,6 +113,8 @@ pub fn start_report() {
     };
     let mut sites_path = path.clone();
     sites_path.push(".sites");
+    let mut pages_path = path.clone();
+    pages_path.push(".pages");
     let spawned = std::thread::Builder::new()
         .name("alloc-report".into())
         .spawn(move || {
@@ -120,19 +124,26 @@ pub fn start_report() {
                     return;
                 }
                 if tick % SITES_EVERY == SITES_EVERY - 1 {
-                    let sites = std::fs::OpenOptions::new()
-                        .create(true)
-                        .append(true)
-                        .open(&sites_path);
-                    if let Ok(mut sites) = sites {
-                        sample::write_sites(&mut sites, now);
-                    }
+                    append(&sites_path, |f| sample::write_sites(f, now));
+                    append(&pages_path, |f| pages::write(f, now));
                 }
                 std::thread::sleep(REPORT_EVERY);
             }
         });
     if let Err(e) = spawned {
         eprintln!("flagpost: cannot start the allocation report: {e}");
+    }
+}
+
+/// Open `path` to append and write to it with `write`; a file that cannot be opened
+/// is skipped.
+fn append(path: &std::ffi::OsStr, write: impl FnOnce(&mut std::fs::File)) {
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path);
+    if let Ok(mut file) = file {
+        write(&mut file);
     }
 }
 

@@ -2,7 +2,9 @@
 //! read within a share of it (`http::body`), so many large requests at once meet 503
 //! instead of pushing the process out of memory. It lives in `app::App` beside the
 //! rest of the shared state, below the HTTP layer that spends it. Also the process's
-//! resident set ([`resident_bytes`]), which `/metrics` shows beside the holders.
+//! resident set ([`resident_bytes`]), which `/metrics` shows beside the holders, and
+//! the allocator's pages ([`allocator_pages`]), which split it into live blocks and
+//! the freed memory the allocator keeps.
 
 use std::sync::Arc;
 
@@ -64,9 +66,79 @@ pub fn resident_bytes() -> u64 {
     pages * 4096
 }
 
+/// Bytes in the allocator's (mimalloc's) pages: committed, and used by live blocks as
+/// it rounds them. Committed less used is freed memory it keeps in pages still partly
+/// used (or kept empty for reuse): its share of the resident set, which a page gives
+/// back only once all its blocks are free. Zero when mimalloc is not the allocator
+/// (the tests).
+pub fn allocator_pages() -> (u64, u64) {
+    let mut sums = (0u64, 0u64);
+    visit_pages(&mut |area| {
+        sums.0 += area.committed as u64;
+        sums.1 += (area.used * area.full_block_size) as u64;
+    });
+    sums
+}
+
+/// Call `f` with each page (an area) of mimalloc's main heap, every thread's. Other
+/// threads allocating meanwhile make a page's counts approximate, never invalid: only
+/// page headers are read, and mimalloc never unmaps them (a purge zeroes them).
+pub fn visit_pages(f: &mut dyn FnMut(&libmimalloc_sys::mi_heap_area_t)) {
+    unsafe extern "C" fn each(
+        _heap: *const libmimalloc_sys::mi_heap_t,
+        area: *const libmimalloc_sys::mi_heap_area_t,
+        _block: *mut libc::c_void,
+        _size: usize,
+        arg: *mut libc::c_void,
+    ) -> bool {
+        // SAFETY: mimalloc passes a valid area, and `arg` is the `f` below.
+        let (area, f) = unsafe {
+            (
+                &*area,
+                &mut *(arg as *mut &mut dyn FnMut(&libmimalloc_sys::mi_heap_area_t)),
+            )
+        };
+        f(area);
+        true
+    }
+    let mut f = f;
+    // SAFETY: a null heap is the main heap; `f` outlives the call.
+    unsafe {
+        libmimalloc_sys::mi_heap_visit_blocks(
+            std::ptr::null_mut(),
+            false,
+            Some(each),
+            &mut f as *mut &mut dyn FnMut(&libmimalloc_sys::mi_heap_area_t) as *mut libc::c_void,
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_allocators_pages_are_visited() {
+        // The tests' allocator is the system's: blocks taken from mimalloc directly.
+        let size = 3000;
+        // SAFETY: each block is freed below.
+        let blocks: Vec<_> = (0..10)
+            .map(|_| unsafe { libmimalloc_sys::mi_malloc(size) })
+            .collect();
+        let mut seen = 0;
+        visit_pages(&mut |area| {
+            if area.block_size >= size && area.block_size < size + 512 {
+                seen += area.used;
+            }
+        });
+        assert!(seen >= 10, "{seen} blocks of {size} bytes seen");
+        let (committed, used) = allocator_pages();
+        assert!(committed >= used && used >= 10 * size as u64);
+        for b in blocks {
+            // SAFETY: each was allocated above and is freed once.
+            unsafe { libmimalloc_sys::mi_free(b) };
+        }
+    }
 
     #[test]
     fn budget_grows_and_returns() {

@@ -56,13 +56,25 @@ fn each_holder_reports_what_stored_events_left_in_memory() {
     // Sled's cache by the budget it is given (16 MiB unless --cache-mb says).
     assert_eq!(bytes("sled_cache"), 16.0 * 1024.0 * 1024.0, "{metrics}");
     // The resident set beside them, larger than what the holders count.
-    let resident = metrics
-        .lines()
-        .find_map(|l| l.strip_prefix("flagpost_resident_bytes "))
-        .and_then(|v| v.trim().parse::<f64>().ok())
-        .unwrap_or_else(|| panic!("flagpost_resident_bytes in {metrics}"));
+    let gauge = |name: &str| {
+        let prefix = format!("{name} ");
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .unwrap_or_else(|| panic!("{name} in {metrics}"))
+    };
+    let resident = gauge("flagpost_resident_bytes");
     assert!(
         resident > bytes("dedup_window") + bytes("persons_delta"),
         "{metrics}"
     );
+    // The allocator's pages: the live blocks include every holder's, and what it
+    // keeps of freed memory is reported beside them.
+    let used = gauge("flagpost_allocator_used_bytes");
+    assert!(
+        used > bytes("dedup_window") + bytes("persons_delta"),
+        "{metrics}"
+    );
+    assert!(gauge("flagpost_allocator_free_bytes") >= 0.0, "{metrics}");
 }
