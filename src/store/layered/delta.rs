@@ -152,7 +152,8 @@ impl Delta {
     /// The active map becomes the frozen one, which a fold writes into the runs;
     /// reads still see it until [`Delta::unfreeze`].
     pub fn freeze(&mut self) -> Arc<Map> {
-        // A fold that never ended (it panicked) left its map frozen: back under this one.
+        // A fold that failed or panicked thaws its map (see fold.rs); should one ever
+        // leave it frozen, it goes back under this one rather than being lost.
         self.thaw();
         let frozen = Arc::new(std::mem::take(&mut self.active));
         self.active_bytes = 0;
