@@ -32,6 +32,7 @@ use super::first_seen;
 use super::rollup::backfill::Step;
 use super::{keys, Trees};
 
+pub mod count;
 mod read;
 pub use read::{candidates, Sieve};
 
@@ -140,37 +141,63 @@ pub fn ready(meta: &sled::Tree) -> Result<bool, sled::Error> {
     MARKS.ready(meta)
 }
 
-/// Whether a build is due (for `pipeline`, deciding to run one).
+/// Whether a build of the index or of its [`count`]s is due (for `pipeline`, deciding
+/// to run one).
 pub fn building(meta: &sled::Tree) -> Result<bool, sled::Error> {
-    MARKS.building(meta)
+    Ok(MARKS.building(meta)? || count::building(meta)?)
 }
 
-/// Make the index current, as [`first_seen::prepare`] does its own.
+/// Make the index and its counts current, as [`first_seen::prepare`] does its own.
 pub fn prepare(trees: &Trees) -> Result<(), sled::Error> {
     MARKS.prepare(
         trees,
         "persons are indexed by property in the background, for the console",
-    )
+    )?;
+    count::prepare(trees)
 }
 
-/// Record a build of the index from every stored person (the persons benchmark calls
-/// it after filling persons directly).
+/// Record a build of the index and its counts from every stored person (the persons
+/// benchmark calls it after filling persons directly).
 pub fn start_build(trees: &Trees) -> Result<(), sled::Error> {
-    MARKS.start_build(&trees.meta)
+    MARKS.start_build(&trees.meta)?;
+    count::start_build(trees)
 }
 
-/// A build of the index, a batch of persons at a time; its position is in `meta`, so
-/// a restart resumes it, and a batch applied again after a crash writes the same
-/// entries.
-pub struct Build(first_seen::Progress);
+/// A build of the index, a batch of persons at a time, then of its counts; its
+/// position is in `meta` (the counts' in the table), so a restart resumes it, and a
+/// batch of the index applied again after a crash writes the same entries.
+pub struct Build {
+    progress: first_seen::Progress,
+    /// Whether the index was due too when the build began: the counts are then the
+    /// second half of the percent.
+    both: bool,
+}
 
 impl Build {
     pub fn new(trees: &Trees) -> Build {
-        Build(first_seen::Progress::new(trees))
+        Build {
+            progress: first_seen::Progress::new(trees),
+            both: MARKS.building(&trees.meta).unwrap_or(false),
+        }
+    }
+
+    /// Index the next batch of persons, or count it once all are indexed; `Done` once
+    /// both are.
+    pub fn step(&self, trees: &Trees) -> Result<Step, sled::Error> {
+        let half = |p: u8| if self.both { p / 2 } else { p };
+        match self.index(trees)? {
+            Step::Progress(p) => return Ok(Step::Progress(half(p))),
+            Step::Done if !count::building(&trees.meta)? => return Ok(Step::Done),
+            Step::Done => {}
+        }
+        Ok(match count::step(trees, self.progress.total())? {
+            Step::Progress(p) if self.both => Step::Progress(50 + p / 2),
+            step => step,
+        })
     }
 
     /// Index the next batch of persons; `Done` once all are.
-    pub fn step(&self, trees: &Trees) -> Result<Step, sled::Error> {
+    fn index(&self, trees: &Trees) -> Result<Step, sled::Error> {
         let mut read = Vec::with_capacity(BUILD_BATCH);
         let index = |project, id, bytes: &[u8], out: &mut Vec<(IVec, IVec)>| {
             if let Ok(p) = serde_json::from_slice::<Stored>(bytes) {
@@ -182,7 +209,7 @@ impl Build {
             read.push((project, id, IVec::from(bytes)));
         };
         let step = self
-            .0
+            .progress
             .step(trees, &MARKS, &trees.by_property, BUILD_BATCH, index)?;
         put_right(trees, &read)?;
         Ok(step)

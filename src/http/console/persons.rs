@@ -230,7 +230,9 @@ fn indexed(trees: &Trees, project: u64, matcher: &Matcher) -> bool {
 
 /// A page of the persons passing `matcher` (one [`indexed`] answers) newest first,
 /// from the index of persons by property: the candidates are checked against the
-/// persons' bytes as the walk checks them, so the page is the walk's, complete.
+/// persons' bytes as the walk checks them, so the page is the walk's, complete. Where
+/// the index cannot answer (a test persons without the key pass, and a stale entry of
+/// the key that could hide one of them), the page is the walk's.
 pub fn by_index(
     trees: &Trees,
     project: u64,
@@ -244,6 +246,9 @@ pub fn by_index(
     let key = matcher.key();
     let places =
         by_property::candidates(trees, project, key, after, absent_passes, sieve, may_pass)?;
+    let Some(places) = places else {
+        return newest(trees, project, Some(matcher), span);
+    };
     let test = PersonTest::new(Some(matcher));
     let mut page = Page {
         persons: Vec::with_capacity(span.limit),
