@@ -19,9 +19,15 @@
 //! while the journal is held and puts right those that changed ([`put_right`]). Every
 //! entry is still only a candidate the reader checks against the stored person (a cut
 //! value, a database whose index was built before the step did this), so a stale one
-//! is never shown; but a search that passes persons without the key (a negative test)
-//! takes an entry as proof the person has the key, so a stale entry of a key its person
-//! no longer has hides it from such a search.
+//! is never shown. A search that passes persons without the key (a negative test) takes
+//! an entry as proof the person has the key, so a stale entry of a key its person no
+//! longer has would hide it from such a search: the key's [`count`] of holders tells of
+//! it (the key's entries are then more than its holders), and the search walks the
+//! persons instead. Before the counts are built for an older database, it cannot tell.
+//!
+//! The counts (persons holding each key, persons of each project) are kept in the same
+//! table and chunk: a negative search of a key every person holds reads only the values
+//! that may pass, not every holder's place.
 
 use serde::Deserialize;
 use serde_json::{Map, Value};

@@ -3,8 +3,11 @@
 //! (its first key and the next block's share the value) is known from the table's
 //! index of blocks: one whose value fails is not read. A [`Sieve`] (a text an `icontains`
 //! test needs, or one a `not_icontains` test refuses) is looked for in each block's
-//! bytes at once, ASCII-lowercased: an entry is judged by where it hits, and a block where
-//! no value may pass is not read on.
+//! bytes at once: an entry is judged by where it hits, and a block where no value may
+//! pass is not read on. An `icontains` text is looked for in the bytes ASCII-lowercased
+//! (a value holding it in any case may pass); a `not_icontains` text in the bytes as
+//! they are, lowercase (a value holding it so fails; one holding it in another case is
+//! not judged, and is tested as any), which spares a copy of every block.
 //!
 //! [`Layered::visit_with`]: crate::store::layered::Layered::visit_with
 
@@ -201,7 +204,7 @@ impl<T: FnMut(&[u8], bool) -> bool> Visitor for Reader<'_, T> {
 struct Sifted<'a> {
     sieve: Sieve<'a>,
     finder: Finder<'a>,
-    /// The block, ASCII-lowercased.
+    /// The block, ASCII-lowercased (for `Holds`).
     lower: Vec<u8>,
     hits: Vec<usize>,
     /// Where the block last read is in memory, its keys' offsets that are marked, and
@@ -229,12 +232,16 @@ impl<'a> Sifted<'a> {
     }
 
     /// Judge the entries of `prefix` in a block about to be read, by the hits of the
-    /// text in its lowercased bytes.
+    /// text in its bytes (lowercased for `Holds`).
     fn mark(&mut self, raw: &[u8], prefix: &[u8]) {
-        self.lower.clear();
-        self.lower.extend(raw.iter().map(u8::to_ascii_lowercase));
         self.hits.clear();
-        self.hits.extend(self.finder.find_iter(&self.lower));
+        if let Sieve::Holds(_) = self.sieve {
+            self.lower.clear();
+            self.lower.extend(raw.iter().map(u8::to_ascii_lowercase));
+            self.hits.extend(self.finder.find_iter(&self.lower));
+        } else {
+            self.hits.extend(self.finder.find_iter(raw));
+        }
         let start = raw.as_ptr() as usize;
         (self.block, self.next) = (start..start + raw.len(), 0);
         self.marked.clear();
@@ -255,7 +262,7 @@ impl<'a> Sifted<'a> {
         }
     }
 
-    /// Whether the entry whose value's text `text` starts at `from` in the lowercased
+    /// Whether the entry whose value's text `text` starts at `from` in the searched
     /// bytes whose hits from there on are `hits` is marked.
     fn judge(&self, hits: &[usize], from: usize, text: &[u8], cut: bool) -> bool {
         let n = self.finder.needle().len();
