@@ -465,7 +465,7 @@ fn an_event_without_person_operations_takes_the_person_its_id_is_linked_to() {
 
 /// The counts of a [`Fixture`]'s index by property, and those a count of its persons
 /// as stored makes.
-fn counts(f: &Fixture) -> (Vec<(Vec<u8>, u64)>, Vec<(Vec<u8>, u64)>) {
+fn counts(f: &Fixture) -> (count::Counts, count::Counts) {
     let mut moves = count::Moves::default();
     for p in query::persons(&f.trees, 1, 100).unwrap() {
         moves.person(1, None, Some((p.created_at, &p.properties)));

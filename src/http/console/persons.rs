@@ -12,8 +12,9 @@
 //! PostHog's persons query passes them: HogQL reads a missing property as NULL and
 //! wraps `!=`, `NOT ILIKE` and `NOT match` in `ifNull(..., 1)`) the persons the key's
 //! entries do not name (none when the index's counts say every person holds the key;
-//! the walk when they say an entry is stale); the persons of those checked against their bytes as the walk
-//! checks them, newest first: complete in one request however rare the match. Other
+//! the walk answers when they say an entry is stale); the persons of those checked
+//! against their bytes as the walk checks them, newest first: complete in one request
+//! however rare the match. Other
 //! tests (`distinct_id`, a key too long to be indexed, and any test while that index is
 //! still being built for an older database) walk, stopping after
 //! [`MAX_PERSONS_EXAMINED`] per request, saying how many were examined and where to go

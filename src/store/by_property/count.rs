@@ -169,9 +169,13 @@ impl Moves {
     }
 }
 
-/// The counts of the table (not how far they are kept), in key order, for the tests.
+/// Counts by key, in key order, for the tests.
 #[cfg(test)]
-pub(crate) fn held(table: &crate::store::layered::Layered) -> Vec<(Vec<u8>, u64)> {
+pub(crate) type Counts = Vec<(Vec<u8>, u64)>;
+
+/// The counts of the table (not how far they are kept).
+#[cfg(test)]
+pub(crate) fn held(table: &crate::store::layered::Layered) -> Counts {
     let counts = table.iter().map(|kv| kv.unwrap());
     let counts = counts.filter(|(k, _)| is_count(k) && k[..] != STATE_KEY);
     counts.map(|(k, v)| (k.to_vec(), number(Some(v)))).collect()
@@ -180,7 +184,7 @@ pub(crate) fn held(table: &crate::store::layered::Layered) -> Vec<(Vec<u8>, u64)
 #[cfg(test)]
 impl Moves {
     /// The counts these moves make from none, in key order, as [`held`] gives them.
-    pub(crate) fn totals(self) -> Vec<(Vec<u8>, u64)> {
+    pub(crate) fn totals(self) -> Counts {
         let mut out: Vec<_> = (self.0.into_iter())
             .filter(|m| m.1 != 0)
             .map(|(k, n)| (k, n as u64))

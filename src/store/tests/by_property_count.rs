@@ -17,7 +17,7 @@ fn trees() -> (tempfile::TempDir, Trees) {
 type Held = Option<(i64, Map<String, Value>)>;
 
 /// The counts a count of `persons` (project 1) makes.
-fn fresh(persons: &[(Uuid, Held)]) -> Vec<(Vec<u8>, u64)> {
+fn fresh(persons: &[(Uuid, Held)]) -> Counts {
     let mut moves = Moves::default();
     for (_, p) in persons {
         moves.person(1, None, p.as_ref().map(|(t, props)| (*t, props)));
