@@ -229,11 +229,15 @@ pub fn of(trees: &Trees, project: u64, key: &str) -> Result<Option<(u64, u64)>, 
     Ok(Some((number(table.get(holders)?), number(persons))))
 }
 
-/// Make the counts current when the trees open: nothing to do if the table says how
-/// far they are kept; else every person is counted now if there are none, or a build is
-/// recorded.
+/// Make the counts current when the trees open: nothing to do if the table says they
+/// are kept for every person; a build under way is due again (`meta` may have lost the
+/// mark in a crash the table's journal survived); else every person is counted now if
+/// there are none, or a build is recorded.
 pub fn prepare(trees: &Trees) -> Result<(), sled::Error> {
-    if trees.by_property.get(STATE_KEY)?.is_some() {
+    if let Some(state) = trees.by_property.get(STATE_KEY)? {
+        if Kept::read(|_| Some(state)) != Kept::All {
+            trees.meta.insert(DUE, &[1][..])?;
+        }
         return Ok(());
     }
     if trees.persons.is_empty()? {
@@ -248,6 +252,7 @@ pub fn prepare(trees: &Trees) -> Result<(), sled::Error> {
 /// through once.
 pub fn start_build(trees: &Trees) -> Result<(), sled::Error> {
     trees.meta.insert(DUE, &[1][..])?;
+    trees.meta.flush()?;
     let mut writes: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
     for entry in trees.by_property.iter() {
         let (k, _) = entry?;
