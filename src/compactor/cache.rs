@@ -13,6 +13,7 @@ use uuid::Uuid;
 
 use super::memo::{Learned, Memo};
 use crate::persons::{self, Person};
+use crate::store::by_property::count;
 use crate::store::layered::chunk::{Journaled, Pending};
 use crate::store::layered::TOMBSTONE;
 use crate::store::person_cache::Changes;
@@ -38,10 +39,26 @@ pub fn by_property_writes(
     now: Option<&Person>,
     put: impl FnMut(Vec<u8>, &[u8]),
 ) {
+    by_property_upkeep(project, id, born, now, put, None);
+}
+
+/// [`by_property_writes`], and the person's moves of the index's counts
+/// ([`count::Moves`]) if it is given them.
+fn by_property_upkeep(
+    project: u64,
+    id: Uuid,
+    born: Option<&[u8]>,
+    now: Option<&Person>,
+    put: impl FnMut(Vec<u8>, &[u8]),
+    moves: Option<&mut count::Moves>,
+) {
     let was = born.and_then(|b| serde_json::from_slice::<by_property::Stored>(b).ok());
     let was = was.as_ref().map(|w| (w.created_at, &w.properties));
     let now = now.map(|p| (p.created_at, &p.properties));
     by_property::changes(project, id, was, now, put);
+    if let Some(moves) = moves {
+        moves.person(project, was, now);
+    }
 }
 
 /// The trees a record touches. Persons and distinct ids are layered tables
@@ -135,8 +152,14 @@ impl<'m> Cache<'m> {
     }
 
     /// Write every person changed during the chunk into the transaction (a deleted
-    /// one as a tombstone), and their first-seen keys and by-property entries.
+    /// one as a tombstone), and their first-seen keys and by-property entries, and the
+    /// by-property counts they move.
     pub fn write(&self, tx: &Tx<'_>) -> Result<()> {
+        let index = BY_PROPERTY_WRITES.load(Ordering::Relaxed);
+        // How far the counts are kept, as committed: a build of them moves it only
+        // while it holds the journal, which the chunk holds.
+        let kept = count::Kept::read(|k| tx.by_property.get(k));
+        let mut moves = count::Moves::default();
         for key @ (project, id) in &self.dirty {
             let k = keys::with_uuid(*project, *id);
             let value = match self.persons.get(key) {
@@ -145,7 +168,13 @@ impl<'m> Cache<'m> {
             };
             tx.persons.insert(&k[..], value);
             self.write_first_seen(tx, *project, *id);
-            self.write_by_property(tx, *project, *id);
+            if index {
+                let counted = kept.covers(&k).then_some(&mut moves);
+                self.write_by_property(tx, *project, *id, counted);
+            }
+        }
+        for (k, v) in moves.writes(|k| tx.by_property.get(k)) {
+            tx.by_property.insert(k, v);
         }
         Ok(())
     }
@@ -171,14 +200,19 @@ impl<'m> Cache<'m> {
         }
     }
 
-    /// A changed person's entries by property ([`by_property_writes`]).
-    fn write_by_property(&self, tx: &Tx<'_>, project: u64, id: Uuid) {
-        if !BY_PROPERTY_WRITES.load(Ordering::Relaxed) {
-            return;
-        }
+    /// A changed person's entries by property ([`by_property_writes`]), and its moves
+    /// of the counts if they count it.
+    fn write_by_property(
+        &self,
+        tx: &Tx<'_>,
+        project: u64,
+        id: Uuid,
+        moves: Option<&mut count::Moves>,
+    ) {
         let born = self.born.get(&(project, id)).map(|(_, b)| &b[..]);
         let now = self.persons.get(&(project, id)).and_then(Option::as_ref);
-        by_property_writes(project, id, born, now, |k, v| tx.by_property.insert(k, v));
+        let put = |k, v: &[u8]| tx.by_property.insert(k, v);
+        by_property_upkeep(project, id, born, now, put, moves);
     }
 
     /// How many persons [`Cache::write`] would write.

@@ -19,9 +19,15 @@
 //! while the journal is held and puts right those that changed ([`put_right`]). Every
 //! entry is still only a candidate the reader checks against the stored person (a cut
 //! value, a database whose index was built before the step did this), so a stale one
-//! is never shown; but a search that passes persons without the key (a negative test)
-//! takes an entry as proof the person has the key, so a stale entry of a key its person
-//! no longer has hides it from such a search.
+//! is never shown. A search that passes persons without the key (a negative test) takes
+//! an entry as proof the person has the key, so a stale entry of a key its person no
+//! longer has would hide it from such a search: the key's [`count`] of holders tells of
+//! it (the key's entries are then more than its holders), and the search walks the
+//! persons instead. Before the counts are built for an older database, it cannot tell.
+//!
+//! The counts (persons holding each key, persons of each project) are kept in the same
+//! table and chunk: a negative search of a key every person holds reads only the values
+//! that may pass, not every holder's place.
 
 use serde::Deserialize;
 use serde_json::{Map, Value};
@@ -32,6 +38,7 @@ use super::first_seen;
 use super::rollup::backfill::Step;
 use super::{keys, Trees};
 
+pub mod count;
 mod read;
 pub use read::{candidates, Sieve};
 
@@ -140,37 +147,63 @@ pub fn ready(meta: &sled::Tree) -> Result<bool, sled::Error> {
     MARKS.ready(meta)
 }
 
-/// Whether a build is due (for `pipeline`, deciding to run one).
+/// Whether a build of the index or of its [`count`]s is due (for `pipeline`, deciding
+/// to run one).
 pub fn building(meta: &sled::Tree) -> Result<bool, sled::Error> {
-    MARKS.building(meta)
+    Ok(MARKS.building(meta)? || count::building(meta)?)
 }
 
-/// Make the index current, as [`first_seen::prepare`] does its own.
+/// Make the index and its counts current, as [`first_seen::prepare`] does its own.
 pub fn prepare(trees: &Trees) -> Result<(), sled::Error> {
     MARKS.prepare(
         trees,
         "persons are indexed by property in the background, for the console",
-    )
+    )?;
+    count::prepare(trees)
 }
 
-/// Record a build of the index from every stored person (the persons benchmark calls
-/// it after filling persons directly).
+/// Record a build of the index and its counts from every stored person (the persons
+/// benchmark calls it after filling persons directly).
 pub fn start_build(trees: &Trees) -> Result<(), sled::Error> {
-    MARKS.start_build(&trees.meta)
+    MARKS.start_build(&trees.meta)?;
+    count::start_build(trees)
 }
 
-/// A build of the index, a batch of persons at a time; its position is in `meta`, so
-/// a restart resumes it, and a batch applied again after a crash writes the same
-/// entries.
-pub struct Build(first_seen::Progress);
+/// A build of the index, a batch of persons at a time, then of its counts; its
+/// position is in `meta` (the counts' in the table), so a restart resumes it, and a
+/// batch of the index applied again after a crash writes the same entries.
+pub struct Build {
+    progress: first_seen::Progress,
+    /// Whether the index was due too when the build began: the counts are then the
+    /// second half of the percent.
+    both: bool,
+}
 
 impl Build {
     pub fn new(trees: &Trees) -> Build {
-        Build(first_seen::Progress::new(trees))
+        Build {
+            progress: first_seen::Progress::new(trees),
+            both: MARKS.building(&trees.meta).unwrap_or(false),
+        }
+    }
+
+    /// Index the next batch of persons, or count it once all are indexed; `Done` once
+    /// both are.
+    pub fn step(&self, trees: &Trees) -> Result<Step, sled::Error> {
+        let half = |p: u8| if self.both { p / 2 } else { p };
+        match self.index(trees)? {
+            Step::Progress(p) => return Ok(Step::Progress(half(p))),
+            Step::Done if !count::building(&trees.meta)? => return Ok(Step::Done),
+            Step::Done => {}
+        }
+        Ok(match count::step(trees, self.progress.total())? {
+            Step::Progress(p) if self.both => Step::Progress(50 + p / 2),
+            step => step,
+        })
     }
 
     /// Index the next batch of persons; `Done` once all are.
-    pub fn step(&self, trees: &Trees) -> Result<Step, sled::Error> {
+    fn index(&self, trees: &Trees) -> Result<Step, sled::Error> {
         let mut read = Vec::with_capacity(BUILD_BATCH);
         let index = |project, id, bytes: &[u8], out: &mut Vec<(IVec, IVec)>| {
             if let Ok(p) = serde_json::from_slice::<Stored>(bytes) {
@@ -182,7 +215,7 @@ impl Build {
             read.push((project, id, IVec::from(bytes)));
         };
         let step = self
-            .0
+            .progress
             .step(trees, &MARKS, &trees.by_property, BUILD_BATCH, index)?;
         put_right(trees, &read)?;
         Ok(step)

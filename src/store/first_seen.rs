@@ -161,6 +161,11 @@ impl Progress {
         }
     }
 
+    /// The persons expected.
+    pub fn total(&self) -> u64 {
+        self.total
+    }
+
     /// Write to `table` what `index` makes of each of the next `batch` persons (given
     /// its project, uuid and bytes); `Done` once all are (the position is then removed
     /// from `meta`).

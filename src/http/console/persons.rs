@@ -11,8 +11,10 @@
 //! test that persons without the key pass (the negative operators, `is_not_set`, as
 //! PostHog's persons query passes them: HogQL reads a missing property as NULL and
 //! wraps `!=`, `NOT ILIKE` and `NOT match` in `ifNull(..., 1)`) the persons the key's
-//! entries do not name; the persons of those checked against their bytes as the walk
-//! checks them, newest first: complete in one request however rare the match. Other
+//! entries do not name (none when the index's counts say every person holds the key;
+//! the walk answers when they say an entry is stale); the persons of those checked
+//! against their bytes as the walk checks them, newest first: complete in one request
+//! however rare the match. Other
 //! tests (`distinct_id`, a key too long to be indexed, and any test while that index is
 //! still being built for an older database) walk, stopping after
 //! [`MAX_PERSONS_EXAMINED`] per request, saying how many were examined and where to go
@@ -230,7 +232,9 @@ fn indexed(trees: &Trees, project: u64, matcher: &Matcher) -> bool {
 
 /// A page of the persons passing `matcher` (one [`indexed`] answers) newest first,
 /// from the index of persons by property: the candidates are checked against the
-/// persons' bytes as the walk checks them, so the page is the walk's, complete.
+/// persons' bytes as the walk checks them, so the page is the walk's, complete. Where
+/// the index cannot answer (a test persons without the key pass, and a stale entry of
+/// the key that could hide one of them), the page is the walk's.
 pub fn by_index(
     trees: &Trees,
     project: u64,
@@ -244,6 +248,9 @@ pub fn by_index(
     let key = matcher.key();
     let places =
         by_property::candidates(trees, project, key, after, absent_passes, sieve, may_pass)?;
+    let Some(places) = places else {
+        return newest(trees, project, Some(matcher), span);
+    };
     let test = PersonTest::new(Some(matcher));
     let mut page = Page {
         persons: Vec::with_capacity(span.limit),

@@ -3,8 +3,11 @@
 //! (its first key and the next block's share the value) is known from the table's
 //! index of blocks: one whose value fails is not read. A [`Sieve`] (a text an `icontains`
 //! test needs, or one a `not_icontains` test refuses) is looked for in each block's
-//! bytes at once, ASCII-lowercased: an entry is judged by where it hits, and a block where
-//! no value may pass is not read on.
+//! bytes at once: an entry is judged by where it hits, and a block where no value may
+//! pass is not read on. An `icontains` text is looked for in the bytes ASCII-lowercased
+//! (a value holding it in any case may pass); a `not_icontains` text in the bytes as
+//! they are, lowercase (a value holding it so fails; one holding it in another case is
+//! not judged, and is tested as any), which spares a copy of every block.
 //!
 //! [`Layered::visit_with`]: crate::store::layered::Layered::visit_with
 
@@ -12,7 +15,7 @@ use std::ops::Range;
 
 use memchr::memmem::Finder;
 
-use super::{key_prefix, CUT, VALUE_BYTES};
+use super::{count, key_prefix, CUT, VALUE_BYTES};
 use crate::store::layered::{block_entries, successor, Visitor};
 use crate::store::{keys, Trees};
 
@@ -64,7 +67,10 @@ fn first_seen_key(project: &[u8; 8], place: &Place) -> [u8; 32] {
 /// The persons without the key are the first-seen keys that none of its entries names:
 /// the places of its entries are sorted (within a value they are in order already, so
 /// a key of a few values sorts in a few merges) and the first-seen index is read
-/// beside them.
+/// beside them. Unless the key's [`count`]s say every person holds it: then no one
+/// lacks it, and the key is read as for a test only holders pass. Where the counts say
+/// the key's entries name more persons than hold it (a stale entry, which could hide a
+/// person lacking the key), the answer is None: the index cannot give it.
 pub fn candidates(
     trees: &Trees,
     project: u64,
@@ -73,10 +79,15 @@ pub fn candidates(
     absent_passes: bool,
     sieve: Option<Sieve<'_>>,
     test: impl FnMut(&[u8], bool) -> bool,
-) -> Result<Vec<[u8; 32]>, sled::Error> {
+) -> Result<Option<Vec<[u8; 32]>>, sled::Error> {
     let Some(prefix) = key_prefix(project, key) else {
-        return Ok(Vec::new());
+        return Ok(Some(Vec::new()));
     };
+    let counts = match absent_passes {
+        true => count::of(trees, project, key)?,
+        false => None,
+    };
+    let absent_passes = absent_passes && counts.is_none_or(|(holders, all)| holders != all);
     let mut reader = Reader {
         prefix: &prefix,
         absent_passes,
@@ -94,13 +105,18 @@ pub fn candidates(
         mut found, having, ..
     } = reader;
     if absent_passes {
+        if counts.is_some_and(|(holders, _)| having.len() as u64 > holders) {
+            return Ok(None);
+        }
         found.extend(lacking(trees, project, after, having));
     }
     found.sort_unstable();
     found.dedup();
     let project = keys::project(project);
     let keys = found.iter().map(|p| first_seen_key(&project, p));
-    Ok(keys.filter(|k| after.is_none_or(|a| &k[..] > a)).collect())
+    Ok(Some(
+        keys.filter(|k| after.is_none_or(|a| &k[..] > a)).collect(),
+    ))
 }
 
 /// The reader of a key's entries.
@@ -188,12 +204,14 @@ impl<T: FnMut(&[u8], bool) -> bool> Visitor for Reader<'_, T> {
 struct Sifted<'a> {
     sieve: Sieve<'a>,
     finder: Finder<'a>,
-    /// The block, ASCII-lowercased.
+    /// The block, ASCII-lowercased (for `Holds`).
     lower: Vec<u8>,
     hits: Vec<usize>,
-    /// Where the block last read is in memory, and its keys' offsets that are marked.
+    /// Where the block last read is in memory, its keys' offsets that are marked, and
+    /// how many of its entries are of the key.
     block: Range<usize>,
     marked: Vec<usize>,
+    of_key: usize,
     /// The first of `marked` an entry given next may be.
     next: usize,
 }
@@ -208,25 +226,32 @@ impl<'a> Sifted<'a> {
             hits: Vec::new(),
             block: 0..0,
             marked: Vec::new(),
+            of_key: 0,
             next: 0,
         }
     }
 
     /// Judge the entries of `prefix` in a block about to be read, by the hits of the
-    /// text in its lowercased bytes.
+    /// text in its bytes (lowercased for `Holds`).
     fn mark(&mut self, raw: &[u8], prefix: &[u8]) {
-        self.lower.clear();
-        self.lower.extend(raw.iter().map(u8::to_ascii_lowercase));
         self.hits.clear();
-        self.hits.extend(self.finder.find_iter(&self.lower));
+        if let Sieve::Holds(_) = self.sieve {
+            self.lower.clear();
+            self.lower.extend(raw.iter().map(u8::to_ascii_lowercase));
+            self.hits.extend(self.finder.find_iter(&self.lower));
+        } else {
+            self.hits.extend(self.finder.find_iter(raw));
+        }
         let start = raw.as_ptr() as usize;
         (self.block, self.next) = (start..start + raw.len(), 0);
         self.marked.clear();
+        self.of_key = 0;
         let mut hits = &self.hits[..];
         for (at, k, v) in block_entries(raw) {
             let Some((text, _)) = k.strip_prefix(prefix).and_then(split_entry) else {
                 continue;
             };
+            self.of_key += 1;
             let from = at + prefix.len() + 1;
             // Hits before this text are of no later one either.
             let before = hits.partition_point(|&h| h < from);
@@ -237,7 +262,7 @@ impl<'a> Sifted<'a> {
         }
     }
 
-    /// Whether the entry whose value's text `text` starts at `from` in the lowercased
+    /// Whether the entry whose value's text `text` starts at `from` in the searched
     /// bytes whose hits from there on are `hits` is marked.
     fn judge(&self, hits: &[usize], from: usize, text: &[u8], cut: bool) -> bool {
         let n = self.finder.needle().len();
@@ -256,9 +281,13 @@ impl<'a> Sifted<'a> {
         }
     }
 
-    /// Whether no value of the block last marked may pass.
+    /// Whether no value of the block last marked may pass: none may hold the text, or
+    /// every one holds the text it must lack.
     fn none_may_pass(&self) -> bool {
-        matches!(self.sieve, Sieve::Holds(_)) && self.marked.is_empty()
+        match self.sieve {
+            Sieve::Holds(_) => self.marked.is_empty(),
+            Sieve::Lacks(_) => self.marked.len() == self.of_key,
+        }
     }
 
     /// Whether the entry of key `k`, its value's text `text`, surely fails: judged by

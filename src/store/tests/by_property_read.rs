@@ -3,7 +3,7 @@ use sled::IVec;
 use uuid::Uuid;
 
 use super::*;
-use crate::store::by_property::changes;
+use crate::store::by_property::count;
 use crate::store::first_seen;
 use crate::support::lcg::Lcg;
 
@@ -83,15 +83,13 @@ fn a_sieved_search_finds_what_testing_every_value_finds() {
     let mut g = Lcg(5);
     let mut persons = Vec::new();
     let write = |persons: &[(Uuid, i64, Map<String, Value>)]| {
-        let (mut index, mut seen) = (Vec::new(), Vec::new());
-        for (id, born, p) in persons {
-            changes(1, *id, None, Some((*born, p)), |k, v| {
-                index.push((IVec::from(k), IVec::from(v)))
-            });
+        let mut seen = Vec::new();
+        for (id, born, _) in persons {
             let key = keys::first_seen(1, *born, *id);
             seen.push((IVec::from(&key[..]), IVec::from(first_seen::PRESENT)));
         }
-        trees.by_property.write(index).unwrap();
+        let changed = (persons.iter()).map(|(id, born, p)| (1, *id, None, Some((*born, p))));
+        count::write_changes(&trees, changed);
         trees.first_seen.write(seen).unwrap();
     };
     let made = |g: &mut Lcg, i: u128| {
@@ -129,7 +127,8 @@ fn a_sieved_search_finds_what_testing_every_value_finds() {
             Sieve::Lacks(needle)
         };
         let absent_passes = !holds;
-        let got = candidates(&trees, 1, "plan", None, absent_passes, Some(sieve), test).unwrap();
+        let got = candidates(&trees, 1, "plan", None, absent_passes, Some(sieve), test);
+        let got = got.unwrap().unwrap();
         let want = expected(&persons, test, absent_passes);
         let ctx = format!("{} {}", String::from_utf8_lossy(needle), holds);
         assert_eq!(got, want, "{ctx}");
@@ -144,12 +143,36 @@ fn a_sieved_search_finds_what_testing_every_value_finds() {
             Some(sieve),
             test,
         );
-        assert_eq!(rest.unwrap(), want[want.len() / 2 + 1..], "{ctx} after");
+        assert_eq!(
+            rest.unwrap().unwrap(),
+            want[want.len() / 2 + 1..],
+            "{ctx} after"
+        );
+    }
+    // A key every person has, every value holding "ab": no one lacks it, and a block
+    // of values all holding the text a test needs them to lack is passed over.
+    let mut everyone: Vec<_> = (persons.iter())
+        .map(|(id, born, _)| keys::first_seen(1, *born, *id))
+        .collect();
+    everyone.sort();
+    for (needle, want) in [(&b"b"[..], Vec::new()), (b"z", everyone)] {
+        let test = |text: &[u8], cut: bool| tested(text, cut, needle, false);
+        let got = candidates(
+            &trees,
+            1,
+            "plam",
+            None,
+            true,
+            Some(Sieve::Lacks(needle)),
+            test,
+        );
+        assert_eq!(got.unwrap().unwrap(), want);
     }
     // Blocks all of one value: a value no one has, one a third of them have.
     for plan in ["\"nobody\"", "\"free\""] {
         let test = |text: &[u8], _: bool| text == plan.as_bytes();
-        let got = candidates(&trees, 1, "plan", None, false, None, test).unwrap();
+        let got = candidates(&trees, 1, "plan", None, false, None, test);
+        let got = got.unwrap().unwrap();
         assert_eq!(got, expected(&persons, test, false), "{plan}");
     }
 }
