@@ -271,6 +271,15 @@ impl Window {
         self.frozen_len + self.active.ids.len()
     }
 
+    /// Test hook: damage every frozen segment's file; returns how many there are.
+    #[cfg(test)]
+    pub(crate) fn damage_segments(&self) -> usize {
+        for f in &self.frozen {
+            f.ids.damage(0, &[0xff; 16]).unwrap();
+        }
+        self.frozen.len()
+    }
+
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -515,3 +524,7 @@ mod entries_tests;
 #[cfg(test)]
 #[path = "tests/dedup_ages.rs"]
 mod ages_tests;
+
+#[cfg(test)]
+#[path = "tests/dedup_files.rs"]
+mod files_tests;
