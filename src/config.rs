@@ -54,9 +54,9 @@ pub const DEFAULT_RETENTION_DAYS: u32 = 365;
 /// A day: client retries (the SDKs' queues, a proxy's replays) come within hours.
 pub const DEFAULT_DEDUP_MAX_AGE_MS: i64 = 24 * 60 * 60 * 1000;
 /// Two million uuids: about 20 seconds at 100,000 events/s and a whole day at 23
-/// events/s. About 52 MiB in memory once full (`flagpost_memory_bytes{holder=
-/// "dedup_window"}`): 32 of sorted uuids, 16 of their fingerprints' table and 4 of
-/// the newest uuids' hash set.
+/// events/s. About 18 MiB in memory once full (`flagpost_memory_bytes{holder=
+/// "dedup_window"}`): 16 of the fingerprints' table and up to 3 of the newest uuids'
+/// hash set; the 32 MiB of sorted uuids are in scratch files (`store::dedup`).
 pub const DEFAULT_DEDUP_MAX_IDS: usize = 2_000_000;
 /// Under contention the compactor yields the cores to requests: with it at 0, capture
 /// measured 12 to 18% fewer requests/s in four runs, and the compactor still keeps

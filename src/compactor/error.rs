@@ -13,6 +13,9 @@ pub enum Error {
     /// Writing or syncing the layered tables' journal failed (a full disk, say).
     #[error("the tables' journal: {0}")]
     Journal(std::io::Error),
+    /// Loading the deduplication window, or reading its segments' files, failed.
+    #[error(transparent)]
+    Dedup(#[from] crate::store::dedup::Error),
     /// The deduplication window and block counter were not read before a commit.
     #[error("compactor state not loaded")]
     StateNotLoaded,

@@ -27,8 +27,9 @@ pub(super) struct State {
 }
 
 impl Compactor {
-    /// The deduplication window and block counter as committed; read once.
-    fn load_state(&mut self) -> Result<(), sled::Error> {
+    /// The deduplication window and block counter as committed; read once, and again
+    /// after the window failed.
+    fn load_state(&mut self) -> Result<(), Error> {
         if self.state.is_some() {
             return Ok(());
         }
@@ -40,8 +41,11 @@ impl Compactor {
             .map_or(0, u64::from_be_bytes);
         let s = &self.settings;
         let (events, files) = (&self.trees.events, &self.trees.blocks);
+        // The window's scratch files, in the database's directory beside the blocks'.
+        let dir = files.dir().parent().unwrap_or(files.dir());
         let window = dedup::Window::load(
             &self.trees.recent_ids,
+            &dir.join(dedup::DIR_NAME),
             s.dedup_max_age_ms,
             s.dedup_max_ids,
             crate::support::clock::now_ms(),
@@ -168,6 +172,8 @@ impl Compactor {
         let write_rollups = hot.due(rollup::hot::Moment::Busy, std::time::Instant::now());
         let counted: RefCell<Option<rollup::Pending>> = RefCell::new(None);
         let phases = RefCell::new(&mut self.phases);
+        // A segment of the window that cannot be read aborts the transaction too.
+        let dedup_error: RefCell<Option<std::io::Error>> = RefCell::new(None);
         let blocks_failed = |e: std::io::Error| {
             *blocks_error.borrow_mut() = Some(e);
             ConflictableTransactionError::Abort(())
@@ -222,7 +228,11 @@ impl Compactor {
                     match &item.action {
                         Action::Apply(record) => {
                             let id = (record.project, record.uuid.as_u128());
-                            if window.contains(id) || !seen.insert(id) {
+                            let stored = window.contains(id).map_err(|e| {
+                                *dedup_error.borrow_mut() = Some(e);
+                                ConflictableTransactionError::Abort(())
+                            })?;
+                            if stored || !seen.insert(id) {
                                 counts.duplicates += 1;
                                 continue;
                             }
@@ -315,13 +325,18 @@ impl Compactor {
         let mut counts = match outcome {
             Ok(c) => c,
             Err(TransactionError::Abort(())) => {
+                if let Some(e) = dedup_error.into_inner() {
+                    // Read again from the database at the next step.
+                    self.state = None;
+                    return Err(dedup::Error::Segments(e).into());
+                }
                 return Err(
                     match (blocks_error.into_inner(), journal_error.into_inner()) {
                         (Some(e), _) => Error::Blocks(e),
                         (None, Some(e)) => Error::Journal(e),
                         (None, None) => Error::Injected,
                     },
-                )
+                );
             }
             Err(TransactionError::Storage(e)) => return Err(e.into()),
         };
@@ -338,10 +353,16 @@ impl Compactor {
             let key = sled::IVec::from(&keys::recent(now, first_block)[..]);
             let ranges = [(first_block, counts.next_block)];
             let ranges = (counts.next_block > first_block).then_some(&ranges[..]);
-            state
-                .window
-                .insert(key, now, &counts.ids, ranges, now)
-                .apply(&self.trees.recent_ids)?;
+            match state.window.insert(key, now, &counts.ids, ranges, now) {
+                Ok(rewrite) => rewrite.apply(&self.trees.recent_ids)?,
+                // The chunk is committed, its entry with it: the window is read
+                // again from the database at the next step, which fails while the
+                // disk is full.
+                Err(e) => {
+                    tracing::warn!(error = %e, "the deduplication window failed; loading it again");
+                    self.state = None;
+                }
+            }
         }
         let s = &self.stats;
         s.applied.fetch_add(counts.applied, Ordering::Relaxed);

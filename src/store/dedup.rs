@@ -15,17 +15,24 @@
 //! Membership costs the same however many segments the window holds: a uuid outside
 //! every frozen uuid of its project (a new time-ordered one) is answered by two
 //! comparisons, any other by one [`table::Table`] of fingerprints over all segments,
-//! whose matches are confirmed in the segment named. It takes 16 bytes a uuid for the
-//! segments and 4 to 8 for the table's slots (2,000,000 uuids: 32 and 16 MiB).
+//! whose matches are confirmed in the segment named. A segment's uuids are on disk
+//! ([`segment`]: a scratch file, unlinked, in [`DIR_NAME`]), so a confirmation is one
+//! read of 4 KiB; in memory the window takes 4 to 8 bytes a uuid for the table's
+//! slots and about 0.1 for the segments' sparse indexes (2,000,000 uuids: 16 MiB, and
+//! 32 MiB on disk). A read that fails (the file damaged) is an error: the window is
+//! then dropped and loaded again from the database, never answered from.
 
 use std::collections::{HashSet, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
+use std::io;
+use std::path::{Path, PathBuf};
 
 use sled::IVec;
 
 use super::keys;
 
 mod entry;
+mod segment;
 mod table;
 
 pub use entry::{decode, decode_ranges, encode, encode_ranges, uuids_of_blocks};
@@ -43,8 +50,21 @@ const SEGMENT_AGE_FRACTION: i64 = 24;
 /// so the tree holds few keys however small the chunks are.
 const MAX_ENTRIES_PER_SEGMENT: usize = 256;
 
+/// The directory of the segments' files, in the database's: emptied at every load.
+pub const DIR_NAME: &str = "dedup";
+
 /// A project and a uuid.
 pub type Id = (u64, u128);
+
+/// Why the window could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Store(#[from] sled::Error),
+    /// Writing or reading a segment's file failed (a full disk, say, or damage).
+    #[error("the deduplication window's segment files: {0}")]
+    Segments(#[from] io::Error),
+}
 
 /// Hashes ids by mixing their bits: uuids are random already, SipHash is not needed.
 #[derive(Default)]
@@ -73,7 +93,7 @@ impl Hasher for IdHasher {
 
 pub type IdSet = HashSet<Id, BuildHasherDefault<IdHasher>>;
 
-/// The uuids of one segment, sorted by project then uuid, with each project's range.
+/// The uuids of one segment, sorted by project then uuid, on disk.
 struct Frozen {
     /// Its place in the table: generations count up by one a segment.
     generation: u8,
@@ -81,30 +101,7 @@ struct Frozen {
     newest: i64,
     /// Its `recent_ids` keys, deleted with it.
     keys: Vec<IVec>,
-    projects: Vec<(u64, usize, usize)>,
-    ids: Box<[u128]>,
-}
-
-impl Frozen {
-    /// Its (project, uuid) pairs, in order.
-    fn entries(&self) -> impl Iterator<Item = Id> + '_ {
-        self.projects.iter().flat_map(|&(project, start, end)| {
-            self.ids[start..end].iter().map(move |&id| (project, id))
-        })
-    }
-
-    fn contains(&self, (project, id): Id) -> bool {
-        self.projects
-            .iter()
-            .find(|(p, _, _)| *p == project)
-            .is_some_and(|&(_, start, end)| {
-                let ids = &self.ids[start..end];
-                // Time-ordered (v7) uuids of older segments fail the range check.
-                ids.first().is_some_and(|&lo| lo <= id)
-                    && ids.last().is_some_and(|&hi| id <= hi)
-                    && ids.binary_search(&id).is_ok()
-            })
-    }
+    ids: segment::Segment,
 }
 
 /// The hash set new uuids go to, and the `recent_ids` entries it came from.
@@ -120,7 +117,11 @@ struct Active {
     has_uuids: bool,
 }
 
+/// After any of its methods returned an error the window may be wrong: drop it and
+/// load it again ([`Window::load`]).
 pub struct Window {
+    /// Where its segments' files are made.
+    dir: PathBuf,
     max_age_ms: i64,
     max_ids: usize,
     active: Active,
@@ -176,8 +177,10 @@ impl Rewrite {
 }
 
 impl Window {
-    pub fn new(max_age_ms: i64, max_ids: usize) -> Window {
+    /// An empty window whose segments' files are made in `dir`.
+    pub fn new(dir: &Path, max_age_ms: i64, max_ids: usize) -> Window {
         Window {
+            dir: dir.to_path_buf(),
             max_age_ms: max_age_ms.max(1),
             max_ids,
             active: Active::default(),
@@ -190,18 +193,24 @@ impl Window {
     }
 
     /// The window as last committed: every entry of `recent_ids` still within it. Old
-    /// entries are deleted from the tree.
+    /// entries are deleted from the tree. `dir` is emptied of earlier segments' files
+    /// (made if missing) and takes the new ones.
     /// `uuids_of` reads the uuids of the blocks entries name ([`uuids_of_blocks`]).
     pub fn load(
         tree: &sled::Tree,
+        dir: &Path,
         max_age_ms: i64,
         max_ids: usize,
         now: i64,
         uuids_of: impl FnOnce(
             &[(u64, u64)],
         ) -> Result<std::collections::HashMap<u64, Vec<Id>>, sled::Error>,
-    ) -> Result<Window, sled::Error> {
-        let mut w = Window::new(max_age_ms, max_ids);
+    ) -> Result<Window, Error> {
+        match std::fs::remove_dir_all(dir) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e.into()),
+            _ => std::fs::create_dir_all(dir)?,
+        }
+        let mut w = Window::new(dir, max_age_ms, max_ids);
         let cutoff = now - w.max_age_ms;
         // Changes are applied once the tree has been read, not while reading it.
         let mut changes = Rewrite::default();
@@ -233,7 +242,7 @@ impl Window {
         };
         for (key, at, content) in entries {
             let more = match content {
-                Ok(ids) => w.insert(key, at, &ids, None, now),
+                Ok(ids) => w.insert(key, at, &ids, None, now)?,
                 Err(ranges) => {
                     let ids: Vec<Id> = ranges
                         .iter()
@@ -242,7 +251,7 @@ impl Window {
                         .flatten()
                         .copied()
                         .collect();
-                    w.insert(key, at, &ids, Some(&ranges), now)
+                    w.insert(key, at, &ids, Some(&ranges), now)?
                 }
             };
             changes.ops.extend(more.ops);
@@ -262,49 +271,71 @@ impl Window {
         self.frozen_len + self.active.ids.len()
     }
 
+    /// Test hook: damage every frozen segment's file; returns how many there are.
+    #[cfg(test)]
+    pub(crate) fn damage_segments(&self) -> usize {
+        for f in &self.frozen {
+            f.ids.damage(0, &[0xff; 16]).unwrap();
+        }
+        self.frozen.len()
+    }
+
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
     /// About the bytes it takes in memory: the hash set (a slot and a control byte a
-    /// place), the frozen segments' uuids and the fingerprint table.
+    /// place), the frozen segments' sparse indexes and the fingerprint table.
     pub fn footprint(&self) -> usize {
         let set = self.active.ids.capacity() * (std::mem::size_of::<Id>() + 1);
-        let frozen: usize = self
-            .frozen
-            .iter()
-            .map(|f| f.ids.len() * std::mem::size_of::<u128>())
-            .sum();
+        let frozen: usize = self.frozen.iter().map(|f| f.ids.bytes()).sum();
         set + frozen + self.table.bytes()
     }
 
-    pub fn contains(&self, id: Id) -> bool {
-        self.active.ids.contains(&id) || self.frozen_contains(id)
+    /// Whether the window holds `id`: a read of a segment's file only when a
+    /// fingerprint matches.
+    pub fn contains(&self, id: Id) -> io::Result<bool> {
+        match self.active.ids.contains(&id) {
+            true => Ok(true),
+            false => self.frozen_contains(id),
+        }
     }
 
-    fn frozen_contains(&self, id: Id) -> bool {
+    fn frozen_contains(&self, id: Id) -> io::Result<bool> {
         let (project, uuid) = id;
         let within = self
             .bounds
             .iter()
             .any(|&(p, lo, hi)| p == project && lo <= uuid && uuid <= hi);
         let Some(first) = self.frozen.front().map(|s| s.generation) else {
-            return false;
+            return Ok(false);
         };
-        within
-            && self.table.any(table::hash(id), |g| {
-                let segment = self.frozen.get(usize::from(g.wrapping_sub(first)));
-                segment.is_some_and(|s| s.contains(id))
-            })
+        if !within {
+            return Ok(false);
+        }
+        let mut failed = None;
+        let found = self.table.any(table::hash(id), |g| {
+            let segment = self.frozen.get(usize::from(g.wrapping_sub(first)));
+            match segment.map(|s| s.ids.contains(id)) {
+                Some(Ok(found)) => found,
+                None => false,
+                // Stop at the first failure: it is the answer.
+                Some(Err(e)) => {
+                    failed = Some(e);
+                    true
+                }
+            }
+        });
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(found),
+        }
     }
 
     fn recompute_bounds(&mut self) {
         self.bounds.clear();
         for s in &self.frozen {
-            for &(project, start, end) in &s.projects {
-                let (Some(&lo), Some(&hi)) = (s.ids.get(start), s.ids.get(end - 1)) else {
-                    continue;
-                };
+            for (project, lo, hi) in s.ids.bounds() {
                 match self.bounds.iter_mut().find(|b| b.0 == project) {
                     Some(b) => *b = (project, b.1.min(lo), b.2.max(hi)),
                     None => self.bounds.push((project, lo, hi)),
@@ -315,7 +346,8 @@ impl Window {
 
     /// Add a committed chunk's uuids, stored under `key` at `arrival` (its entry names
     /// the blocks `ranges`, or holds the uuids); returns what the tree should do
-    /// (rewrite small entries as one, drop old ones).
+    /// (rewrite small entries as one, drop old ones). It fails when a segment's file
+    /// cannot be written or read.
     pub fn insert(
         &mut self,
         key: IVec,
@@ -323,7 +355,7 @@ impl Window {
         ids: &[Id],
         ranges: Option<&[(u64, u64)]>,
         now: i64,
-    ) -> Rewrite {
+    ) -> io::Result<Rewrite> {
         let mut batch = Rewrite::default();
         // Measured from this chunk's arrival, not `now`: reloading entries hours old
         // must not freeze each into a segment of its own.
@@ -332,7 +364,7 @@ impl Window {
             .oldest
             .is_some_and(|t| t < arrival - self.max_age_ms / SEGMENT_AGE_FRACTION);
         if too_old {
-            self.freeze();
+            self.freeze()?;
         }
         let a = &mut self.active;
         a.ids.extend(ids.iter().copied());
@@ -347,10 +379,10 @@ impl Window {
             self.combine(&mut batch);
         }
         if self.active.ids.len() >= self.max_ids.div_ceil(MAX_COUNTED_SEGMENTS).max(SEGMENT_IDS) {
-            self.freeze();
+            self.freeze()?;
         }
-        self.prune_into(now, &mut batch);
-        batch
+        self.prune_into(now, &mut batch)?;
+        Ok(batch)
     }
 
     /// Rewrite the hash set's entries as one, keyed by its newest arrival.
@@ -385,14 +417,14 @@ impl Window {
         a.keys.push(key);
     }
 
-    fn freeze(&mut self) {
+    fn freeze(&mut self) -> io::Result<()> {
         let active = std::mem::take(&mut self.active);
         if active.ids.is_empty() {
-            return;
+            return Ok(());
         }
         let fresh: Vec<Id> = active.ids.into_iter().collect();
         if !self.table.has_room(fresh.len()) {
-            self.rebuild_table(fresh.len());
+            self.rebuild_table(fresh.len())?;
         }
         let (mut keys, mut newest) = (active.keys, active.newest);
         // With every generation the table tells apart in use (segments frozen by age
@@ -403,7 +435,8 @@ impl Window {
         };
         let (generation, mut all) = match last {
             Some(last) => {
-                let all = last.entries().collect();
+                let mut all = Vec::with_capacity(last.ids.len() + fresh.len());
+                last.ids.for_each(|id| all.push(id))?;
                 let mut older = last.keys;
                 older.append(&mut keys);
                 keys = older;
@@ -422,42 +455,39 @@ impl Window {
         self.frozen_len += fresh.len();
         all.extend(fresh);
         all.sort_unstable();
-        let mut projects = Vec::new();
-        let mut start = 0;
-        for run in all.chunk_by(|a, b| a.0 == b.0) {
-            projects.push((run[0].0, start, start + run.len()));
-            start += run.len();
-        }
+        let ids = segment::Segment::write(&self.dir, &all)?;
         self.frozen.push_back(Frozen {
             generation,
             newest,
             keys,
-            projects,
-            ids: all.into_iter().map(|(_, id)| id).collect(),
+            ids,
         });
         self.recompute_bounds();
+        Ok(())
     }
 
     /// Build the table again from the segments, with room for `more`: it does not
     /// grow by itself, and this drops its tombstones.
-    fn rebuild_table(&mut self, more: usize) {
+    fn rebuild_table(&mut self, more: usize) -> io::Result<()> {
         self.table.reset(self.frozen_len + more);
         for segment in &self.frozen {
-            for id in segment.entries() {
-                self.table.insert(table::hash(id), segment.generation);
-            }
+            let slots = &mut self.table;
+            segment
+                .ids
+                .for_each(|id| slots.insert(table::hash(id), segment.generation))?;
         }
+        Ok(())
     }
 
     /// Drop the segments past the window's age, and the oldest while the rest still
     /// hold `max_ids`; returns their entries to delete.
-    pub fn prune(&mut self, now: i64) -> Rewrite {
+    pub fn prune(&mut self, now: i64) -> io::Result<Rewrite> {
         let mut batch = Rewrite::default();
-        self.prune_into(now, &mut batch);
-        batch
+        self.prune_into(now, &mut batch)?;
+        Ok(batch)
     }
 
-    fn prune_into(&mut self, now: i64, batch: &mut Rewrite) {
+    fn prune_into(&mut self, now: i64, batch: &mut Rewrite) -> io::Result<()> {
         let cutoff = now - self.max_age_ms;
         let mut dropped = false;
         while let Some(oldest) = self.frozen.front() {
@@ -467,9 +497,9 @@ impl Window {
             }
             self.frozen_len -= oldest.ids.len();
             if let Some(gone) = self.frozen.pop_front() {
-                for id in gone.entries() {
-                    self.table.remove(table::hash(id), gone.generation);
-                }
+                let slots = &mut self.table;
+                gone.ids
+                    .for_each(|id| slots.remove(table::hash(id), gone.generation))?;
                 for k in gone.keys {
                     batch.remove(k);
                 }
@@ -479,6 +509,7 @@ impl Window {
         if dropped {
             self.recompute_bounds();
         }
+        Ok(())
     }
 }
 
@@ -493,3 +524,7 @@ mod entries_tests;
 #[cfg(test)]
 #[path = "tests/dedup_ages.rs"]
 mod ages_tests;
+
+#[cfg(test)]
+#[path = "tests/dedup_files.rs"]
+mod files_tests;

@@ -312,6 +312,7 @@ mod tests {
         // The recently arrived uuids seed the deduplication window.
         let window = dedup::Window::load(
             &trees.recent_ids,
+            &dir.path().join(dedup::DIR_NAME),
             crate::config::DEFAULT_DEDUP_MAX_AGE_MS,
             crate::config::DEFAULT_DEDUP_MAX_IDS,
             now,
@@ -320,9 +321,9 @@ mod tests {
         .unwrap();
         assert_eq!(window.len(), 5000);
         let (p, e) = &events[0];
-        assert!(window.contains((*p, e.uuid.as_u128())));
+        assert!(window.contains((*p, e.uuid.as_u128())).unwrap());
         let (p, e) = &events[1];
-        assert!(!window.contains((*p, e.uuid.as_u128())));
+        assert!(!window.contains((*p, e.uuid.as_u128())).unwrap());
         // Opening again finds nothing to do.
         drop(trees);
         let again = Trees::open(&db, dir.path()).unwrap();

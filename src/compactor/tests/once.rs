@@ -293,3 +293,79 @@ fn corrupt_records_are_quarantined_not_blocking() {
     assert_eq!(f.events(1).len(), 1);
     assert_eq!(f.trees.quarantine.len(), 1);
 }
+
+/// Chunks of ten records from `from`, one distinct id each.
+fn numbered(from: i64, n: i64) -> Vec<Record> {
+    (from..from + n)
+        .map(|i| record(1, i, json!({"event": "e", "distinct_id": format!("d{i}")})))
+        .collect()
+}
+
+/// A window whose hash set is frozen into a segment at each chunk a tenth of a second
+/// after the one before, so a test's chunks write the segments' files.
+fn freezing() -> Fixture {
+    fixture(Compaction {
+        dedup_max_age_ms: 2_400,
+        ..Compaction::default()
+    })
+}
+
+/// A segment's file of the window damaged while the server runs: the chunk whose
+/// lookup reads it fails (nothing of it stored), the window is loaded again from the
+/// database at the next step, and every event is stored once.
+#[test]
+fn a_damaged_window_file_fails_the_chunk_and_the_window_is_loaded_again() {
+    let mut f = freezing();
+    let (a, b) = (numbered(0, 10), numbered(10, 10));
+    f.push(&a);
+    f.drain();
+    std::thread::sleep(Duration::from_millis(150));
+    f.push(&b);
+    f.drain();
+    let window = &f.compactor.state.as_ref().unwrap().window;
+    assert!(window.damage_segments() > 0, "the first chunk was frozen");
+    // A retry of one of the first chunk's events, and a new one.
+    let new = numbered(20, 1);
+    f.push(&[a[3].clone(), new[0].clone()]);
+    let failed = f.compactor.step().unwrap_err();
+    assert!(matches!(failed, Error::Dedup(_)), "{failed}");
+    assert!(failed.to_string().contains("checksum"), "{failed}");
+    assert_eq!(f.events(1).len(), 20, "nothing of the failed chunk stored");
+    f.drain();
+    assert_eq!(f.events(1).len(), 21);
+    assert_eq!(f.compactor.stats.duplicates.load(Ordering::Relaxed), 1);
+    let dir = f._dir.path().join(crate::store::dedup::DIR_NAME);
+    assert_eq!(
+        std::fs::read_dir(dir).unwrap().count(),
+        0,
+        "its files are unlinked"
+    );
+}
+
+/// The window's files cannot be written (its directory replaced by a file, as a full
+/// disk refuses them): the chunk whose commit froze a segment is stored and the window
+/// dropped; loading it again fails until the files can be written, and no event is
+/// lost or stored twice.
+#[test]
+fn a_window_file_that_cannot_be_written_loses_and_repeats_nothing() {
+    let mut f = freezing();
+    let (a, b, c) = (numbered(0, 10), numbered(10, 10), numbered(20, 1));
+    f.push(&a);
+    f.drain();
+    let dir = f._dir.path().join(crate::store::dedup::DIR_NAME);
+    std::fs::remove_dir(&dir).unwrap();
+    std::fs::write(&dir, b"not a directory").unwrap();
+    std::thread::sleep(Duration::from_millis(150));
+    f.push(&b);
+    f.compactor.step().unwrap();
+    assert_eq!(f.events(1).len(), 20, "the chunk is committed");
+    assert!(f.compactor.state.is_none(), "the window is dropped");
+    f.push(&[a[0].clone(), b[0].clone(), c[0].clone()]);
+    let failed = f.compactor.step().unwrap_err();
+    assert!(matches!(failed, Error::Dedup(_)), "{failed}");
+    assert_eq!(f.events(1).len(), 20);
+    std::fs::remove_file(&dir).unwrap();
+    f.drain();
+    assert_eq!(f.events(1).len(), 21);
+    assert_eq!(f.compactor.stats.duplicates.load(Ordering::Relaxed), 2);
+}

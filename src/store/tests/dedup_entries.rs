@@ -21,14 +21,18 @@ fn chunk_entries_are_rewritten_as_one_only_past_the_limit() {
     let dir = tempfile::tempdir().unwrap();
     let db = sled::open(dir.path()).unwrap();
     let tree = db.open_tree("recent_ids").unwrap();
-    let mut w = Window::new(DEFAULT_DEDUP_MAX_AGE_MS, DEFAULT_DEDUP_MAX_IDS);
+    let mut w = Window::new(
+        &std::env::temp_dir(),
+        DEFAULT_DEDUP_MAX_AGE_MS,
+        DEFAULT_DEDUP_MAX_IDS,
+    );
     let id = |c: usize| (1, c as u128 + 1);
     // Store chunk `c` as the compactor does, and apply what the window asks;
     // returns how many entries that removed.
     let mut store = |c: usize| {
         let k = keys::recent(5, c as u64);
         tree.insert(k, encode(&[id(c)])).unwrap();
-        let rewrite = w.insert(IVec::from(&k[..]), 5, &[id(c)], None, 5);
+        let rewrite = w.insert(IVec::from(&k[..]), 5, &[id(c)], None, 5).unwrap();
         let removals = rewrite.removals();
         rewrite.apply(&tree).unwrap();
         removals
@@ -53,5 +57,5 @@ fn chunk_entries_are_rewritten_as_one_only_past_the_limit() {
     assert_eq!(tree.len(), 1);
     let all: Vec<Id> = (0..=2 * limit).map(id).collect();
     assert_eq!(stored(&tree), all);
-    assert!(all.iter().all(|&i| w.contains(i)));
+    assert!(all.iter().all(|&i| w.contains(i).unwrap()));
 }
