@@ -204,9 +204,12 @@ pub fn measure_dir(db: &Path) -> Result<Dir, String> {
             std::fs::read_dir(&path).map_err(|e| format!("cannot list {}: {e}", path.display()))?;
         for entry in entries {
             let entry = entry.map_err(|e| format!("cannot list {}: {e}", path.display()))?;
-            let meta = entry
-                .metadata()
-                .map_err(|e| format!("cannot stat {}: {e}", entry.path().display()))?;
+            let meta = match entry.metadata() {
+                Ok(meta) => meta,
+                // Removed since the listing (a journal rotated, a run folded away).
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(format!("cannot stat {}: {e}", entry.path().display())),
+            };
             if meta.is_dir() {
                 pending.push(entry.path());
                 continue;

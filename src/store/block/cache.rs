@@ -17,6 +17,11 @@ use crate::support::sync::lock;
 /// budget (300 MB at 20 M events).
 pub const BYTES: usize = 32 * 1024 * 1024;
 
+/// The budget: [`BYTES`], or `FLAGPOST_EVENT_BLOCK_CACHE_MB` (a knob for measuring it).
+pub fn budget() -> usize {
+    crate::store::layered::cache::budget_from_env("FLAGPOST_EVENT_BLOCK_CACHE_MB", BYTES)
+}
+
 /// Where a block's bytes are (file, offset, length and CRC).
 pub type Key = super::pointer::Pointer;
 

@@ -142,7 +142,7 @@ impl Files {
                 next: Mutex::new(next),
                 readers: Mutex::new(HashMap::new()),
                 syncs: Syncs::default(),
-                cache: Cache::new(super::cache::BYTES),
+                cache: Cache::new(super::cache::budget()),
             }),
         })
     }

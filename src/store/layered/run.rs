@@ -235,15 +235,20 @@ impl Run {
         if i == 0 {
             return None;
         }
-        let block = self.cached_block(i - 1)?;
-        let at = |start: u32| entry_at(&block.bytes, &mut (start as usize));
-        // Every start was read once when the block was loaded, so `at` finds an entry.
-        let by_key = |start: &u32| at(*start).map_or(std::cmp::Ordering::Less, |(k, _)| k.cmp(key));
-        match block.starts.binary_search_by(by_key) {
-            Ok(n) => at(block.starts[n]).map(|(_, v)| v.to_vec()),
-            Err(n) => {
+        let found = self.cached_block(i - 1, |block| {
+            let at = |start: usize| entry_at(block.bytes, &mut { start });
+            // Every start was read once when the block was loaded, so `at` finds an entry.
+            let by_key = |start| at(start).map_or(std::cmp::Ordering::Less, |(k, _)| k.cmp(key));
+            match block.search(by_key) {
+                Ok(n) => Ok(at(block.start(n)).map(|(_, v)| v.to_vec())),
                 // Past the last whole entry of a cut block, the key may have been there.
-                if block.cut && n == block.starts.len() {
+                Err(n) => Err(block.cut && n == block.len()),
+            }
+        })?;
+        match found {
+            Ok(value) => value,
+            Err(cut) => {
+                if cut {
                     self.report(i - 1, &self.bad_block(i - 1, "its entries are cut"));
                 }
                 None
@@ -347,11 +352,12 @@ impl Run {
         }
     }
 
-    /// Block `i` through the block cache, or `None` (logged once) when it cannot be read.
-    fn cached_block(&self, i: usize) -> Option<cache::Block> {
+    /// `read` of block `i` through the block cache, or `None` (logged once) when it
+    /// cannot be read.
+    fn cached_block<R>(&self, i: usize, read: impl FnOnce(cache::View<'_>) -> R) -> Option<R> {
         let key = (self.id, i as u32);
-        match cache::global().get_or_load(key, || self.block(i).map(decoded)) {
-            Ok(raw) => Some(raw),
+        match cache::global().read(key, || self.block(i).map(decoded), read) {
+            Ok(found) => Some(found),
             Err(e) => {
                 self.report(i, &e);
                 None
