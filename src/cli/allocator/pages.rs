@@ -123,7 +123,9 @@ pub fn write(out: &mut impl Write, now: u64) {
     };
     let mut by_name: HashMap<String, Sum> = HashMap::new();
     let mut rows: HashMap<(String, u32), Sum> = HashMap::new();
-    let named = table.iter().map(|(&(owner, class), s)| (name(owner), class, s));
+    let named = table
+        .iter()
+        .map(|(&(owner, class), s)| (name(owner), class, s));
     let deltas = apart
         .iter()
         .map(|(&(owner, class), s)| (format!("deltas:{}", name(owner)), class, s));

@@ -19,7 +19,10 @@ fn each_map_has_a_heap_of_its_own_handed_back_after_its_drop() {
     let mut delta = Delta::default();
     assert!(delta.heap().made().is_none(), "made before any write");
     delta.stage(&[entry(b"a", 1)]);
-    let first = delta.heap().made().expect("made by the owner's first write");
+    let first = delta
+        .heap()
+        .made()
+        .expect("made by the owner's first write");
 
     // Written elsewhere, a map's heap is not made: the owner alone allocates in them.
     let mut elsewhere = Delta::default();
