@@ -90,7 +90,7 @@ pub fn visit_pages(f: &mut dyn FnMut(&libmimalloc_sys::mi_heap_area_t)) {
 }
 
 /// [`visit_pages`] of `heap` (null: the main heap), which must stay live meanwhile.
-pub fn visit_heap_pages(
+pub(crate) fn visit_heap_pages(
     heap: *mut libmimalloc_sys::mi_heap_t,
     f: &mut dyn FnMut(&libmimalloc_sys::mi_heap_area_t),
 ) {
