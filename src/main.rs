@@ -7,6 +7,8 @@ use std::process::ExitCode;
 
 fn main() -> ExitCode {
     cli::allocator::start_report();
+    // The allocator serves the heaps of `support::heaps`.
+    flagpost::support::heaps::enable();
     disable_transparent_huge_pages();
     let cli: cli::Cli = argh::from_env();
     if cli.version {

@@ -15,6 +15,8 @@ use std::io::Write;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::Duration;
 
+use flagpost::support::heaps;
+
 /// Often enough to follow a scale run's tenths, rarely enough to cost nothing.
 const REPORT_EVERY: Duration = Duration::from_secs(5);
 /// The allocation sites' report is longer: one in this many lines.
@@ -46,10 +48,18 @@ fn sub(size: usize) {
     LIVE_BLOCKS[c].fetch_sub(1, Ordering::Relaxed);
 }
 
-// SAFETY: every call is passed on to mimalloc unchanged; the counts only observe.
+// SAFETY: every call is passed on to mimalloc, in the heap the thread allocates in now
+// (`heaps::current`) or its default; the counts only observe.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let p = unsafe { mimalloc::MiMalloc.alloc(layout) };
+        let p = match heaps::current() {
+            // SAFETY: a live heap (released only by the thread that sets it, outside
+            // its scope); size and alignment are the layout's.
+            Some(heap) => unsafe {
+                libmimalloc_sys::mi_heap_malloc_aligned(heap, layout.size(), layout.align()).cast()
+            },
+            None => unsafe { mimalloc::MiMalloc.alloc(layout) },
+        };
         if COUNTING.load(Ordering::Relaxed) && !p.is_null() {
             add(layout.size());
             sample::on_alloc(p, layout.size());
@@ -58,7 +68,13 @@ unsafe impl GlobalAlloc for Counting {
     }
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        let p = unsafe { mimalloc::MiMalloc.alloc_zeroed(layout) };
+        let p = match heaps::current() {
+            // SAFETY: as in `alloc`.
+            Some(heap) => unsafe {
+                libmimalloc_sys::mi_heap_zalloc_aligned(heap, layout.size(), layout.align()).cast()
+            },
+            None => unsafe { mimalloc::MiMalloc.alloc_zeroed(layout) },
+        };
         if COUNTING.load(Ordering::Relaxed) && !p.is_null() {
             add(layout.size());
             sample::on_alloc(p, layout.size());
@@ -83,7 +99,15 @@ unsafe impl GlobalAlloc for Counting {
         if counting {
             sample::on_free(ptr);
         }
-        let p = unsafe { mimalloc::MiMalloc.realloc(ptr, layout, new_size) };
+        let p = match heaps::current() {
+            // SAFETY: `ptr` is a live block of any of mimalloc's heaps (the caller's
+            // contract); one that moves goes to `heap`, live as in `alloc`.
+            Some(heap) => unsafe {
+                libmimalloc_sys::mi_heap_realloc_aligned(heap, ptr.cast(), new_size, layout.align())
+                    .cast()
+            },
+            None => unsafe { mimalloc::MiMalloc.realloc(ptr, layout, new_size) },
+        };
         if counting && !p.is_null() {
             sub(layout.size());
             add(new_size);
@@ -223,6 +247,49 @@ mod tests {
         assert_eq!(after, before);
         let (_, line) = report_line();
         assert!(line.contains(" live_kib="), "{line}");
+    }
+
+    extern "C" {
+        // mimalloc's; a null heap is the main one.
+        fn mi_heap_contains(heap: *const libmimalloc_sys::mi_heap_t, p: *const u8) -> bool;
+    }
+
+    fn in_heap(heap: *mut libmimalloc_sys::mi_heap_t, p: *const u8) -> bool {
+        // SAFETY: only reads the page map and the page's header of a live block.
+        unsafe { mi_heap_contains(heap, p) }
+    }
+
+    /// The only test of this binary that makes heaps: the owner is process-wide.
+    #[test]
+    fn a_heap_serves_its_scope_and_a_block_outlives_its_release() {
+        heaps::enable();
+        heaps::adopt();
+        let heap = heaps::Heap::default();
+        let (inside, mut kept) = heaps::within(&heap, || {
+            let mut grown = Vec::with_capacity(100);
+            grown.resize(5000, 3u8);
+            (Box::new([2u8; 300]), grown)
+        });
+        let outside = Box::new([1u8; 300]);
+        let raw = heap.made().expect("made by the owner");
+        assert!(in_heap(raw, inside.as_ptr()));
+        assert!(in_heap(raw, kept.as_ptr()), "grown inside: moved within it");
+        assert!(!in_heap(raw, outside.as_ptr()));
+        // Elsewhere the main heap serves.
+        let theirs = std::thread::scope(|s| {
+            s.spawn(|| heaps::within(&heap, || Box::new([4u8; 300])))
+                .join()
+                .unwrap()
+        });
+        assert!(in_heap(std::ptr::null_mut(), theirs.as_ptr()));
+        drop(inside);
+        drop(heap);
+        assert!(heaps::release() >= 1);
+        // A block still alive (a value a reader cloned) stays valid, now the main heap's.
+        assert!(in_heap(std::ptr::null_mut(), kept.as_ptr()));
+        assert!(kept.iter().all(|&b| b == 3));
+        kept.resize(100_000, 5);
+        assert_eq!(kept[4999..5001], [3, 5]);
     }
 
     #[test]

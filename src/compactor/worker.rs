@@ -121,6 +121,8 @@ pub fn spawn(
     compactor.folds.set_gate(gate.clone());
     let thread = std::thread::Builder::new().name("compactor".into()).spawn(move || {
         crate::support::priority::lower(compactor.settings.nice, "compactor");
+        // The deltas' maps are written here: their heaps are made and released here.
+        crate::support::heaps::adopt();
         let stats = compactor.stats();
         let mut last_retention: Option<Instant> = None;
         // Records applied since the last idle step.
@@ -147,6 +149,8 @@ pub fn spawn(
                         false => fold::Moment::Busy,
                     };
                     compactor.fold_tables(moment);
+                    // Between chunks: the heaps of the maps folded since go back.
+                    crate::support::heaps::release();
                     if !report.is_idle() {
                         compactor.phases.end(super::phases::Phase::Fold);
                         let records = report.realtime + report.historical + report.overflow;

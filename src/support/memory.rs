@@ -73,10 +73,12 @@ pub fn resident_bytes() -> u64 {
 /// (the tests).
 pub fn allocator_pages() -> (u64, u64) {
     let mut sums = (0u64, 0u64);
-    visit_pages(&mut |area| {
+    let mut add = |area: &libmimalloc_sys::mi_heap_area_t| {
         sums.0 += area.committed as u64;
         sums.1 += (area.used * area.full_block_size) as u64;
-    });
+    };
+    visit_pages(&mut add);
+    super::heaps::visit(&mut add);
     sums
 }
 
@@ -84,6 +86,14 @@ pub fn allocator_pages() -> (u64, u64) {
 /// threads allocating meanwhile make a page's counts approximate, never invalid: only
 /// page headers are read, and mimalloc never unmaps them (a purge zeroes them).
 pub fn visit_pages(f: &mut dyn FnMut(&libmimalloc_sys::mi_heap_area_t)) {
+    visit_heap_pages(std::ptr::null_mut(), f);
+}
+
+/// [`visit_pages`] of `heap` (null: the main heap), which must stay live meanwhile.
+pub(crate) fn visit_heap_pages(
+    heap: *mut libmimalloc_sys::mi_heap_t,
+    f: &mut dyn FnMut(&libmimalloc_sys::mi_heap_area_t),
+) {
     unsafe extern "C" fn each(
         _heap: *const libmimalloc_sys::mi_heap_t,
         area: *const libmimalloc_sys::mi_heap_area_t,
@@ -102,10 +112,11 @@ pub fn visit_pages(f: &mut dyn FnMut(&libmimalloc_sys::mi_heap_area_t)) {
         true
     }
     let mut f = f;
-    // SAFETY: a null heap is the main heap; `f` outlives the call.
+    // SAFETY: a null heap is the main heap, another one is live (the caller's
+    // contract); `f` outlives the call.
     unsafe {
         libmimalloc_sys::mi_heap_visit_blocks(
-            std::ptr::null_mut(),
+            heap,
             false,
             Some(each),
             &mut f as *mut &mut dyn FnMut(&libmimalloc_sys::mi_heap_area_t) as *mut libc::c_void,

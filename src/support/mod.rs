@@ -1,5 +1,6 @@
 //! Small helpers every layer may use, none of which knows the rest of the crate:
-//! the wall clock in the forms the wire uses (`clock`), what a thread does while it
+//! the wall clock in the forms the wire uses (`clock`), heaps of their own for what
+//! is freed together (`heaps`), what a thread does while it
 //! idles (`idle`), the request memory budget and the resident set (`memory`), the service manager's
 //! notifications (`notify`), a background thread's nice value (`priority`), lock
 //! helpers that survive a panicked holder (`sync`), the syncs a durability promise
@@ -9,6 +10,7 @@
 //! ([`sync_dir`]).
 
 pub mod clock;
+pub mod heaps;
 pub mod idle;
 #[cfg(test)]
 pub mod lcg;

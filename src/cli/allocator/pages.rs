@@ -88,28 +88,34 @@ fn names() -> HashMap<usize, String> {
     names
 }
 
+/// Count the page `area` in `table` under its owner and block size.
+fn add(table: &mut Table, area: &libmimalloc_sys::mi_heap_area_t) {
+    // The area's internal pointer is the page, whose first word is its owner's id
+    // with two flag bits (0 or 4 once its thread ended, or while it is full and
+    // handed back: abandoned).
+    let page = area.reserved1 as *const AtomicUsize;
+    let owner = if page.is_null() {
+        0
+    } else {
+        // SAFETY: the page's header stays mapped (a purge zeroes it, never unmaps).
+        unsafe { (*page).load(Ordering::Relaxed) & !3 }
+    };
+    let class = usize::BITS - area.block_size.leading_zeros();
+    let used = area.used * area.full_block_size;
+    table
+        .entry((owner, class))
+        .or_default()
+        .add(area.committed, used);
+}
+
 /// Append the pages' report, stamped `now`: one line of totals by thread name, then
 /// the heaviest (thread, block size) rows by free bytes.
 pub fn write(out: &mut impl Write, now: u64) {
     let mut table = Table::new();
-    flagpost::support::memory::visit_pages(&mut |area| {
-        // The area's internal pointer is the page, whose first word is its owner's id
-        // with two flag bits (0 or 4 once its thread ended, or while it is full and
-        // handed back: abandoned).
-        let page = area.reserved1 as *const AtomicUsize;
-        let owner = if page.is_null() {
-            0
-        } else {
-            // SAFETY: the page's header stays mapped (a purge zeroes it, never unmaps).
-            unsafe { (*page).load(Ordering::Relaxed) & !3 }
-        };
-        let class = usize::BITS - area.block_size.leading_zeros();
-        let used = area.used * area.full_block_size;
-        table
-            .entry((owner, class))
-            .or_default()
-            .add(area.committed, used);
-    });
+    let mut apart = Table::new();
+    flagpost::support::memory::visit_pages(&mut |area| add(&mut table, area));
+    // The deltas' heaps (`support::heaps`), named apart.
+    flagpost::support::heaps::visit(&mut |area| add(&mut apart, area));
     let names = names();
     let name = |owner: usize| match owner {
         0 | 4 => "abandoned".to_string(),
@@ -117,8 +123,13 @@ pub fn write(out: &mut impl Write, now: u64) {
     };
     let mut by_name: HashMap<String, Sum> = HashMap::new();
     let mut rows: HashMap<(String, u32), Sum> = HashMap::new();
-    for (&(owner, class), s) in &table {
-        let n = name(owner);
+    let named = table
+        .iter()
+        .map(|(&(owner, class), s)| (name(owner), class, s));
+    let deltas = apart
+        .iter()
+        .map(|(&(owner, class), s)| (format!("deltas:{}", name(owner)), class, s));
+    for (n, class, s) in named.chain(deltas) {
         by_name.entry(n.clone()).or_default().merge(s);
         rows.entry((n, class)).or_default().merge(s);
     }

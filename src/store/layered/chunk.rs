@@ -7,18 +7,23 @@
 
 use std::cell::RefCell;
 use std::io;
+use std::sync::Arc;
 
 use sled::IVec;
 
 use super::delta::Undo;
 use super::journal::{Guard, Journal};
 use super::Layered;
+use crate::support::heaps::{self, Heap};
 
 /// One table's writes in a chunk's transaction, read through for the chunk's reads
 /// of other keys. The chunk's own reads of keys it wrote go through its cache.
 pub struct Pending {
     table: Layered,
     writes: RefCell<Vec<(IVec, IVec)>>,
+    /// The heap of the active map the writes go to, from [`Journaled::begin`] (the
+    /// journal held, no fold freezes it meanwhile): the values are made there.
+    heap: RefCell<Option<Arc<Heap>>>,
 }
 
 impl Pending {
@@ -26,6 +31,7 @@ impl Pending {
         Pending {
             table: table.clone(),
             writes: RefCell::default(),
+            heap: RefCell::default(),
         }
     }
 
@@ -41,7 +47,11 @@ impl Pending {
 
     /// Write `value` (a tombstone removes) when the chunk commits.
     pub fn insert(&self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) {
-        let (k, v) = (IVec::from(key.as_ref()), IVec::from(value.as_ref()));
+        let k = IVec::from(key.as_ref());
+        let v = match &*self.heap.borrow() {
+            Some(heap) => heaps::within(heap, || IVec::from(value.as_ref())),
+            None => IVec::from(value.as_ref()),
+        };
         self.writes.borrow_mut().push((k, v));
     }
 }
@@ -57,10 +67,14 @@ pub struct Journaled<'a> {
 impl<'a> Journaled<'a> {
     /// Hold `journal`, the one the `tables` share, for a chunk.
     pub fn begin(journal: &'a Journal, tables: &'a [Pending]) -> Journaled<'a> {
+        let guard = journal.lock();
+        for t in tables {
+            *t.heap.borrow_mut() = Some(t.table.delta().heap());
+        }
         Journaled {
             tables,
             journal,
-            guard: RefCell::new(journal.lock()),
+            guard: RefCell::new(guard),
             undo: RefCell::default(),
         }
     }

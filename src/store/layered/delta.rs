@@ -4,6 +4,11 @@
 //! through them with the runs. What they hold is in the journal ([`super::journal`]),
 //! from which a start fills them again.
 //!
+//! Each map's blocks (its nodes and long keys, and the values the chunks make for it)
+//! are allocated in a heap of its own ([`heaps`]), from the freeze that starts the
+//! map to its drop once folded, so the fold that drops it frees whole pages. The heap
+//! goes with the map ([`Generation`]).
+//!
 //! The active map counts its own bytes as it changes ([`Delta::active_bytes`]): that,
 //! not the bytes written to it, decides a fold, so a key rewritten five times between
 //! folds counts once, as the map holds it once.
@@ -17,6 +22,7 @@ use sled::IVec;
 
 pub use super::key::Key;
 use super::key::KEY_INLINE;
+use crate::support::heaps::{self, Heap};
 
 /// Keys to values; an empty value is a removal (the runs may hold the key).
 pub type Map = BTreeMap<Key, IVec>;
@@ -33,12 +39,30 @@ pub fn map_of(entries: impl IntoIterator<Item = (IVec, IVec)>) -> Map {
         .collect()
 }
 
+/// A map with the heap its blocks are allocated in: the map is dropped first, then
+/// the heap, released once its owner next can ([`heaps::release`]).
+pub struct Generation {
+    map: Map,
+    /// Held for its drop, after the map's.
+    _heap: Arc<Heap>,
+}
+
+impl std::ops::Deref for Generation {
+    type Target = Map;
+
+    fn deref(&self) -> &Map {
+        &self.map
+    }
+}
+
 #[derive(Default)]
 pub struct Delta {
     active: Map,
+    /// The heap of `active`'s blocks.
+    heap: Arc<Heap>,
     /// Bytes of keys and values in `active`, kept as it changes.
     active_bytes: u64,
-    frozen: Option<Arc<Map>>,
+    frozen: Option<Arc<Generation>>,
 }
 
 fn size(k: &[u8], v: &IVec) -> u64 {
@@ -68,8 +92,14 @@ impl Delta {
         Delta {
             active_bytes: bytes(&active),
             active,
+            heap: Arc::default(),
             frozen: None,
         }
+    }
+
+    /// The heap of the active map's blocks, for the values made for it (a chunk's).
+    pub fn heap(&self) -> Arc<Heap> {
+        self.heap.clone()
     }
 
     /// The map writes go to.
@@ -94,7 +124,7 @@ impl Delta {
         let r = bounds(range);
         let mut active = self.active.range::<[u8], _>(r).peekable();
         let empty = Map::new();
-        let frozen = self.frozen.as_deref().unwrap_or(&empty);
+        let frozen = self.frozen.as_deref().map_or(&empty, |g| &g.map);
         let mut frozen = frozen.range::<[u8], _>(r).peekable();
         let mut out = Vec::new();
         while out.len() < limit {
@@ -120,6 +150,11 @@ impl Delta {
 
     /// Write `entries` to the active map; what they replaced.
     pub fn stage(&mut self, entries: &[(IVec, IVec)]) -> Undo {
+        let heap = self.heap.clone();
+        heaps::within(&heap, || self.stage_here(entries))
+    }
+
+    fn stage_here(&mut self, entries: &[(IVec, IVec)]) -> Undo {
         let mut undo = Vec::with_capacity(entries.len());
         for (k, v) in entries {
             let key = Key::from(&k[..]);
@@ -135,6 +170,11 @@ impl Delta {
 
     /// Put back what [`Delta::stage`] replaced, newest first.
     pub fn unstage(&mut self, undo: Undo) {
+        let heap = self.heap.clone();
+        heaps::within(&heap, || self.unstage_here(undo))
+    }
+
+    fn unstage_here(&mut self, undo: Undo) {
         for (k, old) in undo.into_iter().rev() {
             let now = match old {
                 Some(v) => {
@@ -150,12 +190,16 @@ impl Delta {
     }
 
     /// The active map becomes the frozen one, which a fold writes into the runs;
-    /// reads still see it until [`Delta::unfreeze`].
-    pub fn freeze(&mut self) -> Arc<Map> {
+    /// reads still see it until [`Delta::unfreeze`]. The new active map starts a heap
+    /// of its own.
+    pub fn freeze(&mut self) -> Arc<Generation> {
         // A fold that failed or panicked thaws its map (see fold.rs); should one ever
         // leave it frozen, it goes back under this one rather than being lost.
         self.thaw();
-        let frozen = Arc::new(std::mem::take(&mut self.active));
+        let frozen = Arc::new(Generation {
+            map: std::mem::take(&mut self.active),
+            _heap: std::mem::take(&mut self.heap),
+        });
         self.active_bytes = 0;
         self.frozen = Some(frozen.clone());
         frozen
@@ -176,10 +220,15 @@ impl Delta {
         self.frozen = None;
     }
 
-    /// The frozen map back under the active one (a fold that failed).
+    /// The frozen map back under the active one (a fold that failed). Its entries
+    /// moved into the active map stay valid once its heap is released (their pages
+    /// go to the main heap).
     pub fn thaw(&mut self) {
         if let Some(frozen) = self.frozen.take() {
-            let frozen = Arc::try_unwrap(frozen).unwrap_or_else(|shared| (*shared).clone());
+            let frozen = match Arc::try_unwrap(frozen) {
+                Ok(generation) => generation.map,
+                Err(shared) => shared.map.clone(),
+            };
             self.unfreeze(frozen);
         }
     }
@@ -204,7 +253,7 @@ impl Delta {
     /// About the bytes both maps take in memory: their nodes and what each key and
     /// value holds outside them ([`entry_footprint`]).
     pub fn footprint(&self) -> u64 {
-        let frozen = self.frozen.as_deref().map_or(0, footprint_of);
+        let frozen = self.frozen.as_deref().map_or(0, |g| footprint_of(g));
         footprint_of(&self.active) + frozen
     }
 }
@@ -262,3 +311,7 @@ fn size_class(n: usize) -> usize {
 #[cfg(test)]
 #[path = "tests/footprint.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "tests/generations.rs"]
+mod generations;

@@ -1,0 +1,189 @@
+//! A heap of its own for what is freed together: each layered table's active map
+//! (its nodes, long keys, and the values the chunks make for it) from the freeze
+//! that starts it to the drop of that map once folded ([`crate::store::layered::delta`]).
+//! mimalloc fills a page with blocks of one size for whichever thread asks, and a
+//! page goes back only once every block in it is free: a map's blocks among longer-
+//! lived ones (sled's node copies, the caches' offsets) leave holes when the map is
+//! folded. In a heap of its own a folded map's pages are wholly free and go back
+//! when the heap is released; a block still alive then (a value a reader cloned) is
+//! moved with its page to the main heap and freed there as ever. One heap for all the
+//! tables' maps was tried and not kept: they fold at different times, so the freed
+//! memory moved into it (`BENCHMARKS.md`).
+//!
+//! The code that allocates for a map names its [`Heap`] with [`within`]; the binary's
+//! allocator serves the thread's allocations meanwhile from it ([`current`]). Frees
+//! need nothing: mimalloc finds a block's page from its address.
+//!
+//! Only one thread allocates in these heaps, the *owner* ([`adopt`]: the compactor,
+//! which makes the chunks' values and writes the maps), and it alone releases them
+//! ([`release`]): mimalloc deletes a heap safely only while no thread frees into its
+//! pages as their owner, and the owner's own frees come before or after its release,
+//! never during. On any other thread (a fold putting back what it left, a start
+//! replaying the journal, a background build) [`within`] changes nothing. Nor does it
+//! without the binary's allocator ([`enable`]; the tests use the system's).
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Mutex, OnceLock};
+
+use libmimalloc_sys::mi_heap_t;
+
+use super::sync::lock;
+
+static ENABLED: AtomicBool = AtomicBool::new(false);
+/// The owner thread's [`me`], 0 for none.
+static OWNER: AtomicUsize = AtomicUsize::new(0);
+/// Heaps dropped and not yet released: (owner, heap).
+static RETIRED: Mutex<Vec<(usize, usize)>> = Mutex::new(Vec::new());
+static RETIRED_COUNT: AtomicUsize = AtomicUsize::new(0);
+/// Heaps made and not yet released, for [`visit`].
+static MADE: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+
+thread_local! {
+    static CURRENT: Cell<*mut mi_heap_t> = const { Cell::new(std::ptr::null_mut()) };
+    static ME: u8 = const { 0 };
+}
+
+/// This thread, by the address of a thread-local (unique among live threads).
+fn me() -> usize {
+    ME.with(|m| m as *const u8 as usize)
+}
+
+/// The binary's allocator serves [`current`]: heaps are made from now on.
+pub fn enable() {
+    ENABLED.store(true, Ordering::Relaxed);
+}
+
+/// The calling thread becomes the one that allocates in the heaps and releases them.
+/// Heaps made by a thread before (one that has ended: the compactor is started again
+/// only after the last one stopped) are released by the next [`release`].
+pub fn adopt() {
+    OWNER.store(me(), Ordering::Relaxed);
+}
+
+/// The heap this thread allocates in now, if not the main one.
+#[inline]
+pub fn current() -> Option<*mut mi_heap_t> {
+    let heap = CURRENT.with(Cell::get);
+    (!heap.is_null()).then_some(heap)
+}
+
+/// A heap for blocks freed together, made by its owner's first [`within`] and
+/// released once dropped (by the owner's next [`release`]).
+#[derive(Default)]
+pub struct Heap {
+    /// (owner, heap), the heap null if mimalloc could not make one.
+    made: OnceLock<(usize, usize)>,
+}
+
+impl Heap {
+    /// The heap, if this thread may allocate in it.
+    fn here(&self) -> Option<*mut mi_heap_t> {
+        if !ENABLED.load(Ordering::Relaxed) {
+            return None;
+        }
+        let me = me();
+        if OWNER.load(Ordering::Relaxed) != me {
+            return None;
+        }
+        let &(owner, heap) = self.made.get_or_init(|| {
+            // SAFETY: mi_heap_new takes nothing; its own bookkeeping is allocated by
+            // mimalloc directly, not through this process's allocator.
+            let heap = unsafe { libmimalloc_sys::mi_heap_new() } as usize;
+            if heap != 0 {
+                lock(&MADE).push(heap);
+            }
+            (me, heap)
+        });
+        (owner == me && heap != 0).then_some(heap as *mut mi_heap_t)
+    }
+
+    /// mimalloc's heap, once made (tests).
+    pub fn made(&self) -> Option<*mut mi_heap_t> {
+        let &(_, heap) = self.made.get()?;
+        (heap != 0).then_some(heap as *mut mi_heap_t)
+    }
+}
+
+impl Drop for Heap {
+    fn drop(&mut self) {
+        if let Some(&(owner, heap)) = self.made.get() {
+            if heap != 0 {
+                lock(&RETIRED).push((owner, heap));
+                RETIRED_COUNT.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// Run `f` with this thread's allocations in `heap` (on its owner; elsewhere `f` runs
+/// as it is). The heap before is restored after, also when `f` panics.
+pub fn within<R>(heap: &Heap, f: impl FnOnce() -> R) -> R {
+    struct Restore(*mut mi_heap_t);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            CURRENT.with(|c| c.set(self.0));
+        }
+    }
+    let Some(heap) = heap.here() else {
+        return f();
+    };
+    let _restore = Restore(CURRENT.with(|c| c.replace(heap)));
+    f()
+}
+
+/// Release the heaps dropped since the last call: their pages' frees collected, the
+/// wholly free pages handed back, a page with a block still alive moved to the main
+/// heap. Called by the owner between its chunks, so none of its own frees is under
+/// way. Returns how many were released.
+pub fn release() -> usize {
+    if RETIRED_COUNT.load(Ordering::Relaxed) == 0 {
+        return 0;
+    }
+    let (me, owner) = (me(), OWNER.load(Ordering::Relaxed));
+    let mine: Vec<usize> = {
+        let mut retired = lock(&RETIRED);
+        let mut mine = Vec::new();
+        retired.retain(|&(by, heap)| {
+            // A heap of a thread that is not the owner any more: that thread ended.
+            let take = by == me || by != owner;
+            if take {
+                mine.push(heap);
+            }
+            !take
+        });
+        RETIRED_COUNT.store(retired.len(), Ordering::Relaxed);
+        mine
+    };
+    for &heap in &mine {
+        // Out of the reports' sight first: a report visits only while it holds MADE.
+        lock(&MADE).retain(|&h| h != heap);
+        let heap = heap as *mut mi_heap_t;
+        // SAFETY: the heap was made by mi_heap_new and is released once (taken out of
+        // RETIRED above); nothing allocates in it any more (its `Heap` was dropped),
+        // and only this thread owned its pages, whose frees here come before or after.
+        // The forced collect first takes in the other threads' frees, so a page they
+        // emptied is freed rather than moved; the delete moves a page still holding a
+        // live block to the main heap, where that block stays valid.
+        unsafe {
+            libmimalloc_sys::mi_heap_collect(heap, true);
+            libmimalloc_sys::mi_heap_delete(heap);
+        }
+    }
+    mine.len()
+}
+
+/// Heaps dropped and not yet released (tests, reports).
+pub fn retired() -> usize {
+    RETIRED_COUNT.load(Ordering::Relaxed)
+}
+
+/// Call `f` with each page of every heap made and not yet released, as
+/// [`super::memory::visit_pages`] does the main heap's.
+pub fn visit(f: &mut dyn FnMut(&libmimalloc_sys::mi_heap_area_t)) {
+    let made = lock(&MADE);
+    for &heap in made.iter() {
+        // Live while MADE is held: `release` takes a heap out of it before deleting.
+        super::memory::visit_heap_pages(heap as *mut mi_heap_t, f);
+    }
+}
