@@ -60,6 +60,19 @@ fn reopened(f: &Fixture) -> Trees {
     Trees::open(&f.db, f._dir.path()).unwrap()
 }
 
+/// A compactor on a fresh database with no table's changes pending (a fresh database
+/// records in `persons_by_property` that its counts are kept: folded here), and each
+/// table's contents as its model.
+fn settled() -> (Fixture, Vec<Model>) {
+    let f = fixture(Compaction::default());
+    for table in f.trees.tables() {
+        table.fold().unwrap();
+        assert_eq!(table.pending(), 0, "{}", table.name());
+    }
+    let models = f.trees.tables().into_iter().map(contents).collect();
+    (f, models)
+}
+
 /// What the first fold of the watched table does at its hook.
 #[derive(Clone, Copy, PartialEq)]
 enum First {
@@ -152,12 +165,11 @@ struct Held {
 }
 
 fn held_fold() -> Held {
-    let mut f = fixture(Compaction::default());
+    let (mut f, mut models) = settled();
     let tables = f.trees.tables().map(Layered::clone);
     let x = &tables[0];
     let watch = watch(&tables.each_ref(), Some((x, First::Hold)));
     let probe = f.compactor.folds.probe();
-    let mut models = vec![Model::new(); 4];
     write(x, &mut models[0], 0, 140, 1);
     assert!(x.should_fold() && !x.outran());
     f.compactor.fold_tables(Moment::Busy);
@@ -218,14 +230,13 @@ fn a_table_that_outruns_its_fold_makes_the_compactor_wait_then_is_folded_first()
 
 #[test]
 fn a_fold_due_while_a_backup_holds_or_waits_for_the_gate_starts_after_it() {
-    let mut f = fixture(Compaction::default());
+    let (mut f, mut models) = settled();
     let gate = Arc::new(Gate::default());
     f.compactor.folds.set_gate(gate.clone());
     let probe = f.compactor.folds.probe();
     let tables = f.trees.tables().map(Layered::clone);
     let x = tables[0].clone();
     let watch = watch(&tables.each_ref(), Some((&x, First::Hold)));
-    let mut models = vec![Model::new(); 4];
     write(&x, &mut models[0], 0, 140, 1);
     // A backup holds the gate: the due fold is not started, and the compactor goes on
     // without waiting for the backup.
@@ -332,12 +343,11 @@ fn a_fold_that_panics_is_tried_again_and_loses_nothing() {
 
 #[test]
 fn a_fold_whose_thread_is_gone_runs_on_the_compactors() {
-    let mut f = fixture(Compaction::default());
+    let (mut f, mut models) = settled();
     let probe = f.compactor.folds.probe();
     let tables = f.trees.tables().map(Layered::clone);
     let (x, y) = (tables[0].clone(), tables[1].clone());
     let watch = watch(&tables.each_ref(), None);
-    let mut models = vec![Model::new(); 4];
     write(&x, &mut models[0], 0, 140, 1);
     f.compactor.folds.lose_thread();
     f.compactor.fold_tables(Moment::Busy);
@@ -361,12 +371,11 @@ fn a_fold_whose_thread_is_gone_runs_on_the_compactors() {
 
 #[test]
 fn a_fold_the_thread_never_runs_is_not_waited_for() {
-    let mut f = fixture(Compaction::default());
+    let (mut f, mut models) = settled();
     let probe = f.compactor.folds.probe();
     let tables = f.trees.tables().map(Layered::clone);
     let x = tables[0].clone();
     let watch = watch(&tables.each_ref(), None);
-    let mut models = vec![Model::new(); 4];
     write(&x, &mut models[0], 0, 140, 1);
     f.compactor.folds.lose_next_request();
     f.compactor.fold_tables(Moment::Busy);
