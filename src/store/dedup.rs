@@ -22,8 +22,7 @@
 //! 32 MiB on disk). A read that fails (the file damaged) is an error: the window is
 //! then dropped and loaded again from the database, never answered from.
 
-use std::collections::{HashSet, VecDeque};
-use std::hash::{BuildHasherDefault, Hasher};
+use std::collections::VecDeque;
 use std::io;
 use std::path::{Path, PathBuf};
 
@@ -32,10 +31,14 @@ use sled::IVec;
 use super::keys;
 
 mod entry;
+mod hash;
+mod rewrite;
 mod segment;
 mod table;
 
 pub use entry::{decode, decode_ranges, encode, encode_ranges, uuids_of_blocks};
+pub use hash::{IdHasher, IdSet};
+pub use rewrite::Rewrite;
 
 /// Uuids per frozen segment: small enough that dropping one forgets little, large
 /// enough that sorting one and dropping one (its uuids leave the table) are rare.
@@ -65,33 +68,6 @@ pub enum Error {
     #[error("the deduplication window's segment files: {0}")]
     Segments(#[from] io::Error),
 }
-
-/// Hashes ids by mixing their bits: uuids are random already, SipHash is not needed.
-#[derive(Default)]
-pub struct IdHasher(u64);
-
-impl Hasher for IdHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.write_u64(u64::from(*b));
-        }
-    }
-
-    fn write_u64(&mut self, x: u64) {
-        self.0 = (self.0.rotate_left(23) ^ x).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    }
-
-    fn write_u128(&mut self, x: u128) {
-        self.write_u64(x as u64);
-        self.write_u64((x >> 64) as u64);
-    }
-
-    fn finish(&self) -> u64 {
-        self.0 ^ (self.0 >> 29)
-    }
-}
-
-pub type IdSet = HashSet<Id, BuildHasherDefault<IdHasher>>;
 
 /// The uuids of one segment, sorted by project then uuid, on disk.
 struct Frozen {
@@ -132,48 +108,6 @@ pub struct Window {
     next_generation: u8,
     /// Per project, the least and greatest frozen uuid.
     bounds: Vec<(u64, u128, u128)>,
-}
-
-/// Changes the window asks of the `recent_ids` tree, in order: entries of dropped
-/// segments to delete, small entries rewritten as one. Applying them late or twice is
-/// harmless: the window in memory already reflects them.
-#[derive(Debug, Default)]
-pub struct Rewrite {
-    ops: Vec<(IVec, Option<Vec<u8>>)>,
-}
-
-impl Rewrite {
-    fn remove(&mut self, key: IVec) {
-        self.ops.push((key, None));
-    }
-
-    fn insert(&mut self, key: IVec, value: Vec<u8>) {
-        self.ops.push((key, Some(value)));
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.ops.is_empty()
-    }
-
-    /// Deletions asked for (a rewrite deletes the entries it replaces).
-    pub fn removals(&self) -> usize {
-        self.ops.iter().filter(|(_, v)| v.is_none()).count()
-    }
-
-    /// Apply to the tree atomically.
-    pub fn apply(self, tree: &sled::Tree) -> Result<(), sled::Error> {
-        if self.ops.is_empty() {
-            return Ok(());
-        }
-        let mut batch = sled::Batch::default();
-        for (k, v) in self.ops {
-            match v {
-                Some(v) => batch.insert(k, v),
-                None => batch.remove(k),
-            }
-        }
-        tree.apply_batch(batch)
-    }
 }
 
 impl Window {

@@ -179,11 +179,47 @@ pub fn retired() -> usize {
 }
 
 /// Call `f` with each page of every heap made and not yet released, as
-/// [`super::memory::visit_pages`] does the main heap's.
+/// the memory report does the main heap's.
 pub fn visit(f: &mut dyn FnMut(&libmimalloc_sys::mi_heap_area_t)) {
     let made = lock(&MADE);
     for &heap in made.iter() {
         // Live while MADE is held: `release` takes a heap out of it before deleting.
-        super::memory::visit_heap_pages(heap as *mut mi_heap_t, f);
+        visit_heap_pages(heap as *mut mi_heap_t, f);
+    }
+}
+
+/// Call `f` with each page (an area) of `heap` (null: the main heap, every thread's),
+/// which must stay live meanwhile.
+pub(crate) fn visit_heap_pages(
+    heap: *mut libmimalloc_sys::mi_heap_t,
+    f: &mut dyn FnMut(&libmimalloc_sys::mi_heap_area_t),
+) {
+    unsafe extern "C" fn each(
+        _heap: *const libmimalloc_sys::mi_heap_t,
+        area: *const libmimalloc_sys::mi_heap_area_t,
+        _block: *mut libc::c_void,
+        _size: usize,
+        arg: *mut libc::c_void,
+    ) -> bool {
+        // SAFETY: mimalloc passes a valid area, and `arg` is the `f` below.
+        let (area, f) = unsafe {
+            (
+                &*area,
+                &mut *(arg as *mut &mut dyn FnMut(&libmimalloc_sys::mi_heap_area_t)),
+            )
+        };
+        f(area);
+        true
+    }
+    let mut f = f;
+    // SAFETY: a null heap is the main heap, another one is live (the caller's
+    // contract); `f` outlives the call.
+    unsafe {
+        libmimalloc_sys::mi_heap_visit_blocks(
+            heap,
+            false,
+            Some(each),
+            &mut f as *mut &mut dyn FnMut(&libmimalloc_sys::mi_heap_area_t) as *mut libc::c_void,
+        );
     }
 }

@@ -86,42 +86,7 @@ pub fn allocator_pages() -> (u64, u64) {
 /// threads allocating meanwhile make a page's counts approximate, never invalid: only
 /// page headers are read, and mimalloc never unmaps them (a purge zeroes them).
 pub fn visit_pages(f: &mut dyn FnMut(&libmimalloc_sys::mi_heap_area_t)) {
-    visit_heap_pages(std::ptr::null_mut(), f);
-}
-
-/// [`visit_pages`] of `heap` (null: the main heap), which must stay live meanwhile.
-pub(crate) fn visit_heap_pages(
-    heap: *mut libmimalloc_sys::mi_heap_t,
-    f: &mut dyn FnMut(&libmimalloc_sys::mi_heap_area_t),
-) {
-    unsafe extern "C" fn each(
-        _heap: *const libmimalloc_sys::mi_heap_t,
-        area: *const libmimalloc_sys::mi_heap_area_t,
-        _block: *mut libc::c_void,
-        _size: usize,
-        arg: *mut libc::c_void,
-    ) -> bool {
-        // SAFETY: mimalloc passes a valid area, and `arg` is the `f` below.
-        let (area, f) = unsafe {
-            (
-                &*area,
-                &mut *(arg as *mut &mut dyn FnMut(&libmimalloc_sys::mi_heap_area_t)),
-            )
-        };
-        f(area);
-        true
-    }
-    let mut f = f;
-    // SAFETY: a null heap is the main heap, another one is live (the caller's
-    // contract); `f` outlives the call.
-    unsafe {
-        libmimalloc_sys::mi_heap_visit_blocks(
-            heap,
-            false,
-            Some(each),
-            &mut f as *mut &mut dyn FnMut(&libmimalloc_sys::mi_heap_area_t) as *mut libc::c_void,
-        );
-    }
+    super::heaps::visit_heap_pages(std::ptr::null_mut(), f);
 }
 
 #[cfg(test)]

@@ -6,6 +6,7 @@ mod fold_thread;
 mod folds;
 mod lanes;
 mod once;
+mod person_counts;
 mod person_events;
 mod persons;
 mod synced;
