@@ -14,11 +14,10 @@
 //! entries do not name (none when the index's counts say every person holds the key;
 //! the walk answers when they say an entry is stale); the persons of those checked
 //! against their bytes as the walk checks them, newest first: complete in one request
-//! however rare the match. Other
-//! tests (`distinct_id`, a key too long to be indexed, and any test while that index is
-//! still being built for an older database) walk, stopping after
-//! [`MAX_PERSONS_EXAMINED`] per request, saying how many were examined and where to go
-//! on. While an older database's first-seen index is still being built, the list
+//! however rare the match. Other tests (`distinct_id`, a key too long to be indexed,
+//! and any test while that index is still being built for an older database) walk,
+//! stopping after [`MAX_PERSONS_EXAMINED`] per request, saying how many were examined
+//! and where to go on. While an older database's first-seen index is still being built, the list
 //! falls back to a bounded scan of every person.
 
 use std::cmp::Reverse;
