@@ -17,8 +17,8 @@
 //! however rare the match. Other tests (`distinct_id`, a key too long to be indexed,
 //! and any test while that index is still being built for an older database) walk,
 //! stopping after [`MAX_PERSONS_EXAMINED`] per request, saying how many were examined
-//! and where to go on. While an older database's first-seen index is still being built, the list
-//! falls back to a bounded scan of every person.
+//! and where to go on. While an older database's first-seen index is still being
+//! built, the list falls back to a bounded scan of every person.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
