@@ -23,7 +23,7 @@ use std::ops::Bound;
 use sled::IVec;
 
 use super::{key_prefix, Indexed, Stored, VALUE_BYTES};
-use crate::store::layered::TOMBSTONE;
+use crate::store::layered::{Layered, TOMBSTONE};
 use crate::store::rollup::backfill::Step;
 use crate::store::{keys, Trees};
 
@@ -203,7 +203,7 @@ pub(crate) fn write_changes<'a>(
     persons: impl IntoIterator<Item = (u64, uuid::Uuid, Option<Indexed<'a>>, Option<Indexed<'a>>)>,
 ) {
     let table = &trees.by_property;
-    let kept = Kept::read(|k| table.get(k).unwrap());
+    let kept = kept(table);
     let (mut writes, mut moves) = (Vec::new(), Moves::default());
     for (project, id, was, now) in persons {
         super::changes(project, id, was, now, |k, v| writes.push((k, v.to_vec())));
@@ -219,7 +219,7 @@ pub(crate) fn write_changes<'a>(
 /// for every person; None while they are built, or for a key too long to be indexed.
 pub fn of(trees: &Trees, project: u64, key: &str) -> Result<Option<(u64, u64)>, sled::Error> {
     let table = &trees.by_property;
-    if Kept::read(|k| table.get(k).ok().flatten()) != Kept::All {
+    if kept(table) != Kept::All {
         return Ok(None);
     }
     let Some(holders) = holders_key(project, key) else {
@@ -265,11 +265,22 @@ pub fn start_build(trees: &Trees) -> Result<(), sled::Error> {
 }
 
 fn write(trees: &Trees, writes: Vec<(Vec<u8>, Vec<u8>)>) -> Result<(), sled::Error> {
-    let writes = writes
+    trees
+        .by_property
+        .write(ivecs(writes))
+        .map_err(sled::Error::Io)
+}
+
+fn ivecs(writes: Vec<(Vec<u8>, Vec<u8>)>) -> Vec<(IVec, IVec)> {
+    writes
         .into_iter()
         .map(|(k, v)| (k.into(), v.into()))
-        .collect();
-    trees.by_property.write(writes).map_err(sled::Error::Io)
+        .collect()
+}
+
+/// How far the counts are kept, as `table` holds it now.
+fn kept(table: &Layered) -> Kept {
+    Kept::read(|k| table.get(k).ok().flatten())
 }
 
 /// Whether a build of the counts is due.
@@ -283,13 +294,13 @@ pub fn building(meta: &sled::Tree) -> Result<bool, sled::Error> {
 pub fn step(trees: &Trees, total: u64) -> Result<Step, sled::Error> {
     let table = &trees.by_property;
     // Only the build moves the state, and one build runs at a time.
-    if Kept::read(|k| table.get(k).ok().flatten()) == Kept::All {
+    if kept(table) == Kept::All {
         trees.meta.remove(DUE)?;
         return Ok(Step::Done);
     }
     let mut outcome = Ok(Step::Done);
     let made = || {
-        let (counted, from) = match Kept::read(|k| table.get(k).ok().flatten()) {
+        let (counted, from) = match kept(table) {
             Kept::Upto { counted, last } => (counted, Bound::Excluded(last)),
             _ => (0, Bound::Unbounded),
         };
@@ -325,10 +336,7 @@ pub fn step(trees: &Trees, total: u64) -> Result<Step, sled::Error> {
         };
         let mut writes = moves.writes(|k| table.get(k).ok().flatten());
         writes.push((STATE_KEY.to_vec(), kept.value()));
-        writes
-            .into_iter()
-            .map(|(k, v)| (k.into(), v.into()))
-            .collect()
+        ivecs(writes)
     };
     table.write_made(made).map_err(sled::Error::Io)?;
     if matches!(outcome, Ok(Step::Done)) {
