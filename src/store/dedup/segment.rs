@@ -166,18 +166,13 @@ impl Segment {
             p.start.max(offset) - offset,
             p.end.min(offset + BLOCK) - offset,
         );
-        let ids = &bytes[from * ENTRY..to * ENTRY];
-        // A binary search over the block's part of the project.
-        let (mut lo, mut hi) = (0, ids.len() / ENTRY);
-        while lo < hi {
-            let mid = (lo + hi) / 2;
-            match uuid_at(&ids[mid * ENTRY..][..ENTRY]).cmp(&id) {
-                std::cmp::Ordering::Less => lo = mid + 1,
-                std::cmp::Ordering::Greater => hi = mid,
-                std::cmp::Ordering::Equal => return Ok(true),
-            }
+        // The block's part of the project, decoded, then searched.
+        let mut ids = [0u128; BLOCK];
+        let entries = bytes[from * ENTRY..to * ENTRY].chunks_exact(ENTRY);
+        for (slot, entry) in ids.iter_mut().zip(entries) {
+            *slot = uuid_at(entry);
         }
-        Ok(false)
+        Ok(ids[..to - from].binary_search(&id).is_ok())
     }
 
     /// Every (project, uuid) it holds, in order, read back from the file.
