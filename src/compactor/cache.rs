@@ -22,8 +22,9 @@ use crate::store::{by_property, first_seen, keys, Trees};
 type Result<T> = std::result::Result<T, UnabortableTransactionError>;
 
 /// The chunk's maps hash with foldhash, randomly seeded: a chunk hashes each event's
-/// distinct id and person several times, and SipHash was a tenth of the compactor's
-/// time at a million persons (BENCHMARKS.md, "The compactor's apply at 20 M events").
+/// distinct id and person several times, and SipHash took about 8 % of the compactor
+/// thread's CPU in a profile of a drain (BENCHMARKS.md, "The compactor's drain
+/// profiled").
 type Map<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 type Set<K> = HashSet<K, foldhash::fast::RandomState>;
 
