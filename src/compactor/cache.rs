@@ -21,6 +21,13 @@ use crate::store::{by_property, first_seen, keys, Trees};
 
 type Result<T> = std::result::Result<T, UnabortableTransactionError>;
 
+/// The chunk's maps hash with foldhash, randomly seeded: a chunk hashes each event's
+/// distinct id and person several times, and SipHash took about 8 % of the compactor
+/// thread's CPU in a profile of a drain (BENCHMARKS.md, "The compactor's drain
+/// profiled").
+type Map<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
+type Set<K> = HashSet<K, foldhash::fast::RandomState>;
+
 /// Whether the compactor keeps the persons' index by property: always, but for the
 /// benches that measure what keeping it costs (`benches/compactor.rs`).
 #[doc(hidden)]
@@ -120,21 +127,23 @@ pub struct Cache<'m> {
     memo: Option<&'m Memo>,
     /// Project -> distinct id -> person, as read or linked during this chunk. Nested
     /// so a lookup by `&str` builds no key.
-    ids: HashMap<u64, HashMap<String, Option<Uuid>>>,
+    ids: Map<u64, Map<String, Option<Uuid>>>,
     /// (project, person) -> the person, or None once deleted by a merge.
-    persons: HashMap<(u64, Uuid), Option<Person>>,
-    dirty: HashSet<(u64, Uuid)>,
+    persons: Map<(u64, Uuid), Option<Person>>,
+    dirty: Set<(u64, Uuid)>,
     /// (project, person) -> its first event's time and bytes as stored before the
     /// chunk, for the persons read from the transaction: where its first-seen key is,
     /// and the properties its by-property entries are of.
-    born: HashMap<(u64, Uuid), (i64, IVec)>,
+    born: Map<(u64, Uuid), (i64, IVec)>,
     /// Project -> group type name -> index, once known.
-    group_types: HashMap<u64, HashMap<String, u8>>,
+    group_types: Map<u64, Map<String, u8>>,
     /// (project, person) -> the person operations (as text) applied to it last, by
     /// [`Cache::set_applied`]; any other change to the person forgets them.
-    applied: HashMap<(u64, Uuid), Vec<u8>>,
+    applied: Map<(u64, Uuid), Vec<u8>>,
     /// A buffer for the caller's operations text, reused from event to event.
     ops: Vec<u8>,
+    /// Records in the chunk: the room a project's map of distinct ids starts with.
+    room: usize,
     /// Distinct ids linked to a person during the chunk, for the decide cache.
     linked: Vec<(u64, String)>,
     /// Group types named and groups written during the chunk, for the decide cache.
@@ -143,12 +152,24 @@ pub struct Cache<'m> {
 }
 
 impl<'m> Cache<'m> {
-    /// A cache that consults what earlier chunks committed.
-    pub fn with_memo(memo: &'m Memo) -> Cache<'m> {
+    /// A cache that consults what earlier chunks committed, for a chunk of about
+    /// `records` records: the maps that take an entry for most records start with
+    /// room for them rather than growing through every size on the way.
+    pub fn with_memo(memo: &'m Memo, records: usize) -> Cache<'m> {
         Cache {
             memo: Some(memo),
+            room: records,
+            applied: Map::with_capacity_and_hasher(records, Default::default()),
             ..Cache::default()
         }
+    }
+
+    /// The distinct ids of `project` read or linked so far.
+    fn ids_of(&mut self, project: u64) -> &mut Map<String, Option<Uuid>> {
+        let room = self.room;
+        self.ids
+            .entry(project)
+            .or_insert_with(|| Map::with_capacity_and_hasher(room, Default::default()))
     }
 
     /// Write every person changed during the chunk into the transaction (a deleted
@@ -361,16 +382,14 @@ impl persons::Store for TxPersons<'_, '_, '_> {
     }
 
     fn person_of(&mut self, distinct_id: &str) -> Result<Option<Uuid>> {
-        let ids = self.cache.ids.entry(self.project).or_default();
+        let memo = self.cache.memo;
+        let ids = self.cache.ids_of(self.project);
         if let Some(found) = ids.get(distinct_id) {
             return Ok(*found);
         }
         // A link the memo knows is unchanged: only this chunk could have changed it,
         // and it would then be in `ids`.
-        let remembered = self
-            .cache
-            .memo
-            .and_then(|m| m.person_of(self.project, distinct_id));
+        let remembered = memo.and_then(|m| m.person_of(self.project, distinct_id));
         let found = match remembered {
             Some(person) => Some(person),
             None => self
@@ -387,9 +406,7 @@ impl persons::Store for TxPersons<'_, '_, '_> {
         let key = keys::with_str(self.project, distinct_id);
         self.tx.distinct_ids.insert(key, &person.as_bytes()[..]);
         self.cache
-            .ids
-            .entry(self.project)
-            .or_default()
+            .ids_of(self.project)
             .insert(distinct_id.to_owned(), Some(person));
         self.cache
             .linked

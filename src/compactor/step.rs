@@ -201,7 +201,7 @@ impl Compactor {
                 };
                 let mut counts = Counts::default();
                 let mut cache = match memo_off {
-                    false => Cache::with_memo(memo),
+                    false => Cache::with_memo(memo, items.len()),
                     true => Cache::default(),
                 };
                 let mut seen = IdSet::default();
