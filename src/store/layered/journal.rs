@@ -214,6 +214,12 @@ impl Journal {
     }
 
     /// Hold the journal for writing: appends and rotations happen one at a time.
+    /// The capacity of the buffer kept for the next record.
+    #[cfg(test)]
+    pub(super) fn record_capacity(&self) -> usize {
+        lock(&self.writing).record.capacity()
+    }
+
     pub fn lock(&self) -> Guard<'_> {
         Guard {
             journal: self,

@@ -22,6 +22,14 @@ thread_local! {
         const { RefCell::new(Reused::new(START_BYTES / 8, START_BYTES / 8)) };
 }
 
+/// The capacities this thread keeps for its next run: the output's bytes and the
+/// hashes' count.
+#[cfg(test)]
+pub(super) fn kept_capacities() -> (usize, usize) {
+    let out = OUT.with(|r| r.borrow().capacity());
+    (out, HASHES.with(|r| r.borrow().capacity()))
+}
+
 /// Writes a run; keys must come in ascending order.
 pub struct Writer {
     path: PathBuf,
