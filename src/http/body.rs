@@ -45,18 +45,22 @@ pub async fn read(
         }
         budget.reserve(held, len as usize)?;
     }
-    tokio::time::timeout(deadline, collect(body, max, budget, held))
+    // A declared length (within the limit, and reserved) is made room for at once: the
+    // body is copied into one buffer, not into one that doubles as frames come.
+    let room = declared_len.map_or(0, |len| len as usize);
+    tokio::time::timeout(deadline, collect(body, room, max, budget, held))
         .await
         .map_err(|_| Error::Timeout)?
 }
 
 async fn collect(
     mut body: Incoming,
+    room: usize,
     max: usize,
     budget: &Budget,
     held: &mut Reservation,
 ) -> Result<Bytes, Error> {
-    let mut buf = BytesMut::new();
+    let mut buf = BytesMut::with_capacity(room);
     while let Some(frame) = body.frame().await {
         let frame = frame.map_err(|_| Error::Broken)?;
         if let Ok(data) = frame.into_data() {

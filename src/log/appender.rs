@@ -12,8 +12,11 @@ use super::segment::{checksum, segment_path, sync_dir, HEADER};
 use super::Shared;
 use crate::support::sync::lock;
 
-/// The write buffer's capacity kept between groups.
-const BUFFER_KEPT: usize = 1024 * 1024;
+/// The write buffer's capacity when made: past the blocks mimalloc packs into shared
+/// pages (up to 512 KiB), so it has a page of its own and never grows through them.
+const BUFFER_START: usize = crate::support::reuse::START_BYTES;
+/// The write buffer's capacity kept between groups, at most.
+const BUFFER_KEPT: usize = 4 * 1024 * 1024;
 
 /// Appends entries; owned by the log's writer thread.
 pub struct Appender {
@@ -73,14 +76,12 @@ impl Appender {
 
     /// Write what was pushed and sync it; every entry pushed so far is then durable.
     pub fn commit(&mut self) -> io::Result<()> {
+        let group = self.buf.len();
         self.write_buffered()?;
         self.sync_segment()?;
         self.shared.set_durable(self.next_seq);
         self.written_end = Some(self.next_seq);
-        // A large group's buffer is not kept for the small ones that follow.
-        if self.buf.capacity() > BUFFER_KEPT {
-            self.buf = Vec::new();
-        }
+        self.buf = kept_buffer(std::mem::take(&mut self.buf), group);
         Ok(())
     }
 
@@ -233,5 +234,58 @@ impl Appender {
         self.offset = 0;
         self.must_roll = false;
         Ok(())
+    }
+}
+
+/// A new write buffer, made at [`BUFFER_START`] capacity.
+pub(super) fn new_buffer() -> Vec<u8> {
+    Vec::with_capacity(BUFFER_START)
+}
+
+/// The buffer to keep after a group of `group` bytes was written from `buf`: `buf`
+/// itself, cleared, so the next group writes into resident pages, unless it grew past
+/// [`BUFFER_KEPT`] or the group used under a quarter of a capacity above
+/// [`BUFFER_START`] (the ingest slowed down): then a new one, so a burst's buffer is not
+/// kept through the quiet after it.
+fn kept_buffer(mut buf: Vec<u8>, group: usize) -> Vec<u8> {
+    let capacity = buf.capacity();
+    if capacity > BUFFER_KEPT || (capacity > BUFFER_START && group < capacity / 4) {
+        return new_buffer();
+    }
+    buf.clear();
+    buf
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_group_s_buffer_is_kept_up_to_its_bound() {
+        let mut buf = new_buffer();
+        let at = buf.as_ptr();
+        buf.extend_from_slice(&[1; 1000]);
+        let kept = kept_buffer(buf, 1000);
+        assert!(kept.is_empty());
+        assert_eq!((kept.as_ptr(), kept.capacity()), (at, BUFFER_START));
+        // A busy group grows it; the next one of about its size keeps it.
+        let mut buf = kept;
+        buf.resize(3 * BUFFER_START, 1);
+        let grown = buf.capacity();
+        let kept = kept_buffer(buf, 3 * BUFFER_START);
+        assert_eq!(kept.capacity(), grown);
+    }
+
+    #[test]
+    fn a_huge_group_then_a_small_one_leaves_the_buffer_under_its_bound() {
+        let mut buf = new_buffer();
+        buf.resize(3 * BUFFER_KEPT, 1);
+        let after_huge = kept_buffer(buf, 3 * BUFFER_KEPT);
+        assert!(after_huge.capacity() <= BUFFER_KEPT);
+        // A burst's buffer, then a quiet group: back to the starting capacity.
+        let mut buf = after_huge;
+        buf.resize(BUFFER_KEPT, 1);
+        let after_small = kept_buffer(buf, 100);
+        assert_eq!(after_small.capacity(), BUFFER_START);
     }
 }

@@ -302,7 +302,7 @@ pub fn open(
         capacity: 0,
         next_seq,
         must_roll: false,
-        buf: Vec::new(),
+        buf: appender::new_buffer(),
         written_end,
         clean_mark: clean.is_some(),
     };

@@ -2,7 +2,8 @@
 //! the wall clock in the forms the wire uses (`clock`), heaps of their own for what
 //! is freed together (`heaps`), what a thread does while it
 //! idles (`idle`), the request memory budget and the resident set (`memory`), the service manager's
-//! notifications (`notify`), a background thread's nice value (`priority`), lock
+//! notifications (`notify`), a background thread's nice value (`priority`), large buffers
+//! kept between the jobs that fill them (`reuse`), lock
 //! helpers that survive a panicked holder (`sync`), the syncs a durability promise
 //! rests on, seen by tests (`syncs`), the reload lock and change detection of the
 //! files the server reloads by itself (`watch`), a background thread taking jobs
@@ -17,6 +18,7 @@ pub mod lcg;
 pub mod memory;
 pub(crate) mod notify;
 pub(crate) mod priority;
+pub(crate) mod reuse;
 pub(crate) mod sync;
 pub(crate) mod syncs;
 pub(crate) mod watch;

@@ -49,6 +49,7 @@ mod rotation;
 use super::delta::Map;
 pub use super::records::Group;
 use super::records::{damaged, encode, frame, replay, HEADER};
+use crate::support::reuse::{Reused, START_BYTES};
 use crate::support::sync::lock;
 use crate::support::sync_dir;
 use crate::support::syncs::Syncs;
@@ -57,6 +58,8 @@ pub(super) use rotation::Split;
 /// Bytes [`Journal::probe`] writes: room for a chunk's record of a few thousand
 /// persons; written and synced once a reopen, so its cost does not matter.
 const PROBE_BYTES: usize = 1024 * 1024;
+/// The record buffer's capacity kept between chunks; a larger record's is freed.
+const RECORD_KEPT: usize = 4 * 1024 * 1024;
 const SUFFIX: &str = ".journal";
 /// A journal being made: renamed to its name once synced.
 const MAKING: &str = ".making";
@@ -90,6 +93,8 @@ struct Writing {
     appended: u64,
     /// The error a record's write or sync met, kept until the journal is opened again.
     kept: Option<Kept>,
+    /// The buffer chunks' records are made in, kept between them.
+    record: Reused<u8>,
 }
 
 /// An I/O error kept to be returned again: its OS code when it has one (so a full disk
@@ -196,6 +201,7 @@ impl Journal {
                 file,
                 appended: 0,
                 kept: None,
+                record: Reused::new(START_BYTES, RECORD_KEPT),
             }),
             replayed: Mutex::new(replayed),
             syncs: Syncs::default(),
@@ -208,6 +214,12 @@ impl Journal {
     }
 
     /// Hold the journal for writing: appends and rotations happen one at a time.
+    /// The capacity of the buffer kept for the next record.
+    #[cfg(test)]
+    pub(super) fn record_capacity(&self) -> usize {
+        lock(&self.writing).record.capacity()
+    }
+
     pub fn lock(&self) -> Guard<'_> {
         Guard {
             journal: self,
@@ -286,8 +298,16 @@ impl Guard<'_> {
         if let Some(kept) = &self.writing.kept {
             return Err(kept.error());
         }
-        let payload = encode(groups);
-        if payload.is_empty() {
+        let mut record = self.writing.record.take();
+        encode(groups, &mut record);
+        let appended = self.append_record(&mut record);
+        self.writing.record.give_back(record);
+        appended
+    }
+
+    /// [`Guard::append`] of a record [`encode`] made (nothing when it is empty).
+    fn append_record(&mut self, record: &mut [u8]) -> io::Result<Option<[u8; 24]>> {
+        if record.is_empty() {
             return Ok(None);
         }
         let j = self.journal;
@@ -303,11 +323,11 @@ impl Guard<'_> {
         let Some(file) = &w.file else {
             return Err(io::Error::other("the journal has no file"));
         };
-        let record = frame(payload)?;
+        frame(record)?;
         let end = w.committed + record.len() as u64;
         let written = file
             .set_len(w.committed)
-            .and_then(|()| file.write_all_at(&record, w.committed))
+            .and_then(|()| file.write_all_at(record, w.committed))
             .and_then(|()| {
                 j.syncs
                     .run_at(JOURNAL_SYNC, w.number, end, || file.sync_data())

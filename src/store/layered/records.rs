@@ -31,20 +31,22 @@ pub(super) fn damaged(path: &Path, what: &str) -> io::Error {
 /// Bytes before a record's payload: its length and CRC, filled in by [`frame`].
 const RECORD_HEADER: usize = 8;
 
-/// `groups` as a record whose header [`frame`] fills in, or nothing when every group
-/// is empty. Sized exactly first: a fold's rotation writes every table's delta as one
-/// record, tens of MB at a million persons, and a buffer grown by doubling, then
-/// copied into a second for its header, held up to three times that at once.
-pub(super) fn encode(groups: &[Group<'_>]) -> Vec<u8> {
+/// `groups` into `out` (cleared first) as a record whose header [`frame`] fills in, or
+/// nothing when every group is empty. Sized exactly first: a fold's rotation writes
+/// every table's delta as one record, tens of MB at a million persons, and a buffer
+/// grown by doubling, then copied into a second for its header, held up to three times
+/// that at once.
+pub(super) fn encode(groups: &[Group<'_>], out: &mut Vec<u8>) {
     let groups = || groups.iter().filter(|(_, e)| !e.is_empty());
     let entry = |(k, v): &(IVec, IVec)| 8 + k.len() + v.len();
     let size: usize = groups()
         .map(|(table, entries)| 1 + table.len() + 4 + entries.iter().map(entry).sum::<usize>())
         .sum();
+    out.clear();
     if size == 0 {
-        return Vec::new();
+        return;
     }
-    let mut out = Vec::with_capacity(RECORD_HEADER + size);
+    out.reserve(RECORD_HEADER + size);
     out.resize(RECORD_HEADER, 0);
     for (table, entries) in groups() {
         out.push(table.len() as u8);
@@ -57,11 +59,10 @@ pub(super) fn encode(groups: &[Group<'_>]) -> Vec<u8> {
             out.extend_from_slice(v);
         }
     }
-    out
 }
 
 /// Fill in the header of a record [`encode`] made.
-pub(super) fn frame(mut record: Vec<u8>) -> io::Result<Vec<u8>> {
+pub(super) fn frame(record: &mut [u8]) -> io::Result<()> {
     let Some(payload) = record.get(RECORD_HEADER..) else {
         return Err(io::Error::other(
             "a journal record without room for its header",
@@ -72,7 +73,7 @@ pub(super) fn frame(mut record: Vec<u8>) -> io::Result<Vec<u8>> {
     let crc = crc32fast::hash(payload);
     record[..4].copy_from_slice(&len.to_le_bytes());
     record[4..RECORD_HEADER].copy_from_slice(&crc.to_le_bytes());
-    Ok(record)
+    Ok(())
 }
 
 /// Apply the records of `bytes` (a journal up to where it is committed) to `maps`,

@@ -1,17 +1,41 @@
 //! Writing a [`super::Run`]: its format is described there.
 
+use std::cell::RefCell;
 use std::fs::File;
-use std::io::{self, BufWriter, Write};
+use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
 use super::filter::Filter;
 use super::key::Key;
 use super::run::{BlockInfo, BLOCK_BYTES, FOOTER_MAGIC, MAGIC};
+use crate::support::reuse::{self, Reused, START_BYTES};
+
+/// Bytes gathered before they are written to the file.
+const FLUSH_BYTES: usize = 256 * 1024;
+
+thread_local! {
+    /// A thread's buffers for the runs it writes (the fold thread's, mostly), kept
+    /// between runs: the file's bytes on their way out, and the keys' hashes (one a key,
+    /// for the filter).
+    static OUT: RefCell<Reused<u8>> = const { RefCell::new(Reused::new(START_BYTES, START_BYTES)) };
+    static HASHES: RefCell<Reused<u64>> =
+        const { RefCell::new(Reused::new(START_BYTES / 8, START_BYTES / 8)) };
+}
+
+/// The capacities this thread keeps for its next run: the output's bytes and the
+/// hashes' count.
+#[cfg(test)]
+pub(super) fn kept_capacities() -> (usize, usize) {
+    let out = OUT.with(|r| r.borrow().capacity());
+    (out, HASHES.with(|r| r.borrow().capacity()))
+}
 
 /// Writes a run; keys must come in ascending order.
 pub struct Writer {
     path: PathBuf,
-    out: BufWriter<File>,
+    file: File,
+    /// Bytes not yet written to `file`.
+    out: Vec<u8>,
     written: u64,
     block: Vec<u8>,
     first_key: Option<Vec<u8>>,
@@ -25,17 +49,19 @@ pub struct Writer {
 impl Writer {
     /// A new run at `path` (replacing any file there).
     pub fn create(path: &Path) -> io::Result<Writer> {
-        let mut out = BufWriter::with_capacity(256 * 1024, File::create(path)?);
-        out.write_all(MAGIC)?;
+        let file = File::create(path)?;
+        let mut out = reuse::take(&OUT);
+        out.extend_from_slice(MAGIC);
         Ok(Writer {
             path: path.to_path_buf(),
+            file,
             out,
             written: MAGIC.len() as u64,
             block: Vec::with_capacity(BLOCK_BYTES * 2),
             first_key: None,
             last_key: None,
             blocks: Vec::new(),
-            hashes: Vec::new(),
+            hashes: reuse::take(&HASHES),
             entries: 0,
             raw_bytes: 0,
         })
@@ -89,9 +115,18 @@ impl Writer {
             crc: crc32fast::hash(&stored),
             first_key: Key::from(&first_key[..]),
         });
-        self.out.write_all(&stored)?;
+        self.out.extend_from_slice(&stored);
         self.written += stored.len() as u64;
         self.block.clear();
+        if self.out.len() >= FLUSH_BYTES {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.file.write_all(&self.out)?;
+        self.out.clear();
         Ok(())
     }
 
@@ -99,12 +134,24 @@ impl Writer {
     /// syncs it first (a fold does, through its counted sync, [`super::RUN_SYNC`]).
     pub fn finish(mut self) -> io::Result<File> {
         self.cut()?;
-        let mut index = Vec::new();
-        index.extend_from_slice(&self.entries.to_le_bytes());
-        index.extend_from_slice(&self.raw_bytes.to_le_bytes());
-        let count = u32::try_from(self.blocks.len()).map_err(io::Error::other)?;
+        // The index is made in the buffer, after the blocks not yet written.
+        let start = self.out.len();
+        let Writer {
+            mut file,
+            mut out,
+            written,
+            blocks,
+            hashes,
+            entries,
+            raw_bytes,
+            ..
+        } = self;
+        let index = &mut out;
+        index.extend_from_slice(&entries.to_le_bytes());
+        index.extend_from_slice(&raw_bytes.to_le_bytes());
+        let count = u32::try_from(blocks.len()).map_err(io::Error::other)?;
         index.extend_from_slice(&count.to_le_bytes());
-        for b in &self.blocks {
+        for b in &blocks {
             index.extend_from_slice(&b.offset.to_le_bytes());
             index.extend_from_slice(&b.stored.to_le_bytes());
             index.extend_from_slice(&b.raw.to_le_bytes());
@@ -113,18 +160,23 @@ impl Writer {
             index.extend_from_slice(&key_len.to_le_bytes());
             index.extend_from_slice(&b.first_key);
         }
-        let filter = Filter::build(&self.hashes);
+        let filter = Filter::build(&hashes);
         index.extend_from_slice(&filter.probes.to_le_bytes());
         let words = u32::try_from(filter.words.len()).map_err(io::Error::other)?;
         index.extend_from_slice(&words.to_le_bytes());
         for w in &filter.words {
             index.extend_from_slice(&w.to_le_bytes());
         }
-        self.out.write_all(&index)?;
-        self.out.write_all(&self.written.to_le_bytes())?;
-        self.out.write_all(&(index.len() as u64).to_le_bytes())?;
-        self.out.write_all(&crc32fast::hash(&index).to_le_bytes())?;
-        self.out.write_all(FOOTER_MAGIC)?;
-        self.out.into_inner().map_err(|e| e.into_error())
+        let index_len = (index.len() - start) as u64;
+        let crc = crc32fast::hash(&index[start..]);
+        index.extend_from_slice(&written.to_le_bytes());
+        index.extend_from_slice(&index_len.to_le_bytes());
+        index.extend_from_slice(&crc.to_le_bytes());
+        index.extend_from_slice(FOOTER_MAGIC);
+        file.write_all(&out)?;
+        // Kept for the thread's next run (a writer that fails frees them).
+        reuse::give_back(&OUT, out);
+        reuse::give_back(&HASHES, hashes);
+        Ok(file)
     }
 }

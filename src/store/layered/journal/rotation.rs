@@ -8,7 +8,7 @@ use std::io;
 use sled::IVec;
 
 use super::{
-    create, journal_path, list, value, Group, Guard, Journal, Kept, Writing, JOURNAL_RECORD_SYNC,
+    create, journal_path, list, value, Group, Guard, Journal, Kept, JOURNAL_RECORD_SYNC,
     JOURNAL_SYNC,
 };
 use crate::store::layered::delta::Map;
@@ -44,14 +44,11 @@ impl Guard<'_> {
             first: w.first,
             upto: w.number,
         };
-        *w = Writing {
-            first: w.first,
-            number: next,
-            committed: end,
-            file: Some(file),
-            appended: 0,
-            kept: None,
-        };
+        w.number = next;
+        w.committed = end;
+        w.file = Some(file);
+        w.appended = 0;
+        w.kept = None;
         Ok(split)
     }
 
@@ -106,11 +103,11 @@ impl Journal {
             })
             .collect();
         let groups: Vec<Group<'_>> = held.iter().map(|(n, e)| (n.as_str(), &e[..])).collect();
-        let payload = encode(&groups);
-        let record = match payload.is_empty() {
-            true => Vec::new(),
-            false => frame(payload)?,
-        };
+        let mut record = Vec::new();
+        encode(&groups, &mut record);
+        if !record.is_empty() {
+            frame(&mut record)?;
+        }
         drop(held);
         create(self, split.upto + 1, &record).map(drop)
     }

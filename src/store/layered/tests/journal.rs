@@ -242,3 +242,20 @@ fn a_fold_killed_before_its_carried_journal_is_recorded_reads_the_same() {
     let (t, other) = open();
     assert_eq!((values(&t), values(&other)), (folded, beside));
 }
+
+#[test]
+fn a_huge_record_then_a_small_one_leaves_the_kept_buffer_under_its_bound() {
+    let (dir, db, t) = table();
+    let huge = vec![b'x'; 6 << 20];
+    t.insert(key(51), huge.clone()).unwrap();
+    let kept = t.journal().record_capacity();
+    assert!(kept <= 4 << 20, "{kept}");
+    t.insert(key(52), value(52, 1)).unwrap();
+    let kept = t.journal().record_capacity();
+    assert!((1..=4 << 20).contains(&kept), "{kept}");
+    // Both records read back.
+    drop(t);
+    let again = Layered::open(&db, dir.path(), "persons").unwrap();
+    assert_eq!(again.get(key(51)).unwrap().unwrap().to_vec(), huge);
+    assert_eq!(again.get(key(52)).unwrap().unwrap().to_vec(), value(52, 1));
+}

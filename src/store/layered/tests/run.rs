@@ -143,3 +143,39 @@ fn a_cached_block_knows_where_each_whole_entry_starts() {
     let cut = decoded(bytes);
     assert_eq!((cut.starts.as_slice(), cut.cut), (want.as_slice(), true));
 }
+
+#[test]
+fn a_huge_run_then_a_small_one_leaves_the_kept_buffers_under_their_bound() {
+    use crate::support::reuse::START_BYTES;
+    let dir = tempfile::tempdir().unwrap();
+    // One value of 3 MiB that does not compress, and 200,000 keys: both buffers grow
+    // past their bound.
+    let mut seed = 1u64;
+    let huge: Vec<u8> = (0..3 << 20)
+        .map(|_| {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
+            (seed >> 56) as u8
+        })
+        .collect();
+    let mut big: BTreeMap<_, _> = (0..200_000).map(|i| (key(i), b"v".to_vec())).collect();
+    big.insert(key(7), huge.clone());
+    write_run(&dir.path().join("big.run"), &big);
+    let (out, hashes) = crate::store::layered::write::kept_capacities();
+    assert!(
+        out <= START_BYTES && hashes <= START_BYTES / 8,
+        "{out} {hashes}"
+    );
+    let small: BTreeMap<_, _> = (0..100).map(|i| (key(i), value(i, 2))).collect();
+    write_run(&dir.path().join("small.run"), &small);
+    let (out, hashes) = crate::store::layered::write::kept_capacities();
+    assert_eq!((out, hashes), (START_BYTES, START_BYTES / 8));
+    // Each reads back whole, the small one written in the buffer the big one left.
+    for (name, entries) in [("big.run", &big), ("small.run", &small)] {
+        let run = Run::open(&dir.path().join(name)).unwrap();
+        assert_eq!(run.entries(), entries.len() as u64);
+        for i in [0, 7, 99] {
+            let got = run.get(&key(i));
+            assert_eq!(got.as_ref(), entries.get(&key(i)), "{name} {i}");
+        }
+    }
+}
