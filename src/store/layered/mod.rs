@@ -423,6 +423,17 @@ impl Layered {
         (self.delta().footprint(), runs)
     }
 
+    /// About the memory the delta's maps take, by map: what the deltas' budget weighs
+    /// (`compactor::fold`).
+    pub fn delta_memory(&self) -> delta::Memory {
+        self.delta().memory()
+    }
+
+    /// Bytes committed in the delta's maps' own heaps (measurements).
+    pub fn delta_heap_bytes(&self) -> u64 {
+        self.delta().heap_bytes()
+    }
+
     /// Whether the delta has grown enough to be folded.
     pub fn should_fold(&self) -> bool {
         self.pending() > self.fold_threshold()
