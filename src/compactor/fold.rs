@@ -11,8 +11,7 @@
 //! under way, the compactor waits for that fold before its next chunk: the delta then
 //! holds at most a frozen map and an active one of about twice the fold's threshold
 //! each (the threshold is an eighth of the table's runs, at most 64 MiB of keys and
-//! values, so 256 MiB a table at the very most; about 50 MiB for the persons' table at
-//! a million persons, whose runs hold about 100 MB), however far behind it is.
+//! values), however far behind it is.
 //!
 //! The deltas are bounded by memory too: once the tables' deltas together take more
 //! than the budget ([`crate::config::Compaction::delta_budget_bytes`], by their maps'

@@ -26,8 +26,9 @@
 //! that fails puts them back.
 //!
 //! Once the delta's active map holds more than an eighth of the runs' bytes (see
-//! [`FOLD_SHARE`]; a key counts once however often it was rewritten), and when the
-//! compactor is idle or stops, [`Layered::fold`] merges the two, on a thread of its own
+//! [`FOLD_SHARE`]; a key counts once however often it was rewritten), once the tables'
+//! deltas together pass their memory budget ([`Layered::delta_memory`], the largest
+//! first), and when the compactor is idle or stops, [`Layered::fold`] merges the two, on a thread of its own
 //! beside the compactor (`compactor::fold`), one fold at a time. Under the journal's
 //! lock, for a moment: the journal is split (the current one cut to its committed
 //! bytes, later chunks going to a new one, [`journal`]) and the active map frozen
@@ -107,8 +108,8 @@ pub const TOMBSTONE: &[u8] = b"";
 pub const FOLD_SHARE: u64 = 8;
 /// ... and at least this many,
 pub const MIN_FOLD_BYTES: u64 = 128 * 1024;
-/// ... and at most this many, however large the run: the delta's memory is bounded by
-/// about this (and the maps' overhead).
+/// ... and at most this many, however large the run (the deltas' memory budget,
+/// `compactor::fold`, usually folds a large table well before).
 const MAX_FOLD_BYTES: u64 = 64 * 1024 * 1024;
 /// While a fold runs beside the writes, the active map may grow to this many times
 /// what makes it due before the writer waits for the fold: the delta then holds at
