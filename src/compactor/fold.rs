@@ -37,7 +37,7 @@ use tokio::sync::OwnedRwLockReadGuard;
 
 use super::Compactor;
 use crate::store::layered::delta::Memory;
-use crate::store::layered::{cache, Folded, Layered, OUTRUN};
+use crate::store::layered::{cache, Folded, Layered, Take, OUTRUN};
 use crate::store::Error;
 use crate::support::sync::{lock, Gate};
 use crate::support::worker::{Job, Worker};
@@ -149,7 +149,7 @@ impl Schedule {
     }
 
     /// Hand `table` to the fold thread, unless a backup is waiting for the gate.
-    fn start(&mut self, table: &Layered, moment: Moment) {
+    fn start(&mut self, table: &Layered, moment: Moment, take: Take) {
         let pass = match &self.gate {
             Some(gate) => match gate.clone().try_read_owned() {
                 Ok(pass) => Some(pass),
@@ -160,7 +160,7 @@ impl Schedule {
         };
         self.last_fold
             .insert(table.name().to_owned(), Instant::now());
-        let job = fold_job(&self.shared, table, moment, pass);
+        let job = fold_job(&self.shared, table, moment, take, pass);
         if self.folder.is_none() {
             match Worker::spawn(THREAD, self.nice, 1) {
                 Ok(worker) => self.folder = Some(worker),
@@ -182,18 +182,19 @@ impl Schedule {
     }
 }
 
-/// The fold of `table`, holding `pass` (the compactor's gate, for reading) until it
-/// ends.
+/// The fold of `table` (the parts `take` says), holding `pass` (the compactor's gate,
+/// for reading) until it ends.
 fn fold_job(
     shared: &Arc<Shared>,
     table: &Layered,
     moment: Moment,
+    take: Take,
     pass: Option<OwnedRwLockReadGuard<()>>,
 ) -> Job {
     let running = Running::start(shared);
     let (folding, table) = (table.clone(), table.clone());
     Job::new(
-        move || folding.fold(),
+        move || folding.fold_taking(take),
         move |outcome| {
             drop(pass);
             let outcome = outcome
@@ -282,7 +283,7 @@ impl Compactor {
             Moment::Stop => {
                 drop(s.wait());
                 for table in tables.iter().filter(|t| t.pending() > 0) {
-                    fold_job(&s.shared, table, moment, None).run_here();
+                    fold_job(&s.shared, table, moment, Take::Due, None).run_here();
                 }
                 return;
             }
@@ -329,17 +330,20 @@ impl Compactor {
                 let last = s.last_fold.get(table.name());
                 last.is_none_or(|&t| now - t >= IDLE_FOLD_SPACING)
             };
-            let due = budget.largest == Some(i)
+            // Folded for the budget, the whole delta goes, its heap with it.
+            let by_budget = budget.largest == Some(i);
+            let due = by_budget
                 || match moment {
                     Moment::Busy => table.should_fold(),
                     _ => table.should_fold() || (idle && table.pending() > 0 && spaced()),
                 };
             if due {
                 if tracing::enabled!(tracing::Level::DEBUG) {
-                    log_deltas(&tables, table, budget.largest == Some(i));
+                    log_deltas(&tables, table, by_budget);
                 }
+                let take = if by_budget { Take::Every } else { Take::Due };
                 s.next = (i + 1) % count;
-                s.start(table, moment);
+                s.start(table, moment, take);
                 return;
             }
         }

@@ -88,6 +88,7 @@ use files::{list, Kind};
 pub use iter::successor;
 pub use iter::Iter;
 pub use journal::Journal;
+pub use plan::Take;
 pub use run::Run;
 pub use runs::Runs;
 pub use visit::{block_entries, Visitor};
