@@ -499,7 +499,10 @@ fn the_deltas_past_their_budget_fold_the_largest_though_no_table_is_due() {
     write(y, &mut models[1], 0, 60, 1);
     assert!(memory(&[y, z]) > BUDGET && memory(&[y, z]) <= 2 * BUDGET);
     assert!(z.delta_memory().active < y.delta_memory().active);
-    assert!(!y.should_fold() && !z.should_fold(), "neither due by its share");
+    assert!(
+        !y.should_fold() && !z.should_fold(),
+        "neither due by its share"
+    );
     f.compactor.fold_tables(Moment::Busy);
     assert!(probe.ended_within(PATIENCE));
     assert_eq!(watch.tables(), [y.name()]);

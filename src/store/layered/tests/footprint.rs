@@ -129,7 +129,11 @@ fn the_memory_kept_as_the_maps_change_is_what_counting_them_again_finds() {
     assert_eq!(d.memory(), expected);
     d.stage(&[(key, long(100))]);
     // What the fold did not take goes back under the active map.
-    let left: Map = frozen.iter().take(7).map(|(k, v)| (k.clone(), v.clone())).collect();
+    let left: Map = frozen
+        .iter()
+        .take(7)
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
     d.unfreeze(left);
     assert_eq!(d.memory().frozen, 0);
     assert_eq!(d.memory().active, counted(&d));

@@ -66,7 +66,10 @@ fn the_limit_takes_the_most_changed_first_and_at_least_one() {
 fn without_runs_the_whole_table_is_one_part() {
     let r = Runs::default();
     assert_eq!(choose(&r, &[10], Take::Due, u64::MAX, 0).parts, [0]);
-    assert_eq!(choose(&r, &[0], Take::Due, u64::MAX, 0).parts, Vec::<usize>::new());
+    assert_eq!(
+        choose(&r, &[0], Take::Due, u64::MAX, 0).parts,
+        Vec::<usize>::new()
+    );
 }
 
 #[test]
@@ -74,7 +77,16 @@ fn a_small_part_chosen_takes_its_neighbour_along() {
     let dir = tempfile::tempdir().unwrap();
     // Parts of 10 KB, the second and the last shrunk to 1 KB.
     let r = runs(dir.path(), &[100, 10, 100, 10]);
-    assert_eq!(choose(&r, &[0, 500, 0, 0], Take::Due, u64::MAX, 10_000).parts, [1, 2]);
-    assert_eq!(choose(&r, &[0, 0, 0, 500], Take::Due, u64::MAX, 10_000).parts, [2, 3]);
-    assert_eq!(choose(&r, &[0, 0, 2_000, 0], Take::Due, u64::MAX, 10_000).parts, [2]);
+    assert_eq!(
+        choose(&r, &[0, 500, 0, 0], Take::Due, u64::MAX, 10_000).parts,
+        [1, 2]
+    );
+    assert_eq!(
+        choose(&r, &[0, 0, 0, 500], Take::Due, u64::MAX, 10_000).parts,
+        [2, 3]
+    );
+    assert_eq!(
+        choose(&r, &[0, 0, 2_000, 0], Take::Due, u64::MAX, 10_000).parts,
+        [2]
+    );
 }
