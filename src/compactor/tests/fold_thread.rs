@@ -189,6 +189,21 @@ fn held_fold() -> Held {
     }
 }
 
+/// The compactor's next pass waits for the fold held at the hook (`why`), which is
+/// then released.
+fn waits_for_the_fold(compactor: &mut Compactor, probe: &Probe, watch: &Watch, why: &str) {
+    std::thread::scope(|s| {
+        let waiting = s.spawn(|| compactor.fold_tables(Moment::Busy));
+        until("the compactor never waited for the fold", || {
+            assert!(!waiting.is_finished(), "the compactor went on though {why}");
+            probe.waits() == 1
+        });
+        assert!(probe.running());
+        watch.release();
+        waiting.join().unwrap();
+    });
+}
+
 #[test]
 fn a_table_that_outruns_its_fold_makes_the_compactor_wait_then_is_folded_first() {
     let Held {
@@ -205,20 +220,12 @@ fn a_table_that_outruns_its_fold_makes_the_compactor_wait_then_is_folded_first()
     write(&z, &mut models[2], 0, 300, 1);
     write(&z, &mut models[2], 250, 100, 2);
     assert!(y.should_fold() && !y.outran() && z.outran());
-    let compactor = &mut f.compactor;
-    std::thread::scope(|s| {
-        let waiting = s.spawn(|| compactor.fold_tables(Moment::Busy));
-        until("the compactor never waited for the fold", || {
-            assert!(
-                !waiting.is_finished(),
-                "the compactor went on while a table had outrun the fold"
-            );
-            probe.waits() == 1
-        });
-        assert!(probe.running());
-        watch.release();
-        waiting.join().unwrap();
-    });
+    waits_for_the_fold(
+        &mut f.compactor,
+        &probe,
+        &watch,
+        "a table had outrun the fold",
+    );
     // The table that outran is folded next, though the one after the held one was
     // due before it in turn; that one after.
     assert!(probe.ended_within(PATIENCE));
@@ -478,18 +485,25 @@ fn past_the_budget_the_largest_active_map_is_chosen_and_past_twice_it_the_compac
 /// The deltas' budget in these tests: about a hundred of [`write`]'s entries.
 const BUDGET: u64 = 100 * 1024;
 
+/// A settled compactor whose deltas' budget is [`BUDGET`]: the tables' models, the
+/// fold thread's state, the tables.
+fn with_budget() -> (Fixture, Vec<Model>, Probe, [Layered; 4]) {
+    let (f, models) = settled_with(Compaction {
+        delta_budget_bytes: BUDGET,
+        ..Compaction::default()
+    });
+    let probe = f.compactor.folds.probe();
+    let tables = f.trees.tables().map(Layered::clone);
+    (f, models, probe, tables)
+}
+
 fn memory(tables: &[&Layered]) -> u64 {
     tables.iter().map(|t| t.delta_memory().total()).sum()
 }
 
 #[test]
 fn the_deltas_past_their_budget_fold_the_largest_though_no_table_is_due() {
-    let (mut f, mut models) = settled_with(Compaction {
-        delta_budget_bytes: BUDGET,
-        ..Compaction::default()
-    });
-    let probe = f.compactor.folds.probe();
-    let tables = f.trees.tables().map(Layered::clone);
+    let (mut f, mut models, probe, tables) = with_budget();
     let (y, z) = (&tables[1], &tables[2]);
     let watch = watch(&tables.each_ref(), None);
     write(z, &mut models[2], 0, 40, 1);
@@ -515,12 +529,7 @@ fn the_deltas_past_their_budget_fold_the_largest_though_no_table_is_due() {
 
 #[test]
 fn the_deltas_past_twice_their_budget_make_the_compactor_wait_for_the_fold() {
-    let (mut f, mut models) = settled_with(Compaction {
-        delta_budget_bytes: BUDGET,
-        ..Compaction::default()
-    });
-    let probe = f.compactor.folds.probe();
-    let tables = f.trees.tables().map(Layered::clone);
+    let (mut f, mut models, probe, tables) = with_budget();
     let (y, z) = (&tables[1], &tables[2]);
     let watch = watch(&tables.each_ref(), Some((y, First::Hold)));
     write(y, &mut models[1], 0, 100, 1);
@@ -532,19 +541,8 @@ fn the_deltas_past_twice_their_budget_make_the_compactor_wait_for_the_fold() {
     write(z, &mut models[2], 0, 120, 1);
     assert!(y.delta_memory().frozen > 0 && memory(&[y, z]) > 2 * BUDGET);
     assert!(!z.should_fold() && !z.outran());
-    let compactor = &mut f.compactor;
-    std::thread::scope(|s| {
-        let waiting = s.spawn(|| compactor.fold_tables(Moment::Busy));
-        until("the compactor never waited for the fold", || {
-            assert!(
-                !waiting.is_finished(),
-                "the compactor went on past twice the deltas' budget"
-            );
-            probe.waits() == 1
-        });
-        watch.release();
-        waiting.join().unwrap();
-    });
+    let why = "the deltas were past twice their budget";
+    waits_for_the_fold(&mut f.compactor, &probe, &watch, why);
     // Then the largest active map is folded.
     assert!(probe.ended_within(PATIENCE));
     assert_eq!(watch.tables(), [y.name(), z.name()]);
