@@ -20,8 +20,9 @@
 //! [`OUTRUN`] times it (the frozen map of the fold under way counted), the compactor
 //! waits for that fold, as for a table that outran it. The share still decides while
 //! the deltas are small (a small table folds early, at little cost); the budget, at
-//! scale, where a table's share of a run of a million persons would let its delta
-//! grow to a hundred MiB and more.
+//! scale, where the shares alone let the deltas together reach 90-100 MiB at 5 million
+//! events from a million persons (`BENCHMARKS.md`). A fold for the budget takes every
+//! part with changes ([`Take::Every`]), so the whole map goes, and its heap with it.
 //!
 //! A fold holds the compactor's gate for reading, as a step does, so a backup finds no
 //! fold under way; it takes it only if no backup is waiting for it, so neither waits
