@@ -62,6 +62,10 @@ pub const DEFAULT_DEDUP_MAX_IDS: usize = 2_000_000;
 /// measured 12 to 18% fewer requests/s in four runs, and the compactor still keeps
 /// up with 100,000 events/s at 10 (benches/HISTORY.md).
 pub const DEFAULT_COMPACTOR_NICE: i32 = 10;
+/// The layered tables' deltas (changes not yet folded into their runs) together, by
+/// the estimate of their maps' memory: past it the largest is folded, past twice it
+/// the compactor waits for the fold under way (`compactor::fold`).
+pub const DEFAULT_DELTA_BUDGET_BYTES: u64 = 48 * 1024 * 1024;
 
 /// Everything `serve` needs.
 #[derive(Debug, Clone)]
@@ -146,6 +150,9 @@ pub struct Compaction {
     /// The compactor thread's nice value (0 to 19): above 0, request handling comes
     /// first when the cores are busy, and the compactor catches up when they are not.
     pub nice: i32,
+    /// The deltas' memory budget, [`DEFAULT_DELTA_BUDGET_BYTES`]; 0 for none (each
+    /// table then folds by its share of its runs alone).
+    pub delta_budget_bytes: u64,
     /// Record each chunk's changes in the store's outbox, which the ClickHouse sink
     /// reads (on with `--clickhouse-url`).
     pub outbox: bool,
@@ -160,6 +167,7 @@ impl Default for Compaction {
             dedup_max_age_ms: DEFAULT_DEDUP_MAX_AGE_MS,
             dedup_max_ids: DEFAULT_DEDUP_MAX_IDS,
             nice: DEFAULT_COMPACTOR_NICE,
+            delta_budget_bytes: DEFAULT_DELTA_BUDGET_BYTES,
             outbox: false,
         }
     }

@@ -119,6 +119,9 @@ struct Serve {
     /// the compactor thread's nice value, 0 to 19: above 0 requests come first when the cores are busy [env FLAGPOST_COMPACTOR_NICE, default 10]
     #[argh(option)]
     compactor_nice: Option<i32>,
+    /// memory in MiB for the tables' recent changes together, past which the largest is folded into its files; 0 for no bound [env FLAGPOST_DELTA_BUDGET_MB, default 48]
+    #[argh(option)]
+    delta_budget_mb: Option<u64>,
     /// city database for GeoIP, MMDB format [env FLAGPOST_GEOIP, default <data dir>/GeoLite2-City.mmdb if present]
     #[argh(option)]
     geoip: Option<PathBuf>,
@@ -286,6 +289,9 @@ fn serve_config(args: Serve) -> Result<Config, String> {
     }
     if let Some(nice) = or_env(args.compactor_nice, "FLAGPOST_COMPACTOR_NICE")? {
         compactor.nice = nice.clamp(0, 19);
+    }
+    if let Some(mb) = or_env(args.delta_budget_mb, "FLAGPOST_DELTA_BUDGET_MB")? {
+        compactor.delta_budget_bytes = mb.saturating_mul(1024 * 1024);
     }
     config.geoip = or_env(args.geoip, "FLAGPOST_GEOIP")?;
     config.static_dir = or_env(args.static_dir, "FLAGPOST_STATIC_DIR")?;

@@ -11,8 +11,18 @@
 //! under way, the compactor waits for that fold before its next chunk: the delta then
 //! holds at most a frozen map and an active one of about twice the fold's threshold
 //! each (the threshold is an eighth of the table's runs, at most 64 MiB of keys and
-//! values, so 256 MiB a table at the very most; about 50 MiB for the persons' table at
-//! a million persons, whose runs hold about 100 MB), however far behind it is.
+//! values), however far behind it is.
+//!
+//! The deltas are bounded by memory too: once the tables' deltas together take more
+//! than the budget ([`crate::config::Compaction::delta_budget_bytes`], by their maps'
+//! estimated memory, `layered::delta::entry_footprint`), the table whose active map
+//! is largest is folded, due by its share or not; once they take more than
+//! [`OUTRUN`] times it (the frozen map of the fold under way counted), the compactor
+//! waits for that fold, as for a table that outran it. The share still decides while
+//! the deltas are small (a small table folds early, at little cost); the budget, at
+//! scale, where the shares alone let the deltas together reach 90-100 MiB at 5 million
+//! events from a million persons (`BENCHMARKS.md`). A fold for the budget takes every
+//! part with changes ([`Take::Every`]), so the whole map goes, and its heap with it.
 //!
 //! A fold holds the compactor's gate for reading, as a step does, so a backup finds no
 //! fold under way; it takes it only if no backup is waiting for it, so neither waits
@@ -27,7 +37,8 @@ use std::time::{Duration, Instant};
 use tokio::sync::OwnedRwLockReadGuard;
 
 use super::Compactor;
-use crate::store::layered::{cache, Folded, Layered};
+use crate::store::layered::delta::Memory;
+use crate::store::layered::{cache, Folded, Layered, Take, OUTRUN};
 use crate::store::Error;
 use crate::support::sync::{lock, Gate};
 use crate::support::worker::{Job, Worker};
@@ -100,6 +111,8 @@ pub struct Schedule {
     last_fold: HashMap<String, Instant>,
     /// The fold thread's nice value, the compactor's.
     nice: i32,
+    /// The deltas' memory budget, 0 for none.
+    budget: u64,
     gate: Option<Arc<Gate>>,
     shared: Arc<Shared>,
     /// The fold thread, started at the first fold; stopped (after the fold under way)
@@ -108,12 +121,13 @@ pub struct Schedule {
 }
 
 impl Schedule {
-    pub fn new(nice: i32) -> Schedule {
+    pub fn new(nice: i32, budget: u64) -> Schedule {
         Schedule {
             idle_since: None,
             next: 0,
             last_fold: HashMap::new(),
             nice,
+            budget,
             gate: None,
             shared: Arc::default(),
             folder: None,
@@ -136,7 +150,7 @@ impl Schedule {
     }
 
     /// Hand `table` to the fold thread, unless a backup is waiting for the gate.
-    fn start(&mut self, table: &Layered, moment: Moment) {
+    fn start(&mut self, table: &Layered, moment: Moment, take: Take) {
         let pass = match &self.gate {
             Some(gate) => match gate.clone().try_read_owned() {
                 Ok(pass) => Some(pass),
@@ -147,7 +161,7 @@ impl Schedule {
         };
         self.last_fold
             .insert(table.name().to_owned(), Instant::now());
-        let job = fold_job(&self.shared, table, moment, pass);
+        let job = fold_job(&self.shared, table, moment, take, pass);
         if self.folder.is_none() {
             match Worker::spawn(THREAD, self.nice, 1) {
                 Ok(worker) => self.folder = Some(worker),
@@ -169,18 +183,19 @@ impl Schedule {
     }
 }
 
-/// The fold of `table`, holding `pass` (the compactor's gate, for reading) until it
-/// ends.
+/// The fold of `table` (the parts `take` says), holding `pass` (the compactor's gate,
+/// for reading) until it ends.
 fn fold_job(
     shared: &Arc<Shared>,
     table: &Layered,
     moment: Moment,
+    take: Take,
     pass: Option<OwnedRwLockReadGuard<()>>,
 ) -> Job {
     let running = Running::start(shared);
     let (folding, table) = (table.clone(), table.clone());
     Job::new(
-        move || folding.fold(),
+        move || folding.fold_taking(take),
         move |outcome| {
             drop(pass);
             let outcome = outcome
@@ -223,6 +238,34 @@ fn ended(shared: &Shared, table: &Layered, moment: Moment, outcome: Result<Folde
     }
 }
 
+/// The deltas' memory (each table's, in order) against `budget`.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Budgeted {
+    /// The table to fold: the one whose active map takes the most, once the deltas
+    /// together pass the budget.
+    pub largest: Option<usize>,
+    /// The deltas together take more than [`OUTRUN`] times the budget: the compactor
+    /// waits for the fold under way.
+    pub past_bound: bool,
+}
+
+pub fn budgeted(memory: &[Memory], budget: u64) -> Budgeted {
+    let total: u64 = memory.iter().map(Memory::total).sum();
+    if budget == 0 || total <= budget {
+        return Budgeted {
+            largest: None,
+            past_bound: false,
+        };
+    }
+    let largest = (0..memory.len())
+        .filter(|&i| memory[i].active > 0)
+        .max_by_key(|&i| memory[i].active);
+    Budgeted {
+        largest,
+        past_bound: total > OUTRUN * budget,
+    }
+}
+
 #[cfg(test)]
 #[path = "tests/fold_hooks.rs"]
 pub(super) mod hooks;
@@ -241,14 +284,19 @@ impl Compactor {
             Moment::Stop => {
                 drop(s.wait());
                 for table in tables.iter().filter(|t| t.pending() > 0) {
-                    fold_job(&s.shared, table, moment, None).run_here();
+                    fold_job(&s.shared, table, moment, Take::Due, None).run_here();
                 }
                 return;
             }
         }
+        let memory = |tables: &[Layered]| -> Vec<Memory> {
+            tables.iter().map(Layered::delta_memory).collect()
+        };
+        let mut budget = budgeted(&memory(&tables), s.budget);
         let mut state = lock(&s.shared.state);
         if state.running {
-            if !tables.iter().any(Layered::outran) {
+            let outran = tables.iter().any(Layered::outran);
+            if !outran && !budget.past_bound {
                 return;
             }
             drop(state);
@@ -257,8 +305,12 @@ impl Compactor {
             tracing::info!(
                 waited_ms = waited.elapsed().as_millis() as u64,
                 times = state.waits,
-                "the compactor waited for a fold: a table's recent changes had passed twice the size that makes them due"
+                outran,
+                past_budget = budget.past_bound,
+                "the compactor waited for a fold: a table's recent changes had passed twice the size that makes them due, or the tables' together twice their budget"
             );
+            // The fold's frozen map is gone.
+            budget = budgeted(&memory(&tables), s.budget);
         }
         if state.retry_at.is_some_and(|t| now < t) {
             return;
@@ -266,10 +318,12 @@ impl Compactor {
         drop(state);
         let idle = s.idle_since.is_some_and(|t| now - t >= IDLE_BEFORE_FOLD);
         let count = tables.len();
-        // A table that outran its fold first, so the delta stays within its bound.
+        // A table that outran its fold first, so the delta stays within its bound;
+        // then the largest, if the deltas are past their budget.
         let outran = tables.iter().position(Layered::outran);
         for i in outran
             .into_iter()
+            .chain(budget.largest)
             .chain((0..count).map(|i| (s.next + i) % count))
         {
             let table = &tables[i];
@@ -277,15 +331,35 @@ impl Compactor {
                 let last = s.last_fold.get(table.name());
                 last.is_none_or(|&t| now - t >= IDLE_FOLD_SPACING)
             };
-            let due = match moment {
-                Moment::Busy => table.should_fold(),
-                _ => table.should_fold() || (idle && table.pending() > 0 && spaced()),
-            };
+            // Folded for the budget, the whole delta goes, its heap with it.
+            let by_budget = budget.largest == Some(i);
+            let due = by_budget
+                || match moment {
+                    Moment::Busy => table.should_fold(),
+                    _ => table.should_fold() || (idle && table.pending() > 0 && spaced()),
+                };
             if due {
+                if tracing::enabled!(tracing::Level::DEBUG) {
+                    log_deltas(&tables, table, by_budget);
+                }
+                let take = if by_budget { Take::Every } else { Take::Due };
                 s.next = (i + 1) % count;
-                s.start(table, moment);
+                s.start(table, moment, take);
                 return;
             }
         }
     }
+}
+
+/// Each table's delta as a fold of `folded` starts: its estimated memory (what the
+/// budget weighs) and the bytes its maps' heaps hold, to compare the two.
+fn log_deltas(tables: &[Layered], folded: &Layered, by_budget: bool) {
+    let mine = |t: &Layered| (t.delta_memory().total() >> 10, t.delta_heap_bytes() >> 10);
+    let kib: Vec<(&str, (u64, u64))> = tables.iter().map(|t| (t.name(), mine(t))).collect();
+    tracing::debug!(
+        table = folded.name(),
+        by_budget,
+        deltas_estimated_and_heap_kib = ?kib,
+        "folding"
+    );
 }

@@ -152,7 +152,7 @@ impl Compactor {
                 healthy: AtomicBool::new(true),
                 ..Stats::default()
             }),
-            folds: fold::Schedule::new(settings.nice),
+            folds: fold::Schedule::new(settings.nice, settings.delta_budget_bytes),
             settings,
             phases: phases::Phases::default(),
             #[cfg(test)]

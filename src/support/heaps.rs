@@ -103,6 +103,22 @@ impl Heap {
         let &(_, heap) = self.made.get()?;
         (heap != 0).then_some(heap as *mut mi_heap_t)
     }
+
+    /// Bytes committed in this heap's pages (0 if never made), counted as [`visit`]
+    /// counts them: approximate while its owner allocates, never invalid.
+    pub fn committed(&self) -> u64 {
+        let Some(heap) = self.made() else {
+            return 0;
+        };
+        let made = lock(&MADE);
+        // Live while MADE is held and it is listed there (see `visit`).
+        if !made.contains(&(heap as usize)) {
+            return 0;
+        }
+        let mut bytes = 0u64;
+        visit_heap_pages(heap, &mut |area| bytes += area.committed as u64);
+        bytes
+    }
 }
 
 impl Drop for Heap {

@@ -11,7 +11,9 @@
 //!
 //! The active map counts its own bytes as it changes ([`Delta::active_bytes`]): that,
 //! not the bytes written to it, decides a fold, so a key rewritten five times between
-//! folds counts once, as the map holds it once.
+//! folds counts once, as the map holds it once. It counts its memory too, estimated
+//! entry by entry ([`entry_footprint`]), which the deltas' budget weighs
+//! ([`Delta::memory`], `compactor::fold`).
 
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
@@ -44,7 +46,7 @@ pub fn map_of(entries: impl IntoIterator<Item = (IVec, IVec)>) -> Map {
 pub struct Generation {
     map: Map,
     /// Held for its drop, after the map's.
-    _heap: Arc<Heap>,
+    heap: Arc<Heap>,
 }
 
 impl std::ops::Deref for Generation {
@@ -62,11 +64,33 @@ pub struct Delta {
     heap: Arc<Heap>,
     /// Bytes of keys and values in `active`, kept as it changes.
     active_bytes: u64,
+    /// About the memory `active` takes ([`entry_footprint`]), kept as it changes.
+    active_memory: u64,
     frozen: Option<Arc<Generation>>,
+    /// `active_memory` when the frozen map was frozen.
+    frozen_memory: u64,
+}
+
+/// About the memory a delta's maps take ([`entry_footprint`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Memory {
+    pub active: u64,
+    /// The map a fold is writing into the runs, dropped when it ends.
+    pub frozen: u64,
+}
+
+impl Memory {
+    pub fn total(&self) -> u64 {
+        self.active + self.frozen
+    }
 }
 
 fn size(k: &[u8], v: &IVec) -> u64 {
     (k.len() + v.len()) as u64
+}
+
+fn memory(k: &[u8], v: &IVec) -> u64 {
+    entry_footprint(k.len(), v.len())
 }
 
 /// Bytes of keys and values in `map`.
@@ -91,9 +115,11 @@ impl Delta {
     pub fn new(active: Map) -> Delta {
         Delta {
             active_bytes: bytes(&active),
+            active_memory: footprint_of(&active),
             active,
             heap: Arc::default(),
             frozen: None,
+            frozen_memory: 0,
         }
     }
 
@@ -158,14 +184,26 @@ impl Delta {
         let mut undo = Vec::with_capacity(entries.len());
         for (k, v) in entries {
             let key = Key::from(&k[..]);
-            self.active_bytes += size(k, v);
+            self.count_in(k, v);
             let old = self.active.insert(key.clone(), v.clone());
             if let Some(old) = &old {
-                self.active_bytes -= size(k, old);
+                self.count_out(k, old);
             }
             undo.push((key, old));
         }
         undo
+    }
+
+    /// An entry of `k` and `v` enters the active map...
+    fn count_in(&mut self, k: &[u8], v: &IVec) {
+        self.active_bytes += size(k, v);
+        self.active_memory += memory(k, v);
+    }
+
+    /// ... or leaves it.
+    fn count_out(&mut self, k: &[u8], v: &IVec) {
+        self.active_bytes -= size(k, v);
+        self.active_memory -= memory(k, v);
     }
 
     /// Put back what [`Delta::stage`] replaced, newest first.
@@ -178,13 +216,13 @@ impl Delta {
         for (k, old) in undo.into_iter().rev() {
             let now = match old {
                 Some(v) => {
-                    self.active_bytes += size(&k, &v);
+                    self.count_in(&k, &v);
                     self.active.insert(k.clone(), v)
                 }
                 None => self.active.remove(&k),
             };
             if let Some(now) = now {
-                self.active_bytes -= size(&k, &now);
+                self.count_out(&k, &now);
             }
         }
     }
@@ -198,9 +236,10 @@ impl Delta {
         self.thaw();
         let frozen = Arc::new(Generation {
             map: std::mem::take(&mut self.active),
-            _heap: std::mem::take(&mut self.heap),
+            heap: std::mem::take(&mut self.heap),
         });
         self.active_bytes = 0;
+        self.frozen_memory = std::mem::take(&mut self.active_memory);
         self.frozen = Some(frozen.clone());
         frozen
     }
@@ -214,10 +253,12 @@ impl Delta {
         for (k, v) in left {
             if let std::collections::btree_map::Entry::Vacant(e) = self.active.entry(k) {
                 self.active_bytes += size(e.key(), &v);
+                self.active_memory += memory(e.key(), &v);
                 e.insert(v);
             }
         }
         self.frozen = None;
+        self.frozen_memory = 0;
     }
 
     /// The frozen map back under the active one (a fold that failed). Its entries
@@ -253,8 +294,22 @@ impl Delta {
     /// About the bytes both maps take in memory: their nodes and what each key and
     /// value holds outside them ([`entry_footprint`]).
     pub fn footprint(&self) -> u64 {
-        let frozen = self.frozen.as_deref().map_or(0, |g| footprint_of(g));
-        footprint_of(&self.active) + frozen
+        self.memory().total()
+    }
+
+    /// [`Delta::footprint`] by map, kept as they change.
+    pub fn memory(&self) -> Memory {
+        Memory {
+            active: self.active_memory,
+            frozen: self.frozen_memory,
+        }
+    }
+
+    /// Bytes committed in the maps' own heaps' pages ([`heaps`]): what the compactor
+    /// allocated for them, as mimalloc holds it. Zero without the binary's allocator.
+    pub fn heap_bytes(&self) -> u64 {
+        let frozen = self.frozen.as_deref().map_or(0, |g| g.heap.committed());
+        self.heap.committed() + frozen
     }
 }
 

@@ -16,7 +16,7 @@ use super::journal::Split;
 use super::run::{self, Run};
 use super::runs::{self, Part, Runs};
 use super::{
-    plan, Folded, Layered, DELTA_SYNC, DIR_SYNC, MANIFEST_SYNC, NEW_DIR_SYNC, PAGE, RUN_SYNC,
+    plan, Folded, Layered, Take, DELTA_SYNC, DIR_SYNC, MANIFEST_SYNC, NEW_DIR_SYNC, PAGE, RUN_SYNC,
 };
 use crate::store::Error;
 use crate::support::sync::lock;
@@ -45,6 +45,11 @@ impl Layered {
     /// freeze the delta and to switch to what the fold made. A failure (a full disk)
     /// or a panic leaves the table reading as it did, its changes still due.
     pub fn fold(&self) -> Result<Folded, Error> {
+        self.fold_taking(Take::Due)
+    }
+
+    /// [`Layered::fold`] of the parts `take` says ([`plan`]).
+    pub fn fold_taking(&self, take: Take) -> Result<Folded, Error> {
         let started = Instant::now();
         let inner = &self.inner;
         let _one = lock(&inner.shared.folding);
@@ -72,7 +77,7 @@ impl Layered {
             .syncs
             .run(DELTA_SYNC, || meta.flush())
             .map_err(Error::from)
-            .and_then(|_| self.fold_frozen(&frozen, &split, started, &mut held));
+            .and_then(|_| self.fold_frozen(&frozen, &split, take, started, &mut held));
         drop(frozen);
         if outcome.is_ok() {
             thaw.0 = None;
@@ -102,6 +107,7 @@ impl Layered {
         &self,
         frozen: &Map,
         split: &Split,
+        take: Take,
         started: Instant,
         held: &mut Duration,
     ) -> Result<Folded, Error> {
@@ -113,7 +119,7 @@ impl Layered {
         }
         let limit = inner.take_bytes.load(Ordering::Relaxed);
         let part_bytes = inner.part_bytes.load(Ordering::Relaxed);
-        let choice = plan::choose(&old, &delta_bytes, limit, part_bytes);
+        let choice = plan::choose(&old, &delta_bytes, take, limit, part_bytes);
         let replaced: Vec<&Part> = choice
             .parts
             .iter()

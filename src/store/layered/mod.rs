@@ -26,8 +26,9 @@
 //! that fails puts them back.
 //!
 //! Once the delta's active map holds more than an eighth of the runs' bytes (see
-//! [`FOLD_SHARE`]; a key counts once however often it was rewritten), and when the
-//! compactor is idle or stops, [`Layered::fold`] merges the two, on a thread of its own
+//! [`FOLD_SHARE`]; a key counts once however often it was rewritten), once the tables'
+//! deltas together pass their memory budget ([`Layered::delta_memory`], the largest
+//! first), and when the compactor is idle or stops, [`Layered::fold`] merges the two, on a thread of its own
 //! beside the compactor (`compactor::fold`), one fold at a time. Under the journal's
 //! lock, for a moment: the journal is split (the current one cut to its committed
 //! bytes, later chunks going to a new one, [`journal`]) and the active map frozen
@@ -87,6 +88,7 @@ use files::{list, Kind};
 pub use iter::successor;
 pub use iter::Iter;
 pub use journal::Journal;
+pub use plan::Take;
 pub use run::Run;
 pub use runs::Runs;
 pub use visit::{block_entries, Visitor};
@@ -107,8 +109,8 @@ pub const TOMBSTONE: &[u8] = b"";
 pub const FOLD_SHARE: u64 = 8;
 /// ... and at least this many,
 pub const MIN_FOLD_BYTES: u64 = 128 * 1024;
-/// ... and at most this many, however large the run: the delta's memory is bounded by
-/// about this (and the maps' overhead).
+/// ... and at most this many, however large the run (the deltas' memory budget,
+/// `compactor::fold`, usually folds a large table well before).
 const MAX_FOLD_BYTES: u64 = 64 * 1024 * 1024;
 /// While a fold runs beside the writes, the active map may grow to this many times
 /// what makes it due before the writer waits for the fold: the delta then holds at
@@ -421,6 +423,17 @@ impl Layered {
     pub fn memory_bytes(&self) -> (u64, u64) {
         let runs = self.inner.runs.load().resident_bytes();
         (self.delta().footprint(), runs)
+    }
+
+    /// About the memory the delta's maps take, by map: what the deltas' budget weighs
+    /// (`compactor::fold`).
+    pub fn delta_memory(&self) -> delta::Memory {
+        self.delta().memory()
+    }
+
+    /// Bytes committed in the delta's maps' own heaps (measurements).
+    pub fn delta_heap_bytes(&self) -> u64 {
+        self.delta().heap_bytes()
     }
 
     /// Whether the delta has grown enough to be folded.

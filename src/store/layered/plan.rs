@@ -4,10 +4,22 @@
 //! fold rewrites the ranges changes went to, not the whole table. When none is due
 //! (a fold when idle or at a stop) every part with changes is taken. A part chosen
 //! that has shrunk under a quarter of `part_bytes` takes its neighbour along, so
-//! parts left small by removals are merged rather than piling up.
+//! parts left small by removals are merged rather than piling up. A fold for the
+//! deltas' memory ([`Take::Every`]) takes every part with changes: what a fold leaves
+//! stays in memory, its values in the pages of the map's heap, which they then keep
+//! from being handed back.
 
 use super::runs::Runs;
 use super::FOLD_SHARE;
+
+/// Which parts with changes a fold takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Take {
+    /// Those due by their share, or every one if none is.
+    Due,
+    /// Every one: a fold to bring the deltas within their memory budget.
+    Every,
+}
 
 /// What a fold does.
 #[derive(Debug, PartialEq, Eq)]
@@ -19,10 +31,19 @@ pub struct Choice {
 /// The parts to rewrite given `delta_bytes`, the delta's bytes in each part's range
 /// (one entry when there are no runs), taking about `take_limit` bytes at most (at
 /// least one part).
-pub fn choose(runs: &Runs, delta_bytes: &[u64], take_limit: u64, part_bytes: u64) -> Choice {
+pub fn choose(
+    runs: &Runs,
+    delta_bytes: &[u64],
+    take: Take,
+    take_limit: u64,
+    part_bytes: u64,
+) -> Choice {
     let raw = |i: usize| runs.parts().get(i).map_or(0, |p| p.run.raw_bytes());
     let due = |i: usize| delta_bytes[i] > 0 && delta_bytes[i] * FOLD_SHARE >= raw(i);
-    let mut chosen: Vec<usize> = (0..delta_bytes.len()).filter(|&i| due(i)).collect();
+    let mut chosen: Vec<usize> = match take {
+        Take::Due => (0..delta_bytes.len()).filter(|&i| due(i)).collect(),
+        Take::Every => Vec::new(),
+    };
     if chosen.is_empty() {
         chosen = (0..delta_bytes.len())
             .filter(|&i| delta_bytes[i] > 0)

@@ -105,3 +105,37 @@ fn footprint_counts_the_frozen_map_too() {
         "an entry added to the active map adds its own share"
     );
 }
+
+#[test]
+fn the_memory_kept_as_the_maps_change_is_what_counting_them_again_finds() {
+    let mut d = delta(500, 45, 16);
+    let counted = |d: &Delta| footprint_of(d.active());
+    assert_eq!(d.memory().active, counted(&d));
+    let before = d.memory();
+    let key = IVec::from(vec![b'n'; 40]);
+    let long = |n| IVec::from(vec![b'v'; n]);
+    // A key written, then rewritten with a shorter value, in a chunk that fails.
+    let mut undo = d.stage(&[(key.clone(), long(300))]);
+    undo.extend(d.stage(&[(key.clone(), long(30))]));
+    assert_eq!(d.memory().active, counted(&d));
+    assert!(d.memory().active > before.active);
+    d.unstage(undo);
+    assert_eq!(d.memory(), before);
+    let frozen = d.freeze();
+    let expected = Memory {
+        active: 0,
+        frozen: before.active,
+    };
+    assert_eq!(d.memory(), expected);
+    d.stage(&[(key, long(100))]);
+    // What the fold did not take goes back under the active map.
+    let left: Map = frozen
+        .iter()
+        .take(7)
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    d.unfreeze(left);
+    assert_eq!(d.memory().frozen, 0);
+    assert_eq!(d.memory().active, counted(&d));
+    assert_eq!(d.active().len(), 8);
+}
