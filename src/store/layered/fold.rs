@@ -13,14 +13,18 @@ use sled::IVec;
 use super::delta::{Key, Map};
 use super::files::part_file;
 use super::journal::Split;
-use super::run::{self, Run};
+use super::run::Run;
 use super::runs::{self, Part, Runs};
 use super::{
-    plan, Folded, Layered, Take, DELTA_SYNC, DIR_SYNC, MANIFEST_SYNC, NEW_DIR_SYNC, PAGE, RUN_SYNC,
+    plan, Folded, Layered, Take, DELTA_SYNC, DIR_SYNC, MANIFEST_SYNC, NEW_DIR_SYNC, RUN_SYNC,
 };
 use crate::store::Error;
 use crate::support::sync::lock;
 use crate::support::sync_dir;
+
+#[path = "fold_pages.rs"]
+mod pages;
+use pages::RunPages;
 
 /// A fold takes at most about this many bytes of the delta (keys and values, held
 /// until it removes them): a delta larger than that (a database of an earlier format,
@@ -458,47 +462,5 @@ impl<'a> PartWriter<'a> {
     fn finish(mut self, out: &mut Written) -> io::Result<Vec<(Box<[u8]>, String)>> {
         self.cut(out)?;
         Ok(self.done)
-    }
-}
-
-/// Runs of neighbouring ranges read in pages, front to back, one after the other.
-struct RunPages<'a> {
-    runs: std::collections::VecDeque<&'a Run>,
-    page: std::collections::VecDeque<run::Entry>,
-    after: Option<Vec<u8>>,
-}
-
-impl<'a> RunPages<'a> {
-    fn new(runs: Vec<&'a Run>) -> RunPages<'a> {
-        RunPages {
-            runs: runs.into(),
-            page: Default::default(),
-            after: None,
-        }
-    }
-
-    /// The next key, reading a page when needed.
-    fn front(&mut self) -> Option<&[u8]> {
-        while self.page.is_empty() {
-            let run = *self.runs.front()?;
-            let from = match &self.after {
-                Some(k) => Bound::Excluded(k.as_slice()),
-                None => Bound::Unbounded,
-            };
-            let page = run.scan(from, Bound::Unbounded, PAGE * 8);
-            if page.len() < PAGE * 8 {
-                // This run is read through: the next one starts at its own front.
-                self.runs.pop_front();
-                self.after = None;
-            } else {
-                self.after = page.last().map(|(k, _)| k.clone());
-            }
-            self.page.extend(page);
-        }
-        self.page.front().map(|(k, _)| k.as_slice())
-    }
-
-    fn take(&mut self) -> run::Entry {
-        self.page.pop_front().unwrap_or_default()
     }
 }
