@@ -365,7 +365,11 @@ impl Shared {
     fn of(text: &[u8], end: bool) -> Shared {
         let len = text.len().min(SHARED_BYTES);
         let mut bytes = [0u8; SHARED_BYTES];
-        let kept = if end { &text[text.len() - len..] } else { &text[..len] };
+        let kept = if end {
+            &text[text.len() - len..]
+        } else {
+            &text[..len]
+        };
         bytes[..len].copy_from_slice(kept);
         Shared { bytes, len }
     }
@@ -418,7 +422,7 @@ impl Noted {
             let mut gram = 0u32;
             for (i, b) in text.iter().map(u8::to_ascii_lowercase).enumerate() {
                 noted.bytes[usize::from(b / 64)] |= 1 << (b % 64);
-                gram = (gram << 8 | u32::from(b)) & 0xff_ffff;
+                gram = ((gram << 8) | u32::from(b)) & 0xff_ffff;
                 if i >= 2 {
                     let bit = gram_bit(gram);
                     noted.grams[bit / 64] |= 1 << (bit % 64);
@@ -427,7 +431,8 @@ impl Noted {
             if noted.strings {
                 let inside = &text[1..text.len() - 1];
                 if first {
-                    (noted.start, noted.end) = (Shared::of(inside, false), Shared::of(inside, true));
+                    (noted.start, noted.end) =
+                        (Shared::of(inside, false), Shared::of(inside, true));
                 } else {
                     noted.start.keep(inside, false);
                     noted.end.keep(inside, true);
@@ -446,7 +451,7 @@ impl Noted {
             Sieve::Holds(text) => {
                 let lacks_byte = text.iter().any(|&b| !has_bit(&self.bytes, usize::from(b)));
                 let lacks_gram = text.windows(3).any(|w| {
-                    let gram = u32::from(w[0]) << 16 | u32::from(w[1]) << 8 | u32::from(w[2]);
+                    let gram = (u32::from(w[0]) << 16) | (u32::from(w[1]) << 8) | u32::from(w[2]);
                     !has_bit(&self.grams, gram_bit(gram))
                 });
                 self.plain && (lacks_byte || lacks_gram)

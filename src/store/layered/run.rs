@@ -266,8 +266,16 @@ impl Run {
     }
 
     /// `f` of the note kept of block `i`, if one is.
-    pub(super) fn with_note<R>(&self, i: usize, f: impl FnOnce(&(dyn Any + Send + Sync)) -> R) -> Option<R> {
-        let notes = self.notes.by_block.read().unwrap_or_else(|e| e.into_inner());
+    pub(super) fn with_note<R>(
+        &self,
+        i: usize,
+        f: impl FnOnce(&(dyn Any + Send + Sync)) -> R,
+    ) -> Option<R> {
+        let notes = self
+            .notes
+            .by_block
+            .read()
+            .unwrap_or_else(|e| e.into_inner());
         notes.get(&(i as u32)).map(|n| f(n.as_ref()))
     }
 
@@ -284,7 +292,11 @@ impl Run {
             NOTE_BYTES.fetch_sub(bytes, Ordering::Relaxed);
             return;
         }
-        let mut notes = self.notes.by_block.write().unwrap_or_else(|e| e.into_inner());
+        let mut notes = self
+            .notes
+            .by_block
+            .write()
+            .unwrap_or_else(|e| e.into_inner());
         match notes.insert(i as u32, note) {
             // Noted twice at once: the first one's bytes were counted already.
             Some(_) => NOTE_BYTES.fetch_sub(bytes, Ordering::Relaxed),
