@@ -1,24 +1,25 @@
 //! The console's persons list: newest first through the persons' first-seen index
 //! ([`crate::store::first_seen`]), a page at a time from a cursor (an index key), so a
-//! page costs its own persons however many are stored. Searches use what is cheap:
-//! an exact distinct id or a distinct id prefix reads the distinct-id table in key
-//! order. A property test (of any key but `distinct_id`) first walks the persons
-//! newest first, reading each one's bytes for the property alone ([`PersonTest`]), for
-//! [`WALK_FIRST`] persons: a value many persons have fills a page there. Past them it
-//! answers from the index of persons by property ([`by_property`]): the key's entries
-//! read in place from the index's blocks (a block that cannot hold a passing value
-//! left unread: see [`by_property::Sieve`]), each distinct value tested once, and for a
-//! test that persons without the key pass (the negative operators, `is_not_set`, as
-//! PostHog's persons query passes them: HogQL reads a missing property as NULL and
-//! wraps `!=`, `NOT ILIKE` and `NOT match` in `ifNull(..., 1)`) the persons the key's
-//! entries do not name (none when the index's counts say every person holds the key;
-//! the walk answers when they say an entry is stale); the persons of those checked
-//! against their bytes as the walk checks them, newest first: complete in one request
-//! however rare the match. Other tests (`distinct_id`, a key too long to be indexed,
-//! and any test while that index is still being built for an older database) walk,
-//! stopping after [`MAX_PERSONS_EXAMINED`] per request, saying how many were examined
-//! and where to go on. While an older database's first-seen index is still being
-//! built, the list falls back to a bounded scan of every person.
+//! page costs its own persons however many are stored. Searches use what is cheap: an
+//! exact distinct id or a distinct id prefix reads the distinct-id table in key order.
+//! A property test (of any key but `distinct_id`) first walks the persons newest first,
+//! reading each one's bytes for the property alone ([`PersonTest`]), for [`WALK_FIRST`]
+//! persons: a value many persons have fills a page there. Past them it answers from the
+//! index of persons by property ([`by_property`]): the key's entries read in place from
+//! the index's blocks (a block that cannot hold a passing value left unread, known from
+//! its bytes or from the note an earlier search made of it: see
+//! [`by_property::Sieve`]), each distinct value tested once, and for a test that
+//! persons without the key pass (the negative operators, `is_not_set`, as PostHog's
+//! persons query passes them: HogQL reads a missing property as NULL and wraps `!=`,
+//! `NOT ILIKE` and `NOT match` in `ifNull(..., 1)`) the persons the key's entries do
+//! not name (none when the index's counts say every person holds the key; the walk
+//! answers when they say an entry is stale); the persons of those checked against their
+//! bytes as the walk checks them, newest first: complete in one request however rare
+//! the match. Other tests (`distinct_id`, a key too long to be indexed, and any test
+//! while that index is still being built for an older database) walk, stopping after
+//! [`MAX_PERSONS_EXAMINED`] per request, saying how many were examined and where to go
+//! on. While an older database's first-seen index is still being built, the list falls
+//! back to a bounded scan of every person.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;

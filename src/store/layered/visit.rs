@@ -3,13 +3,15 @@
 //! of entries built ([`super::Iter`] makes an owned key and value of each, about 200
 //! ns an entry, the most of a search of a million persons' values). Consecutive blocks
 //! are read from the file at once ([`READ_BYTES`]) into buffers the visit keeps, and a
-//! reader may leave a block unread: from its bounds alone (the index's first keys), or
-//! from its decompressed bytes before any entry of it is given ([`Visitor`]).
+//! reader may leave a block unread: from its bounds alone (the index's first keys),
+//! from a note it made of the block when it last read it (kept with the run), or from
+//! its decompressed bytes before any entry of it is given ([`Visitor`]).
 
+use std::any::Any;
 use std::ops::Bound;
 use std::os::unix::fs::FileExt;
 
-use super::run::{entries, Run};
+use super::run::{entries, Note, Run};
 use super::Layered;
 
 /// Stored bytes of consecutive blocks a visit reads from the file at once: a key of a
@@ -29,6 +31,22 @@ pub trait Visitor {
     /// Whether a run's block can be left unread, given its entries decompressed (see
     /// [`block_entries`]), before any of them is given.
     fn pass_over_block(&mut self, _raw: &[u8]) -> bool {
+        false
+    }
+
+    /// A note of a run's block, given its entries decompressed (see [`block_entries`]),
+    /// that the run keeps while it is open (within a bound) and gives to
+    /// [`Visitor::pass_over_noted`] before the block is read again: true of the block's
+    /// every entry, whatever range a visit reads. None keeps no note. Asked once a
+    /// block, when no note of it is kept.
+    fn note(&mut self, _raw: &[u8]) -> Option<Note> {
+        None
+    }
+
+    /// Whether a run's block can be left unread, given the note kept of it (made by
+    /// [`Visitor::note`] of some visit of the table). Its keys that the delta rewrites
+    /// are still given, from the delta.
+    fn pass_over_noted(&mut self, _note: &(dyn Any + Send + Sync)) -> bool {
         false
     }
 
@@ -108,6 +126,14 @@ impl<'a, I: Iterator<Item = &'a (sled::IVec, sled::IVec)>, V: Visitor> Visitor
         self.v.pass_over_block(raw)
     }
 
+    fn note(&mut self, raw: &[u8]) -> Option<Note> {
+        self.v.note(raw)
+    }
+
+    fn pass_over_noted(&mut self, note: &(dyn Any + Send + Sync)) -> bool {
+        self.v.pass_over_noted(note)
+    }
+
     fn entry(&mut self, k: &[u8], v: &[u8]) {
         while let Some((dk, dv)) = self.delta.next_if(|(dk, _)| &dk[..] <= k) {
             if !dv.is_empty() {
@@ -142,6 +168,7 @@ fn visit_run(
     let before_end = |i: usize| to.is_none_or(|t| *blocks[i].first_key < *t);
     let passed = |i: usize, v: &mut dyn Visitor| {
         (blocks.get(i + 1)).is_some_and(|next| v.pass_over(&blocks[i].first_key, &next.first_key))
+            || run.with_note(i, |note| v.pass_over_noted(note)) == Some(true)
     };
     // The blocks to read, as spans of consecutive ones.
     let mut i = first;
@@ -206,7 +233,15 @@ fn read_span(
             Err(_) => run.readable_block(i).map(|b| *raw = b).is_some(),
         };
         at += len;
-        if !unpacked || v.pass_over_block(raw) {
+        if !unpacked {
+            continue;
+        }
+        if !run.noted(i) {
+            if let Some(note) = v.note(raw) {
+                run.keep_note(i, note);
+            }
+        }
+        if v.pass_over_block(raw) {
             continue;
         }
         // Past the first block every key is at or after `from`; when the next block

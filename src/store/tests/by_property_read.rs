@@ -52,14 +52,25 @@ fn value_is_string(text: &[u8]) -> bool {
 }
 
 /// The candidates as the entries of `persons` say, without the index: those whose
-/// value's kept text passes, and if `absent_passes` those without the key.
+/// value of `plan` has a kept text that passes, and if `absent_passes` those without
+/// the key.
 fn expected(
     persons: &[(Uuid, i64, Map<String, Value>)],
     test: impl Fn(&[u8], bool) -> bool,
     absent_passes: bool,
 ) -> Vec<[u8; 32]> {
+    expected_of("plan", persons, test, absent_passes)
+}
+
+/// [`expected`] of the key `key`.
+fn expected_of(
+    key: &str,
+    persons: &[(Uuid, i64, Map<String, Value>)],
+    test: impl Fn(&[u8], bool) -> bool,
+    absent_passes: bool,
+) -> Vec<[u8; 32]> {
     let mut out: Vec<[u8; 32]> = (persons.iter())
-        .filter(|(_, _, p)| match p.get("plan") {
+        .filter(|(_, _, p)| match p.get(key) {
             Some(v) => {
                 let text = serde_json::to_vec(v).unwrap();
                 let kept = text.len().min(VALUE_BYTES);
@@ -73,25 +84,58 @@ fn expected(
     out
 }
 
-#[test]
-fn a_sieved_search_finds_what_testing_every_value_finds() {
+/// An empty index in parts of a few hundred entries, so a key's entries cross parts
+/// and blocks.
+fn table() -> (tempfile::TempDir, sled::Db, Trees) {
     let dir = tempfile::tempdir().unwrap();
     let db = sled::open(dir.path()).unwrap();
     let trees = Trees::open(&db, dir.path()).unwrap();
-    // Parts of a few hundred entries, so the key's entries cross parts and blocks.
     trees.by_property.set_part_bytes(16 << 10);
+    (dir, db, trees)
+}
+
+/// Store new `persons` in the index, its counts and the first-seen index.
+fn stored(trees: &Trees, persons: &[(Uuid, i64, Map<String, Value>)]) {
+    let mut seen = Vec::new();
+    for (id, born, _) in persons {
+        let key = keys::first_seen(1, *born, *id);
+        seen.push((IVec::from(&key[..]), IVec::from(first_seen::PRESENT)));
+    }
+    let changed = (persons.iter()).map(|(id, born, p)| (1, *id, None, Some((*born, p))));
+    count::write_changes(trees, changed);
+    trees.first_seen.write(seen).unwrap();
+}
+
+/// A search of `key` with a sieve (`text`, and whether values must hold it, as
+/// `icontains`, or lack it, as `not_icontains`) finds what testing every value of
+/// `persons` finds, and from a cursor only those after it.
+fn agrees(
+    trees: &Trees,
+    key: &str,
+    persons: &[(Uuid, i64, Map<String, Value>)],
+    (text, holds): (&[u8], bool),
+    absent_passes: bool,
+    ctx: &str,
+) {
+    let test = |value: &[u8], cut: bool| tested(value, cut, text, holds);
+    let sieve = match holds {
+        true => Sieve::Holds(text),
+        false => Sieve::Lacks(text),
+    };
+    let search = |after| candidates(trees, 1, key, after, absent_passes, Some(sieve), test);
+    let want = expected_of(key, persons, test, absent_passes);
+    assert_eq!(search(None).unwrap().unwrap(), want, "{ctx}");
+    let after = want.get(want.len() / 3).copied().unwrap_or_default();
+    let rest: Vec<_> = want.into_iter().filter(|w| *w > after).collect();
+    assert_eq!(search(Some(&after)).unwrap().unwrap(), rest, "{ctx} after");
+}
+
+#[test]
+fn a_sieved_search_finds_what_testing_every_value_finds() {
+    let (_dir, _db, trees) = table();
     let mut g = Lcg(5);
     let mut persons = Vec::new();
-    let write = |persons: &[(Uuid, i64, Map<String, Value>)]| {
-        let mut seen = Vec::new();
-        for (id, born, _) in persons {
-            let key = keys::first_seen(1, *born, *id);
-            seen.push((IVec::from(&key[..]), IVec::from(first_seen::PRESENT)));
-        }
-        let changed = (persons.iter()).map(|(id, born, p)| (1, *id, None, Some((*born, p))));
-        count::write_changes(&trees, changed);
-        trees.first_seen.write(seen).unwrap();
-    };
+    let write = |persons: &[(Uuid, i64, Map<String, Value>)]| stored(&trees, persons);
     let made = |g: &mut Lcg, i: u128| {
         let mut p = Map::new();
         if g.next(8) > 0 {
@@ -120,34 +164,8 @@ fn a_sieved_search_finds_what_testing_every_value_finds() {
         (b"1", false),
     ];
     for (needle, holds) in cases {
-        let test = |text: &[u8], cut: bool| tested(text, cut, needle, holds);
-        let sieve = if holds {
-            Sieve::Holds(needle)
-        } else {
-            Sieve::Lacks(needle)
-        };
-        let absent_passes = !holds;
-        let got = candidates(&trees, 1, "plan", None, absent_passes, Some(sieve), test);
-        let got = got.unwrap().unwrap();
-        let want = expected(&persons, test, absent_passes);
         let ctx = format!("{} {}", String::from_utf8_lossy(needle), holds);
-        assert_eq!(got, want, "{ctx}");
-        // From a cursor: only those after it.
-        let after = want[want.len() / 2];
-        let rest = candidates(
-            &trees,
-            1,
-            "plan",
-            Some(&after),
-            absent_passes,
-            Some(sieve),
-            test,
-        );
-        assert_eq!(
-            rest.unwrap().unwrap(),
-            want[want.len() / 2 + 1..],
-            "{ctx} after"
-        );
+        agrees(&trees, "plan", &persons, (needle, holds), !holds, &ctx);
     }
     // A key every person has, every value holding "ab": no one lacks it, and a block
     // of values all holding the text a test needs them to lack is passed over.
@@ -175,4 +193,78 @@ fn a_sieved_search_finds_what_testing_every_value_finds() {
         let got = got.unwrap().unwrap();
         assert_eq!(got, expected(&persons, test, false), "{plan}");
     }
+}
+
+/// An email-like value: most share their end (the domain), in either case; some have
+/// an escape, are cut, or are not strings.
+fn mail(g: &mut Lcg, i: u128) -> Value {
+    let domain = ["acme.example", "globex.example"][g.next(2) as usize];
+    match g.next(20) {
+        0 => json!(format!("U{i}@{}", domain.to_ascii_uppercase())),
+        1 => json!(format!("u{i}\"@{domain}")),
+        2 => json!(format!("u{i}@{}.{domain}", "y".repeat(70))),
+        3 => json!(i as u64),
+        4 => json!(format!("u{i}@nowhere")),
+        _ => json!(format!("u{i}@{domain}")),
+    }
+}
+
+/// Every block a search reads is noted and kept with its run, and later searches of any
+/// text leave unread the blocks their notes answer: their answers stay those of testing
+/// every value, before and after the notes, for a key every person has and one some
+/// lack, with changes in the delta over noted blocks, and after a fold.
+#[test]
+fn a_search_over_noted_blocks_finds_what_testing_every_value_finds() {
+    let (_dir, _db, trees) = table();
+    let mut g = Lcg(11);
+    let made = |g: &mut Lcg, i: u128| {
+        let mut p = Map::new();
+        p.insert("mail".to_owned(), mail(g, i));
+        if g.next(10) > 0 {
+            p.insert("some".to_owned(), mail(g, i));
+        }
+        (Uuid::from_u128(i * 7919), g.next(1_000) as i64, p)
+    };
+    let mut persons: Vec<_> = (0..3_000).map(|i| made(&mut g, i)).collect();
+    stored(&trees, &persons);
+    trees.by_property.fold().unwrap();
+    trees.first_seen.fold().unwrap();
+    let cases: [(&[u8], bool); 10] = [
+        (b"example", false),
+        (b".example", false),
+        (b"acme", false),
+        (b"@", false),
+        (b"u1", true),
+        (b"u2345@", true),
+        (b"e\"", true),
+        (b"zzz", true),
+        (b"@n", true),
+        (b"example\"", true),
+    ];
+    let search = |persons: &[(Uuid, i64, Map<String, Value>)], state: &str| {
+        for (key, absent_passes) in [("mail", true), ("some", true), ("some", false)] {
+            for (needle, holds) in cases {
+                let absent_passes = absent_passes && !holds;
+                let ctx = format!("{state} {key} {} {holds}", String::from_utf8_lossy(needle));
+                agrees(&trees, key, persons, (needle, holds), absent_passes, &ctx);
+            }
+        }
+    };
+    search(&persons, "noting");
+    search(&persons, "noted");
+    // Changes in the delta over the noted blocks: values lost, others gained.
+    let mut writes = Vec::new();
+    for i in (0..3_000).step_by(7) {
+        let (id, born, was) = persons[i].clone();
+        let (_, _, now) = made(&mut g, i as u128 + 100_000);
+        writes.push((id, born, was, now.clone()));
+        persons[i].2 = now;
+    }
+    let changes = (writes.iter())
+        .map(|(id, born, was, now)| (1, *id, Some((*born, was)), Some((*born, now))));
+    count::write_changes(&trees, changes);
+    search(&persons, "changed");
+    trees.by_property.fold().unwrap();
+    search(&persons, "folded");
+    search(&persons, "folded, noted");
 }

@@ -2,11 +2,13 @@
 //! the runs' (a rewrite replacing, a tombstone removing), across parts, within the
 //! bounds asked for, in key order.
 
+use std::any::Any;
 use std::collections::BTreeMap;
 use std::ops::Bound;
 
 use crate::store::layered::run::tests::{key, value};
-use crate::store::layered::{Layered, TOMBSTONE};
+use crate::store::layered::run::Note;
+use crate::store::layered::{block_entries, Layered, Visitor, TOMBSTONE};
 
 type Entries = Vec<(Vec<u8>, Vec<u8>)>;
 
@@ -76,4 +78,68 @@ fn a_visit_reads_the_delta_over_the_runs_in_key_order() {
     check("changed over the runs", &model);
     t.fold().unwrap();
     check("folded again", &model);
+}
+
+/// A reader that notes how many entries each block it reads holds, and leaves unread
+/// every block it has a note of; what it was given, and the entries its notes counted.
+#[derive(Default)]
+struct Noting {
+    given: Vec<Vec<u8>>,
+    noted: usize,
+}
+
+impl Visitor for Noting {
+    fn note(&mut self, raw: &[u8]) -> Option<Note> {
+        let n = block_entries(raw).count();
+        self.noted += n;
+        Some(Box::new(n))
+    }
+
+    fn pass_over_noted(&mut self, note: &(dyn Any + Send + Sync)) -> bool {
+        note.downcast_ref::<usize>().is_some()
+    }
+
+    fn entry(&mut self, key: &[u8], _: &[u8]) {
+        self.given.push(key.to_vec());
+    }
+}
+
+#[test]
+fn a_block_noted_once_is_left_unread_while_its_run_is_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = sled::open(dir.path().join("db")).unwrap();
+    let t = Layered::open(&db, dir.path(), "persons").unwrap();
+    t.set_part_bytes(4096);
+    for i in 0..1_000 {
+        t.insert(key(i), value(i, 1)).unwrap();
+    }
+    t.fold().unwrap();
+    let visit = |from: &[u8]| {
+        let mut v = Noting::default();
+        t.visit_with(from, None, &mut v);
+        v
+    };
+    // The first visit reads from key 500 on, noting each block it reads (the first of
+    // them whole, keys before 500 too).
+    let first = visit(&key(500));
+    assert_eq!(first.given, (500..1_000).map(key).collect::<Vec<_>>());
+    assert!(first.noted >= 500 && first.noted < 600, "{}", first.noted);
+    // The next leaves those blocks unread, and reads and notes the others; a rewrite
+    // in the delta of a key in a noted block is still given.
+    t.insert(key(700), value(700, 2)).unwrap();
+    let second = visit(&key(0));
+    let unnoted = 1_000 - first.noted as u32;
+    assert_eq!(second.noted, unnoted as usize);
+    let mut want: Vec<_> = (0..unnoted).map(key).collect();
+    want.push(key(700));
+    assert_eq!(second.given, want);
+    assert_eq!(visit(&key(0)).given, vec![key(700)]);
+    // A fold writes the part the delta changed again, without notes: its keys are
+    // read and noted; the parts it kept keep theirs.
+    t.fold().unwrap();
+    let folded = visit(&key(0));
+    assert!(folded.given.contains(&key(700)));
+    assert!(folded.given.len() < 200, "{}", folded.given.len());
+    assert_eq!(folded.noted, folded.given.len());
+    assert_eq!(visit(&key(0)).given, Vec::<Vec<u8>>::new());
 }
