@@ -22,18 +22,21 @@
 //! damaged file aside ([`Run::damage_seen`]).
 
 use std::any::Any;
-use std::collections::HashMap;
 use std::fs::File;
 use std::io;
 use std::ops::{Bound, ControlFlow};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::RwLock;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::cache;
 use super::filter::Filter;
 use super::key::Key;
+
+#[path = "run_notes.rs"]
+mod notes;
+pub use notes::Note;
+use notes::Notes;
 
 pub(super) const MAGIC: &[u8; 16] = b"flagpost-run 1\n\0";
 pub(super) const FOOTER_MAGIC: &[u8; 4] = b"FPRE";
@@ -48,42 +51,8 @@ pub(super) const BLOCK_BYTES: usize = 4 * 1024;
 /// No index is larger: a footer claiming more is damaged.
 const MAX_INDEX_BYTES: u64 = 1 << 32;
 
-/// Bytes of notes every open run keeps at most together (see [`Notes`]): about 60,000
-/// blocks' notes of a search of persons by property, the blocks of three keys every
-/// one of a million persons has.
-const MAX_NOTE_BYTES: usize = 16 << 20;
-/// Bytes of notes the open runs keep.
-static NOTE_BYTES: AtomicUsize = AtomicUsize::new(0);
-
 /// One entry: a key and its value.
 pub type Entry = (Vec<u8>, Vec<u8>);
-
-/// What a reader noted of a block it read ([`super::Visitor::note`]).
-pub type Note = Box<dyn Any + Send + Sync>;
-
-/// The notes readers made of a run's blocks, by block: a run never changes, so a note
-/// stays true while it is open, and a later visit asks its reader whether the note
-/// lets it leave the block unread ([`super::Visitor::pass_over_noted`]). Kept in
-/// memory only, within [`MAX_NOTE_BYTES`] for every run together (a note past it is
-/// not kept); they go with the run when a fold replaces it.
-#[derive(Default)]
-struct Notes {
-    by_block: RwLock<HashMap<u32, Note>>,
-    /// Their bytes, counted in [`NOTE_BYTES`] too.
-    bytes: AtomicUsize,
-}
-
-impl std::fmt::Debug for Notes {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Notes({} bytes)", self.bytes.load(Ordering::Relaxed))
-    }
-}
-
-impl Drop for Notes {
-    fn drop(&mut self) {
-        NOTE_BYTES.fetch_sub(*self.bytes.get_mut(), Ordering::Relaxed);
-    }
-}
 
 #[derive(Debug)]
 pub(super) struct BlockInfo {
@@ -261,7 +230,7 @@ impl Run {
         let block = std::mem::size_of::<BlockInfo>() + std::mem::size_of::<AtomicBool>();
         let keys: usize = self.blocks.iter().map(|b| b.first_key.heap_bytes()).sum();
         let filter = self.filter.words.len() * std::mem::size_of::<u64>();
-        let notes = self.notes.bytes.load(Ordering::Relaxed);
+        let notes = self.notes.bytes();
         (self.blocks.len() * block + keys + filter + notes) as u64
     }
 
@@ -271,12 +240,7 @@ impl Run {
         i: usize,
         f: impl FnOnce(&(dyn Any + Send + Sync)) -> R,
     ) -> Option<R> {
-        let notes = self
-            .notes
-            .by_block
-            .read()
-            .unwrap_or_else(|e| e.into_inner());
-        notes.get(&(i as u32)).map(|n| f(n.as_ref()))
+        self.notes.with(i, f)
     }
 
     /// Whether a note of block `i` is kept.
@@ -286,22 +250,7 @@ impl Run {
 
     /// Keep `note` of block `i`, unless the notes of every run are at their bound.
     pub(super) fn keep_note(&self, i: usize, note: Note) {
-        // The note's own bytes and about what a map's entry of it costs.
-        let bytes = std::mem::size_of_val(note.as_ref()) + 32;
-        if NOTE_BYTES.fetch_add(bytes, Ordering::Relaxed) + bytes > MAX_NOTE_BYTES {
-            NOTE_BYTES.fetch_sub(bytes, Ordering::Relaxed);
-            return;
-        }
-        let mut notes = self
-            .notes
-            .by_block
-            .write()
-            .unwrap_or_else(|e| e.into_inner());
-        match notes.insert(i as u32, note) {
-            // Noted twice at once: the first one's bytes were counted already.
-            Some(_) => NOTE_BYTES.fetch_sub(bytes, Ordering::Relaxed),
-            None => self.notes.bytes.fetch_add(bytes, Ordering::Relaxed),
-        };
+        self.notes.keep(i, note)
     }
 
     /// The value of `key`, if the run holds it (a block that cannot be read holds
