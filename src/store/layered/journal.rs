@@ -213,13 +213,13 @@ impl Journal {
         lock(&self.replayed).remove(table).unwrap_or_default()
     }
 
-    /// Hold the journal for writing: appends and rotations happen one at a time.
     /// The capacity of the buffer kept for the next record.
     #[cfg(test)]
     pub(super) fn record_capacity(&self) -> usize {
         lock(&self.writing).record.capacity()
     }
 
+    /// Hold the journal for writing: appends and rotations happen one at a time.
     pub fn lock(&self) -> Guard<'_> {
         Guard {
             journal: self,

@@ -28,26 +28,26 @@
 //! Once the delta's active map holds more than an eighth of the runs' bytes (see
 //! [`FOLD_SHARE`]; a key counts once however often it was rewritten), once the tables'
 //! deltas together pass their memory budget ([`Layered::delta_memory`], the largest
-//! first), and when the compactor is idle or stops, [`Layered::fold`] merges the two, on a thread of its own
-//! beside the compactor (`compactor::fold`), one fold at a time. Under the journal's
-//! lock, for a moment: the journal is split (the current one cut to its committed
-//! bytes, later chunks going to a new one, [`journal`]) and the active map frozen
-//! (reads see it until the new runs are in place; writes go to a new active map over
-//! it). Then, holding nothing the compactor needs: sled is flushed (a run takes only
-//! changes whose chunk is durable, and every chunk in the frozen map committed before
-//! the freeze), the parts whose range the delta changed enough ([`plan`]) are
-//! rewritten as new runs (a part grown past [`PART_BYTES`] is cut in two or more), the
-//! others kept; the new runs are synced, then named by a new manifest ([`runs`]:
-//! written beside, synced, renamed into place, the directory synced) and put in place
-//! for reads. What the journals before the split hold is carried into one journal (the
-//! folded table's entries replaced by what the runs did not take), synced and renamed
-//! into place. Under the lock again, for a moment: that journal is recorded as the
-//! first, and what the fold left goes back under the active map. Once sled is flushed
-//! the older journals are removed. A crash before the manifest's rename leaves runs
-//! nothing names, removed at the next start; after it, journals whose entries equal
-//! the runs' or are newer, which read the same; a journal half carried is removed at
-//! the next start. Chunks journaled during the fold are in the journal after the split,
-//! which no fold rewrites: the start cuts it to its committed length as ever.
+//! first), and when the compactor is idle or stops, [`Layered::fold`] merges the two,
+//! on a thread of its own beside the compactor (`compactor::fold`), one fold at a time.
+//! Under the journal's lock, for a moment: the journal is split (the current one cut to
+//! its committed bytes, later chunks going to a new one, [`journal`]) and the active
+//! map frozen (reads see it until the new runs are in place; writes go to a new active
+//! map over it). Then, holding nothing the compactor needs: sled is flushed (a run
+//! takes only changes whose chunk is durable, and every chunk in the frozen map
+//! committed before the freeze), the parts whose range the delta changed enough
+//! ([`plan`]) are rewritten as new runs (a part grown past [`PART_BYTES`] is cut in two
+//! or more), the others kept; the new runs are synced, then named by a new manifest
+//! ([`runs`]: written beside, synced, renamed into place, the directory synced) and put
+//! in place for reads. What the journals before the split hold is carried into one
+//! journal (the folded table's entries replaced by what the runs did not take), synced
+//! and renamed into place. Under the lock again, for a moment: that journal is recorded
+//! as the first, and what the fold left goes back under the active map. Once sled is
+//! flushed the older journals are removed. A crash before the manifest's rename leaves
+//! runs nothing names, removed at the next start; after it, journals whose entries
+//! equal the runs' or are newer, which read the same; a journal half carried is removed
+//! at the next start. Chunks journaled during the fold are in the journal after the
+//! split, which no fold rewrites: the start cuts it to its committed length as ever.
 //!
 //! Reads while a fold switches runs: a point read consults the delta before loading
 //! the run, so a key already dropped from the frozen map is found in the new run (the
