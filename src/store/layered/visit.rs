@@ -165,9 +165,9 @@ fn visit_run(
 ) {
     let blocks = &run.blocks;
     let first = run.first_block(from);
-    let before_end = |i: usize| to.is_none_or(|t| *blocks[i].first_key < *t);
+    let before_end = |i: usize| to.is_none_or(|t| run.first_key(i) < t);
     let passed = |i: usize, v: &mut dyn Visitor| {
-        (blocks.get(i + 1)).is_some_and(|next| v.pass_over(&blocks[i].first_key, &next.first_key))
+        (i + 1 < blocks.len() && v.pass_over(run.first_key(i), run.first_key(i + 1)))
             || run.with_note(i, |note| v.pass_over_noted(note)) == Some(true)
     };
     // The blocks to read, as spans of consecutive ones.
@@ -247,7 +247,7 @@ fn read_span(
         // Past the first block every key is at or after `from`; when the next block
         // starts at or before `to`, every key of this one is below it.
         let check_from = span.check_from && i == span.start;
-        let check_to = to.filter(|t| blocks.get(i + 1).is_none_or(|n| *n.first_key > **t));
+        let check_to = to.filter(|t| i + 1 >= blocks.len() || run.first_key(i + 1) > *t);
         for entry in entries(raw) {
             let Some((k, value)) = entry else {
                 run.report(i, &run.bad_block(i, "its entries are cut"));
