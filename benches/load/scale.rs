@@ -120,6 +120,8 @@ pub struct Report {
     /// The fold thread's (`layered-fold`), where folds run beside the compactor.
     pub fold_cpu_seconds: Option<f64>,
     pub rss_at_rest_kib: u64,
+    /// The highest resident set from the start to then (`VmHWM`).
+    pub rss_peak_kib: u64,
     /// The holders and the allocator's pages at the same moment.
     pub memory_at_rest: Memory,
     pub lookups: Vec<Latency>,
@@ -157,7 +159,7 @@ pub fn run(
         drain_rate,
         (compactor_cpu_seconds, fold_cpu_seconds),
         lookups,
-        (rss_at_rest_kib, memory_at_rest),
+        (rss_at_rest_kib, rss_peak_kib, memory_at_rest),
     ) = runtime.block_on(async {
         let before = client::metric(flagpost.addr, "flagpost_compactor_applied_total").await?;
         let drain = client::wait_for_empty_log(flagpost.addr, DRAIN_LIMIT).await?;
@@ -166,6 +168,7 @@ pub fn run(
         let cpu = crate::target::thread_cpu_seconds(pid, "compactor").ok();
         let fold_cpu = crate::target::thread_cpu_seconds(pid, "layered-fold").ok();
         let rss = crate::target::status_kib(pid, "VmRSS")?;
+        let peak = crate::target::status_kib(pid, "VmHWM")?;
         let memory = Memory::read(&client::get_text(flagpost.addr, "/metrics").await?);
         let lookups = scale_lookups::lookups(flagpost.addr, pid, &traffic).await?;
         Ok::<_, String>((
@@ -173,7 +176,7 @@ pub fn run(
             rate,
             (cpu, fold_cpu),
             lookups,
-            (rss, memory),
+            (rss, peak, memory),
         ))
     })?;
     let running = disk::measure_dir(db)?;
@@ -230,6 +233,7 @@ pub fn run(
         compactor_cpu_seconds,
         fold_cpu_seconds,
         rss_at_rest_kib,
+        rss_peak_kib,
         memory_at_rest,
         lookups,
         disk,
@@ -513,8 +517,9 @@ pub fn report(r: &Report) {
         );
     }
     println!(
-        "resident at rest: {:.1} MiB",
-        r.rss_at_rest_kib as f64 / 1024.0
+        "resident at rest: {:.1} MiB (the highest from the start to then: {:.1} MiB)",
+        r.rss_at_rest_kib as f64 / 1024.0,
+        r.rss_peak_kib as f64 / 1024.0
     );
     let m = &r.memory_at_rest;
     let holders: Vec<String> = m
