@@ -53,8 +53,8 @@ fn each_holder_reports_what_stored_events_left_in_memory() {
     ] {
         assert!(holder(&metrics, name).is_some(), "{name} in {metrics}");
     }
-    // Sled's cache by the budget it is given (16 MiB unless --cache-mb says).
-    assert_eq!(bytes("sled_cache"), 16.0 * 1024.0 * 1024.0, "{metrics}");
+    // Sled's cache by the budget it is given (8 MiB unless --cache-mb says).
+    assert_eq!(bytes("sled_cache"), 8.0 * 1024.0 * 1024.0, "{metrics}");
     // The resident set beside them, larger than what the holders count.
     let gauge = |name: &str| {
         let prefix = format!("{name} ");
