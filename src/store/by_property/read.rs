@@ -9,17 +9,18 @@
 //! they are, lowercase (a value holding it so fails; one holding it in another case is
 //! not judged, and is tested as any), which spares a copy of every block.
 //!
-//! A search with a sieve notes each block it reads ([`Noted`]: the bytes and trigrams
-//! its values hold, the start and the end its strings share), and the run keeps the
-//! note while it is open ([`Visitor::note`]): a later search, whatever its text, leaves
-//! unread a block where no value may hold its `icontains` text (a byte or a trigram of
-//! it no value has) or where every value holds its `not_icontains` text (in the start
-//! or the end they share, as an email's domain is), without reading or decompressing
-//! it. The first search of a key after a fold reads its blocks as before.
+//! The fold notes each block of the index it writes ([`NOTER`], [`Noted`]: the bytes
+//! and trigrams its values hold, the bytes and a few trigrams every string holds, the
+//! start and the end its strings share), in the run's file beside the blocks: a search
+//! with a sieve, whatever its text, leaves unread a block where no value may hold its
+//! `icontains` text (a byte or a trigram of it no value has) or where every value
+//! holds its `not_icontains` text (a byte or trigram every one has, or in the start or
+//! the end they share, as an email's domain is), reading only the notes of the key's
+//! blocks, not the blocks. A run written before notes were is noted by the searches
+//! that read its blocks, kept while it is open ([`Visitor::note`]).
 //!
 //! [`Layered::visit_with`]: crate::store::layered::Layered::visit_with
 
-use std::any::Any;
 use std::ops::Range;
 
 use memchr::memmem::Finder;
@@ -31,6 +32,7 @@ use crate::store::{keys, Trees};
 #[path = "noted.rs"]
 mod noted;
 use noted::Noted;
+pub use noted::NOTER;
 
 /// What the bytes of a value's JSON text tell of a test before it is parsed, when the
 /// value is whole and its text has no escape; the text is ASCII-lowercased, as
@@ -181,16 +183,22 @@ impl<T: FnMut(&[u8], bool) -> bool> Visitor for Reader<'_, T> {
             && !self.passes(text, false)
     }
 
-    fn note(&mut self, raw: &[u8]) -> Option<Box<dyn Any + Send + Sync>> {
-        self.sieve.as_ref()?;
-        Some(Box::new(Noted::of(raw)))
+    fn reads_notes(&self) -> bool {
+        self.sieve.is_some() && !self.absent_passes
     }
 
-    fn pass_over_noted(&mut self, note: &(dyn Any + Send + Sync)) -> bool {
-        let (Some(sifted), Some(note)) = (&self.sieve, note.downcast_ref::<Noted>()) else {
+    fn note(&mut self, raw: &[u8]) -> Option<Vec<u8>> {
+        self.sieve.as_ref()?;
+        let mut note = Vec::with_capacity(NOTER.len as usize);
+        (NOTER.note)(raw, &mut note);
+        Some(note)
+    }
+
+    fn pass_over_noted(&mut self, note: &[u8]) -> bool {
+        let Some(sifted) = &self.sieve else {
             return false;
         };
-        !self.absent_passes && note.none_may_pass(sifted.sieve)
+        !self.absent_passes && Noted::read(note).is_some_and(|n| n.none_may_pass(sifted.sieve))
     }
 
     fn pass_over_block(&mut self, raw: &[u8]) -> bool {

@@ -5,9 +5,11 @@
 //! "flagpost-run 1\n\0"                       16 bytes
 //! blocks     LZ4 (lz4_flex's block format) of about 4 KiB of entries:
 //!            per entry: key_len u32 LE, value_len u32 LE, key, value
+//! notes      (a table that notes its blocks) per block: note, crc32 of it u32
 //! index      entries u64, raw bytes u64, blocks u32,
 //!            per block: offset u64, stored u32, raw u32, crc32 u32, first_key_len u32, first key
 //!            filter: probes u32, words u32, words (u64 LE)
+//!            (with notes) notes offset u64, note length u32
 //! footer     index offset u64, index length u64, crc32 of the index u32, "FPRE"
 //! ```
 //!
@@ -19,9 +21,8 @@
 //! fail their CRC, or the read fails) is logged once, naming the file and the block, and
 //! its keys read as absent; the other blocks still read. [`Run::verify`] (`flagpost
 //! check`) reports it as an error, and the fold that replaces the run keeps the
-//! damaged file aside ([`Run::damage_seen`]).
+//! damaged file aside ([`Run::damage_seen`]). The blocks' notes: [`notes`].
 
-use std::any::Any;
 use std::fs::File;
 use std::io;
 use std::ops::{Bound, ControlFlow};
@@ -35,8 +36,8 @@ use super::key::Key;
 
 #[path = "run_notes.rs"]
 mod notes;
-pub use notes::Note;
-use notes::Notes;
+pub use notes::Noter;
+pub(super) use notes::{put as put_note, Notes, Window};
 
 pub(super) const MAGIC: &[u8; 16] = b"flagpost-run 1\n\0";
 pub(super) const FOOTER_MAGIC: &[u8; 4] = b"FPRE";
@@ -78,7 +79,7 @@ pub struct Run {
     file_bytes: u64,
     /// Blocks found damaged, each logged once.
     reported: Vec<AtomicBool>,
-    notes: Notes,
+    pub(super) notes: Notes,
 }
 
 fn damaged(path: &Path, what: impl std::fmt::Display) -> io::Error {
@@ -188,6 +189,7 @@ impl Run {
                 })
                 .collect(),
         };
+        let notes = Notes::stored(index.get(at..).unwrap_or_default(), blocks.len(), index_at);
         Ok(Run {
             id: cache::next_run_id(),
             path: path.to_path_buf(),
@@ -198,7 +200,7 @@ impl Run {
             entries,
             raw_bytes,
             file_bytes,
-            notes: Notes::default(),
+            notes,
         })
     }
 
@@ -232,25 +234,6 @@ impl Run {
         let filter = self.filter.words.len() * std::mem::size_of::<u64>();
         let notes = self.notes.bytes();
         (self.blocks.len() * block + keys + filter + notes) as u64
-    }
-
-    /// `f` of the note kept of block `i`, if one is.
-    pub(super) fn with_note<R>(
-        &self,
-        i: usize,
-        f: impl FnOnce(&(dyn Any + Send + Sync)) -> R,
-    ) -> Option<R> {
-        self.notes.with(i, f)
-    }
-
-    /// Whether a note of block `i` is kept.
-    pub(super) fn noted(&self, i: usize) -> bool {
-        self.with_note(i, |_| ()).is_some()
-    }
-
-    /// Keep `note` of block `i`, unless the notes of every run are at their bound.
-    pub(super) fn keep_note(&self, i: usize, note: Note) {
-        self.notes.keep(i, note)
     }
 
     /// The value of `key`, if the run holds it (a block that cannot be read holds
@@ -339,7 +322,8 @@ impl Run {
         }
     }
 
-    /// Read every block through: the entries read, or the first damage met.
+    /// Read every block through, and every note of them: the entries read, or the
+    /// first damage met.
     pub fn verify(&self) -> io::Result<u64> {
         let mut count = 0u64;
         let mut last: Option<Vec<u8>> = None;
@@ -359,6 +343,10 @@ impl Run {
                 &self.path,
                 format!("{count} entries read, the index says {}", self.entries),
             ));
+        }
+        if let Some(i) = self.notes.damaged(&self.file, self.blocks.len()) {
+            let what = "its note fails its CRC (searches read the block instead)";
+            return Err(self.bad_block(i, what));
         }
         Ok(count)
     }

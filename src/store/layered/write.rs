@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use super::filter::Filter;
 use super::key::Key;
-use super::run::{BlockInfo, BLOCK_BYTES, FOOTER_MAGIC, MAGIC};
+use super::run::{put_note, BlockInfo, Noter, BLOCK_BYTES, FOOTER_MAGIC, MAGIC};
 use crate::support::reuse::{self, Reused, START_BYTES};
 
 /// Bytes gathered before they are written to the file.
@@ -44,6 +44,9 @@ pub struct Writer {
     hashes: Vec<u64>,
     entries: u64,
     raw_bytes: u64,
+    /// The table's noter, and the notes of the blocks cut, written after them.
+    noter: Option<Noter>,
+    notes: Vec<u8>,
 }
 
 impl Writer {
@@ -64,7 +67,15 @@ impl Writer {
             hashes: reuse::take(&HASHES),
             entries: 0,
             raw_bytes: 0,
+            noter: None,
+            notes: Vec::new(),
         })
+    }
+
+    /// Note each block with `noter` (see [`super::run`]'s notes).
+    pub fn noting(mut self, noter: Option<Noter>) -> Writer {
+        self.noter = noter;
+        self
     }
 
     /// Bytes of the keys and values pushed.
@@ -106,6 +117,9 @@ impl Writer {
         let Some(first_key) = self.first_key.take() else {
             return Ok(());
         };
+        if let Some(noter) = &self.noter {
+            put_note(noter, &self.block, &mut self.notes)?;
+        }
         let stored = lz4_flex::block::compress(&self.block);
         let len = |n: usize| u32::try_from(n).map_err(io::Error::other);
         self.blocks.push(BlockInfo {
@@ -134,18 +148,23 @@ impl Writer {
     /// syncs it first (a fold does, through its counted sync, [`super::RUN_SYNC`]).
     pub fn finish(mut self) -> io::Result<File> {
         self.cut()?;
-        // The index is made in the buffer, after the blocks not yet written.
-        let start = self.out.len();
         let Writer {
             mut file,
             mut out,
-            written,
+            mut written,
             blocks,
             hashes,
             entries,
             raw_bytes,
+            noter,
+            notes,
             ..
         } = self;
+        let notes_at = written;
+        out.extend_from_slice(&notes);
+        written += notes.len() as u64;
+        // The index is made in the buffer, after the blocks and notes not yet written.
+        let start = out.len();
         let index = &mut out;
         index.extend_from_slice(&entries.to_le_bytes());
         index.extend_from_slice(&raw_bytes.to_le_bytes());
@@ -166,6 +185,10 @@ impl Writer {
         index.extend_from_slice(&words.to_le_bytes());
         for w in &filter.words {
             index.extend_from_slice(&w.to_le_bytes());
+        }
+        if let Some(noter) = noter {
+            index.extend_from_slice(&notes_at.to_le_bytes());
+            index.extend_from_slice(&noter.len.to_le_bytes());
         }
         let index_len = (index.len() - start) as u64;
         let crc = crc32fast::hash(&index[start..]);
