@@ -16,15 +16,28 @@ const SHARED_BYTES: usize = 32;
 /// Trigrams every string holds that a [`Noted`] block keeps: a `not_icontains` text of
 /// up to three bytes that one of them holds is in every string.
 const COMMON: usize = 8;
-/// Bytes of a note as stored: its flags, the bytes and trigrams, the bytes every
-/// string holds, the common trigrams (a count, then each), the shared start and end
-/// (a length, then their bytes).
-const NOTE_BYTES: usize = 1 + 32 + GRAM_BITS / 8 + 32 + 1 + COMMON * 3 + 2 * (1 + SHARED_BYTES);
+/// Bytes of a note's two parts as stored: what an `icontains` sieve reads (its flags,
+/// the bytes and trigrams), and what a `not_icontains` one reads (its flags, the bytes
+/// every string holds, the common trigrams: a count, then each, the shared start and
+/// end: a length, then their bytes).
+const HOLDS_BYTES: usize = 1 + 32 + GRAM_BITS / 8;
+const LACKS_BYTES: usize = 1 + 32 + 1 + COMMON * 3 + 2 * (1 + SHARED_BYTES);
+/// The part of a note a sieve reads.
+pub(super) fn part(sieve: Sieve<'_>) -> usize {
+    match sieve {
+        Sieve::Holds(_) => 0,
+        Sieve::Lacks(_) => 1,
+    }
+}
 
 /// How the fold notes each block of the index it writes.
 pub const NOTER: Noter = Noter {
-    len: NOTE_BYTES as u32,
-    note: |raw, out| Noted::of(raw).put(out),
+    parts: &[HOLDS_BYTES as u32, LACKS_BYTES as u32],
+    note: |raw, out| {
+        let noted = Noted::of(raw);
+        noted.put(0, out);
+        noted.put(1, out);
+    },
 };
 
 /// What a block's values hold: of every entry of the block whatever its key (a search
@@ -196,12 +209,19 @@ impl Noted {
         }
     }
 
-    /// Append the note as stored ([`NOTE_BYTES`]).
-    fn put(&self, out: &mut Vec<u8>) {
+    /// Append part `part` of the note as stored (see [`NOTER`]).
+    pub(super) fn put(&self, part: usize, out: &mut Vec<u8>) {
         out.push(u8::from(self.plain) | u8::from(self.strings) << 1);
-        for w in self.bytes.iter().chain(&self.grams).chain(&self.every) {
-            out.extend_from_slice(&w.to_le_bytes());
+        let words = |w: &[u64], out: &mut Vec<u8>| {
+            w.iter()
+                .for_each(|w| out.extend_from_slice(&w.to_le_bytes()))
+        };
+        if part == 0 {
+            words(&self.bytes, out);
+            words(&self.grams, out);
+            return;
         }
+        words(&self.every, out);
         out.push(self.commons as u8);
         for g in &self.common {
             out.extend_from_slice(g);
@@ -212,47 +232,43 @@ impl Noted {
         }
     }
 
-    /// A note as [`Noted::put`] stored it; None if it is not one.
-    pub(super) fn read(stored: &[u8]) -> Option<Noted> {
-        let stored: &[u8; NOTE_BYTES] = stored.try_into().ok()?;
-        let (&flags, mut rest) = stored.split_first()?;
+    /// Part `part` of a note as [`Noted::put`] stored it (the other part's facts left
+    /// empty); None if it is not one.
+    pub(super) fn read(part: usize, stored: &[u8]) -> Option<Noted> {
+        let len = [HOLDS_BYTES, LACKS_BYTES].get(part)?;
+        let (&flags, mut rest) = stored.split_first().filter(|_| stored.len() == *len)?;
         let mut take = |n: usize| {
             let (head, tail) = rest.split_at(n);
             rest = tail;
             head
         };
+        let mut noted = Noted::of(&[]);
+        (noted.plain, noted.strings) = (flags & 1 != 0, flags & 2 != 0);
         let mut words = |into: &mut [u64]| {
             let n = into.len() * 8;
             for (w, b) in into.iter_mut().zip(take(n).chunks_exact(8)) {
                 *w = u64::from_le_bytes(b.try_into().unwrap_or_default());
             }
         };
-        let (mut bytes, mut grams, mut every) = ([0; 4], [0; GRAM_BITS / 64], [0; 4]);
-        words(&mut bytes);
-        words(&mut grams);
-        words(&mut every);
-        let commons = usize::from(take(1)[0]).min(COMMON);
-        let mut common = [[0; 3]; COMMON];
-        for (g, b) in common.iter_mut().zip(take(COMMON * 3).chunks_exact(3)) {
+        if part == 0 {
+            words(&mut noted.bytes);
+            words(&mut noted.grams);
+            return Some(noted);
+        }
+        words(&mut noted.every);
+        noted.commons = usize::from(take(1)[0]).min(COMMON);
+        for (g, b) in noted
+            .common
+            .iter_mut()
+            .zip(take(COMMON * 3).chunks_exact(3))
+        {
             g.copy_from_slice(b);
         }
-        let mut shared = || {
-            let len = usize::from(take(1)[0]).min(SHARED_BYTES);
-            let bytes = take(SHARED_BYTES).try_into().unwrap_or([0; SHARED_BYTES]);
-            Shared { bytes, len }
-        };
-        let (start, end) = (shared(), shared());
-        Some(Noted {
-            plain: flags & 1 != 0,
-            strings: flags & 2 != 0,
-            bytes,
-            grams,
-            every,
-            common,
-            commons,
-            start,
-            end,
-        })
+        for s in [&mut noted.start, &mut noted.end] {
+            s.len = usize::from(take(1)[0]).min(SHARED_BYTES);
+            s.bytes.copy_from_slice(take(SHARED_BYTES));
+        }
+        Some(noted)
     }
 }
 
@@ -282,8 +298,10 @@ mod tests {
         let made = Noted::of(&raw);
         let mut stored = Vec::new();
         (NOTER.note)(&raw, &mut stored);
-        assert_eq!(stored.len(), NOTER.len as usize);
-        let read = Noted::read(&stored).unwrap();
+        assert_eq!(stored.len(), HOLDS_BYTES + LACKS_BYTES);
+        let (holds_part, lacks_part) = stored.split_at(HOLDS_BYTES);
+        let (holding, lacking) = (Noted::read(0, holds_part), Noted::read(1, lacks_part));
+        let (holding, lacking) = (holding.unwrap(), lacking.unwrap());
         let lacks: [&[u8]; 9] = [
             b"@", b"c", b"acm", b"me", b".io", b"n", b"io.u", b"a", b"@a",
         ];
@@ -292,15 +310,16 @@ mod tests {
             .iter()
             .zip([true, true, true, true, true, false, false, true, false])
         {
-            for noted in [&made, &read] {
+            for noted in [&made, &lacking] {
                 let got = noted.none_may_pass(Sieve::Lacks(text));
                 assert_eq!(got, every, "{}", String::from_utf8_lossy(text));
             }
         }
         for (text, none) in holds.iter().zip([false, true, false, false]) {
-            assert_eq!(read.none_may_pass(Sieve::Holds(text)), none);
+            assert_eq!(holding.none_may_pass(Sieve::Holds(text)), none);
             assert_eq!(made.none_may_pass(Sieve::Holds(text)), none);
         }
-        assert!(Noted::read(&stored[1..]).is_none());
+        assert!(Noted::read(1, &lacks_part[1..]).is_none());
+        assert!(Noted::read(0, lacks_part).is_none());
     }
 }

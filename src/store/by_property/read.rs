@@ -31,8 +31,8 @@ use crate::store::{keys, Trees};
 
 #[path = "noted.rs"]
 mod noted;
-use noted::Noted;
 pub use noted::NOTER;
+use noted::{part, Noted};
 
 /// What the bytes of a value's JSON text tell of a test before it is parsed, when the
 /// value is whole and its text has no escape; the text is ASCII-lowercased, as
@@ -183,22 +183,23 @@ impl<T: FnMut(&[u8], bool) -> bool> Visitor for Reader<'_, T> {
             && !self.passes(text, false)
     }
 
-    fn reads_notes(&self) -> bool {
-        self.sieve.is_some() && !self.absent_passes
+    fn reads_notes(&self) -> Option<usize> {
+        let sieve = self.sieve.as_ref().filter(|_| !self.absent_passes)?;
+        Some(part(sieve.sieve))
     }
 
     fn note(&mut self, raw: &[u8]) -> Option<Vec<u8>> {
-        self.sieve.as_ref()?;
-        let mut note = Vec::with_capacity(NOTER.len as usize);
-        (NOTER.note)(raw, &mut note);
+        let mut note = Vec::new();
+        Noted::of(raw).put(self.reads_notes()?, &mut note);
         Some(note)
     }
 
     fn pass_over_noted(&mut self, note: &[u8]) -> bool {
-        let Some(sifted) = &self.sieve else {
+        let Some(part) = self.reads_notes() else {
             return false;
         };
-        !self.absent_passes && Noted::read(note).is_some_and(|n| n.none_may_pass(sifted.sieve))
+        let sieve = self.sieve.as_ref().map(|s| s.sieve);
+        (Noted::read(part, note).zip(sieve)).is_some_and(|(n, s)| n.none_may_pass(s))
     }
 
     fn pass_over_block(&mut self, raw: &[u8]) -> bool {

@@ -5,11 +5,12 @@
 //! "flagpost-run 1\n\0"                       16 bytes
 //! blocks     LZ4 (lz4_flex's block format) of about 4 KiB of entries:
 //!            per entry: key_len u32 LE, value_len u32 LE, key, value
-//! notes      (a table that notes its blocks) per block: note, crc32 of it u32
+//! notes      (a table that notes its blocks) per part of a note, per block: the
+//!            part, crc32 of it u32
 //! index      entries u64, raw bytes u64, blocks u32,
 //!            per block: offset u64, stored u32, raw u32, crc32 u32, first_key_len u32, first key
 //!            filter: probes u32, words u32, words (u64 LE)
-//!            (with notes) notes offset u64, note length u32
+//!            (with notes) notes offset u64, parts u32, per part: its length u32
 //! footer     index offset u64, index length u64, crc32 of the index u32, "FPRE"
 //! ```
 //!

@@ -34,20 +34,22 @@ pub trait Visitor {
         false
     }
 
-    /// Whether the visit asks [`Visitor::pass_over_noted`] of the blocks' notes.
-    fn reads_notes(&self) -> bool {
-        false
+    /// Which part of the blocks' notes the visit gives [`Visitor::pass_over_noted`]
+    /// (see [`super::Noter`]), if it reads them.
+    fn reads_notes(&self) -> Option<usize> {
+        None
     }
 
-    /// A note of a run's block written before its table's fold noted blocks (one as
-    /// its [`super::Noter`] makes), given its entries decompressed: the run keeps it
-    /// while it is open (within a bound). None keeps no note. Asked once a block, when
-    /// no note of it is kept.
+    /// The part it reads of a note of a run's block written before its table's fold
+    /// noted blocks (as its [`super::Noter`] makes it), given its entries
+    /// decompressed: the run keeps it while it is open (within a bound). None keeps no
+    /// note. Asked once a block and part, when none is kept.
     fn note(&mut self, _raw: &[u8]) -> Option<Vec<u8>> {
         None
     }
 
-    /// Whether a run's block can be left unread, given the table's note of it. Its
+    /// Whether a run's block can be left unread, given the part it reads of the
+    /// table's note of it. Its
     /// keys that the delta rewrites are still given, from the delta.
     fn pass_over_noted(&mut self, _note: &[u8]) -> bool {
         false
@@ -129,7 +131,7 @@ impl<'a, I: Iterator<Item = &'a (sled::IVec, sled::IVec)>, V: Visitor> Visitor
         self.v.pass_over_block(raw)
     }
 
-    fn reads_notes(&self) -> bool {
+    fn reads_notes(&self) -> Option<usize> {
         self.v.reads_notes()
     }
 
@@ -177,15 +179,16 @@ fn visit_run(
     let end = to.map_or(blocks.len(), |t| {
         blocks.partition_point(|b| *b.first_key < *t)
     });
-    let reads_notes = v.reads_notes();
+    let part = v.reads_notes();
     buffers.notes.clear();
     let passed = |i: usize, v: &mut dyn Visitor, notes: &mut Window| {
-        (blocks.get(i + 1)).is_some_and(|next| v.pass_over(&blocks[i].first_key, &next.first_key))
-            || reads_notes
-                && run
-                    .notes
-                    .with(&run.file, (i, end), notes, |n| v.pass_over_noted(n))
-                    == Some(true)
+        let bounded = (blocks.get(i + 1))
+            .is_some_and(|next| v.pass_over(&blocks[i].first_key, &next.first_key));
+        let mut noted = |p| {
+            run.notes
+                .with(&run.file, (p, i, end), notes, |n| v.pass_over_noted(n))
+        };
+        bounded || part.is_some_and(|p| noted(p) == Some(true))
     };
     // The blocks to read, as spans of consecutive ones.
     let mut i = first;
@@ -253,7 +256,9 @@ fn read_span(
         if !unpacked {
             continue;
         }
-        run.notes.keep(i, || v.note(raw));
+        if let Some(part) = v.reads_notes() {
+            run.notes.keep((part, i), || v.note(raw));
+        }
         if v.pass_over_block(raw) {
             continue;
         }

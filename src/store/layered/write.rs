@@ -44,9 +44,11 @@ pub struct Writer {
     hashes: Vec<u64>,
     entries: u64,
     raw_bytes: u64,
-    /// The table's noter, and the notes of the blocks cut, written after them.
+    /// The table's noter, and the notes of the blocks cut, by part, written after
+    /// them (and a note on its way).
     noter: Option<Noter>,
-    notes: Vec<u8>,
+    notes: Vec<Vec<u8>>,
+    note: Vec<u8>,
 }
 
 impl Writer {
@@ -69,11 +71,13 @@ impl Writer {
             raw_bytes: 0,
             noter: None,
             notes: Vec::new(),
+            note: Vec::new(),
         })
     }
 
     /// Note each block with `noter` (see [`super::run`]'s notes).
     pub fn noting(mut self, noter: Option<Noter>) -> Writer {
+        self.notes = noter.map_or(Vec::new(), |n| vec![Vec::new(); n.parts.len()]);
         self.noter = noter;
         self
     }
@@ -118,7 +122,7 @@ impl Writer {
             return Ok(());
         };
         if let Some(noter) = &self.noter {
-            put_note(noter, &self.block, &mut self.notes)?;
+            put_note(noter, &self.block, &mut self.note, &mut self.notes)?;
         }
         let stored = lz4_flex::block::compress(&self.block);
         let len = |n: usize| u32::try_from(n).map_err(io::Error::other);
@@ -161,8 +165,10 @@ impl Writer {
             ..
         } = self;
         let notes_at = written;
-        out.extend_from_slice(&notes);
-        written += notes.len() as u64;
+        for part in &notes {
+            out.extend_from_slice(part);
+            written += part.len() as u64;
+        }
         // The index is made in the buffer, after the blocks and notes not yet written.
         let start = out.len();
         let index = &mut out;
@@ -188,7 +194,11 @@ impl Writer {
         }
         if let Some(noter) = noter {
             index.extend_from_slice(&notes_at.to_le_bytes());
-            index.extend_from_slice(&noter.len.to_le_bytes());
+            let parts = u32::try_from(noter.parts.len()).map_err(io::Error::other)?;
+            index.extend_from_slice(&parts.to_le_bytes());
+            for len in noter.parts {
+                index.extend_from_slice(&len.to_le_bytes());
+            }
         }
         let index_len = (index.len() - start) as u64;
         let crc = crc32fast::hash(&index[start..]);

@@ -89,8 +89,8 @@ struct Noting {
 }
 
 impl Visitor for Noting {
-    fn reads_notes(&self) -> bool {
-        true
+    fn reads_notes(&self) -> Option<usize> {
+        Some(0)
     }
 
     fn note(&mut self, raw: &[u8]) -> Option<Vec<u8>> {
@@ -152,8 +152,11 @@ fn a_block_noted_once_is_left_unread_while_its_run_is_open() {
 
 /// Notes of each block's entries count, as a fold writes them.
 const COUNTED: Noter = Noter {
-    len: 8,
-    note: |raw, out| out.extend_from_slice(&(block_entries(raw).count() as u64).to_le_bytes()),
+    parts: &[8, 1],
+    note: |raw, out| {
+        out.extend_from_slice(&(block_entries(raw).count() as u64).to_le_bytes());
+        out.push(7);
+    },
 };
 
 /// Open the table "persons" of the database in `dir`, noting its blocks, in parts of
@@ -206,7 +209,8 @@ fn the_notes_a_fold_writes_leave_blocks_unread_after_a_restart_unless_damaged() 
         .write(true)
         .open(run.path())
         .unwrap();
-    let last_crc = index_at - 1;
+    // The last CRC of the first part's notes (the second's, a byte each, follow).
+    let last_crc = index_at - run.block_count() as u64 * 5 - 1;
     let byte = [bytes[last_crc as usize] ^ 0xff];
     std::os::unix::fs::FileExt::write_all_at(&file, &byte, last_crc).unwrap();
     let damaged = visit(&t);
