@@ -106,10 +106,6 @@ fn gram_bit(gram: u32) -> usize {
     (gram.wrapping_mul(0x9E37_79B1) >> (32 - GRAM_BITS.trailing_zeros())) as usize
 }
 
-fn has_bit(words: &[u64], bit: usize) -> bool {
-    words[bit / 64] & (1 << (bit % 64)) != 0
-}
-
 fn set_bit(words: &mut [u64], bit: usize) {
     words[bit / 64] |= 1 << (bit % 64);
 }
@@ -182,33 +178,6 @@ impl Noted {
         common.retain(|g| inside.windows(3).any(|w| w == g));
     }
 
-    /// Whether no value of the block may pass `sieve`: none holds an `icontains` text
-    /// (a byte or a trigram of it is in no value), or every one is a string holding a
-    /// `not_icontains` text (a byte or trigram every one holds, or in the start or the
-    /// end they share).
-    pub(super) fn none_may_pass(&self, sieve: Sieve<'_>) -> bool {
-        match sieve {
-            Sieve::Holds(text) => {
-                let lacks_byte = text.iter().any(|&b| !has_bit(&self.bytes, usize::from(b)));
-                let lacks_gram = text.windows(3).any(|w| {
-                    let gram = (u32::from(w[0]) << 16) | (u32::from(w[1]) << 8) | u32::from(w[2]);
-                    !has_bit(&self.grams, gram_bit(gram))
-                });
-                self.plain && (lacks_byte || lacks_gram)
-            }
-            Sieve::Lacks(text) => {
-                let shared = |s: &Shared| memmem::find(s.get(), text).is_some();
-                let every = match text {
-                    [b] => has_bit(&self.every, usize::from(*b)),
-                    [_, _] | [_, _, _] => (self.common[..self.commons].iter())
-                        .any(|g| memmem::find(g, text).is_some()),
-                    _ => false,
-                };
-                self.strings && (every || shared(&self.start) || shared(&self.end))
-            }
-        }
-    }
-
     /// Append part `part` of the note as stored (see [`NOTER`]).
     pub(super) fn put(&self, part: usize, out: &mut Vec<u8>) {
         out.push(u8::from(self.plain) | u8::from(self.strings) << 1);
@@ -231,44 +200,44 @@ impl Noted {
             out.extend_from_slice(&s.bytes);
         }
     }
+}
 
-    /// Part `part` of a note as [`Noted::put`] stored it (the other part's facts left
-    /// empty); None if it is not one.
-    pub(super) fn read(part: usize, stored: &[u8]) -> Option<Noted> {
-        let len = [HOLDS_BYTES, LACKS_BYTES].get(part)?;
-        let (&flags, mut rest) = stored.split_first().filter(|_| stored.len() == *len)?;
-        let mut take = |n: usize| {
-            let (head, tail) = rest.split_at(n);
-            rest = tail;
-            head
-        };
-        let mut noted = Noted::of(&[]);
-        (noted.plain, noted.strings) = (flags & 1 != 0, flags & 2 != 0);
-        let mut words = |into: &mut [u64]| {
-            let n = into.len() * 8;
-            for (w, b) in into.iter_mut().zip(take(n).chunks_exact(8)) {
-                *w = u64::from_le_bytes(b.try_into().unwrap_or_default());
-            }
-        };
-        if part == 0 {
-            words(&mut noted.bytes);
-            words(&mut noted.grams);
-            return Some(noted);
+/// Whether no value of a block may pass `sieve`, given the part of the block's note the
+/// sieve reads as [`Noted::put`] stored it (read in place: a search reads the notes of
+/// every block of its key): none holds an `icontains` text (a byte or a trigram of it
+/// is in no value), or every one is a string holding a `not_icontains` text (a byte or
+/// trigram every one holds, or in the start or the end they share). A part of another
+/// length tells nothing.
+pub(super) fn none_may_pass(sieve: Sieve<'_>, stored: &[u8]) -> bool {
+    let bit = |at: usize, bit: usize| stored[at + bit / 8] >> (bit % 8) & 1 != 0;
+    let flags = stored.first().copied().unwrap_or(0);
+    match sieve {
+        Sieve::Holds(text) if stored.len() == HOLDS_BYTES => {
+            let lacks_byte = text.iter().any(|&b| !bit(1, usize::from(b)));
+            let lacks_gram = text.windows(3).any(|w| {
+                let gram = (u32::from(w[0]) << 16) | (u32::from(w[1]) << 8) | u32::from(w[2]);
+                !bit(33, gram_bit(gram))
+            });
+            flags & 1 != 0 && (lacks_byte || lacks_gram)
         }
-        words(&mut noted.every);
-        noted.commons = usize::from(take(1)[0]).min(COMMON);
-        for (g, b) in noted
-            .common
-            .iter_mut()
-            .zip(take(COMMON * 3).chunks_exact(3))
-        {
-            g.copy_from_slice(b);
+        Sieve::Lacks(text) if stored.len() == LACKS_BYTES => {
+            let (commons, start) = (34, 34 + COMMON * 3);
+            let every = match text {
+                [b] => bit(1, usize::from(*b)),
+                [_, _] | [_, _, _] => {
+                    let n = usize::from(stored[33]).min(COMMON);
+                    (stored[commons..commons + n * 3].chunks_exact(3))
+                        .any(|g| memmem::find(g, text).is_some())
+                }
+                _ => false,
+            };
+            let shared = |at: usize| {
+                let len = usize::from(stored[at]).min(SHARED_BYTES);
+                memmem::find(&stored[at + 1..at + 1 + len], text).is_some()
+            };
+            flags & 2 != 0 && (every || shared(start) || shared(start + 1 + SHARED_BYTES))
         }
-        for s in [&mut noted.start, &mut noted.end] {
-            s.len = usize::from(take(1)[0]).min(SHARED_BYTES);
-            s.bytes.copy_from_slice(take(SHARED_BYTES));
-        }
-        Some(noted)
+        _ => false,
     }
 }
 
@@ -295,31 +264,27 @@ mod tests {
     #[test]
     fn a_stored_note_reads_back_and_answers_as_made() {
         let raw = block(&["\"ann@acme.io\"", "\"bo@x.acme.io\"", "\"cy@acme.io.uk\""]);
-        let made = Noted::of(&raw);
         let mut stored = Vec::new();
         (NOTER.note)(&raw, &mut stored);
         assert_eq!(stored.len(), HOLDS_BYTES + LACKS_BYTES);
-        let (holds_part, lacks_part) = stored.split_at(HOLDS_BYTES);
-        let (holding, lacking) = (Noted::read(0, holds_part), Noted::read(1, lacks_part));
-        let (holding, lacking) = (holding.unwrap(), lacking.unwrap());
+        let (holding, lacking) = stored.split_at(HOLDS_BYTES);
         let lacks: [&[u8]; 9] = [
             b"@", b"c", b"acm", b"me", b".io", b"n", b"io.u", b"a", b"@a",
         ];
+        let every = [true, true, true, true, true, false, false, true, false];
+        for (text, every) in lacks.iter().zip(every) {
+            let got = none_may_pass(Sieve::Lacks(text), lacking);
+            assert_eq!(got, every, "{}", String::from_utf8_lossy(text));
+            assert!(!none_may_pass(Sieve::Lacks(text), holding));
+        }
         let holds: [&[u8]; 4] = [b"ann", b"zz", b"acme", b"@acm"];
-        for (text, every) in lacks
-            .iter()
-            .zip([true, true, true, true, true, false, false, true, false])
-        {
-            for noted in [&made, &lacking] {
-                let got = noted.none_may_pass(Sieve::Lacks(text));
-                assert_eq!(got, every, "{}", String::from_utf8_lossy(text));
-            }
-        }
         for (text, none) in holds.iter().zip([false, true, false, false]) {
-            assert_eq!(holding.none_may_pass(Sieve::Holds(text)), none);
-            assert_eq!(made.none_may_pass(Sieve::Holds(text)), none);
+            assert_eq!(none_may_pass(Sieve::Holds(text), holding), none);
+            assert!(!none_may_pass(Sieve::Holds(text), lacking));
         }
-        assert!(Noted::read(1, &lacks_part[1..]).is_none());
-        assert!(Noted::read(0, lacks_part).is_none());
+        // Neither part tells anything of a block with a value not a string.
+        let mut mixed = Vec::new();
+        (NOTER.note)(&block(&["\"ann@acme.io\"", "7"]), &mut mixed);
+        assert!(!none_may_pass(Sieve::Lacks(b"@"), &mixed[HOLDS_BYTES..]));
     }
 }

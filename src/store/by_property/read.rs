@@ -195,11 +195,9 @@ impl<T: FnMut(&[u8], bool) -> bool> Visitor for Reader<'_, T> {
     }
 
     fn pass_over_noted(&mut self, note: &[u8]) -> bool {
-        let Some(part) = self.reads_notes() else {
-            return false;
-        };
-        let sieve = self.sieve.as_ref().map(|s| s.sieve);
-        (Noted::read(part, note).zip(sieve)).is_some_and(|(n, s)| n.none_may_pass(s))
+        // The part read is the sieve's: a note tells nothing of persons lacking the key.
+        let sieve = self.sieve.as_ref().filter(|_| !self.absent_passes);
+        sieve.is_some_and(|s| noted::none_may_pass(s.sieve, note))
     }
 
     fn pass_over_block(&mut self, raw: &[u8]) -> bool {
