@@ -39,6 +39,8 @@ const DEFAULT_RETRY: Duration = Duration::from_secs(1);
 const SAMPLE_POLL: Duration = Duration::from_millis(100);
 /// How long the ingest runs before the SIGKILL.
 const KILL_AFTER: Duration = Duration::from_secs(3);
+/// Bytes in a MiB, as the memory columns are given.
+const MIB: f64 = 1024.0 * 1024.0;
 /// How long a restart may take to answer `/_readiness` 200.
 const READY_LIMIT: Duration = Duration::from_secs(600);
 
@@ -48,6 +50,44 @@ pub struct Settings {
     pub connections: usize,
     /// Where to copy each target's data dir and database at rest (`--scale-keep`).
     pub keep: Option<std::path::PathBuf>,
+}
+
+/// Where the resident set goes by the server's own counts (`/metrics`): each holder's
+/// bytes (`flagpost_memory_bytes`, `sled_cache` being sled's budget, not a count), and
+/// the allocator's pages, the bytes of live blocks in them and the freed bytes they keep.
+#[derive(Default)]
+pub struct Memory {
+    pub holders: Vec<(String, f64)>,
+    pub allocator_used: f64,
+    pub allocator_free: f64,
+}
+
+impl Memory {
+    fn read(metrics: &str) -> Memory {
+        let holders = metrics
+            .lines()
+            .filter_map(|line| {
+                let rest = line.strip_prefix("flagpost_memory_bytes{holder=\"")?;
+                let (holder, value) = rest.split_once("\"} ")?;
+                Some((holder.to_owned(), value.trim().parse().ok()?))
+            })
+            .collect();
+        let read = |name: &str| client::metric_in(metrics, name).unwrap_or(f64::NAN);
+        Memory {
+            holders,
+            allocator_used: read("flagpost_allocator_used_bytes"),
+            allocator_free: read("flagpost_allocator_free_bytes"),
+        }
+    }
+
+    /// The holders' bytes together, less sled's budget (which is not a count).
+    fn held(&self) -> f64 {
+        self.holders
+            .iter()
+            .filter(|(holder, _)| holder != "sled_cache")
+            .map(|(_, bytes)| bytes)
+            .sum()
+    }
 }
 
 /// The server at the end of one tenth of the ingest.
@@ -61,6 +101,8 @@ pub struct Tenth {
     pub log_entries: f64,
     pub log_bytes: u64,
     pub rss_kib: u64,
+    /// What the server's holders, and the allocator's pages, say of that resident set.
+    pub memory: Memory,
     pub disk_bytes: u64,
     /// 503s answered so far.
     pub refused: u64,
@@ -78,6 +120,8 @@ pub struct Report {
     /// The fold thread's (`layered-fold`), where folds run beside the compactor.
     pub fold_cpu_seconds: Option<f64>,
     pub rss_at_rest_kib: u64,
+    /// The holders and the allocator's pages at the same moment.
+    pub memory_at_rest: Memory,
     pub lookups: Vec<Latency>,
     pub disk: disk::Report,
     pub restart_clean_seconds: f64,
@@ -113,7 +157,7 @@ pub fn run(
         drain_rate,
         (compactor_cpu_seconds, fold_cpu_seconds),
         lookups,
-        rss_at_rest_kib,
+        (rss_at_rest_kib, memory_at_rest),
     ) = runtime.block_on(async {
         let before = client::metric(flagpost.addr, "flagpost_compactor_applied_total").await?;
         let drain = client::wait_for_empty_log(flagpost.addr, DRAIN_LIMIT).await?;
@@ -122,8 +166,15 @@ pub fn run(
         let cpu = crate::target::thread_cpu_seconds(pid, "compactor").ok();
         let fold_cpu = crate::target::thread_cpu_seconds(pid, "layered-fold").ok();
         let rss = crate::target::status_kib(pid, "VmRSS")?;
+        let memory = Memory::read(&client::get_text(flagpost.addr, "/metrics").await?);
         let lookups = scale_lookups::lookups(flagpost.addr, pid, &traffic).await?;
-        Ok::<_, String>((drain.as_secs_f64(), rate, (cpu, fold_cpu), lookups, rss))
+        Ok::<_, String>((
+            drain.as_secs_f64(),
+            rate,
+            (cpu, fold_cpu),
+            lookups,
+            (rss, memory),
+        ))
     })?;
     let running = disk::measure_dir(db)?;
     flagpost.stop()?;
@@ -179,6 +230,7 @@ pub fn run(
         compactor_cpu_seconds,
         fold_cpu_seconds,
         rss_at_rest_kib,
+        memory_at_rest,
         lookups,
         disk,
         restart_clean_seconds,
@@ -345,6 +397,7 @@ async fn ingest(
                     log_entries: read("flagpost_log_depth"),
                     log_bytes: dir.log.allocated,
                     rss_kib: crate::target::status_kib(pid, "VmRSS")?,
+                    memory: Memory::read(&metrics),
                     disk_bytes: dir.total().allocated,
                     refused: refused.load(Ordering::Relaxed),
                 };
@@ -399,7 +452,7 @@ fn now_ms() -> i64 {
 fn print_tenth(tenth: u64, t: &Tenth) {
     if tenth == 1 {
         println!(
-            "{:>6} {:>8} {:>11} {:>10} {:>11} {:>10} {:>8} {:>10} {:>9} {:>8} {:>9} {:>8}",
+            "{:>6} {:>8} {:>11} {:>10} {:>11} {:>10} {:>8} {:>10} {:>9} {:>8} {:>8} {:>8} {:>8} {:>9} {:>8}",
             "tenth",
             "seconds",
             "accepted",
@@ -410,12 +463,15 @@ fn print_tenth(tenth: u64, t: &Tenth) {
             "log entr",
             "log MB",
             "RSS MB",
+            "held MB",
+            "used MB",
+            "free MB",
             "disk MB",
             "503s"
         );
     }
     println!(
-        "{:>6} {:>8.1} {:>11} {:>10.0} {:>11.0} {:>10.0} {:>8.1} {:>10.0} {:>9.1} {:>8.1} {:>9.1} {:>8}",
+        "{:>6} {:>8.1} {:>11} {:>10.0} {:>11.0} {:>10.0} {:>8.1} {:>10.0} {:>9.1} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>9.1} {:>8}",
         tenth,
         t.seconds,
         t.accepted,
@@ -426,6 +482,9 @@ fn print_tenth(tenth: u64, t: &Tenth) {
         t.log_entries,
         t.log_bytes as f64 / 1e6,
         t.rss_kib as f64 / 1024.0,
+        t.memory.held() / MIB,
+        t.memory.allocator_used / MIB,
+        t.memory.allocator_free / MIB,
         t.disk_bytes as f64 / 1e6,
         t.refused
     );
@@ -456,6 +515,19 @@ pub fn report(r: &Report) {
     println!(
         "resident at rest: {:.1} MiB",
         r.rss_at_rest_kib as f64 / 1024.0
+    );
+    let m = &r.memory_at_rest;
+    let holders: Vec<String> = m
+        .holders
+        .iter()
+        .map(|(holder, bytes)| format!("{holder} {:.1}", bytes / MIB))
+        .collect();
+    println!(
+        "  then, MiB: held {:.1} ({}); allocator's pages: live blocks {:.1}, freed and kept {:.1}",
+        m.held() / MIB,
+        holders.join(", "),
+        m.allocator_used / MIB,
+        m.allocator_free / MIB
     );
     println!(
         "{:<26} {:>9} {:>9} {:>9} {:>7} {:>6}  other threads' CPU meanwhile",

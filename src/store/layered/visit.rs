@@ -176,14 +176,11 @@ fn visit_run(
 ) {
     let blocks = &run.blocks;
     let first = run.first_block(from);
-    let end = to.map_or(blocks.len(), |t| {
-        blocks.partition_point(|b| *b.first_key < *t)
-    });
+    let end = to.map_or(blocks.len(), |t| run.blocks_to_below(t));
     let part = v.reads_notes();
     buffers.notes.clear();
     let passed = |i: usize, v: &mut dyn Visitor, notes: &mut Window| {
-        let bounded = (blocks.get(i + 1))
-            .is_some_and(|next| v.pass_over(&blocks[i].first_key, &next.first_key));
+        let bounded = i + 1 < blocks.len() && v.pass_over(run.first_key(i), run.first_key(i + 1));
         let mut noted = |p| {
             run.notes
                 .with(&run.file, (p, i, end), notes, |n| v.pass_over_noted(n))
@@ -265,7 +262,7 @@ fn read_span(
         // Past the first block every key is at or after `from`; when the next block
         // starts at or before `to`, every key of this one is below it.
         let check_from = span.check_from && i == span.start;
-        let check_to = to.filter(|t| blocks.get(i + 1).is_none_or(|n| *n.first_key > **t));
+        let check_to = to.filter(|t| i + 1 >= blocks.len() || run.first_key(i + 1) > *t);
         for entry in entries(raw) {
             let Some((k, value)) = entry else {
                 run.report(i, &run.bad_block(i, "its entries are cut"));

@@ -6,8 +6,7 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
 use super::filter::Filter;
-use super::key::Key;
-use super::run::{put_note, BlockInfo, Noter, BLOCK_BYTES, FOOTER_MAGIC, MAGIC};
+use super::run::{put_note, Noter, BLOCK_BYTES, FOOTER_MAGIC, MAGIC};
 use crate::support::reuse::{self, Reused, START_BYTES};
 
 /// Bytes gathered before they are written to the file.
@@ -38,9 +37,12 @@ pub struct Writer {
     out: Vec<u8>,
     written: u64,
     block: Vec<u8>,
-    first_key: Option<Vec<u8>>,
+    /// The first key of the block being filled.
+    first_key: Vec<u8>,
     last_key: Option<Vec<u8>>,
-    blocks: Vec<BlockInfo>,
+    /// The blocks cut so far, as the index lists them.
+    index: Vec<u8>,
+    blocks: u32,
     hashes: Vec<u64>,
     entries: u64,
     raw_bytes: u64,
@@ -63,9 +65,10 @@ impl Writer {
             out,
             written: MAGIC.len() as u64,
             block: Vec::with_capacity(BLOCK_BYTES * 2),
-            first_key: None,
+            first_key: Vec::new(),
             last_key: None,
-            blocks: Vec::new(),
+            index: Vec::new(),
+            blocks: 0,
             hashes: reuse::take(&HASHES),
             entries: 0,
             raw_bytes: 0,
@@ -97,8 +100,9 @@ impl Writer {
         let too_long = || io::Error::other("a key or value of 4 GiB or more");
         let k = u32::try_from(key.len()).map_err(|_| too_long())?;
         let v = u32::try_from(value.len()).map_err(|_| too_long())?;
-        if self.first_key.is_none() {
-            self.first_key = Some(key.to_vec());
+        if self.block.is_empty() {
+            self.first_key.clear();
+            self.first_key.extend_from_slice(key);
         }
         self.block.extend_from_slice(&k.to_le_bytes());
         self.block.extend_from_slice(&v.to_le_bytes());
@@ -118,21 +122,25 @@ impl Writer {
     }
 
     fn cut(&mut self) -> io::Result<()> {
-        let Some(first_key) = self.first_key.take() else {
+        if self.block.is_empty() {
             return Ok(());
-        };
+        }
         if let Some(noter) = &self.noter {
             put_note(noter, &self.block, &mut self.note, &mut self.notes)?;
         }
         let stored = lz4_flex::block::compress(&self.block);
         let len = |n: usize| u32::try_from(n).map_err(io::Error::other);
-        self.blocks.push(BlockInfo {
-            offset: self.written,
-            stored: len(stored.len())?,
-            raw: len(self.block.len())?,
-            crc: crc32fast::hash(&stored),
-            first_key: Key::from(&first_key[..]),
-        });
+        let index = &mut self.index;
+        index.extend_from_slice(&self.written.to_le_bytes());
+        index.extend_from_slice(&len(stored.len())?.to_le_bytes());
+        index.extend_from_slice(&len(self.block.len())?.to_le_bytes());
+        index.extend_from_slice(&crc32fast::hash(&stored).to_le_bytes());
+        index.extend_from_slice(&len(self.first_key.len())?.to_le_bytes());
+        index.extend_from_slice(&self.first_key);
+        self.blocks = self
+            .blocks
+            .checked_add(1)
+            .ok_or_else(|| io::Error::other("too many blocks"))?;
         self.out.extend_from_slice(&stored);
         self.written += stored.len() as u64;
         self.block.clear();
@@ -156,6 +164,7 @@ impl Writer {
             mut file,
             mut out,
             mut written,
+            index: blocks_index,
             blocks,
             hashes,
             entries,
@@ -174,17 +183,8 @@ impl Writer {
         let index = &mut out;
         index.extend_from_slice(&entries.to_le_bytes());
         index.extend_from_slice(&raw_bytes.to_le_bytes());
-        let count = u32::try_from(blocks.len()).map_err(io::Error::other)?;
-        index.extend_from_slice(&count.to_le_bytes());
-        for b in &blocks {
-            index.extend_from_slice(&b.offset.to_le_bytes());
-            index.extend_from_slice(&b.stored.to_le_bytes());
-            index.extend_from_slice(&b.raw.to_le_bytes());
-            index.extend_from_slice(&b.crc.to_le_bytes());
-            let key_len = u32::try_from(b.first_key.len()).map_err(io::Error::other)?;
-            index.extend_from_slice(&key_len.to_le_bytes());
-            index.extend_from_slice(&b.first_key);
-        }
+        index.extend_from_slice(&blocks.to_le_bytes());
+        index.extend_from_slice(&blocks_index);
         let filter = Filter::build(&hashes);
         index.extend_from_slice(&filter.probes.to_le_bytes());
         let words = u32::try_from(filter.words.len()).map_err(io::Error::other)?;

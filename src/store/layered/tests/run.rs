@@ -3,6 +3,7 @@ use std::ops::Bound;
 use std::path::Path;
 
 use super::*;
+use crate::store::layered::key::KEY_INLINE;
 use crate::store::layered::Writer;
 
 pub(in crate::store::layered) fn key(i: u32) -> Vec<u8> {
@@ -60,6 +61,46 @@ fn a_run_reads_back_what_was_written() {
     let limited = run.scan(Bound::Unbounded, Bound::Unbounded, 7);
     assert_eq!(limited.len(), 7);
     assert_eq!(limited[0].0, key(0));
+}
+
+#[test]
+fn blocks_whose_first_keys_are_short_or_long_read_and_scan_alike() {
+    // Keys from a few bytes to past the inline bound, so both kinds of first key
+    // (inline, and in the run's shared bytes) meet in the binary searches.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("r.run");
+    let long = |i: u32| {
+        let mut k = key(i);
+        k.resize(8 + (i as usize * 7) % (KEY_INLINE * 3), b'~');
+        k
+    };
+    let entries: BTreeMap<_, _> = (0..4_000).map(|i| (long(i * 2), value(i, 1))).collect();
+    write_run(&path, &entries);
+    let run = Run::open(&path).unwrap();
+    let firsts: Vec<&[u8]> = (0..run.block_count()).map(|i| run.first_key(i)).collect();
+    assert!(firsts.windows(2).all(|w| w[0] < w[1]));
+    assert!(firsts.iter().any(|k| k.len() <= KEY_INLINE));
+    assert!(firsts.iter().any(|k| k.len() > KEY_INLINE));
+    for k in &firsts {
+        assert!(entries.contains_key(*k), "a first key is a key of the run");
+    }
+    for (k, v) in &entries {
+        assert_eq!(run.get(k).as_ref(), Some(v));
+    }
+    for i in 0..4_000 {
+        assert_eq!(run.get(&long(i * 2 + 1)), None);
+    }
+    for i in (0..4_000).step_by(97) {
+        let from = long(i * 2);
+        let got = run.scan(Bound::Included(&from), Bound::Unbounded, 50);
+        let want: Vec<_> = entries
+            .range(from..)
+            .take(50)
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        assert_eq!(got, want);
+    }
+    assert_eq!(run.verify().unwrap(), 4_000);
 }
 
 #[test]
