@@ -35,6 +35,10 @@ use super::cache;
 use super::filter::Filter;
 use super::key::{Key, KEY_INLINE};
 
+#[path = "run_entries.rs"]
+mod block;
+pub(super) use block::entries;
+use block::{decoded, entry_at};
 #[path = "run_notes.rs"]
 mod notes;
 pub use notes::Noter;
@@ -475,49 +479,6 @@ impl Run {
         raw.truncate(n);
         Ok(())
     }
-}
-
-/// The entry of a decompressed block starting at `at`, which it moves past it; `None`
-/// where the entries are cut.
-fn entry_at<'a>(raw: &'a [u8], at: &mut usize) -> Option<(&'a [u8], &'a [u8])> {
-    let k = u32_at(raw, at)? as usize;
-    let v = u32_at(raw, at)? as usize;
-    let key = take(raw, at, k)?;
-    let value = take(raw, at, v)?;
-    Some((key, value))
-}
-
-/// The entries of a decompressed block; `None` where they are cut.
-pub(super) fn entries(raw: &[u8]) -> impl Iterator<Item = Option<(&[u8], &[u8])>> {
-    let mut at = 0;
-    let mut failed = false;
-    std::iter::from_fn(move || {
-        if failed || at >= raw.len() {
-            return None;
-        }
-        let entry = entry_at(raw, &mut at);
-        failed = entry.is_none();
-        Some(entry)
-    })
-}
-
-/// A decompressed block as the cache keeps it: with where each whole entry starts.
-fn decoded(bytes: Vec<u8>) -> cache::Decoded {
-    let mut starts = Vec::new();
-    let mut at = 0;
-    let mut cut = false;
-    while at < bytes.len() {
-        let start = at;
-        // A block's raw length is a u32 in the index, so its offsets fit one.
-        match (entry_at(&bytes, &mut at), u32::try_from(start)) {
-            (Some(_), Ok(start)) => starts.push(start),
-            _ => {
-                cut = true;
-                break;
-            }
-        }
-    }
-    cache::Decoded { bytes, starts, cut }
 }
 
 #[cfg(test)]

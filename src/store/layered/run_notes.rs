@@ -48,10 +48,13 @@ pub struct Noter {
 #[derive(Default)]
 pub(in super::super) struct Notes {
     stored: Vec<(u64, u32)>,
-    by_block: RwLock<HashMap<(u32, u8), Box<[u8]>>>,
+    by_block: RwLock<Kept>,
     /// Their bytes, counted in [`NOTE_BYTES`] too.
     bytes: AtomicUsize,
 }
+
+/// Notes readers made, by block and part.
+type Kept = HashMap<(u32, u8), Box<[u8]>>;
 
 /// A visit's notes of a run read from its file: part `part` of those of `blocks`.
 #[derive(Default)]
@@ -151,7 +154,7 @@ impl Notes {
         make: impl FnOnce() -> Option<Vec<u8>>,
     ) {
         let key = (i as u32, part as u8);
-        let kept = |n: &HashMap<(u32, u8), Box<[u8]>>| n.contains_key(&key);
+        let kept = |n: &Kept| n.contains_key(&key);
         if self.on_disk() || kept(&self.by_block.read().unwrap_or_else(|e| e.into_inner())) {
             return;
         }
