@@ -17,7 +17,10 @@
 //! negative tests no one passes (the persons without the key are found too), and an
 //! email containing another person's id each time; beside them, a read of the email
 //! key's entries through the table's iterator, and the bytes the index's runs keep in
-//! memory before and after the searches (the notes of the blocks they read).
+//! memory before and after the searches (the notes of the blocks they read). Last, the
+//! text searches' first run after a fold that writes the email key's parts again and
+//! after a restart (the tables opened again), each once (the fold's thread CPU and
+//! bytes written printed), and the store's memory holders and the resident set.
 
 use std::time::Instant;
 
@@ -28,9 +31,9 @@ use flagpost::http::console::persons::{
 };
 use flagpost::http::params::Params;
 use flagpost::persons::{self, Person};
-use flagpost::store::layered::Layered;
+use flagpost::store::layered::{Layered, Take};
 use flagpost::store::rollup::backfill::Step;
-use flagpost::store::{by_property, first_seen, keys, person_bytes, Trees};
+use flagpost::store::{by_property, first_seen, keys, memory, person_bytes, Trees};
 use serde_json::json;
 
 #[global_allocator]
@@ -41,7 +44,8 @@ const PROJECT: u64 = 1;
 const BATCH: u64 = 10_000;
 
 struct Filled {
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
+    db: sled::Db,
     trees: Trees,
 }
 
@@ -110,7 +114,7 @@ fn fill(n: u64) -> Filled {
         started.elapsed().as_secs_f64()
     );
     build_index(&trees, n);
-    Filled { _dir: dir, trees }
+    Filled { dir, db, trees }
 }
 
 /// Build the first-seen index as an older database gets it, then fold it into its run
@@ -128,7 +132,7 @@ fn fold_index(name: &str, table: &Layered, started: Instant, n: u64) {
     let took = started.elapsed().as_secs_f64();
     let started = Instant::now();
     while table.delta_len() > 0 {
-        table.fold().unwrap();
+        fold(table, Take::Due);
     }
     let folded = started.elapsed().as_secs_f64();
     let run = table.run().unwrap();
@@ -149,10 +153,41 @@ fn build_by_property(trees: &Trees, n: u64) {
     while build.step(trees).unwrap() != Step::Done {
         // The compactor folds as the build goes: the delta stays bounded.
         if trees.by_property.should_fold() {
-            trees.by_property.fold().unwrap();
+            fold(&trees.by_property, Take::Due);
         }
     }
     fold_index("index by property", &trees.by_property, started, n);
+    let (cpu, bytes) = FOLDS.with(|f| f.take());
+    eprintln!(
+        "index by property's folds: {cpu:.2} s of the fold thread's CPU, {bytes} bytes written"
+    );
+}
+
+thread_local! {
+    /// The CPU seconds and bytes written of the folds on this thread since last taken.
+    static FOLDS: std::cell::Cell<(f64, u64)> = const { std::cell::Cell::new((0.0, 0)) };
+}
+
+/// This thread's CPU time, seconds.
+fn thread_cpu() -> f64 {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `t` is a valid timespec for the call to write.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
+    t.tv_sec as f64 + t.tv_nsec as f64 / 1e9
+}
+
+/// Fold `table`, counting its CPU time and bytes written in [`FOLDS`].
+fn fold(table: &Layered, take: Take) {
+    let cpu = thread_cpu();
+    let folded = table.fold_taking(take).unwrap();
+    let spent = thread_cpu() - cpu;
+    FOLDS.with(|f| {
+        let (c, b) = f.get();
+        f.set((c + spent, b + folded.written_bytes));
+    });
 }
 
 /// Once each, the passes the page made without the index (what main's build does).
@@ -267,12 +302,13 @@ fn bench(c: &mut Criterion) {
         let held = f.trees.by_property.run().map_or(0, |r| r.resident_bytes());
         eprintln!("index by property's runs {when}: {held} bytes in memory");
     };
+    let emails = by_property::key_prefix(PROJECT, "email").unwrap();
     notes("before any search");
+    noting_cost(&f.trees, &emails);
     let mut g = c.benchmark_group(format!("console_persons_by_property_{n}"));
     g.sample_size(10);
     // What reading the email key's entries cost through the table's iterator (main's
     // search before it read the blocks in place), beside the reads below.
-    let emails = by_property::key_prefix(PROJECT, "email").unwrap();
     g.bench_function("iterator_over_the_email_key", |b| {
         b.iter(|| f.trees.by_property.scan_prefix(&emails).count())
     });
@@ -307,6 +343,87 @@ fn bench(c: &mut Criterion) {
     });
     g.finish();
     notes("after the searches");
+    let texts = [&searches[0], &searches[4], &searches[6]];
+    // A fold that writes the email key's parts again (a hundredth of its entries
+    // written again as they are), and the first search of each text after it.
+    let again: Vec<_> = (f.trees.by_property.scan_prefix(&emails))
+        .step_by(100)
+        .map(|e| e.unwrap())
+        .collect();
+    f.trees.by_property.write(again).unwrap();
+    fold(&f.trees.by_property, Take::Every);
+    let (cpu, bytes) = FOLDS.with(|f| f.take());
+    eprintln!("a fold of the email key's parts: {cpu:.2} s of CPU, {bytes} bytes written");
+    first_searches(&f.trees, "after a fold", &texts);
+    // A restart: the tables opened again from the database.
+    let Filled { dir, db, trees } = f;
+    drop(trees);
+    let trees = Trees::open(&db, dir.path()).unwrap();
+    first_searches(&trees, "after a restart", &texts);
+    let held = trees.by_property.run().map_or(0, |r| r.resident_bytes());
+    eprintln!("index by property's runs after them: {held} bytes in memory");
+    let holders = memory::holders(&trees);
+    let sum: u64 = holders.iter().map(|h| h.1).sum();
+    eprintln!(
+        "memory holders: {holders:?}, {sum} bytes; resident set {} bytes",
+        flagpost::support::memory::resident_bytes()
+    );
+    drop((trees, db, dir));
+}
+
+/// What the fold's note of a block costs ([`by_property::NOTER`]), beside LZ4's
+/// compression of the same block: a block of the email key's first entries, as a run
+/// holds them (4 KiB), noted and compressed 20,000 times each.
+fn noting_cost(trees: &Trees, emails: &[u8]) {
+    let mut raw = Vec::new();
+    for e in trees.by_property.scan_prefix(emails) {
+        let (k, v) = e.unwrap();
+        for part in [
+            &(k.len() as u32).to_le_bytes()[..],
+            &(v.len() as u32).to_le_bytes(),
+            &k,
+            &v,
+        ] {
+            raw.extend_from_slice(part);
+        }
+        if raw.len() >= 4096 {
+            break;
+        }
+    }
+    let mut note = Vec::new();
+    let started = Instant::now();
+    for _ in 0..20_000 {
+        note.clear();
+        (by_property::NOTER.note)(std::hint::black_box(&raw), &mut note);
+    }
+    let noted = started.elapsed().as_secs_f64() / 20_000.0 * 1e6;
+    let started = Instant::now();
+    for _ in 0..20_000 {
+        std::hint::black_box(lz4_flex::block::compress(std::hint::black_box(&raw)));
+    }
+    let lz4 = started.elapsed().as_secs_f64() / 20_000.0 * 1e6;
+    eprintln!(
+        "a block of {} bytes: noted in {noted:.1} µs, compressed in {lz4:.1} µs",
+        raw.len()
+    );
+}
+
+/// Each search of `texts` (name, query) once, then again, timed and printed.
+fn first_searches(trees: &Trees, when: &str, texts: &[&(&str, &str)]) {
+    for (name, query) in texts {
+        let m = Matcher::from_params(&Params::parse(Some(query)));
+        let m = m.unwrap().unwrap();
+        let ms = || {
+            let started = Instant::now();
+            let page = by_index(trees, PROJECT, &m, span(None, 0, 50)).unwrap();
+            (started.elapsed().as_secs_f64() * 1000.0, page.persons.len())
+        };
+        let (first, found) = ms();
+        let (second, _) = ms();
+        eprintln!(
+            "{name} {when}: first search {first:.1} ms, the next {second:.1} ms, {found} found"
+        );
+    }
 }
 
 criterion_group!(benches, bench);

@@ -40,7 +40,7 @@ use super::{keys, Trees};
 
 pub mod count;
 mod read;
-pub use read::{candidates, Sieve};
+pub use read::{candidates, Sieve, NOTER};
 
 /// The table's name, part of the on-disk format.
 pub const TREE: &str = "persons_by_property";

@@ -183,6 +183,7 @@ impl Trees {
 
     fn open_for(db: &sled::Db, dir: &Path, purpose: migrate::Purpose) -> Result<Trees, Error> {
         let mut trees = Trees::open_current(db, dir, purpose == migrate::Purpose::Write)?;
+        trees.by_property.note_blocks(Some(by_property::NOTER));
         migrate::run(db, &trees, purpose)?;
         // After the migration, which may store blocks the index must then build.
         let next_block = trees

@@ -9,17 +9,18 @@
 //! they are, lowercase (a value holding it so fails; one holding it in another case is
 //! not judged, and is tested as any), which spares a copy of every block.
 //!
-//! A search with a sieve notes each block it reads ([`Noted`]: the bytes and trigrams
-//! its values hold, the start and the end its strings share), and the run keeps the
-//! note while it is open ([`Visitor::note`]): a later search, whatever its text, leaves
-//! unread a block where no value may hold its `icontains` text (a byte or a trigram of
-//! it no value has) or where every value holds its `not_icontains` text (in the start
-//! or the end they share, as an email's domain is), without reading or decompressing
-//! it. The first search of a key after a fold reads its blocks as before.
+//! The fold notes each block of the index it writes ([`NOTER`], [`Noted`]: the bytes
+//! and trigrams its values hold, the bytes and a few trigrams every string holds, the
+//! start and the end its strings share), in the run's file beside the blocks: a search
+//! with a sieve, whatever its text, leaves unread a block where no value may hold its
+//! `icontains` text (a byte or a trigram of it no value has) or where every value
+//! holds its `not_icontains` text (a byte or trigram every one has, or in the start or
+//! the end they share, as an email's domain is), reading only the notes of the key's
+//! blocks, not the blocks. A run written before notes were is noted by the searches
+//! that read its blocks, kept while it is open ([`Visitor::note`]).
 //!
 //! [`Layered::visit_with`]: crate::store::layered::Layered::visit_with
 
-use std::any::Any;
 use std::ops::Range;
 
 use memchr::memmem::Finder;
@@ -30,7 +31,8 @@ use crate::store::{keys, Trees};
 
 #[path = "noted.rs"]
 mod noted;
-use noted::Noted;
+pub use noted::NOTER;
+use noted::{part, Noted};
 
 /// What the bytes of a value's JSON text tell of a test before it is parsed, when the
 /// value is whole and its text has no escape; the text is ASCII-lowercased, as
@@ -181,16 +183,21 @@ impl<T: FnMut(&[u8], bool) -> bool> Visitor for Reader<'_, T> {
             && !self.passes(text, false)
     }
 
-    fn note(&mut self, raw: &[u8]) -> Option<Box<dyn Any + Send + Sync>> {
-        self.sieve.as_ref()?;
-        Some(Box::new(Noted::of(raw)))
+    fn reads_notes(&self) -> Option<usize> {
+        let sieve = self.sieve.as_ref().filter(|_| !self.absent_passes)?;
+        Some(part(sieve.sieve))
     }
 
-    fn pass_over_noted(&mut self, note: &(dyn Any + Send + Sync)) -> bool {
-        let (Some(sifted), Some(note)) = (&self.sieve, note.downcast_ref::<Noted>()) else {
-            return false;
-        };
-        !self.absent_passes && note.none_may_pass(sifted.sieve)
+    fn note(&mut self, raw: &[u8]) -> Option<Vec<u8>> {
+        let mut note = Vec::new();
+        Noted::of(raw).put(self.reads_notes()?, &mut note);
+        Some(note)
+    }
+
+    fn pass_over_noted(&mut self, note: &[u8]) -> bool {
+        // The part read is the sieve's: a note tells nothing of persons lacking the key.
+        let sieve = self.sieve.as_ref().filter(|_| !self.absent_passes);
+        sieve.is_some_and(|s| noted::none_may_pass(s.sieve, note))
     }
 
     fn pass_over_block(&mut self, raw: &[u8]) -> bool {

@@ -13,7 +13,7 @@ use sled::IVec;
 use super::delta::{Key, Map};
 use super::files::part_file;
 use super::journal::Split;
-use super::run::Run;
+use super::run::{Noter, Run};
 use super::runs::{self, Part, Runs};
 use super::{
     plan, Folded, Layered, Take, DELTA_SYNC, DIR_SYNC, MANIFEST_SYNC, NEW_DIR_SYNC, RUN_SYNC,
@@ -87,6 +87,12 @@ impl Layered {
             thaw.0 = None;
         }
         outcome
+    }
+
+    /// Have the next folds note each block they write with `noter` (none: no notes),
+    /// for the table's visitors ([`super::Visitor::pass_over_noted`]).
+    pub fn note_blocks(&self, noter: Option<Noter>) {
+        *lock(&self.inner.noter) = noter;
     }
 
     /// The runs' directory, made (and synced into the database's) by the first fold.
@@ -440,6 +446,7 @@ impl<'a> PartWriter<'a> {
             out.files.push(file.clone());
             self.done.push((self.lower.clone(), file.clone()));
             let writer = super::Writer::create(&inner.dir.join(&file))?;
+            let writer = writer.noting(*lock(&inner.noter));
             self.current = Some((writer, file));
         }
         match &mut self.current {

@@ -89,7 +89,7 @@ pub use iter::successor;
 pub use iter::Iter;
 pub use journal::Journal;
 pub use plan::Take;
-pub use run::Run;
+pub use run::{Noter, Run};
 pub use runs::Runs;
 pub use visit::{block_entries, Visitor};
 pub use write::Writer;
@@ -162,6 +162,8 @@ struct Inner {
     part_bytes: AtomicU64,
     /// Every sync a fold's next step rests on goes through it.
     syncs: Syncs,
+    /// How a fold notes each block it writes, for a table that asks.
+    noter: Mutex<Option<Noter>>,
     /// Run by a fold once the delta is frozen, with nothing held: tests write and
     /// read there as the compactor would beside a fold.
     #[cfg(test)]
@@ -288,6 +290,7 @@ impl Layered {
             take_bytes: AtomicU64::new(fold::TAKE_BYTES),
             part_bytes: AtomicU64::new(part_bytes()),
             syncs: Syncs::default(),
+            noter: Mutex::default(),
             #[cfg(test)]
             during_fold: Mutex::default(),
         });

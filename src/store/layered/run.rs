@@ -5,9 +5,12 @@
 //! "flagpost-run 1\n\0"                       16 bytes
 //! blocks     LZ4 (lz4_flex's block format) of about 4 KiB of entries:
 //!            per entry: key_len u32 LE, value_len u32 LE, key, value
+//! notes      (a table that notes its blocks) per part of a note, per block: the
+//!            part, crc32 of it u32
 //! index      entries u64, raw bytes u64, blocks u32,
 //!            per block: offset u64, stored u32, raw u32, crc32 u32, first_key_len u32, first key
 //!            filter: probes u32, words u32, words (u64 LE)
+//!            (with notes) notes offset u64, parts u32, per part: its length u32
 //! footer     index offset u64, index length u64, crc32 of the index u32, "FPRE"
 //! ```
 //!
@@ -19,9 +22,8 @@
 //! fail their CRC, or the read fails) is logged once, naming the file and the block, and
 //! its keys read as absent; the other blocks still read. [`Run::verify`] (`flagpost
 //! check`) reports it as an error, and the fold that replaces the run keeps the
-//! damaged file aside ([`Run::damage_seen`]).
+//! damaged file aside ([`Run::damage_seen`]). The blocks' notes: [`notes`].
 
-use std::any::Any;
 use std::fs::File;
 use std::io;
 use std::ops::{Bound, ControlFlow};
@@ -33,10 +35,14 @@ use super::cache;
 use super::filter::Filter;
 use super::key::{Key, KEY_INLINE};
 
+#[path = "run_entries.rs"]
+mod block;
+pub(super) use block::entries;
+use block::{decoded, entry_at};
 #[path = "run_notes.rs"]
 mod notes;
-pub use notes::Note;
-use notes::Notes;
+pub use notes::Noter;
+pub(super) use notes::{put as put_note, Notes, Window};
 
 pub(super) const MAGIC: &[u8; 16] = b"flagpost-run 1\n\0";
 pub(super) const FOOTER_MAGIC: &[u8; 4] = b"FPRE";
@@ -91,7 +97,7 @@ pub struct Run {
     file_bytes: u64,
     /// Blocks found damaged, each logged once.
     reported: Vec<AtomicBool>,
-    notes: Notes,
+    pub(super) notes: Notes,
 }
 
 fn damaged(path: &Path, what: impl std::fmt::Display) -> io::Error {
@@ -213,6 +219,7 @@ impl Run {
                 })
                 .collect(),
         };
+        let notes = Notes::stored(index.get(at..).unwrap_or_default(), blocks.len(), index_at);
         Ok(Run {
             id: cache::next_run_id(),
             path: path.to_path_buf(),
@@ -224,7 +231,7 @@ impl Run {
             entries,
             raw_bytes,
             file_bytes,
-            notes: Notes::default(),
+            notes,
         })
     }
 
@@ -258,25 +265,6 @@ impl Run {
         let filter = self.filter.words.len() * std::mem::size_of::<u64>();
         let notes = self.notes.bytes();
         (self.blocks.len() * block + keys + filter + notes) as u64
-    }
-
-    /// `f` of the note kept of block `i`, if one is.
-    pub(super) fn with_note<R>(
-        &self,
-        i: usize,
-        f: impl FnOnce(&(dyn Any + Send + Sync)) -> R,
-    ) -> Option<R> {
-        self.notes.with(i, f)
-    }
-
-    /// Whether a note of block `i` is kept.
-    pub(super) fn noted(&self, i: usize) -> bool {
-        self.with_note(i, |_| ()).is_some()
-    }
-
-    /// Keep `note` of block `i`, unless the notes of every run are at their bound.
-    pub(super) fn keep_note(&self, i: usize, note: Note) {
-        self.notes.keep(i, note)
     }
 
     /// The value of `key`, if the run holds it (a block that cannot be read holds
@@ -346,6 +334,11 @@ impl Run {
         self.blocks_to(key).max(1) - 1
     }
 
+    /// How many blocks start before `key`.
+    pub(super) fn blocks_to_below(&self, key: &[u8]) -> usize {
+        self.blocks.partition_point(|b| self.key_of(b) < key)
+    }
+
     /// How many blocks start at or before `key`.
     fn blocks_to(&self, key: &[u8]) -> usize {
         self.blocks.partition_point(|b| self.key_of(b) <= key)
@@ -384,7 +377,8 @@ impl Run {
         }
     }
 
-    /// Read every block through: the entries read, or the first damage met.
+    /// Read every block through, and every note of them: the entries read, or the
+    /// first damage met.
     pub fn verify(&self) -> io::Result<u64> {
         let mut count = 0u64;
         let mut last: Option<Vec<u8>> = None;
@@ -404,6 +398,10 @@ impl Run {
                 &self.path,
                 format!("{count} entries read, the index says {}", self.entries),
             ));
+        }
+        if let Some(i) = self.notes.damaged(&self.file, self.blocks.len()) {
+            let what = "its note fails its CRC (searches read the block instead)";
+            return Err(self.bad_block(i, what));
         }
         Ok(count)
     }
@@ -481,49 +479,6 @@ impl Run {
         raw.truncate(n);
         Ok(())
     }
-}
-
-/// The entry of a decompressed block starting at `at`, which it moves past it; `None`
-/// where the entries are cut.
-fn entry_at<'a>(raw: &'a [u8], at: &mut usize) -> Option<(&'a [u8], &'a [u8])> {
-    let k = u32_at(raw, at)? as usize;
-    let v = u32_at(raw, at)? as usize;
-    let key = take(raw, at, k)?;
-    let value = take(raw, at, v)?;
-    Some((key, value))
-}
-
-/// The entries of a decompressed block; `None` where they are cut.
-pub(super) fn entries(raw: &[u8]) -> impl Iterator<Item = Option<(&[u8], &[u8])>> {
-    let mut at = 0;
-    let mut failed = false;
-    std::iter::from_fn(move || {
-        if failed || at >= raw.len() {
-            return None;
-        }
-        let entry = entry_at(raw, &mut at);
-        failed = entry.is_none();
-        Some(entry)
-    })
-}
-
-/// A decompressed block as the cache keeps it: with where each whole entry starts.
-fn decoded(bytes: Vec<u8>) -> cache::Decoded {
-    let mut starts = Vec::new();
-    let mut at = 0;
-    let mut cut = false;
-    while at < bytes.len() {
-        let start = at;
-        // A block's raw length is a u32 in the index, so its offsets fit one.
-        match (entry_at(&bytes, &mut at), u32::try_from(start)) {
-            (Some(_), Ok(start)) => starts.push(start),
-            _ => {
-                cut = true;
-                break;
-            }
-        }
-    }
-    cache::Decoded { bytes, starts, cut }
 }
 
 #[cfg(test)]

@@ -4,14 +4,14 @@
 //! ns an entry, the most of a search of a million persons' values). Consecutive blocks
 //! are read from the file at once ([`READ_BYTES`]) into buffers the visit keeps, and a
 //! reader may leave a block unread: from its bounds alone (the index's first keys),
-//! from a note it made of the block when it last read it (kept with the run), or from
-//! its decompressed bytes before any entry of it is given ([`Visitor`]).
+//! from the table's note of the block (written with the run, or for a run written
+//! before notes were, made when a reader last read the block and kept with the run),
+//! or from its decompressed bytes before any entry of it is given ([`Visitor`]).
 
-use std::any::Any;
 use std::ops::Bound;
 use std::os::unix::fs::FileExt;
 
-use super::run::{entries, Note, Run};
+use super::run::{entries, Run, Window};
 use super::Layered;
 
 /// Stored bytes of consecutive blocks a visit reads from the file at once: a key of a
@@ -34,19 +34,24 @@ pub trait Visitor {
         false
     }
 
-    /// A note of a run's block, given its entries decompressed (see [`block_entries`]),
-    /// that the run keeps while it is open (within a bound) and gives to
-    /// [`Visitor::pass_over_noted`] before the block is read again: true of the block's
-    /// every entry, whatever range a visit reads. None keeps no note. Asked once a
-    /// block, when no note of it is kept.
-    fn note(&mut self, _raw: &[u8]) -> Option<Note> {
+    /// Which part of the blocks' notes the visit gives [`Visitor::pass_over_noted`]
+    /// (see [`super::Noter`]), if it reads them.
+    fn reads_notes(&self) -> Option<usize> {
         None
     }
 
-    /// Whether a run's block can be left unread, given the note kept of it (made by
-    /// [`Visitor::note`] of some visit of the table). Its keys that the delta rewrites
-    /// are still given, from the delta.
-    fn pass_over_noted(&mut self, _note: &(dyn Any + Send + Sync)) -> bool {
+    /// The part it reads of a note of a run's block written before its table's fold
+    /// noted blocks (as its [`super::Noter`] makes it), given its entries
+    /// decompressed: the run keeps it while it is open (within a bound). None keeps no
+    /// note. Asked once a block and part, when none is kept.
+    fn note(&mut self, _raw: &[u8]) -> Option<Vec<u8>> {
+        None
+    }
+
+    /// Whether a run's block can be left unread, given the part it reads of the
+    /// table's note of it. Its
+    /// keys that the delta rewrites are still given, from the delta.
+    fn pass_over_noted(&mut self, _note: &[u8]) -> bool {
         false
     }
 
@@ -126,11 +131,15 @@ impl<'a, I: Iterator<Item = &'a (sled::IVec, sled::IVec)>, V: Visitor> Visitor
         self.v.pass_over_block(raw)
     }
 
-    fn note(&mut self, raw: &[u8]) -> Option<Note> {
+    fn reads_notes(&self) -> Option<usize> {
+        self.v.reads_notes()
+    }
+
+    fn note(&mut self, raw: &[u8]) -> Option<Vec<u8>> {
         self.v.note(raw)
     }
 
-    fn pass_over_noted(&mut self, note: &(dyn Any + Send + Sync)) -> bool {
+    fn pass_over_noted(&mut self, note: &[u8]) -> bool {
         self.v.pass_over_noted(note)
     }
 
@@ -152,6 +161,8 @@ impl<'a, I: Iterator<Item = &'a (sled::IVec, sled::IVec)>, V: Visitor> Visitor
 struct Buffers {
     stored: Vec<u8>,
     raw: Vec<u8>,
+    /// The notes of the run being read.
+    notes: Window,
 }
 
 /// The entries of `run` from `from` on and below `to`, given to `v`; blocks that cannot
@@ -165,15 +176,21 @@ fn visit_run(
 ) {
     let blocks = &run.blocks;
     let first = run.first_block(from);
-    let before_end = |i: usize| to.is_none_or(|t| run.first_key(i) < t);
-    let passed = |i: usize, v: &mut dyn Visitor| {
-        (i + 1 < blocks.len() && v.pass_over(run.first_key(i), run.first_key(i + 1)))
-            || run.with_note(i, |note| v.pass_over_noted(note)) == Some(true)
+    let end = to.map_or(blocks.len(), |t| run.blocks_to_below(t));
+    let part = v.reads_notes();
+    buffers.notes.clear();
+    let passed = |i: usize, v: &mut dyn Visitor, notes: &mut Window| {
+        let bounded = i + 1 < blocks.len() && v.pass_over(run.first_key(i), run.first_key(i + 1));
+        let mut noted = |p| {
+            run.notes
+                .with(&run.file, (p, i, end), notes, |n| v.pass_over_noted(n))
+        };
+        bounded || part.is_some_and(|p| noted(p) == Some(true))
     };
     // The blocks to read, as spans of consecutive ones.
     let mut i = first;
-    while i < blocks.len() && before_end(i) {
-        if passed(i, v) {
+    while i < end {
+        if passed(i, v, &mut buffers.notes) {
             i += 1;
             continue;
         }
@@ -183,11 +200,11 @@ fn visit_run(
             bytes: u64::from(blocks[i].stored),
             check_from: i == first,
         };
-        while span.end < blocks.len() && before_end(span.end) {
+        while span.end < end {
             let (b, last) = (&blocks[span.end], &blocks[span.end - 1]);
             let follows = last.offset + u64::from(last.stored) == b.offset;
             let bytes = span.bytes + u64::from(b.stored);
-            if !follows || bytes > READ_BYTES || passed(span.end, v) {
+            if !follows || bytes > READ_BYTES || passed(span.end, v, &mut buffers.notes) {
                 break;
             }
             (span.bytes, span.end) = (bytes, span.end + 1);
@@ -219,7 +236,7 @@ fn read_span(
     buffers: &mut Buffers,
 ) -> bool {
     let blocks = &run.blocks;
-    let Buffers { stored, raw } = buffers;
+    let Buffers { stored, raw, .. } = buffers;
     stored.resize(span.bytes as usize, 0);
     let read = run.file.read_exact_at(stored, blocks[span.start].offset);
     let mut at = 0;
@@ -236,10 +253,8 @@ fn read_span(
         if !unpacked {
             continue;
         }
-        if !run.noted(i) {
-            if let Some(note) = v.note(raw) {
-                run.keep_note(i, note);
-            }
+        if let Some(part) = v.reads_notes() {
+            run.notes.keep((part, i), || v.note(raw));
         }
         if v.pass_over_block(raw) {
             continue;

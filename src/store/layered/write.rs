@@ -6,7 +6,7 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
 use super::filter::Filter;
-use super::run::{BLOCK_BYTES, FOOTER_MAGIC, MAGIC};
+use super::run::{put_note, Noter, BLOCK_BYTES, FOOTER_MAGIC, MAGIC};
 use crate::support::reuse::{self, Reused, START_BYTES};
 
 /// Bytes gathered before they are written to the file.
@@ -46,6 +46,11 @@ pub struct Writer {
     hashes: Vec<u64>,
     entries: u64,
     raw_bytes: u64,
+    /// The table's noter, and the notes of the blocks cut, by part, written after
+    /// them (and a note on its way).
+    noter: Option<Noter>,
+    notes: Vec<Vec<u8>>,
+    note: Vec<u8>,
 }
 
 impl Writer {
@@ -67,7 +72,17 @@ impl Writer {
             hashes: reuse::take(&HASHES),
             entries: 0,
             raw_bytes: 0,
+            noter: None,
+            notes: Vec::new(),
+            note: Vec::new(),
         })
+    }
+
+    /// Note each block with `noter` (see [`super::run`]'s notes).
+    pub fn noting(mut self, noter: Option<Noter>) -> Writer {
+        self.notes = noter.map_or(Vec::new(), |n| vec![Vec::new(); n.parts.len()]);
+        self.noter = noter;
+        self
     }
 
     /// Bytes of the keys and values pushed.
@@ -110,6 +125,9 @@ impl Writer {
         if self.block.is_empty() {
             return Ok(());
         }
+        if let Some(noter) = &self.noter {
+            put_note(noter, &self.block, &mut self.note, &mut self.notes)?;
+        }
         let stored = lz4_flex::block::compress(&self.block);
         let len = |n: usize| u32::try_from(n).map_err(io::Error::other);
         let index = &mut self.index;
@@ -142,19 +160,26 @@ impl Writer {
     /// syncs it first (a fold does, through its counted sync, [`super::RUN_SYNC`]).
     pub fn finish(mut self) -> io::Result<File> {
         self.cut()?;
-        // The index is made in the buffer, after the blocks not yet written.
-        let start = self.out.len();
         let Writer {
             mut file,
             mut out,
-            written,
+            mut written,
             index: blocks_index,
             blocks,
             hashes,
             entries,
             raw_bytes,
+            noter,
+            notes,
             ..
         } = self;
+        let notes_at = written;
+        for part in &notes {
+            out.extend_from_slice(part);
+            written += part.len() as u64;
+        }
+        // The index is made in the buffer, after the blocks and notes not yet written.
+        let start = out.len();
         let index = &mut out;
         index.extend_from_slice(&entries.to_le_bytes());
         index.extend_from_slice(&raw_bytes.to_le_bytes());
@@ -166,6 +191,14 @@ impl Writer {
         index.extend_from_slice(&words.to_le_bytes());
         for w in &filter.words {
             index.extend_from_slice(&w.to_le_bytes());
+        }
+        if let Some(noter) = noter {
+            index.extend_from_slice(&notes_at.to_le_bytes());
+            let parts = u32::try_from(noter.parts.len()).map_err(io::Error::other)?;
+            index.extend_from_slice(&parts.to_le_bytes());
+            for len in noter.parts {
+                index.extend_from_slice(&len.to_le_bytes());
+            }
         }
         let index_len = (index.len() - start) as u64;
         let crc = crc32fast::hash(&index[start..]);
