@@ -79,6 +79,13 @@ struct Link {
     before: usize,
 }
 
+impl Held {
+    /// Its bytes, in the part's `bytes`.
+    fn text<'a>(&self, bytes: &'a [u8]) -> &'a [u8] {
+        &bytes[self.at..self.at + self.len]
+    }
+}
+
 /// No link.
 const NONE: usize = usize::MAX;
 
@@ -145,10 +152,7 @@ impl Recent {
             ..
         } = self;
         let hash = hasher.hash_one(key);
-        let found = table.find(hash, |&i| {
-            let h = &keys[i as usize];
-            &bytes[h.at..h.at + h.len] == key
-        });
+        let found = table.find(hash, |&i| keys[i as usize].text(bytes) == key);
         let i = match found {
             Some(&i)
                 if links
@@ -172,10 +176,7 @@ impl Recent {
                 });
                 bytes.extend_from_slice(key);
                 let (held, bytes) = (&*keys, &*bytes);
-                table.insert_unique(hash, i, |&j| {
-                    let h = &held[j as usize];
-                    hasher.hash_one(&bytes[h.at..h.at + h.len])
-                });
+                table.insert_unique(hash, i, |&j| hasher.hash_one(held[j as usize].text(bytes)));
                 i as usize
             }
         };
@@ -218,8 +219,7 @@ impl Recent {
 
     /// The bytes of the `i`th key held.
     fn text(&self, i: usize) -> &[u8] {
-        let h = &self.keys[i];
-        &self.bytes[h.at..h.at + h.len]
+        self.keys[i].text(&self.bytes)
     }
 
     /// The ids of the `i`th key's blocks, ascending.

@@ -98,12 +98,17 @@ impl Notes {
             return notes;
         }
         for part in 0..count as usize {
-            let Some(len) = word(12 + part * 4).filter(|&l| l > 0) else {
+            // A damaged index may name lengths whose arrays run past any file.
+            let next = word(12 + part * 4).filter(|&l| l > 0).and_then(|len| {
+                let array = (u64::from(len) + 4).checked_mul(blocks as u64)?;
+                Some((len, at.checked_add(array)?))
+            });
+            let Some((len, end)) = next else {
                 notes.stored.clear();
                 return notes;
             };
             notes.stored.push((at, len));
-            at += (u64::from(len) + 4) * blocks as u64;
+            at = end;
         }
         if at > index_at {
             notes.stored.clear();

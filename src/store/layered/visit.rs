@@ -49,8 +49,8 @@ pub trait Visitor {
     }
 
     /// Whether a run's block can be left unread, given the part it reads of the
-    /// table's note of it. Its
-    /// keys that the delta rewrites are still given, from the delta.
+    /// table's note of it. Its keys that the delta rewrites are still given, from the
+    /// delta.
     fn pass_over_noted(&mut self, _note: &[u8]) -> bool {
         false
     }

@@ -220,3 +220,22 @@ fn a_huge_run_then_a_small_one_leaves_the_kept_buffers_under_their_bound() {
         }
     }
 }
+
+#[test]
+fn an_index_naming_notes_past_any_file_names_none() {
+    // Where the notes start, one part, its length: arrays whose end does not fit in a
+    // u64, which a damaged index may name.
+    let named = |at: u64, len: u32| {
+        let mut rest = at.to_le_bytes().to_vec();
+        rest.extend_from_slice(&1u32.to_le_bytes());
+        rest.extend_from_slice(&len.to_le_bytes());
+        rest
+    };
+    let ends_past = Notes::stored(&named(u64::MAX - 10, u32::MAX), 1 << 30, u64::MAX);
+    assert!(!ends_past.on_disk());
+    let too_many = Notes::stored(&named(64, u32::MAX), usize::MAX, u64::MAX);
+    assert!(!too_many.on_disk());
+    // The same shape that fits is read.
+    let fits = Notes::stored(&named(64, 16), 10, 64 + 20 * 10);
+    assert!(fits.on_disk());
+}
