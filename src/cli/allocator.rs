@@ -19,6 +19,10 @@ use flagpost::support::heaps;
 
 /// Often enough to follow a scale run's tenths, rarely enough to cost nothing.
 const REPORT_EVERY: Duration = Duration::from_secs(5);
+/// How often the resident set is looked at for a new highest...
+const PEAK_POLL: Duration = Duration::from_millis(50);
+/// ... reported whole when it passes the one before by this much.
+const PEAK_STEP: u64 = 4 << 20;
 /// The allocation sites' report is longer: one in this many lines.
 const SITES_EVERY: u64 = 6;
 
@@ -142,16 +146,32 @@ pub fn start_report() {
     let spawned = std::thread::Builder::new()
         .name("alloc-report".into())
         .spawn(move || {
-            for tick in 0u64.. {
+            let mut highest = 0u64;
+            let mut next_line = std::time::Instant::now();
+            let mut lines = 0u64;
+            loop {
+                // A new highest resident set is reported whole when it is reached:
+                // the regular lines fall anywhere on a saw and miss its top.
+                let resident = flagpost::support::memory::resident_bytes();
+                let peak = resident >= highest + PEAK_STEP;
+                highest = highest.max(resident);
+                if !peak && std::time::Instant::now() < next_line {
+                    std::thread::sleep(PEAK_POLL);
+                    continue;
+                }
                 let (now, line) = report_line();
-                if writeln!(file, "{line}").is_err() {
+                let tag = if peak { " peak" } else { "" };
+                if writeln!(file, "{line}{tag}").is_err() {
                     return;
                 }
-                if tick % SITES_EVERY == SITES_EVERY - 1 {
+                if peak || lines % SITES_EVERY == SITES_EVERY - 1 {
                     append(&sites_path, |f| sample::write_sites(f, now));
                     append(&pages_path, |f| pages::write(f, now));
                 }
-                std::thread::sleep(REPORT_EVERY);
+                if !peak {
+                    next_line += REPORT_EVERY;
+                    lines += 1;
+                }
             }
         });
     if let Err(e) = spawned {

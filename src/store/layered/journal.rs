@@ -170,7 +170,7 @@ impl Journal {
                 return Err(damaged(&path, "it is shorter than the database records"));
             }
             let whole = usize::try_from(end).map_err(io::Error::other)?;
-            replay(&path, &bytes[..whole], None, &mut replayed)?;
+            replay(&path, &bytes[..whole], &mut replayed)?;
             if n == number {
                 seen_current = true;
                 if bytes.len() as u64 > end && writable {
@@ -360,10 +360,22 @@ impl Guard<'_> {
     }
 }
 
-/// Make journal `number` holding `record` after its header: written under a
-/// temporary name, synced, renamed into place, its directory synced; removed again if
-/// that fails.
+/// Make journal `number` holding `record` after its header ([`create_with`]).
 fn create(j: &Journal, number: u64, record: &[u8]) -> io::Result<File> {
+    create_with(j, number, |file, at| {
+        file.write_all_at(record, at)?;
+        Ok(at + record.len() as u64)
+    })
+}
+
+/// Make journal `number`: its header, then what `fill` writes from the offset it is
+/// given on (returning where that ends), under a temporary name, synced, renamed into
+/// place, its directory synced; removed again if that fails.
+fn create_with(
+    j: &Journal,
+    number: u64,
+    fill: impl FnOnce(&File, u64) -> io::Result<u64>,
+) -> io::Result<File> {
     let path = journal_path(&j.dir, &j.name, number);
     let making = making_path(&path);
     let new_dir = !j.dir.exists();
@@ -381,8 +393,7 @@ fn create(j: &Journal, number: u64, record: &[u8]) -> io::Result<File> {
             .read(true)
             .open(&making)?;
         file.write_all_at(HEADER, 0)?;
-        file.write_all_at(record, HEADER.len() as u64)?;
-        let end = (HEADER.len() + record.len()) as u64;
+        let end = fill(&file, HEADER.len() as u64)?;
         j.syncs
             .run_at(JOURNAL_SYNC, number, end, || file.sync_data())?;
         fs::rename(&making, &path)?;

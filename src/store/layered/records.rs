@@ -8,8 +8,10 @@
 //!                     per entry: key_len u32 LE, value_len u32 LE, key, value
 //! ```
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
+use std::fs::File;
 use std::io::{self, Read};
+use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use sled::IVec;
@@ -30,12 +32,12 @@ pub(super) fn damaged(path: &Path, what: &str) -> io::Error {
 
 /// Bytes before a record's payload: its length and CRC, filled in by [`frame`].
 const RECORD_HEADER: usize = 8;
+/// A record [`write_group`] makes ends once it passes this many bytes.
+const RECORD_BYTES: usize = 1 << 20;
 
 /// `groups` into `out` (cleared first) as a record whose header [`frame`] fills in, or
-/// nothing when every group is empty. Sized exactly first: a fold's rotation writes
-/// every table's delta as one record, tens of MB at a million persons, and a buffer
-/// grown by doubling, then copied into a second for its header, held up to three times
-/// that at once.
+/// nothing when every group is empty. Sized exactly first, so a large chunk's record
+/// is not grown by doubling.
 pub(super) fn encode(groups: &[Group<'_>], out: &mut Vec<u8>) {
     let groups = || groups.iter().filter(|(_, e)| !e.is_empty());
     let entry = |(k, v): &(IVec, IVec)| 8 + k.len() + v.len();
@@ -76,14 +78,8 @@ pub(super) fn frame(record: &mut [u8]) -> io::Result<()> {
     Ok(())
 }
 
-/// Apply the records of `bytes` (a journal up to where it is committed) to `maps`,
-/// leaving out the table `skip` names.
-pub(super) fn replay(
-    path: &Path,
-    bytes: &[u8],
-    skip: Option<&str>,
-    maps: &mut HashMap<String, Map>,
-) -> io::Result<()> {
+/// Apply the records of `bytes` (a journal up to where it is committed) to `maps`.
+pub(super) fn replay(path: &Path, bytes: &[u8], maps: &mut HashMap<String, Map>) -> io::Result<()> {
     let body = bytes
         .strip_prefix(HEADER)
         .ok_or_else(|| damaged(path, "it does not start as a journal"))?;
@@ -96,19 +92,38 @@ pub(super) fn replay(
         if crc32fast::hash(payload) != crc {
             return Err(cut());
         }
-        decode(payload, skip, maps).ok_or_else(cut)?;
+        decode(payload, &mut |_| true, maps).ok_or_else(cut)?;
         at += 8 + len;
     }
     Ok(())
 }
 
 /// [`replay`] of the whole file at `path`, read a record at a time: a journal that is
-/// no longer appended to, read back beside the compactor by a fold.
+/// no longer appended to, read back beside the compactor by a fold. Only the tables
+/// `keep` names are filled.
 pub(super) fn replay_file(
     path: &Path,
-    skip: Option<&str>,
+    mut keep: impl FnMut(&str) -> bool,
     maps: &mut HashMap<String, Map>,
 ) -> io::Result<()> {
+    each_record(path, |payload| decode(payload, &mut keep, maps))
+}
+
+/// The names of the tables in the journal at `path`, added to `names`.
+pub(super) fn tables_in_file(path: &Path, names: &mut BTreeSet<String>) -> io::Result<()> {
+    let mut none = HashMap::new();
+    let mut note = |name: &str| {
+        if !names.contains(name) {
+            names.insert(name.to_owned());
+        }
+        false
+    };
+    each_record(path, |payload| decode(payload, &mut note, &mut none))
+}
+
+/// Call `each` with the payload of every record of the journal at `path`, read one at
+/// a time; a payload it cannot read (`None`) makes the file damaged.
+fn each_record(path: &Path, mut each: impl FnMut(&[u8]) -> Option<()>) -> io::Result<()> {
     let mut file = io::BufReader::new(std::fs::File::open(path)?);
     let mut header = vec![0u8; HEADER.len()];
     file.read_exact(&mut header)
@@ -118,6 +133,7 @@ pub(super) fn replay_file(
     }
     let cut = || damaged(path, "a record is cut short or fails its CRC");
     let mut head = [0u8; RECORD_HEADER];
+    let mut payload = Vec::new();
     loop {
         match file.read(&mut head[..1])? {
             0 => return Ok(()),
@@ -125,20 +141,79 @@ pub(super) fn replay_file(
         }
         let len = u32_at(&head, 0).ok_or_else(cut)? as usize;
         let crc = u32_at(&head, 4).ok_or_else(cut)?;
-        let mut payload = vec![0u8; len];
-        file.read_exact(&mut payload).map_err(|_| cut())?;
-        if crc32fast::hash(&payload) != crc {
+        payload.clear();
+        // Read as far as the file goes, not sized by a length that may be damaged.
+        let read = (&mut file).take(len as u64).read_to_end(&mut payload)?;
+        if read != len || crc32fast::hash(&payload) != crc {
             return Err(cut());
         }
-        decode(&payload, skip, maps).ok_or_else(cut)?;
+        each(&payload).ok_or_else(cut)?;
     }
+}
+
+/// Write `entries` of `table` to `file` from byte `at` on, as records of about
+/// [`RECORD_BYTES`] (one group each) made in `buf`; returns where they end. A fold's
+/// rotation writes every table's delta this way: one record of them all was tens of
+/// MB at a million persons, held whole to be framed, and read back whole.
+pub(super) fn write_group<'a>(
+    file: &File,
+    mut at: u64,
+    table: &str,
+    entries: impl IntoIterator<Item = (&'a [u8], &'a [u8])>,
+    buf: &mut Vec<u8>,
+) -> io::Result<u64> {
+    let name_len = u8::try_from(table.len())
+        .map_err(|_| io::Error::other("a table's name of 256 bytes or more"))?;
+    let count_at = RECORD_HEADER + 1 + table.len();
+    let start = |buf: &mut Vec<u8>| {
+        buf.clear();
+        buf.resize(RECORD_HEADER, 0);
+        buf.push(name_len);
+        buf.extend_from_slice(table.as_bytes());
+        buf.extend_from_slice(&[0; 4]);
+    };
+    let mut finish = |buf: &mut Vec<u8>, count: u32| -> io::Result<()> {
+        buf[count_at..count_at + 4].copy_from_slice(&count.to_le_bytes());
+        frame(buf)?;
+        file.write_all_at(buf, at)?;
+        at += buf.len() as u64;
+        Ok(())
+    };
+    start(buf);
+    let mut count = 0u32;
+    for (k, v) in entries {
+        let (k_len, v_len) = (u32::try_from(k.len()), u32::try_from(v.len()));
+        let (Ok(k_len), Ok(v_len)) = (k_len, v_len) else {
+            return Err(io::Error::other("a journal entry of 4 GiB or more"));
+        };
+        buf.extend_from_slice(&k_len.to_le_bytes());
+        buf.extend_from_slice(&v_len.to_le_bytes());
+        buf.extend_from_slice(k);
+        buf.extend_from_slice(v);
+        count += 1;
+        if buf.len() >= RECORD_BYTES {
+            finish(buf, count)?;
+            start(buf);
+            count = 0;
+        }
+    }
+    if count > 0 {
+        finish(buf, count)?;
+    }
+    Ok(at)
 }
 
 fn u32_at(b: &[u8], at: usize) -> Option<u32> {
     Some(u32::from_le_bytes(b.get(at..at + 4)?.try_into().ok()?))
 }
 
-fn decode(payload: &[u8], skip: Option<&str>, maps: &mut HashMap<String, Map>) -> Option<()> {
+/// Apply a record's payload to `maps`, the tables `keep` says yes to (each group's
+/// name is shown to it).
+fn decode(
+    payload: &[u8],
+    keep: &mut impl FnMut(&str) -> bool,
+    maps: &mut HashMap<String, Map>,
+) -> Option<()> {
     let mut at = 0usize;
     while at < payload.len() {
         let name_len = *payload.get(at)? as usize;
@@ -146,7 +221,7 @@ fn decode(payload: &[u8], skip: Option<&str>, maps: &mut HashMap<String, Map>) -
         at += 1 + name_len;
         let count = u32_at(payload, at)?;
         at += 4;
-        let mut map = (skip != Some(name)).then(|| maps.entry(name.to_owned()).or_default());
+        let mut map = keep(name).then(|| maps.entry(name.to_owned()).or_default());
         for _ in 0..count {
             let k = u32_at(payload, at)? as usize;
             let v = u32_at(payload, at + 4)? as usize;

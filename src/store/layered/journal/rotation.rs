@@ -1,18 +1,16 @@
 //! How a fold rotates the journal while the compactor goes on appending (the module
 //! docs of [`super`] say in what order, and why a crash between any two steps is safe).
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::fs;
 use std::io;
 
-use sled::IVec;
-
 use super::{
-    create, journal_path, list, value, Group, Guard, Journal, Kept, JOURNAL_RECORD_SYNC,
+    create, create_with, journal_path, list, value, Guard, Journal, Kept, JOURNAL_RECORD_SYNC,
     JOURNAL_SYNC,
 };
 use crate::store::layered::delta::Map;
-use crate::store::layered::records::{encode, frame, replay_file, HEADER};
+use crate::store::layered::records::{replay_file, tables_in_file, write_group, HEADER};
 
 impl Guard<'_> {
     /// Where a fold freezes a table (module docs): the current journal cut to its
@@ -80,36 +78,41 @@ pub(in crate::store::layered) struct Split {
 impl Journal {
     /// Write the journal between `split`'s and the current one: what the journals up
     /// to the split hold, `table`'s entries replaced by `left` (module docs). Holds
-    /// nothing a chunk needs.
+    /// nothing a chunk needs. The other tables are read back and written one at a
+    /// time, in records of about a MiB, so what this holds at once is the largest
+    /// table's changes, not every table's twice over and their record besides.
     pub(in crate::store::layered) fn carry(
         &self,
         split: &Split,
         table: &str,
         left: &Map,
     ) -> io::Result<()> {
-        let mut maps = HashMap::new();
-        for (n, path) in list(&self.dir, &self.name)? {
-            if (split.first..=split.upto).contains(&n) {
-                replay_file(&path, Some(table), &mut maps)?;
-            }
-        }
-        maps.insert(table.to_owned(), left.clone());
-        // Each map is dropped as its entries are listed.
-        let held: Vec<(String, Vec<(IVec, IVec)>)> = maps
+        let paths: Vec<_> = list(&self.dir, &self.name)?
             .into_iter()
-            .map(|(name, map)| {
-                let entries = map.into_iter().map(|(k, v)| (IVec::from(&k[..]), v));
-                (name, entries.collect())
-            })
+            .filter(|(n, _)| (split.first..=split.upto).contains(n))
+            .map(|(_, path)| path)
             .collect();
-        let groups: Vec<Group<'_>> = held.iter().map(|(n, e)| (n.as_str(), &e[..])).collect();
-        let mut record = Vec::new();
-        encode(&groups, &mut record);
-        if !record.is_empty() {
-            frame(&mut record)?;
+        let mut others = BTreeSet::new();
+        for path in &paths {
+            tables_in_file(path, &mut others)?;
         }
-        drop(held);
-        create(self, split.upto + 1, &record).map(drop)
+        others.remove(table);
+        create_with(self, split.upto + 1, |file, mut at| {
+            let mut buf = Vec::new();
+            for name in &others {
+                let mut maps = HashMap::new();
+                for path in &paths {
+                    replay_file(path, |n| n == name, &mut maps)?;
+                }
+                if let Some(map) = maps.remove(name) {
+                    let each = map.iter().map(|(k, v)| (&k[..], &v[..]));
+                    at = write_group(file, at, name, each, &mut buf)?;
+                }
+            }
+            let each = left.iter().map(|(k, v)| (&k[..], &v[..]));
+            write_group(file, at, table, each, &mut buf)
+        })
+        .map(drop)
     }
 
     /// After [`Guard::carried`]: `meta` flushed, then the journals up to `split`
