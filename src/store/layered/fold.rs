@@ -29,6 +29,9 @@ use pages::RunPages;
 /// a restore) is folded in several steps.
 pub(super) const TAKE_BYTES: u64 = 64 * 1024 * 1024;
 
+/// Keys from one (included) to another (excluded) or the end ([`Written::taken`]).
+type TakenRange = (Box<[u8]>, Option<Key>);
+
 /// The new runs of one fold, as written.
 #[derive(Default)]
 struct Written {
@@ -41,7 +44,7 @@ struct Written {
     /// order and apart, from a key (included) to one (excluded) or the end. Not the
     /// entries themselves: a list of them was the fold's largest allocation (22 MiB
     /// for the persons' 300,000 keys).
-    taken: Vec<(Box<[u8]>, Option<Key>)>,
+    taken: Vec<TakenRange>,
     /// How many entries those ranges hold.
     taken_entries: u64,
     bytes: u64,
@@ -371,8 +374,9 @@ impl Drop for Thaw<'_> {
 
 /// The entries of `frozen` outside the ranges `taken` (in key order, apart:
 /// [`Written::taken`]).
-fn untaken(frozen: &Map, taken: &[(Box<[u8]>, Option<Key>)]) -> Map {
-    let mut kept: Vec<(Bound<&[u8]>, Bound<&[u8]>)> = Vec::new();
+fn untaken(frozen: &Map, taken: &[TakenRange]) -> Map {
+    type Range<'a> = (Bound<&'a [u8]>, Bound<&'a [u8]>);
+    let mut kept: Vec<Range<'_>> = Vec::new();
     let mut from = Some(Bound::Unbounded);
     for (lower, stop) in taken {
         match from {

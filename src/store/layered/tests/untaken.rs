@@ -6,7 +6,7 @@ use std::ops::Bound;
 use sled::IVec;
 
 use super::super::delta::{Key, Map};
-use super::untaken;
+use super::{untaken, TakenRange};
 
 fn key(i: u32) -> Vec<u8> {
     format!("k{i:04}").into_bytes()
@@ -20,7 +20,7 @@ fn frozen() -> Map {
 }
 
 /// The entries of `frozen` in none of `ranges`, one at a time.
-fn model(frozen: &Map, ranges: &[(Box<[u8]>, Option<Key>)]) -> Vec<Vec<u8>> {
+fn model(frozen: &Map, ranges: &[TakenRange]) -> Vec<Vec<u8>> {
     let inside = |k: &[u8]| {
         ranges.iter().any(|(lower, stop)| {
             let to = stop
@@ -43,7 +43,7 @@ fn within(k: &[u8], to: Bound<&[u8]>) -> bool {
     }
 }
 
-fn range(lower: u32, stop: Option<u32>) -> (Box<[u8]>, Option<Key>) {
+fn range(lower: u32, stop: Option<u32>) -> TakenRange {
     let lower = Box::from(&key(lower)[..]);
     (lower, stop.map(|s| Key::from(&key(s)[..])))
 }
@@ -51,7 +51,7 @@ fn range(lower: u32, stop: Option<u32>) -> (Box<[u8]>, Option<Key>) {
 #[test]
 fn what_is_left_is_every_entry_outside_the_ranges_taken() {
     let frozen = frozen();
-    let cases: Vec<Vec<(Box<[u8]>, Option<Key>)>> = vec![
+    let cases: Vec<Vec<TakenRange>> = vec![
         vec![],
         vec![range(0, None)],
         vec![range(0, Some(50))],
