@@ -21,7 +21,8 @@ fn table() -> (tempfile::TempDir, sled::Db, Layered) {
     (dir, db, t)
 }
 
-fn current(dir: &tempfile::TempDir) -> PathBuf {
+/// The journals in `dir`'s tables, oldest first.
+fn journals(dir: &tempfile::TempDir) -> Vec<PathBuf> {
     let tables = dir.path().join(DIR_NAME);
     let mut files: Vec<_> = std::fs::read_dir(&tables)
         .unwrap()
@@ -29,7 +30,11 @@ fn current(dir: &tempfile::TempDir) -> PathBuf {
         .filter(|p| p.to_string_lossy().ends_with(".journal"))
         .collect();
     files.sort();
-    files.pop().unwrap()
+    files
+}
+
+fn current(dir: &tempfile::TempDir) -> PathBuf {
+    journals(dir).pop().unwrap()
 }
 
 fn values(t: &Layered) -> Vec<Option<Vec<u8>>> {
@@ -307,19 +312,9 @@ fn a_carried_journal_is_written_in_records_of_about_a_mib_and_reads_the_same() {
     assert_eq!(before[1][5], None);
     assert_eq!(before[2][2999], Some(big(2999, 2)));
     tables[0].fold().unwrap();
-    let first = |dir: &tempfile::TempDir| {
-        let tables_dir = dir.path().join(DIR_NAME);
-        let mut files: Vec<_> = std::fs::read_dir(&tables_dir)
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .filter(|p| p.to_string_lossy().ends_with(".journal"))
-            .collect();
-        files.sort();
-        files.remove(0)
-    };
     // The two other tables' 2.2 MB each, in records of about a MiB: 3 each (one
     // record for them all before).
-    let carried = records_in(&first(&dir));
+    let carried = records_in(&journals(&dir)[0]);
     assert_eq!(carried, 6);
     assert_eq!(all(&tables), before);
     drop(tables);
