@@ -169,7 +169,10 @@ pub fn start_report() {
                     append(&pages_path, |f| pages::write(f, now));
                 }
                 if !peak {
-                    next_line += REPORT_EVERY;
+                    // After a stall (a stopped process), the next line in a period,
+                    // not every missed one at once.
+                    let now = std::time::Instant::now();
+                    next_line = (next_line + REPORT_EVERY).max(now + PEAK_POLL);
                     lines += 1;
                 }
             }
