@@ -36,8 +36,12 @@ pub const DEFAULT_MAX_INFLIGHT_BODY_BYTES: usize = 256 * 1024 * 1024;
 /// blocks' pointers (about 50 bytes a block) and the rollups. At 20 million events, 8
 /// MiB here left the server 24 MiB fewer live bytes and 39 MiB less resident at rest
 /// than 16 (one pair), with every lookup as fast (a person's events p99 7.1 against
-/// 6.7 ms); 4 MiB saved 36 MiB more but a person's events took 71 ms at p99.
-pub const DEFAULT_CACHE_BYTES: u64 = 8 * 1024 * 1024;
+/// 6.7 ms); 4 MiB saved 36 MiB more but a person's events took 71 ms at p99, when they
+/// were found through sled. Since the event index finds them, 2 MiB here (with the
+/// event block cache at 16 MiB) lowered the highest resident set at 20 million events
+/// by 14 MiB to the empty log and 10 MiB through the lookups after it, with the
+/// drain as fast and a person's events at 2.4 ms p99 (`BENCHMARKS.md`).
+pub const DEFAULT_CACHE_BYTES: u64 = 2 * 1024 * 1024;
 /// The write-ahead log's segment size: a roll (one extra sync and a rename) every
 /// 16 MiB of events.
 pub const DEFAULT_LOG_SEGMENT_BYTES: u64 = 16 * 1024 * 1024;

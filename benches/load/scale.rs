@@ -122,6 +122,8 @@ pub struct Report {
     pub rss_at_rest_kib: u64,
     /// The highest resident set from the start to then (`VmHWM`).
     pub rss_peak_kib: u64,
+    /// The highest resident set once the lookups were made too (`VmHWM` after them).
+    pub rss_peak_after_lookups_kib: u64,
     /// The holders and the allocator's pages at the same moment.
     pub memory_at_rest: Memory,
     pub lookups: Vec<Latency>,
@@ -159,7 +161,7 @@ pub fn run(
         drain_rate,
         (compactor_cpu_seconds, fold_cpu_seconds),
         lookups,
-        (rss_at_rest_kib, rss_peak_kib, memory_at_rest),
+        (rss_at_rest_kib, rss_peak_kib, rss_peak_after_lookups_kib, memory_at_rest),
     ) = runtime.block_on(async {
         let before = client::metric(flagpost.addr, "flagpost_compactor_applied_total").await?;
         let drain = client::wait_for_empty_log(flagpost.addr, DRAIN_LIMIT).await?;
@@ -171,12 +173,13 @@ pub fn run(
         let peak = crate::target::status_kib(pid, "VmHWM")?;
         let memory = Memory::read(&client::get_text(flagpost.addr, "/metrics").await?);
         let lookups = scale_lookups::lookups(flagpost.addr, pid, &traffic).await?;
+        let peak_after_lookups = crate::target::status_kib(pid, "VmHWM")?;
         Ok::<_, String>((
             drain.as_secs_f64(),
             rate,
             (cpu, fold_cpu),
             lookups,
-            (rss, peak, memory),
+            (rss, peak, peak_after_lookups, memory),
         ))
     })?;
     let running = disk::measure_dir(db)?;
@@ -234,6 +237,7 @@ pub fn run(
         fold_cpu_seconds,
         rss_at_rest_kib,
         rss_peak_kib,
+        rss_peak_after_lookups_kib,
         memory_at_rest,
         lookups,
         disk,
@@ -533,6 +537,10 @@ pub fn report(r: &Report) {
         holders.join(", "),
         m.allocator_used / MIB,
         m.allocator_free / MIB
+    );
+    println!(
+        "the highest resident set once the lookups below were made too: {:.1} MiB",
+        r.rss_peak_after_lookups_kib as f64 / 1024.0
     );
     println!(
         "{:<26} {:>9} {:>9} {:>9} {:>7} {:>6}  other threads' CPU meanwhile",

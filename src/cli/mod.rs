@@ -137,7 +137,7 @@ struct Serve {
     /// write-ahead log size in MiB past which new events get 503 until the compactor catches up; 0 for no bound [env FLAGPOST_MAX_LOG_MB, default 2048]
     #[argh(option)]
     max_log_mb: Option<u64>,
-    /// database page cache in MiB; sled uses more than this [env FLAGPOST_CACHE_MB, default 8]
+    /// database page cache in MiB; sled uses more than this [env FLAGPOST_CACHE_MB, default 2]
     #[argh(option)]
     cache_mb: Option<u64>,
     /// size of the write-ahead log's segment files in MiB [env FLAGPOST_LOG_SEGMENT_MB, default 16]

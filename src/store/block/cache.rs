@@ -13,9 +13,12 @@ use std::sync::{Arc, Mutex};
 use super::Rows;
 use crate::support::sync::lock;
 
-/// Decoded bytes kept: about a thousand blocks of web events, a tenth of the memory
-/// budget (300 MB at 20 M events).
-pub const BYTES: usize = 32 * 1024 * 1024;
+/// Decoded bytes kept: about 600 blocks of web events (35,000 events), several pages of
+/// the events list and of a few persons' events, a twentieth of the memory budget (300
+/// MB at 20 M events). Halved from 32 MiB together with sled's cache
+/// ([`crate::config::DEFAULT_CACHE_BYTES`]): at 20 million events the lookups read as
+/// fast, and the highest resident set through them was 10 MiB lower (`BENCHMARKS.md`).
+pub const BYTES: usize = 16 * 1024 * 1024;
 
 /// The budget: [`BYTES`], or `FLAGPOST_EVENT_BLOCK_CACHE_MB` (a knob for measuring it).
 pub fn budget() -> usize {
