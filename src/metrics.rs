@@ -93,8 +93,6 @@ pub struct Metrics {
     pub decide_cached_persons: Gauge,
     pub memory_bytes: Family<HolderLabels, Gauge>,
     pub resident_bytes: Gauge,
-    pub allocator_used_bytes: Gauge,
-    pub allocator_free_bytes: Gauge,
     pub compactor_applied: Counter,
     pub compactor_steps: Counter,
     pub compactor_duplicates: Counter,
@@ -163,8 +161,6 @@ impl Metrics {
             decide_cached_persons: Gauge::default(),
             memory_bytes: Family::default(),
             resident_bytes: Gauge::default(),
-            allocator_used_bytes: Gauge::default(),
-            allocator_free_bytes: Gauge::default(),
             compactor_applied: Counter::default(),
             compactor_steps: Counter::default(),
             compactor_duplicates: Counter::default(),
@@ -315,16 +311,6 @@ impl Metrics {
             "resident_bytes",
             "The process's resident set; less the sum of flagpost_memory_bytes, it is what no holder counts: freed memory the allocator keeps in pages still partly in use, sled beyond its cache, requests in flight, the code and the threads' stacks",
             m.resident_bytes.clone(),
-        );
-        registry.register(
-            "allocator_used_bytes",
-            "Bytes of live blocks in the allocator's pages, as it rounds them: what the holders, sled, requests and small maps hold together",
-            m.allocator_used_bytes.clone(),
-        );
-        registry.register(
-            "allocator_free_bytes",
-            "Freed memory the allocator keeps in its pages (committed less used): its share of the resident set, which a page returns only once all its blocks are free",
-            m.allocator_free_bytes.clone(),
         );
         registry.register(
             "compactor_applied",

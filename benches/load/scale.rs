@@ -53,13 +53,10 @@ pub struct Settings {
 }
 
 /// Where the resident set goes by the server's own counts (`/metrics`): each holder's
-/// bytes (`flagpost_memory_bytes`, `sled_cache` being sled's budget, not a count), and
-/// the allocator's pages, the bytes of live blocks in them and the freed bytes they keep.
+/// bytes (`flagpost_memory_bytes`, `sled_cache` being sled's budget, not a count).
 #[derive(Default)]
 pub struct Memory {
     pub holders: Vec<(String, f64)>,
-    pub allocator_used: f64,
-    pub allocator_free: f64,
 }
 
 impl Memory {
@@ -72,12 +69,7 @@ impl Memory {
                 Some((holder.to_owned(), value.trim().parse().ok()?))
             })
             .collect();
-        let read = |name: &str| client::metric_in(metrics, name).unwrap_or(f64::NAN);
-        Memory {
-            holders,
-            allocator_used: read("flagpost_allocator_used_bytes"),
-            allocator_free: read("flagpost_allocator_free_bytes"),
-        }
+        Memory { holders }
     }
 
     /// The holders' bytes together, less sled's budget (which is not a count).
@@ -460,7 +452,7 @@ fn now_ms() -> i64 {
 fn print_tenth(tenth: u64, t: &Tenth) {
     if tenth == 1 {
         println!(
-            "{:>6} {:>8} {:>11} {:>10} {:>11} {:>10} {:>8} {:>10} {:>9} {:>8} {:>8} {:>8} {:>8} {:>9} {:>8}",
+            "{:>6} {:>8} {:>11} {:>10} {:>11} {:>10} {:>8} {:>10} {:>9} {:>8} {:>8} {:>9} {:>8}",
             "tenth",
             "seconds",
             "accepted",
@@ -472,14 +464,12 @@ fn print_tenth(tenth: u64, t: &Tenth) {
             "log MB",
             "RSS MB",
             "held MB",
-            "used MB",
-            "free MB",
             "disk MB",
             "503s"
         );
     }
     println!(
-        "{:>6} {:>8.1} {:>11} {:>10.0} {:>11.0} {:>10.0} {:>8.1} {:>10.0} {:>9.1} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>9.1} {:>8}",
+        "{:>6} {:>8.1} {:>11} {:>10.0} {:>11.0} {:>10.0} {:>8.1} {:>10.0} {:>9.1} {:>8.1} {:>8.1} {:>9.1} {:>8}",
         tenth,
         t.seconds,
         t.accepted,
@@ -491,8 +481,6 @@ fn print_tenth(tenth: u64, t: &Tenth) {
         t.log_bytes as f64 / 1e6,
         t.rss_kib as f64 / 1024.0,
         t.memory.held() / MIB,
-        t.memory.allocator_used / MIB,
-        t.memory.allocator_free / MIB,
         t.disk_bytes as f64 / 1e6,
         t.refused
     );
@@ -532,11 +520,9 @@ pub fn report(r: &Report) {
         .map(|(holder, bytes)| format!("{holder} {:.1}", bytes / MIB))
         .collect();
     println!(
-        "  then, MiB: held {:.1} ({}); allocator's pages: live blocks {:.1}, freed and kept {:.1}",
+        "  then, MiB: held {:.1} ({})",
         m.held() / MIB,
         holders.join(", "),
-        m.allocator_used / MIB,
-        m.allocator_free / MIB
     );
     println!(
         "the highest resident set once the lookups below were made too: {:.1} MiB",

@@ -7,7 +7,6 @@
 //! bytes and the live bytes by size (power-of-two classes). Off, it costs a predicted
 //! branch per call.
 
-mod pages;
 mod sample;
 
 use std::alloc::{GlobalAlloc, Layout};
@@ -40,7 +39,6 @@ fn class(size: usize) -> usize {
 }
 
 fn add(size: usize) {
-    pages::note_thread();
     let c = class(size);
     LIVE_BYTES[c].fetch_add(size as i64, Ordering::Relaxed);
     LIVE_BLOCKS[c].fetch_add(1, Ordering::Relaxed);
@@ -141,8 +139,6 @@ pub fn start_report() {
     };
     let mut sites_path = path.clone();
     sites_path.push(".sites");
-    let mut pages_path = path.clone();
-    pages_path.push(".pages");
     let spawned = std::thread::Builder::new()
         .name("alloc-report".into())
         .spawn(move || {
@@ -166,7 +162,6 @@ pub fn start_report() {
                 }
                 if peak || lines % SITES_EVERY == SITES_EVERY - 1 {
                     append(&sites_path, |f| sample::write_sites(f, now));
-                    append(&pages_path, |f| pages::write(f, now));
                 }
                 if !peak {
                     // After a stall (a stopped process), the next line in a period,
@@ -201,7 +196,7 @@ fn report_line() -> (u64, String) {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
     let rss = flagpost::support::memory::resident_bytes() as usize;
-    let commit = committed_bytes();
+    let commit = flagpost::support::memory::allocator_committed();
     let mut total = 0i64;
     let mut classes = String::new();
     for c in 0..CLASSES {
@@ -219,26 +214,6 @@ fn report_line() -> (u64, String) {
         total >> 10
     );
     (now, line)
-}
-
-/// mimalloc's committed bytes.
-fn committed_bytes() -> usize {
-    let (mut elapsed, mut user, mut system) = (0, 0, 0);
-    let (mut rss, mut peak_rss, mut commit, mut peak_commit, mut faults) = (0, 0, 0, 0, 0);
-    // SAFETY: every argument is a valid pointer to a usize of this frame.
-    unsafe {
-        libmimalloc_sys::mi_process_info(
-            &mut elapsed,
-            &mut user,
-            &mut system,
-            &mut rss,
-            &mut peak_rss,
-            &mut commit,
-            &mut peak_commit,
-            &mut faults,
-        );
-    }
-    commit
 }
 
 #[cfg(test)]
@@ -272,14 +247,15 @@ mod tests {
         assert!(line.contains(" live_kib="), "{line}");
     }
 
-    extern "C" {
-        // mimalloc's; a null heap is the main one.
-        fn mi_heap_contains(heap: *const libmimalloc_sys::mi_heap_t, p: *const u8) -> bool;
+    fn in_heap(heap: *mut libmimalloc_sys::mi_heap_t, p: *const u8) -> bool {
+        // SAFETY: only reads the segment's and the page's headers of a live block.
+        unsafe { libmimalloc_sys::mi_heap_contains_block(heap, p.cast()) }
     }
 
-    fn in_heap(heap: *mut libmimalloc_sys::mi_heap_t, p: *const u8) -> bool {
-        // SAFETY: only reads the page map and the page's header of a live block.
-        unsafe { mi_heap_contains(heap, p) }
+    /// The calling thread's own heap.
+    fn own_heap() -> *mut libmimalloc_sys::mi_heap_t {
+        // SAFETY: takes nothing; the heap lives as long as this thread.
+        unsafe { libmimalloc_sys::mi_heap_get_default() }
     }
 
     /// The only test of this binary that makes heaps: the owner is process-wide.
@@ -298,18 +274,23 @@ mod tests {
         assert!(in_heap(raw, inside.as_ptr()));
         assert!(in_heap(raw, kept.as_ptr()), "grown inside: moved within it");
         assert!(!in_heap(raw, outside.as_ptr()));
-        // Elsewhere the main heap serves.
+        // Elsewhere that thread's own heap serves.
         let theirs = std::thread::scope(|s| {
-            s.spawn(|| heaps::within(&heap, || Box::new([4u8; 300])))
-                .join()
-                .unwrap()
+            s.spawn(|| {
+                let b = heaps::within(&heap, || Box::new([4u8; 300]));
+                assert!(in_heap(own_heap(), b.as_ptr()));
+                b
+            })
+            .join()
+            .unwrap()
         });
-        assert!(in_heap(std::ptr::null_mut(), theirs.as_ptr()));
+        assert!(!in_heap(raw, theirs.as_ptr()));
         drop(inside);
         drop(heap);
         assert!(heaps::release() >= 1);
-        // A block still alive (a value a reader cloned) stays valid, now the main heap's.
-        assert!(in_heap(std::ptr::null_mut(), kept.as_ptr()));
+        // A block still alive (a value a reader cloned) stays valid, now this thread's
+        // own heap's.
+        assert!(in_heap(own_heap(), kept.as_ptr()));
         assert!(kept.iter().all(|&b| b == 3));
         kept.resize(100_000, 5);
         assert_eq!(kept[4999..5001], [3, 5]);

@@ -175,10 +175,4 @@ fn refresh_memory(app: &App) {
     app.metrics
         .resident_bytes
         .set(i64::try_from(resident).unwrap_or(i64::MAX));
-    let (committed, used) = crate::support::memory::allocator_pages();
-    let m = &app.metrics;
-    m.allocator_used_bytes
-        .set(i64::try_from(used).unwrap_or(i64::MAX));
-    m.allocator_free_bytes
-        .set(i64::try_from(committed.saturating_sub(used)).unwrap_or(i64::MAX));
 }

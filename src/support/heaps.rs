@@ -16,11 +16,14 @@
 //!
 //! Only one thread allocates in these heaps, the *owner* ([`adopt`]: the compactor,
 //! which makes the chunks' values and writes the maps), and it alone releases them
-//! ([`release`]): mimalloc deletes a heap safely only while no thread frees into its
-//! pages as their owner, and the owner's own frees come before or after its release,
-//! never during. On any other thread (a fold putting back what it left, a start
-//! replaying the journal, a background build) [`within`] changes nothing. Nor does it
-//! without the binary's allocator ([`enable`]; the tests use the system's).
+//! ([`release`]) or counts their pages ([`Heap::committed`]): a mimalloc 2 heap
+//! belongs to the thread that made it, which alone may allocate in it, walk it or
+//! delete it (any thread may free into it). When that thread ends, mimalloc deletes
+//! its heaps itself (their live blocks move to the heaps it leaves behind), so a heap
+//! made by an owner that has ended is only forgotten. On any other thread (a fold
+//! putting back what it left, a start replaying the journal, a background build)
+//! [`within`] changes nothing. Nor does it without the binary's allocator ([`enable`];
+//! the tests use the system's).
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -36,17 +39,25 @@ static OWNER: AtomicUsize = AtomicUsize::new(0);
 /// Heaps dropped and not yet released: (owner, heap).
 static RETIRED: Mutex<Vec<(usize, usize)>> = Mutex::new(Vec::new());
 static RETIRED_COUNT: AtomicUsize = AtomicUsize::new(0);
-/// Heaps made and not yet released, for [`visit`].
-static MADE: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+
+/// The number the next thread to ask gets from [`me`].
+static NEXT_THREAD: AtomicUsize = AtomicUsize::new(1);
 
 thread_local! {
     static CURRENT: Cell<*mut mi_heap_t> = const { Cell::new(std::ptr::null_mut()) };
-    static ME: u8 = const { 0 };
+    static ME: Cell<usize> = const { Cell::new(0) };
 }
 
-/// This thread, by the address of a thread-local (unique among live threads).
+/// This thread, by a number no other thread of the process is given, ended ones
+/// included (a thread-local's address is reused by a later thread, whose heaps are not
+/// the ended one's).
 fn me() -> usize {
-    ME.with(|m| m as *const u8 as usize)
+    ME.with(|m| {
+        if m.get() == 0 {
+            m.set(NEXT_THREAD.fetch_add(1, Ordering::Relaxed));
+        }
+        m.get()
+    })
 }
 
 /// The binary's allocator serves [`current`]: heaps are made from now on.
@@ -90,9 +101,6 @@ impl Heap {
             // SAFETY: mi_heap_new takes nothing; its own bookkeeping is allocated by
             // mimalloc directly, not through this process's allocator.
             let heap = unsafe { libmimalloc_sys::mi_heap_new() } as usize;
-            if heap != 0 {
-                lock(&MADE).push(heap);
-            }
             (me, heap)
         });
         (owner == me && heap != 0).then_some(heap as *mut mi_heap_t)
@@ -104,19 +112,20 @@ impl Heap {
         (heap != 0).then_some(heap as *mut mi_heap_t)
     }
 
-    /// Bytes committed in this heap's pages (0 if never made), counted as [`visit`]
-    /// counts them: approximate while its owner allocates, never invalid.
+    /// Bytes committed in this heap's pages, counted on the thread that made it (0
+    /// elsewhere, or if never made): only that thread may walk it. There it is live: a
+    /// heap is released once its `Heap` is dropped, or deleted once that thread ends.
     pub fn committed(&self) -> u64 {
-        let Some(heap) = self.made() else {
+        let Some(&(owner, heap)) = self.made.get() else {
             return 0;
         };
-        let made = lock(&MADE);
-        // Live while MADE is held and it is listed there (see `visit`).
-        if !made.contains(&(heap as usize)) {
+        if heap == 0 || owner != me() {
             return 0;
         }
         let mut bytes = 0u64;
-        visit_heap_pages(heap, &mut |area| bytes += area.committed as u64);
+        visit_heap_pages(heap as *mut mi_heap_t, &mut |area| {
+            bytes += area.committed as u64
+        });
         bytes
     }
 }
@@ -149,38 +158,41 @@ pub fn within<R>(heap: &Heap, f: impl FnOnce() -> R) -> R {
 }
 
 /// Release the heaps dropped since the last call: their pages' frees collected, the
-/// wholly free pages handed back, a page with a block still alive moved to the main
-/// heap. Called by the owner between its chunks, so none of its own frees is under
-/// way. Returns how many were released.
+/// wholly free pages handed back, a page with a block still alive moved to the
+/// thread's own heap. Called by the owner between its chunks, so none of its own frees
+/// is under way. Heaps an ended owner made were deleted by mimalloc as it ended: they
+/// are forgotten. Returns how many were released or forgotten.
 pub fn release() -> usize {
     if RETIRED_COUNT.load(Ordering::Relaxed) == 0 {
         return 0;
     }
     let (me, owner) = (me(), OWNER.load(Ordering::Relaxed));
-    let mine: Vec<usize> = {
+    let mine: Vec<(usize, usize)> = {
         let mut retired = lock(&RETIRED);
         let mut mine = Vec::new();
         retired.retain(|&(by, heap)| {
             // A heap of a thread that is not the owner any more: that thread ended.
             let take = by == me || by != owner;
             if take {
-                mine.push(heap);
+                mine.push((by, heap));
             }
             !take
         });
         RETIRED_COUNT.store(retired.len(), Ordering::Relaxed);
         mine
     };
-    for &heap in &mine {
-        // Out of the reports' sight first: a report visits only while it holds MADE.
-        lock(&MADE).retain(|&h| h != heap);
+    for &(by, heap) in &mine {
+        if by != me {
+            // Its thread ended, and mimalloc deleted the heap then.
+            continue;
+        }
         let heap = heap as *mut mi_heap_t;
-        // SAFETY: the heap was made by mi_heap_new and is released once (taken out of
-        // RETIRED above); nothing allocates in it any more (its `Heap` was dropped),
-        // and only this thread owned its pages, whose frees here come before or after.
-        // The forced collect first takes in the other threads' frees, so a page they
-        // emptied is freed rather than moved; the delete moves a page still holding a
-        // live block to the main heap, where that block stays valid.
+        // SAFETY: this thread made the heap with mi_heap_new and releases it once
+        // (taken out of RETIRED above); nothing allocates in it any more (its `Heap`
+        // was dropped), and this thread's own frees come before or after. The forced
+        // collect first takes in the other threads' frees, so a page they emptied is
+        // freed rather than moved; the delete moves a page still holding a live block
+        // to this thread's own heap, where that block stays valid.
         unsafe {
             libmimalloc_sys::mi_heap_collect(heap, true);
             libmimalloc_sys::mi_heap_delete(heap);
@@ -194,18 +206,8 @@ pub fn retired() -> usize {
     RETIRED_COUNT.load(Ordering::Relaxed)
 }
 
-/// Call `f` with each page of every heap made and not yet released, as
-/// the memory report does the main heap's.
-pub fn visit(f: &mut dyn FnMut(&libmimalloc_sys::mi_heap_area_t)) {
-    let made = lock(&MADE);
-    for &heap in made.iter() {
-        // Live while MADE is held: `release` takes a heap out of it before deleting.
-        visit_heap_pages(heap as *mut mi_heap_t, f);
-    }
-}
-
-/// Call `f` with each page (an area) of `heap` (null: the main heap, every thread's),
-/// which must stay live meanwhile.
+/// Call `f` with each page (an area) of `heap`, made by the calling thread (null: the
+/// calling thread's own heap), which must stay live meanwhile.
 pub(crate) fn visit_heap_pages(
     heap: *mut libmimalloc_sys::mi_heap_t,
     f: &mut dyn FnMut(&libmimalloc_sys::mi_heap_area_t),
@@ -228,8 +230,8 @@ pub(crate) fn visit_heap_pages(
         true
     }
     let mut f = f;
-    // SAFETY: a null heap is the main heap, another one is live (the caller's
-    // contract); `f` outlives the call.
+    // SAFETY: a null heap is this thread's, another one is this thread's and live (the
+    // caller's contract); `f` outlives the call.
     unsafe {
         libmimalloc_sys::mi_heap_visit_blocks(
             heap,
