@@ -13,7 +13,8 @@ use super::Shared;
 use crate::support::sync::lock;
 
 /// The write buffer's capacity when made: past the blocks mimalloc packs into shared
-/// pages (up to 512 KiB), so it has a page of its own and never grows through them.
+/// pages (up to 64 KiB with version 2, 512 KiB with 3), so it has a page of its own and
+/// never grows through the sizes between.
 const BUFFER_START: usize = crate::support::reuse::START_BYTES;
 /// The write buffer's capacity kept between groups, at most.
 const BUFFER_KEPT: usize = 4 * 1024 * 1024;

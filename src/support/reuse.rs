@@ -1,17 +1,18 @@
 //! A large buffer kept between the jobs that fill it (a fold's run, a chunk's journal
 //! record), cleared rather than freed, so its pages stay resident and are written
-//! again instead of faulted in afresh, and it never grows by doubling through
-//! mimalloc's bins of 128 to 512 KiB (packed eight or more to a 4 MiB page, where one
-//! block that stays keeps its freed neighbours resident).
+//! again instead of faulted in afresh, and it never grows by doubling through the
+//! sizes between (each a page of its own to make and purge with mimalloc 2; packed
+//! eight or more to a 4 MiB page with mimalloc 3, where one block that stays keeps its
+//! freed neighbours resident).
 //!
-//! A buffer is first made at `start` capacity: past 512 KiB (mimalloc's largest packed
-//! block), so it has a page of its own, reused whole. One a rare job grew past `bound`
+//! A buffer is first made at `start` capacity: past 512 KiB (the largest block either
+//! version of mimalloc packs with others), so it has a page of its own, reused whole. One a rare job grew past `bound`
 //! is freed when handed back, so one outsized job does not pin its memory.
 
 use std::cell::RefCell;
 use std::thread::LocalKey;
 
-/// Capacity a kept byte buffer starts at: past mimalloc's largest packed block.
+/// Capacity a kept byte buffer starts at: past the largest block mimalloc packs.
 pub const START_BYTES: usize = 1024 * 1024;
 
 /// One kept buffer of `T`, its capacity counted in elements.
