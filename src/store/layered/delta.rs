@@ -263,7 +263,7 @@ impl Delta {
 
     /// The frozen map back under the active one (a fold that failed). Its entries
     /// moved into the active map stay valid once its heap is released (their pages
-    /// go to the main heap).
+    /// go to the owner thread's own heap).
     pub fn thaw(&mut self) {
         if let Some(frozen) = self.frozen.take() {
             let frozen = match Arc::try_unwrap(frozen) {
