@@ -294,6 +294,37 @@ mod tests {
         assert!(kept.iter().all(|&b| b == 3));
         kept.resize(100_000, 5);
         assert_eq!(kept[4999..5001], [3, 5]);
+
+        // An owner that ends (a compactor stopped, then started again on another
+        // thread): mimalloc deletes its heaps as it ends, so the next owner forgets
+        // them rather than deleting them again, and their blocks stay valid.
+        let (outlived, ended) = std::thread::scope(|s| {
+            s.spawn(|| {
+                heaps::adopt();
+                let heap = heaps::Heap::default();
+                let block = heaps::within(&heap, || vec![7u8; 5000]);
+                assert!(in_heap(
+                    heap.made().expect("made by the owner"),
+                    block.as_ptr()
+                ));
+                assert!(heap.committed() >= 5000, "its pages, walked by its owner");
+                (block, heap)
+            })
+            .join()
+            .unwrap()
+        });
+        heaps::adopt();
+        assert_eq!(
+            ended.committed(),
+            0,
+            "walked only by the thread that made it"
+        );
+        drop(ended);
+        assert_eq!(heaps::retired(), 1);
+        assert_eq!(heaps::release(), 1);
+        assert_eq!(heaps::retired(), 0);
+        assert!(outlived.iter().all(|&b| b == 7));
+        drop(outlived);
     }
 
     #[test]
