@@ -6,9 +6,9 @@
 //! lived ones (sled's node copies, the caches' offsets) leave holes when the map is
 //! folded. In a heap of its own a folded map's pages are wholly free and go back
 //! when the heap is released; a block still alive then (a value a reader cloned) is
-//! moved with its page to the owner thread's own heap and freed there as ever. One heap for all the
-//! tables' maps was tried and not kept: they fold at different times, so the freed
-//! memory moved into it (`BENCHMARKS.md`).
+//! moved with its page to the owner thread's own heap and freed there as ever. One
+//! heap for all the tables' maps was tried and not kept: they fold at different
+//! times, so the freed memory moved into it (`BENCHMARKS.md`).
 //!
 //! The code that allocates for a map names its [`Heap`] with [`within`]; the binary's
 //! allocator serves the thread's allocations meanwhile from it ([`current`]). Frees
