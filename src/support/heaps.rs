@@ -206,9 +206,9 @@ pub fn retired() -> usize {
     RETIRED_COUNT.load(Ordering::Relaxed)
 }
 
-/// Call `f` with each page (an area) of `heap`, made by the calling thread (null: the
-/// calling thread's own heap), which must stay live meanwhile.
-pub(crate) fn visit_heap_pages(
+/// Call `f` with each page (an area) of `heap`, made by the calling thread, which must
+/// stay live meanwhile.
+fn visit_heap_pages(
     heap: *mut libmimalloc_sys::mi_heap_t,
     f: &mut dyn FnMut(&libmimalloc_sys::mi_heap_area_t),
 ) {
@@ -230,8 +230,8 @@ pub(crate) fn visit_heap_pages(
         true
     }
     let mut f = f;
-    // SAFETY: a null heap is this thread's, another one is this thread's and live (the
-    // caller's contract); `f` outlives the call.
+    // SAFETY: the heap is this thread's and live (the caller's contract); `f` outlives
+    // the call.
     unsafe {
         libmimalloc_sys::mi_heap_visit_blocks(
             heap,

@@ -51,16 +51,26 @@ pub(super) fn encode(groups: &[Group<'_>], out: &mut Vec<u8>) {
     out.reserve(RECORD_HEADER + size);
     out.resize(RECORD_HEADER, 0);
     for (table, entries) in groups() {
-        out.push(table.len() as u8);
-        out.extend_from_slice(table.as_bytes());
-        out.extend_from_slice(&(entries.len() as u32).to_le_bytes());
+        put_group_head(out, table.len() as u8, table, entries.len() as u32);
         for (k, v) in entries.iter() {
-            out.extend_from_slice(&(k.len() as u32).to_le_bytes());
-            out.extend_from_slice(&(v.len() as u32).to_le_bytes());
-            out.extend_from_slice(k);
-            out.extend_from_slice(v);
+            put_entry(out, k.len() as u32, v.len() as u32, k, v);
         }
     }
+}
+
+/// A group's head: its table's name (`len` bytes) and its count of entries.
+fn put_group_head(out: &mut Vec<u8>, len: u8, table: &str, count: u32) {
+    out.push(len);
+    out.extend_from_slice(table.as_bytes());
+    out.extend_from_slice(&count.to_le_bytes());
+}
+
+/// One entry of a group: its key's and value's lengths, then the two.
+fn put_entry(out: &mut Vec<u8>, k_len: u32, v_len: u32, k: &[u8], v: &[u8]) {
+    out.extend_from_slice(&k_len.to_le_bytes());
+    out.extend_from_slice(&v_len.to_le_bytes());
+    out.extend_from_slice(k);
+    out.extend_from_slice(v);
 }
 
 /// Fill in the header of a record [`encode`] made.
@@ -168,9 +178,8 @@ pub(super) fn write_group<'a>(
     let start = |buf: &mut Vec<u8>| {
         buf.clear();
         buf.resize(RECORD_HEADER, 0);
-        buf.push(name_len);
-        buf.extend_from_slice(table.as_bytes());
-        buf.extend_from_slice(&[0; 4]);
+        // The count is filled in by `finish`.
+        put_group_head(buf, name_len, table, 0);
     };
     let mut finish = |buf: &mut Vec<u8>, count: u32| -> io::Result<()> {
         buf[count_at..count_at + 4].copy_from_slice(&count.to_le_bytes());
@@ -186,10 +195,7 @@ pub(super) fn write_group<'a>(
         let (Ok(k_len), Ok(v_len)) = (k_len, v_len) else {
             return Err(io::Error::other("a journal entry of 4 GiB or more"));
         };
-        buf.extend_from_slice(&k_len.to_le_bytes());
-        buf.extend_from_slice(&v_len.to_le_bytes());
-        buf.extend_from_slice(k);
-        buf.extend_from_slice(v);
+        put_entry(buf, k_len, v_len, k, v);
         count += 1;
         if buf.len() >= RECORD_BYTES {
             finish(buf, count)?;
