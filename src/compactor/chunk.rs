@@ -4,7 +4,7 @@
 
 use sled::IVec;
 
-use super::Compactor;
+use super::overflow::Limiter;
 use crate::log::{self, record::decode_frame, Record};
 
 /// Log records per realtime step: large enough to amortise a transaction, small
@@ -65,13 +65,22 @@ fn lane_key(entry: &[u8], index: usize) -> [u8; 12] {
     k
 }
 
-impl Compactor {
+/// The log's reading end: the reader, the overflow limiter that routes what it reads,
+/// and the arrival of the last record read.
+pub(super) struct Intake {
+    pub(super) log: log::Reader,
+    /// Arrival time of the last record read from the log, for the lag.
+    pub(super) last_received: Option<i64>,
+    pub(super) limiter: Limiter,
+}
+
+impl Intake {
     /// Whole log entries, up to about [`REALTIME_CHUNK`] records, each routed: its own
     /// lane if historical, overflow if its distinct id is spiking, else applied now.
-    /// Entries left in the log tree of an earlier version come first.
-    pub(super) fn read_log(&mut self) -> Result<Chunk, sled::Error> {
+    /// Entries left in `wal`, the log tree of an earlier version, come first.
+    pub(super) fn read(&mut self, wal: &sled::Tree) -> Result<Chunk, sled::Error> {
         let mut chunk = Chunk::default();
-        for entry in self.trees.wal.iter() {
+        for entry in wal.iter() {
             let (key, value) = entry?;
             self.route_entry(&mut chunk, &key, &value);
             chunk.consumed.push(key);
@@ -82,6 +91,12 @@ impl Compactor {
         if !chunk.is_empty() {
             return Ok(chunk);
         }
+        self.read_files()
+    }
+
+    /// [`Intake::read`] from the log's files only.
+    pub(super) fn read_files(&mut self) -> Result<Chunk, sled::Error> {
+        let mut chunk = Chunk::default();
         let mut records = 0usize;
         let entries = self
             .log

@@ -96,9 +96,10 @@ impl StepReport {
 
 pub struct Compactor {
     trees: Trees,
-    log: log::Reader,
-    /// Arrival time of the last record applied from the log, for the lag.
-    last_received: Option<i64>,
+    intake: chunk::Intake,
+    /// The log's next chunk, read while the last one's blocks were being synced
+    /// (`step.rs`): applied by the next step unless that chunk failed.
+    ahead: Option<chunk::Chunk>,
     /// Told what each chunk changed of persons, if `/decide` caches them.
     person_cache: Option<Arc<PersonCache>>,
     /// Links and persons' last operations, from the chunks committed before.
@@ -107,7 +108,6 @@ pub struct Compactor {
     #[cfg(test)]
     memo_off: bool,
     state: Option<State>,
-    limiter: Limiter,
     projects: Arc<ArcSwap<Projects>>,
     stats: Arc<Stats>,
     settings: Compaction,
@@ -138,10 +138,13 @@ impl Compactor {
         Compactor {
             geoip,
             builder: blocks::Builder::new(settings.nice),
-            limiter: Limiter::new(settings.overflow_rate, settings.overflow_burst),
+            intake: chunk::Intake {
+                log,
+                last_received: None,
+                limiter: Limiter::new(settings.overflow_rate, settings.overflow_burst),
+            },
+            ahead: None,
             trees,
-            log,
-            last_received: None,
             person_cache: None,
             memo: Memo::default(),
             #[cfg(test)]
@@ -175,8 +178,8 @@ impl Compactor {
     /// Nothing to apply: the overflow limiter gives back what a spike of distinct ids
     /// made its map take ([`Limiter::rest`]).
     fn rest(&mut self) {
-        self.limiter.rest(crate::support::clock::now_ms());
-        let bytes = self.limiter.footprint() as u64;
+        self.intake.limiter.rest(crate::support::clock::now_ms());
+        let bytes = self.intake.limiter.footprint() as u64;
         self.stats
             .limiter_bytes
             .store(bytes, std::sync::atomic::Ordering::Relaxed);
@@ -202,7 +205,7 @@ impl Compactor {
                 return;
             }
         };
-        match self.log.release_at_stop(applied) {
+        match self.intake.log.release_at_stop(applied) {
             Ok(0) => {}
             Ok(n) => tracing::info!(
                 segments = n,
@@ -217,7 +220,7 @@ impl Compactor {
     /// reopen of the database.
     fn detach(self) -> Detached {
         Detached {
-            log: self.log,
+            log: self.intake.log,
             person_cache: self.person_cache,
             projects: self.projects,
             stats: self.stats,

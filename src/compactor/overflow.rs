@@ -3,10 +3,18 @@
 //! cannot delay everyone else's events. Nothing is ever dropped.
 
 use std::collections::HashMap;
-use std::hash::{Hash, Hasher};
+use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
 
-/// Buckets kept in memory; past this, the idle ones (full again) are forgotten.
-const MAX_BUCKETS: usize = 100_000;
+/// Buckets kept in memory, about 400 KiB: a map that stays in a core's cache. Past
+/// this, the buckets that are (nearly) full again are forgotten ([`SLACK`]). At a
+/// million distinct ids, a map of 100,000 buckets cost the compactor a read from memory
+/// or two per event, more than the rest of the event's check.
+const MAX_BUCKETS: usize = 16_384;
+/// When the map is full, a bucket this share of its burst or less from full is
+/// forgotten: the id comes back with a full bucket, so it gains at most this share of
+/// the burst each time the map fills. An id that sends faster keeps its bucket however
+/// many others come and go.
+const SLACK: f64 = 0.01;
 /// At rest, a map with room for more buckets than this gives back what it can
 /// ([`Limiter::rest`]).
 const SMALL_MAP: usize = 1024;
@@ -18,15 +26,38 @@ struct Bucket {
     at: i64,
 }
 
+/// The map's keys are hashes already (see [`Limiter::buckets`]): used as they are.
+#[derive(Default)]
+struct Prehashed(u64);
+
+impl Hasher for Prehashed {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 << 8) | u64::from(b);
+        }
+    }
+
+    fn write_u64(&mut self, x: u64) {
+        self.0 = x;
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
 pub struct Limiter {
     rate_per_ms: f64,
     burst: f64,
-    /// Keyed by a 64-bit hash of the project and the distinct id: no string per bucket
-    /// to allocate on every event or to keep scattered across the heap. Two ids sharing
-    /// a hash (about one chance in 2^64 per pair) would share a bucket. The map hashes
-    /// the key again with its own random keys: the key's hash has fixed keys, so a
-    /// client could choose distinct ids that crowd one slot of a map indexed by it.
-    buckets: HashMap<u64, Bucket>,
+    /// Keyed by a 64-bit hash of the project and the distinct id, with keys chosen at
+    /// random when the limiter is made ([`Limiter::key`]): no string per bucket to
+    /// allocate on every event or to keep scattered across the heap, and no way for a
+    /// client to choose distinct ids that crowd one slot of the map, which is indexed
+    /// by the key as it is. Two ids sharing a key (about one chance in 2^64 per pair)
+    /// would share a bucket. The map is empty after a restart, so the keys need not
+    /// outlive the process.
+    buckets: HashMap<u64, Bucket, BuildHasherDefault<Prehashed>>,
+    hasher: foldhash::fast::RandomState,
     /// The latest arrival seen (unix ms): every bucket is full again once the burst
     /// has refilled since.
     latest: i64,
@@ -34,42 +65,44 @@ pub struct Limiter {
     trimmed: i64,
 }
 
-/// The bucket's key: SipHash with fixed keys over the project and the distinct id, so
-/// it is the same after a restart and routing on replay does not change.
-fn bucket_key(project: u64, distinct_id: &str) -> u64 {
-    let mut h = std::hash::DefaultHasher::new();
-    project.hash(&mut h);
-    distinct_id.hash(&mut h);
-    h.finish()
-}
-
 impl Limiter {
     pub fn new(rate_per_second: f64, burst: f64) -> Limiter {
         Limiter {
             rate_per_ms: rate_per_second.max(0.0) / 1000.0,
             burst: burst.max(1.0),
-            buckets: HashMap::new(),
+            buckets: HashMap::default(),
+            hasher: foldhash::fast::RandomState::default(),
             latest: i64::MIN,
             trimmed: i64::MIN,
         }
+    }
+
+    /// The bucket's key of a distinct id.
+    fn key(&self, project: u64, distinct_id: &str) -> u64 {
+        let mut h = self.hasher.build_hasher();
+        h.write_u64(project);
+        h.write(distinct_id.as_bytes());
+        h.finish()
     }
 
     /// Take a token for an event received at `now` (unix ms); false means overflow.
     /// Time comes from the event's arrival, so replaying the log after a restart
     /// routes events the same way.
     pub fn allow(&mut self, project: u64, distinct_id: &str, now: i64) -> bool {
-        if self.buckets.len() >= MAX_BUCKETS {
+        let key = self.key(project, distinct_id);
+        self.take(key, now)
+    }
+
+    fn take(&mut self, key: u64, now: i64) -> bool {
+        if self.buckets.len() >= MAX_BUCKETS && !self.buckets.contains_key(&key) {
             self.forget_idle(now);
         }
         self.latest = self.latest.max(now);
         let (rate, burst) = (self.rate_per_ms, self.burst);
-        let bucket = self
-            .buckets
-            .entry(bucket_key(project, distinct_id))
-            .or_insert(Bucket {
-                tokens: burst,
-                at: now,
-            });
+        let bucket = self.buckets.entry(key).or_insert(Bucket {
+            tokens: burst,
+            at: now,
+        });
         let elapsed = (now - bucket.at).max(0) as f64;
         bucket.tokens = (bucket.tokens + elapsed * rate).min(burst);
         bucket.at = bucket.at.max(now);
@@ -96,7 +129,7 @@ impl Limiter {
         let refill_ms = self.burst / self.rate_per_ms;
         let since = |t: i64| now.saturating_sub(t) as f64;
         if since(self.latest) >= refill_ms {
-            self.buckets = HashMap::new();
+            self.buckets = HashMap::default();
         } else if self.buckets.capacity() > SMALL_MAP && since(self.trimmed) >= refill_ms {
             self.trimmed = now;
             self.forget_full(now);
@@ -117,13 +150,18 @@ impl Limiter {
     }
 
     fn forget_full(&mut self, now: i64) {
+        self.forget_within(0.0, now);
+    }
+
+    /// Forget the buckets that `now` hold at least the burst less `slack` tokens.
+    fn forget_within(&mut self, slack: f64, now: i64) {
         let (rate, burst) = (self.rate_per_ms, self.burst);
         self.buckets
-            .retain(|_, b| b.tokens + (now - b.at).max(0) as f64 * rate < burst);
+            .retain(|_, b| b.tokens + (now - b.at).max(0) as f64 * rate < burst - slack);
     }
 
     fn forget_idle(&mut self, now: i64) {
-        self.forget_full(now);
+        self.forget_within((self.burst * SLACK).max(1.0), now);
         if self.buckets.len() >= MAX_BUCKETS / 2 {
             // Most buckets are busy: start over rather than grow without bound, and
             // rather than scan them all again for every new id that follows.
@@ -166,22 +204,52 @@ mod tests {
 
     #[test]
     fn a_busy_map_starts_over_instead_of_scanning_for_every_new_id() {
+        // Every bucket took more than the slack (10 tokens of 1000) and none has
+        // refilled: all busy, all forgotten.
         let mut l = Limiter::new(100.0, 1000.0);
         for i in 0..MAX_BUCKETS {
-            l.allow(1, &i.to_string(), 0);
+            let id = i.to_string();
+            for _ in 0..11 {
+                l.allow(1, &id, 0);
+            }
         }
         assert_eq!(l.buckets.len(), MAX_BUCKETS);
-        // Every bucket took a token at 0 and none has refilled: all busy, all forgotten.
         assert!(l.allow(1, "new", 1));
         assert_eq!(l.buckets.len(), 1);
-        // Buckets idle long enough to be full again are forgotten, the busy ones kept.
+        // Buckets full again, or nearly (they took a token 10 ms ago, or one now),
+        // are forgotten; the busy ones are kept.
         let mut l = Limiter::new(100.0, 1000.0);
         for i in 0..MAX_BUCKETS {
-            let at = if i < MAX_BUCKETS * 3 / 4 { 0 } else { 20_000 };
-            l.allow(1, &i.to_string(), at);
+            let id = i.to_string();
+            let (at, tokens) = match i % 4 {
+                0 => (0, 1),
+                1 => (19_990, 1),
+                2 => (20_000, 1),
+                _ => (20_000, 20),
+            };
+            for _ in 0..tokens {
+                l.allow(1, &id, at);
+            }
         }
         assert!(l.allow(1, "new", 20_000));
         assert_eq!(l.buckets.len(), MAX_BUCKETS / 4 + 1);
+    }
+
+    #[test]
+    fn a_spiking_id_keeps_its_bucket_while_many_others_come_and_go() {
+        let mut l = Limiter::new(100.0, 1000.0);
+        let taken = (0..1100).filter(|_| l.allow(1, "spiking", 0)).count();
+        assert_eq!(taken, 1000);
+        // Ten maps' worth of ids sending an event each, within a second.
+        for i in 0..MAX_BUCKETS * 10 {
+            assert!(l.allow(1, &format!("user {i}"), (i / 200) as i64));
+        }
+        assert!(l.buckets.len() < MAX_BUCKETS);
+        // 820 ms later: 82 tokens back, and no more.
+        let now = (MAX_BUCKETS * 10 / 200) as i64;
+        assert_eq!(now, 819);
+        let more = (0..100).filter(|_| l.allow(1, "spiking", now)).count();
+        assert_eq!(more, 81);
     }
 
     #[test]
@@ -189,17 +257,17 @@ mod tests {
         // 100/s, a burst of 1000: a bucket that took one token is full again after
         // 10 ms, one that took them all after 10 s.
         let mut l = Limiter::new(100.0, 1000.0);
-        for i in 0..20_000 {
+        for i in 0..10_000 {
             l.allow(1, &i.to_string(), 0);
         }
         let spike = l.footprint();
-        assert!(spike >= 20_000 * size_of::<(u64, Bucket)>(), "{spike}");
+        assert!(spike >= 10_000 * size_of::<(u64, Bucket)>(), "{spike}");
         // None has refilled yet: all stay.
         l.rest(0);
-        assert_eq!(l.buckets.len(), 20_000);
+        assert_eq!(l.buckets.len(), 10_000);
         // All have, but a pass over the map is made at most once a refill.
         l.rest(1);
-        assert_eq!(l.buckets.len(), 20_000);
+        assert_eq!(l.buckets.len(), 10_000);
         // The burst has refilled since the latest arrival: the whole map goes.
         l.rest(10_000);
         assert_eq!(l.footprint(), 0);
@@ -209,7 +277,7 @@ mod tests {
         // A spike, then a few ids still busy: the busy ones stay, with their tokens,
         // and the room the spike took goes.
         let mut l = Limiter::new(100.0, 1000.0);
-        for i in 0..20_000 {
+        for i in 0..10_000 {
             l.allow(1, &i.to_string(), 0);
         }
         for i in 0..10 {

@@ -31,7 +31,7 @@ pub struct Event<'a> {
 impl<'a> Event<'a> {
     /// None unless `text` is a canonical JSON object.
     pub fn parse(text: &'a [u8]) -> Option<Event<'a>> {
-        let text = std::str::from_utf8(text).ok()?;
+        let text = simdutf8::basic::from_utf8(text).ok()?;
         let mut c = Checker {
             s: text,
             b: text.as_bytes(),

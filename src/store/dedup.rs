@@ -352,11 +352,15 @@ impl Window {
     }
 
     fn freeze(&mut self) -> io::Result<()> {
-        let active = std::mem::take(&mut self.active);
-        if active.ids.is_empty() {
+        if self.active.ids.is_empty() {
             return Ok(());
         }
-        let fresh: Vec<Id> = active.ids.into_iter().collect();
+        // The emptied set keeps its room for the next segment's uuids: grown again
+        // from nothing, it was rehashed seven times a segment.
+        let mut set = std::mem::take(&mut self.active.ids);
+        let active = std::mem::take(&mut self.active);
+        let fresh: Vec<Id> = set.drain().collect();
+        self.active.ids = set;
         if !self.table.has_room(fresh.len()) {
             self.rebuild_table(fresh.len())?;
         }

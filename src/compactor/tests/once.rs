@@ -369,3 +369,45 @@ fn a_window_file_that_cannot_be_written_loses_and_repeats_nothing() {
     assert_eq!(f.events(1).len(), 21);
     assert_eq!(f.compactor.stats.duplicates.load(Ordering::Relaxed), 2);
 }
+
+#[test]
+fn the_chunk_read_ahead_is_applied_next_and_read_again_after_a_failure() {
+    // Three chunks of the log's files: the second is read while the first's blocks
+    // are synced, then fails; it and what follows are read again, each once.
+    let records: Vec<Record> = (0..2500)
+        .map(|i| {
+            record(
+                1,
+                i,
+                json!({"event": "e", "distinct_id": format!("d{}", i % 50)}),
+            )
+        })
+        .collect();
+    let mut clean = fixture(Compaction::default());
+    clean.push(&records);
+    clean.drain();
+    let expected = clean.state(1);
+
+    let mut f = fixture(Compaction::default());
+    f.push(&records);
+    let first = f.compactor.step().unwrap().realtime;
+    assert!(first >= 1024 && first < records.len(), "{first}");
+    let ahead = f.compactor.ahead.as_ref().map_or(0, |c| c.items.len());
+    assert!(ahead >= 1024, "the next chunk was read ahead: {ahead}");
+    // The second chunk fails once every record is applied and the third is read.
+    f.compactor.fail_at = Some((Source::Log, ahead));
+    assert!(f.compactor.step().is_err());
+    assert!(f.compactor.ahead.is_none(), "the third chunk is read again");
+    assert_eq!(
+        f.events(1).len(),
+        first,
+        "nothing of the failed chunk stored"
+    );
+    f.drain();
+    assert!(f.log_empty());
+    let events = f.events(1);
+    assert_eq!(events.len(), records.len());
+    let uuids: std::collections::HashSet<_> = events.iter().map(|e| e.uuid).collect();
+    assert_eq!(uuids.len(), records.len());
+    assert_eq!(f.state(1), expected);
+}

@@ -193,34 +193,40 @@ pub(super) fn quoted_uuid(quoted: &[u8]) -> Option<Uuid> {
     bare_uuid(&quoted[1..QUOTED_UUID_LEN - 1])
 }
 
-/// The uuid in `xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`, lowercase only.
+/// The uuid in `xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`, lowercase only. Every value of
+/// every block is tried, so the digits are read by table, not one test at a time.
 pub(super) fn bare_uuid(text: &[u8]) -> Option<Uuid> {
-    if text.len() != QUOTED_UUID_LEN - 2 {
+    let text: &[u8; QUOTED_UUID_LEN - 2] = text.try_into().ok()?;
+    if [8, 13, 18, 23].iter().any(|&i| text[i] != b'-') {
         return None;
     }
+    // Where each byte's two digits start, past the dashes.
+    const AT: [usize; 16] = [0, 2, 4, 6, 9, 11, 14, 16, 19, 21, 24, 26, 28, 30, 32, 34];
     let mut bytes = [0u8; 16];
-    let mut digits = text
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| !matches!(i, 8 | 13 | 18 | 23));
-    for b in &mut bytes {
-        let (_, &hi) = digits.next()?;
-        let (_, &lo) = digits.next()?;
-        *b = (hex(hi)? << 4) | hex(lo)?;
+    let mut bad = 0;
+    for (b, &at) in bytes.iter_mut().zip(&AT) {
+        let (hi, lo) = (HEX[usize::from(text[at])], HEX[usize::from(text[at + 1])]);
+        bad |= hi | lo;
+        *b = (hi << 4) | (lo & 0x0f);
     }
-    [8, 13, 18, 23]
-        .iter()
-        .all(|&i| text[i] == b'-')
-        .then(|| Uuid::from_bytes(bytes))
+    (bad & 0xf0 == 0).then(|| Uuid::from_bytes(bytes))
 }
 
-fn hex(c: u8) -> Option<u8> {
-    match c {
-        b'0'..=b'9' => Some(c - b'0'),
-        b'a'..=b'f' => Some(c - b'a' + 10),
-        _ => None,
+/// Each byte's value as a lowercase hex digit, or 0xff.
+const HEX: [u8; 256] = {
+    let mut t = [0xff; 256];
+    let mut i = 0;
+    while i < 10 {
+        t[b'0' as usize + i] = i as u8;
+        i += 1;
     }
-}
+    let mut i = 0;
+    while i < 6 {
+        t[b'a' as usize + i] = 10 + i as u8;
+        i += 1;
+    }
+    t
+};
 
 #[cfg(test)]
 mod tests {

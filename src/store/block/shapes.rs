@@ -20,12 +20,17 @@ use super::props::{split, Layout, Shape};
 use super::texts::{self, Text};
 use super::Entry;
 
+type Map<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
+
 /// Append the properties of `entries` (in order) to `out`.
 pub(super) fn put(entries: &[Entry], out: &mut Vec<u8>) {
     let mut dictionary: Vec<&[u8]> = Vec::new();
-    let mut index: HashMap<&[u8], u32> = HashMap::new();
+    // Randomly seeded foldhash: every key of every event is hashed here, and SipHash
+    // was most of that cost.
+    let mut index: Map<&[u8], u32> = Map::default();
     let mut shapes: Vec<Vec<u32>> = Vec::new();
-    let mut shape_index: HashMap<Vec<u32>, u32> = HashMap::new();
+    let mut shape_index: Map<Vec<u32>, u32> = Map::default();
+    let mut keys = Vec::new();
     let mut refs = Vec::with_capacity(entries.len());
     // Values by key: (key index, event order) sorts them key by key.
     let mut values: Vec<(u32, u32, &[u8])> = Vec::new();
@@ -37,7 +42,7 @@ pub(super) fn put(entries: &[Entry], out: &mut Vec<u8>) {
             whole_ids.push(e.distinct_id.as_bytes());
             continue;
         };
-        let mut keys = Vec::with_capacity(parts.len());
+        keys.clear();
         for (key, value) in parts {
             let id = *index.entry(key).or_insert_with(|| {
                 dictionary.push(key);
@@ -51,14 +56,13 @@ pub(super) fn put(entries: &[Entry], out: &mut Vec<u8>) {
             None => {
                 let shape = shapes.len() as u32;
                 shape_index.insert(keys.clone(), shape);
-                shapes.push(keys);
+                shapes.push(keys.clone());
                 shape
             }
         };
         refs.push(u64::from(shape) + 1);
     }
-    // Stable: a key twice in one object keeps its values in order.
-    values.sort_by_key(|&(id, event, _)| (id, event));
+    let values = by_key(&values, dictionary.len());
     put_varint(out, dictionary.len() as u64);
     for key in &dictionary {
         put_varint(out, key.len() as u64);
@@ -81,6 +85,25 @@ pub(super) fn put(entries: &[Entry], out: &mut Vec<u8>) {
     let items: Vec<&[u8]> = values.iter().map(|v| v.2).collect();
     texts::put(out, &items, Some(&ids[..]));
     texts::put(out, &whole, Some(&whole_ids[..]));
+}
+
+/// The values key by key, each key's in event order (a key twice in one object keeps
+/// its values in order): a counting sort, the keys being the dictionary's indexes.
+fn by_key<'a>(values: &[(u32, u32, &'a [u8])], keys: usize) -> Vec<(u32, u32, &'a [u8])> {
+    let mut starts = vec![0usize; keys + 1];
+    for &(id, _, _) in values {
+        starts[id as usize + 1] += 1;
+    }
+    for i in 1..starts.len() {
+        starts[i] += starts[i - 1];
+    }
+    let mut out = vec![(0, 0, &[][..]); values.len()];
+    for &v in values {
+        let at = &mut starts[v.0 as usize];
+        out[*at] = v;
+        *at += 1;
+    }
+    out
 }
 
 /// The layout of what `c` holds, for `n` events, the body ending at offset `end`;

@@ -108,7 +108,7 @@ impl Writer {
         self.block.extend_from_slice(&v.to_le_bytes());
         self.block.extend_from_slice(key);
         self.block.extend_from_slice(value);
-        self.hashes.push(Filter::hash(key).0);
+        self.hashes.push(Filter::hash(key));
         self.entries += 1;
         self.raw_bytes += (key.len() + value.len()) as u64;
         // Reused: one allocation for the run, not one a key.
