@@ -21,15 +21,16 @@ use crate::store::block::Entry;
 type Result<T> = std::result::Result<T, UnabortableTransactionError>;
 
 /// Apply one record (already known not to be a duplicate); returns the event to store.
-pub fn record(
+pub fn record<'a>(
     tx: &Tx<'_>,
     cache: &mut Cache,
-    record: &Record,
+    record: &'a Record,
     settings: ProjectSettings,
-    geo: Option<&Geo>,
+    geo: Option<&'a Geo>,
+    scratch: &mut splice::Scratch<'a>,
 ) -> Result<Entry> {
     let (person_id, properties) = match raw::Event::parse(&record.data) {
-        Some(event) => splice::apply(tx, cache, record, &event, settings, geo)?,
+        Some(event) => splice::apply(tx, cache, record, &event, settings, geo, scratch)?,
         None => round_trip(tx, cache, record, settings, geo)?,
     };
     Ok(Entry {

@@ -20,13 +20,19 @@ use crate::persons::{self, EventView, Store as _};
 
 type Result<T> = std::result::Result<T, sled::transaction::UnabortableTransactionError>;
 
+/// The buffer an event's properties are held in as text ([`Members`]), kept from one
+/// event of a chunk to the next: made anew for each, it was an allocation an event
+/// whose first writes all missed the cache.
+pub type Scratch<'a> = Vec<(Cow<'a, str>, Cow<'a, str>)>;
+
 /// Properties as text: each member's key (escaped, without quotes) and value, and a
 /// filter of the keys, since most keys looked up are absent.
-struct Members<'a>(Vec<(Cow<'a, str>, Cow<'a, str>)>, KeyFilter);
+struct Members<'a>(Scratch<'a>, KeyFilter);
 
 impl<'a> Members<'a> {
-    fn new(members: &[Member<'a>]) -> Members<'a> {
-        let mut out = Vec::with_capacity(members.len() + 16);
+    fn new(members: &[Member<'a>], mut out: Scratch<'a>) -> Members<'a> {
+        out.clear();
+        out.reserve(members.len() + 16);
         let mut filter = KeyFilter::default();
         for m in members {
             filter.insert(m.key);
@@ -107,19 +113,23 @@ fn parse(text: Option<&str>) -> Option<Value> {
 
 /// [`super::apply::record`] for a canonical event. Returns the person id and the properties
 /// to store.
-pub fn apply(
+pub fn apply<'a>(
     tx: &Tx<'_>,
     cache: &mut Cache,
     record: &Record,
-    event: &raw::Event<'_>,
+    event: &raw::Event<'a>,
     settings: ProjectSettings,
-    geo: Option<&Geo>,
+    geo: Option<&'a Geo>,
+    scratch: &mut Scratch<'a>,
 ) -> Result<(Option<Uuid>, Vec<u8>)> {
     let project = record.project;
     // Enrichment adds to the properties object, creating it if absent, but leaves a
     // `properties` that is not an object alone (it is then stored as none).
     let enrichable = event.properties.is_some() || event.get("properties").is_none();
-    let mut props = Members::new(event.properties.as_deref().unwrap_or_default());
+    let mut props = Members::new(
+        event.properties.as_deref().unwrap_or_default(),
+        std::mem::take(scratch),
+    );
     let mut enriched = [Enriched::Untouched, Enriched::Untouched];
     if let Some(geo) = geo.filter(|g| enrichable && !g.found.is_empty()) {
         enriched = enrich(&mut props, geo);
@@ -166,7 +176,10 @@ pub fn apply(
         (_, true) => props.remove("$ip"),
         (None, false) => {}
     }
-    Ok((person_id, props.write()))
+    let written = props.write();
+    *scratch = props.0;
+    scratch.clear();
+    Ok((person_id, written))
 }
 
 /// Apply the event to persons; returns its person. An event whose person operations

@@ -14,7 +14,7 @@ use super::cache::{Cache, Tables};
 use super::chunk::{io, read_lane, Action, Chunk, Item, Source};
 use super::enrich::{Geo, ProjectSettings};
 use super::phases::Phase;
-use super::{apply, blocks, memo, Compactor, Error, StepReport};
+use super::{apply, blocks, memo, splice, Compactor, Error, StepReport};
 use crate::log::{record::decode_frame, Record};
 use crate::store::dedup::{self, IdSet};
 use crate::store::keys::{CHECKPOINT_KEY, NEXT_BLOCK_KEY};
@@ -216,6 +216,7 @@ impl Compactor {
                     true => Cache::default(),
                 };
                 let mut seen = IdSet::default();
+                let mut scratch = splice::Scratch::default();
                 // The blocks are made on their own thread meanwhile, from the events
                 // handed over part after part (see blocks.rs).
                 let mut building = builder.start(blocks::Chunk {
@@ -249,7 +250,7 @@ impl Compactor {
                             }
                             let s = settings.get(&record.project).copied().unwrap_or_default();
                             let g = record.ip.and_then(|ip| geo.get(&ip));
-                            let entry = apply::record(&tx, &mut cache, record, s, g)?;
+                            let entry = apply::record(&tx, &mut cache, record, s, g, &mut scratch)?;
                             part.entry(record.project).or_default().push(entry);
                             counts.applied += 1;
                             in_part += 1;
@@ -288,7 +289,12 @@ impl Compactor {
                 phases.borrow_mut().end(Phase::Write);
                 if read_ahead && ahead.borrow().is_none() {
                     // A read that fails is made again, and reported, by the next step.
-                    let next = intake.borrow_mut().read_files().unwrap_or_default();
+                    let mut intake = intake.borrow_mut();
+                    let next = intake.read_files().unwrap_or_default();
+                    // Still waiting in the log (its depth, the backpressure) until applied.
+                    if let Some(first) = next.first_seq {
+                        intake.log.waiting_from(first);
+                    }
                     *ahead.borrow_mut() = Some(next);
                     phases.borrow_mut().end(Phase::Read);
                 }

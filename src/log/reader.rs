@@ -123,6 +123,14 @@ impl Reader {
         self.shared.read.store(self.next, Ordering::Release);
     }
 
+    /// Count the entries from `seq` on as waiting again ([`Shared::depth`]): the
+    /// compactor read them ahead of applying them.
+    pub fn waiting_from(&self, seq: u64) {
+        self.shared
+            .read
+            .store(seq.min(self.next), Ordering::Release);
+    }
+
     /// The first number of the segment after the current one, if there is one yet.
     fn following_segment(&self) -> Option<u64> {
         let current = self.file.as_ref().map(|(_, first, _)| *first);

@@ -113,19 +113,26 @@ fn run(cases: &[Case], text: bool) -> Outcome {
     let db = sled::open(dir.path()).unwrap();
     let t = Trees::open(&db, dir.path()).unwrap();
     let geos: Vec<Option<Geo>> = cases.iter().map(|c| c.geo.map(|g| geo(g, c.ip))).collect();
+    let records: Vec<Record> = cases
+        .iter()
+        .enumerate()
+        .map(|(i, c)| record_of(i, c))
+        .collect();
     let entries = in_chunk(&t, |tx, cache| {
         let mut out = Vec::new();
+        // One buffer for the chunk's events, as the compactor keeps.
+        let mut scratch = Vec::new();
         for (i, c) in cases.iter().enumerate() {
-            let r = record_of(i, c);
+            let r = &records[i];
             let settings = ProjectSettings {
                 anonymize_ips: c.anonymize,
             };
             let geo = geos[i].as_ref();
             let (person, properties) = if text {
-                let e = record(tx, cache, &r, settings, geo)?;
+                let e = record(tx, cache, r, settings, geo, &mut scratch)?;
                 (e.person_id, e.properties)
             } else {
-                round_trip(tx, cache, &r, settings, geo)?
+                round_trip(tx, cache, r, settings, geo)?
             };
             out.push((person.is_some(), String::from_utf8(properties).unwrap()));
         }
@@ -435,7 +442,14 @@ fn unchanged_persons_are_not_written() {
         in_chunk(&t, |tx, cache| {
             for (i, event) in events.iter().enumerate() {
                 let r = record_of(i, &case(event.clone()));
-                record(tx, cache, &r, ProjectSettings::default(), Some(&g))?;
+                record(
+                    tx,
+                    cache,
+                    &r,
+                    ProjectSettings::default(),
+                    Some(&g),
+                    &mut Vec::new(),
+                )?;
             }
             Ok(cache.changed())
         })

@@ -394,6 +394,11 @@ fn the_chunk_read_ahead_is_applied_next_and_read_again_after_a_failure() {
     assert!(first >= 1024 && first < records.len(), "{first}");
     let ahead = f.compactor.ahead.as_ref().map_or(0, |c| c.items.len());
     assert!(ahead >= 1024, "the next chunk was read ahead: {ahead}");
+    // What was read ahead still counts as waiting in the log.
+    let ahead_from = f.compactor.ahead.as_ref().and_then(|c| c.first_seq);
+    let log = f.log.shared();
+    assert_eq!(Some(log.durable_end() - log.depth()), ahead_from);
+    assert!(log.depth() > 300, "{}", log.depth());
     // The second chunk fails once every record is applied and the third is read.
     f.compactor.fail_at = Some((Source::Log, ahead));
     assert!(f.compactor.step().is_err());
