@@ -5,10 +5,11 @@
 use std::collections::HashMap;
 use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
 
-/// Buckets kept in memory, about 400 KiB: a map that stays in a core's cache. Past
-/// this, the buckets that are (nearly) full again are forgotten ([`SLACK`]). At a
-/// million distinct ids, a map of 100,000 buckets cost the compactor a read from memory
-/// or two per event, more than the rest of the event's check.
+/// Buckets kept in memory: a table of 32,768 slots, about 800 KiB, most of a core's
+/// second-level cache here rather than several MiB of the shared one. Past this, the
+/// buckets that are (nearly) full again are forgotten ([`SLACK`]). At a million
+/// distinct ids, a map of 100,000 buckets cost the compactor a read from memory or two
+/// per event, more than the rest of the event's check.
 const MAX_BUCKETS: usize = 16_384;
 /// When the map is full, a bucket this share of its burst or less from full is
 /// forgotten: the id comes back with a full bucket, so it gains at most this share of
