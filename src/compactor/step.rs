@@ -367,8 +367,11 @@ impl Compactor {
             }
             Err(TransactionError::Storage(e)) => return Err(e.into()),
         };
-        // The next chunk follows a committed one: the next step applies it.
-        self.ahead = ahead.into_inner().filter(|c| !c.is_empty());
+        // The next chunk follows a committed one: the next step applies it. A lane's
+        // chunk reads nothing ahead and leaves what the log's chunk read.
+        if let Some(next) = ahead.into_inner() {
+            self.ahead = Some(next).filter(|c| !c.is_empty());
+        }
         hot.committed(counted.take().unwrap_or_default(), write_rollups);
         drop(hot);
         state.next_block = counts.next_block;

@@ -373,10 +373,13 @@ fn a_window_file_that_cannot_be_written_loses_and_repeats_nothing() {
 #[test]
 fn the_chunk_read_ahead_is_applied_next_and_read_again_after_a_failure() {
     // Three chunks of the log's files: the second is read while the first's blocks
-    // are synced, then fails; it and what follows are read again, each once.
+    // are synced, then fails; it and what follows are read again, each once. The
+    // first chunk's historical records are applied from their lane in the same step,
+    // after the read ahead.
     let records: Vec<Record> = (0..2500)
-        .map(|i| {
-            record(
+        .map(|i| Record {
+            historical: i < 5,
+            ..record(
                 1,
                 i,
                 json!({"event": "e", "distinct_id": format!("d{}", i % 50)}),
@@ -390,8 +393,10 @@ fn the_chunk_read_ahead_is_applied_next_and_read_again_after_a_failure() {
 
     let mut f = fixture(Compaction::default());
     f.push(&records);
-    let first = f.compactor.step().unwrap().realtime;
+    let report = f.compactor.step().unwrap();
+    let first = report.realtime;
     assert!(first >= 1024 && first < records.len(), "{first}");
+    assert_eq!(report.historical, 5);
     let ahead = f.compactor.ahead.as_ref().map_or(0, |c| c.items.len());
     assert!(ahead >= 1024, "the next chunk was read ahead: {ahead}");
     // What was read ahead still counts as waiting in the log.
