@@ -3,7 +3,13 @@
 //! applying a record, [`super::apply`] and [`super::splice`]) and whether the project
 //! keeps addresses at all.
 
+use std::collections::HashMap;
+use std::net::IpAddr;
+
 use serde_json::{Map, Value};
+
+use super::chunk::{Action, Item};
+use super::Compactor;
 
 /// What the project asks of enrichment.
 #[derive(Debug, Clone, Copy, Default)]
@@ -79,5 +85,40 @@ impl Geo {
     pub fn with_ip(mut self, ip: std::net::IpAddr) -> Geo {
         self.ip = Some(format!("\"{ip}\""));
         self
+    }
+}
+
+impl Compactor {
+    /// The GeoIP properties of every address in the chunk, each looked up once: a
+    /// chunk's events often come from a few clients.
+    pub(super) fn geo(&self, items: &[Item]) -> HashMap<IpAddr, Geo> {
+        let mut out = HashMap::new();
+        for item in items {
+            if let Action::Apply(r) = &item.action {
+                if let Some(ip) = r.ip {
+                    out.entry(ip)
+                        .or_insert_with(|| Geo::new(self.geoip.lookup(ip)).with_ip(ip));
+                }
+            }
+        }
+        out
+    }
+
+    /// The settings of each project with events in the chunk, each read once.
+    pub(super) fn project_settings(&self, items: &[Item]) -> HashMap<u64, ProjectSettings> {
+        let projects = self.projects.load();
+        let mut out = HashMap::new();
+        for item in items {
+            if let Action::Apply(r) = &item.action {
+                out.entry(r.project).or_insert_with(|| {
+                    projects
+                        .by_id(r.project)
+                        .map_or_else(ProjectSettings::default, |p| ProjectSettings {
+                            anonymize_ips: p.anonymize_ips,
+                        })
+                });
+            }
+        }
+        out
     }
 }

@@ -4,15 +4,12 @@
 //! checkpoint. Where a step's time goes is logged at debug (`phases.rs`).
 
 use std::cell::RefCell;
-use std::collections::HashMap;
-use std::net::IpAddr;
 use std::sync::atomic::Ordering;
 
 use sled::transaction::{ConflictableTransactionError, TransactionError, Transactional};
 
 use super::cache::{Cache, Tables};
-use super::chunk::{io, read_lane, Action, Chunk, Item, Source};
-use super::enrich::{Geo, ProjectSettings};
+use super::chunk::{io, read_lane, Action, Chunk, Source};
 use super::phases::Phase;
 use super::{apply, blocks, memo, splice, Compactor, Error, StepReport};
 use crate::log::{record::decode_frame, Record};
@@ -411,38 +408,6 @@ impl Compactor {
             );
         }
         Ok(items.len())
-    }
-
-    /// The GeoIP properties of every address in the chunk, each looked up once: a
-    /// chunk's events often come from a few clients.
-    fn geo(&self, items: &[Item]) -> HashMap<IpAddr, Geo> {
-        let mut out = HashMap::new();
-        for item in items {
-            if let Action::Apply(r) = &item.action {
-                if let Some(ip) = r.ip {
-                    out.entry(ip)
-                        .or_insert_with(|| Geo::new(self.geoip.lookup(ip)).with_ip(ip));
-                }
-            }
-        }
-        out
-    }
-
-    fn project_settings(&self, items: &[Item]) -> HashMap<u64, ProjectSettings> {
-        let projects = self.projects.load();
-        let mut out = HashMap::new();
-        for item in items {
-            if let Action::Apply(r) = &item.action {
-                out.entry(r.project).or_insert_with(|| {
-                    projects
-                        .by_id(r.project)
-                        .map_or_else(ProjectSettings::default, |p| ProjectSettings {
-                            anonymize_ips: p.anonymize_ips,
-                        })
-                });
-            }
-        }
-        out
     }
 
     /// What the window and the memo take, for `/metrics`; the memo's walk over its
