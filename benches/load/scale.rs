@@ -116,7 +116,7 @@ pub struct Report {
     pub rss_peak_kib: u64,
     /// The highest resident set once the lookups were made too (`VmHWM` after them).
     pub rss_peak_after_lookups_kib: u64,
-    /// The holders and the allocator's pages at the same moment.
+    /// The holders at the same moment.
     pub memory_at_rest: Memory,
     pub lookups: Vec<Latency>,
     pub disk: disk::Report,

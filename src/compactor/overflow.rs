@@ -5,6 +5,8 @@
 use std::collections::HashMap;
 use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
 
+use crate::store::dedup::IdHasher;
+
 /// Buckets kept in memory: a table of 32,768 slots, about 800 KiB, most of a core's
 /// second-level cache here rather than several MiB of the shared one. Past this, the
 /// buckets that are (nearly) full again are forgotten ([`SLACK`]). At a million
@@ -27,37 +29,17 @@ struct Bucket {
     at: i64,
 }
 
-/// The map's keys are hashes already (see [`Limiter::buckets`]): used as they are.
-#[derive(Default)]
-struct Prehashed(u64);
-
-impl Hasher for Prehashed {
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0 << 8) | u64::from(b);
-        }
-    }
-
-    fn write_u64(&mut self, x: u64) {
-        self.0 = x;
-    }
-
-    fn finish(&self) -> u64 {
-        self.0
-    }
-}
-
 pub struct Limiter {
     rate_per_ms: f64,
     burst: f64,
     /// Keyed by a 64-bit hash of the project and the distinct id, with keys chosen at
     /// random when the limiter is made ([`Limiter::key`]): no string per bucket to
     /// allocate on every event or to keep scattered across the heap, and no way for a
-    /// client to choose distinct ids that crowd one slot of the map, which is indexed
-    /// by the key as it is. Two ids sharing a key (about one chance in 2^64 per pair)
-    /// would share a bucket. The map is empty after a restart, so the keys need not
-    /// outlive the process.
-    buckets: HashMap<u64, Bucket, BuildHasherDefault<Prehashed>>,
+    /// client to choose distinct ids that crowd one slot of the map, which only mixes
+    /// the key's bits ([`IdHasher`], as the deduplication window's set of uuids does).
+    /// Two ids sharing a key (about one chance in 2^64 per pair) would share a bucket.
+    /// The map is empty after a restart, so the keys need not outlive the process.
+    buckets: HashMap<u64, Bucket, BuildHasherDefault<IdHasher>>,
     hasher: foldhash::fast::RandomState,
     /// The latest arrival seen (unix ms): every bucket is full again once the burst
     /// has refilled since.
