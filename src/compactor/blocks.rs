@@ -5,16 +5,18 @@
 //! appended to the block files while the next part is applied. Each project's last
 //! block of a part is left open to the next part's events, so events handed over in
 //! time order are cut as they would be all at once. Once every record is applied the
-//! transaction writes the persons the chunk changed and journals them, then waits
-//! ([`Building::wait`]) while the last blocks are made and the files synced, and
-//! stores their pointers, so a chunk still commits whole, in order, or not at all.
+//! transaction hands over the end ([`Building::end`]): the last blocks are made and
+//! the files synced while it writes the persons the chunk changed, journals them and
+//! reads the log's next chunk. It then waits ([`Building::wait`]) and stores their
+//! pointers, so a chunk still commits whole, in order, or not at all.
 //!
 //! One chunk at a time, a few parts in flight: the hand-over of a chunk waits for the
 //! thread to take it (a channel that holds nothing), a part waits once
 //! [`PARTS_QUEUED`] are queued, and a transaction waits for its chunk's blocks however
 //! it returns ([`Building`]'s drop). A transaction that returns before it waited (an
-//! abort, or a conflict sled retries) gives its chunk up: the thread stops making it,
-//! syncs nothing and sends nothing back, so what it counted is dropped, and a retry
+//! abort, or a conflict sled retries) gives its chunk up: before the end the thread
+//! stops making it and syncs nothing; after it the blocks are made and synced but
+//! never named. Either way what it counted is dropped, and a retry
 //! starts over from the same block id (the event index takes a block added again in
 //! its latest place; appended bytes are never named). A failed append or sync comes
 //! back as the error that aborts the chunk, which is then read again; a panic here is
@@ -268,8 +270,18 @@ impl Building {
         }
     }
 
-    /// Hand over the end and wait for the blocks; a panic while making them is raised
-    /// again here.
+    /// Every part is handed over: the thread makes the last blocks and syncs the files
+    /// while the transaction goes on (the persons written, the next chunk read), until
+    /// it waits. A transaction that fails after this still waits for them, and names
+    /// none of them.
+    pub fn end(&mut self) {
+        if let Some(hand) = self.hand.take() {
+            let _ = hand.send(Handed::End);
+        }
+    }
+
+    /// Hand over the end, if not yet, and wait for the blocks; a panic while making
+    /// them is raised again here.
     pub fn wait(mut self) -> io::Result<Stored> {
         if let Some((work, parts)) = self.here.take() {
             let (hand, handed) = mpsc::channel();
@@ -279,9 +291,7 @@ impl Building {
             let _ = hand.send(Handed::End);
             return work(handed);
         }
-        if let Some(hand) = self.hand.take() {
-            let _ = hand.send(Handed::End);
-        }
+        self.end();
         match self.outcome.take().map(|o| o.recv()) {
             Some(Ok(Ok(stored))) => stored,
             Some(Ok(Err(panic))) => panic::resume_unwind(panic),

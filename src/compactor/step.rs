@@ -271,6 +271,7 @@ impl Compactor {
                     }
                 }
                 building.add(part);
+                building.end();
                 phases.borrow_mut().end(Phase::Apply);
                 cache.write(&tx)?;
                 (counts.persons, counts.learned) = cache.into_reports();

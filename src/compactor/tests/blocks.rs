@@ -212,6 +212,41 @@ fn a_chunk_given_up_part_way_and_made_again_counts_and_indexes_it_once() {
 }
 
 #[test]
+fn a_chunk_given_up_after_its_end_is_synced_unnamed_and_made_again_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let index = event_index::Index::open(dir.path(), 7, true).unwrap();
+    let builder = Builder::new(0);
+    let files = chunk(dir.path()).files;
+    let with_index = || Chunk {
+        first_block: 7,
+        files: files.clone(),
+        index: index.clone(),
+    };
+    let all = parts(entries(700), 45);
+    // Every part and the end handed over, then the transaction fails before it
+    // waits (the persons' journal, say): the blocks are made and synced all the same.
+    let mut tried = builder.start(with_index());
+    for part in all.iter().cloned() {
+        tried.add(part);
+    }
+    tried.end();
+    // Handed over once: a second end is nothing.
+    tried.end();
+    drop(tried);
+    assert_eq!(files.syncs().count(FILE_SYNC), 1);
+    let stored = made(&builder, with_index(), all).unwrap();
+    let once = tempfile::tempdir().unwrap();
+    let at_once = chunk(once.path());
+    let files_once = at_once.files.clone();
+    let whole = store(at_once, entries(700)).unwrap();
+    assert_eq!(stored.counted, whole.counted);
+    assert_eq!(stored.next_block, whole.next_block);
+    assert_eq!(read_back(&files, &stored), read_back(&files_once, &whole));
+    // The index holds each block once, under its id of the try that committed.
+    assert_eq!(index.status().recent_blocks, stored.blocks.len());
+}
+
+#[test]
 fn a_panic_in_a_middle_part_is_raised_on_the_waiting_thread() {
     let builder = Builder::new(0);
     let mut building = builder.run(Box::new(|handed| {
