@@ -104,7 +104,7 @@ impl Compactor {
     /// Recycle the log's segments the compactor has moved past, once its checkpoint
     /// past them (`applied`, just committed) is durable.
     fn release_log(&mut self, applied: u64) -> Result<(), sled::Error> {
-        if !self.intake.log.releasable() {
+        if !self.intake.log.releasable(applied) {
             return Ok(());
         }
         self.trees.meta.flush()?;

@@ -393,15 +393,13 @@ impl Reader {
         Ok(released)
     }
 
-    /// Segments that hold nothing the reader still needs: everything before its
-    /// current segment. The compactor makes its checkpoint durable before releasing.
-    pub fn releasable(&self) -> bool {
-        let current = self.file.as_ref().map(|(_, first, _)| *first);
+    /// Whether [`Reader::release`] of `applied` would release a segment: the oldest
+    /// is applied in full. The compactor makes its checkpoint durable before that.
+    pub fn releasable(&self, applied: u64) -> bool {
         let segments = lock(&self.shared.segments);
-        match (segments.front(), current) {
-            (Some(&oldest), Some(current)) => oldest < current,
-            _ => false,
-        }
+        segments
+            .get(1)
+            .is_some_and(|&next| next <= applied.saturating_add(1))
     }
 }
 
