@@ -72,6 +72,8 @@ pub(super) struct Intake {
     /// Arrival time of the last record read from the log, for the lag.
     pub(super) last_received: Option<i64>,
     pub(super) limiter: Limiter,
+    /// The limiter's keys of an entry's records, kept for the next entry.
+    pub(super) keys: Vec<u64>,
 }
 
 impl Intake {
@@ -130,25 +132,39 @@ impl Intake {
             });
             return;
         };
-        for (index, bytes) in records.into_iter().enumerate() {
-            let decoded = decode(bytes);
-            if let Action::Apply(r) = &decoded {
+        // The entry's records decoded first, then their buckets looked up together
+        // (Limiter::warm), then routed in order.
+        let first = chunk.items.len();
+        let mut keys = std::mem::take(&mut self.keys);
+        keys.clear();
+        for (index, bytes) in records.iter().enumerate() {
+            let action = decode(bytes);
+            if let Action::Apply(r) = &action {
                 self.last_received = Some(r.received_at);
-            }
-            let action = match decoded {
-                Action::Apply(r) if r.historical => Action::ToHistorical(bytes.to_vec()),
-                Action::Apply(r)
-                    if !self.limiter.allow(r.project, &r.distinct_id, r.received_at) =>
-                {
-                    Action::ToOverflow(bytes.to_vec())
+                if !r.historical {
+                    keys.push(self.limiter.key(r.project, &r.distinct_id));
                 }
-                other => other,
-            };
+            }
             chunk.items.push(Item {
                 lane_key: lane_key(key, index),
                 action,
             });
         }
+        std::hint::black_box(self.limiter.warm(&keys));
+        let mut keys_in_order = keys.iter();
+        for (item, bytes) in chunk.items[first..].iter_mut().zip(&records) {
+            let Action::Apply(r) = &item.action else {
+                continue;
+            };
+            if r.historical {
+                item.action = Action::ToHistorical(bytes.to_vec());
+            } else if let Some(&k) = keys_in_order.next() {
+                if !self.limiter.take(k, r.received_at) {
+                    item.action = Action::ToOverflow(bytes.to_vec());
+                }
+            }
+        }
+        self.keys = keys;
     }
 }
 

@@ -142,6 +142,7 @@ impl Compactor {
                 log,
                 last_received: None,
                 limiter: Limiter::new(settings.overflow_rate, settings.overflow_burst),
+                keys: Vec::new(),
             },
             ahead: None,
             trees,

@@ -61,7 +61,7 @@ impl Limiter {
     }
 
     /// The bucket's key of a distinct id.
-    fn key(&self, project: u64, distinct_id: &str) -> u64 {
+    pub fn key(&self, project: u64, distinct_id: &str) -> u64 {
         let mut h = self.hasher.build_hasher();
         h.write_u64(project);
         h.write(distinct_id.as_bytes());
@@ -76,7 +76,16 @@ impl Limiter {
         self.take(key, now)
     }
 
-    fn take(&mut self, key: u64, now: i64) -> bool {
+    /// Look the buckets of `keys` up, ahead of [`Limiter::take`] for each: lookups
+    /// that do not wait on each other, so the processor fetches their memory at once,
+    /// where the takes one after another each waited for theirs (at a million
+    /// distinct ids a bucket is rarely in the cache). Returns how many there are.
+    pub fn warm(&self, keys: &[u64]) -> usize {
+        keys.iter().filter(|k| self.buckets.contains_key(k)).count()
+    }
+
+    /// [`Limiter::allow`] for the id of `key` ([`Limiter::key`]).
+    pub fn take(&mut self, key: u64, now: i64) -> bool {
         if self.buckets.len() >= MAX_BUCKETS && !self.buckets.contains_key(&key) {
             self.forget_idle(now);
         }
